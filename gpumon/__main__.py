@@ -1,0 +1,3 @@
+from gpumon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,159 @@
+"""Immutable samples: what every source produces and every view reads.
+
+Units live in field names (``memory_used_bytes``, ``power_draw_w``). ``None`` always means
+"not supported by this GPU / not readable here" and is shown as N/A, never as 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ProcessKind(str, enum.Enum):
+    """How a process uses a GPU, as in nvidia-smi's "Type" column."""
+
+    COMPUTE = "C"
+    GRAPHICS = "G"
+    BOTH = "C+G"
+
+
+class UnavailableReason(str, enum.Enum):
+    """Why no GPU data can be read at all."""
+
+    LIBRARY_NOT_FOUND = "library_not_found"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+    VERSION_MISMATCH = "version_mismatch"
+    NO_PERMISSION = "no_permission"
+    SHADOWED_BINDING = "shadowed_binding"
+    NO_DEVICES = "no_devices"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUnavailable:
+    """NVML could not be used; ``headline`` says why in words, ``detail`` is NVML's own text."""
+
+    reason: UnavailableReason
+    headline: str
+    detail: str
+    hint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DriverInfo:
+    """Versions that apply to the whole machine."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    nvml_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostStats:
+    """The host strip: CPU, load, RAM and swap."""
+
+    hostname: str
+    cpu_pct: float | None
+    load_average: tuple[float, float, float] | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    swap_used_bytes: int | None
+    swap_total_bytes: int | None
+    cpu_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStats:
+    """One GPU at one instant. A lost GPU keeps its identity; every reading is ``None``."""
+
+    index: int
+    uuid: str
+    name: str | None = None
+    pci_bus_id: str | None = None
+    lost: bool = False
+    persistence_mode: bool | None = None
+    display_active: bool | None = None
+    performance_state: int | None = None
+    fan_pct: int | None = None
+    temperature_c: int | None = None
+    temperature_slowdown_c: int | None = None
+    temperature_shutdown_c: int | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    utilization_gpu_pct: int | None = None
+    utilization_memory_pct: int | None = None
+    clock_sm_mhz: int | None = None
+    clock_memory_mhz: int | None = None
+    compute_mode: str | None = None
+    ecc_errors_uncorrected_volatile: int | None = None
+    mig_mode: bool | None = None
+
+    @property
+    def short_uuid(self) -> str:
+        """``GPU-1a2b3c4d`` instead of the full 40-character UUID."""
+        head, _, tail = self.uuid.partition("-")
+        return f"{head}-{tail[:8]}" if tail else self.uuid[:12]
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        return _fraction(self.memory_used_bytes, self.memory_total_bytes)
+
+    @property
+    def power_fraction(self) -> float | None:
+        if self.power_draw_w is None or not self.power_limit_w:
+            return None
+        return max(0.0, min(1.0, self.power_draw_w / self.power_limit_w))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process using a GPU, joined with what the host can tell about it.
+
+    ``visible`` is False when NVML reports a PID that does not exist in this PID namespace
+    (a container without ``--pid=host``): its GPU memory is real, its host details are not here.
+    """
+
+    gpu_index: int
+    gpu_uuid: str
+    pid: int
+    kind: ProcessKind
+    gpu_memory_bytes: int | None
+    user: str | None = None
+    command: str | None = None
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    elapsed_s: float | None = None
+    visible: bool = True
+    is_current_user: bool = False
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """Stable identity across samples: (GPU UUID, PID)."""
+        return (self.gpu_uuid, self.pid)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Everything gpumon knows at one instant."""
+
+    timestamp_s: float
+    host: HostStats
+    driver: DriverInfo | None
+    gpus: tuple[GpuStats, ...]
+    processes: tuple[GpuProcess, ...] = ()
+    simulated: bool = False
+    unavailable: GpuUnavailable | None = None
+    duration_s: float = field(default=0.0, compare=False)
+
+    def processes_on(self, gpu_uuid: str) -> tuple[GpuProcess, ...]:
+        return tuple(p for p in self.processes if p.gpu_uuid == gpu_uuid)
+
+
+def _fraction(used: int | None, total: int | None) -> float | None:
+    if used is None or not total:
+        return None
+    return max(0.0, min(1.0, used / total))

@@ -1,0 +1,165 @@
+"""Runs ``source.sample()`` off the event loop, one poll at a time.
+
+Each poll schedules the next only after it finishes, so a sample slower than the interval
+delays the next one instead of piling up. The blocking call runs on one daemon thread: a
+driver call that hangs for seconds never blocks the event loop, and never blocks quitting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from gpumon.model import Sample
+from gpumon.sources.base import GpuSource
+
+MIN_INTERVAL_S = 0.25
+MAX_INTERVAL_S = 60.0
+
+T = TypeVar("T")
+
+
+class _DaemonThread:
+    """One daemon worker thread. Unlike asyncio.to_thread's pool, interpreter exit does not
+    wait for it, so a hung NVML call cannot keep gpumon from quitting."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            call, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as error:
+                future.set_exception(error)
+
+    async def run(self, call: Callable[[], T]) -> T:
+        future: Future[T] = Future()
+        self._jobs.put((call, future))
+        return await asyncio.wrap_future(future)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+
+class Poller:
+    """Calls ``on_sample`` on the event loop with each new sample.
+
+    Args:
+        source: what to sample.
+        interval_s: seconds from the start of one poll to the start of the next.
+        on_sample: called on the event loop with every sample.
+        on_error: called on the event loop when ``sample()`` raised; polling goes on.
+        clock: monotonic clock, injectable for tests.
+    """
+
+    def __init__(
+        self,
+        source: GpuSource,
+        interval_s: float,
+        on_sample: Callable[[Sample], None],
+        *,
+        on_error: Callable[[BaseException], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self._interval_s = clamp_interval(interval_s)
+        self._on_sample = on_sample
+        self._on_error = on_error
+        self._clock = clock
+        self._paused = False
+        self._forced = False
+        self._wake = asyncio.Event()
+        self._thread: _DaemonThread | None = None
+        self.polls_started = 0
+        self.polls_finished = 0
+        self.in_flight = False
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    @interval_s.setter
+    def interval_s(self, value: float) -> None:
+        self._interval_s = clamp_interval(value)
+        self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self._paused = value
+        self._wake.set()
+
+    def poll_now(self) -> None:
+        """Start the next poll as soon as the current one (if any) has finished."""
+        self._forced = True
+        self._wake.set()
+
+    async def poll_once(self) -> Sample | None:
+        """Take one sample off the loop and deliver it; ``None`` if the source raised."""
+        if self._thread is None:
+            self._thread = _DaemonThread("gpumon-poller")
+        self.in_flight = True
+        self.polls_started += 1
+        try:
+            sample = await self._thread.run(self.source.sample)
+        except Exception as error:
+            if self._on_error is not None:
+                self._on_error(error)
+            return None
+        finally:
+            self.in_flight = False
+            self.polls_finished += 1
+        self._on_sample(sample)
+        return sample
+
+    async def run(self) -> None:
+        """Poll until cancelled."""
+        try:
+            while True:
+                started = self._clock()
+                if not self._paused:
+                    await self.poll_once()
+                await self._sleep_until(started)
+        finally:
+            self.stop()
+
+    async def _sleep_until(self, started: float) -> None:
+        # Woken early by an interval change (recompute), a pause toggle or poll_now().
+        while True:
+            self._wake.clear()
+            if self._forced and not self._paused:
+                self._forced = False
+                return
+            remaining = self._interval_s - (self._clock() - started)
+            if remaining <= 0 and not self._paused:
+                return
+            try:
+                await asyncio.wait_for(self._wake.wait(), None if self._paused else remaining)
+            except asyncio.TimeoutError:
+                if not self._paused:
+                    return
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
+
+
+def clamp_interval(value: float) -> float:
+    return max(MIN_INTERVAL_S, min(MAX_INTERVAL_S, float(value)))

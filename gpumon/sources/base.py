@@ -1,0 +1,43 @@
+"""The protocol every GPU source implements, and the one place that picks a source."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from gpumon.model import Sample
+
+
+@runtime_checkable
+class GpuSource(Protocol):
+    """Something that can be sampled.
+
+    ``sample()`` may block (NVML calls are driver ioctls): callers on an event loop must run
+    it in a thread. It is never called concurrently with itself.
+    """
+
+    simulated: bool
+
+    def sample(self) -> Sample:
+        """Read everything once and return an immutable snapshot."""
+        ...
+
+    def close(self) -> None:
+        """Release the library (NVML shutdown). Idempotent."""
+        ...
+
+
+def open_source(
+    *, demo: bool = False, demo_gpus: int = 4, demo_processes: int | None = None, seed: int = 0
+) -> GpuSource:
+    """Return the demo source or the NVML source; never raises for a missing driver.
+
+    A machine without a usable driver gets an NVML source whose samples carry
+    ``unavailable`` and the host strip only.
+    """
+    if demo:
+        from gpumon.sources.demo import DemoSource
+
+        return DemoSource(gpu_count=demo_gpus, process_count=demo_processes, seed=seed)
+    from gpumon.sources.nvml import NvmlSource
+
+    return NvmlSource()

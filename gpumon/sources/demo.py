@@ -1,0 +1,241 @@
+"""A simulated GPU server for `--demo`, tests, screenshots and benchmarks.
+
+Deterministic: the state depends only on the seed and the number of samples taken, never on
+the wall clock (the sample's timestamp comes from an injected clock). Every sample it makes
+has ``simulated=True``, which every view labels as DEMO.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpumon.model import DriverInfo, GpuProcess, GpuStats, HostStats, ProcessKind, Sample
+
+GIB = 1024**3
+MIB = 1024**2
+
+_GPU_NAME = "NVIDIA RTX A6000"
+_MEMORY_TOTAL = 48 * GIB - 469 * MIB  # what NVML reports for a 48 GB board
+_POWER_LIMIT_W = 300.0
+_OTHER_USERS = ("alice", "bob", "chen", "dana", "emre", "farah")
+_COMMANDS = (
+    "python train.py --config configs/llama-7b.yaml --bf16",
+    "python -m torch.distributed.run --nproc_per_node 2 finetune.py --lr 2e-5",
+    "python eval.py --checkpoint runs/0412/ckpt-1800.pt",
+    "/opt/conda/bin/python -m ipykernel_launcher -f kernel-3f2a.json",
+    "python infer_server.py --port 8080 --max-batch 32",
+    "python sweep.py --trial 17 --seed 3",
+    "accelerate launch pretrain.py --model gpt2-medium",
+    "python -u diffusion/train.py --res 512",
+)
+
+
+@dataclass(slots=True)
+class _SimProcess:
+    gpu: int
+    pid: int
+    user: str
+    command: str
+    memory_bytes: int
+    age_s: float
+    cpu_base: float
+    rss_bytes: int
+    kind: ProcessKind = ProcessKind.COMPUTE
+    visible: bool = True
+
+
+@dataclass(slots=True)
+class _SimGpu:
+    index: int
+    uuid: str
+    load: float  # 0..1, the job's typical utilisation
+    temperature: float
+    power: float
+    util: float
+
+
+class DemoSource:
+    """A shared server with ``gpu_count`` GPUs and about ``process_count`` processes."""
+
+    simulated = True
+
+    def __init__(
+        self,
+        gpu_count: int = 4,
+        *,
+        seed: int = 0,
+        process_count: int | None = None,
+        current_user: str | None = None,
+        clock: Callable[[], float] = time.time,
+        tick_s: float = 1.0,
+    ) -> None:
+        if gpu_count < 1:
+            raise ValueError("a demo server needs at least one GPU")
+        self._random = random.Random(seed)
+        self._clock = clock
+        self._tick_s = tick_s
+        self._ticks = 0
+        self._next_pid = 201_000 + self._random.randrange(1000)
+        if current_user is None:
+            import getpass
+
+            current_user = getpass.getuser()
+        self._current_user = current_user
+        self._users = (*_OTHER_USERS, current_user)
+        self._gpus = [self._new_gpu(index) for index in range(gpu_count)]
+        wanted = process_count if process_count is not None else max(1, gpu_count * 3 // 2)
+        self._target_processes = wanted
+        self._processes: list[_SimProcess] = []
+        # GPU 0 drives a display, as on a workstation: a graphics process.
+        self._processes.append(
+            _SimProcess(
+                0,
+                2113,
+                "root",
+                "/usr/lib/xorg/Xorg vt1 -displayfd 3",
+                186 * MIB,
+                864_000.0,
+                0.4,
+                120 * MIB,
+                ProcessKind.GRAPHICS,
+            )
+        )
+        while len(self._processes) < wanted:
+            self._processes.append(self._new_process())
+        if gpu_count >= 2 and wanted >= 3:
+            # A job in a container whose PID does not exist in our PID namespace.
+            last = self._processes[-1]
+            last.visible = False
+            last.gpu = gpu_count - 1
+
+    def _new_gpu(self, index: int) -> _SimGpu:
+        uuid_hex = "".join(f"{self._random.randrange(16):x}" for _ in range(32))
+        uuid = f"GPU-{uuid_hex[:8]}-{uuid_hex[8:12]}-{uuid_hex[12:16]}-{uuid_hex[16:20]}-{uuid_hex[20:]}"
+        # About a quarter of the GPUs are idle: "is this GPU free?" has an answer.
+        load = (
+            0.0 if self._random.random() < 0.25 and index > 0 else self._random.uniform(0.4, 0.98)
+        )
+        return _SimGpu(index, uuid, load, 34.0 + 40 * load, 25.0 + 250 * load, 100 * load)
+
+    def _new_process(self) -> _SimProcess:
+        busy = [gpu for gpu in self._gpus if gpu.load > 0] or self._gpus
+        gpu = self._random.choice(busy)
+        pid = self._next_pid
+        self._next_pid += self._random.randrange(3, 400)
+        return _SimProcess(
+            gpu=gpu.index,
+            pid=pid,
+            user=self._random.choice(self._users),
+            command=self._random.choice(_COMMANDS),
+            memory_bytes=self._random.randrange(2, 40) * 256 * MIB // 4,
+            age_s=self._random.uniform(60, 3 * 86_400),
+            cpu_base=self._random.uniform(20, 140),
+            rss_bytes=self._random.randrange(2, 12) * 512 * MIB,
+        )
+
+    def _advance(self) -> None:
+        rng = self._random
+        self._ticks += 1
+        for gpu in self._gpus:
+            # Jobs come and go, slowly: about one change per GPU every ten minutes.
+            if rng.random() < 0.0015:
+                gpu.load = 0.0 if gpu.load > 0 else rng.uniform(0.4, 0.98)
+            target = 100 * gpu.load
+            gpu.util = min(100.0, max(0.0, target + rng.gauss(0, 6 if gpu.load else 0)))
+            gpu.temperature += (34.0 + 0.42 * gpu.util - gpu.temperature) * 0.08
+            gpu.power += (25.0 + 2.6 * gpu.util - gpu.power) * 0.3
+        for process in self._processes:
+            process.age_s += self._tick_s
+            if rng.random() < 0.02:
+                process.memory_bytes = min(process.memory_bytes + 256 * MIB, 20 * GIB)
+        # Rare churn: a job ends and another starts, keeping the count steady.
+        if len(self._processes) > 1 and rng.random() < 0.01:
+            victim = rng.randrange(1, len(self._processes))
+            self._processes.pop(victim)
+            self._processes.append(self._new_process())
+
+    def sample(self) -> Sample:
+        """Advance the simulation one tick and snapshot it."""
+        self._advance()
+        rng = self._random
+        memory_by_gpu = [0] * len(self._gpus)
+        processes: list[GpuProcess] = []
+        for process in self._processes:
+            gpu = self._gpus[process.gpu]
+            memory_by_gpu[gpu.index] += process.memory_bytes
+            busy = gpu.load > 0 and process.kind is ProcessKind.COMPUTE
+            cpu = process.cpu_base * (0.85 + 0.3 * rng.random()) if busy else 0.3
+            processes.append(
+                GpuProcess(
+                    gpu_index=gpu.index,
+                    gpu_uuid=gpu.uuid,
+                    pid=process.pid,
+                    kind=process.kind,
+                    gpu_memory_bytes=process.memory_bytes,
+                    user=process.user if process.visible else None,
+                    command=process.command if process.visible else None,
+                    cpu_pct=round(cpu, 1) if process.visible else None,
+                    rss_bytes=process.rss_bytes if process.visible else None,
+                    elapsed_s=process.age_s if process.visible else None,
+                    visible=process.visible,
+                    is_current_user=process.visible and process.user == self._current_user,
+                )
+            )
+        gpus = tuple(
+            GpuStats(
+                index=gpu.index,
+                uuid=gpu.uuid,
+                name=_GPU_NAME,
+                pci_bus_id=f"00000000:{0x17 + 0x14 * gpu.index:02X}:00.0",
+                persistence_mode=True,
+                display_active=gpu.index == 0,
+                performance_state=2 if gpu.util > 5 else 8,
+                fan_pct=int(30 + 0.5 * gpu.util),
+                temperature_c=round(gpu.temperature),
+                temperature_slowdown_c=93,
+                temperature_shutdown_c=98,
+                power_draw_w=round(gpu.power, 1),
+                power_limit_w=_POWER_LIMIT_W,
+                memory_used_bytes=min(_MEMORY_TOTAL, memory_by_gpu[gpu.index] + 4 * MIB),
+                memory_total_bytes=_MEMORY_TOTAL,
+                memory_reserved_bytes=469 * MIB,
+                utilization_gpu_pct=round(gpu.util),
+                utilization_memory_pct=round(gpu.util * 0.45),
+                clock_sm_mhz=1800 if gpu.util > 5 else 210,
+                clock_memory_mhz=8001 if gpu.util > 5 else 405,
+                compute_mode="Default",
+                ecc_errors_uncorrected_volatile=None,  # ECC off, as on most workstation boards
+                mig_mode=None,  # not a MIG-capable board
+            )
+            for gpu in self._gpus
+        )
+        cores = 64
+        busy_cpu = sum(p.cpu_pct or 0 for p in processes) / cores
+        host = HostStats(
+            hostname="demo-gpu-server",
+            cpu_pct=round(min(100.0, 3.0 + busy_cpu + rng.uniform(0, 2)), 1),
+            load_average=(
+                round(load := busy_cpu * cores / 100, 2),
+                round(load * 0.97, 2),
+                round(load * 0.93, 2),
+            ),
+            memory_used_bytes=sum(p.rss_bytes for p in self._processes) + 23 * GIB,
+            memory_total_bytes=512 * GIB,
+            swap_used_bytes=0,
+            swap_total_bytes=8 * GIB,
+            cpu_count=cores,
+        )
+        return Sample(
+            timestamp_s=self._clock(),
+            host=host,
+            driver=DriverInfo("550.54.15", "12.4", "12.550.54.15"),
+            gpus=gpus,
+            processes=tuple(processes),
+            simulated=True,
+        )
+
+    def close(self) -> None:
+        pass
