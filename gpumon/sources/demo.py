@@ -86,9 +86,11 @@ class DemoSource:
         self._current_user = current_user
         self._users = (*_OTHER_USERS, current_user)
         self._gpus = [self._new_gpu(index) for index in range(gpu_count)]
+        self._target_processes = 1
+        self._processes: list[_SimProcess] = []
         wanted = process_count if process_count is not None else max(1, gpu_count * 3 // 2)
         self._target_processes = wanted
-        self._processes: list[_SimProcess] = []
+        self._processes = []
         # GPU 0 drives a display, as on a workstation: a graphics process.
         self._processes.append(
             _SimProcess(
@@ -107,9 +109,7 @@ class DemoSource:
             self._processes.append(self._new_process())
         if gpu_count >= 2 and wanted >= 3:
             # A job in a container whose PID does not exist in our PID namespace.
-            last = self._processes[-1]
-            last.visible = False
-            last.gpu = gpu_count - 1
+            self._processes[-1].visible = False
 
     def _new_gpu(self, index: int) -> _SimGpu:
         uuid_hex = "".join(f"{self._random.randrange(16):x}" for _ in range(32))
@@ -122,7 +122,10 @@ class DemoSource:
 
     def _new_process(self) -> _SimProcess:
         busy = [gpu for gpu in self._gpus if gpu.load > 0] or self._gpus
-        gpu = self._random.choice(busy)
+        # Fill every busy GPU once before doubling up, so no busy GPU shows no process.
+        used = {p.gpu for p in self._processes if p.kind is ProcessKind.COMPUTE}
+        empty = [gpu for gpu in busy if gpu.index not in used]
+        gpu = empty[0] if empty else self._random.choice(busy)
         pid = self._next_pid
         self._next_pid += self._random.randrange(3, 400)
         return _SimProcess(
@@ -130,11 +133,18 @@ class DemoSource:
             pid=pid,
             user=self._random.choice(self._users),
             command=self._random.choice(_COMMANDS),
-            memory_bytes=self._random.randrange(2, 40) * 256 * MIB // 4,
+            memory_bytes=self._process_memory(),
             age_s=self._random.uniform(60, 3 * 86_400),
             cpu_base=self._random.uniform(20, 140),
             rss_bytes=self._random.randrange(2, 12) * 512 * MIB,
         )
+
+    def _process_memory(self) -> int:
+        """Sized so a busy GPU ends up 30-90 % full, however many processes share it."""
+        busy = max(1, sum(1 for gpu in self._gpus if gpu.load > 0))
+        per_gpu = max(1.0, self._target_processes / busy)
+        share = self._random.uniform(0.3, 0.8) / per_gpu
+        return int(share * _MEMORY_TOTAL) // MIB * MIB
 
     def _advance(self) -> None:
         rng = self._random

@@ -1,0 +1,1 @@
+"""The Textual dashboard. Imported only by the dashboard path of the CLI."""

@@ -1,0 +1,208 @@
+"""The dashboard: header, GPU panel, process table, host strip, footer.
+
+Data flows one way: the poller hands each new :class:`Sample` to the app on the event loop,
+and the app hands the pieces down to its widgets. Widgets never call NVML.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Static
+
+from gpumon.model import Sample
+from gpumon.poller import Poller
+from gpumon.sources import GpuSource, open_source
+from gpumon.ui.bars import HeaderBar, HostStrip
+from gpumon.ui.gpu_panel import GpuPanel, choose_layout, layout_height
+from gpumon.ui.help_screen import HelpScreen
+from gpumon.ui.lines import Glyphs
+from gpumon.ui.process_table import ProcessTable
+
+INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+MIN_WIDTH, MIN_HEIGHT = 40, 10
+CHROME_LINES = 3  # header, host strip, footer
+
+
+def wants_ascii(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+    """True when the locale is not UTF-8 (bars and borders then fall back to ASCII)."""
+    if environ.get("GPUMON_ASCII", "") not in ("", "0"):
+        return True
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = environ.get(name)
+        if value:
+            normalised = value.lower().replace("-", "")
+            return "utf8" not in normalised
+    return True  # no locale at all: the POSIX locale is ASCII
+
+
+class GpumonApp(App[int]):
+    """gpumon's dashboard."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpumon"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("s", "sort", "Sort"),
+        Binding("r", "reverse_sort", "Reverse"),
+        Binding("space", "toggle_pause", "Pause"),
+        Binding("plus,equals_sign", "change_interval(1)", "Slower", key_display="+"),
+        Binding("minus", "change_interval(-1)", "Faster", key_display="-"),
+        Binding("P", "probe", "Probe", key_display="P"),
+    ]
+
+    def __init__(
+        self,
+        source: GpuSource,
+        *,
+        interval_s: float = 1.0,
+        ascii_only: bool | None = None,
+        probe_python: str | None = None,
+        autostart: bool = True,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
+        self.probe_python = probe_python or sys.executable
+        self.sample: Sample | None = None
+        self.samples_received = 0
+        self.first_sample_at: float | None = None
+        self.started_at = time.perf_counter()
+        self.poller = Poller(source, interval_s, self._on_sample, on_error=self._on_poll_error)
+        self._autostart = autostart
+
+    # -- composition -----------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(self.glyphs, id="header")
+        yield GpuPanel(self.glyphs, id="gpus")
+        yield ProcessTable(self.glyphs, id="processes")
+        yield HostStrip(self.glyphs, id="host")
+        yield Static("", id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.glyphs.ascii_only:
+            self.add_class("-ascii")
+        self.query_one(GpuPanel).focus()
+        self._refresh_all()
+        if self._autostart:
+            self.run_worker(self.poller.run(), group="poller", exclusive=True)
+
+    def on_unmount(self) -> None:
+        self.poller.stop()
+        self.source.close()
+
+    # -- samples in ------------------------------------------------------------------
+
+    def _on_sample(self, sample: Sample) -> None:
+        self.sample = sample
+        self.samples_received += 1
+        if self.first_sample_at is None:
+            self.first_sample_at = time.perf_counter()
+        with self.batch_update():
+            self._refresh_all()
+
+    def _on_poll_error(self, error: BaseException) -> None:
+        self.notify(f"Reading the GPUs failed: {error}", severity="error", timeout=5)
+
+    def receive_sample(self, sample: Sample) -> None:
+        """Show a sample now (tests, snapshots): the same path the poller uses."""
+        self._on_sample(sample)
+
+    def on_resize(self) -> None:
+        self._refresh_all()
+
+    def _refresh_all(self) -> None:
+        width, height = self.size.width, self.size.height
+        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.set_class(too_small, "-too-small")
+        if too_small:
+            self.query_one("#too-small", Static).update(
+                f"Terminal too small ({width}x{height}): gpumon needs at least "
+                f"{MIN_WIDTH}x{MIN_HEIGHT}."
+            )
+            return
+        sample = self.sample
+        header = self.query_one(HeaderBar)
+        header.show(sample, self.poller.interval_s, self.poller.paused, polling=self._autostart)
+        self.query_one(HostStrip).show(
+            sample.host if sample else None, sample.simulated if sample else False
+        )
+        panel = self.query_one(GpuPanel)
+        gpus = sample.gpus if sample else ()
+        available = height - CHROME_LINES
+        budget = available - (8 if height >= 30 else 4)
+        layout, columns = choose_layout(len(gpus), width, max(1, budget))
+        if gpus:
+            panel_height = min(layout_height(layout, len(gpus), columns), max(1, available - 3))
+        elif sample is not None and sample.unavailable is not None:
+            panel_height = 4 if sample.unavailable.hint else 3
+        else:
+            panel_height = 1
+        if panel.styles.height is None or panel.styles.height.value != panel_height:
+            panel.styles.height = panel_height
+        panel.show(gpus, sample.unavailable if sample else None, layout, columns)
+        table = self.query_one(ProcessTable)
+        table.show(sample.processes if sample else ())
+
+    # -- actions ---------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.glyphs.ascii_only))
+
+    def action_sort(self) -> None:
+        self.query_one(ProcessTable).cycle_sort()
+
+    def action_reverse_sort(self) -> None:
+        self.query_one(ProcessTable).reverse_sort()
+
+    def action_toggle_pause(self) -> None:
+        self.poller.paused = not self.poller.paused
+        self._refresh_all()
+
+    def action_change_interval(self, direction: int) -> None:
+        current = self.poller.interval_s
+        if direction > 0:
+            bigger = [step for step in INTERVAL_STEPS_S if step > current]
+            new = bigger[0] if bigger else INTERVAL_STEPS_S[-1]
+        else:
+            smaller = [step for step in INTERVAL_STEPS_S if step < current]
+            new = smaller[-1] if smaller else INTERVAL_STEPS_S[0]
+        self.poller.interval_s = new
+        self._refresh_all()
+
+    def action_probe(self) -> None:
+        self.notify("The torch probe is not available in this build.", severity="warning")
+
+
+def create_app(
+    source: GpuSource | None = None,
+    *,
+    demo: bool = False,
+    demo_gpus: int = 4,
+    demo_processes: int | None = None,
+    interval_s: float = 1.0,
+    probe_python: str | None = None,
+    ascii_only: bool | None = None,
+    autostart: bool = True,
+    source_factory: Callable[..., GpuSource] = open_source,
+) -> GpumonApp:
+    """The one way the CLI, the tests and the screenshot script build the app."""
+    if source is None:
+        source = source_factory(demo=demo, demo_gpus=demo_gpus, demo_processes=demo_processes)
+    return GpumonApp(
+        source,
+        interval_s=interval_s,
+        ascii_only=ascii_only,
+        probe_python=probe_python,
+        autostart=autostart,
+    )

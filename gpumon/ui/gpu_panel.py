@@ -1,0 +1,412 @@
+"""Every GPU at a glance: cards, two lines, or one line per GPU, whatever fits."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.strip import Strip
+
+from gpumon import format as fmt
+from gpumon.model import GpuStats, GpuUnavailable
+from gpumon.ui.lines import Glyphs, Line, LinesWidget
+
+CARD_HEIGHT = 7  # border, five content lines, border
+CARD_MIN_WIDTH = 58
+
+
+class Layout(str, enum.Enum):
+    CARDS = "cards"
+    TWO_LINES = "two-lines"
+    ONE_LINE = "one-line"
+
+
+def choose_layout(gpu_count: int, width: int, budget_lines: int) -> tuple[Layout, int]:
+    """Pick the richest layout whose height fits ``budget_lines``; return it and its columns.
+
+    Cards need at least 120 columns; below that, two lines per GPU, then one.
+    """
+    if width >= 120:
+        columns = max(1, min(gpu_count, width // CARD_MIN_WIDTH))
+        rows = -(-gpu_count // columns)
+        if rows * CARD_HEIGHT <= budget_lines:
+            return Layout.CARDS, columns
+    if width >= 70 and gpu_count * 2 <= budget_lines:
+        return Layout.TWO_LINES, 1
+    return Layout.ONE_LINE, 1
+
+
+def layout_height(layout: Layout, gpu_count: int, columns: int) -> int:
+    if layout is Layout.CARDS:
+        return -(-gpu_count // columns) * CARD_HEIGHT
+    if layout is Layout.TWO_LINES:
+        return gpu_count * 2
+    return gpu_count
+
+
+class GpuPanel(LinesWidget, can_focus=True):
+    """Shows the GPUs of the latest sample; the selected one is highlighted."""
+
+    COMPONENT_CLASSES = {
+        "gpu-panel--label",
+        "gpu-panel--dim",
+        "gpu-panel--ok",
+        "gpu-panel--warn",
+        "gpu-panel--hot",
+        "gpu-panel--lost",
+        "gpu-panel--selected",
+        "gpu-panel--border",
+        "gpu-panel--border-selected",
+        "gpu-panel--title",
+    }
+
+    DEFAULT_CSS = """
+    GpuPanel {
+        height: auto;
+        padding: 0 0;
+    }
+    GpuPanel > .gpu-panel--label { color: $text-muted; }
+    GpuPanel > .gpu-panel--dim { color: $text-muted; }
+    GpuPanel > .gpu-panel--ok { color: $success; }
+    GpuPanel > .gpu-panel--warn { color: $warning; }
+    GpuPanel > .gpu-panel--hot { color: $error; text-style: bold; }
+    GpuPanel > .gpu-panel--lost { color: $error; text-style: bold reverse; }
+    GpuPanel > .gpu-panel--selected { text-style: bold reverse; }
+    GpuPanel > .gpu-panel--border { color: $panel-lighten-2; }
+    GpuPanel > .gpu-panel--border-selected { color: $accent; }
+    GpuPanel > .gpu-panel--title { text-style: bold; }
+    GpuPanel:focus > .gpu-panel--border-selected { color: $accent; text-style: bold; }
+    """
+
+    BINDINGS = [
+        Binding("up,k", "move(-1)", "Up", show=False),
+        Binding("down,j", "move(1)", "Down", show=False),
+        Binding("left,h", "move(-1)", "Left", show=False),
+        Binding("right,l", "move(1)", "Right", show=False),
+    ]
+
+    selected: reactive[int] = reactive(0, init=False)
+
+    class Selected(Message):
+        """The user selected another GPU."""
+
+        def __init__(self, gpu_index: int, gpu_uuid: str) -> None:
+            super().__init__()
+            self.gpu_index = gpu_index
+            self.gpu_uuid = gpu_uuid
+
+    def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.glyphs = glyphs
+        self.gpus: tuple[GpuStats, ...] = ()
+        self.unavailable: GpuUnavailable | None = None
+        self.layout_mode = Layout.CARDS
+        self.columns = 1
+        self._styles: dict[str, Style] = {}
+
+    # -- data in -----------------------------------------------------------------------
+
+    def show(
+        self,
+        gpus: Sequence[GpuStats],
+        unavailable: GpuUnavailable | None,
+        layout: Layout,
+        columns: int,
+    ) -> None:
+        """Attributes down: the app hands over the GPUs and the layout it chose."""
+        self.gpus = tuple(gpus)
+        self.unavailable = unavailable
+        self.layout_mode = layout
+        self.columns = columns
+        if self.gpus and self.selected >= len(self.gpus):
+            self.selected = len(self.gpus) - 1
+        self.redraw()
+
+    @property
+    def selected_gpu(self) -> GpuStats | None:
+        if 0 <= self.selected < len(self.gpus):
+            return self.gpus[self.selected]
+        return None
+
+    def watch_selected(self) -> None:
+        self.redraw()
+        gpu = self.selected_gpu
+        if gpu is not None:
+            self.post_message(self.Selected(gpu.index, gpu.uuid))
+
+    def action_move(self, step: int) -> None:
+        if self.gpus:
+            self.selected = (self.selected + step) % len(self.gpus)
+
+    def on_click(self, event: events.Click) -> None:
+        index = self._index_at(event.x, event.y)
+        if index is not None:
+            self.selected = index
+
+    def _index_at(self, x: int, y: int) -> int | None:
+        if not self.gpus:
+            return None
+        if self.layout_mode is Layout.CARDS:
+            card_width = max(1, self.size.width // self.columns)
+            index = (y // CARD_HEIGHT) * self.columns + min(self.columns - 1, x // card_width)
+        elif self.layout_mode is Layout.TWO_LINES:
+            index = y // 2
+        else:
+            index = y
+        return index if 0 <= index < len(self.gpus) else None
+
+    def on_resize(self) -> None:
+        self.redraw()
+
+    def on_mount(self) -> None:
+        self._styles.clear()
+
+    # -- drawing -----------------------------------------------------------------------
+
+    def style(self, name: str) -> Style:
+        if name not in self._styles:
+            self._styles[name] = self.get_component_rich_style(f"gpu-panel--{name}", partial=True)
+        return self._styles[name]
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+
+    def redraw(self) -> None:
+        width = self.size.width or 80
+        if self.unavailable is not None and not self.gpus:
+            self.set_lines(self._unavailable_lines(self.unavailable, width))
+            return
+        if self.layout_mode is Layout.CARDS:
+            lines = self._card_lines(width)
+        elif self.layout_mode is Layout.TWO_LINES:
+            lines = [
+                strip
+                for i, gpu in enumerate(self.gpus)
+                for strip in self._two_lines(gpu, i == self.selected, width)
+            ]
+        else:
+            lines = [
+                self._one_line(gpu, i == self.selected, width) for i, gpu in enumerate(self.gpus)
+            ]
+        self.set_lines(lines)
+
+    def _unavailable_lines(self, unavailable: GpuUnavailable, width: int) -> list[Strip]:
+        lines = [
+            Line().add(" No GPU data: ", self.style("hot")).add(unavailable.headline).strip(width),
+            Line().add("   " + unavailable.detail, self.style("dim")).strip(width),
+        ]
+        if unavailable.hint:
+            lines.append(Line().add("   " + unavailable.hint).strip(width))
+        lines.append(
+            Line().add("   The host strip below still updates.", self.style("dim")).strip(width)
+        )
+        return lines
+
+    def temperature_style(self, gpu: GpuStats) -> Style:
+        if gpu.temperature_c is None:
+            return self.style("dim")
+        slowdown = gpu.temperature_slowdown_c or 90
+        if gpu.temperature_c >= slowdown - 5:
+            return self.style("hot")
+        if gpu.temperature_c >= slowdown - 15:
+            return self.style("warn")
+        return Style()
+
+    def load_style(self, fraction: float | None) -> Style:
+        """Green when there is room, red when the GPU is taken."""
+        if fraction is None:
+            return self.style("dim")
+        if fraction >= 0.8:
+            return self.style("hot")
+        if fraction >= 0.5:
+            return self.style("warn")
+        return self.style("ok")
+
+    def _bar(self, line: Line, fraction: float | None, width: int) -> None:
+        filled, empty = self.glyphs.bar(fraction, width)
+        line.add(filled, self.load_style(fraction)).add(empty, self.style("dim"))
+
+    def _value(self, line: Line, text: str, style: Style | None = None) -> Line:
+        return line.add(text, self.style("dim") if text == fmt.NA else (style or Style()))
+
+    # Cards ----------------------------------------------------------------------------
+
+    def _card_lines(self, width: int) -> list[Strip]:
+        columns = self.columns
+        card_width = max(CARD_MIN_WIDTH // 2, width // columns)
+        rows: list[Strip] = []
+        for start in range(0, len(self.gpus), columns):
+            cards = [
+                self._card(gpu, start + offset == self.selected, card_width)
+                for offset, gpu in enumerate(self.gpus[start : start + columns])
+            ]
+            for y in range(CARD_HEIGHT):
+                rows.append(Strip.join([card[y] for card in cards]).crop_extend(0, width, None))
+        return rows
+
+    def _card(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
+        g = self.glyphs
+        border = self.style("border-selected" if selected else "border")
+        inner = width - 4
+        title = Line().add(g.tl + g.h, border)
+        title.add(f" GPU {gpu.index} ", self.style("selected") if selected else self.style("title"))
+        title.add(g.truncate(f" {gpu.name or fmt.NA} ", max(0, inner - 26)), self.style("title"))
+        right = f" {gpu.short_uuid} "
+        title.add(g.h * max(0, width - title.width - len(right) - 2), border)
+        title.add(right, self.style("dim")).add(g.h + g.tr, border)
+        body = self._card_body(gpu, inner)
+        lines = [title.strip(width)]
+        for content in body:
+            line = Line().add(g.v + " ", border)
+            for segment in content.strip(inner):
+                line.add(segment.text, segment.style or Style())
+            lines.append(line.add(" " + g.v, border).strip(width))
+        lines.append(Line().add(g.bl + g.h * (width - 2) + g.br, border).strip(width))
+        return lines
+
+    def _card_body(self, gpu: GpuStats, inner: int) -> list[Line]:
+        label = self.style("label")
+        if gpu.lost:
+            lost = Line().add(" LOST ", self.style("lost"))
+            lost.add(" fell off the bus (NVML: GPU is lost); the others keep updating")
+            return [
+                lost,
+                Line().add("PCI ", label).add(gpu.pci_bus_id or fmt.NA),
+                Line(),
+                Line().add("Check `dmesg` for Xid 79; a reset or reboot brings it back.", label),
+                Line(),
+            ]
+        bar_width = max(6, inner - 28)
+        first = Line().add("Fan ", label)
+        self._value(first, fmt.percent(gpu.fan_pct).rjust(4))
+        first.add("  Temp ", label)
+        self._value(first, fmt.celsius(gpu.temperature_c).rjust(5), self.temperature_style(gpu))
+        first.add("  ", label)
+        self._value(first, fmt.pstate(gpu.performance_state))
+        first.add("  Persist ", label)
+        self._value(first, fmt.on_off(gpu.persistence_mode))
+        first.add("  PCI ", label).add(_short_bus(gpu.pci_bus_id), self.style("dim"))
+
+        util = Line().add("GPU ", label)
+        fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
+        self._bar(util, fraction, bar_width)
+        self._value(util, " " + fmt.percent(gpu.utilization_gpu_pct).rjust(4))
+        util.add("  MemBW ", label)
+        self._value(util, fmt.percent(gpu.utilization_memory_pct).rjust(4))
+
+        memory = Line().add("MEM ", label)
+        self._bar(memory, gpu.memory_used_fraction, bar_width)
+        self._value(memory, " " + fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes))
+        if gpu.memory_reserved_bytes:
+            memory.add(" rsv ", label).add(fmt.bytes_short(gpu.memory_reserved_bytes))
+
+        power = Line().add("PWR ", label)
+        self._bar(power, gpu.power_fraction, bar_width)
+        self._value(power, " " + fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w))
+
+        clocks = Line().add("SM ", label)
+        self._value(clocks, fmt.mhz(gpu.clock_sm_mhz))
+        clocks.add(" Mem ", label)
+        self._value(clocks, fmt.mhz(gpu.clock_memory_mhz))
+        clocks.add("  ECC ", label)
+        self._value(clocks, _count(gpu.ecc_errors_uncorrected_volatile), self._ecc_style(gpu))
+        clocks.add("  MIG ", label)
+        self._value(clocks, fmt.on_off(gpu.mig_mode))
+        clocks.add("  ", label)
+        self._value(clocks, gpu.compute_mode or fmt.NA)
+        return [first, util, memory, power, clocks]
+
+    def _ecc_style(self, gpu: GpuStats) -> Style:
+        return self.style("hot") if gpu.ecc_errors_uncorrected_volatile else Style()
+
+    # Two lines and one line ---------------------------------------------------------
+
+    def _index_cell(self, line: Line, gpu: GpuStats, selected: bool) -> None:
+        line.add(f"{gpu.index:>2} ", self.style("selected") if selected else self.style("title"))
+
+    def _two_lines(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
+        label = self.style("label")
+        top = Line()
+        self._index_cell(top, gpu, selected)
+        top.add(self.glyphs.truncate(_short_name(gpu.name), 18).ljust(19), self.style("title"))
+        if gpu.lost:
+            top.add(" LOST ", self.style("lost")).add(" fell off the bus; others keep updating")
+            return [
+                top.strip(width),
+                Line().add("    PCI " + (gpu.pci_bus_id or fmt.NA), label).strip(width),
+            ]
+        top.add(gpu.short_uuid + " ", self.style("dim"))
+        self._value(top, fmt.celsius(gpu.temperature_c).rjust(5), self.temperature_style(gpu))
+        top.add(" Fan ", label)
+        self._value(top, fmt.percent(gpu.fan_pct).rjust(4))
+        top.add(" ", label)
+        self._value(top, fmt.pstate(gpu.performance_state))
+        top.add(" Pers ", label)
+        self._value(top, fmt.on_off(gpu.persistence_mode))
+        top.add(" ECC ", label)
+        self._value(top, _count(gpu.ecc_errors_uncorrected_volatile), self._ecc_style(gpu))
+        top.add(" MIG ", label)
+        self._value(top, fmt.on_off(gpu.mig_mode))
+        bottom = Line().add("   ")
+        bar_width = max(4, (width - 3 - 44) // 3)
+        bottom.add("GPU", label)
+        fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
+        self._bar(bottom, fraction, bar_width)
+        self._value(bottom, fmt.percent(gpu.utilization_gpu_pct).rjust(5))
+        bottom.add(" MEM", label)
+        self._bar(bottom, gpu.memory_used_fraction, bar_width)
+        self._value(
+            bottom, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(12)
+        )
+        bottom.add(" PWR", label)
+        self._bar(bottom, gpu.power_fraction, bar_width)
+        self._value(bottom, fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w).rjust(9))
+        return [top.strip(width), bottom.strip(width)]
+
+    def _one_line(self, gpu: GpuStats, selected: bool, width: int) -> Strip:
+        line = Line()
+        self._index_cell(line, gpu, selected)
+        if gpu.lost:
+            line.add(_short_name(gpu.name)[:14].ljust(15)).add(" LOST ", self.style("lost"))
+            return line.strip(width)
+        name_width = 14 if width >= 70 else 0
+        if name_width:
+            line.add(self.glyphs.truncate(_short_name(gpu.name), name_width).ljust(name_width + 1))
+        self._value(line, fmt.celsius(gpu.temperature_c).rjust(5), self.temperature_style(gpu))
+        line.add(" ")
+        rest = width - line.width - 22
+        bar_width = max(3, rest // 2)
+        fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
+        self._bar(line, fraction, bar_width)
+        self._value(line, fmt.percent(gpu.utilization_gpu_pct).rjust(5))
+        line.add(" ")
+        self._bar(line, gpu.memory_used_fraction, max(3, rest - bar_width))
+        self._value(line, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(11))
+        return line.strip(width)
+
+
+def _short_name(name: str | None) -> str:
+    if not name:
+        return fmt.NA
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "GeForce "):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def _short_bus(bus_id: str | None) -> str:
+    """``00000000:17:00.0`` -> ``17:00.0``: the domain is almost always zero."""
+    if bus_id is None:
+        return fmt.NA
+    domain, _, rest = bus_id.partition(":")
+    return rest if rest and set(domain) <= {"0"} else bus_id
+
+
+def _count(value: int | None) -> str:
+    return fmt.NA if value is None else str(value)

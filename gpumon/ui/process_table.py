@@ -1,0 +1,334 @@
+"""The process table: who uses which GPU, updated in place.
+
+Rows are keyed by (GPU UUID, PID): the cursor stays on the same process across refreshes and
+only the cells that changed are repainted (no clear-and-refill every tick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gpumon import format as fmt
+from gpumon.model import GpuProcess
+from gpumon.ui.lines import Glyphs, Line, changed_span
+
+ProcessKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    title: str
+    width: int  # 0: takes the remaining width
+    right: bool
+    sort: Callable[[GpuProcess], Any]
+    min_terminal_width: int = 0  # hidden below this table width
+
+
+def _none_last(value: Any) -> tuple[bool, Any]:
+    return (value is None, value if value is not None else 0)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("gpu", "GPU", 3, True, lambda p: (p.gpu_index, p.pid)),
+    Column("pid", "PID", 8, True, lambda p: p.pid),
+    Column("user", "USER", 10, False, lambda p: _none_last(p.user)),
+    Column("type", "TYPE", 4, False, lambda p: p.kind.value, 72),
+    Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
+    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
+    Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
+    Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), 80),
+    Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
+)
+# Descending first for these: the biggest users are what people look for.
+_DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
+
+
+def _cell_text(column: Column, process: GpuProcess) -> str:
+    key = column.key
+    if key == "gpu":
+        return str(process.gpu_index)
+    if key == "pid":
+        return str(process.pid)
+    if key == "user":
+        return process.user or ("?" if process.visible else "-")
+    if key == "type":
+        return process.kind.value
+    if key == "gpu_memory":
+        return fmt.bytes_short(process.gpu_memory_bytes)
+    if key == "cpu":
+        return fmt.NA if process.cpu_pct is None else f"{process.cpu_pct:.0f}"
+    if key == "rss":
+        return fmt.bytes_short(process.rss_bytes)
+    if key == "time":
+        return fmt.duration(process.elapsed_s)
+    if not process.visible:
+        return "(not visible here: outside this PID namespace - see ?)"
+    return process.command or "?"
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """Scrollable, sortable process table with a row cursor that follows its process."""
+
+    COMPONENT_CLASSES = {
+        "process-table--header",
+        "process-table--sorted",
+        "process-table--mine",
+        "process-table--hidden",
+        "process-table--cursor",
+        "process-table--probe",
+        "process-table--empty",
+    }
+
+    DEFAULT_CSS = """
+    ProcessTable {
+        height: 1fr;
+        min-height: 3;
+        scrollbar-size-vertical: 1;
+        overflow-x: hidden;
+    }
+    ProcessTable > .process-table--header { color: $text; background: $panel; text-style: bold; }
+    ProcessTable > .process-table--sorted { color: $accent; background: $panel; text-style: bold; }
+    ProcessTable > .process-table--mine { color: $text-accent; text-style: bold; }
+    ProcessTable > .process-table--hidden { color: $text-muted; text-style: italic; }
+    ProcessTable > .process-table--cursor { background: $surface-lighten-2; }
+    ProcessTable:focus > .process-table--cursor { background: $block-cursor-blurred-background; text-style: bold; }
+    ProcessTable > .process-table--probe { background: $warning-muted; }
+    ProcessTable > .process-table--empty { color: $text-muted; }
+    """
+
+    BINDINGS = [
+        Binding("up,k", "cursor(-1)", "Up", show=False),
+        Binding("down,j", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home,g", "edge(-1)", "First", show=False),
+        Binding("end,G", "edge(1)", "Last", show=False),
+    ]
+
+    class SortChanged(Message):
+        def __init__(self, column: str, reverse: bool) -> None:
+            super().__init__()
+            self.column = column
+            self.reverse = reverse
+
+    def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.glyphs = glyphs
+        self.rows: list[GpuProcess] = []
+        self.cursor_key: ProcessKey | None = None
+        self.sort_key = "gpu"
+        self.sort_reverse = False
+        self.highlighted_pids: frozenset[int] = frozenset()
+        self._processes: tuple[GpuProcess, ...] = ()
+        self._painted: dict[int, Strip] = {}
+        self._styles: dict[str, Style] = {}
+
+    # -- data in ---------------------------------------------------------------------
+
+    def show(self, processes: Sequence[GpuProcess]) -> None:
+        """Attributes down: the new processes. Repaints only what changed."""
+        self._processes = tuple(processes)
+        self._resort()
+
+    def highlight(self, pids: frozenset[int]) -> None:
+        if pids != self.highlighted_pids:
+            self.highlighted_pids = pids
+            self._repaint_changes()
+
+    @property
+    def cursor_row(self) -> int:
+        if self.cursor_key is None:
+            return 0
+        for index, process in enumerate(self.rows):
+            if process.key == self.cursor_key:
+                return index
+        return 0
+
+    @property
+    def cursor_process(self) -> GpuProcess | None:
+        if not self.rows:
+            return None
+        return self.rows[self.cursor_row]
+
+    def _resort(self) -> None:
+        column = next(c for c in COLUMNS if c.key == self.sort_key)
+        reverse = self.sort_reverse != (self.sort_key in _DESCENDING_FIRST)
+        old_row = self.cursor_row
+        self.rows = sorted(self._processes, key=column.sort, reverse=reverse)
+        keys = [p.key for p in self.rows]
+        if self.cursor_key not in keys:
+            # The process under the cursor ended: stay at the same height.
+            self.cursor_key = keys[min(old_row, len(keys) - 1)] if keys else None
+        height = len(self.rows) + 1
+        if self.virtual_size.height != height:
+            self.virtual_size = Size(self.size.width, height)
+        self._repaint_changes()
+
+    def _repaint_changes(self) -> None:
+        if not self.is_mounted:
+            return
+        regions: list[Region] = []
+        for y in range(self.size.height):
+            new = self._line(y)
+            old = self._painted.get(y)
+            if old is None:
+                regions.append(Region(0, y, self.size.width, 1))
+                continue
+            span = changed_span(old, new)
+            if span is not None:
+                regions.append(Region(span[0], y, span[1] - span[0], 1))
+        if regions:
+            self.refresh(*regions)
+
+    # -- keys and mouse --------------------------------------------------------------
+
+    def cycle_sort(self) -> None:
+        keys = [c.key for c in self._visible_columns(self.size.width or 200)]
+        index = keys.index(self.sort_key) if self.sort_key in keys else -1
+        self.sort_by(keys[(index + 1) % len(keys)])
+
+    def sort_by(self, key: str, reverse: bool = False) -> None:
+        self.sort_key = key
+        self.sort_reverse = reverse
+        self._resort()
+        self.refresh()
+        self.post_message(self.SortChanged(key, reverse))
+
+    def reverse_sort(self) -> None:
+        self.sort_by(self.sort_key, not self.sort_reverse)
+
+    def action_cursor(self, step: int) -> None:
+        if not self.rows:
+            return
+        row = max(0, min(len(self.rows) - 1, self.cursor_row + step))
+        self._move_to(row)
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * max(1, self.size.height - 2))
+
+    def action_edge(self, direction: int) -> None:
+        if self.rows:
+            self._move_to(0 if direction < 0 else len(self.rows) - 1)
+
+    def _move_to(self, row: int) -> None:
+        self.cursor_key = self.rows[row].key
+        visible = max(1, self.size.height - 1)
+        top = int(self.scroll_y)
+        if row < top:
+            self.scroll_to(y=row, animate=False)
+        elif row >= top + visible:
+            self.scroll_to(y=row - visible + 1, animate=False)
+        self._repaint_changes()
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            column = self._column_at(event.x)
+            if column is not None:
+                if column == self.sort_key:
+                    self.reverse_sort()
+                else:
+                    self.sort_by(column)
+            return
+        row = int(self.scroll_y) + event.y - 1
+        if 0 <= row < len(self.rows):
+            self._move_to(row)
+
+    def _column_at(self, x: int) -> str | None:
+        position = 0
+        for column, width in self._layout(self.size.width):
+            if position <= x < position + width + 1:
+                return column.key
+            position += width + 1
+        return None
+
+    # -- drawing ---------------------------------------------------------------------
+
+    def style(self, name: str) -> Style:
+        if name not in self._styles:
+            self._styles[name] = self.get_component_rich_style(
+                f"process-table--{name}", partial=True
+            )
+        return self._styles[name]
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+
+    def on_resize(self) -> None:
+        self._painted.clear()
+        self.virtual_size = Size(self.size.width, len(self.rows) + 1)
+        self.refresh()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        self._painted.clear()
+        super().watch_scroll_y(old, new)
+
+    @staticmethod
+    def _visible_columns(width: int) -> list[Column]:
+        return [c for c in COLUMNS if width >= c.min_terminal_width]
+
+    def _layout(self, width: int) -> list[tuple[Column, int]]:
+        columns = self._visible_columns(width)
+        fixed = sum(c.width + 1 for c in columns if c.width)
+        return [(c, c.width or max(8, width - fixed)) for c in columns]
+
+    def render_line(self, y: int) -> Strip:
+        strip = self._line(y)
+        self._painted[y] = strip
+        return strip
+
+    def _line(self, y: int) -> Strip:
+        width = self.size.width
+        if y == 0:
+            return self._header(width)
+        row = int(self.scroll_y) + y - 1
+        if not self.rows and y == 1:
+            return Line().add(" No processes on any GPU.", self.style("empty")).strip(width)
+        if not 0 <= row < len(self.rows):
+            return Strip.blank(width)
+        process = self.rows[row]
+        style = Style()
+        if not process.visible:
+            style = self.style("hidden")
+        elif process.is_current_user:
+            style = self.style("mine")
+        if process.pid in self.highlighted_pids:
+            style = style + self.style("probe")
+        if process.key == self.cursor_key:
+            style = style + self.style("cursor")
+        line = Line()
+        for column, column_width in self._layout(width):
+            text = self.glyphs.truncate(_cell_text(column, process), column_width)
+            line.add(
+                (text.rjust(column_width) if column.right else text.ljust(column_width)) + " ",
+                style,
+            )
+        return line.strip(width, style)
+
+    def _header(self, width: int) -> Strip:
+        line = Line()
+        header = self.style("header")
+        for column, column_width in self._layout(width):
+            title = column.title
+            style = header
+            if column.key == self.sort_key:
+                descending = self.sort_reverse != (column.key in _DESCENDING_FIRST)
+                title += self.glyphs.down if descending else self.glyphs.up
+                style = self.style("sorted")
+            title = title[:column_width]
+            line.add(
+                title.rjust(column_width) if column.right else title.ljust(column_width), style
+            )
+            line.add(" ", header)
+        return line.strip(width, header)
