@@ -91,3 +91,8 @@ def truncate(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: max(0, width - 1)] + "…"
+
+
+def watts(value: float | None) -> str:
+    """``178W``: a power reading on its own, rounded to whole watts."""
+    return NA if value is None else f"{value:.0f}W"

@@ -1,15 +1,128 @@
-"""Placeholder: `gpumon status` is being built (issue 4)."""
+"""``gpumon status``: one short line for a tmux (or any other) status bar.
+
+Run every few seconds by tmux, so it must start fast: one sample, no textual, no colours
+(tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import string
+import sys
 
-HELP = "(not built yet)"
+from gpumon import format as fmt
+from gpumon.model import GpuStats, Sample
+
+HELP = "print one short line per call for a tmux status bar (e.g. GPU0 87% 12.3G 61°C)"
+
+DEFAULT_FORMAT = "GPU{index} {util} {mem_used} {temp}"
+DEFAULT_SEPARATOR = " | "
+
+#: The fields ``--format`` may use, with what they hold. All are strings; N/A is "N/A".
+FIELDS: dict[str, str] = {
+    "index": "NVML index (0, 1, ...)",
+    "name": "product name",
+    "uuid": "full GPU UUID",
+    "short_uuid": "GPU-1a2b3c4d",
+    "util": "GPU utilisation (87%)",
+    "mem_util": "memory controller utilisation (40%)",
+    "mem_used": "memory used (12.3G)",
+    "mem_total": "memory total (47.5G)",
+    "mem_pct": "memory used, percent of total (26%)",
+    "temp": "temperature (61°C)",
+    "fan": "fan speed (45%)",
+    "power": "power draw (178W)",
+    "power_limit": "enforced power limit (300W)",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    fields = ", ".join(f"{{{name}}}" for name in FIELDS)
+    parser.add_argument(
+        "--format",
+        default=DEFAULT_FORMAT,
+        metavar="TEMPLATE",
+        help=f"Python format string applied to each GPU (default: {DEFAULT_FORMAT!r}); "
+        f"fields: {fields}",
+    )
+    parser.add_argument(
+        "--separator",
+        default=DEFAULT_SEPARATOR,
+        metavar="TEXT",
+        help=f"text between GPUs (default: {DEFAULT_SEPARATOR!r})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("gpumon: error: `gpumon status` is not built yet")
+    problem = check_template(args.format)
+    if problem is not None:
+        print(f"gpumon status: error: bad --format {args.format!r}: {problem}", file=sys.stderr)
+        return 2
+    from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
+
+    sample = take_sample(args)
+    if no_gpu_data(sample):
+        assert sample.unavailable is not None
+        report_unavailable(sample.unavailable)
+        return 1
+    print(status_line(sample, template=args.format, separator=args.separator))
+    return 0
+
+
+def check_template(template: str) -> str | None:
+    """Return why ``template`` cannot be used (unknown field, bad syntax), or ``None``."""
+    try:
+        for _, name, _, _ in string.Formatter().parse(template):
+            if name is None:
+                continue
+            if name == "" or name.isdigit():
+                return "use named fields such as {util}, not {} or {0}"
+            base = name.split(".")[0].split("[")[0]
+            if base not in FIELDS:
+                return f"unknown field {{{base}}} (known: {', '.join(FIELDS)})"
+        template.format(**dict.fromkeys(FIELDS, fmt.NA))
+    except (ValueError, IndexError, KeyError, AttributeError, TypeError) as error:
+        return str(error)
+    return None
+
+
+def gpu_fields(gpu: GpuStats) -> dict[str, str]:
+    """The ``--format`` fields of one GPU, as strings (N/A when not known)."""
+    fraction = gpu.memory_used_fraction
+    return {
+        "index": str(gpu.index),
+        "name": gpu.name or fmt.NA,
+        "uuid": gpu.uuid,
+        "short_uuid": gpu.short_uuid,
+        "util": fmt.percent(gpu.utilization_gpu_pct),
+        "mem_util": fmt.percent(gpu.utilization_memory_pct),
+        "mem_used": fmt.bytes_short(gpu.memory_used_bytes),
+        "mem_total": fmt.bytes_short(gpu.memory_total_bytes),
+        "mem_pct": fmt.percent(None if fraction is None else 100 * fraction),
+        "temp": fmt.celsius(gpu.temperature_c),
+        "fan": fmt.percent(gpu.fan_pct),
+        "power": fmt.watts(gpu.power_draw_w),
+        "power_limit": fmt.watts(gpu.power_limit_w),
+    }
+
+
+def status_line(
+    sample: Sample, *, template: str = DEFAULT_FORMAT, separator: str = DEFAULT_SEPARATOR
+) -> str:
+    """One line for every GPU in ``sample``.
+
+    Args:
+        sample: what to show.
+        template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
+        separator: placed between GPUs.
+
+    Returns:
+        The line without a newline; a lost GPU shows as ``GPU2 LOST``, and simulated data
+        starts with ``DEMO ``.
+    """
+    parts = [
+        f"GPU{gpu.index} LOST" if gpu.lost else template.format(**gpu_fields(gpu))
+        for gpu in sample.gpus
+    ]
+    line = separator.join(parts)
+    return f"DEMO {line}" if sample.simulated else line

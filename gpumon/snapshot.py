@@ -1,0 +1,149 @@
+"""One sample for the headless modes, and that sample as plain JSON-able data.
+
+``gpumon once``, ``gpumon once --json``, ``gpumon status`` and ``gpumon export`` share this
+module: how a single sample is taken, what "no driver" looks like to a script, and the JSON
+shape documented in ``docs/json-schema.md`` and ``gpumon/schema/once.schema.json``.
+
+Kept light (stdlib and gpumon.model only): the sources, and with them psutil and pynvml, are
+imported inside :func:`take_sample`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from gpumon import __version__
+from gpumon.model import GpuProcess, GpuStats, GpuUnavailable, Sample
+
+#: Bumped only for breaking changes (a field removed, renamed, or changing type, unit or
+#: meaning). New fields may appear without a bump; consumers ignore keys they do not know.
+SCHEMA_VERSION = 1
+
+SCHEMA_PATH = Path(__file__).parent / "schema" / "once.schema.json"
+
+# Every GpuStats field goes into the JSON under its own name: a field added to the model
+# shows up here at once, and the strict schema test then asks for it to be documented.
+_GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuStats))
+
+
+def take_sample(args: argparse.Namespace) -> Sample:
+    """Open the source the command line asks for, read it once, close it.
+
+    Never sleeps: NVML values are instantaneous (utilisation is already an average kept by
+    the driver); only per-process CPU % needs a second reading, and it stays N/A here.
+
+    Args:
+        args: parsed command line with ``demo``, ``demo_gpus`` and ``demo_processes``.
+
+    Returns:
+        The sample; ``sample.unavailable`` is set when there is no usable driver.
+    """
+    from gpumon.sources import open_source
+
+    source = open_source(
+        demo=bool(getattr(args, "demo", False)),
+        demo_gpus=int(getattr(args, "demo_gpus", 4)),
+        demo_processes=getattr(args, "demo_processes", None),
+    )
+    try:
+        return source.sample()
+    finally:
+        source.close()
+
+
+def no_gpu_data(sample: Sample) -> bool:
+    """True when the sample carries no GPU data because NVML could not be used."""
+    return sample.unavailable is not None and not sample.simulated
+
+
+def report_unavailable(unavailable: GpuUnavailable, stream: TextIO | None = None) -> None:
+    """Say on stderr, in one line plus an optional hint line, why there is no GPU data."""
+    stream = stream if stream is not None else sys.stderr
+    detail = f" ({unavailable.detail})" if unavailable.detail else ""
+    print(f"gpumon: no NVIDIA GPU data: {unavailable.headline}{detail}", file=stream)
+    if unavailable.hint:
+        print(f"gpumon: hint: {unavailable.hint}", file=stream)
+
+
+def iso_timestamp(timestamp_s: float) -> str:
+    """``2024-06-10T12:00:00.123Z``: ISO 8601 / RFC 3339 in UTC, millisecond precision."""
+    moment = datetime.fromtimestamp(timestamp_s, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def error_to_dict(unavailable: GpuUnavailable | None) -> dict[str, str] | None:
+    """The ``error`` object of the JSON output; ``None`` when GPU data could be read."""
+    if unavailable is None:
+        return None
+    return {
+        "reason": unavailable.reason.value,
+        "headline": unavailable.headline,
+        "detail": unavailable.detail,
+        "hint": unavailable.hint,
+    }
+
+
+def process_to_dict(process: GpuProcess) -> dict[str, Any]:
+    """One entry of a GPU's ``processes`` array."""
+    return {
+        "pid": process.pid,
+        "user": process.user,
+        "command": process.command,
+        "gpu_memory_bytes": process.gpu_memory_bytes,
+        "type": process.kind.value,
+        "cpu_pct": process.cpu_pct,
+        "rss_bytes": process.rss_bytes,
+        "elapsed_s": process.elapsed_s,
+        "visible": process.visible,
+    }
+
+
+def gpu_to_dict(gpu: GpuStats, processes: tuple[GpuProcess, ...] | None) -> dict[str, Any]:
+    """One entry of ``gpus``: every model field, plus its processes.
+
+    ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU or when the caller
+    did not ask for processes, and a list (maybe empty) otherwise.
+    """
+    data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
+    if gpu.lost or processes is None:
+        data["processes"] = None
+    else:
+        data["processes"] = [process_to_dict(process) for process in processes]
+    return data
+
+
+def sample_to_dict(sample: Sample, *, include_processes: bool = True) -> dict[str, Any]:
+    """The whole sample as JSON-able data, following ``gpumon/schema/once.schema.json``.
+
+    Args:
+        sample: what to convert.
+        include_processes: when False every GPU's ``processes`` is ``null``.
+
+    Returns:
+        A dict of str, int, float, bool, None, lists and dicts only.
+    """
+    by_gpu: dict[str, list[GpuProcess]] = {gpu.uuid: [] for gpu in sample.gpus}
+    for process in sample.processes:
+        by_gpu.setdefault(process.gpu_uuid, []).append(process)
+    driver = sample.driver
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "gpumon_version": __version__,
+        "simulated": sample.simulated,
+        "hostname": sample.host.hostname,
+        "driver_version": driver.driver_version if driver else None,
+        "cuda_driver_version": driver.cuda_driver_version if driver else None,
+        "nvml_version": driver.nvml_version if driver else None,
+        "timestamp": iso_timestamp(sample.timestamp_s),
+        "timestamp_s": sample.timestamp_s,
+        "error": error_to_dict(sample.unavailable),
+        "gpus": [
+            gpu_to_dict(gpu, tuple(by_gpu[gpu.uuid]) if include_processes else None)
+            for gpu in sample.gpus
+        ],
+    }
