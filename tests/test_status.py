@@ -1,0 +1,154 @@
+"""`gpumon status`: the one-line tmux summary, its --format, and its failures."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumon import snapshot, status
+from gpumon.cli import main
+from gpumon.model import DriverInfo, GpuStats, GpuUnavailable, HostStats, Sample, UnavailableReason
+
+GIB = 1024**3
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_sample(*gpus: GpuStats, simulated: bool = False) -> Sample:
+    return Sample(
+        timestamp_s=1_700_000_000.0,
+        host=HostStats("node7", None, None, None, None, None, None),
+        driver=DriverInfo("550.54.15", "12.4", None),
+        gpus=gpus,
+        simulated=simulated,
+    )
+
+
+def busy_gpu(index: int, **fields: object) -> GpuStats:
+    values: dict[str, object] = dict(
+        index=index,
+        uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
+        name="NVIDIA H100 80GB HBM3",
+        temperature_c=61,
+        utilization_gpu_pct=87,
+        utilization_memory_pct=35,
+        memory_used_bytes=int(12.3 * GIB),
+        memory_total_bytes=80 * GIB,
+        power_draw_w=512.6,
+        power_limit_w=700.0,
+        fan_pct=None,
+    )
+    values.update(fields)
+    return GpuStats(**values)  # type: ignore[arg-type]
+
+
+def run_status(monkeypatch: pytest.MonkeyPatch, argv: list[str], sample: Sample) -> tuple[int, str]:
+    monkeypatch.setattr(snapshot, "take_sample", lambda args: sample)
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    return main(["status", *argv]), out.getvalue()
+
+
+def test_default_line_shows_utilisation_memory_and_temperature_per_gpu() -> None:
+    sample = make_sample(busy_gpu(0), busy_gpu(1, utilization_gpu_pct=3, temperature_c=35))
+    assert status.status_line(sample) == "GPU0 87% 12.3G 61°C | GPU1 3% 12.3G 35°C"
+
+
+def test_demo_line_starts_with_demo() -> None:
+    line = status.status_line(make_sample(busy_gpu(0), simulated=True))
+    assert line == "DEMO GPU0 87% 12.3G 61°C"
+
+
+def test_lost_gpu_and_na_readings() -> None:
+    sample = make_sample(
+        busy_gpu(0, temperature_c=None, utilization_gpu_pct=None),
+        GpuStats(index=1, uuid="GPU-lost", lost=True),
+        busy_gpu(2, memory_used_bytes=None),
+    )
+    line = status.status_line(sample)
+    assert line == "GPU0 N/A 12.3G N/A | GPU1 LOST | GPU2 87% N/A 61°C"
+
+
+def test_custom_format_and_separator(monkeypatch: pytest.MonkeyPatch) -> None:
+    sample = make_sample(busy_gpu(0), busy_gpu(1, memory_used_bytes=40 * GIB))
+    code, out = run_status(
+        monkeypatch,
+        ["--format", "{index}:{util:>4} {mem_pct} {power}/{power_limit} {fan}", "--separator", ";"],
+        sample,
+    )
+    assert code == 0
+    assert out == "0: 87% 15% 513W/700W N/A;1: 87% 50% 513W/700W N/A\n"
+
+
+def test_every_documented_field_can_be_used() -> None:
+    template = " ".join(f"{{{name}}}" for name in status.FIELDS)
+    assert status.check_template(template) is None
+    fields = status.gpu_fields(busy_gpu(3))
+    assert set(fields) == set(status.FIELDS)
+    assert fields["short_uuid"] == "GPU-00000003"
+    assert fields["mem_total"] == "80.0G"
+
+
+@pytest.mark.parametrize(
+    ("template", "complaint"),
+    [("{nope}", "unknown field {nope}"), ("{util", "expected '}'"), ("{}", "named fields")],
+)
+def test_bad_format_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    template: str,
+    complaint: str,
+) -> None:
+    code, out = run_status(monkeypatch, ["--format", template], make_sample(busy_gpu(0)))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert out == ""
+    assert complaint in err and err.count("\n") == 1
+
+
+def test_unavailable_sample_exits_1_with_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sample = Sample(
+        timestamp_s=0.0,
+        host=HostStats("node7", None, None, None, None, None, None),
+        driver=None,
+        gpus=(),
+        unavailable=GpuUnavailable(
+            UnavailableReason.VERSION_MISMATCH, "Driver/library version mismatch.", "NVML: x"
+        ),
+    )
+    code, out = run_status(monkeypatch, [], sample)
+    assert code == 1
+    assert out == ""
+    assert capsys.readouterr().err == (
+        "gpumon: no NVIDIA GPU data: Driver/library version mismatch. (NVML: x)\n"
+    )
+
+
+def test_real_command_with_demo_and_without_a_driver() -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpumon", "status", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ},
+            timeout=60,
+        )
+
+    demo = run("--demo", "--demo-gpus", "3")
+    assert demo.returncode == 0
+    assert demo.stdout.startswith("DEMO GPU0 ")
+    assert demo.stdout.count("\n") == 1 and demo.stdout.count(" | ") == 2
+
+    real = run()
+    if real.returncode == 0:
+        pytest.skip("this machine has a working NVIDIA driver")
+    assert real.returncode == 1
+    assert real.stdout == ""
+    assert real.stderr.startswith("gpumon: no NVIDIA GPU data: ")
