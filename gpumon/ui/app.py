@@ -11,7 +11,9 @@ import sys
 import time
 from collections.abc import Callable
 
+from textual import events
 from textual.app import App, ComposeResult
+from textual.geometry import Size
 from textual.binding import Binding
 from textual.widgets import Footer, Static
 
@@ -78,6 +80,7 @@ class GpumonApp(App[int]):
         self.started_at = time.perf_counter()
         self.poller = Poller(source, interval_s, self._on_sample, on_error=self._on_poll_error)
         self._autostart = autostart
+        self._terminal_size: Size | None = None
 
     # -- composition -----------------------------------------------------------------
 
@@ -118,11 +121,13 @@ class GpumonApp(App[int]):
         """Show a sample now (tests, snapshots): the same path the poller uses."""
         self._on_sample(sample)
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
+        # This runs before App applies the new size, so lay out for the event's size.
+        self._terminal_size = event.size
         self._refresh_all()
 
     def _refresh_all(self) -> None:
-        width, height = self.size.width, self.size.height
+        width, height = self._terminal_size or self.size
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(too_small, "-too-small")
         if too_small:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rich.style import Style
-from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import HostStats, Sample
@@ -19,6 +19,7 @@ class _StyledLines(LinesWidget):
         super().__init__(id=id)
         self.glyphs = glyphs
         self._styles: dict[str, Style] = {}
+        self._shown: tuple[Any, ...] | None = None
 
     def style(self, name: str) -> Style:
         if name not in self._styles:
@@ -52,7 +53,12 @@ class HeaderBar(_StyledLines):
     HeaderBar > .header-bar--stale { color: $warning; }
     """
 
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
     def show(self, sample: Sample | None, interval_s: float, paused: bool, polling: bool) -> None:
+        self._shown = (sample, interval_s, paused, polling)
         width = self.size.width or 80
         right = Line()
         if paused:
@@ -104,7 +110,12 @@ class HostStrip(_StyledLines):
         filled, empty = self.glyphs.bar(fraction, width)
         line.add(filled, self.style("bar")).add(empty, self.style("empty"))
 
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
     def show(self, host: HostStats | None, simulated: bool) -> None:
+        self._shown = (host, simulated)
         width = self.size.width or 80
         line = Line()
         if host is None:

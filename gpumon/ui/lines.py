@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -141,13 +141,13 @@ class LinesWidget(Widget):
 
     @staticmethod
     def _changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> Iterable[Region]:
-        for y, (before, after) in enumerate(zip(old, new)):
+        for y, (before, after) in enumerate(zip(old, new, strict=True)):
             span = changed_span(before, after)
             if span is not None:
                 start, end = span
                 yield Region(start, y, end - start, 1)
 
-    def get_content_height(self, container, viewport, width: int) -> int:  # type: ignore[no-untyped-def]
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self._lines)
 
     def render_line(self, y: int) -> Strip:

@@ -102,7 +102,10 @@ class ProcessTable(ScrollView, can_focus=True):
     ProcessTable > .process-table--mine { color: $text-accent; text-style: bold; }
     ProcessTable > .process-table--hidden { color: $text-muted; text-style: italic; }
     ProcessTable > .process-table--cursor { background: $surface-lighten-2; }
-    ProcessTable:focus > .process-table--cursor { background: $block-cursor-blurred-background; text-style: bold; }
+    ProcessTable:focus > .process-table--cursor {
+        background: $block-cursor-blurred-background;
+        text-style: bold;
+    }
     ProcessTable > .process-table--probe { background: $warning-muted; }
     ProcessTable > .process-table--empty { color: $text-muted; }
     """

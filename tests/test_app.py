@@ -1,0 +1,382 @@
+"""Pilot tests of the dashboard: what a user sees and what the keys do."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gpumon.model import GpuUnavailable, UnavailableReason
+from gpumon.sources.demo import DemoSource
+from gpumon.ui.app import GpumonApp, create_app, wants_ascii
+from gpumon.ui.gpu_panel import Layout, choose_layout
+from gpumon.ui.help_screen import HelpScreen
+from gpumon.ui.process_table import ProcessTable
+from tests.ui_helpers import (
+    FIXED_TIME,
+    GIB,
+    StaticSource,
+    make_gpu,
+    make_process,
+    make_sample,
+    screen_text,
+)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+
+
+def app_for(*samples, **options) -> GpumonApp:  # type: ignore[no-untyped-def]
+    options.setdefault("autostart", False)
+    options.setdefault("ascii_only", False)
+    return create_app(StaticSource(*samples), **options)
+
+
+async def test_known_sample_values_appear_on_screen() -> None:
+    gpu = make_gpu(0, name="NVIDIA Test Board", temperature_c=57, fan_pct=41)
+    sample = make_sample((gpu,), (make_process(gpu, 4242, user="bob", command="python train.py"),))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+    for expected in (
+        "GPU 0",
+        "NVIDIA Test Board",
+        "GPU-00000000",  # short UUID
+        "10:00.0",  # PCI bus id
+        "57°C",
+        "41%",
+        "73%",  # utilisation
+        "31%",  # memory bandwidth utilisation
+        "12.0/24.0G",  # memory used / total
+        "123/250W",  # power draw / limit
+        "1410MHz",
+        "Persist On",
+        "P2",
+        "Driver 550.54.15",
+        "CUDA 12.4",
+        "NVML 12.550.54.15",
+        "testhost",
+        "22:13:20",
+        "4242",
+        "bob",
+        "python train.py",
+        "1:02:03",  # elapsed
+    ):
+        assert expected in text, expected
+
+
+async def test_unsupported_fields_read_na_never_zero() -> None:
+    gpu = make_gpu(
+        0,
+        fan_pct=None,
+        power_draw_w=None,
+        power_limit_w=None,
+        utilization_gpu_pct=None,
+        ecc_errors_uncorrected_volatile=None,
+        mig_mode=None,
+    )
+    sample = make_sample((gpu,))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+    assert "Fan  N/A" in text
+    assert "GPU " in text and " N/A  MemBW" in text
+    assert "ECC N/A" in text and "MIG N/A" in text
+    assert "0/0W" not in text and " 0%  MemBW" not in text
+
+
+async def test_demo_is_labelled() -> None:
+    app = create_app(DemoSource(2, seed=1, current_user="alice"), autostart=False, ascii_only=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(app.source.sample())
+        await pilot.pause()
+        text = screen_text(app)
+    assert "DEMO" in text
+    assert "simulated" in text
+
+
+async def test_lost_gpu_reads_lost_while_others_update() -> None:
+    good = make_gpu(0, temperature_c=50)
+    lost = make_gpu(1).__class__(index=1, uuid="GPU-lost", name="NVIDIA Test Board", lost=True)
+    first = make_sample((good, lost))
+    second = make_sample((make_gpu(0, temperature_c=66), lost))
+    app = app_for(first)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(first)
+        app.receive_sample(second)
+        await pilot.pause()
+        text = screen_text(app)
+    assert "LOST" in text
+    assert "66°C" in text
+
+
+async def test_sort_key_cycles_and_reverses() -> None:
+    gpu = make_gpu(0)
+    processes = (
+        make_process(gpu, 300, gpu_memory_bytes=1 * GIB),
+        make_process(gpu, 100, gpu_memory_bytes=9 * GIB),
+        make_process(gpu, 200, gpu_memory_bytes=5 * GIB),
+    )
+    sample = make_sample((gpu,), processes)
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        assert [p.pid for p in table.rows] == [100, 200, 300]  # GPU, then PID
+        for _ in range(4):  # gpu -> pid -> user -> type -> gpu_memory
+            await pilot.press("s")
+        assert table.sort_key == "gpu_memory"
+        assert [p.pid for p in table.rows] == [100, 200, 300]  # biggest first
+        assert "GPU-MEM▼" in screen_text(app)
+        await pilot.press("r")
+        assert [p.pid for p in table.rows] == [300, 200, 100]
+        assert "GPU-MEM▲" in screen_text(app)
+
+
+async def test_cursor_stays_on_the_same_process_across_updates() -> None:
+    gpu = make_gpu(0)
+    before = make_sample((gpu,), tuple(make_process(gpu, pid) for pid in (10, 20, 30, 40)))
+    # New processes appear above the selected one and another ends.
+    after = make_sample(
+        (gpu,), tuple(make_process(gpu, pid, cpu_pct=5.0) for pid in (1, 2, 20, 30, 40))
+    )
+    app = app_for(before)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(before)
+        await pilot.pause()
+        await pilot.press("tab")  # focus the process table
+        table = app.query_one(ProcessTable)
+        assert app.focused is table
+        await pilot.press("down", "down")
+        assert table.cursor_process is not None and table.cursor_process.pid == 30
+        app.receive_sample(after)
+        await pilot.pause()
+        assert table.cursor_process is not None and table.cursor_process.pid == 30
+        assert table.cursor_row == 3
+
+
+async def test_current_users_processes_stand_out() -> None:
+    gpu = make_gpu(0)
+    sample = make_sample(
+        (gpu,),
+        (make_process(gpu, 1, user="me", is_current_user=True), make_process(gpu, 2, user="x")),
+    )
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        mine = table.render_line(2 if table.rows[0].pid == 2 else 1)
+        other = table.render_line(1 if table.rows[0].pid == 2 else 2)
+        assert any(segment.style and segment.style.bold for segment in mine)
+        assert not any(segment.style and segment.style.bold for segment in other)
+
+
+async def test_process_outside_namespace_is_kept_and_explained() -> None:
+    gpu = make_gpu(0)
+    hidden = make_process(
+        gpu, 999_999, user=None, command=None, cpu_pct=None, rss_bytes=None, visible=False
+    )
+    sample = make_sample((gpu,), (hidden,))
+    app = app_for(sample)
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "999999" in text and "2.0G" in text
+        assert "not visible here" in text
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "PID namespace" in str(app.screen.query_one("#help-text").render())
+
+
+@pytest.mark.parametrize(
+    ("size", "layout"),
+    [((60, 15), Layout.ONE_LINE), ((80, 24), Layout.TWO_LINES), ((200, 60), Layout.CARDS)],
+)
+async def test_resize_relays_out_live(size: tuple[int, int], layout: Layout) -> None:
+    source = DemoSource(8, seed=0, current_user="alice", clock=lambda: FIXED_TIME)
+    app = create_app(source, autostart=False, ascii_only=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(source.sample())
+        await pilot.pause()
+        await pilot.resize_terminal(*size)
+        await pilot.pause()
+        panel = app.query_one("#gpus")
+        assert panel.layout_mode is layout  # type: ignore[attr-defined]
+        text = screen_text(app)
+        # All 8 GPUs and the start of the process table are visible.
+        lines = text.splitlines()
+        assert len(lines) == size[1]
+        assert "PID" in text
+        for index in range(8):
+            marker = f"GPU {index}" if layout is Layout.CARDS else f"{index:>2} "
+            assert marker in text, (size, index)
+
+
+def test_layout_rules() -> None:
+    assert choose_layout(8, 120, 40 - 3 - 8) == (Layout.CARDS, 2)
+    assert choose_layout(8, 200, 60 - 3 - 8)[0] is Layout.CARDS
+    assert choose_layout(8, 80, 24 - 3 - 4) == (Layout.TWO_LINES, 1)
+    assert choose_layout(8, 60, 15 - 3 - 4) == (Layout.ONE_LINE, 1)
+
+
+async def test_too_small_terminal_says_so() -> None:
+    sample = make_sample((make_gpu(0),))
+    app = app_for(sample)
+    async with app.run_test(size=(30, 8)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        assert "Terminal too small (30x8)" in screen_text(app)
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause()
+        assert "Terminal too small" not in screen_text(app)
+
+
+async def test_help_screen_opens_and_closes() -> None:
+    sample = make_sample((make_gpu(0),))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        assert "cycle the sort column" in text and "Volatile Uncorr. ECC" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_no_driver_screen_explains_and_keeps_host_strip() -> None:
+    unavailable = GpuUnavailable(
+        UnavailableReason.DRIVER_NOT_LOADED,
+        "The NVIDIA kernel driver is not loaded.",
+        "NVML: Driver Not Loaded",
+        "Load it (`sudo modprobe nvidia`)",
+    )
+    sample = make_sample((), driver=None, unavailable=unavailable)
+    app = app_for(sample)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+    assert "The NVIDIA kernel driver is not loaded." in text
+    assert "NVML: Driver Not Loaded" in text
+    assert "testhost" in text and "RAM" in text and "load 1.00 0.50 0.25" in text
+
+
+async def test_real_no_driver_machine_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine has no NVIDIA driver: the real NVML source must say so, not crash."""
+    from gpumon.sources.nvml import NvmlSource
+
+    source = NvmlSource()
+    if source.unavailable is None:
+        pytest.skip("a driver is present")
+    app = create_app(source, interval_s=60, ascii_only=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.sample is not None:
+                break
+        await pilot.pause()
+        assert "No GPU data" in screen_text(app)
+
+
+async def test_keys_pause_and_interval() -> None:
+    sample = make_sample((make_gpu(0),))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.press("space")
+        assert app.poller.paused
+        assert "PAUSED" in screen_text(app)
+        await pilot.press("space")
+        assert not app.poller.paused
+        await pilot.press("plus")
+        assert app.poller.interval_s == 2.0
+        await pilot.press("minus", "minus", "minus", "minus")
+        assert app.poller.interval_s == 0.25  # the floor
+        assert "every 0.25s" in screen_text(app)
+
+
+async def test_mouse_selects_gpu_and_sorts_by_clicked_column() -> None:
+    gpus = (make_gpu(0), make_gpu(1))
+    sample = make_sample(gpus, (make_process(gpus[0], 5), make_process(gpus[1], 6)))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        panel = app.query_one("#gpus")
+        await pilot.click("#gpus", offset=(70, 2))  # inside the second card
+        assert panel.selected == 1  # type: ignore[attr-defined]
+        await pilot.click("#processes", offset=(5, 0))  # the PID column title
+        assert app.query_one(ProcessTable).sort_key == "pid"
+
+
+async def test_a_blocked_source_does_not_freeze_the_keys() -> None:
+    """NVML hanging for 3 s must not stop the app from handling a key press."""
+    release = threading.Event()
+
+    class BlockingSource(StaticSource):
+        def sample(self):  # type: ignore[no-untyped-def]
+            release.wait(3)
+            return super().sample()
+
+    sample = make_sample((make_gpu(0),), (make_process(make_gpu(0), 1),))
+    app = create_app(BlockingSource(sample), interval_s=1, ascii_only=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.1)
+        assert app.poller.in_flight
+        started = time.monotonic()
+        await pilot.press("s")
+        assert app.query_one(ProcessTable).sort_key == "pid"
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert time.monotonic() - started < 1.0
+        release.set()
+
+
+async def test_quit_key_exits_even_while_a_sample_hangs() -> None:
+    class HangingSource(StaticSource):
+        def sample(self):  # type: ignore[no-untyped-def]
+            time.sleep(30)
+            return super().sample()
+
+    app = create_app(HangingSource(make_sample(())), interval_s=1, ascii_only=False)
+    started = time.monotonic()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.1)
+        await pilot.press("q")
+    assert time.monotonic() - started < 5
+
+
+def test_ascii_fallback_follows_the_locale() -> None:
+    assert wants_ascii({"LANG": "C"})
+    assert wants_ascii({})
+    assert not wants_ascii({"LANG": "en_US.UTF-8"})
+    assert not wants_ascii({"LC_ALL": "C.utf8", "LANG": "C"})
+    assert wants_ascii({"LC_ALL": "POSIX", "LANG": "en_US.UTF-8"})
+
+
+async def test_ascii_mode_draws_no_unicode_bars_or_borders() -> None:
+    source = DemoSource(4, seed=0, current_user="alice", clock=lambda: FIXED_TIME)
+    app = create_app(source, autostart=False, ascii_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(source.sample())
+        await pilot.pause()
+        text = "\n".join(screen_text(app).splitlines()[:-1])  # Textual's own footer aside
+    assert not set("█░▏▎▍▌▋▊▉╭╮╰╯─│▲▼…") & set(text)
+    assert "|" in text and "+-" in text
+
+
+def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = app_for(make_sample(()))
+    assert app.no_color
