@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
+        # argparse %-formats help strings; a literal "87%" must not break --help.
+        sub = subparsers.add_parser(
+            name, help=module.HELP.replace("%", "%%"), description=module.HELP
+        )
         add_source_arguments(sub, top_level=False)
         module.add_arguments(sub)
     return parser

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from textual import events
 from textual.app import App, ComposeResult
-from textual.geometry import Size
 from textual.binding import Binding
+from textual.geometry import Size
 from textual.widgets import Footer, Static
 
 from gpumon.model import Sample

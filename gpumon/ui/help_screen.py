@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -9,9 +10,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 HELP_TEXT = """\
-[b]gpumon[/b]: live NVIDIA GPU monitor.  Press [b]Esc[/b], [b]q[/b] or [b]?[/b] to close.
+gpumon: live NVIDIA GPU monitor.  Press Esc, q or ? to close.
 
-[b]Keys[/b]
+Keys
   q            quit                      ?        this help
   Tab          switch panel (GPUs / processes)
   ↑ ↓ / j k    select a GPU or a process  ← →      select a GPU
@@ -20,7 +21,7 @@ HELP_TEXT = """\
   P            torch probe on the selected GPU (needs torch in the probe's Python)
   Ctrl+P       command palette           mouse: click a GPU, a row or a column title
 
-[b]GPU fields[/b] (nvidia-smi's name in brackets)
+GPU fields (nvidia-smi's name in brackets)
   Fan          fan speed % [Fan]; N/A on passively cooled (SXM / server) boards
   Temp         GPU temperature [Temp]; yellow within 15 °C, red within 5 °C of the
                GPU's own slowdown threshold [nvidia-smi -q: GPU Slowdown Temp]
@@ -38,7 +39,7 @@ HELP_TEXT = """\
   N/A          this GPU or driver does not report the field (never shown as 0)
   LOST         NVML says the GPU fell off the bus (Xid 79); the others keep updating
 
-[b]Processes[/b] [nvidia-smi's Processes table, plus host details]
+Processes (nvidia-smi's Processes table, plus host details)
   TYPE         C compute, G graphics, C+G both
   GPU-MEM      GPU memory used by the process (N/A where the driver does not say)
   CPU% / RSS   host CPU (of one core) and resident memory, from psutil
@@ -78,8 +79,13 @@ class HelpScreen(ModalScreen[None]):
         text = HELP_TEXT
         if self._ascii_only:
             text = text.replace("↑ ↓", "Up/Dn").replace("← →", "Lf/Rt").replace("°C", " C")
+        # Plain Text, not markup: the [nvidia-smi names] in brackets must stay literal.
+        content = Text()
+        for line in text.splitlines(keepends=True):
+            heading = bool(line.strip()) and not line.startswith(" ")
+            content.append(line, style="bold" if heading else "")
         with VerticalScroll():
-            yield Static(text, id="help-text")
+            yield Static(content, id="help-text")
 
     def action_dismiss_help(self) -> None:
         self.dismiss()

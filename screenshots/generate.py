@@ -1,0 +1,89 @@
+"""Regenerate the SVG screenshots in this folder: `python screenshots/generate.py`.
+
+Deterministic: a seeded demo server, a fixed clock and UTC, so a re-run only changes the
+files when the screen really changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+
+from gpumon.model import GpuUnavailable, HostStats, Sample, UnavailableReason
+from gpumon.sources.demo import DemoSource
+from gpumon.ui.app import GpumonApp, create_app
+
+HERE = Path(__file__).resolve().parent
+FIXED_TIME = 1_700_000_000.0
+GIB = 1024**3
+
+
+def demo_app(gpus: int, processes: int) -> GpumonApp:
+    source = DemoSource(
+        gpus, seed=7, process_count=processes, current_user="alice", clock=lambda: FIXED_TIME
+    )
+    return create_app(source, autostart=False, ascii_only=False)
+
+
+class _NoDriver:
+    """What a server shows after an unattended driver upgrade, before the reboot."""
+
+    simulated = False
+
+    def sample(self) -> Sample:
+        return Sample(
+            timestamp_s=FIXED_TIME,
+            host=HostStats("gpu-box", 3.0, (0.4, 0.3, 0.2), 9 * GIB, 256 * GIB, 0, 8 * GIB, 32),
+            driver=None,
+            gpus=(),
+            unavailable=GpuUnavailable(
+                UnavailableReason.VERSION_MISMATCH,
+                "Driver/library version mismatch: the driver was updated but the old kernel "
+                "module is still loaded.",
+                "NVML: Driver/library version mismatch",
+                "Reboot (or reload the nvidia kernel modules) to finish the driver update.",
+            ),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+async def shoot(
+    name: str,
+    app: GpumonApp,
+    size: tuple[int, int],
+    action: Callable[[Pilot[int]], Awaitable[None]] | None = None,
+) -> None:
+    async with app.run_test(size=size) as pilot:
+        app.receive_sample(app.source.sample())
+        await pilot.pause()
+        if action is not None:
+            await action(pilot)
+            await pilot.pause()
+        app.save_screenshot(filename=f"{name}.svg", path=str(HERE))
+    print(f"screenshots/{name}.svg")
+
+
+async def main() -> None:
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+
+    async def open_help(pilot: Pilot[int]) -> None:
+        await pilot.press("question_mark")
+
+    await shoot("dashboard-8gpu-200x50", demo_app(8, 64), (200, 50))
+    await shoot("dashboard-8gpu-120x40", demo_app(8, 24), (120, 40))
+    await shoot("dashboard-8gpu-80x24", demo_app(8, 24), (80, 24))
+    await shoot("tmux-pane-60x15", demo_app(8, 24), (60, 15))
+    await shoot("no-driver", create_app(_NoDriver(), autostart=False, ascii_only=False), (100, 24))
+    await shoot("help", demo_app(4, 6), (120, 44), open_help)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
