@@ -380,3 +380,13 @@ def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     app = app_for(make_sample(()))
     assert app.no_color
+
+
+async def test_command_palette_opens() -> None:
+    from textual.command import CommandPalette
+
+    app = app_for(make_sample((make_gpu(0),)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
