@@ -1,0 +1,519 @@
+"""The probe child: ``python -m gpumon.probe.child --request '<JSON>'``.
+
+The only module in gpumon that imports torch, and it does so inside :func:`main`, after its
+``hello`` line, so that a missing or broken torch becomes a step result. It speaks the protocol
+of :mod:`gpumon.probe.protocol` on stdout and never imports pynvml: it reads UUIDs from torch
+and matches them against the NVML list the parent sent.
+
+It runs inside the user's interpreter (``--probe-python``), which may be older than gpumon's
+own and has no gpumon installed (see :mod:`gpumon.probe.runner` for how it is loaded): keep it
+to Python 3.8 syntax and the standard library, apart from torch.
+
+Running it by hand: ``python -m gpumon.probe.child --standalone`` probes ``cuda:0`` and does
+not wait for a parent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from gpumon.probe import steps as S
+from gpumon.probe.protocol import (
+    Done,
+    Hello,
+    Holding,
+    ProtocolError,
+    Request,
+    StepEvent,
+    decode_request,
+    encode,
+    is_continue,
+)
+from gpumon.probe.steps import uuid_key
+
+# Exit status when stdin reaches end of file: the parent died, so nobody reads our results.
+EXIT_PARENT_GONE = 3
+EXIT_BAD_REQUEST = 2
+
+
+class Outcome(NamedTuple):
+    """What a step function returns."""
+
+    status: str
+    value: str
+    detail: str = ""
+
+
+class Channel:
+    """Protocol lines go to a private copy of stdout; stdout itself is pointed at stderr.
+
+    Whatever else writes to stdout (a library's print, a C extension's printf) then lands on
+    stderr instead of corrupting the protocol.
+    """
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        protocol_fd = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self._out = os.fdopen(protocol_fd, "w", encoding="utf-8", buffering=1)
+        self._lock = threading.Lock()
+
+    def send(self, event: Any) -> None:
+        """Write one protocol line and flush it."""
+        with self._lock:
+            self._out.write(encode(event) + "\n")
+            self._out.flush()
+
+
+class ParentWatch:
+    """Reads stdin on a daemon thread: ``continue`` wakes :meth:`wait_continue`; end of file
+    means the parent is gone, and the child exits at once (no probe outlives gpumon)."""
+
+    def __init__(self, exit_on_eof: bool = True) -> None:
+        self._continue = threading.Event()
+        self._exit_on_eof = exit_on_eof
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="parent-watch", daemon=True).start()
+
+    def _read(self) -> None:
+        # os.read on the raw descriptor: a daemon thread blocked inside sys.stdin's buffered
+        # reader makes interpreter shutdown abort ("could not acquire lock for <stdin>").
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(0, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if any(is_continue(line) for line in lines):
+                self._continue.set()
+        if self._exit_on_eof:
+            os._exit(EXIT_PARENT_GONE)
+
+    def wait_continue(self, timeout_s: float) -> bool:
+        """Wait for the parent's ``continue``; False when ``timeout_s`` passed without it."""
+        return self._continue.wait(timeout_s)
+
+
+class StepRunner:
+    """Runs step functions, timing them and turning exceptions into failures."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self.results: dict[int, str] = {}
+
+    def run(self, step: S.Step, function: Callable[[], Outcome]) -> bool:
+        """Run one step; True when it passed."""
+        self._channel.send(StepEvent(step.id, S.RUNNING))
+        started = time.perf_counter()
+        try:
+            outcome = function()
+        except Exception as error:
+            outcome = Outcome(S.FAIL, _error_text(error), traceback.format_exc(limit=4))
+        duration_ms = (time.perf_counter() - started) * 1000
+        self._send(step, outcome, duration_ms)
+        return outcome.status == S.PASS
+
+    def skip(self, step: S.Step, reason: str) -> None:
+        """Report a step as skipped, without running it."""
+        self._send(step, Outcome(S.SKIP, reason), 0.0)
+
+    def _send(self, step: S.Step, outcome: Outcome, duration_ms: float) -> None:
+        self.results[step.id] = outcome.status
+        event = StepEvent(step.id, outcome.status, outcome.value, duration_ms, outcome.detail)
+        self._channel.send(event)
+
+
+def _error_text(error: BaseException) -> str:
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    if len(first_line) > 160:
+        first_line = first_line[:157] + "..."
+    name = type(error).__name__
+    if "out of memory" in str(error).lower():
+        name = "CUDA out of memory"
+    return f"{name}: {first_line}" if first_line else name
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:.0f} MiB"
+
+
+def _driver_cuda_version() -> tuple[str | None, str]:
+    """The CUDA version the installed driver supports, read from libcuda (not NVML)."""
+    import ctypes
+
+    names = ["nvcuda.dll"] if os.name == "nt" else ["libcuda.so.1", "libcuda.so"]
+    for name in names:
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int(0)
+        code = library.cuDriverGetVersion(ctypes.byref(version))
+        if code != 0:
+            return None, f"cuDriverGetVersion failed with CUDA error {code}"
+        return f"{version.value // 1000}.{(version.value % 1000) // 10}", ""
+    return None, f"no NVIDIA driver ({names[0]} not found)"
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return 0
+
+
+class Probe:
+    """The steps, in order, sharing the state they build up (torch, the device, tensors)."""
+
+    def __init__(self, request: Request, runner: StepRunner, channel: Channel) -> None:
+        self.request = request
+        self.runner = runner
+        self.channel = channel
+        self.torch: Any = None
+        self.count = 0
+        self.cuda_index = -1
+        self.gpu_uuid = ""
+        self.tensors: dict[str, Any] = {}
+        self.context_created = False
+
+    # Step 1 --------------------------------------------------------------------------------
+    def step_python(self) -> Outcome:
+        python = sys.executable or "python"
+        version = sys.version.split()[0]
+        try:
+            import torch
+        except ImportError as error:
+            install = f"{python} -m pip install torch"
+            if getattr(error, "name", None) == "torch":
+                value = f"torch is not installed for {python} (Python {version})"
+            else:
+                value = f"import torch failed: {_error_text(error)}"
+            return Outcome(S.FAIL, value, f"Install it with: {install}")
+        self.torch = torch
+        return Outcome(S.PASS, f"Python {version} ({python}), torch {torch.__version__}")
+
+    # Step 2 --------------------------------------------------------------------------------
+    def step_build(self) -> Outcome:
+        torch = self.torch
+        build = getattr(torch.version, "cuda", None)
+        driver, driver_problem = _driver_cuda_version()
+        driver_text = f"driver supports CUDA {driver}" if driver else driver_problem
+        help_url = "https://pytorch.org/get-started/locally/"
+        if getattr(torch.version, "hip", None):
+            return Outcome(S.FAIL, f"ROCm build (HIP {torch.version.hip}), not CUDA", "")
+        if build is None:
+            return Outcome(
+                S.FAIL,
+                f"CPU-only build (torch.version.cuda is None); {driver_text}",
+                f"This torch cannot use a GPU. Install a CUDA build of torch for "
+                f"{sys.executable}: pick the command for your CUDA version at {help_url}",
+            )
+        if driver is None:
+            return Outcome(S.FAIL, f"CUDA {build} build, but {driver_text}", "")
+        if _major(build) > _major(driver):
+            return Outcome(
+                S.FAIL,
+                f"CUDA {build} build, but the driver only supports CUDA {driver}",
+                f"Update the NVIDIA driver, or install a torch built for CUDA {driver} "
+                f"or older ({help_url}).",
+            )
+        return Outcome(S.PASS, f"CUDA {build} build; {driver_text}")
+
+    # Step 3 --------------------------------------------------------------------------------
+    def step_cuda(self) -> Outcome:
+        import warnings
+
+        torch = self.torch
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            available = bool(torch.cuda.is_available())
+            self.count = int(torch.cuda.device_count()) if available else 0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        order = os.environ.get("CUDA_DEVICE_ORDER")
+        value = (
+            f"is_available()={available}, device_count()={self.count}; "
+            f"CUDA_VISIBLE_DEVICES={'(unset)' if visible is None else repr(visible)}, "
+            f"CUDA_DEVICE_ORDER={order or '(unset: FASTEST_FIRST)'}"
+        )
+        detail = "\n".join(str(warning.message) for warning in caught)
+        if available and self.count > 0:
+            return Outcome(S.PASS, value, detail)
+        if getattr(torch.version, "cuda", None) is None:
+            reason = "CUDA not available: CPU-only build"
+        elif visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles"):
+            reason = f"CUDA not available: CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+        else:
+            reason = "CUDA not available"
+        return Outcome(S.FAIL, f"{reason}; {value}", detail)
+
+    # Step 4 --------------------------------------------------------------------------------
+    def step_mapping(self) -> Outcome:
+        torch = self.torch
+        request = self.request
+        nvml = {uuid_key(uuid): (index, uuid) for index, uuid in request.gpus}
+        keys: list[str] = []
+        lines = []
+        for cuda_index in range(self.count):
+            raw = getattr(torch.cuda.get_device_properties(cuda_index), "uuid", None)
+            key = uuid_key(raw) if raw is not None else ""
+            keys.append(key)
+            if key in nvml:
+                index, uuid = nvml[key]
+                lines.append(f"cuda:{cuda_index} = GPU {index} ({uuid})")
+            elif key:
+                lines.append(f"cuda:{cuda_index} = GPU-{key} (not in NVML's list)")
+            else:
+                lines.append(f"cuda:{cuda_index}: this torch reports no UUID")
+        listing = "\n".join(lines)
+
+        if request.gpu_uuid is None and request.gpu_index is None:
+            wanted = 0 if request.cuda_index is None else request.cuda_index
+            if not 0 <= wanted < self.count:
+                return Outcome(
+                    S.FAIL, f"cuda:{wanted} does not exist: torch sees {self.count} GPU(s)", listing
+                )
+            self.cuda_index = wanted
+            key = keys[wanted]
+            self.gpu_uuid = nvml[key][1] if key in nvml else (f"GPU-{key}" if key else "")
+            name = f"GPU {nvml[key][0]} ({nvml[key][1]})" if key in nvml else self.gpu_uuid
+            return Outcome(S.PASS, f"cuda:{wanted} is {name or 'an unidentified GPU'}", listing)
+
+        nvml_index: int | None
+        if request.gpu_uuid is not None:
+            target_key = uuid_key(request.gpu_uuid)
+            nvml_index = next((i for i, u in request.gpus if uuid_key(u) == target_key), None)
+        else:
+            nvml_index = request.gpu_index
+            found = [uuid for i, uuid in request.gpus if i == nvml_index]
+            if not found:
+                return Outcome(
+                    S.FAIL,
+                    f"NVML lists no GPU {nvml_index}: cannot tell which cuda:N it is",
+                    listing,
+                )
+            target_key = uuid_key(found[0])
+        label = f"GPU {nvml_index}" if nvml_index is not None else f"GPU-{target_key}"
+        matches = [i for i, key in enumerate(keys) if key and key.startswith(target_key)]
+        if len(matches) != 1:
+            return Outcome(S.FAIL, self._not_visible(label, nvml_index, target_key), listing)
+        self.cuda_index = matches[0]
+        key = keys[self.cuda_index]
+        self.gpu_uuid = nvml[key][1] if key in nvml else f"GPU-{key}"
+        value = f"{label} is cuda:{self.cuda_index} in this environment"
+        if nvml_index is not None and nvml_index != self.cuda_index:
+            value += f" (not cuda:{nvml_index}: use cuda:{self.cuda_index})"
+        return Outcome(S.PASS, value, listing)
+
+    def _not_visible(self, label: str, index: int | None, key: str) -> str:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        text = f"{label} is not visible to torch in this environment"
+        if visible is not None:
+            how = f"its UUID GPU-{key}"
+            if index is not None:
+                how += f" (or index {index} with CUDA_DEVICE_ORDER=PCI_BUS_ID)"
+            return f"{text}: CUDA_VISIBLE_DEVICES={visible!r} hides it; to use it, add {how}"
+        return f"{text}: none of torch's {self.count} GPU(s) has its UUID"
+
+    # Step 5 --------------------------------------------------------------------------------
+    def step_tensors(self) -> Outcome:
+        torch = self.torch
+        n = self.cuda_index
+        self.context_created = True
+        free, total = torch.cuda.mem_get_info(n)
+        wanted = self.request.size_mib * 2**20
+        cap = int(free * self.request.max_free_fraction) // 2**20 * 2**20
+        size = min(wanted, cap)
+        note = ""
+        if size < min(wanted, S.MIN_SIZE_MIB * 2**20):
+            return Outcome(
+                S.FAIL,
+                f"too little free memory on cuda:{n}: {_mib(free)} free of {_mib(total)}; "
+                f"nothing allocated",
+                f"The probe uses at most {self.request.max_free_fraction:.0%} of the free "
+                f"memory and needs at least {S.MIN_SIZE_MIB} MiB.",
+            )
+        if size < wanted:
+            note = f" (capped at {self.request.max_free_fraction:.0%} of free memory)"
+
+        created = torch.randn(3, 2, device=f"cuda:{n}")
+        device = torch.device("cuda", n)
+        on_cpu = torch.randn(3, 2)
+        moved = on_cpu.to(device)  # .to() returns a new tensor; on_cpu stays where it was
+        for label, tensor in (("randn(device=...)", created), (".to(device)", moved)):
+            if tensor.get_device() != n:
+                return Outcome(S.FAIL, f"{label}: get_device() is {tensor.get_device()}, not {n}")
+        left, right = torch.randn(64, 64), torch.randn(64, 64)
+        on_gpu = (left.to(device) @ right.to(device)).cpu()
+        if not torch.allclose(on_gpu, left @ right, rtol=1e-2, atol=1e-2):
+            error = float((on_gpu - left @ right).abs().max())
+            return Outcome(S.FAIL, f"matmul on cuda:{n} differs from the CPU's (max error {error})")
+        self.tensors["block"] = torch.empty(size // 4, dtype=torch.float32, device=device)
+        self.tensors["block"].normal_()
+        self.tensors["created"], self.tensors["moved"] = created, moved
+        torch.cuda.synchronize(n)
+        return Outcome(
+            S.PASS,
+            f"randn on cuda:{n}, .to(device), get_device()=={n}, matmul matches the CPU; "
+            f"holding {_mib(size)}{note}",
+            f"{_mib(free)} free of {_mib(total)} before. on_cpu.to(device) returned a new tensor "
+            f"on {moved.device}; on_cpu itself is still on {on_cpu.device}.",
+        )
+
+    def hold(self, watch: ParentWatch) -> None:
+        """Tell the parent what is held, and wait for it to look (or for the hold timeout)."""
+        torch = self.torch
+        self.channel.send(
+            Holding(
+                pid=os.getpid(),
+                cuda_index=self.cuda_index,
+                gpu_uuid=self.gpu_uuid,
+                allocated_bytes=int(torch.cuda.memory_allocated(self.cuda_index)),
+                reserved_bytes=int(torch.cuda.memory_reserved(self.cuda_index)),
+            )
+        )
+        watch.wait_continue(self.request.hold_timeout_s)
+
+    # Step 7 --------------------------------------------------------------------------------
+    def step_cross_device(self) -> Outcome:
+        torch = self.torch
+        n = self.cuda_index
+        if self.count < 2:
+            return Outcome(S.SKIP, f"only one GPU is visible to torch (cuda:{n})")
+        other = 1 if n == 0 else 0
+        here = torch.ones(2, device=torch.device("cuda", n))
+        there = torch.ones(2, device=torch.device("cuda", other))
+        try:
+            here + there
+            torch.cuda.synchronize(n)
+        except RuntimeError as error:
+            return Outcome(
+                S.PASS, f"cuda:{n} + cuda:{other} raised {_error_text(error)}", str(error)
+            )
+        return Outcome(S.FAIL, f"cuda:{n} + cuda:{other} did not raise an error")
+
+    # Step 8 --------------------------------------------------------------------------------
+    def step_bandwidth(self) -> Outcome:
+        torch = self.torch
+        n = self.cuda_index
+        block = self.tensors["block"]
+        note = ""
+        try:
+            host = torch.empty(block.numel(), dtype=torch.float32, pin_memory=True)
+        except RuntimeError:
+            host = torch.empty(block.numel(), dtype=torch.float32)
+            note = " (pageable host memory: pinning failed)"
+        host.fill_(1.0)
+        self.tensors["host"] = host
+        nbytes = block.numel() * 4
+
+        def best_seconds(action: Callable[[], object], repeats: int) -> float:
+            best = float("inf")
+            for _ in range(repeats):
+                torch.cuda.synchronize(n)
+                started = time.perf_counter()
+                action()
+                torch.cuda.synchronize(n)
+                best = min(best, time.perf_counter() - started)
+            return max(best, 1e-9)
+
+        to_device = nbytes / best_seconds(lambda: block.copy_(host), 3) / 1e9
+        to_host = nbytes / best_seconds(lambda: host.copy_(block), 3) / 1e9
+        side = min(4096, int((block.numel() // 3) ** 0.5) // 64 * 64)
+        value = f"H2D {to_device:.1f} GB/s, D2H {to_host:.1f} GB/s{note}"
+        if side >= 64:
+            square = side * side
+            a, b, c = (block[i * square : (i + 1) * square].view(side, side) for i in range(3))
+            torch.matmul(a, b, out=c)  # warm-up: cuBLAS picks its kernel here
+            seconds = best_seconds(lambda: torch.matmul(a, b, out=c), 5)
+            value += f", matmul {side}x{side} fp32 {2 * side**3 / seconds / 1e12:.1f} TFLOP/s"
+        return Outcome(S.PASS, value, f"{_mib(nbytes)} per copy, best of 3")
+
+    # Step 9 --------------------------------------------------------------------------------
+    def step_cleanup(self) -> Outcome:
+        import gc
+
+        torch = self.torch
+        n = self.cuda_index
+        held = int(torch.cuda.memory_reserved(n)) if n >= 0 else 0
+        self.tensors.clear()
+        gc.collect()
+        if n >= 0:
+            torch.cuda.synchronize(n)
+        torch.cuda.empty_cache()
+        reserved = int(torch.cuda.memory_reserved(n)) if n >= 0 else 0
+        if reserved:
+            return Outcome(S.FAIL, f"{_mib(reserved)} still reserved after empty_cache()")
+        return Outcome(S.PASS, f"freed {_mib(held)}, cache emptied; the child exits")
+
+
+def run_steps(probe: Probe, runner: StepRunner, watch: ParentWatch) -> None:
+    """Run the nine steps in order; a step whose prerequisite failed is skipped."""
+    order = list(S.STEPS)
+
+    def skip_rest(after: S.Step, reason: str, keep: tuple[S.Step, ...] = ()) -> None:
+        for step in order[order.index(after) + 1 :]:
+            if step not in keep:
+                runner.skip(step, reason)
+
+    if not runner.run(S.PYTHON, probe.step_python):
+        return skip_rest(S.PYTHON, "skipped: torch could not be imported")
+    runner.run(S.BUILD, probe.step_build)
+    if not runner.run(S.CUDA, probe.step_cuda):
+        return skip_rest(S.CUDA, "skipped: CUDA is not available")
+    if not runner.run(S.MAPPING, probe.step_mapping):
+        return skip_rest(S.MAPPING, "skipped: no cuda:N to probe")
+    if not runner.run(S.TENSORS, probe.step_tensors):
+        skip_rest(S.TENSORS, "skipped: step 5 did not pass", keep=(S.CLEANUP,))
+        runner.run(S.CLEANUP, probe.step_cleanup)
+        return None
+    probe.hold(watch)
+    runner.run(S.CROSS_DEVICE, probe.step_cross_device)
+    runner.run(S.BANDWIDTH, probe.step_bandwidth)
+    runner.run(S.CLEANUP, probe.step_cleanup)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the probe; the results go to stdout as protocol lines. Exit 0 unless the request
+    itself was bad (the verdict is in the ``done`` line)."""
+    parser = argparse.ArgumentParser(prog="python -m gpumon.probe.child")
+    parser.add_argument("--request", help="the parent's request, one JSON object")
+    parser.add_argument(
+        "--standalone", action="store_true", help="run by hand: no parent to wait for"
+    )
+    args = parser.parse_args(argv)
+    channel = Channel()
+    channel.send(Hello(os.getpid(), sys.executable or "python", sys.version.split()[0]))
+    watch = ParentWatch(exit_on_eof=not args.standalone)
+    watch.start()
+    runner = StepRunner(channel)
+    try:
+        request = decode_request(args.request) if args.request else Request(cuda_index=0)
+    except ProtocolError as error:
+        channel.send(Done(False, f"bad request from the parent: {error}"))
+        return EXIT_BAD_REQUEST
+    if args.standalone:
+        request = dataclasses.replace(request, hold_timeout_s=0.0)
+    run_steps(Probe(request, runner, channel), runner, watch)
+    failed = [step for step, status in runner.results.items() if status == S.FAIL]
+    summary = f"step {failed[0]} failed" if failed else "every step passed"
+    channel.send(Done(not failed, summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""Runs the probe child and turns everything it does, or fails to do, into step results.
+
+Never imports torch: the child does that, in its own process.
+
+How a foreign interpreter (``--probe-python``) finds the child's code
+--------------------------------------------------------------------
+The user's training environment does not have gpumon installed. The child is started as
+``PYTHON -c <bootstrap> <gpumon package dir> --request <JSON>``: the small bootstrap loads the
+``gpumon`` package from that exact directory (``importlib`` with an explicit location) and
+runs ``gpumon.probe.child`` as ``__main__``, like ``python -m gpumon.probe.child`` would.
+Putting gpumon's parent directory on ``PYTHONPATH`` instead would put gpumon's whole
+site-packages ahead of the user's, so the user's interpreter would import gpumon's own torch
+(or a torch built for another Python): the probe would check the wrong torch. The bootstrap
+exposes the ``gpumon`` package and nothing else, the environment is passed on unchanged
+(``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``PYTHONPATH`` ...), and the child is always
+the same code as the parent, so both speak the same protocol version.
+
+No child outlives gpumon
+------------------------
+* The child starts in its own session (process group); a timeout, garbage on its output or
+  cancelling :func:`run_probe` kills the whole group with SIGKILL and reaps it (``finally``).
+* An ``atexit`` hook kills any child still running when the interpreter exits.
+* If gpumon dies without running either (SIGKILL, a crash), the child's stdin pipe reaches
+  end of file and the child exits by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import inspect
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpumon.model import Sample
+from gpumon.probe import steps as S
+from gpumon.probe.protocol import (
+    Done,
+    Event,
+    Hello,
+    Holding,
+    ProtocolError,
+    Request,
+    StepEvent,
+    decode,
+    encode,
+    encode_continue,
+)
+
+NextSample = Callable[[], Awaitable[Sample]]
+"""Returns the next NVML sample taken after the call (the dashboard: its poller's next one)."""
+EventCallback = Callable[[Event], "Awaitable[None] | None"]
+
+# A line longer than this is garbage, not a protocol message.
+MAX_LINE_BYTES = 1 << 20
+# How long step 6 (and the post-exit check of step 9) may wait for NVML samples.
+CONFIRM_TIMEOUT_S = 10.0
+CONFIRM_SAMPLES = 5
+STDERR_TAIL_CHARS = 2000
+
+_BOOTSTRAP = """\
+import importlib.util, os, runpy, sys
+package_dir = sys.argv.pop(1)
+spec = importlib.util.spec_from_file_location(
+    "gpumon", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir]
+)
+module = importlib.util.module_from_spec(spec)
+sys.modules["gpumon"] = module
+spec.loader.exec_module(module)
+runpy.run_module("gpumon.probe.child", run_name="__main__", alter_sys=True)
+"""
+
+# Process groups of children still running: the atexit hook kills them.
+_LIVE_GROUPS: set[int] = set()
+
+
+def child_command(python: str | None = None) -> list[str]:
+    """The argv that starts the probe child in ``python`` (default: this interpreter)."""
+    package_dir = str(Path(__file__).resolve().parent.parent)
+    return [python or sys.executable, "-c", _BOOTSTRAP, package_dir]
+
+
+def _kill_group(pid: int) -> None:
+    # start_new_session=True made the child the leader of a group whose id is its PID.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+@atexit.register
+def _kill_live_children() -> None:
+    for pid in list(_LIVE_GROUPS):
+        _kill_group(pid)
+
+
+@dataclass
+class ProbeOutcome:
+    """How a probe ended. ``steps`` holds every step's final event (all nine)."""
+
+    ok: bool
+    summary: str
+    steps: dict[int, StepEvent] = field(default_factory=dict)
+    pid: int | None = None
+    returncode: int | None = None
+    timed_out: bool = False
+    holding: Holding | None = None
+
+
+class _Garbage(Exception):
+    """The child wrote a line that is not a protocol message."""
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:.0f} MiB"
+
+
+class _ProbeRun:
+    def __init__(
+        self,
+        request: Request,
+        argv: list[str],
+        timeout_s: float,
+        next_sample: NextSample | None,
+        on_event: EventCallback | None,
+        confirm_timeout_s: float,
+    ) -> None:
+        self.request = request
+        self.argv = argv
+        self.timeout_s = timeout_s
+        self.next_sample = next_sample
+        self.on_event = on_event
+        self.confirm_timeout_s = confirm_timeout_s
+        self.steps: dict[int, StepEvent] = {}
+        self.started: dict[int, float] = {}
+        self.hello: Hello | None = None
+        self.holding: Holding | None = None
+        self.child_done: Done | None = None
+        self.nvml_gpu_index: int | None = None  # set when step 6 read a sample with our GPU
+        self.stderr_tail = ""
+
+    async def emit(self, event: Event) -> None:
+        if isinstance(event, StepEvent):
+            self.steps[event.step] = event
+            if event.status == S.RUNNING:
+                self.started[event.step] = time.monotonic()
+        if self.on_event is not None:
+            result = self.on_event(event)
+            if inspect.isawaitable(result):
+                await result
+
+    async def step(self, step_id: int, status: str, value: str, detail: str = "") -> None:
+        started = self.started.get(step_id)
+        duration_ms = 0.0 if started is None else (time.monotonic() - started) * 1000
+        await self.emit(StepEvent(step_id, status, value, duration_ms, detail))
+
+    async def run(self) -> ProbeOutcome:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                limit=MAX_LINE_BYTES,
+            )
+        except OSError as error:
+            await self.settle(f"cannot start {self.argv[0]}: {error.strerror or error}")
+            return await self.finish(None, None, timed_out=False)
+        _LIVE_GROUPS.add(process.pid)
+        stderr_task = asyncio.ensure_future(self.drain_stderr(process))
+        failure: str | None = None
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(self.converse(process), self.timeout_s)
+            except asyncio.TimeoutError:
+                timed_out = True
+                _kill_group(process.pid)
+                failure = (
+                    f"timed out after {self.timeout_s:g} s: "
+                    f"the child (PID {process.pid}) was killed"
+                )
+            except _Garbage as garbage:
+                _kill_group(process.pid)
+                failure = f"the child's output is not the probe protocol: {garbage}"
+            returncode = await process.wait()
+        finally:
+            if process.returncode is None:
+                _kill_group(process.pid)
+            # Reap it even when this task is being cancelled; a second cancel cannot stop it.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(process.wait())
+            _LIVE_GROUPS.discard(process.pid)
+            if process.stdin is not None:
+                process.stdin.close()
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+                await asyncio.wait_for(stderr_task, 1.0)
+        if failure is None and returncode != 0:
+            failure = f"the child {_describe_exit(returncode)}"
+        if failure is None and self.child_done is None:
+            failure = "the child exited without finishing"
+        await self.settle(failure, self.stderr_detail() if failure else "")
+        if failure is None:
+            await self.confirm_released()
+        return await self.finish(process.pid, returncode, timed_out=timed_out)
+
+    async def converse(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None and process.stdin is not None
+        while True:
+            try:
+                line = await process.stdout.readline()
+            except ValueError:  # longer than MAX_LINE_BYTES
+                raise _Garbage(f"a line longer than {MAX_LINE_BYTES} bytes") from None
+            if not line:
+                break
+            try:
+                event = decode(line)
+            except ProtocolError as error:
+                text = line.decode("utf-8", "replace").strip()
+                shown = text if len(text) <= 80 else text[:77] + "..."
+                raise _Garbage(f"{shown!r} ({error})") from None
+            if isinstance(event, Done):
+                self.child_done = event
+                continue
+            if isinstance(event, Hello):
+                self.hello = event
+            await self.emit(event)
+            if isinstance(event, Holding):
+                self.holding = event
+                await self.confirm_holding(event)
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    process.stdin.write((encode_continue() + "\n").encode())
+                    await process.stdin.drain()
+        await process.wait()
+
+    async def drain_stderr(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stderr is not None
+        while chunk := await process.stderr.read(4096):
+            tail = self.stderr_tail + chunk.decode("utf-8", "replace")
+            self.stderr_tail = tail[-STDERR_TAIL_CHARS:]
+
+    def stderr_detail(self) -> str:
+        tail = self.stderr_tail.strip()
+        return f"stderr (last lines):\n{tail}" if tail else "(nothing on stderr)"
+
+    async def _sample(self, deadline: float) -> Sample | None:
+        assert self.next_sample is not None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self.next_sample(), remaining)
+        except asyncio.TimeoutError:
+            return None
+
+    async def confirm_holding(self, holding: Holding) -> None:
+        """Step 6: does NVML list the child's PID on the GPU, with about what it holds?"""
+        await self.step(S.NVML.id, S.RUNNING, "")
+        if self.next_sample is None:
+            await self.step(S.NVML.id, S.SKIP, "skipped: no NVML sampler in this mode")
+            return
+        key = S.uuid_key(holding.gpu_uuid)
+        if not key:
+            await self.step(S.NVML.id, S.SKIP, "skipped: the GPU's UUID is unknown")
+            return
+        deadline = time.monotonic() + self.confirm_timeout_s
+        seen_gpu = False
+        listed: str = ""
+        for _ in range(CONFIRM_SAMPLES):
+            try:
+                sample = await self._sample(deadline)
+            except Exception as error:
+                await self.step(S.NVML.id, S.SKIP, f"skipped: NVML sampling failed: {error}")
+                return
+            if sample is None:
+                break
+            if sample.unavailable is not None:
+                text = f"skipped: NVML unavailable: {sample.unavailable.headline}"
+                await self.step(S.NVML.id, S.SKIP, text)
+                return
+            if sample.simulated:
+                await self.step(S.NVML.id, S.SKIP, "skipped: the GPUs are simulated (--demo)")
+                return
+            gpu = next((g for g in sample.gpus if S.uuid_key(g.uuid) == key), None)
+            if gpu is None:
+                continue
+            seen_gpu = True
+            self.nvml_gpu_index = gpu.index
+            ours = [p for p in sample.processes_on(gpu.uuid) if p.pid == holding.pid]
+            listed = ", ".join(
+                f"PID {p.pid} ({_mib(p.gpu_memory_bytes) if p.gpu_memory_bytes else 'N/A'})"
+                for p in sample.processes_on(gpu.uuid)
+            )
+            if not ours:
+                continue
+            memory = ours[0].gpu_memory_bytes
+            where = f"PID {holding.pid} on GPU {gpu.index}"
+            holds = f"the probe holds {_mib(holding.allocated_bytes)}"
+            if memory is None:
+                await self.step(S.NVML.id, S.PASS, f"NVML lists {where} (memory N/A; {holds})")
+                return
+            # NVML's figure includes the CUDA context, so it is at least what torch reserved.
+            if memory >= holding.reserved_bytes * 0.95:
+                text = f"NVML lists {where} using {_mib(memory)} ({holds})"
+                await self.step(S.NVML.id, S.PASS, text)
+                return
+        if not seen_gpu:
+            await self.step(
+                S.NVML.id,
+                S.SKIP,
+                f"skipped: no NVML sample of {holding.gpu_uuid} within "
+                f"{self.confirm_timeout_s:g} s",
+            )
+            return
+        await self.step(
+            S.NVML.id,
+            S.FAIL,
+            f"NVML does not list PID {holding.pid} on GPU {self.nvml_gpu_index} with "
+            f"{_mib(holding.reserved_bytes)} or more",
+            f"Processes NVML lists on that GPU: {listed or 'none'}. In a container without "
+            "--pid=host NVML reports host PIDs, which differ from the child's.",
+        )
+
+    async def confirm_released(self) -> None:
+        """Step 9, after the child exited: NVML no longer lists its PID on the GPU."""
+        cleanup = self.steps.get(S.CLEANUP.id)
+        holding = self.holding
+        step6 = self.steps.get(S.NVML.id)
+        if (
+            cleanup is None
+            or cleanup.status != S.PASS
+            or holding is None
+            or step6 is None
+            or step6.status != S.PASS
+            or self.next_sample is None
+        ):
+            return
+        key = S.uuid_key(holding.gpu_uuid)
+        deadline = time.monotonic() + self.confirm_timeout_s
+        for _ in range(CONFIRM_SAMPLES):
+            try:
+                sample = await self._sample(deadline)
+            except Exception:
+                return
+            if sample is None:
+                break
+            gpu = next((g for g in sample.gpus if S.uuid_key(g.uuid) == key), None)
+            if gpu is None:
+                return
+            if all(p.pid != holding.pid for p in sample.processes_on(gpu.uuid)):
+                used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""
+                value = f"{cleanup.value}; NVML: PID {holding.pid} gone from GPU {gpu.index}{used}"
+                await self.emit(StepEvent(S.CLEANUP.id, S.PASS, value, cleanup.duration_ms))
+                return
+        value = f"NVML still lists PID {holding.pid} after the child exited"
+        await self.emit(StepEvent(S.CLEANUP.id, S.FAIL, value, cleanup.duration_ms))
+
+    async def settle(self, failure: str | None, detail: str = "") -> None:
+        """Give every step a final status: the first unfinished one fails with ``failure``."""
+        pending = [
+            step for step in S.STEP_IDS if step not in self.steps or not self.steps[step].final
+        ]
+        if failure is None:
+            failure = "the child ended without reporting this step" if pending else None
+        if failure is None:
+            return
+        if not pending:
+            # Every step reported, then the child misbehaved: that is step 9 ("the child exits").
+            last = self.steps[S.CLEANUP.id]
+            value = failure if last.status != S.FAIL else f"{last.value}; {failure}"
+            await self.emit(StepEvent(S.CLEANUP.id, S.FAIL, value, last.duration_ms, detail))
+            return
+        first, rest = pending[0], pending[1:]
+        await self.step(first, S.FAIL, failure, detail)
+        for step in rest:
+            await self.step(step, S.SKIP, f"not run: step {first} failed")
+
+    async def finish(
+        self, pid: int | None, returncode: int | None, *, timed_out: bool
+    ) -> ProbeOutcome:
+        failed = [event for event in self.steps.values() if event.status == S.FAIL]
+        skipped = sum(event.status == S.SKIP for event in self.steps.values())
+        if failed:
+            first = min(failed, key=lambda event: event.step)
+            summary = f"step {first.step} ({first.title}) failed: {first.value}"
+        else:
+            summary = "every step passed"
+            if self.holding is not None:
+                summary += f" on cuda:{self.holding.cuda_index}"
+            if skipped:
+                summary += f" ({skipped} skipped)"
+        ok = not failed
+        await self.emit(Done(ok, summary))
+        return ProbeOutcome(
+            ok=ok,
+            summary=summary,
+            steps=dict(sorted(self.steps.items())),
+            pid=pid,
+            returncode=returncode,
+            timed_out=timed_out,
+            holding=self.holding,
+        )
+
+
+async def run_probe(
+    request: Request,
+    *,
+    python: str | None = None,
+    timeout_s: float = S.DEFAULT_TIMEOUT_S,
+    next_sample: NextSample | None = None,
+    on_event: EventCallback | None = None,
+    command: Sequence[str] | None = None,
+    confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
+) -> ProbeOutcome:
+    """Run the probe child once and report every step through ``on_event``.
+
+    Never raises for anything the child does: a missing interpreter, a crash, garbage on its
+    output or a timeout each become a failed step, and the steps after it are skipped. The last
+    event is always the runner's own :class:`Done` with the verdict (the child's ``done`` line
+    is not passed on). Cancelling the task that awaits this kills the child and reaps it.
+
+    Args:
+        request: What to probe (GPU, allocation size). Sent to the child as ``--request``.
+        python: The interpreter to run the child in (default: the one running gpumon).
+        timeout_s: The whole run's time limit; past it the child's process group is killed.
+        next_sample: Returns the next NVML sample; used for step 6 (NVML sees the probe's PID
+            with its memory) and to confirm after step 9 that the PID is gone. Without it,
+            step 6 is skipped.
+        on_event: Called with each event (``Hello``, ``StepEvent``, ``Holding``, ``Done``), in
+            order; may be a coroutine function.
+        command: Replaces the child's argv before ``--request`` (tests run fake children).
+        confirm_timeout_s: How long step 6 waits for NVML samples.
+
+    Returns:
+        The outcome: the verdict, the final event of every step, the child's PID and status.
+    """
+    argv = [*(command if command is not None else child_command(python))]
+    argv += ["--request", encode(request)]
+    run = _ProbeRun(request, argv, timeout_s, next_sample, on_event, confirm_timeout_s)
+    return await run.run()
