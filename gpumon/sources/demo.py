@@ -74,15 +74,15 @@ class DemoSource:
     ) -> None:
         if gpu_count < 1:
             raise ValueError("a demo server needs at least one GPU")
+        if process_count is not None and process_count < 0:
+            raise ValueError("a demo server cannot have a negative number of processes")
         self._random = random.Random(seed)
         self._clock = clock
         self._tick_s = tick_s
         self._ticks = 0
         self._next_pid = 201_000 + self._random.randrange(1000)
         if current_user is None:
-            import getpass
-
-            current_user = getpass.getuser()
+            current_user = _login_name()
         self._current_user = current_user
         self._users = (*_OTHER_USERS, current_user)
         self._gpus = [self._new_gpu(index) for index in range(gpu_count)]
@@ -91,20 +91,21 @@ class DemoSource:
         wanted = process_count if process_count is not None else max(1, gpu_count * 3 // 2)
         self._target_processes = wanted
         self._processes = []
-        # GPU 0 drives a display, as on a workstation: a graphics process.
-        self._processes.append(
-            _SimProcess(
-                0,
-                2113,
-                "root",
-                "/usr/lib/xorg/Xorg vt1 -displayfd 3",
-                186 * MIB,
-                864_000.0,
-                0.4,
-                120 * MIB,
-                ProcessKind.GRAPHICS,
+        if wanted:
+            # GPU 0 drives a display, as on a workstation: a graphics process.
+            self._processes.append(
+                _SimProcess(
+                    0,
+                    2113,
+                    "root",
+                    "/usr/lib/xorg/Xorg vt1 -displayfd 3",
+                    186 * MIB,
+                    864_000.0,
+                    0.4,
+                    120 * MIB,
+                    ProcessKind.GRAPHICS,
+                )
             )
-        )
         while len(self._processes) < wanted:
             self._processes.append(self._new_process())
         if gpu_count >= 2 and wanted >= 3:
@@ -113,7 +114,8 @@ class DemoSource:
 
     def _new_gpu(self, index: int) -> _SimGpu:
         uuid_hex = "".join(f"{self._random.randrange(16):x}" for _ in range(32))
-        uuid = f"GPU-{uuid_hex[:8]}-{uuid_hex[8:12]}-{uuid_hex[12:16]}-{uuid_hex[16:20]}-{uuid_hex[20:]}"
+        groups = (uuid_hex[:8], uuid_hex[8:12], uuid_hex[12:16], uuid_hex[16:20], uuid_hex[20:])
+        uuid = "GPU-" + "-".join(groups)
         # About a quarter of the GPUs are idle: "is this GPU free?" has an answer.
         load = (
             0.0 if self._random.random() < 0.25 and index > 0 else self._random.uniform(0.4, 0.98)
@@ -249,3 +251,13 @@ class DemoSource:
 
     def close(self) -> None:
         pass
+
+
+def _login_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        # A container running under a uid with no passwd entry (and no $USER).
+        return "you"

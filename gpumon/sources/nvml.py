@@ -91,6 +91,12 @@ class _Device:
 
     def __init__(self, nvml: ModuleType, index: int, handle: Any) -> None:
         self.nvml = nvml
+        # nvidia-ml-py raises this (not an NVMLError) when an unversioned call such as
+        # nvmlDeviceGetComputeRunningProcesses (the R535 _v3 ABI) is missing from an older
+        # driver. An empty tuple catches nothing, for bindings that predate it.
+        self._version_mismatch: type[Exception] | tuple[()] = getattr(
+            nvml, "NVMLLibraryMismatchError", ()
+        )
         self.index = index
         self.handle = handle
         self.lost = handle is None
@@ -100,7 +106,6 @@ class _Device:
         self.pci_bus_id: str | None = None
         self.slowdown_c: int | None = None
         self.shutdown_c: int | None = None
-        self.memory_v2 = True
         if not self.lost:
             self._read_identity()
 
@@ -112,6 +117,10 @@ class _Device:
             return None
         try:
             return call(self.handle, *args)
+        except self._version_mismatch as error:
+            log.debug("GPU %d %s: %s", self.index, field, error)
+            self.unsupported.add(field)  # the driver lacks this ABI: as FUNCTION_NOT_FOUND
+            return None
         except self.nvml.NVMLError as error:
             code = _error_code(error)
             if code == NVML_ERROR_GPU_IS_LOST:
@@ -122,6 +131,23 @@ class _Device:
             else:
                 log.debug("GPU %d %s: %s", self.index, field, error)
             return None
+
+    def read_newest(
+        self, versions: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...]]]
+    ) -> Any:
+        """Read through the newest version of a call that this driver answers.
+
+        ``versions`` are (field, call or None when the binding lacks it, arguments), newest
+        first. A version the driver lacks is remembered as unsupported and skipped from then
+        on; a transient error gives ``None`` without trying an older version.
+        """
+        for field, call, args in versions:
+            if call is None or field in self.unsupported:
+                continue
+            value = self.read(field, call, *args)
+            if value is not None or field not in self.unsupported:
+                return value
+        return None
 
     def _read_identity(self) -> None:
         nvml = self.nvml
@@ -201,31 +227,35 @@ class _Device:
     def _memory(self) -> tuple[int | None, int | None, int | None]:
         nvml = self.nvml
         # v2 separates reserved memory; v1 counts it as used on R510+ (disagrees with nvidia-smi).
-        if self.memory_v2 and hasattr(nvml, "nvmlMemory_v2"):
-            info = self.read("memory_v2", nvml.nvmlDeviceGetMemoryInfo, nvml.nvmlMemory_v2)
-            if info is not None:
-                return int(info.used), int(info.total), int(info.reserved)
-            if "memory_v2" not in self.unsupported:
-                return None, None, None  # a transient error: do not fall back for good
-        self.memory_v2 = False
-        info = self.read("memory", nvml.nvmlDeviceGetMemoryInfo)
+        # A transient v2 error is N/A for this tick, not a reason to fall back to v1 for good.
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        info = self.read_newest(
+            [
+                ("memory_v2", nvml.nvmlDeviceGetMemoryInfo if v2 else None, (v2,)),
+                ("memory", nvml.nvmlDeviceGetMemoryInfo, ()),
+            ]
+        )
         if info is None:
             return None, None, None
-        return int(info.used), int(info.total), None
+        reserved = getattr(info, "reserved", None)
+        return int(info.used), int(info.total), None if reserved is None else int(reserved)
 
     def processes(self) -> dict[int, tuple[ProcessKind, int | None]]:
         """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once."""
         nvml = self.nvml
         found: dict[int, tuple[ProcessKind, int | None]] = {}
-        for field, call, kind in (
-            ("compute_processes", nvml.nvmlDeviceGetComputeRunningProcesses, ProcessKind.COMPUTE),
-            (
-                "graphics_processes",
-                nvml.nvmlDeviceGetGraphicsRunningProcesses,
-                ProcessKind.GRAPHICS,
-            ),
+        for field, function, kind in (
+            ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
+            ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
         ):
-            for entry in self.read(field, call) or ():
+            # The unversioned call is the R535+ (_v3) ABI; drivers before R535 answer _v2.
+            entries = self.read_newest(
+                [
+                    (field, getattr(nvml, function, None), ()),
+                    (f"{field}_v2", getattr(nvml, f"{function}_v2", None), ()),
+                ]
+            )
+            for entry in entries or ():
                 pid = int(entry.pid)
                 if not 0 < pid <= _MAX_PID:
                     continue
@@ -233,10 +263,7 @@ class _Device:
                 memory = int(memory) if isinstance(memory, int) and memory < (1 << 62) else None
                 if pid in found:
                     previous_kind, previous_memory = found[pid]
-                    if previous_kind is not kind:
-                        kind_here = ProcessKind.BOTH
-                    else:
-                        kind_here = kind
+                    kind_here = ProcessKind.BOTH if previous_kind is not kind else kind
                     found[pid] = (kind_here, previous_memory if memory is None else memory)
                 else:
                     found[pid] = (kind, memory)

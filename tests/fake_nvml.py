@@ -1,0 +1,490 @@
+"""Shared fakes: an NVML module driven by per-GPU dicts, and psutil processes.
+
+The fake NVML exposes the ``pynvml`` names that ``gpumon.sources.nvml`` uses. Its error class,
+error codes and constants are the real ``pynvml`` ones, so ``FakeNvml(...).NVMLError(3)`` is a
+real ``pynvml.NVMLError_NotSupported`` and a wrong constant in the code under test shows up as
+a wrong answer here.
+
+A GPU is a dict from field name (see :data:`DEVICE_FIELDS`) to the value NVML returns. A value
+may instead be :class:`Fail` (raise ``NVMLError(code)``) or an exception instance (raised as is).
+A field missing from the dict answers NOT_SUPPORTED. Tests change values between samples by
+assigning into ``fake.gpus[i]``. Every device call is counted per function, GPU and arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import pwd
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import pynvml
+
+MIB = 1024**2
+GIB = 1024**3
+
+# The fields a GPU dict may hold, and the pynvml call (with arguments) that returns each.
+DEVICE_FIELDS = {
+    "handle": "nvmlDeviceGetHandleByIndex",
+    "uuid": "nvmlDeviceGetUUID",
+    "name": "nvmlDeviceGetName",
+    "pci": "nvmlDeviceGetPciInfo",
+    "temperature_slowdown": "nvmlDeviceGetTemperatureThreshold(SLOWDOWN)",
+    "temperature_shutdown": "nvmlDeviceGetTemperatureThreshold(SHUTDOWN)",
+    "memory": "nvmlDeviceGetMemoryInfo",
+    "memory_v2": "nvmlDeviceGetMemoryInfo(nvmlMemory_v2)",
+    "utilization": "nvmlDeviceGetUtilizationRates",
+    "power": "nvmlDeviceGetPowerUsage",
+    "power_limit": "nvmlDeviceGetEnforcedPowerLimit",
+    "persistence": "nvmlDeviceGetPersistenceMode",
+    "display": "nvmlDeviceGetDisplayActive",
+    "pstate": "nvmlDeviceGetPerformanceState",
+    "compute_mode": "nvmlDeviceGetComputeMode",
+    "mig": "nvmlDeviceGetMigMode",
+    "fan": "nvmlDeviceGetFanSpeed",
+    "temperature": "nvmlDeviceGetTemperature(GPU)",
+    "clock_sm": "nvmlDeviceGetClockInfo(SM)",
+    "clock_memory": "nvmlDeviceGetClockInfo(MEM)",
+    "ecc_uncorrected_volatile": "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
+    # The unversioned calls are the _v3 ABI (R535+), as in nvidia-ml-py.
+    "compute_processes": "nvmlDeviceGetComputeRunningProcesses",
+    "graphics_processes": "nvmlDeviceGetGraphicsRunningProcesses",
+    "compute_processes_v2": "nvmlDeviceGetComputeRunningProcesses_v2",
+    "graphics_processes_v2": "nvmlDeviceGetGraphicsRunningProcesses_v2",
+}
+
+
+@dataclass(frozen=True)
+class Fail:
+    """A field value meaning: this call raises ``pynvml.NVMLError(code)``."""
+
+    code: int
+
+
+@dataclass
+class Utilization:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class Memory:
+    total: int
+    free: int
+    used: int
+
+
+@dataclass
+class MemoryV2:
+    total: int
+    reserved: int
+    free: int
+    used: int
+    version: int = pynvml.nvmlMemory_v2
+
+
+@dataclass
+class PciInfo:
+    busId: Any
+    busIdLegacy: Any
+
+
+@dataclass
+class ProcessInfo:
+    pid: int
+    usedGpuMemory: int | None
+
+
+def make_gpu(index: int, **overrides: Any) -> dict[str, Any]:
+    """A healthy R535-era data-centre GPU whose every field answers."""
+    used, reserved, total = (1000 + index) * MIB, 500 * MIB, 80 * GIB
+    free = total - used - reserved
+    gpu: dict[str, Any] = {
+        "handle": None,
+        "uuid": f"GPU-{index:08x}-1111-2222-3333-444455556666",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci": PciInfo(busId=f"00000000:{0x18 + index:02X}:00.0", busIdLegacy="legacy"),
+        "temperature_slowdown": 87,
+        "temperature_shutdown": 92,
+        # v1 counts reserved memory as used (R510+); v2 separates it.
+        "memory": Memory(total=total, free=free, used=used + reserved),
+        "memory_v2": MemoryV2(total=total, reserved=reserved, free=free, used=used),
+        "utilization": Utilization(gpu=40 + index, memory=20 + index),
+        "power": 150_250 + index,
+        "power_limit": 700_000,
+        "persistence": pynvml.NVML_FEATURE_ENABLED,
+        "display": pynvml.NVML_FEATURE_DISABLED,
+        "pstate": pynvml.NVML_PSTATE_0,
+        "compute_mode": pynvml.NVML_COMPUTEMODE_DEFAULT,
+        "mig": [pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE],
+        "fan": 30 + index,
+        "temperature": 50 + index,
+        "clock_sm": 1980,
+        "clock_memory": 2619,
+        "ecc_uncorrected_volatile": 0,
+        "compute_processes": [],
+        "graphics_processes": [],
+    }
+    gpu.update(overrides)
+    return gpu
+
+
+@dataclass(frozen=True)
+class _Handle:
+    index: int
+
+
+class FakeNvml:
+    """A stand-in for the ``pynvml`` module (pass it as ``NvmlSource(nvml=...)``)."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
+
+    def __init__(
+        self,
+        gpus: list[dict[str, Any]],
+        *,
+        init_error: int | None = None,
+        driver_version: Any = "535.183.01",
+        cuda_driver_version: Any = 12020,
+        nvml_version: Any = "12.535.183.01",
+    ) -> None:
+        for name in dir(pynvml):
+            if name.startswith("NVML_"):
+                setattr(self, name, getattr(pynvml, name))
+        # An instance attribute so a test can delete it (a binding older than memory v2).
+        self.nvmlMemory_v2 = pynvml.nvmlMemory_v2
+        self.gpus = gpus
+        self.init_error = init_error
+        self.system: dict[str, Any] = {
+            "driver_version": driver_version,
+            "cuda_driver_version": cuda_driver_version,
+            "nvml_version": nvml_version,
+        }
+        self.device_count: Any = None  # None: len(gpus)
+        self.initialised = False
+        self.shutdowns = 0
+        self.calls: Counter[tuple[str, int, tuple[Any, ...]]] = Counter()
+
+    # -- what tests ask ----------------------------------------------------------------------
+
+    def count(self, function: str, index: int | None = None, *args: Any) -> int:
+        """Calls made to ``function`` (on GPU ``index``, with ``args``, when given)."""
+        return sum(
+            n
+            for (name, gpu, call_args), n in self.calls.items()
+            if name == function
+            and (index is None or gpu == index)
+            and (not args or call_args == args)
+        )
+
+    def device_calls(self, index: int) -> int:
+        """Every call made on GPU ``index`` so far."""
+        return sum(n for (_, gpu, _), n in self.calls.items() if gpu == index)
+
+    # -- init and system ---------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:
+        self._check_initialised()
+        self.shutdowns += 1
+        self.initialised = False
+
+    def nvmlSystemGetDriverVersion(self) -> Any:
+        return self._system("driver_version")
+
+    def nvmlSystemGetCudaDriverVersion(self) -> Any:
+        return self._system("cuda_driver_version")
+
+    def nvmlSystemGetNVMLVersion(self) -> Any:
+        return self._system("nvml_version")
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check_initialised()
+        return _answer(self.device_count) if self.device_count is not None else len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        self._check_initialised()
+        self.calls["nvmlDeviceGetHandleByIndex", index, ()] += 1
+        if not 0 <= index < len(self.gpus):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        _answer(self.gpus[index]["handle"])
+        return _Handle(index)
+
+    # -- device fields -----------------------------------------------------------------------
+
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetUUID", handle, "uuid")
+
+    def nvmlDeviceGetName(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetName", handle, "name")
+
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetPciInfo", handle, "pci")
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle: _Handle, threshold: int) -> Any:
+        fields = {
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "temperature_slowdown",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "temperature_shutdown",
+        }
+        return self._device("nvmlDeviceGetTemperatureThreshold", handle, fields, threshold)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: Any = None) -> Any:
+        if not version:
+            return self._device("nvmlDeviceGetMemoryInfo", handle, "memory")
+        # Any other version number is a caller bug: the real library refuses it.
+        fields = {pynvml.nvmlMemory_v2: "memory_v2"}
+        return self._device("nvmlDeviceGetMemoryInfo", handle, fields, version)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetUtilizationRates", handle, "utilization")
+
+    def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetPowerUsage", handle, "power")
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetEnforcedPowerLimit", handle, "power_limit")
+
+    def nvmlDeviceGetPersistenceMode(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetPersistenceMode", handle, "persistence")
+
+    def nvmlDeviceGetDisplayActive(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetDisplayActive", handle, "display")
+
+    def nvmlDeviceGetPerformanceState(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetPerformanceState", handle, "pstate")
+
+    def nvmlDeviceGetComputeMode(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetComputeMode", handle, "compute_mode")
+
+    def nvmlDeviceGetMigMode(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetMigMode", handle, "mig")
+
+    def nvmlDeviceGetFanSpeed(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetFanSpeed", handle, "fan")
+
+    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> Any:
+        fields = {pynvml.NVML_TEMPERATURE_GPU: "temperature"}
+        return self._device("nvmlDeviceGetTemperature", handle, fields, sensor)
+
+    def nvmlDeviceGetClockInfo(self, handle: _Handle, clock: int) -> Any:
+        fields = {pynvml.NVML_CLOCK_SM: "clock_sm", pynvml.NVML_CLOCK_MEM: "clock_memory"}
+        return self._device("nvmlDeviceGetClockInfo", handle, fields, clock)
+
+    def nvmlDeviceGetTotalEccErrors(
+        self, handle: _Handle, error_type: int, counter_type: int
+    ) -> Any:
+        fields = {
+            (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ): "ecc_uncorrected_volatile"
+        }
+        return self._device("nvmlDeviceGetTotalEccErrors", handle, fields, error_type, counter_type)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> Any:
+        with _version_mismatch("nvmlDeviceGetComputeRunningProcesses"):
+            return self._device("nvmlDeviceGetComputeRunningProcesses", handle, "compute_processes")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> Any:
+        with _version_mismatch("nvmlDeviceGetGraphicsRunningProcesses"):
+            return self._device(
+                "nvmlDeviceGetGraphicsRunningProcesses", handle, "graphics_processes"
+            )
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: _Handle) -> Any:
+        return self._device(
+            "nvmlDeviceGetComputeRunningProcesses_v2", handle, "compute_processes_v2"
+        )
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: _Handle) -> Any:
+        return self._device(
+            "nvmlDeviceGetGraphicsRunningProcesses_v2", handle, "graphics_processes_v2"
+        )
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _check_initialised(self) -> None:
+        if not self.initialised:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _system(self, key: str) -> Any:
+        self._check_initialised()
+        return _answer(self.system[key])
+
+    def _device(
+        self, function: str, handle: _Handle, fields: str | dict[Any, str], *args: Any
+    ) -> Any:
+        self._check_initialised()
+        if not isinstance(handle, _Handle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self.calls[function, handle.index, args] += 1
+        if isinstance(fields, str):
+            key: str | None = fields
+        else:
+            key = fields.get(args[0] if len(args) == 1 else args)
+        if key is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[handle.index]
+        if key not in gpu:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return _answer(gpu[key])
+
+
+def _answer(value: Any) -> Any:
+    if isinstance(value, Fail):
+        raise pynvml.NVMLError(value.code)
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+@contextlib.contextmanager
+def _version_mismatch(function: str) -> Iterator[None]:
+    """What nvidia-ml-py's ``throwOnVersionMismatch`` does to its unversioned calls."""
+    try:
+        yield
+    except pynvml.NVMLError_FunctionNotFound as error:
+        raise pynvml.NVMLLibraryMismatchError(
+            f"Unversioned function called and the pyNVML version does not match the NVML lib "
+            f"version. Use a versioned function such as {function}_v2"
+        ) from error
+
+
+# -- psutil ------------------------------------------------------------------------------------
+
+
+def user_name(uid: int) -> str:
+    """What a user should see for ``uid`` on this machine: its login name, else the number."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@dataclass
+class _Uids:
+    real: int
+    effective: int
+    saved: int
+
+
+@dataclass
+class _MemoryInfo:
+    rss: int
+    vms: int
+
+
+@dataclass
+class FakeProcess:
+    """A ``psutil.Process`` look-alike living in a :class:`FakeProcessTable`.
+
+    ``errors`` maps a method name to the exception it raises. ``cpu_percents`` are returned by
+    successive ``cpu_percent()`` calls (the first of which, as in psutil, primes the counter).
+    Once removed from its table, or replaced by a process with another create time, every
+    method raises ``NoSuchProcess`` and ``is_running()`` is False, as with a real process.
+    """
+
+    pid: int
+    create_time_s: float = 1_000.0
+    uid: int = 1000
+    user: str = "alice"
+    cmdline_parts: list[str] = field(default_factory=lambda: ["python", "train.py"])
+    process_name: str = "python"
+    cpu_percents: list[float] = field(default_factory=lambda: [0.0, 50.0, 75.0, 25.0])
+    rss: int = 2 * GIB
+    errors: dict[str, BaseException] = field(default_factory=dict)
+    table: FakeProcessTable | None = None
+    cpu_calls: int = 0
+
+    def _call(self, method: str) -> None:
+        if not self.is_running():
+            raise psutil.NoSuchProcess(self.pid)
+        if method in self.errors:
+            raise self.errors[method]
+
+    def is_running(self) -> bool:
+        current = self.table.processes.get(self.pid) if self.table is not None else self
+        return current is not None and current.create_time_s == self.create_time_s
+
+    @contextlib.contextmanager
+    def oneshot(self) -> Iterator[None]:
+        yield
+
+    def create_time(self) -> float:
+        self._call("create_time")
+        return self.create_time_s
+
+    def uids(self) -> _Uids:
+        self._call("uids")
+        return _Uids(self.uid, self.uid, self.uid)
+
+    def username(self) -> str:
+        self._call("username")
+        return self.user
+
+    def cmdline(self) -> list[str]:
+        self._call("cmdline")
+        return list(self.cmdline_parts)
+
+    def name(self) -> str:
+        self._call("name")
+        return self.process_name
+
+    def cpu_percent(self, interval: float | None = None) -> float:
+        self._call("cpu_percent")
+        value = self.cpu_percents[min(self.cpu_calls, len(self.cpu_percents) - 1)]
+        self.cpu_calls += 1
+        return value
+
+    def memory_info(self) -> _MemoryInfo:
+        self._call("memory_info")
+        return _MemoryInfo(rss=self.rss, vms=4 * self.rss)
+
+
+class FakeProcessTable:
+    """The host's process table, as ``process_factory`` for ``ProcessInspector``.
+
+    Like ``psutil.Process(pid)``, each lookup returns a new object (with its own
+    ``cpu_percent`` counter) for the process now holding that PID; ``handed_out[pid]`` lists
+    them. A PID not in the table raises ``NoSuchProcess``, as psutil does for a process that
+    has exited or lives in another PID namespace.
+    """
+
+    def __init__(self, *processes: FakeProcess) -> None:
+        self.processes: dict[int, FakeProcess] = {}
+        self.handed_out: dict[int, list[FakeProcess]] = {}
+        self.attempts: Counter[int] = Counter()
+        for process in processes:
+            self.add(process)
+
+    def add(self, process: FakeProcess) -> FakeProcess:
+        process.table = self
+        self.processes[process.pid] = process
+        return process
+
+    def remove(self, pid: int) -> None:
+        del self.processes[pid]
+
+    def lookups(self, pid: int) -> int:
+        """How many times ``pid`` was looked up, found or not."""
+        return self.attempts[pid]
+
+    def __call__(self, pid: int) -> FakeProcess:
+        self.attempts[pid] += 1
+        if pid not in self.processes:
+            raise psutil.NoSuchProcess(pid)
+        handle = dataclasses.replace(self.processes[pid], cpu_calls=0)
+        self.handed_out.setdefault(pid, []).append(handle)
+        return handle

@@ -1,0 +1,139 @@
+"""DemoSource: a seeded, clearly labelled simulation."""
+
+from __future__ import annotations
+
+import getpass
+
+import pytest
+
+from gpumon.model import Sample
+from gpumon.sources.demo import DemoSource
+
+
+def run(source: DemoSource, ticks: int = 5) -> list[Sample]:
+    return [source.sample() for _ in range(ticks)]
+
+
+def demo(**kwargs: object) -> DemoSource:
+    return DemoSource(clock=lambda: 1_700_000_000.0, current_user="me", **kwargs)  # type: ignore[arg-type]
+
+
+def test_same_seed_same_server() -> None:
+    first = run(demo(gpu_count=4, seed=7))
+    second = run(demo(gpu_count=4, seed=7))
+
+    assert first == second
+    for a, b in zip(first, second, strict=True):
+        assert [g.uuid for g in a.gpus] == [g.uuid for g in b.gpus]
+        assert [g.utilization_gpu_pct for g in a.gpus] == [g.utilization_gpu_pct for g in b.gpus]
+        assert [g.temperature_c for g in a.gpus] == [g.temperature_c for g in b.gpus]
+        assert [(p.pid, p.cpu_pct) for p in a.processes] == [
+            (p.pid, p.cpu_pct) for p in b.processes
+        ]
+        assert a.host.cpu_pct == b.host.cpu_pct
+
+
+def test_another_seed_another_server() -> None:
+    first = run(demo(gpu_count=4, seed=1))
+    second = run(demo(gpu_count=4, seed=2))
+
+    assert [g.uuid for g in first[0].gpus] != [g.uuid for g in second[0].gpus]
+
+
+def test_values_move_between_ticks() -> None:
+    samples = run(demo(gpu_count=4, seed=3), ticks=10)
+
+    assert len({tuple(g.power_draw_w for g in s.gpus) for s in samples}) > 1
+
+
+def test_timestamps_come_from_the_clock() -> None:
+    ticks = iter([10.0, 11.0, 12.5])
+    source = DemoSource(clock=lambda: next(ticks), current_user="me")
+
+    assert [s.timestamp_s for s in run(source, 3)] == [10.0, 11.0, 12.5]
+
+
+def test_always_labelled_simulated() -> None:
+    source = demo(gpu_count=2)
+
+    assert source.simulated is True
+    assert all(s.simulated for s in run(source))
+    assert all(s.unavailable is None for s in run(source))
+
+
+@pytest.mark.parametrize("gpu_count", [1, 2, 4, 8])
+@pytest.mark.parametrize("process_count", [0, 1, 3, 12])
+def test_counts_honour_parameters(gpu_count: int, process_count: int) -> None:
+    source = demo(gpu_count=gpu_count, process_count=process_count, seed=5)
+
+    for sample in run(source, 20):
+        assert [g.index for g in sample.gpus] == list(range(gpu_count))
+        assert len(sample.processes) == process_count
+        assert len({(p.gpu_uuid, p.pid) for p in sample.processes}) == process_count
+        assert {p.gpu_uuid for p in sample.processes} <= {g.uuid for g in sample.gpus}
+
+
+def test_default_process_count_is_one_and_a_half_per_gpu() -> None:
+    assert len(demo(gpu_count=4).sample().processes) == 6
+
+
+def test_no_gpus_is_refused() -> None:
+    with pytest.raises(ValueError):
+        DemoSource(gpu_count=0, current_user="me")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_values_stay_in_range(seed: int) -> None:
+    for sample in run(demo(gpu_count=8, process_count=12, seed=seed), 300):
+        for gpu in sample.gpus:
+            assert gpu.utilization_gpu_pct is not None
+            assert 0 <= gpu.utilization_gpu_pct <= 100
+            assert gpu.utilization_memory_pct is not None
+            assert 0 <= gpu.utilization_memory_pct <= 100
+            assert gpu.memory_used_bytes is not None
+            assert gpu.memory_total_bytes is not None
+            assert 0 < gpu.memory_used_bytes <= gpu.memory_total_bytes
+            assert gpu.temperature_c is not None
+            assert gpu.temperature_slowdown_c is not None
+            assert gpu.temperature_c < gpu.temperature_slowdown_c
+            assert gpu.power_draw_w is not None
+            assert gpu.power_limit_w is not None
+            assert 0 < gpu.power_draw_w <= gpu.power_limit_w
+            assert gpu.fan_pct is not None
+            assert 0 <= gpu.fan_pct <= 100
+        host = sample.host
+        assert host.cpu_pct is not None
+        assert 0 <= host.cpu_pct <= 100
+        assert host.memory_used_bytes is not None
+        assert host.memory_total_bytes is not None
+        assert host.memory_used_bytes <= host.memory_total_bytes
+
+
+def test_the_current_user_owns_some_processes_and_hidden_rows_show_nothing() -> None:
+    samples = run(demo(gpu_count=4, process_count=12, seed=0), 3)
+
+    for sample in samples:
+        mine = [p for p in sample.processes if p.is_current_user]
+        assert all(p.user == "me" for p in mine)
+        for process in sample.processes:
+            if not process.visible:
+                assert (process.user, process.command, process.cpu_pct) == (None, None, None)
+                assert process.gpu_memory_bytes is not None
+
+
+def test_works_when_the_login_name_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container running under an arbitrary uid has no passwd entry: getpass raises."""
+
+    def no_login_name() -> str:
+        raise KeyError("getpwuid(): uid not found: 12345")
+
+    monkeypatch.setattr(getpass, "getuser", no_login_name)
+
+    sample = DemoSource(gpu_count=2, clock=lambda: 0.0).sample()
+
+    assert len(sample.gpus) == 2
+
+
+def test_negative_process_count_is_refused() -> None:
+    with pytest.raises(ValueError):
+        DemoSource(process_count=-1, current_user="me")

@@ -1,0 +1,272 @@
+"""ProcessInspector: joining NVML's PIDs with what psutil can (and cannot) read."""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+import psutil
+import pytest
+
+from gpumon.sources.host import NOT_VISIBLE, HostProcessInfo, ProcessInspector, sample_host
+from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
+
+MY_UID = 1000
+OTHER_UID = 1001
+NOW = 10_000.0
+
+
+def inspector_for(table: FakeProcessTable) -> ProcessInspector:
+    return ProcessInspector(
+        process_factory=table,  # type: ignore[arg-type]
+        current_uid=MY_UID,
+        clock=lambda: NOW,
+    )
+
+
+def inspect_one(inspector: ProcessInspector, pid: int) -> HostProcessInfo:
+    return inspector.inspect({pid})[pid]
+
+
+def test_a_readable_process() -> None:
+    table = FakeProcessTable(
+        FakeProcess(
+            10,
+            create_time_s=NOW - 3600,
+            uid=MY_UID,
+            cmdline_parts=["python", "train.py", "--epochs", "3"],
+            cpu_percents=[0.0, 180.0],
+            rss=5 * GIB,
+        )
+    )
+    inspector = inspector_for(table)
+
+    first = inspect_one(inspector, 10)
+    second = inspect_one(inspector, 10)
+
+    assert second == HostProcessInfo(
+        visible=True,
+        user=user_name(MY_UID),
+        command="python train.py --epochs 3",
+        cpu_pct=180.0,
+        rss_bytes=5 * GIB,
+        elapsed_s=3600.0,
+        is_current_user=True,
+    )
+    # psutil's first cpu_percent() only primes the counter: N/A, never a fake 0 %.
+    assert first.cpu_pct is None
+    assert first.rss_bytes == 5 * GIB
+
+
+def test_another_users_process_is_not_mine() -> None:
+    table = FakeProcessTable(FakeProcess(11, uid=OTHER_UID))
+
+    info = inspect_one(inspector_for(table), 11)
+
+    assert info.is_current_user is False
+    assert info.user == user_name(OTHER_UID)
+
+
+def test_uid_without_a_login_name_shows_the_number() -> None:
+    uid = 3_999_123
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        pass
+    else:  # pragma: no cover - only on a machine that really has this user
+        pytest.skip(f"uid {uid} exists here")
+    table = FakeProcessTable(FakeProcess(12, uid=uid))
+
+    assert inspect_one(inspector_for(table), 12).user == str(uid)
+
+
+def test_access_denied_on_cmdline_falls_back_to_name() -> None:
+    table = FakeProcessTable(
+        FakeProcess(20, process_name="vllm", errors={"cmdline": psutil.AccessDenied(20)})
+    )
+
+    info = inspect_one(inspector_for(table), 20)
+
+    assert info.command == "vllm"
+    assert info.visible is True
+
+
+def test_empty_cmdline_falls_back_to_name() -> None:
+    table = FakeProcessTable(FakeProcess(21, cmdline_parts=[], process_name="Xorg"))
+
+    assert inspect_one(inspector_for(table), 21).command == "Xorg"
+
+
+def test_nothing_about_the_command_readable() -> None:
+    denied = psutil.AccessDenied(22)
+    table = FakeProcessTable(FakeProcess(22, errors={"cmdline": denied, "name": denied}))
+
+    info = inspect_one(inspector_for(table), 22)
+
+    assert info.command is None
+    assert info.visible is True
+    assert info.user == user_name(1000)
+
+
+def test_access_denied_on_usage_keeps_the_user() -> None:
+    table = FakeProcessTable(
+        FakeProcess(
+            30,
+            uid=OTHER_UID,
+            errors={"cpu_percent": psutil.AccessDenied(30), "memory_info": psutil.AccessDenied(30)},
+        )
+    )
+    inspector = inspector_for(table)
+
+    inspect_one(inspector, 30)
+    info = inspect_one(inspector, 30)
+
+    assert (info.cpu_pct, info.rss_bytes) == (None, None)
+    assert info.user == user_name(OTHER_UID)
+    assert info.command == "python train.py"
+    assert info.visible is True
+
+
+def test_access_denied_on_uids_falls_back_to_username() -> None:
+    table = FakeProcessTable(
+        FakeProcess(31, user="svc-train", errors={"uids": psutil.AccessDenied(31)})
+    )
+
+    info = inspect_one(inspector_for(table), 31)
+
+    assert info.user == "svc-train"
+    assert info.is_current_user is False
+
+
+def test_zombie_is_handled() -> None:
+    zombie = psutil.ZombieProcess(40)
+    table = FakeProcessTable(
+        FakeProcess(40, errors={"cmdline": zombie, "cpu_percent": zombie}),
+        FakeProcess(41, errors={"cmdline": zombie}, process_name="python3"),
+    )
+
+    infos = inspector_for(table).inspect({40, 41})
+
+    assert infos[40].visible is False
+    assert infos[41].command == "python3"
+    assert infos[41].visible is True
+
+
+def test_pid_outside_this_namespace_is_not_visible() -> None:
+    table = FakeProcessTable()
+
+    info = inspect_one(inspector_for(table), 4_000_000)
+
+    assert info == NOT_VISIBLE
+    assert info.visible is False
+
+
+def test_process_exiting_between_two_inspections() -> None:
+    table = FakeProcessTable(FakeProcess(50))
+    inspector = inspector_for(table)
+
+    assert inspect_one(inspector, 50).visible is True
+    table.remove(50)
+    assert inspect_one(inspector, 50).visible is False
+
+
+def test_process_exiting_while_being_read() -> None:
+    table = FakeProcessTable(FakeProcess(51, errors={"memory_info": psutil.NoSuchProcess(51)}))
+
+    assert inspect_one(inspector_for(table), 51).visible is False
+
+
+# -- 8. one psutil.Process per (pid, create time) ----------------------------------------------
+
+
+def test_process_object_is_reused_across_inspections() -> None:
+    table = FakeProcessTable(FakeProcess(60, cpu_percents=[0.0, 20.0, 30.0]))
+    inspector = inspector_for(table)
+
+    readings = [inspect_one(inspector, 60).cpu_pct for _ in range(3)]
+
+    assert table.lookups(60) == 1
+    (same_object,) = table.handed_out[60]
+    assert same_object.cpu_calls == 3
+    assert readings == [None, 20.0, 30.0]
+
+
+def test_reused_pid_gets_a_fresh_process_object() -> None:
+    table = FakeProcessTable(FakeProcess(70, create_time_s=100.0, cpu_percents=[0.0, 90.0]))
+    inspector = inspector_for(table)
+    inspect_one(inspector, 70)
+    inspect_one(inspector, 70)
+
+    # The job exits and the kernel hands its PID to a new process.
+    table.add(
+        FakeProcess(
+            70,
+            create_time_s=NOW - 5,
+            uid=OTHER_UID,
+            cmdline_parts=["python", "serve.py"],
+            cpu_percents=[0.0, 12.0],
+        )
+    )
+    info = inspect_one(inspector, 70)
+
+    assert table.lookups(70) == 2
+    assert info.command == "python serve.py"
+    assert info.user == user_name(OTHER_UID)
+    assert info.elapsed_s == 5.0
+    # A new process: its counter is primed afresh, not a delta against the old one.
+    assert info.cpu_pct is None
+    assert inspect_one(inspector, 70).cpu_pct == 12.0
+
+
+def test_pids_no_longer_asked_about_are_forgotten() -> None:
+    table = FakeProcessTable(*(FakeProcess(pid) for pid in range(100, 200)))
+    inspector = inspector_for(table)
+
+    inspector.inspect(range(100, 200))
+    inspector.inspect({100})
+    inspector.inspect({150})
+
+    # 150 was forgotten in between: looked up again and primed again.
+    assert table.lookups(150) == 2
+    assert table.lookups(100) == 1
+    assert inspector.inspect({150})[150].cpu_pct == 50.0
+    assert inspector.inspect(set()) == {}
+    assert table.lookups(150) == 2
+    assert inspector.inspect({150})[150].cpu_pct is None
+    assert table.lookups(150) == 3
+
+
+# -- the real thing ----------------------------------------------------------------------------
+
+
+def test_the_current_process_for_real() -> None:
+    inspector = ProcessInspector()
+    pid = os.getpid()
+
+    first = inspect_one(inspector, pid)
+    sum(i * i for i in range(200_000))  # some CPU time for the second reading
+    second = inspect_one(inspector, pid)
+
+    assert first.visible is True
+    assert first.user == pwd.getpwuid(os.getuid()).pw_name
+    assert first.is_current_user is True
+    assert first.command is not None
+    assert "python" in first.command.lower()
+    assert first.rss_bytes is not None
+    assert first.rss_bytes > 0
+    assert first.elapsed_s is not None
+    assert first.elapsed_s >= 0
+    assert first.cpu_pct is None
+    assert isinstance(second.cpu_pct, float)
+    assert second.cpu_pct >= 0
+
+
+def test_host_sample_for_real() -> None:
+    host = sample_host("box")
+
+    assert host.hostname == "box"
+    assert host.memory_total_bytes is not None
+    assert host.memory_used_bytes is not None
+    assert 0 < host.memory_used_bytes <= host.memory_total_bytes
+    assert host.cpu_pct is not None
+    assert 0 <= host.cpu_pct <= 100
