@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -36,7 +37,7 @@ LONG_COMMAND = "python train.py " + " ".join(f"--option-{n} value-{n}" for n in 
 
 
 def gpu(index: int, **fields: object) -> GpuStats:
-    values: dict[str, object] = dict(
+    values: dict[str, Any] = dict(
         index=index,
         uuid=f"GPU-{index:08x}-aaaa-bbbb-cccc-dddddddddddd",
         name="NVIDIA A100-SXM4-80GB",
@@ -62,11 +63,11 @@ def gpu(index: int, **fields: object) -> GpuStats:
         mig_mode=False,
     )
     values.update(fields)
-    return GpuStats(**values)  # type: ignore[arg-type]
+    return GpuStats(**values)
 
 
 def process(gpu_stats: GpuStats, pid: int, **fields: object) -> GpuProcess:
-    values: dict[str, object] = dict(
+    values: dict[str, Any] = dict(
         gpu_index=gpu_stats.index,
         gpu_uuid=gpu_stats.uuid,
         pid=pid,
@@ -79,7 +80,7 @@ def process(gpu_stats: GpuStats, pid: int, **fields: object) -> GpuProcess:
         elapsed_s=3600.0,
     )
     values.update(fields)
-    return GpuProcess(**values)  # type: ignore[arg-type]
+    return GpuProcess(**values)
 
 
 def troubled_sample(*, simulated: bool = False) -> Sample:
@@ -153,7 +154,7 @@ def run_in_process(
     return main(argv)
 
 
-def load_schema() -> dict[str, object]:
+def load_schema() -> dict[str, Any]:
     return json.loads(snapshot.SCHEMA_PATH.read_text())
 
 
@@ -317,7 +318,7 @@ def test_json_with_a_lost_gpu_and_na_fields_validates_and_keeps_nulls() -> None:
 
 def test_json_has_every_model_field_and_the_schema_documents_exactly_those() -> None:
     schema = load_schema()
-    gpu_schema = schema["$defs"]["gpu"]  # type: ignore[index]
+    gpu_schema = schema["$defs"]["gpu"]
     model_fields = {field.name for field in dataclasses.fields(GpuStats)}
     assert set(gpu_schema["required"]) == model_fields | {"processes"}
     document = snapshot.sample_to_dict(troubled_sample())
@@ -337,8 +338,8 @@ def test_json_no_processes_gives_null_not_an_empty_list() -> None:
 def test_every_schema_field_is_described_in_the_docs() -> None:
     docs = (ROOT / "docs" / "json-schema.md").read_text()
     schema = load_schema()
-    names = set(schema["properties"])  # type: ignore[arg-type]
-    for definition in schema["$defs"].values():  # type: ignore[attr-defined]
+    names = set(schema["properties"])
+    for definition in schema["$defs"].values():
         names |= set(definition["properties"])
     missing = sorted(name for name in names if f"`{name}`" not in docs)
     assert not missing

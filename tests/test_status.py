@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def make_sample(*gpus: GpuStats, simulated: bool = False) -> Sample:
 
 
 def busy_gpu(index: int, **fields: object) -> GpuStats:
-    values: dict[str, object] = dict(
+    values: dict[str, Any] = dict(
         index=index,
         uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
         name="NVIDIA H100 80GB HBM3",
@@ -43,7 +44,7 @@ def busy_gpu(index: int, **fields: object) -> GpuStats:
         fan_pct=None,
     )
     values.update(fields)
-    return GpuStats(**values)  # type: ignore[arg-type]
+    return GpuStats(**values)
 
 
 def run_status(monkeypatch: pytest.MonkeyPatch, argv: list[str], sample: Sample) -> tuple[int, str]:
