@@ -759,6 +759,17 @@ def test_compute_and_graphics_pid_is_one_c_plus_g_row() -> None:
     ]
 
 
+def test_pid_listed_twice_in_one_list_sums_its_memory() -> None:
+    """With MIG, one process on two GPU instances appears twice in the parent's list."""
+    fake = FakeNvml(
+        [make_gpu(0, compute_processes=[ProcessInfo(100, GIB), ProcessInfo(100, 2 * GIB)])]
+    )
+
+    (process,) = make_source(fake, FakeProcessTable(FakeProcess(100))).sample().processes
+
+    assert (process.kind, process.gpu_memory_bytes) == (ProcessKind.COMPUTE, 3 * GIB)
+
+
 # nvidia-ml-py turns NVML_VALUE_NOT_AVAILABLE into None; older bindings pass ULLONG_MAX through.
 @pytest.mark.parametrize("reported", [None, 2**64 - 1], ids=["None", "ULLONG_MAX"])
 def test_unknown_process_memory_is_na(reported: int | None) -> None:

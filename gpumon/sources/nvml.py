@@ -263,8 +263,16 @@ class _Device:
                 memory = int(memory) if isinstance(memory, int) and memory < (1 << 62) else None
                 if pid in found:
                     previous_kind, previous_memory = found[pid]
-                    kind_here = ProcessKind.BOTH if previous_kind is not kind else kind
-                    found[pid] = (kind_here, previous_memory if memory is None else memory)
+                    if previous_kind is kind:
+                        # Listed twice in one list: one process on several MIG instances.
+                        total = _add_known(previous_memory, memory)
+                        found[pid] = (previous_kind, total)
+                    else:
+                        # In both lists (C+G): the same memory reported twice, count it once.
+                        both = max(
+                            (m for m in (previous_memory, memory) if m is not None), default=None
+                        )
+                        found[pid] = (ProcessKind.BOTH, both)
                 else:
                     found[pid] = (kind, memory)
         return found
@@ -422,6 +430,12 @@ class NvmlSource:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError:
                 pass
+
+
+def _add_known(first: int | None, second: int | None) -> int | None:
+    if first is None or second is None:
+        return first if second is None else second
+    return first + second
 
 
 def _cuda_version(value: Any) -> str | None:
