@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpumon import __version__
-from gpumon.poller import MIN_INTERVAL_S
+from gpumon.model import MIN_INTERVAL_S
 
 # Subcommand -> module. Each module exposes ``HELP: str``, ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.

@@ -9,6 +9,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+# NVML's utilisation counters average over 1/6 s to 1 s: polling faster adds cost, not data.
+MIN_INTERVAL_S = 0.25
+MAX_INTERVAL_S = 60.0
+
 
 class ProcessKind(str, enum.Enum):
     """How a process uses a GPU, as in nvidia-smi's "Type" column."""

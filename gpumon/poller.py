@@ -15,11 +15,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from gpumon.model import Sample
+from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S, Sample
 from gpumon.sources.base import GpuSource
 
-MIN_INTERVAL_S = 0.25
-MAX_INTERVAL_S = 60.0
+__all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "clamp_interval"]
 
 T = TypeVar("T")
 
