@@ -295,7 +295,9 @@ class Probe:
         nvml_index: int | None
         if request.gpu_uuid is not None:
             target_key = uuid_key(request.gpu_uuid)
-            nvml_index = next((i for i, u in request.gpus if uuid_key(u) == target_key), None)
+            nvml_index = next(
+                (i for i, u in request.gpus if uuid_key(u) == target_key), request.gpu_index
+            )
         else:
             nvml_index = request.gpu_index
             found = [uuid for i, uuid in request.gpus if i == nvml_index]

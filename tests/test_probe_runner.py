@@ -1,0 +1,308 @@
+"""The probe runner against fake children: slow, crashing, hanging, garbage, and dying parents."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gpumon.model import GpuUnavailable, Sample, UnavailableReason
+from gpumon.probe import steps as S
+from gpumon.probe.protocol import Done, Event, Hello, Holding, Request, StepEvent
+from gpumon.probe.runner import ProbeOutcome, child_command, run_probe
+from tests.fake_children import HERE, MIB, gone, real_child, sample, script
+
+REQUEST = Request(cuda_index=0)
+
+
+class Recorder:
+    """Collects the runner's events; ``hello`` is set once the child said hello."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.hello = asyncio.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        if isinstance(event, Hello):
+            self.hello.set()
+
+    @property
+    def pid(self) -> int:
+        return next(event.pid for event in self.events if isinstance(event, Hello))
+
+    def final(self) -> dict[int, StepEvent]:
+        return {e.step: e for e in self.events if isinstance(e, StepEvent) and e.final}
+
+
+def statuses(outcome: ProbeOutcome) -> dict[int, str]:
+    return {step: event.status for step, event in outcome.steps.items()}
+
+
+async def probe(name: str, **options: object) -> tuple[ProbeOutcome, Recorder]:
+    recorder = Recorder()
+    outcome = await run_probe(REQUEST, command=script(name), on_event=recorder, **options)  # type: ignore[arg-type]
+    return outcome, recorder
+
+
+async def test_a_slow_healthy_child_streams_every_step_and_passes() -> None:
+    seen: list[tuple[int, str]] = []
+    recorder = Recorder()
+
+    def on_event(event: Event) -> None:
+        recorder(event)
+        if isinstance(event, StepEvent):
+            seen.append((event.step, event.status))
+
+    outcome = await run_probe(REQUEST, command=script("slow"), on_event=on_event)
+    assert outcome.ok, outcome.summary
+    assert outcome.returncode == 0
+    assert statuses(outcome) == {**{i: S.PASS for i in S.STEP_IDS}, 6: S.SKIP}
+    # Streamed: each step's "running" arrives before its result, in order.
+    assert seen[:4] == [(1, S.RUNNING), (1, S.PASS), (2, S.RUNNING), (2, S.PASS)]
+    assert isinstance(recorder.events[0], Hello)
+    assert isinstance(recorder.events[-1], Done) and recorder.events[-1].ok
+    assert sum(isinstance(e, Done) for e in recorder.events) == 1  # the child's is replaced
+    assert outcome.steps[6].value == "skipped: no NVML sampler in this mode"
+    assert outcome.holding is not None and outcome.holding.allocated_bytes == 256 * MIB
+
+
+async def test_step_6_passes_when_nvml_lists_the_childs_pid_with_its_memory() -> None:
+    recorder = Recorder()
+    calls = 0
+
+    async def next_sample() -> Sample:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the first sample predates the allocation: not there yet
+            return sample(gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),))
+        if calls == 2:
+            return sample(
+                gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
+                processes={recorder.pid: (0, 700 * MIB)},
+            )
+        return sample(gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),))
+
+    started = time.monotonic()
+    outcome = await run_probe(
+        REQUEST, command=script("slow"), on_event=recorder, next_sample=next_sample
+    )
+    assert outcome.ok, outcome.summary
+    assert outcome.steps[6].status == S.PASS
+    assert f"PID {recorder.pid} on GPU 0 using 700 MiB" in outcome.steps[6].value
+    # The child waited for our "continue" rather than its own 10 s hold timeout.
+    assert time.monotonic() - started < 8
+    # After the child exited, the next sample no longer lists it: step 9 says so.
+    assert f"PID {recorder.pid} gone from GPU 0" in outcome.steps[9].value
+    order = [e.step for e in recorder.events if isinstance(e, StepEvent) and e.final]
+    assert order.index(6) < order.index(7)
+
+
+async def test_step_6_fails_when_nvml_does_not_list_the_child() -> None:
+    async def next_sample() -> Sample:
+        return sample(
+            gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
+            processes={1: (0, 900 * MIB)},
+        )
+
+    outcome, _ = await probe("slow", next_sample=next_sample, confirm_timeout_s=2.0)
+    assert not outcome.ok
+    assert outcome.steps[6].status == S.FAIL
+    assert "PID 1 (900 MiB)" in outcome.steps[6].detail
+    assert statuses(outcome)[9] == S.PASS  # the child still went on and cleaned up
+
+
+async def test_step_6_fails_when_nvml_shows_less_memory_than_torch_reserved() -> None:
+    recorder = Recorder()
+
+    async def next_sample() -> Sample:
+        return sample(
+            gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
+            processes={recorder.pid: (0, 10 * MIB)},
+        )
+
+    outcome = await run_probe(
+        REQUEST, command=script("slow"), on_event=recorder, next_sample=next_sample,
+        confirm_timeout_s=2.0,
+    )  # fmt: skip
+    assert outcome.steps[6].status == S.FAIL
+
+
+async def test_step_6_is_skipped_when_nvml_is_unavailable() -> None:
+    unavailable = GpuUnavailable(UnavailableReason.LIBRARY_NOT_FOUND, "No NVIDIA driver.", "")
+
+    async def next_sample() -> Sample:
+        return sample(gpus=(), unavailable=unavailable)
+
+    outcome, _ = await probe("slow", next_sample=next_sample)
+    assert outcome.ok
+    assert outcome.steps[6].value == "skipped: NVML unavailable: No NVIDIA driver."
+
+
+async def test_a_crashing_child_fails_the_running_step_with_its_stderr() -> None:
+    outcome, _ = await probe("crashing")
+    assert not outcome.ok
+    assert outcome.returncode == -signal.SIGSEGV
+    assert statuses(outcome) == {
+        1: S.PASS, 2: S.PASS, 3: S.FAIL, **{i: S.SKIP for i in range(4, 10)}
+    }  # fmt: skip
+    assert outcome.steps[3].value == "the child was killed by SIGSEGV"
+    assert "simulated driver crash in cuInit" in outcome.steps[3].detail
+    assert outcome.steps[4].value == "not run: step 3 failed"
+    assert outcome.summary.startswith("step 3 (torch.cuda.is_available()) failed")
+
+
+async def test_a_hanging_child_is_killed_with_its_process_group_at_the_timeout() -> None:
+    started = time.monotonic()
+    outcome, recorder = await probe("hanging", timeout_s=1.0)
+    assert time.monotonic() - started < 4
+    assert outcome.timed_out and not outcome.ok
+    assert outcome.steps[1].status == S.FAIL
+    assert (
+        outcome.steps[1].value == f"timed out after 1 s: the child (PID {recorder.pid}) was killed"
+    )
+    assert all(outcome.steps[i].status == S.SKIP for i in range(2, 10))
+    grandchild = int(next(e.value.split()[1] for e in recorder.events if isinstance(e, StepEvent)))
+    assert gone(recorder.pid) and gone(grandchild)
+
+
+async def test_garbage_on_stdout_is_a_failed_step_and_the_child_is_killed_at_once() -> None:
+    started = time.monotonic()
+    outcome, recorder = await probe("garbage", timeout_s=30.0)
+    assert time.monotonic() - started < 5  # not the 30 s timeout
+    assert outcome.steps[1].status == S.FAIL
+    assert "not the probe protocol" in outcome.steps[1].value
+    assert "Segmentation fault (core dumped)" in outcome.steps[1].value
+    assert gone(recorder.pid)
+
+
+async def test_a_child_that_exits_without_finishing_fails_the_next_step() -> None:
+    outcome, _ = await probe("exits_early")
+    assert outcome.returncode == 0
+    assert statuses(outcome)[1] == S.PASS
+    assert outcome.steps[2].status == S.FAIL
+    assert outcome.steps[2].value == "the child exited without finishing"
+
+
+async def test_an_interpreter_that_does_not_exist_is_a_failed_step_1() -> None:
+    recorder = Recorder()
+    outcome = await run_probe(REQUEST, python="/nonexistent/python3", on_event=recorder)
+    assert outcome.steps[1].status == S.FAIL
+    assert outcome.steps[1].value.startswith("cannot start /nonexistent/python3")
+    assert outcome.pid is None
+    assert isinstance(recorder.events[-1], Done) and not recorder.events[-1].ok
+
+
+async def test_an_interpreter_that_cannot_run_the_bootstrap_is_a_crash_with_stderr() -> None:
+    fake_python = HERE / "not_python.sh"
+    outcome = await run_probe(REQUEST, command=["/bin/sh", str(fake_python)])
+    assert outcome.steps[1].status == S.FAIL
+    assert outcome.steps[1].value == "the child exited with code 127"
+    assert "python: command not found" in outcome.steps[1].detail
+
+
+async def test_cancelling_the_runner_mid_probe_kills_the_child_and_its_group() -> None:
+    recorder = Recorder()
+    task = asyncio.ensure_future(run_probe(REQUEST, command=script("hanging"), on_event=recorder))
+    await asyncio.wait_for(recorder.hello.wait(), 10)
+    while not any(isinstance(e, StepEvent) for e in recorder.events):
+        await asyncio.sleep(0.05)
+    grandchild = int(next(e.value.split()[1] for e in recorder.events if isinstance(e, StepEvent)))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Killed and reaped before the cancellation finished: not even a zombie is left.
+    with pytest.raises(ProcessLookupError):
+        os.kill(recorder.pid, 0)
+    assert gone(grandchild)
+
+
+async def test_cancelling_while_step_6_waits_for_nvml_kills_the_child() -> None:
+    recorder = Recorder()
+    holding = asyncio.Event()
+
+    async def next_sample() -> Sample:
+        holding.set()
+        await asyncio.sleep(3600)
+        raise AssertionError
+
+    task = asyncio.ensure_future(
+        run_probe(REQUEST, command=script("slow"), on_event=recorder, next_sample=next_sample)
+    )
+    await asyncio.wait_for(holding.wait(), 10)
+    assert any(isinstance(e, Holding) for e in recorder.events)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(ProcessLookupError):
+        os.kill(recorder.pid, 0)
+
+
+PARENT = """
+import asyncio, sys
+from gpumon.probe.protocol import Hello, Request
+from gpumon.probe.runner import run_probe
+
+def on_event(event):
+    if isinstance(event, Hello):
+        print(event.pid, flush=True)
+
+async def main():
+    task = asyncio.ensure_future(run_probe(Request(cuda_index=0), command={command!r},
+                                           on_event=on_event, timeout_s=600))
+    await asyncio.sleep({exit_after})
+    {then}
+
+asyncio.run(main())
+"""
+
+
+def _start_parent(
+    command: list[str], then: str, exit_after: float = 3600
+) -> tuple[subprocess.Popen[str], int]:
+    code = textwrap.dedent(PARENT.format(command=command, then=then, exit_after=exit_after))
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    assert line.strip().isdigit(), line
+    return parent, int(line)
+
+
+def test_a_child_exits_by_itself_when_its_parent_is_killed() -> None:
+    """SIGKILL gives the parent no chance to clean up: the real child notices that its stdin
+    reached end of file and exits (here while stuck importing a torch that never loads)."""
+    parent, child = _start_parent(real_child("hanging"), then="pass")
+    try:
+        time.sleep(0.5)
+        assert not gone(child, within_s=0)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        assert gone(child, within_s=5)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_the_atexit_hook_kills_a_child_that_ignores_its_stdin() -> None:
+    """The parent exits normally while a probe is still running, without cancelling it."""
+    parent, child = _start_parent(script("hanging"), then="sys.exit(0)", exit_after=1.0)
+    try:
+        assert parent.wait(10) == 0
+        assert gone(child, within_s=5)
+    finally:
+        parent.kill()
+
+
+def test_the_child_command_loads_gpumon_by_path_without_touching_the_environment() -> None:
+    argv = child_command("/opt/envs/train/bin/python")
+    assert argv[0] == "/opt/envs/train/bin/python"
+    assert argv[1] == "-c"
+    package_dir = argv[3]
+    assert os.path.isfile(os.path.join(package_dir, "__init__.py"))
+    assert os.path.isfile(os.path.join(package_dir, "probe", "child.py"))
