@@ -145,15 +145,15 @@ async def _fake_probe(request: Request, next_sample: object = None) -> ProbeOutc
     )
 
 
-async def _nvml_sees_the_children_on_gpu_0() -> Sample:
-    return children_sample(gpu_index=0, memory=700 * MIB)
+async def _nvml_sees_the_children() -> Sample:
+    return children_sample(memory=700 * MIB)
 
 
 @pytest.mark.usefixtures("fake_gpus")
 async def test_every_step_passes_and_maps_nvml_gpu_0_to_cuda_1() -> None:
     """NVML's GPU 0 is torch's cuda:1 here: the probe must say so and use cuda:1."""
     request = Request(gpu_uuid=NVML_GPUS[0][1], gpu_index=0, gpus=NVML_GPUS)
-    outcome = await _fake_probe(request, _nvml_sees_the_children_on_gpu_0)
+    outcome = await _fake_probe(request, _nvml_sees_the_children)
     assert outcome.ok, outcome.summary
     assert statuses(outcome) == {i: S.PASS for i in S.STEP_IDS}
     assert outcome.steps[4].value == "GPU 0 is cuda:1 in this environment (not cuda:0: use cuda:1)"

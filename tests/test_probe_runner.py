@@ -85,7 +85,7 @@ async def test_step_6_passes_when_nvml_lists_the_childs_pid_with_its_memory() ->
         if calls == 2:
             return sample(
                 gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
-                processes={recorder.pid: (0, 700 * MIB)},
+                processes=[(recorder.pid, 0, 700 * MIB)],
             )
         return sample(gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),))
 
@@ -108,7 +108,7 @@ async def test_step_6_fails_when_nvml_does_not_list_the_child() -> None:
     async def next_sample() -> Sample:
         return sample(
             gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
-            processes={1: (0, 900 * MIB)},
+            processes=[(1, 0, 900 * MIB)],
         )
 
     outcome, _ = await probe("slow", next_sample=next_sample, confirm_timeout_s=2.0)
@@ -124,7 +124,7 @@ async def test_step_6_fails_when_nvml_shows_less_memory_than_torch_reserved() ->
     async def next_sample() -> Sample:
         return sample(
             gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
-            processes={recorder.pid: (0, 10 * MIB)},
+            processes=[(recorder.pid, 0, 10 * MIB)],
         )
 
     outcome = await run_probe(

@@ -20,7 +20,7 @@ from gpumon.probe import steps as S
 
 if TYPE_CHECKING:
     from gpumon.model import Sample
-    from gpumon.probe.protocol import Event, Request
+    from gpumon.probe.protocol import Event, Request, StepEvent
     from gpumon.probe.runner import ProbeOutcome
     from gpumon.sources import GpuSource
 
@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_size_mib,
         default=S.DEFAULT_SIZE_MIB,
         help=f"GPU memory to allocate (default: {S.DEFAULT_SIZE_MIB}; never more than "
-        f"{S.MAX_FREE_FRACTION:.0%} of the free memory)",
+        f"{S.MAX_FREE_FRACTION * 100:.0f}%% of the free memory)",
     )
     parser.add_argument(
         "--timeout",
@@ -212,24 +212,37 @@ async def _probe(
 
 
 class _Printer:
-    """Prints events as they come: final steps as text, or everything as JSON lines."""
+    """Prints events as they come: final steps as text, or everything as JSON lines.
+
+    In text, step 9 waits for the verdict: the runner may amend it once the child has exited
+    (NVML no longer lists the PID, or the child crashed on its way out).
+    """
 
     def __init__(self, json_lines: bool) -> None:
         self.json_lines = json_lines
+        self.cleanup: StepEvent | None = None
 
     def __call__(self, event: Event) -> None:
         from gpumon.probe.protocol import Done, StepEvent, encode
 
         if self.json_lines:
             print(encode(event), flush=True)
-            return
-        if isinstance(event, StepEvent) and event.final:
-            label = S.STATUS_LABELS[event.status]
-            timing = f"  ({S.duration_text(event.duration_ms)})" if event.status != S.SKIP else ""
-            print(f"[{label}] {event.step}. {event.title:<28} {event.value}{timing}")
-            if event.detail and event.status != S.SKIP:
-                for line in event.detail.splitlines():
-                    print(f"{'':10}{line}")
-            sys.stdout.flush()
+        elif isinstance(event, StepEvent) and event.final:
+            if event.step == S.CLEANUP.id:
+                self.cleanup = event
+            else:
+                self._print_step(event)
         elif isinstance(event, Done):
+            if self.cleanup is not None:
+                self._print_step(self.cleanup)
             print(f"{'PASS' if event.ok else 'FAIL'}: {event.summary}", flush=True)
+
+    @staticmethod
+    def _print_step(event: StepEvent) -> None:
+        label = S.STATUS_LABELS[event.status]
+        timing = f"  ({S.duration_text(event.duration_ms)})" if event.status != S.SKIP else ""
+        print(f"[{label}] {event.step}. {event.title:<28} {event.value}{timing}")
+        if event.detail and event.status != S.SKIP:
+            for line in event.detail.splitlines():
+                print(f"{'':10}{line}")
+        sys.stdout.flush()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -52,10 +53,10 @@ def gone(pid: int, within_s: float = 5.0) -> bool:
 
 def sample(
     gpus: tuple[tuple[int, str], ...] = NVML_GPUS,
-    processes: dict[int, tuple[int, int | None]] | None = None,
+    processes: Sequence[tuple[int, int, int | None]] = (),
     unavailable: GpuUnavailable | None = None,
 ) -> Sample:
-    """A sample of ``gpus``; ``processes`` maps PID -> (NVML GPU index, GPU memory bytes)."""
+    """A sample of ``gpus``; ``processes`` holds (PID, NVML GPU index, GPU memory bytes)."""
     uuid_of = dict(gpus)
     return Sample(
         timestamp_s=0.0,
@@ -66,13 +67,13 @@ def sample(
         ),
         processes=tuple(
             GpuProcess(index, uuid_of[index], pid, ProcessKind.COMPUTE, memory)
-            for pid, (index, memory) in (processes or {}).items()
+            for pid, index, memory in processes
         ),
         unavailable=unavailable,
     )
 
 
-def children_sample(gpu_index: int = 0, memory: int | None = 600 * MIB) -> Sample:
-    """NVML as it would look with every child of this process on ``gpu_index``."""
+def children_sample(memory: int | None = 600 * MIB) -> Sample:
+    """NVML as it would look with every child of this process on every GPU."""
     pids = [child.pid for child in psutil.Process().children(recursive=True)]
-    return sample(processes={pid: (gpu_index, memory) for pid in pids})
+    return sample(processes=[(pid, index, memory) for pid in pids for index, _ in NVML_GPUS])
