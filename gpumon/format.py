@@ -68,7 +68,11 @@ def pstate(value: int | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``42s``, ``17:03``, ``5:17:03``, ``3d04h``: elapsed time like ps/nvitop."""
+    """``42s``, ``17:03``, ``5h17m``, ``3d04h``: elapsed time, as precise as is useful.
+
+    Past an hour the seconds are dropped: nobody needs them, and a column that changes
+    every second on every row costs bytes over SSH for nothing.
+    """
     if seconds is None:
         return NA
     total = int(seconds)
@@ -78,7 +82,7 @@ def duration(seconds: float | None) -> str:
     if days:
         return f"{days}d{hours:02d}h"
     if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
+        return f"{hours}h{minutes:02d}m"
     if minutes:
         return f"{minutes}:{secs:02d}"
     return f"{secs}s"

@@ -7,6 +7,7 @@ has ``simulated=True``, which every view labels as DEMO.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -80,6 +81,7 @@ class DemoSource:
         self._clock = clock
         self._tick_s = tick_s
         self._ticks = 0
+        self._load: list[float] | None = None
         self._next_pid = 201_000 + self._random.randrange(1000)
         if current_user is None:
             current_user = _login_name()
@@ -205,7 +207,8 @@ class DemoSource:
                 persistence_mode=True,
                 display_active=gpu.index == 0,
                 performance_state=2 if gpu.util > 5 else 8,
-                fan_pct=int(30 + 0.5 * gpu.util),
+                # Fan curves follow temperature, which moves slowly, not utilisation.
+                fan_pct=int(30 + max(0.0, gpu.temperature - 34.0) * 1.1),
                 temperature_c=round(gpu.temperature),
                 temperature_slowdown_c=93,
                 temperature_shutdown_c=98,
@@ -229,11 +232,7 @@ class DemoSource:
         host = HostStats(
             hostname="demo-gpu-server",
             cpu_pct=round(min(100.0, 3.0 + busy_cpu + rng.uniform(0, 2)), 1),
-            load_average=(
-                round(load := busy_cpu * cores / 100, 2),
-                round(load * 0.97, 2),
-                round(load * 0.93, 2),
-            ),
+            load_average=self._load_average(busy_cpu * cores / 100),
             memory_used_bytes=sum(p.rss_bytes for p in self._processes) + 23 * GIB,
             memory_total_bytes=512 * GIB,
             swap_used_bytes=0,
@@ -248,6 +247,17 @@ class DemoSource:
             processes=tuple(processes),
             simulated=True,
         )
+
+    def _load_average(self, running: float) -> tuple[float, float, float]:
+        """Like the kernel: exponential averages over 1, 5 and 15 min, updated every 5 s."""
+        if self._load is None:
+            self._load = [running * 0.98, running * 0.95, running * 0.9]
+        elif self._ticks % 5 == 0:
+            for index, minutes in enumerate((1, 5, 15)):
+                decay = math.exp(-5 * self._tick_s / (60 * minutes))
+                self._load[index] = self._load[index] * decay + running * (1 - decay)
+        one, five, fifteen = self._load
+        return (round(one, 2), round(five, 2), round(fifteen, 2))
 
     def close(self) -> None:
         pass

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static
 from gpumon.model import Sample
 from gpumon.poller import Poller
 from gpumon.sources import GpuSource, open_source
+from gpumon.ui import exact_updates
 from gpumon.ui.bars import HeaderBar, HostStrip
 from gpumon.ui.gpu_panel import GpuPanel, choose_layout, layout_height
 from gpumon.ui.help_screen import HelpScreen
@@ -71,6 +72,7 @@ class GpumonApp(App[int]):
         autostart: bool = True,
     ) -> None:
         super().__init__()
+        exact_updates.install()
         self.source = source
         self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
         self.probe_python = probe_python or sys.executable

@@ -70,7 +70,12 @@ class Line:
 
     def add(self, text: str, style: Style = BLANK) -> Line:
         if text:
-            self._segments.append(Segment(text, style))
+            segments = self._segments
+            if segments and segments[-1].style == style:
+                # One segment per style run: fewer escape codes on the wire.
+                segments[-1] = Segment(segments[-1].text + text, style)
+            else:
+                segments.append(Segment(text, style))
             self.width += len(text)
         return self
 
@@ -88,14 +93,100 @@ class Line:
         return strip
 
 
-def changed_span(old: Strip, new: Strip) -> tuple[int, int] | None:
-    """The cell range [start, end) where ``new`` differs from ``old``; None if identical."""
+# A cursor move costs about 8 bytes: two runs closer than this are sent as one.
+_MERGE_GAP_CELLS = 6
+
+
+def changed_runs(old: Strip, new: Strip) -> list[tuple[int, int]]:
+    """The cell ranges [start, end) where ``new`` differs from ``old``; empty if identical.
+
+    Lines are built the same way every time, so their segments usually line up one to one:
+    then unchanged segments are skipped and changed ones are compared cell by cell. When the
+    structure differs (a bar grew a segment), the run spans from the first to the last
+    differing segment.
+    """
+    if old.cell_length != new.cell_length:
+        return [(0, max(old.cell_length, new.cell_length))]
     old_segments = list(old)
     new_segments = list(new)
-    if old.cell_length != new.cell_length:
-        return 0, max(old.cell_length, new.cell_length)
     if old_segments == new_segments:
-        return None
+        return []
+    runs: list[tuple[int, int]] = []
+    if len(old_segments) == len(new_segments) and all(
+        len(a.text) == len(b.text) for a, b in zip(old_segments, new_segments, strict=True)
+    ):
+        x = 0
+        for before, after in zip(old_segments, new_segments, strict=True):
+            width = after.cell_length
+            if before != after:
+                if before.style != after.style or width != len(after.text):
+                    runs.append((x, x + width))
+                else:
+                    runs.extend(_text_runs(before.text, after.text, x))
+            x += width
+    else:
+        start, end = _outer_span(old_segments, new_segments, new.cell_length)
+        runs.extend(_cell_runs(old_segments, new_segments, start, end))
+    return _merge(runs)
+
+
+def _cells(segments: list[Segment], start: int, end: int) -> list[tuple[str, Style | None]]:
+    """(character, style) per cell in [start, end); wide characters count once per cell."""
+    cells: list[tuple[str, Style | None]] = []
+    x = 0
+    for segment in segments:
+        width = segment.cell_length
+        if x + width > start and x < end:
+            if width == len(segment.text):
+                lo, hi = max(0, start - x), min(width, end - x)
+                cells.extend((char, segment.style) for char in segment.text[lo:hi])
+            else:  # wide characters: compare the segment as a whole, cell by cell
+                cells.extend((segment.text, segment.style) for _ in range(width))
+        x += width
+        if x >= end:
+            break
+    return cells
+
+
+def _cell_runs(
+    old_segments: list[Segment], new_segments: list[Segment], start: int, end: int
+) -> list[tuple[int, int]]:
+    before = _cells(old_segments, start, end)
+    after = _cells(new_segments, start, end)
+    if len(before) != len(after):
+        return [(start, end)]
+    runs: list[tuple[int, int]] = []
+    run_start = -1
+    for index, (a, b) in enumerate(zip(before, after, strict=True)):
+        if a != b:
+            if run_start < 0:
+                run_start = index
+        elif run_start >= 0:
+            runs.append((start + run_start, start + index))
+            run_start = -1
+    if run_start >= 0:
+        runs.append((start + run_start, end))
+    return runs
+
+
+def _text_runs(before: str, after: str, offset: int) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    start = -1
+    for index, (a, b) in enumerate(zip(before, after, strict=True)):
+        if a != b:
+            if start < 0:
+                start = index
+        elif start >= 0:
+            runs.append((offset + start, offset + index))
+            start = -1
+    if start >= 0:
+        runs.append((offset + start, offset + len(after)))
+    return runs
+
+
+def _outer_span(
+    old_segments: list[Segment], new_segments: list[Segment], length: int
+) -> tuple[int, int]:
     head = 0
     start = 0
     limit = min(len(old_segments), len(new_segments))
@@ -103,11 +194,21 @@ def changed_span(old: Strip, new: Strip) -> tuple[int, int] | None:
         start += old_segments[head].cell_length
         head += 1
     tail = 0
-    end = new.cell_length
+    end = length
     while tail < limit - head and old_segments[-1 - tail] == new_segments[-1 - tail]:
         end -= new_segments[-1 - tail].cell_length
         tail += 1
     return start, max(end, start + 1)
+
+
+def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(runs):
+        if merged and start - merged[-1][1] < _MERGE_GAP_CELLS:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 class LinesWidget(Widget):
@@ -142,9 +243,7 @@ class LinesWidget(Widget):
     @staticmethod
     def _changed_regions(old: Sequence[Strip], new: Sequence[Strip]) -> Iterable[Region]:
         for y, (before, after) in enumerate(zip(old, new, strict=True)):
-            span = changed_span(before, after)
-            if span is not None:
-                start, end = span
+            for start, end in changed_runs(before, after):
                 yield Region(start, y, end - start, 1)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:

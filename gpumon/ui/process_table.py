@@ -20,7 +20,7 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuProcess
-from gpumon.ui.lines import Glyphs, Line, changed_span
+from gpumon.ui.lines import Glyphs, Line, changed_runs
 
 ProcessKey = tuple[str, int]
 
@@ -188,9 +188,9 @@ class ProcessTable(ScrollView, can_focus=True):
             if old is None:
                 regions.append(Region(0, y, self.size.width, 1))
                 continue
-            span = changed_span(old, new)
-            if span is not None:
-                regions.append(Region(span[0], y, span[1] - span[0], 1))
+            regions.extend(
+                Region(start, y, end - start, 1) for start, end in changed_runs(old, new)
+            )
         if regions:
             self.refresh(*regions)
 
