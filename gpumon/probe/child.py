@@ -247,9 +247,15 @@ class Probe:
         value = (
             f"is_available()={available}, device_count()={self.count}; "
             f"CUDA_VISIBLE_DEVICES={'(unset)' if visible is None else repr(visible)}, "
-            f"CUDA_DEVICE_ORDER={order or '(unset: FASTEST_FIRST)'}"
+            f"CUDA_DEVICE_ORDER={order or '(unset)'}"
         )
-        detail = "\n".join(str(warning.message) for warning in caught)
+        notes = [str(warning.message) for warning in caught]
+        if self.count > 1 and order != "PCI_BUS_ID":
+            notes.append(
+                "CUDA_DEVICE_ORDER is not PCI_BUS_ID: torch numbers the GPUs fastest first, "
+                "so cuda:N need not be nvidia-smi's GPU N (step 4 shows the mapping)."
+            )
+        detail = "\n".join(notes)
         if available and self.count > 0:
             return Outcome(S.PASS, value, detail)
         if getattr(torch.version, "cuda", None) is None:

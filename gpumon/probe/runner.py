@@ -63,6 +63,7 @@ MAX_LINE_BYTES = 1 << 20
 CONFIRM_TIMEOUT_S = 10.0
 CONFIRM_SAMPLES = 5
 STDERR_TAIL_CHARS = 2000
+REAP_TIMEOUT_S = 5.0
 
 _BOOTSTRAP = """\
 import importlib.util, os, runpy, sys
@@ -96,6 +97,51 @@ def _kill_group(pid: int) -> None:
 def _kill_live_children() -> None:
     for pid in list(_LIVE_GROUPS):
         _kill_group(pid)
+
+
+async def _end(process: asyncio.subprocess.Process, stderr_task: asyncio.Future[None]) -> None:
+    """Kill the child (if still running), reap it and drain its pipes.
+
+    Runs in ``finally``, also while the runner is being cancelled, and possibly cancelled
+    again: Textual cancels a worker when its widget unmounts and again when the app shuts
+    down, and ``asyncio.run`` cancels every task left at exit. The child is killed first,
+    synchronously; then each wait is retried through cancellations until its own short time
+    limit, so the child is reaped and asyncio closes its pipes now, not at garbage collection
+    after the loop has closed. A cancellation swallowed here is raised again at the end.
+    """
+    if process.returncode is None:
+        _kill_group(process.pid)
+    loop = asyncio.get_running_loop()
+    cancelled = False
+
+    async def patiently(wait: Callable[[], Awaitable[object]], limit_s: float) -> None:
+        nonlocal cancelled
+        deadline = loop.time() + limit_s
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(wait(), remaining)
+                return
+            except asyncio.CancelledError:
+                cancelled = True
+            except (asyncio.TimeoutError, ValueError):
+                return
+
+    async def stderr_drained() -> None:
+        if not stderr_task.done():
+            await asyncio.shield(stderr_task)
+
+    # A process stuck inside the GPU driver may take a while to die even from SIGKILL: do
+    # not hold up quitting gpumon for it (the atexit hook tries again).
+    await patiently(process.wait, REAP_TIMEOUT_S)
+    if process.returncode is not None:
+        _LIVE_GROUPS.discard(process.pid)
+    if process.stdin is not None:
+        process.stdin.close()
+    if process.stdout is not None:
+        await patiently(process.stdout.read, 1.0)
+    await patiently(stderr_drained, 1.0)
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 @dataclass
@@ -200,16 +246,7 @@ class _ProbeRun:
                 failure = f"the child's output is not the probe protocol: {garbage}"
             returncode = await process.wait()
         finally:
-            if process.returncode is None:
-                _kill_group(process.pid)
-            # Reap it even when this task is being cancelled; a second cancel cannot stop it.
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(process.wait())
-            _LIVE_GROUPS.discard(process.pid)
-            if process.stdin is not None:
-                process.stdin.close()
-            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
-                await asyncio.wait_for(stderr_task, 1.0)
+            await _end(process, stderr_task)
         if failure is None and returncode != 0:
             failure = f"the child {_describe_exit(returncode)}"
         if failure is None and self.child_done is None:

@@ -21,7 +21,7 @@ class Step(NamedTuple):
 
 
 PYTHON = Step(1, "python", "Interpreter and torch")
-BUILD = Step(2, "build", "torch CUDA build and driver")
+BUILD = Step(2, "build", "CUDA build and driver")
 CUDA = Step(3, "cuda", "torch.cuda.is_available()")
 MAPPING = Step(4, "mapping", "cuda:N of the selected GPU")
 TENSORS = Step(5, "tensors", "Tensors on cuda:N")

@@ -10,7 +10,7 @@ import time
 
 TITLES = {
     1: "Interpreter and torch",
-    2: "torch CUDA build and driver",
+    2: "CUDA build and driver",
     3: "torch.cuda.is_available()",
     4: "cuda:N of the selected GPU",
     5: "Tensors on cuda:N",
@@ -26,8 +26,9 @@ def send(**payload: object) -> None:
     sys.stdout.flush()
 
 
-def hello() -> None:
-    send(event="hello", pid=os.getpid(), python=sys.executable, python_version="3.11.0", protocol=1)
+def hello(pid: int = 0) -> None:
+    python = "/opt/envs/train/bin/python"
+    send(event="hello", pid=pid or os.getpid(), python=python, python_version="3.11.0", protocol=1)
 
 
 def step(number: int, status: str, value: str = "", duration_ms: float = 1.0, detail: str = ""):
