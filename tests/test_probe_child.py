@@ -254,7 +254,7 @@ async def test_a_cross_device_operation_that_does_not_raise_is_a_failure(
 def test_the_child_keeps_stray_prints_off_the_protocol_stream() -> None:
     """Anything printed to stdout inside the child (a library's print) goes to stderr."""
     code = (
-        "from gpumon.probe.child import Channel\n"
+        "from gpumon.probe.child_io import Channel\n"
         "from gpumon.probe.protocol import Done\n"
         "channel = Channel()\n"
         "print('stray output from a library')\n"

@@ -180,8 +180,14 @@ def test_the_doc_describes_every_step() -> None:
         assert re.search(rf"^\| {step.id} \| `{step.name}` \|", text, re.MULTILINE), step
 
 
-CHILD_SIDE = ["gpumon/__init__.py", "gpumon/probe/__init__.py", "gpumon/probe/protocol.py",
-              "gpumon/probe/steps.py", "gpumon/probe/child.py"]  # fmt: skip
+CHILD_SIDE = [
+    "gpumon/__init__.py",
+    "gpumon/probe/__init__.py",
+    "gpumon/probe/protocol.py",
+    "gpumon/probe/steps.py",
+    "gpumon/probe/child_io.py",
+    "gpumon/probe/child.py",
+]
 
 
 @pytest.mark.parametrize("path", CHILD_SIDE)

@@ -38,8 +38,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumon.model import Sample
 from gpumon.probe import steps as S
+from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, check_released
 from gpumon.probe.protocol import (
     Done,
     Event,
@@ -53,15 +53,10 @@ from gpumon.probe.protocol import (
     encode_continue,
 )
 
-NextSample = Callable[[], Awaitable[Sample]]
-"""Returns the next NVML sample taken after the call (the dashboard: its poller's next one)."""
 EventCallback = Callable[[Event], "Awaitable[None] | None"]
 
 # A line longer than this is garbage, not a protocol message.
 MAX_LINE_BYTES = 1 << 20
-# How long step 6 (and the post-exit check of step 9) may wait for NVML samples.
-CONFIRM_TIMEOUT_S = 10.0
-CONFIRM_SAMPLES = 5
 STDERR_TAIL_CHARS = 2000
 REAP_TIMEOUT_S = 5.0
 
@@ -171,10 +166,6 @@ def _describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def _mib(value: int) -> str:
-    return f"{value / 2**20:.0f} MiB"
-
-
 class _ProbeRun:
     def __init__(
         self,
@@ -196,7 +187,6 @@ class _ProbeRun:
         self.hello: Hello | None = None
         self.holding: Holding | None = None
         self.child_done: Done | None = None
-        self.nvml_gpu_index: int | None = None  # set when step 6 read a sample with our GPU
         self.stderr_tail = ""
 
     async def emit(self, event: Event) -> None:
@@ -295,117 +285,30 @@ class _ProbeRun:
         tail = self.stderr_tail.strip()
         return f"stderr (last lines):\n{tail}" if tail else "(nothing on stderr)"
 
-    async def _sample(self, deadline: float) -> Sample | None:
-        assert self.next_sample is not None
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        try:
-            return await asyncio.wait_for(self.next_sample(), remaining)
-        except asyncio.TimeoutError:
-            return None
-
     async def confirm_holding(self, holding: Holding) -> None:
-        """Step 6: does NVML list the child's PID on the GPU, with about what it holds?"""
+        """Step 6, while the child holds its tensors."""
         await self.step(S.NVML.id, S.RUNNING, "")
-        if self.next_sample is None:
-            await self.step(S.NVML.id, S.SKIP, "skipped: no NVML sampler in this mode")
-            return
-        key = S.uuid_key(holding.gpu_uuid)
-        if not key:
-            await self.step(S.NVML.id, S.SKIP, "skipped: the GPU's UUID is unknown")
-            return
-        deadline = time.monotonic() + self.confirm_timeout_s
-        seen_gpu = False
-        listed: str = ""
-        for _ in range(CONFIRM_SAMPLES):
-            try:
-                sample = await self._sample(deadline)
-            except Exception as error:
-                await self.step(S.NVML.id, S.SKIP, f"skipped: NVML sampling failed: {error}")
-                return
-            if sample is None:
-                break
-            if sample.unavailable is not None:
-                text = f"skipped: NVML unavailable: {sample.unavailable.headline}"
-                await self.step(S.NVML.id, S.SKIP, text)
-                return
-            if sample.simulated:
-                await self.step(S.NVML.id, S.SKIP, "skipped: the GPUs are simulated (--demo)")
-                return
-            gpu = next((g for g in sample.gpus if S.uuid_key(g.uuid) == key), None)
-            if gpu is None:
-                continue
-            seen_gpu = True
-            self.nvml_gpu_index = gpu.index
-            ours = [p for p in sample.processes_on(gpu.uuid) if p.pid == holding.pid]
-            listed = ", ".join(
-                f"PID {p.pid} ({_mib(p.gpu_memory_bytes) if p.gpu_memory_bytes else 'N/A'})"
-                for p in sample.processes_on(gpu.uuid)
-            )
-            if not ours:
-                continue
-            memory = ours[0].gpu_memory_bytes
-            where = f"PID {holding.pid} on GPU {gpu.index}"
-            holds = f"the probe holds {_mib(holding.allocated_bytes)}"
-            if memory is None:
-                await self.step(S.NVML.id, S.PASS, f"NVML lists {where} (memory N/A; {holds})")
-                return
-            # NVML's figure includes the CUDA context, so it is at least what torch reserved.
-            if memory >= holding.reserved_bytes * 0.95:
-                text = f"NVML lists {where} using {_mib(memory)} ({holds})"
-                await self.step(S.NVML.id, S.PASS, text)
-                return
-        if not seen_gpu:
-            await self.step(
-                S.NVML.id,
-                S.SKIP,
-                f"skipped: no NVML sample of {holding.gpu_uuid} within "
-                f"{self.confirm_timeout_s:g} s",
-            )
-            return
-        await self.step(
-            S.NVML.id,
-            S.FAIL,
-            f"NVML does not list PID {holding.pid} on GPU {self.nvml_gpu_index} with "
-            f"{_mib(holding.reserved_bytes)} or more",
-            f"Processes NVML lists on that GPU: {listed or 'none'}. In a container without "
-            "--pid=host NVML reports host PIDs, which differ from the child's.",
-        )
+        verdict = await check_holding(holding, self.next_sample, self.confirm_timeout_s)
+        await self.step(S.NVML.id, verdict.status, verdict.value, verdict.detail)
 
     async def confirm_released(self) -> None:
-        """Step 9, after the child exited: NVML no longer lists its PID on the GPU."""
+        """The end of step 9, after the child exited: NVML no longer lists its PID."""
         cleanup = self.steps.get(S.CLEANUP.id)
-        holding = self.holding
         step6 = self.steps.get(S.NVML.id)
         if (
             cleanup is None
             or cleanup.status != S.PASS
-            or holding is None
+            or self.holding is None
             or step6 is None
             or step6.status != S.PASS
-            or self.next_sample is None
         ):
             return
-        key = S.uuid_key(holding.gpu_uuid)
-        deadline = time.monotonic() + self.confirm_timeout_s
-        for _ in range(CONFIRM_SAMPLES):
-            try:
-                sample = await self._sample(deadline)
-            except Exception:
-                return
-            if sample is None:
-                break
-            gpu = next((g for g in sample.gpus if S.uuid_key(g.uuid) == key), None)
-            if gpu is None:
-                return
-            if all(p.pid != holding.pid for p in sample.processes_on(gpu.uuid)):
-                used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""
-                value = f"{cleanup.value}; NVML: PID {holding.pid} gone from GPU {gpu.index}{used}"
-                await self.emit(StepEvent(S.CLEANUP.id, S.PASS, value, cleanup.duration_ms))
-                return
-        value = f"NVML still lists PID {holding.pid} after the child exited"
-        await self.emit(StepEvent(S.CLEANUP.id, S.FAIL, value, cleanup.duration_ms))
+        verdict = await check_released(self.holding, self.next_sample, self.confirm_timeout_s)
+        if verdict is not None:
+            value = (
+                f"{cleanup.value}; {verdict.value}" if verdict.status == S.PASS else verdict.value
+            )
+            await self.emit(StepEvent(S.CLEANUP.id, verdict.status, value, cleanup.duration_ms))
 
     async def settle(self, failure: str | None, detail: str = "") -> None:
         """Give every step a final status: the first unfinished one fails with ``failure``."""

@@ -19,8 +19,9 @@ from textual.widgets import Input, Static
 from textual.worker import Worker
 
 from gpumon.probe import steps as S
+from gpumon.probe.confirm import NextSample
 from gpumon.probe.protocol import Done, Event, Hello, Holding, Request, StepEvent
-from gpumon.probe.runner import NextSample, ProbeOutcome, run_probe
+from gpumon.probe.runner import ProbeOutcome, run_probe
 
 
 def _short_uuid(uuid: str) -> str:

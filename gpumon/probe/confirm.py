@@ -1,0 +1,153 @@
+"""What NVML says about the probe child: step 6 and the end of step 9, run by the parent.
+
+The child never touches NVML. While it holds its tensors, the parent looks at NVML samples:
+the dashboard passes a callable that awaits its poller's next sample, ``gpumon probe`` one that
+samples NVML itself. Both are judged here, by the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+from gpumon.model import GpuStats, Sample
+from gpumon.probe import steps as S
+from gpumon.probe.protocol import Holding
+
+NextSample = Callable[[], Awaitable[Sample]]
+"""Returns the next NVML sample taken after the call (the dashboard: its poller's next one)."""
+
+# How long step 6 (and the check after step 9) may wait for NVML, and for how many samples.
+CONFIRM_TIMEOUT_S = 10.0
+CONFIRM_SAMPLES = 5
+
+
+class Verdict(NamedTuple):
+    """A step's result as the parent judged it."""
+
+    status: str
+    value: str
+    detail: str = ""
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:.0f} MiB"
+
+
+class _Sampler:
+    """Up to CONFIRM_SAMPLES samples within a time limit; None when time or samples run out."""
+
+    def __init__(self, next_sample: NextSample, timeout_s: float) -> None:
+        self.next_sample = next_sample
+        self.deadline = time.monotonic() + timeout_s
+        self.left = CONFIRM_SAMPLES
+
+    async def next(self) -> Sample | None:
+        remaining = self.deadline - time.monotonic()
+        if self.left <= 0 or remaining <= 0:
+            return None
+        self.left -= 1
+        try:
+            return await asyncio.wait_for(self.next_sample(), remaining)
+        except asyncio.TimeoutError:
+            return None
+
+
+def _find_gpu(sample: Sample, uuid: str) -> GpuStats | None:
+    key = S.uuid_key(uuid)
+    return next((gpu for gpu in sample.gpus if S.uuid_key(gpu.uuid) == key), None)
+
+
+async def check_holding(
+    holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
+) -> Verdict:
+    """Step 6: NVML lists the child's PID on its GPU, using at least what torch reserved.
+
+    Args:
+        holding: What the child says it holds, and where.
+        next_sample: Awaits the next NVML sample; None when this mode has none.
+        timeout_s: How long to keep looking.
+
+    Returns:
+        pass, fail (NVML does not list the PID with that memory), or skip (no NVML here,
+        simulated GPUs, no sample in time).
+    """
+    if next_sample is None:
+        return Verdict(S.SKIP, "skipped: no NVML sampler in this mode")
+    if not S.uuid_key(holding.gpu_uuid):
+        return Verdict(S.SKIP, "skipped: the GPU's UUID is unknown")
+    sampler = _Sampler(next_sample, timeout_s)
+    gpu_index: int | None = None
+    listed = ""
+    while True:
+        try:
+            sample = await sampler.next()
+        except Exception as error:
+            return Verdict(S.SKIP, f"skipped: NVML sampling failed: {error}")
+        if sample is None:
+            break
+        if sample.unavailable is not None:
+            return Verdict(S.SKIP, f"skipped: NVML unavailable: {sample.unavailable.headline}")
+        if sample.simulated:
+            return Verdict(S.SKIP, "skipped: the GPUs are simulated (--demo)")
+        gpu = _find_gpu(sample, holding.gpu_uuid)
+        if gpu is None:
+            continue
+        gpu_index = gpu.index
+        on_gpu = sample.processes_on(gpu.uuid)
+        listed = ", ".join(
+            f"PID {p.pid} ({_mib(p.gpu_memory_bytes) if p.gpu_memory_bytes else 'N/A'})"
+            for p in on_gpu
+        )
+        ours = [p for p in on_gpu if p.pid == holding.pid]
+        if not ours:
+            continue
+        memory = ours[0].gpu_memory_bytes
+        where = f"PID {holding.pid} on GPU {gpu.index}"
+        holds = f"the probe holds {_mib(holding.allocated_bytes)}"
+        if memory is None:  # WSL, some MIG setups: NVML cannot say
+            return Verdict(S.PASS, f"NVML lists {where} (memory N/A; {holds})")
+        # NVML's figure includes the CUDA context, so it is at least what torch reserved.
+        if memory >= holding.reserved_bytes * 0.95:
+            return Verdict(S.PASS, f"NVML lists {where} using {_mib(memory)} ({holds})")
+    if gpu_index is None:
+        return Verdict(
+            S.SKIP, f"skipped: no NVML sample of {holding.gpu_uuid} within {timeout_s:g} s"
+        )
+    return Verdict(
+        S.FAIL,
+        f"NVML does not list PID {holding.pid} on GPU {gpu_index} with "
+        f"{_mib(holding.reserved_bytes)} or more",
+        f"Processes NVML lists on that GPU: {listed or 'none'}. In a container without "
+        "--pid=host NVML reports host PIDs, which differ from the child's.",
+    )
+
+
+async def check_released(
+    holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
+) -> Verdict | None:
+    """After the child exited: NVML no longer lists its PID on the GPU.
+
+    Returns:
+        pass with a note for step 9's value, fail when NVML still lists the PID, or None when
+        NVML cannot tell (no sampler, no sample, the GPU missing from it).
+    """
+    if next_sample is None:
+        return None
+    sampler = _Sampler(next_sample, timeout_s)
+    while True:
+        try:
+            sample = await sampler.next()
+        except Exception:
+            return None
+        if sample is None:
+            break
+        gpu = _find_gpu(sample, holding.gpu_uuid)
+        if gpu is None:
+            return None
+        if all(p.pid != holding.pid for p in sample.processes_on(gpu.uuid)):
+            used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""
+            return Verdict(S.PASS, f"NVML: PID {holding.pid} gone from GPU {gpu.index}{used}")
+    return Verdict(S.FAIL, f"NVML still lists PID {holding.pid} after the child exited")
