@@ -99,8 +99,12 @@ async def test_pause_stops_polling_and_resume_polls_at_once() -> None:
     calls = source.calls
     await asyncio.sleep(0.7)
     assert source.calls == calls
+    resumed = time.monotonic()
     poller.paused = False
-    await asyncio.sleep(0.05)
+    while source.calls == calls and time.monotonic() - resumed < 2:
+        await asyncio.sleep(0.005)
+    # At once, not after waiting out the 0.25 s interval.
+    assert time.monotonic() - resumed < 0.2
     assert source.calls == calls + 1
     task.cancel()
 

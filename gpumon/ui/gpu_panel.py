@@ -108,6 +108,7 @@ class GpuPanel(LinesWidget, can_focus=True):
         self.layout_mode = Layout.CARDS
         self.columns = 1
         self._styles: dict[str, Style] = {}
+        self._cards: dict[int, tuple[tuple[GpuStats, bool, int], list[Strip]]] = {}
 
     # -- data in -----------------------------------------------------------------------
 
@@ -176,6 +177,7 @@ class GpuPanel(LinesWidget, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles.clear()
+        self._cards.clear()
 
     def redraw(self) -> None:
         width = self.size.width or 80
@@ -243,12 +245,22 @@ class GpuPanel(LinesWidget, can_focus=True):
         rows: list[Strip] = []
         for start in range(0, len(self.gpus), columns):
             cards = [
-                self._card(gpu, start + offset == self.selected, card_width)
+                self._cached_card(gpu, start + offset == self.selected, card_width)
                 for offset, gpu in enumerate(self.gpus[start : start + columns])
             ]
             for y in range(CARD_HEIGHT):
                 rows.append(Strip.join([card[y] for card in cards]).crop_extend(0, width, None))
         return rows
+
+    def _cached_card(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
+        # GpuStats is frozen and hashable: an unchanged GPU (idle, lost) is not redrawn.
+        key = (gpu, selected, width)
+        cached = self._cards.get(gpu.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        lines = self._card(gpu, selected, width)
+        self._cards[gpu.index] = (key, lines)
+        return lines
 
     def _card(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
         g = self.glyphs
@@ -263,9 +275,7 @@ class GpuPanel(LinesWidget, can_focus=True):
         body = self._card_body(gpu, inner)
         lines = [title.strip(width)]
         for content in body:
-            line = Line().add(g.v + " ", border)
-            for segment in content.strip(inner):
-                line.add(segment.text, segment.style or Style())
+            line = Line().add(g.v + " ", border).extend(content, inner)
             lines.append(line.add(" " + g.v, border).strip(width))
         lines.append(Line().add(g.bl + g.h * (width - 2) + g.br, border).strip(width))
         return lines

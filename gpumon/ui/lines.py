@@ -79,6 +79,18 @@ class Line:
             self.width += len(text)
         return self
 
+    def extend(self, other: Line, width: int) -> Line:
+        """Append ``other`` padded or cropped to exactly ``width`` cells."""
+        if other.width > width:
+            for segment in other.strip(width):
+                self.add(segment.text, segment.style or BLANK)
+            return self
+        for segment in other._segments:
+            self.add(segment.text, segment.style or BLANK)
+        if other.width < width:
+            self.add(" " * (width - other.width))
+        return self
+
     def pad_to(self, width: int, style: Style = BLANK) -> Line:
         if self.width < width:
             self.add(" " * (width - self.width), style)

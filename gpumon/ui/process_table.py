@@ -6,6 +6,7 @@ only the cells that changed are repainted (no clear-and-refill every tick).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self.highlighted_pids: frozenset[int] = frozenset()
         self._processes: tuple[GpuProcess, ...] = ()
         self._painted: dict[int, Strip] = {}
+        self._fresh: dict[int, Strip] = {}
         self._styles: dict[str, Style] = {}
 
     # -- data in ---------------------------------------------------------------------
@@ -182,8 +184,9 @@ class ProcessTable(ScrollView, can_focus=True):
         if not self.is_mounted:
             return
         regions: list[Region] = []
+        self._fresh.clear()
         for y in range(self.size.height):
-            new = self._line(y)
+            new = self._fresh[y] = self._line(y)
             old = self._painted.get(y)
             if old is None:
                 regions.append(Region(0, y, self.size.width, 1))
@@ -267,27 +270,33 @@ class ProcessTable(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles.clear()
+        self._fresh.clear()
 
     def on_resize(self) -> None:
         self._painted.clear()
+        self._fresh.clear()
         self.virtual_size = Size(self.size.width, len(self.rows) + 1)
         self.refresh()
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         self._painted.clear()
+        self._fresh.clear()
         super().watch_scroll_y(old, new)
 
     @staticmethod
     def _visible_columns(width: int) -> list[Column]:
         return [c for c in COLUMNS if width >= c.min_terminal_width]
 
-    def _layout(self, width: int) -> list[tuple[Column, int]]:
-        columns = self._visible_columns(width)
+    @staticmethod
+    @functools.lru_cache(maxsize=8)
+    def _layout(width: int) -> list[tuple[Column, int]]:
+        columns = ProcessTable._visible_columns(width)
         fixed = sum(c.width + 1 for c in columns if c.width)
         return [(c, c.width or max(8, width - fixed)) for c in columns]
 
     def render_line(self, y: int) -> Strip:
-        strip = self._line(y)
+        # Lines built for the diff in _repaint_changes are reused, not rendered twice.
+        strip = self._fresh.pop(y, None) or self._line(y)
         self._painted[y] = strip
         return strip
 
