@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from gpumon.model import GpuUnavailable, Sample, UnavailableReason
 from gpumon.probe import steps as S
+from gpumon.probe.confirm import check_holding, check_released
 from gpumon.probe.protocol import Done, Event, Hello, Holding, Request, StepEvent
 from gpumon.probe.runner import ProbeOutcome, child_command, run_probe
-from tests.fake_children import HERE, MIB, gone, real_child, sample, script
+from tests.fake_children import HERE, MIB, NVML_GPUS, gone, real_child, sample, script
 
 REQUEST = Request(cuda_index=0)
 
@@ -306,3 +309,75 @@ def test_the_child_command_loads_gpumon_by_path_without_touching_the_environment
     package_dir = argv[3]
     assert os.path.isfile(os.path.join(package_dir, "__init__.py"))
     assert os.path.isfile(os.path.join(package_dir, "probe", "child.py"))
+
+
+# --- the parent's NVML checks on their own ---------------------------------------------------
+
+# As torch prints it: no "GPU-" prefix (upper case here), while NVML says "GPU-bbbb...".
+HOLDING = Holding(
+    pid=4242,
+    cuda_index=1,
+    gpu_uuid=NVML_GPUS[0][1][4:].upper(),
+    allocated_bytes=256 * MIB,
+    reserved_bytes=258 * MIB,
+)
+
+
+def samples_of(*samples: Sample) -> Callable[[], Awaitable[Sample]]:
+    queue = list(samples)
+
+    async def next_sample() -> Sample:
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    return next_sample
+
+
+async def test_check_holding_accepts_a_pid_whose_memory_nvml_cannot_read() -> None:
+    """WSL and some MIG setups list the PID without its memory: that is still a sighting."""
+    verdict = await check_holding(HOLDING, samples_of(sample(processes=[(4242, 0, None)])))
+    assert verdict.status == S.PASS
+    assert verdict.value == "NVML lists PID 4242 on GPU 0 (memory N/A; the probe holds 256 MiB)"
+
+
+async def test_check_holding_matches_uuids_whatever_their_case_or_prefix() -> None:
+    verdict = await check_holding(HOLDING, samples_of(sample(processes=[(4242, 0, 900 * MIB)])))
+    assert verdict.status == S.PASS
+
+
+async def test_check_holding_skips_on_simulated_gpus_and_sampling_errors() -> None:
+    demo = dataclasses.replace(sample(), simulated=True)
+    assert (await check_holding(HOLDING, samples_of(demo))).value == (
+        "skipped: the GPUs are simulated (--demo)"
+    )
+
+    async def broken() -> Sample:
+        raise RuntimeError("NVML went away")
+
+    verdict = await check_holding(HOLDING, broken)
+    assert (verdict.status, verdict.value) == (
+        S.SKIP,
+        "skipped: NVML sampling failed: NVML went away",
+    )
+
+
+async def test_check_holding_skips_when_no_sample_arrives_in_time() -> None:
+    async def never() -> Sample:
+        await asyncio.sleep(3600)
+        raise AssertionError
+
+    started = time.monotonic()
+    verdict = await check_holding(HOLDING, never, timeout_s=0.2)
+    assert time.monotonic() - started < 2
+    assert verdict.status == S.SKIP
+    assert verdict.value.startswith("skipped: no NVML sample of")
+
+
+async def test_check_released() -> None:
+    still_there = sample(processes=[(4242, 0, 700 * MIB)])
+    gone_now = sample()
+    verdict = await check_released(HOLDING, samples_of(still_there, gone_now))
+    assert verdict is not None and verdict.status == S.PASS
+    assert verdict.value == "NVML: PID 4242 gone from GPU 0, 1024 MiB in use"
+    verdict = await check_released(HOLDING, samples_of(still_there), timeout_s=1)
+    assert verdict is not None and verdict.status == S.FAIL
+    assert await check_released(HOLDING, None) is None
