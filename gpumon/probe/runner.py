@@ -234,10 +234,11 @@ class _ProbeRun:
             except _Garbage as garbage:
                 _kill_group(process.pid)
                 failure = f"the child's output is not the probe protocol: {garbage}"
-            returncode = await process.wait()
         finally:
             await _end(process, stderr_task)
-        if failure is None and returncode != 0:
+        # None only if a killed child could not even be reaped (stuck in the driver).
+        returncode = process.returncode
+        if failure is None and returncode is not None and returncode != 0:
             failure = f"the child {_describe_exit(returncode)}"
         if failure is None and self.child_done is None:
             failure = "the child exited without finishing"
