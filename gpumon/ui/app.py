@@ -6,10 +6,12 @@ and the app hands the pieces down to its widgets. Widgets never call NVML.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -27,8 +29,13 @@ from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.lines import Glyphs
 from gpumon.ui.process_table import ProcessTable
 
+if TYPE_CHECKING:
+    from gpumon.ui.probe_panel import ProbePanel
+
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 40, 10
+PROBE_WIDTH = 84  # keep in step with app.tcss
+PROBE_RIGHT_MIN_WIDTH = 160
 CHROME_LINES = 3  # header, host strip, footer
 
 
@@ -70,6 +77,7 @@ class GpumonApp(App[int]):
         ascii_only: bool | None = None,
         probe_python: str | None = None,
         autostart: bool = True,
+        probe_child_command: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         exact_updates.install()
@@ -83,6 +91,9 @@ class GpumonApp(App[int]):
         self.poller = Poller(source, interval_s, self._on_sample, on_error=self._on_poll_error)
         self._autostart = autostart
         self._terminal_size: Size | None = None
+        self._sample_waiters: list[asyncio.Future[Sample]] = []
+        self._probe_child_command = probe_child_command
+        self.probing = False
 
     # -- composition -----------------------------------------------------------------
 
@@ -110,6 +121,10 @@ class GpumonApp(App[int]):
 
     def _on_sample(self, sample: Sample) -> None:
         self.sample = sample
+        waiters, self._sample_waiters = self._sample_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(sample)
         self.samples_received += 1
         if self.first_sample_at is None:
             self.first_sample_at = time.perf_counter()
@@ -138,6 +153,14 @@ class GpumonApp(App[int]):
                 f"{MIN_WIDTH}x{MIN_HEIGHT}."
             )
             return
+        # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
+        probe_right = self.probing and width >= PROBE_RIGHT_MIN_WIDTH
+        self.set_class(probe_right, "-probe-right")
+        self.set_class(self.probing and not probe_right, "-probe-bottom")
+        if probe_right:
+            width -= PROBE_WIDTH
+        elif self.probing:
+            height -= height * 55 // 100
         sample = self.sample
         header = self.query_one(HeaderBar)
         header.show(sample, self.poller.interval_s, self.poller.paused, polling=self._autostart)
@@ -187,8 +210,62 @@ class GpumonApp(App[int]):
         self.poller.interval_s = new
         self._refresh_all()
 
+    # -- the torch probe -------------------------------------------------------------
+
     def action_probe(self) -> None:
-        self.notify("The torch probe is not available in this build.", severity="warning")
+        """Run the torch probe on the selected GPU in a child process, in a side panel."""
+        from gpumon.ui.probe_panel import ProbePanel
+
+        sample = self.sample
+        gpu = self.query_one(GpuPanel).selected_gpu
+        if sample is None or gpu is None:
+            self.notify("No GPU to probe yet.", severity="warning")
+            return
+        if sample.simulated:
+            self.notify(
+                "The probe needs a real GPU: these GPUs are simulated (--demo), and probing "
+                "them would prove nothing. Run gpumon on a machine with NVIDIA GPUs.",
+                severity="warning",
+                timeout=8,
+            )
+            return
+        if gpu.lost:
+            self.notify(f"GPU {gpu.index} is lost: nothing to probe.", severity="error")
+            return
+        for old in self.query(ProbePanel):
+            old.remove()
+        panel = ProbePanel(
+            gpu.index,
+            gpu.uuid,
+            gpu.name or "N/A",
+            gpus=[(other.index, other.uuid) for other in sample.gpus if not other.lost],
+            python=self.probe_python,
+            next_sample=self.next_sample,
+            child_command=self._probe_child_command,
+        )
+        panel.id = "probe"
+        self.probing = True
+        self.mount(panel, before=self.query_one(Footer))
+        self._refresh_all()
+
+    async def next_sample(self) -> Sample:
+        """The first sample the poller delivers after this call (for the probe's NVML check)."""
+        future: asyncio.Future[Sample] = asyncio.get_running_loop().create_future()
+        self._sample_waiters.append(future)
+        return await future
+
+    def on_probe_panel_probe_holding(self, message: ProbePanel.ProbeHolding) -> None:
+        self.query_one(ProcessTable).highlight(frozenset({message.pid}))
+
+    def on_probe_panel_finished(self, message: ProbePanel.Finished) -> None:
+        self.query_one(ProcessTable).highlight(frozenset())
+
+    async def on_probe_panel_closed(self, message: ProbePanel.Closed) -> None:
+        await message.panel.remove()
+        self.probing = False
+        self.query_one(ProcessTable).highlight(frozenset())
+        self.query_one(GpuPanel).focus()
+        self._refresh_all()
 
 
 def create_app(
@@ -202,6 +279,7 @@ def create_app(
     ascii_only: bool | None = None,
     autostart: bool = True,
     source_factory: Callable[..., GpuSource] = open_source,
+    probe_child_command: Sequence[str] | None = None,
 ) -> GpumonApp:
     """The one way the CLI, the tests and the screenshot script build the app."""
     if source is None:
@@ -212,4 +290,5 @@ def create_app(
         ascii_only=ascii_only,
         probe_python=probe_python,
         autostart=autostart,
+        probe_child_command=probe_child_command,
     )

@@ -1,0 +1,122 @@
+"""The probe in the real dashboard: `P` on a selected GPU, streamed steps, the highlighted row,
+and no child left behind when gpumon quits mid-probe."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+from textual.pilot import Pilot
+
+from gpumon.model import Sample
+from gpumon.sources.demo import DemoSource
+from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.probe_panel import ProbePanel
+from gpumon.ui.process_table import ProcessTable
+from tests.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script
+from tests.ui_helpers import screen_text
+
+
+class FakeServer:
+    """A two-GPU server whose NVML sees every child process of this test (so the probe)."""
+
+    simulated = False
+
+    def sample(self) -> Sample:
+        return children_sample(memory=2048 * 2**20)
+
+    def close(self) -> None:
+        pass
+
+
+async def until(pilot: Pilot[int], condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await pilot.pause(0.05)
+
+
+def probe_app(child: list[str]) -> GpumonApp:
+    return create_app(FakeServer(), interval_s=0.25, ascii_only=False, probe_child_command=child)
+
+
+async def test_pressing_P_runs_the_probe_and_highlights_its_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The stand-in torch sees two GPUs, in an order that differs from NVML's.
+    monkeypatch.setenv("FAKE_TORCH_GPUS", json.dumps(FAKE_TORCH_UUIDS))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    app = probe_app(real_child("fake"))
+    highlighted: list[frozenset[int]] = []
+    record = ProcessTable.highlight
+
+    def recording(table: ProcessTable, pids: frozenset[int]) -> None:
+        highlighted.append(pids)
+        record(table, pids)
+
+    monkeypatch.setattr(ProcessTable, "highlight", recording)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        await pilot.press("P")
+        panel = app.query_one(ProbePanel)
+        await until(pilot, lambda: panel.child_pid is not None)
+        pid = panel.child_pid
+        await until(
+            pilot,
+            lambda: (
+                not panel.query_one("#probe-verdict").has_class("-running")
+                and ("PASS" in screen_text(app) or "FAIL:" in screen_text(app))
+            ),
+        )
+        text = screen_text(app)
+        assert "FAIL" not in text, text
+        assert "GPU 0 is cuda:1" in text  # NVML's GPU 0 is cuda:1 for the stand-in torch
+        assert f"NVML lists PID {pid} on GPU 0" in text
+        # While the child held its tensors its row was highlighted; cleared when it finished.
+        assert highlighted[0] == frozenset({pid})
+        table = app.query_one(ProcessTable)
+        await until(pilot, lambda: table.highlighted_pids == frozenset(), timeout_s=5)
+        assert pid is not None and gone(pid)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app.query(ProbePanel)
+
+
+async def test_quitting_mid_probe_leaves_no_child() -> None:
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        await pilot.press("P")
+        panel = app.query_one(ProbePanel)
+        await until(pilot, lambda: panel.child_pid is not None)
+        pid = panel.child_pid
+        assert pid is not None
+        await pilot.press("q")
+    assert gone(pid), f"probe child {pid} outlived gpumon"
+
+
+async def test_probe_is_refused_on_simulated_gpus() -> None:
+    app = create_app(DemoSource(2, seed=0, current_user="alice"), autostart=False, ascii_only=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(app.source.sample())
+        await pilot.press("P")
+        await pilot.pause()
+        assert not app.query(ProbePanel)
+        assert "simulated" in screen_text(app)
+
+
+@pytest.mark.parametrize("size", [(200, 50), (100, 40)])
+async def test_probe_panel_fits_beside_or_below_the_dashboard(size: tuple[int, int]) -> None:
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        await pilot.press("P")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "GPU 0" in text or " 0 " in text  # the GPUs stay visible
+        assert "PID" in text  # and so does the process table
+        await pilot.press("escape")
+        await asyncio.sleep(0)
