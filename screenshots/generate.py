@@ -7,20 +7,33 @@ files when the screen really changed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import psutil
 from textual.pilot import Pilot
 
-from gpumon.model import GpuUnavailable, HostStats, Sample, UnavailableReason
+from gpumon.model import (
+    GpuProcess,
+    GpuUnavailable,
+    HostStats,
+    ProcessKind,
+    Sample,
+    UnavailableReason,
+)
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import GpumonApp, create_app
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the tests' stand-in torch, for the probe shot
 FIXED_TIME = 1_700_000_000.0
 GIB = 1024**3
+MIB = 1024**2
 
 
 def demo_app(gpus: int, processes: int) -> GpumonApp:
@@ -70,6 +83,55 @@ async def shoot(
     print(f"screenshots/{name}.svg")
 
 
+class _DemoSeenByNvml(DemoSource):
+    """The demo server, plus this script's child processes (the probe) on GPU 0."""
+
+    def sample(self) -> Sample:
+        demo = super().sample()
+        gpu = demo.gpus[0]
+        probes = tuple(
+            GpuProcess(
+                gpu.index,
+                gpu.uuid,
+                child.pid,
+                ProcessKind.COMPUTE,
+                768 * MIB,
+                user="alice",
+                command="python -m gpumon.probe.child",
+                visible=True,
+                is_current_user=True,
+            )
+            for child in psutil.Process().children(recursive=True)
+        )
+        return dataclasses.replace(demo, processes=demo.processes + probes)
+
+
+async def shoot_probe() -> None:
+    """The probe panel, run against the stand-in torch of the tests (there is no GPU where
+    screenshots are made). The GPUs are the demo's and the header says DEMO."""
+    from tests.fake_children import real_child
+
+    source = _DemoSeenByNvml(
+        4, seed=7, process_count=6, current_user="alice", clock=lambda: FIXED_TIME
+    )
+    uuids = [gpu.uuid.removeprefix("GPU-") for gpu in source.sample().gpus[:2]]
+    os.environ["FAKE_TORCH_GPUS"] = json.dumps(uuids[::-1])  # CUDA order differs from NVML's
+    app = create_app(
+        source, interval_s=0.25, ascii_only=False, probe_child_command=real_child("fake")
+    )
+    async with app.run_test(size=(200, 50)) as pilot:
+        while app.sample is None:
+            await pilot.pause(0.05)
+        await app.open_probe(app.sample.gpus[0], app.sample)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if str(app.query_one("#probe-verdict").render()).startswith(("PASS", "FAIL")):
+                break
+        await pilot.pause(0.3)
+        app.save_screenshot(filename="probe-panel.svg", path=str(HERE))
+    print("screenshots/probe-panel.svg")
+
+
 async def main() -> None:
     os.environ["TZ"] = "UTC"
     time.tzset()
@@ -83,6 +145,7 @@ async def main() -> None:
     await shoot("tmux-pane-60x15", demo_app(8, 24), (60, 15))
     await shoot("no-driver", create_app(_NoDriver(), autostart=False, ascii_only=False), (100, 24))
     await shoot("help", demo_app(4, 6), (120, 44), open_help)
+    await shoot_probe()
 
 
 if __name__ == "__main__":

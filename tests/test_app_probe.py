@@ -120,3 +120,18 @@ async def test_probe_panel_fits_beside_or_below_the_dashboard(size: tuple[int, i
         assert "PID" in text  # and so does the process table
         await pilot.press("escape")
         await asyncio.sleep(0)
+
+
+async def test_pressing_P_again_replaces_the_running_probe() -> None:
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        await pilot.press("P")
+        first = app.query_one(ProbePanel)
+        await until(pilot, lambda: first.child_pid is not None)
+        first_pid = first.child_pid
+        assert first_pid is not None
+        await pilot.press("P")
+        await pilot.pause()
+        assert len(app.query(ProbePanel)) == 1
+        assert gone(first_pid), "the replaced probe's child is still running"

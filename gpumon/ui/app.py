@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.widgets import Footer, Static
 
-from gpumon.model import Sample
+from gpumon.model import GpuStats, Sample
 from gpumon.poller import Poller
 from gpumon.sources import GpuSource, open_source
 from gpumon.ui import exact_updates
@@ -212,10 +212,8 @@ class GpumonApp(App[int]):
 
     # -- the torch probe -------------------------------------------------------------
 
-    def action_probe(self) -> None:
+    async def action_probe(self) -> None:
         """Run the torch probe on the selected GPU in a child process, in a side panel."""
-        from gpumon.ui.probe_panel import ProbePanel
-
         sample = self.sample
         gpu = self.query_one(GpuPanel).selected_gpu
         if sample is None or gpu is None:
@@ -232,8 +230,14 @@ class GpumonApp(App[int]):
         if gpu.lost:
             self.notify(f"GPU {gpu.index} is lost: nothing to probe.", severity="error")
             return
+        await self.open_probe(gpu, sample)
+
+    async def open_probe(self, gpu: GpuStats, sample: Sample) -> None:
+        """Open the probe panel on ``gpu`` (replacing a running probe, which is killed)."""
+        from gpumon.ui.probe_panel import ProbePanel
+
         for old in self.query(ProbePanel):
-            old.remove()
+            await old.remove()
         panel = ProbePanel(
             gpu.index,
             gpu.uuid,
@@ -245,7 +249,7 @@ class GpumonApp(App[int]):
         )
         panel.id = "probe"
         self.probing = True
-        self.mount(panel, before=self.query_one(Footer))
+        await self.mount(panel, before=self.query_one(Footer))
         self._refresh_all()
 
     async def next_sample(self) -> Sample:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import types
 
 __version__ = "2.13.0+fake"
@@ -113,6 +114,9 @@ class Tensor:
 
     def __matmul__(self, other: Tensor) -> Tensor:
         self._same_device(other)
+        if self.device.type == "cuda":
+            # About 40 TFLOP/s, so the probe's step 8 prints believable numbers.
+            time.sleep(2 * self.shape[0] * self.shape[-1] * other.shape[-1] / 40e12)
         return Tensor((self.shape[0], other.shape[-1]), self.device)
 
     def normal_(self) -> Tensor:
@@ -122,6 +126,8 @@ class Tensor:
         return self
 
     def copy_(self, source: Tensor) -> Tensor:
+        if source.device != self.device:
+            time.sleep(self.numel() * 4 / 25e9)  # about PCIe Gen4 x16
         return self
 
 
