@@ -308,7 +308,8 @@ class ProcessTable(ScrollView, can_focus=True):
         if not self.rows and y == 1:
             return Line().add(" No processes on any GPU.", self.style("empty")).strip(width)
         if not 0 <= row < len(self.rows):
-            return Strip.blank(width)
+            # A styled blank: Textual's NO_COLOR filter cannot handle a style of None.
+            return Strip.blank(width, self.rich_style)
         process = self.rows[row]
         style = Style()
         if not process.visible:
