@@ -270,3 +270,25 @@ def test_host_sample_for_real() -> None:
     assert 0 < host.memory_used_bytes <= host.memory_total_bytes
     assert host.cpu_pct is not None
     assert 0 <= host.cpu_pct <= 100
+
+
+def test_escape_sequences_in_another_process_argv_never_reach_the_terminal() -> None:
+    """A command line is data from another user: it must not set our clipboard or clear
+    the screen of whoever is watching (OSC 52, CSI 2J, BEL, C1 controls)."""
+    import subprocess
+    import sys
+
+    hostile = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x9b31m"
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", hostile],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        info = ProcessInspector().inspect([child.pid])[child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    assert info.command is not None
+    assert "time.sleep(30)" in info.command
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in info.command)
+    assert "?]52;c;cHduZWQ=??[2J?31m" in info.command

@@ -160,12 +160,12 @@ class ProcessInspector:
         if uid is not None:
             if uid not in self._user_names:
                 try:
-                    self._user_names[uid] = pwd.getpwuid(uid).pw_name
+                    self._user_names[uid] = printable(pwd.getpwuid(uid).pw_name)
                 except KeyError:
                     self._user_names[uid] = str(uid)
             return self._user_names[uid]
         try:
-            return str(process.username())
+            return printable(str(process.username()))
         except (*_PSUTIL_ERRORS, KeyError):
             return None
 
@@ -177,14 +177,24 @@ def _read_uid(process: psutil.Process) -> int | None:
         return None
 
 
+# C0 controls, DEL and C1 controls: another user's argv may carry escape sequences
+# (clear the screen, set the clipboard with OSC 52) meant for whoever displays it.
+_CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], "?")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character replaced by ``?``: safe to show on a terminal."""
+    return text.translate(_CONTROL_CHARACTERS)
+
+
 def _read_command(process: psutil.Process) -> str | None:
     try:
         parts = process.cmdline()
         if parts:
-            return " ".join(parts)
+            return printable(" ".join(parts))
     except _PSUTIL_ERRORS:
         pass
     try:
-        return str(process.name())
+        return printable(str(process.name()))
     except _PSUTIL_ERRORS:
         return None
