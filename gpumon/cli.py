@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from gpumon import __version__
-from gpumon.model import MIN_INTERVAL_S
+from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 # Subcommand -> module. Each module exposes ``HELP: str``, ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.
@@ -23,6 +25,11 @@ SUBCOMMANDS: dict[str, str] = {
     "export": "gpumon.export",
     "probe": "gpumon.probe.cli",
 }
+
+
+# NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
+MAX_DEMO_GPUS = 64
+MAX_DEMO_PROCESSES = 4096
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,19 +49,24 @@ def interval_seconds(text: str) -> float:
             f"must be at least {MIN_INTERVAL_S} seconds (got {text}): NVML's utilisation "
             "counters do not update faster"
         )
-    if value > 3600:
-        raise argparse.ArgumentTypeError(f"must be at most 3600 seconds (got {text})")
+    if value > MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INTERVAL_S:g} seconds (got {text})")
     return value
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
+def bounded_int(highest: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``highest``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not 1 <= value <= highest:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {highest} (got {value})")
+        return value
+
+    return parse
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
@@ -69,14 +81,14 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) ->
     )
     parser.add_argument(
         "--demo-gpus",
-        type=positive_int,
+        type=bounded_int(MAX_DEMO_GPUS),
         metavar="N",
         default=default(4),
         help="number of simulated GPUs with --demo (default: 4)",
     )
     parser.add_argument(
         "--demo-processes",
-        type=positive_int,
+        type=bounded_int(MAX_DEMO_PROCESSES),
         metavar="N",
         default=default(None),
         help="number of simulated GPU processes with --demo (default: 1.5 per GPU)",
@@ -97,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=interval_seconds,
         default=1.0,
         metavar="SECONDS",
-        help=f"refresh interval (default: 1, at least {MIN_INTERVAL_S})",
+        help=f"refresh interval (default: 1; {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})",
     )
     parser.add_argument(
         "--probe-python",
@@ -120,16 +132,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command is not None:
-        module = importlib.import_module(SUBCOMMANDS[args.command])
-        return int(module.run(args))
-    return run_dashboard(args)
+    if args.command is None:
+        return run_dashboard(args)
+    module = importlib.import_module(SUBCOMMANDS[args.command])
+    try:
+        status = int(module.run(args))
+        sys.stdout.flush()  # a full disk must fail here, not in the interpreter's exit
+    except BrokenPipeError:
+        # The reader went away (`gpumon once | head`): stop quietly, as cat and grep do.
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
+    except OSError as error:
+        _silence_stdout()
+        print(f"gpumon: error: cannot write output: {error.strerror or error}", file=sys.stderr)
+        return 1
+    return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
-    if not sys.stdout.isatty():
+    # Textual reads keys from stdin and draws on stderr (stdout stays free for pipes).
+    if not (sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()):
         print(
-            "gpumon: error: the dashboard needs a terminal; use `gpumon once` for a snapshot",
+            "gpumon: error: the dashboard needs a terminal on stdin and stderr; "
+            "use `gpumon once` for a snapshot",
             file=sys.stderr,
         )
         return 2

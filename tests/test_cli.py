@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -52,7 +53,7 @@ def test_interval_at_the_floor_is_accepted() -> None:
 def test_demo_gpus_must_be_positive() -> None:
     result = run_gpumon("--demo", "--demo-gpus", "0")
     assert result.returncode == 2
-    assert "--demo-gpus" in result.stderr and "at least 1" in result.stderr
+    assert "--demo-gpus" in result.stderr and "from 1 to 64" in result.stderr
 
 
 def test_demo_options_work_before_or_after_a_subcommand() -> None:
@@ -66,3 +67,60 @@ def test_demo_options_work_before_or_after_a_subcommand() -> None:
 def test_dashboard_without_a_terminal_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--demo"]) == 2
     assert "gpumon once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", [["once"], ["once", "--json"], ["status"]])
+def test_a_closed_pipe_stops_quietly(mode: list[str]) -> None:
+    """`gpumon once | head -1`: no traceback when the reader goes away."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpumon",
+            *mode,
+            "--demo",
+            "--demo-gpus",
+            "64",
+            "--demo-processes",
+            "2000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.read(10)
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert "Traceback" not in stderr and "Exception" not in stderr, stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_is_one_clear_line() -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "gpumon", "once", "--json", "--demo"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert result.stderr.strip() == "gpumon: error: cannot write output: No space left on device"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "61"], "must be at most 60 seconds"),
+        (["--demo-gpus", "65"], "must be from 1 to 64"),
+        (["--demo-processes", "100000"], "must be from 1 to 4096"),
+        (["--demo-gpus", "abc"], "not a whole number"),
+    ],
+)
+def test_out_of_range_values_are_one_clear_line(args: list[str], message: str) -> None:
+    result = run_gpumon(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert message in result.stderr
