@@ -81,6 +81,7 @@ class Poller:
         self._paused = False
         self._forced = False
         self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
         self._thread: _DaemonThread | None = None
         self.polls_started = 0
         self.polls_finished = 0
@@ -111,21 +112,24 @@ class Poller:
 
     async def poll_once(self) -> Sample | None:
         """Take one sample off the loop and deliver it; ``None`` if the source raised."""
-        if self._thread is None:
-            self._thread = _DaemonThread("gpumon-poller")
-        self.in_flight = True
-        self.polls_started += 1
-        try:
-            sample = await self._thread.run(self.source.sample)
-        except Exception as error:
-            if self._on_error is not None:
-                self._on_error(error)
-            return None
-        finally:
-            self.in_flight = False
-            self.polls_finished += 1
-        self._on_sample(sample)
-        return sample
+        # The lock keeps an extra poll (the probe asking for a fresh sample) from
+        # overlapping the scheduled one: sources are never sampled concurrently.
+        async with self._lock:
+            if self._thread is None:
+                self._thread = _DaemonThread("gpumon-poller")
+            self.in_flight = True
+            self.polls_started += 1
+            try:
+                sample = await self._thread.run(self.source.sample)
+            except Exception as error:
+                if self._on_error is not None:
+                    self._on_error(error)
+                return None
+            finally:
+                self.in_flight = False
+                self.polls_finished += 1
+            self._on_sample(sample)
+            return sample
 
     async def run(self) -> None:
         """Poll until cancelled."""

@@ -135,3 +135,26 @@ async def test_pressing_P_again_replaces_the_running_probe() -> None:
         await pilot.pause()
         assert len(app.query(ProbePanel)) == 1
         assert gone(first_pid), "the replaced probe's child is still running"
+
+
+async def test_the_probe_confirms_with_nvml_even_while_the_dashboard_is_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_TORCH_GPUS", json.dumps(FAKE_TORCH_UUIDS))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    app = create_app(
+        FakeServer(), interval_s=60, ascii_only=False, probe_child_command=real_child("fake")
+    )
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        await pilot.press("space")  # paused, and the interval is 60 s anyway
+        assert app.poller.paused
+        await pilot.press("P")
+        panel = app.query_one(ProbePanel)
+        await until(
+            pilot,
+            lambda: str(panel.query_one("#probe-verdict").render()).startswith(("PASS", "FAIL")),
+        )
+        text = screen_text(app)
+        assert "NVML lists PID" in text, text
+        assert "FAIL" not in text, text

@@ -381,3 +381,13 @@ async def test_check_released() -> None:
     verdict = await check_released(HOLDING, samples_of(still_there), timeout_s=1)
     assert verdict is not None and verdict.status == S.FAIL
     assert await check_released(HOLDING, None) is None
+
+
+async def test_check_released_cannot_tell_without_a_sample() -> None:
+    """A paused or stalled sampler is not evidence that the memory leaked."""
+
+    async def never() -> Sample:
+        await asyncio.sleep(3600)
+        raise AssertionError
+
+    assert await check_released(HOLDING, never, timeout_s=0.2) is None

@@ -137,6 +137,7 @@ async def check_released(
     if next_sample is None:
         return None
     sampler = _Sampler(next_sample, timeout_s)
+    still_listed = False
     while True:
         try:
             sample = await sampler.next()
@@ -147,7 +148,10 @@ async def check_released(
         gpu = _find_gpu(sample, holding.gpu_uuid)
         if gpu is None:
             return None
+        still_listed = True
         if all(p.pid != holding.pid for p in sample.processes_on(gpu.uuid)):
             used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""
             return Verdict(S.PASS, f"NVML: PID {holding.pid} gone from GPU {gpu.index}{used}")
+    if not still_listed:
+        return None  # no sample in time: NVML cannot tell, which is not a failure
     return Verdict(S.FAIL, f"NVML still lists PID {holding.pid} after the child exited")

@@ -256,6 +256,9 @@ class GpumonApp(App[int]):
         """The first sample the poller delivers after this call (for the probe's NVML check)."""
         future: asyncio.Future[Sample] = asyncio.get_running_loop().create_future()
         self._sample_waiters.append(future)
+        # Sample now rather than on schedule: the probe holds GPU memory while it waits, and
+        # a paused dashboard or a 60 s interval must not turn a good probe into a skip.
+        self.run_worker(self.poller.poll_once(), group="probe-sample")
         return await future
 
     def on_probe_panel_probe_holding(self, message: ProbePanel.ProbeHolding) -> None:
