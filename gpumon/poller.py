@@ -49,6 +49,10 @@ class _DaemonThread:
         self._jobs.put((call, future))
         return await asyncio.wrap_future(future)
 
+    def submit(self, call: Callable[[], object]) -> None:
+        """Run ``call`` after the jobs already queued, without waiting for it."""
+        self._jobs.put((call, Future()))
+
     def stop(self) -> None:
         self._jobs.put(None)
 
@@ -133,14 +137,11 @@ class Poller:
 
     async def run(self) -> None:
         """Poll until cancelled."""
-        try:
-            while True:
-                started = self._clock()
-                if not self._paused:
-                    await self.poll_once()
-                await self._sleep_until(started)
-        finally:
-            self.stop()
+        while True:
+            started = self._clock()
+            if not self._paused:
+                await self.poll_once()
+            await self._sleep_until(started)
 
     async def _sleep_until(self, started: float) -> None:
         # Woken early by an interval change (recompute), a pause toggle or poll_now().
@@ -158,10 +159,15 @@ class Poller:
                 if not self._paused:
                     return
 
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._thread.stop()
-            self._thread = None
+    def close(self) -> None:
+        """Close the source on the sampling thread, after any sample in flight (NVML must
+        not be shut down under a running call), then let the thread end."""
+        if self._thread is None:
+            self.source.close()
+            return
+        self._thread.submit(self.source.close)
+        self._thread.stop()
+        self._thread = None
 
 
 def clamp_interval(value: float) -> float:

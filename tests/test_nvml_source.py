@@ -239,11 +239,23 @@ def test_handles_are_fetched_once_not_every_tick() -> None:
 def test_close_shuts_nvml_down_once() -> None:
     fake = two_gpus()
     source = make_source(fake)
+    source.sample()
 
     source.close()
     source.close()
 
     assert fake.shutdowns == 1
+
+
+def test_nvml_is_initialised_on_the_first_sample_not_on_construction() -> None:
+    """The dashboard builds its source on the event loop: nvmlInit (seconds without
+    persistence mode) must wait for the first sample, which runs on the poller thread."""
+    fake = two_gpus()
+    source = make_source(fake)
+    assert not fake.initialised
+    source.close()  # never started: nothing to shut down
+    assert fake.shutdowns == 0
+    assert len(make_source(fake).sample().gpus) == 2
 
 
 # -- 2. NOT_SUPPORTED field by field, remembered -------------------------------------------------

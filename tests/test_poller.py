@@ -153,3 +153,30 @@ async def test_a_hung_sample_does_not_block_the_loop() -> None:
 def test_interval_floor() -> None:
     assert clamp_interval(0.01) == MIN_INTERVAL_S
     assert clamp_interval(2) == 2.0
+
+
+async def test_close_waits_for_the_sample_in_flight_then_closes_on_the_sampling_thread() -> None:
+    """nvmlShutdown must never run under an NVML call that is still in progress."""
+    events: list[tuple[str, str]] = []
+
+    class Source(CountingSource):
+        def sample(self) -> Sample:
+            events.append(("sample start", threading.current_thread().name))
+            time.sleep(0.3)
+            events.append(("sample end", threading.current_thread().name))
+            return make_sample(())
+
+        def close(self) -> None:
+            events.append(("close", threading.current_thread().name))
+
+    poller = Poller(Source(), 10, lambda sample: None)
+    task = asyncio.create_task(poller.poll_once())
+    await asyncio.sleep(0.05)
+    poller.close()  # while the sample is in flight
+    await task
+    for _ in range(100):
+        if len(events) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert [name for name, _ in events] == ["sample start", "sample end", "close"]
+    assert events[2][1] == events[0][1] == "gpumon-poller"

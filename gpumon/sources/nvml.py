@@ -297,16 +297,32 @@ class NvmlSource:
         self._devices: list[_Device] = []
         self._driver: DriverInfo | None = None
         self._initialised = False
-        self.unavailable: GpuUnavailable | None = None
-        self._nvml = nvml if nvml is not None else self._import()
+        self._unavailable: GpuUnavailable | None = None
+        self._given_nvml = nvml
+        self._nvml: ModuleType | None = None
+        self._started = False
+
+    def _start(self) -> None:
+        """Load and initialise NVML, once. Deferred to the first sample so that it runs on
+        the sampling thread: without persistence mode nvmlInit can take seconds."""
+        if self._started:
+            return
+        self._started = True
+        self._nvml = self._given_nvml if self._given_nvml is not None else self._import()
         if self._nvml is not None:
             self._init()
+
+    @property
+    def unavailable(self) -> GpuUnavailable | None:
+        """Why NVML cannot be used, or None when it can (initialises NVML if needed)."""
+        self._start()
+        return self._unavailable
 
     def _import(self) -> ModuleType | None:
         try:
             import pynvml
         except ImportError as error:
-            self.unavailable = GpuUnavailable(
+            self._unavailable = GpuUnavailable(
                 UnavailableReason.LIBRARY_NOT_FOUND,
                 "The NVML Python binding is not installed.",
                 str(error),
@@ -314,7 +330,7 @@ class NvmlSource:
             )
             return None
         if not hasattr(pynvml, "nvmlInitWithFlags"):
-            self.unavailable = GpuUnavailable(
+            self._unavailable = GpuUnavailable(
                 UnavailableReason.SHADOWED_BINDING,
                 "An old `pynvml` package shadows NVIDIA's nvidia-ml-py binding.",
                 f"pynvml was imported from {getattr(pynvml, '__file__', '?')}",
@@ -334,7 +350,7 @@ class NvmlSource:
                 code if code is not None else -1,
                 (UnavailableReason.OTHER, "NVML could not be initialised.", ""),
             )
-            self.unavailable = GpuUnavailable(reason, headline, f"NVML: {error}", hint)
+            self._unavailable = GpuUnavailable(reason, headline, f"NVML: {error}", hint)
             return
         self._initialised = True
         self._driver = DriverInfo(
@@ -345,7 +361,7 @@ class NvmlSource:
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as error:
-            self.unavailable = GpuUnavailable(
+            self._unavailable = GpuUnavailable(
                 UnavailableReason.OTHER, "NVML could not count the GPUs.", f"NVML: {error}"
             )
             return
@@ -357,7 +373,7 @@ class NvmlSource:
                 handle = None  # lost (or otherwise unusable): shown as LOST, never retried
             self._devices.append(_Device(nvml, index, handle))
         if not self._devices:
-            self.unavailable = GpuUnavailable(
+            self._unavailable = GpuUnavailable(
                 UnavailableReason.NO_DEVICES,
                 "The NVIDIA driver is loaded but reports no GPUs.",
                 "nvmlDeviceGetCount() returned 0",
@@ -374,6 +390,7 @@ class NvmlSource:
     def sample(self) -> Sample:
         """Read every GPU and its processes. A lost GPU never stops the others."""
         started = time.perf_counter()
+        self._start()
         gpus: list[GpuStats] = []
         raw: list[tuple[_Device, dict[int, tuple[ProcessKind, int | None]]]] = []
         for device in self._devices:
@@ -393,7 +410,7 @@ class NvmlSource:
             gpus=tuple(gpus),
             processes=processes,
             simulated=False,
-            unavailable=self.unavailable,
+            unavailable=self._unavailable,
             duration_s=time.perf_counter() - started,
         )
 

@@ -114,8 +114,7 @@ class GpumonApp(App[int]):
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
 
     def on_unmount(self) -> None:
-        self.poller.stop()
-        self.source.close()
+        self.poller.close()
 
     # -- samples in ------------------------------------------------------------------
 
