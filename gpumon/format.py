@@ -5,9 +5,26 @@ Every function takes ``None`` (not supported / not readable) and returns :data:`
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from typing import Literal
+
 NA = "N/A"
 MIB = 1024**2
 GIB = 1024**3
+
+#: Without a slowdown threshold from NVML, colour as if the GPU slowed down at this temperature.
+DEFAULT_SLOWDOWN_C = 90
+#: Within this many degrees of the slowdown threshold a temperature is "warm" (yellow).
+WARM_MARGIN_C = 15
+#: Within this many degrees of the slowdown threshold a temperature is "hot" (red).
+HOT_MARGIN_C = 5
+
+TemperatureLevel = Literal["na", "normal", "warm", "hot"]
+
+ELLIPSIS = "…"
+#: The ellipsis where the locale is not UTF-8 (the dashboard's ASCII glyphs use it too).
+ASCII_ELLIPSIS = "~"
 
 
 def bytes_short(value: int | None) -> str:
@@ -88,13 +105,67 @@ def duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def truncate(text: str, width: int) -> str:
-    """Cut ``text`` to ``width`` cells with an ellipsis (``...`` when ASCII is wanted)."""
+def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
+    """Cut ``text`` to ``width`` characters, its last one replaced by ``ellipsis``.
+
+    Text that fits is returned as is; a width of 0 or less gives ``""``. Pass :data:`ASCII_ELLIPSIS`
+    (``~``) where the terminal is not UTF-8 (see :func:`locale_is_utf8`).
+    """
     if width <= 0:
         return ""
     if len(text) <= width:
         return text
-    return text[: max(0, width - 1)] + "…"
+    return text[: width - 1] + ellipsis
+
+
+def temperature_level(temperature_c: int | None, slowdown_c: int | None) -> TemperatureLevel:
+    """How close a GPU is to its own slowdown threshold; every mode colours by this.
+
+    Args:
+        temperature_c: the GPU's temperature; ``None`` when unreadable.
+        slowdown_c: the temperature at which the GPU slows itself down (NVML's slowdown
+            threshold, nvidia-smi's "GPU Slowdown Temp"); ``None`` or 0 when unknown, then
+            :data:`DEFAULT_SLOWDOWN_C` (90 °C) is assumed.
+
+    Returns:
+        ``"na"`` without a temperature, ``"hot"`` within :data:`HOT_MARGIN_C` (5 °C) of the
+        threshold or above it, ``"warm"`` within :data:`WARM_MARGIN_C` (15 °C), else
+        ``"normal"``.
+    """
+    if temperature_c is None:
+        return "na"
+    limit = slowdown_c or DEFAULT_SLOWDOWN_C
+    if temperature_c >= limit - HOT_MARGIN_C:
+        return "hot"
+    if temperature_c >= limit - WARM_MARGIN_C:
+        return "warm"
+    return "normal"
+
+
+def short_uuid(uuid: str) -> str:
+    """``GPU-1a2b3c4d`` instead of the full 40-character UUID (``MIG-…`` likewise).
+
+    A UUID without a ``-`` is cut to its first 12 characters.
+    """
+    head, _, tail = uuid.partition("-")
+    return f"{head}-{tail[:8]}" if tail else uuid[:12]
+
+
+def locale_is_utf8(environ: Mapping[str, str] = os.environ) -> bool:
+    """True when the terminal's locale is UTF-8, so ``…``, bars and box lines can be drawn.
+
+    ``GPUMON_ASCII`` set to anything but ``""`` or ``0`` forces ASCII (False). Otherwise the
+    first of ``LC_ALL``, ``LC_CTYPE``, ``LANG`` that is set and non-empty decides: UTF-8 when
+    it names ``utf8`` or ``utf-8`` (any case). With none set the POSIX locale applies, which
+    is ASCII (False).
+    """
+    if environ.get("GPUMON_ASCII", "") not in ("", "0"):
+        return False
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = environ.get(name)
+        if value:
+            return "utf8" in value.lower().replace("-", "")
+    return False
 
 
 def watts(value: float | None) -> str:

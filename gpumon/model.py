@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from gpumon.format import short_uuid as _short_uuid
+
 # NVML's utilisation counters average over 1/6 s to 1 s: polling faster adds cost, not data.
 MIN_INTERVAL_S = 0.25
 MAX_INTERVAL_S = 60.0
@@ -99,8 +101,7 @@ class GpuStats:
     @property
     def short_uuid(self) -> str:
         """``GPU-1a2b3c4d`` instead of the full 40-character UUID."""
-        head, _, tail = self.uuid.partition("-")
-        return f"{head}-{tail[:8]}" if tail else self.uuid[:12]
+        return _short_uuid(self.uuid)
 
     @property
     def memory_used_fraction(self) -> float | None:

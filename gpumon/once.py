@@ -39,8 +39,6 @@ MAGENTA = "35"
 CYAN = "36"
 REVERSE = "7"
 
-# Without a known slowdown threshold, colour as if the GPU slowed down at this temperature.
-_DEFAULT_SLOWDOWN_C = 90
 _MIN_COMMAND_WIDTH = 10
 
 
@@ -125,16 +123,20 @@ class _Painter:
         return f"\x1b[{';'.join(codes)}m{text}{RESET}"
 
 
+_TEMPERATURE_CODES: dict[fmt.TemperatureLevel, tuple[str, ...]] = {
+    "na": (),
+    "normal": (GREEN,),
+    "warm": (YELLOW,),
+    "hot": (BOLD, RED),
+}
+
+
 def temperature_codes(temperature_c: int | None, slowdown_c: int | None) -> tuple[str, ...]:
-    """Red near the GPU's own slowdown threshold, yellow on the way there, green below."""
-    if temperature_c is None:
-        return ()
-    limit = slowdown_c if slowdown_c else _DEFAULT_SLOWDOWN_C
-    if temperature_c >= limit - 5:
-        return (BOLD, RED)
-    if temperature_c >= limit - 20:
-        return (YELLOW,)
-    return (GREEN,)
+    """Colours of :func:`gpumon.format.temperature_level`, as in the dashboard.
+
+    Red within 5 °C of the GPU's own slowdown threshold, yellow within 15 °C, green below.
+    """
+    return _TEMPERATURE_CODES[fmt.temperature_level(temperature_c, slowdown_c)]
 
 
 def _gpu_cells(gpu: GpuStats) -> dict[str, str]:
@@ -184,7 +186,12 @@ def header_line(sample: Sample, paint: _Painter) -> str:
 
 
 def render_table(
-    sample: Sample, *, show_processes: bool = True, color: bool = False, width: int | None = None
+    sample: Sample,
+    *,
+    show_processes: bool = True,
+    color: bool = False,
+    width: int | None = None,
+    ascii_only: bool | None = None,
 ) -> str:
     """The ``gpumon once`` table.
 
@@ -193,11 +200,16 @@ def render_table(
         show_processes: indent each GPU's processes below it.
         color: add ANSI colours.
         width: terminal width; commands are cut to fit it. ``None`` (piped) cuts nothing.
+        ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
+            the locale (:func:`gpumon.format.locale_is_utf8`).
 
     Returns:
         The table, one line per GPU and process, ending with a newline.
     """
     paint = _Painter(color)
+    if ascii_only is None:
+        ascii_only = not fmt.locale_is_utf8()
+    ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
     gpu_rows = [_gpu_cells(gpu) for gpu in sample.gpus]
     gpu_widths = _widths(gpu_rows)
     process_rows = [_process_cells(process) for process in sample.processes]
@@ -211,7 +223,8 @@ def render_table(
         lines.append(_gpu_line(gpu, cells, gpu_widths, paint))
         if show_processes and not gpu.lost:
             lines.extend(
-                _process_line(row, process_widths, paint, width) for row in by_gpu[gpu.uuid]
+                _process_line(row, process_widths, paint, width, ellipsis)
+                for row in by_gpu[gpu.uuid]
             )
     return "\n".join(lines) + "\n"
 
@@ -234,7 +247,7 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
 
 
 def _process_line(
-    row: dict[str, str], widths: dict[str, int], paint: _Painter, width: int | None
+    row: dict[str, str], widths: dict[str, int], paint: _Painter, width: int | None, ellipsis: str
 ) -> str:
     prefix = (
         f"    {row['user'].ljust(widths['user'])}  {row['pid'].rjust(widths['pid'])}  "
@@ -242,7 +255,7 @@ def _process_line(
     )
     command = row["command"]
     if width is not None:
-        command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - len(prefix)))
+        command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - len(prefix)), ellipsis)
     user = paint(row["user"].ljust(widths["user"]), DIM)
     pid = paint(row["pid"].rjust(widths["pid"]), DIM)
     memory = paint(row["memory"].rjust(widths["memory"]), YELLOW)

@@ -16,6 +16,9 @@ from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
 from gpumon.ui.lines import Glyphs, Line, LinesWidget
 
+# The component style (``gpu-panel--<name>``) of each temperature level but "normal".
+_TEMPERATURE_STYLES = {"na": "dim", "warm": "warn", "hot": "hot"}
+
 CARD_HEIGHT = 7  # border, five content lines, border
 CARD_MIN_WIDTH = 58
 
@@ -211,14 +214,11 @@ class GpuPanel(LinesWidget, can_focus=True):
         return lines
 
     def temperature_style(self, gpu: GpuStats) -> Style:
-        if gpu.temperature_c is None:
-            return self.style("dim")
-        slowdown = gpu.temperature_slowdown_c or 90
-        if gpu.temperature_c >= slowdown - 5:
-            return self.style("hot")
-        if gpu.temperature_c >= slowdown - 15:
-            return self.style("warn")
-        return Style()
+        """Colour of :func:`gpumon.format.temperature_level`: red near slowdown, then yellow."""
+        level = fmt.temperature_level(gpu.temperature_c, gpu.temperature_slowdown_c)
+        if level == "normal":
+            return Style()
+        return self.style(_TEMPERATURE_STYLES[level])
 
     def load_style(self, fraction: float | None) -> Style:
         """Green when there is room, red when the GPU is taken."""

@@ -15,6 +15,8 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gpumon.format import truncate
+
 BLANK = Style()
 
 
@@ -52,11 +54,8 @@ class Glyphs:
         return text, self.bar_empty * (width - len(text))
 
     def truncate(self, text: str, width: int) -> str:
-        if width <= 0:
-            return ""
-        if len(text) <= width:
-            return text
-        return text[: width - 1] + self.ellipsis
+        """:func:`gpumon.format.truncate` with these glyphs' ellipsis (``~`` in ASCII)."""
+        return truncate(text, width, self.ellipsis)
 
 
 class Line:

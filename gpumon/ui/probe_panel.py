@@ -18,15 +18,11 @@ from textual.message import Message
 from textual.widgets import Input, Static
 from textual.worker import Worker
 
+from gpumon.format import short_uuid
 from gpumon.probe import steps as S
 from gpumon.probe.confirm import NextSample
 from gpumon.probe.protocol import Done, Event, Hello, Holding, Request, StepEvent
 from gpumon.probe.runner import ProbeOutcome, run_probe
-
-
-def _short_uuid(uuid: str) -> str:
-    head, _, tail = uuid.partition("-")
-    return f"{head}-{tail[:8]}" if tail else uuid[:12]
 
 
 class StepRow(Horizontal):
@@ -195,7 +191,7 @@ class ProbePanel(Vertical, can_focus=True):
         if self.gpu_name:
             parts.append(self.gpu_name)
         if self.gpu_uuid:
-            parts.append(_short_uuid(self.gpu_uuid))
+            parts.append(short_uuid(self.gpu_uuid))
         return " - ".join(parts)
 
     def on_mount(self) -> None:

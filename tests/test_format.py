@@ -1,0 +1,162 @@
+"""The shared formatting helpers that both the dashboard and ``gpumon once`` rely on."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpumon import format as fmt
+from gpumon.model import GpuStats
+
+# Temperature colours -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("temperature", "level"),
+    [
+        (60, "normal"),
+        (77, "normal"),  # 16 °C below a 93 °C slowdown
+        (78, "warm"),  # 15 °C below
+        (87, "warm"),
+        (88, "hot"),  # 5 °C below
+        (93, "hot"),
+        (105, "hot"),  # past the threshold
+    ],
+)
+def test_temperature_level_boundaries(temperature: int, level: str) -> None:
+    assert fmt.temperature_level(temperature, 93) == level
+
+
+def test_unreadable_temperature_is_na() -> None:
+    assert fmt.temperature_level(None, 93) == "na"
+    assert fmt.temperature_level(None, None) == "na"
+
+
+@pytest.mark.parametrize("slowdown", [None, 0])
+def test_unknown_slowdown_assumes_90(slowdown: int | None) -> None:
+    assert fmt.DEFAULT_SLOWDOWN_C == 90
+    assert fmt.temperature_level(74, slowdown) == "normal"
+    assert fmt.temperature_level(75, slowdown) == "warm"
+    assert fmt.temperature_level(85, slowdown) == "hot"
+
+
+def test_a_hot_running_gpu_with_a_high_threshold_stays_normal() -> None:
+    assert fmt.temperature_level(86, 110) == "normal"
+
+
+# Truncation ----------------------------------------------------------------------------
+
+
+def test_truncate_marks_the_cut_with_an_ellipsis() -> None:
+    assert fmt.truncate("python train.py", 8) == "python …"
+    assert fmt.truncate("python train.py", 8, "~") == "python ~"
+    assert fmt.truncate("python train.py", 8, fmt.ASCII_ELLIPSIS) == "python ~"
+
+
+@pytest.mark.parametrize("ellipsis", ["…", "~"])
+def test_truncate_width_edges(ellipsis: str) -> None:
+    text = "abcdef"
+    assert fmt.truncate(text, 0, ellipsis) == ""
+    assert fmt.truncate(text, -3, ellipsis) == ""
+    assert fmt.truncate(text, 1, ellipsis) == ellipsis
+    assert fmt.truncate(text, 5, ellipsis) == "abcd" + ellipsis
+    assert fmt.truncate(text, 6, ellipsis) == text  # exact length: nothing cut
+    assert fmt.truncate(text, 40, ellipsis) == text
+    assert fmt.truncate("", 3, ellipsis) == ""
+
+
+@pytest.mark.parametrize("width", range(0, 9))
+def test_truncate_never_exceeds_width(width: int) -> None:
+    assert len(fmt.truncate("abcdef", width)) <= width
+
+
+def test_dashboard_glyphs_truncate_with_their_own_ellipsis() -> None:
+    from gpumon.ui.lines import Glyphs
+
+    assert Glyphs(ascii_only=False).truncate("abcdef", 4) == "abc…"
+    assert Glyphs(ascii_only=True).truncate("abcdef", 4) == "abc~"
+    assert Glyphs(ascii_only=True).truncate("abcdef", 6) == "abcdef"
+    assert Glyphs(ascii_only=True).truncate("abcdef", 0) == ""
+
+
+# Short UUIDs ---------------------------------------------------------------------------
+
+GPU_UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+MIG_UUID = "MIG-9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0"
+
+
+@pytest.mark.parametrize(
+    ("uuid", "short"),
+    [
+        (GPU_UUID, "GPU-1a2b3c4d"),
+        (MIG_UUID, "MIG-9f8e7d6c"),
+        ("GPU-abc", "GPU-abc"),  # shorter than 8 after the prefix: kept whole
+        ("0123456789abcdef0123", "0123456789ab"),  # no dash: first 12 characters
+        ("nodash", "nodash"),
+        ("GPU-", "GPU-"),  # nothing after the dash
+        ("", ""),
+    ],
+)
+def test_short_uuid(uuid: str, short: str) -> None:
+    assert fmt.short_uuid(uuid) == short
+
+
+def test_model_short_uuid_is_the_same_function() -> None:
+    gpu = GpuStats(index=0, uuid=GPU_UUID)
+    assert gpu.short_uuid == fmt.short_uuid(GPU_UUID) == "GPU-1a2b3c4d"
+
+
+# Locale --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "utf8"),
+    [
+        ({"LANG": "C"}, False),
+        ({}, False),
+        ({"LANG": "en_US.UTF-8"}, True),
+        ({"LANG": "en_US.utf8"}, True),
+        ({"LANG": "C.UTF8"}, True),
+        ({"LC_ALL": "POSIX", "LANG": "en_US.UTF-8"}, False),
+        ({"LC_ALL": "C.utf8", "LANG": "C"}, True),
+        ({"LC_CTYPE": "C", "LANG": "en_US.UTF-8"}, False),
+        ({"LC_ALL": "", "LANG": "en_US.UTF-8"}, True),  # empty means not set
+        ({"LANG": "de_DE.ISO-8859-1"}, False),
+        ({"GPUMON_ASCII": "1", "LANG": "en_US.UTF-8"}, False),
+        ({"GPUMON_ASCII": "0", "LANG": "en_US.UTF-8"}, True),
+        ({"GPUMON_ASCII": "", "LANG": "en_US.UTF-8"}, True),
+    ],
+)
+def test_locale_is_utf8(environ: dict[str, str], utf8: bool) -> None:
+    assert fmt.locale_is_utf8(environ) is utf8
+
+
+def test_once_cuts_commands_with_the_locale_s_ellipsis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpumon once`` on a terminal: ``…`` in a UTF-8 locale, ``~`` otherwise."""
+    from gpumon import once
+    from gpumon.model import GpuProcess, HostStats, ProcessKind, Sample
+
+    gpu = GpuStats(index=0, uuid=GPU_UUID, name="Test GPU")
+    process = GpuProcess(
+        gpu_index=0,
+        gpu_uuid=GPU_UUID,
+        pid=4242,
+        kind=ProcessKind.COMPUTE,
+        gpu_memory_bytes=1 << 30,
+        user="alice",
+        command="python " + "x" * 200,
+    )
+    host = HostStats("h", None, None, None, None, None, None)
+    sample = Sample(0.0, host, None, (gpu,), (process,))
+
+    def last_char(ascii_only: bool | None = None) -> str:
+        table = once.render_table(sample, width=60, ascii_only=ascii_only)
+        return table.splitlines()[-1][-1]
+
+    assert last_char(ascii_only=False) == "…"
+    assert last_char(ascii_only=True) == "~"
+    for name in ("LC_ALL", "LC_CTYPE", "GPUMON_ASCII"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C")
+    assert last_char() == "~"
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    assert last_char() == "…"
