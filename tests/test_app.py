@@ -132,6 +132,7 @@ async def test_sort_key_cycles_and_reverses() -> None:
         await pilot.pause()
         table = app.query_one(ProcessTable)
         assert [p.pid for p in table.rows] == [100, 200, 300]  # GPU, then PID
+        assert "GP▲" in screen_text(app)  # the default sort shows its arrow too
         for _ in range(4):  # gpu -> pid -> user -> type -> gpu_memory
             await pilot.press("s")
         assert table.sort_key == "gpu_memory"

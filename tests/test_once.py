@@ -218,6 +218,7 @@ def test_piped_output_is_plain_and_commands_are_not_cut() -> None:
 
 def test_on_a_terminal_commands_are_cut_to_its_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")  # the ellipsis follows the locale
     monkeypatch.delenv("NO_COLOR", raising=False)
     out = FakeTty()
     assert run_in_process(monkeypatch, ["once", "--color", "never"], troubled_sample(), out) == 0

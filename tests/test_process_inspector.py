@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
 
 import psutil
 import pytest
 
+from gpumon.sources import host
 from gpumon.sources.host import NOT_VISIBLE, HostProcessInfo, ProcessInspector, sample_host
 from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
 
@@ -284,6 +286,11 @@ def test_escape_sequences_in_another_process_argv_never_reach_the_terminal() -> 
         stdin=subprocess.DEVNULL,
     )
     try:
+        # Wait until the new interpreter's argv is in place (just after exec it may not be).
+        deadline = time.monotonic() + 10
+        while "time.sleep(30)" not in " ".join(psutil.Process(child.pid).cmdline()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         info = ProcessInspector().inspect([child.pid])[child.pid]
     finally:
         child.kill()
@@ -292,3 +299,11 @@ def test_escape_sequences_in_another_process_argv_never_reach_the_terminal() -> 
     assert "time.sleep(30)" in info.command
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in info.command)
     assert "?]52;c;cHduZWQ=??[2J?31m" in info.command
+
+
+def test_the_first_host_cpu_reading_is_na_not_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil's first system-wide cpu_percent() has nothing to compare with: it is not 0 %."""
+    monkeypatch.setattr(host, "_cpu_primed", False)
+    assert host.sample_host().cpu_pct is None
+    second = host.sample_host().cpu_pct
+    assert second is not None and 0 <= second <= 100

@@ -126,10 +126,18 @@ class DemoSource:
 
     def _new_process(self) -> _SimProcess:
         busy = [gpu for gpu in self._gpus if gpu.load > 0] or self._gpus
-        # Fill every busy GPU once before doubling up, so no busy GPU shows no process.
-        used = {p.gpu for p in self._processes if p.kind is ProcessKind.COMPUTE}
-        empty = [gpu for gpu in busy if gpu.index not in used]
-        gpu = empty[0] if empty else self._random.choice(busy)
+        # Fill every busy GPU once before doubling up, so no busy GPU shows no process;
+        # then the one with the most free memory, as a scheduler (or a polite user) would.
+        used = [0] * len(self._gpus)
+        computing: set[int] = set()
+        for process in self._processes:
+            used[process.gpu] += process.memory_bytes
+            if process.kind is ProcessKind.COMPUTE:
+                computing.add(process.gpu)
+        empty = [gpu for gpu in busy if gpu.index not in computing]
+        gpu = empty[0] if empty else min(busy, key=lambda candidate: used[candidate.index])
+        free = int(0.9 * _MEMORY_TOTAL) - used[gpu.index]
+        memory = max(256 * MIB, min(self._process_memory(), free // MIB * MIB))
         pid = self._next_pid
         self._next_pid += self._random.randrange(3, 400)
         return _SimProcess(
@@ -137,7 +145,7 @@ class DemoSource:
             pid=pid,
             user=self._random.choice(self._users),
             command=self._random.choice(_COMMANDS),
-            memory_bytes=self._process_memory(),
+            memory_bytes=memory,
             age_s=self._random.uniform(60, 3 * 86_400),
             cpu_base=self._random.uniform(20, 140),
             rss_bytes=self._random.randrange(2, 12) * 512 * MIB,
@@ -161,10 +169,17 @@ class DemoSource:
             gpu.util = min(100.0, max(0.0, target + rng.gauss(0, 6 if gpu.load else 0)))
             gpu.temperature += (34.0 + 0.42 * gpu.util - gpu.temperature) * 0.08
             gpu.power += (25.0 + 2.6 * gpu.util - gpu.power) * 0.3
+        used = [0] * len(self._gpus)
+        for process in self._processes:
+            used[process.gpu] += process.memory_bytes
         for process in self._processes:
             process.age_s += self._tick_s
-            if rng.random() < 0.02:
-                process.memory_bytes = min(process.memory_bytes + 256 * MIB, 20 * GIB)
+            # Memory creeps up now and then, as caching allocators do, but a board never
+            # holds more than it has: growth stops at 90 % of the GPU's memory.
+            grow = 256 * MIB
+            if rng.random() < 0.02 and used[process.gpu] + grow <= 0.9 * _MEMORY_TOTAL:
+                process.memory_bytes += grow
+                used[process.gpu] += grow
         # Rare churn: a job ends and another starts, keeping the count steady.
         if len(self._processes) > 1 and rng.random() < 0.01:
             victim = rng.randrange(1, len(self._processes))

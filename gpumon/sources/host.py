@@ -16,9 +16,12 @@ import psutil
 
 from gpumon.model import HostStats
 
+_cpu_primed = False
+
 
 def sample_host(hostname: str | None = None) -> HostStats:
-    """Read the host strip. ``cpu_percent(None)`` is a delta since the previous call."""
+    """Read the host strip. ``cpu_percent(None)`` is a delta since the previous call, so
+    the very first reading is meaningless and shown as N/A, not as 0 %."""
     try:
         load: tuple[float, float, float] | None = tuple(os.getloadavg())  # type: ignore[assignment]
     except (OSError, AttributeError):
@@ -27,7 +30,7 @@ def sample_host(hostname: str | None = None) -> HostStats:
     swap = psutil.swap_memory()
     return HostStats(
         hostname=hostname or socket.gethostname(),
-        cpu_pct=psutil.cpu_percent(interval=None),
+        cpu_pct=_host_cpu_pct(),
         load_average=load,
         memory_used_bytes=memory.total - memory.available,
         memory_total_bytes=memory.total,
@@ -35,6 +38,15 @@ def sample_host(hostname: str | None = None) -> HostStats:
         swap_total_bytes=swap.total,
         cpu_count=psutil.cpu_count(),
     )
+
+
+def _host_cpu_pct() -> float | None:
+    global _cpu_primed
+    value = psutil.cpu_percent(interval=None)
+    if not _cpu_primed:
+        _cpu_primed = True
+        return None
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

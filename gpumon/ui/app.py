@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from textual import events
@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.widgets import Footer, Static
 
+from gpumon import format as fmt
 from gpumon.model import GpuStats, Sample
 from gpumon.poller import Poller
 from gpumon.sources import GpuSource, open_source
@@ -39,16 +40,9 @@ PROBE_RIGHT_MIN_WIDTH = 160
 CHROME_LINES = 3  # header, host strip, footer
 
 
-def wants_ascii(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+def wants_ascii(environ: Mapping[str, str] = os.environ) -> bool:
     """True when the locale is not UTF-8 (bars and borders then fall back to ASCII)."""
-    if environ.get("GPUMON_ASCII", "") not in ("", "0"):
-        return True
-    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
-        value = environ.get(name)
-        if value:
-            normalised = value.lower().replace("-", "")
-            return "utf8" not in normalised
-    return True  # no locale at all: the POSIX locale is ASCII
+    return not fmt.locale_is_utf8(environ)
 
 
 class GpumonApp(App[int]):

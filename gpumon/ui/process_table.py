@@ -308,8 +308,8 @@ class ProcessTable(ScrollView, can_focus=True):
         if not self.rows and y == 1:
             return Line().add(" No processes on any GPU.", self.style("empty")).strip(width)
         if not 0 <= row < len(self.rows):
-            # A styled blank: Textual's NO_COLOR filter cannot handle a style of None.
-            return Strip.blank(width, self.rich_style)
+            # Style(), not None: Textual's NO_COLOR filter cannot handle a style of None.
+            return Strip.blank(width, Style())
         process = self.rows[row]
         style = Style()
         if not process.visible:
@@ -333,13 +333,14 @@ class ProcessTable(ScrollView, can_focus=True):
         line = Line()
         header = self.style("header")
         for column, column_width in self._layout(width):
-            title = column.title
+            title = column.title[:column_width]
             style = header
             if column.key == self.sort_key:
                 descending = self.sort_reverse != (column.key in _DESCENDING_FIRST)
-                title += self.glyphs.down if descending else self.glyphs.up
+                arrow = self.glyphs.down if descending else self.glyphs.up
+                # The arrow always shows, even when the title must give up a letter for it.
+                title = column.title[: column_width - 1] + arrow
                 style = self.style("sorted")
-            title = title[:column_width]
             line.add(
                 title.rjust(column_width) if column.right else title.ljust(column_width), style
             )
