@@ -3,7 +3,6 @@ and no child left behind when gpumon quits mid-probe."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -108,18 +107,31 @@ async def test_probe_is_refused_on_simulated_gpus() -> None:
         assert "simulated" in screen_text(app)
 
 
-@pytest.mark.parametrize("size", [(200, 50), (100, 40)])
-async def test_probe_panel_fits_beside_or_below_the_dashboard(size: tuple[int, int]) -> None:
+@pytest.mark.parametrize(("size", "side"), [((200, 50), "right"), ((100, 40), "bottom")])
+async def test_probe_panel_fits_beside_or_below_the_dashboard(
+    size: tuple[int, int], side: str
+) -> None:
     app = probe_app(script("hanging"))
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: app.sample is not None)
         await pilot.press("P")
         await pilot.pause()
+        probe = app.query_one(ProbePanel).region
+        gpus = app.query_one("#gpus").region
+        table = app.query_one(ProcessTable).region
+        # Nothing overlaps, everything keeps some room, and every GPU is still drawn.
+        assert not probe.overlaps(gpus) and not probe.overlaps(table)
+        assert gpus.height >= 2 and table.height >= 2 and probe.height >= 8
+        if side == "right":
+            assert probe.x >= gpus.right and probe.height > size[1] // 2
+        else:
+            assert probe.y >= table.bottom and probe.width == size[0]
         text = screen_text(app)
-        assert "GPU 0" in text or " 0 " in text  # the GPUs stay visible
-        assert "PID" in text  # and so does the process table
+        assert "GPU 0" in text or "\n 0 " in text
+        assert "GPU 1" in text or "\n 1 " in text
         await pilot.press("escape")
-        await asyncio.sleep(0)
+        await pilot.pause()
+        assert app.query_one(ProcessTable).region.area > table.area  # the room is given back
 
 
 async def test_pressing_P_again_replaces_the_running_probe() -> None:
