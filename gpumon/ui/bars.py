@@ -9,7 +9,7 @@ from rich.style import Style
 
 from gpumon import format as fmt
 from gpumon.model import HostStats, Sample
-from gpumon.ui.lines import Glyphs, Line, LinesWidget
+from gpumon.ui.lines import Glyphs, Line, LinesWidget, add_bar
 
 
 class _StyledLines(LinesWidget):
@@ -107,8 +107,7 @@ class HostStrip(_StyledLines):
     """
 
     def _bar(self, line: Line, fraction: float | None, width: int) -> None:
-        filled, empty = self.glyphs.bar(fraction, width)
-        line.add(filled, self.style("bar")).add(empty, self.style("empty"))
+        add_bar(line, self.glyphs, fraction, width, self.style("bar"), self.style("empty"))
 
     def on_resize(self) -> None:
         if self._shown is not None:

@@ -14,7 +14,7 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
-from gpumon.ui.lines import Glyphs, Line, LinesWidget
+from gpumon.ui.lines import Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
 _TEMPERATURE_STYLES = {"na": "dim", "warm": "warn", "hot": "hot"}
@@ -231,8 +231,7 @@ class GpuPanel(LinesWidget, can_focus=True):
         return self.style("ok")
 
     def _bar(self, line: Line, fraction: float | None, width: int) -> None:
-        filled, empty = self.glyphs.bar(fraction, width)
-        line.add(filled, self.load_style(fraction)).add(empty, self.style("dim"))
+        add_bar(line, self.glyphs, fraction, width, self.load_style(fraction), self.style("dim"))
 
     def _value(self, line: Line, text: str, style: Style | None = None) -> Line:
         return line.add(text, self.style("dim") if text == fmt.NA else (style or Style()))

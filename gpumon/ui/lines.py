@@ -26,12 +26,14 @@ class Glyphs:
     def __init__(self, ascii_only: bool) -> None:
         self.ascii_only = ascii_only
         if ascii_only:
-            self.bar_full, self.bar_empty, self.bar_partials = "|", ".", ""
+            self.bar_full, self.bar_empty, self.bar_partials = "|", " ", ""
             self.h, self.v = "-", "|"
             self.tl, self.tr, self.bl, self.br = "+", "+", "+", "+"
             self.up, self.down, self.ellipsis, self.dot = "^", "v", "~", "*"
         else:
-            self.bar_full, self.bar_empty, self.bar_partials = "█", "░", " ▏▎▍▌▋▊▉"
+            # The empty part is plain spaces inside static brackets (see add_bar): a bar that
+            # shrinks then costs a few blanks over SSH, not shaded cells and colour codes.
+            self.bar_full, self.bar_empty, self.bar_partials = "█", " ", " ▏▎▍▌▋▊▉"
             self.h, self.v = "─", "│"
             self.tl, self.tr, self.bl, self.br = "╭", "╮", "╰", "╯"
             self.up, self.down, self.ellipsis, self.dot = "▲", "▼", "…", "●"
@@ -56,6 +58,14 @@ class Glyphs:
     def truncate(self, text: str, width: int) -> str:
         """:func:`gpumon.format.truncate` with these glyphs' ellipsis (``~`` in ASCII)."""
         return truncate(text, width, self.ellipsis)
+
+
+def add_bar(
+    line: Line, glyphs: Glyphs, fraction: float | None, width: int, fill: Style, frame: Style
+) -> None:
+    """Append ``[████▌    ]``, ``width`` cells in all; ``None`` draws an empty frame."""
+    filled, empty = glyphs.bar(fraction, max(0, width - 2))
+    line.add("[", frame).add(filled, fill).add(empty).add("]", frame)
 
 
 class Line:
