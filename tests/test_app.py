@@ -222,6 +222,9 @@ async def test_resize_relays_out_live(size: tuple[int, int], layout: Layout) -> 
         for index in range(8):
             marker = f"GPU {index}" if layout is Layout.CARDS else f"{index:>2} "
             assert marker in text, (size, index)
+        if size[0] == 60:
+            # Cut commands end in an ellipsis left of the scrollbar, not under it.
+            assert "…" in "\n".join(lines[-6:])
 
 
 def test_layout_rules() -> None:

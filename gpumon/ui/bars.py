@@ -9,34 +9,20 @@ from rich.style import Style
 
 from gpumon import format as fmt
 from gpumon.model import HostStats, Sample
-from gpumon.ui.lines import Glyphs, Line, LinesWidget, add_bar
+from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 
-class _StyledLines(LinesWidget):
-    _prefix = ""
-
+class _StyledLines(ComponentStyles, LinesWidget):
     def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.glyphs = glyphs
-        self._styles: dict[str, Style] = {}
         self._shown: tuple[Any, ...] | None = None
-
-    def style(self, name: str) -> Style:
-        if name not in self._styles:
-            self._styles[name] = self.get_component_rich_style(
-                f"{self._prefix}--{name}", partial=True
-            )
-        return self._styles[name]
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._styles.clear()
 
 
 class HeaderBar(_StyledLines):
     """One line: what machine this is, which driver, how fresh the data is."""
 
-    _prefix = "header-bar"
+    STYLE_PREFIX = "header-bar"
     COMPONENT_CLASSES = {
         "header-bar--title",
         "header-bar--label",
@@ -97,7 +83,7 @@ class HeaderBar(_StyledLines):
 class HostStrip(_StyledLines):
     """One line about the host: CPU, load, RAM, swap."""
 
-    _prefix = "host-strip"
+    STYLE_PREFIX = "host-strip"
     COMPONENT_CLASSES = {"host-strip--label", "host-strip--bar", "host-strip--empty"}
     DEFAULT_CSS = """
     HostStrip { height: 1; background: $panel; }

@@ -14,7 +14,7 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
-from gpumon.ui.lines import Glyphs, Line, LinesWidget, add_bar
+from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
 _TEMPERATURE_STYLES = {"na": "dim", "warm": "warn", "hot": "hot"}
@@ -52,8 +52,10 @@ def layout_height(layout: Layout, gpu_count: int, columns: int) -> int:
     return gpu_count
 
 
-class GpuPanel(LinesWidget, can_focus=True):
+class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     """Shows the GPUs of the latest sample; the selected one is highlighted."""
+
+    STYLE_PREFIX = "gpu-panel"
 
     COMPONENT_CLASSES = {
         "gpu-panel--label",
@@ -110,7 +112,6 @@ class GpuPanel(LinesWidget, can_focus=True):
         self.unavailable: GpuUnavailable | None = None
         self.layout_mode = Layout.CARDS
         self.columns = 1
-        self._styles: dict[str, Style] = {}
         self._cards: dict[int, tuple[tuple[GpuStats, bool, int], list[Strip]]] = {}
 
     # -- data in -----------------------------------------------------------------------
@@ -167,19 +168,10 @@ class GpuPanel(LinesWidget, can_focus=True):
     def on_resize(self) -> None:
         self.redraw()
 
-    def on_mount(self) -> None:
-        self._styles.clear()
-
     # -- drawing -----------------------------------------------------------------------
-
-    def style(self, name: str) -> Style:
-        if name not in self._styles:
-            self._styles[name] = self.get_component_rich_style(f"gpu-panel--{name}", partial=True)
-        return self._styles[name]
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._styles.clear()
         self._cards.clear()
 
     def redraw(self) -> None:

@@ -8,6 +8,7 @@ new line with the one on screen, segment by segment, and mark only the changed s
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from rich.segment import Segment
 from rich.style import Style
@@ -143,7 +144,7 @@ def changed_runs(old: Strip, new: Strip) -> list[tuple[int, int]]:
                 if before.style != after.style or width != len(after.text):
                     runs.append((x, x + width))
                 else:
-                    runs.extend(_text_runs(before.text, after.text, x))
+                    runs.extend(_difference_runs(before.text, after.text, x))
             x += width
     else:
         start, end = _outer_span(old_segments, new_segments, new.cell_length)
@@ -176,21 +177,13 @@ def _cell_runs(
     after = _cells(new_segments, start, end)
     if len(before) != len(after):
         return [(start, end)]
-    runs: list[tuple[int, int]] = []
-    run_start = -1
-    for index, (a, b) in enumerate(zip(before, after, strict=True)):
-        if a != b:
-            if run_start < 0:
-                run_start = index
-        elif run_start >= 0:
-            runs.append((start + run_start, start + index))
-            run_start = -1
-    if run_start >= 0:
-        runs.append((start + run_start, end))
-    return runs
+    return _difference_runs(before, after, start)
 
 
-def _text_runs(before: str, after: str, offset: int) -> list[tuple[int, int]]:
+def _difference_runs(
+    before: Sequence[object], after: Sequence[object], offset: int
+) -> list[tuple[int, int]]:
+    """[start, end) ranges, shifted by ``offset``, where two equal-length sequences differ."""
     runs: list[tuple[int, int]] = []
     start = -1
     for index, (a, b) in enumerate(zip(before, after, strict=True)):
@@ -230,6 +223,33 @@ def _merge(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((start, end))
     return merged
+
+
+if TYPE_CHECKING:
+    _WidgetMixin = Widget
+else:
+    # A plain mixin at run time: as a Widget subclass it would add Widget's default CSS
+    # again, above ScrollView's, and the process table would lose its scrollbar.
+    _WidgetMixin = object
+
+
+class ComponentStyles(_WidgetMixin):
+    """``self.style("ok")``: the rich style of component class ``<STYLE_PREFIX>--ok``,
+    cached, and dropped when the theme or CSS changes. Mix in before the Widget base."""
+
+    STYLE_PREFIX = ""
+
+    def style(self, name: str) -> Style:
+        cache: dict[str, Style] = self.__dict__.setdefault("_gpumon_styles", {})
+        if name not in cache:
+            cache[name] = self.get_component_rich_style(
+                f"{self.STYLE_PREFIX}--{name}", partial=True
+            )
+        return cache[name]
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.__dict__.pop("_gpumon_styles", None)
 
 
 class LinesWidget(Widget):

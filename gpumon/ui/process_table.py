@@ -21,7 +21,7 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuProcess
-from gpumon.ui.lines import Glyphs, Line, changed_runs
+from gpumon.ui.lines import ComponentStyles, Glyphs, Line, changed_runs
 
 ProcessKey = tuple[str, int]
 
@@ -78,8 +78,10 @@ def _cell_text(column: Column, process: GpuProcess) -> str:
     return process.command or "?"
 
 
-class ProcessTable(ScrollView, can_focus=True):
+class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     """Scrollable, sortable process table with a row cursor that follows its process."""
+
+    STYLE_PREFIX = "process-table"
 
     COMPONENT_CLASSES = {
         "process-table--header",
@@ -137,7 +139,6 @@ class ProcessTable(ScrollView, can_focus=True):
         self._processes: tuple[GpuProcess, ...] = ()
         self._painted: dict[int, Strip] = {}
         self._fresh: dict[int, Strip] = {}
-        self._styles: dict[str, Style] = {}
 
     # -- data in ---------------------------------------------------------------------
 
@@ -177,7 +178,7 @@ class ProcessTable(ScrollView, can_focus=True):
             self.cursor_key = keys[min(old_row, len(keys) - 1)] if keys else None
         height = len(self.rows) + 1
         if self.virtual_size.height != height:
-            self.virtual_size = Size(self.size.width, height)
+            self.virtual_size = Size(self._width, height)
         self._repaint_changes()
 
     def _repaint_changes(self) -> None:
@@ -189,7 +190,7 @@ class ProcessTable(ScrollView, can_focus=True):
             new = self._fresh[y] = self._line(y)
             old = self._painted.get(y)
             if old is None:
-                regions.append(Region(0, y, self.size.width, 1))
+                regions.append(Region(0, y, self._width, 1))
                 continue
             regions.extend(
                 Region(start, y, end - start, 1) for start, end in changed_runs(old, new)
@@ -200,7 +201,7 @@ class ProcessTable(ScrollView, can_focus=True):
     # -- keys and mouse --------------------------------------------------------------
 
     def cycle_sort(self) -> None:
-        keys = [c.key for c in self._visible_columns(self.size.width or 200)]
+        keys = [c.key for c in self._visible_columns(self._width or 200)]
         index = keys.index(self.sort_key) if self.sort_key in keys else -1
         self.sort_by(keys[(index + 1) % len(keys)])
 
@@ -252,7 +253,7 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def _column_at(self, x: int) -> str | None:
         position = 0
-        for column, width in self._layout(self.size.width):
+        for column, width in self._layout(self._width):
             if position <= x < position + width + 1:
                 return column.key
             position += width + 1
@@ -260,22 +261,14 @@ class ProcessTable(ScrollView, can_focus=True):
 
     # -- drawing ---------------------------------------------------------------------
 
-    def style(self, name: str) -> Style:
-        if name not in self._styles:
-            self._styles[name] = self.get_component_rich_style(
-                f"process-table--{name}", partial=True
-            )
-        return self._styles[name]
-
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._styles.clear()
         self._fresh.clear()
 
     def on_resize(self) -> None:
         self._painted.clear()
         self._fresh.clear()
-        self.virtual_size = Size(self.size.width, len(self.rows) + 1)
+        self.virtual_size = Size(self._width, len(self.rows) + 1)
         self.refresh()
 
     def watch_scroll_y(self, old: float, new: float) -> None:
@@ -296,12 +289,19 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         # Lines built for the diff in _repaint_changes are reused, not rendered twice.
-        strip = self._fresh.pop(y, None) or self._line(y)
+        strip = self._fresh.pop(y, None)
+        if strip is None or strip.cell_length != self._width:  # a scrollbar came or went
+            strip = self._line(y)
         self._painted[y] = strip
         return strip
 
+    @property
+    def _width(self) -> int:
+        """Columns left for the table: the vertical scrollbar takes the last one."""
+        return self.scrollable_content_region.width
+
     def _line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self._width
         if y == 0:
             return self._header(width)
         row = int(self.scroll_y) + y - 1
