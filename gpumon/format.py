@@ -157,15 +157,27 @@ def locale_is_utf8(environ: Mapping[str, str] = os.environ) -> bool:
     ``GPUMON_ASCII`` set to anything but ``""`` or ``0`` forces ASCII (False). Otherwise the
     first of ``LC_ALL``, ``LC_CTYPE``, ``LANG`` that is set and non-empty decides: UTF-8 when
     it names ``utf8`` or ``utf-8`` (any case). With none set the POSIX locale applies, which
-    is ASCII (False).
+    is ASCII (False), and so does the ``LC_CTYPE`` that Python's own locale coercion sets.
     """
     if environ.get("GPUMON_ASCII", "") not in ("", "0"):
+        return False
+    if (
+        environ.get("LC_CTYPE") in _PEP538_TARGETS
+        and not environ.get("LC_ALL")
+        and environ.get("LANG", "") in ("", "C", "POSIX")
+    ):
+        # Python itself sets LC_CTYPE=C.UTF-8 when it starts in the C locale (PEP 538):
+        # that says nothing about the terminal, which is then most likely ASCII.
         return False
     for name in ("LC_ALL", "LC_CTYPE", "LANG"):
         value = environ.get(name)
         if value:
             return "utf8" in value.lower().replace("-", "")
     return False
+
+
+# What CPython's locale coercion writes into LC_CTYPE (PEP 538).
+_PEP538_TARGETS = ("C.UTF-8", "C.utf8", "UTF-8")
 
 
 def watts(value: float | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from gpumon import format as fmt
@@ -160,3 +162,27 @@ def test_once_cuts_commands_with_the_locale_s_ellipsis(monkeypatch: pytest.Monke
     assert last_char() == "~"
     monkeypatch.setenv("LANG", "en_US.UTF-8")
     assert last_char() == "…"
+
+
+def test_pythons_own_locale_coercion_is_not_a_utf8_terminal() -> None:
+    """Started in the C locale, CPython sets LC_CTYPE=C.UTF-8 itself (PEP 538)."""
+    assert not fmt.locale_is_utf8({"LC_CTYPE": "C.UTF-8"})
+    assert not fmt.locale_is_utf8({"LC_CTYPE": "C.UTF-8", "LANG": "C"})
+    assert fmt.locale_is_utf8({"LC_CTYPE": "C.UTF-8", "LANG": "en_US.UTF-8"})
+    assert fmt.locale_is_utf8({"LC_ALL": "C.UTF-8"})
+
+
+def test_a_real_interpreter_started_without_a_locale_draws_ascii() -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG"))}
+    env.pop("GPUMON_ASCII", None)
+    result = subprocess.run(
+        [sys.executable, "-c", "from gpumon.format import locale_is_utf8; print(locale_is_utf8())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.strip() == "False", result.stderr
