@@ -59,8 +59,11 @@ def percent(value: float | None, width: int = 0) -> str:
     return text.rjust(width)
 
 
-def celsius(value: int | None) -> str:
-    return NA if value is None else f"{value}°C"
+def celsius(value: int | None, ascii_only: bool = False) -> str:
+    """``61°C``, or ``61C`` for a terminal without UTF-8."""
+    if value is None:
+        return NA
+    return f"{value}C" if ascii_only else f"{value}°C"
 
 
 def watts_pair(draw: float | None, limit: float | None) -> str:

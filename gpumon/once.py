@@ -139,11 +139,11 @@ def temperature_codes(temperature_c: int | None, slowdown_c: int | None) -> tupl
     return _TEMPERATURE_CODES[fmt.temperature_level(temperature_c, slowdown_c)]
 
 
-def _gpu_cells(gpu: GpuStats) -> dict[str, str]:
+def _gpu_cells(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
     return {
         "index": f"[{gpu.index}]",
         "name": gpu.name or fmt.NA,
-        "temperature": fmt.celsius(gpu.temperature_c),
+        "temperature": fmt.celsius(gpu.temperature_c, ascii_only),
         "utilization": fmt.percent(gpu.utilization_gpu_pct),
         "memory_used": fmt.bytes_short(gpu.memory_used_bytes),
         "memory_total": fmt.bytes_short(gpu.memory_total_bytes),
@@ -210,7 +210,7 @@ def render_table(
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
-    gpu_rows = [_gpu_cells(gpu) for gpu in sample.gpus]
+    gpu_rows = [_gpu_cells(gpu, ascii_only) for gpu in sample.gpus]
     gpu_widths = _widths(gpu_rows)
     process_rows = [_process_cells(process) for process in sample.processes]
     process_widths = _widths(process_rows)

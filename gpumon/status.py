@@ -86,7 +86,7 @@ def check_template(template: str) -> str | None:
     return None
 
 
-def gpu_fields(gpu: GpuStats) -> dict[str, str]:
+def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
     """The ``--format`` fields of one GPU, as strings (N/A when not known)."""
     fraction = gpu.memory_used_fraction
     return {
@@ -99,7 +99,7 @@ def gpu_fields(gpu: GpuStats) -> dict[str, str]:
         "mem_used": fmt.bytes_short(gpu.memory_used_bytes),
         "mem_total": fmt.bytes_short(gpu.memory_total_bytes),
         "mem_pct": fmt.percent(None if fraction is None else 100 * fraction),
-        "temp": fmt.celsius(gpu.temperature_c),
+        "temp": fmt.celsius(gpu.temperature_c, ascii_only),
         "fan": fmt.percent(gpu.fan_pct),
         "power": fmt.watts(gpu.power_draw_w),
         "power_limit": fmt.watts(gpu.power_limit_w),
@@ -107,7 +107,11 @@ def gpu_fields(gpu: GpuStats) -> dict[str, str]:
 
 
 def status_line(
-    sample: Sample, *, template: str = DEFAULT_FORMAT, separator: str = DEFAULT_SEPARATOR
+    sample: Sample,
+    *,
+    template: str = DEFAULT_FORMAT,
+    separator: str = DEFAULT_SEPARATOR,
+    ascii_only: bool | None = None,
 ) -> str:
     """One line for every GPU in ``sample``.
 
@@ -115,13 +119,16 @@ def status_line(
         sample: what to show.
         template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
         separator: placed between GPUs.
+        ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
 
     Returns:
         The line without a newline; a lost GPU shows as ``GPU2 LOST``, and simulated data
         starts with ``DEMO ``.
     """
+    if ascii_only is None:
+        ascii_only = not fmt.locale_is_utf8()
     parts = [
-        f"GPU{gpu.index} LOST" if gpu.lost else template.format(**gpu_fields(gpu))
+        f"GPU{gpu.index} LOST" if gpu.lost else template.format(**gpu_fields(gpu, ascii_only))
         for gpu in sample.gpus
     ]
     line = separator.join(parts)

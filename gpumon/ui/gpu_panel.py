@@ -287,7 +287,11 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         first = Line().add("Fan ", label)
         self._value(first, fmt.percent(gpu.fan_pct).rjust(4))
         first.add("  Temp ", label)
-        self._value(first, fmt.celsius(gpu.temperature_c).rjust(5), self.temperature_style(gpu))
+        self._value(
+            first,
+            fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),
+            self.temperature_style(gpu),
+        )
         first.add("  ", label)
         self._value(first, fmt.pstate(gpu.performance_state))
         first.add("  Persist ", label)
@@ -343,7 +347,11 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
                 Line().add("    PCI " + (gpu.pci_bus_id or fmt.NA), label).strip(width),
             ]
         top.add(gpu.short_uuid + " ", self.style("dim"))
-        self._value(top, fmt.celsius(gpu.temperature_c).rjust(5), self.temperature_style(gpu))
+        self._value(
+            top,
+            fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),
+            self.temperature_style(gpu),
+        )
         top.add(" Fan ", label)
         self._value(top, fmt.percent(gpu.fan_pct).rjust(4))
         top.add(" ", label)
@@ -379,7 +387,11 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         name_width = 14 if width >= 70 else 0
         if name_width:
             line.add(self.glyphs.truncate(_short_name(gpu.name), name_width).ljust(name_width + 1))
-        self._value(line, fmt.celsius(gpu.temperature_c).rjust(5), self.temperature_style(gpu))
+        self._value(
+            line,
+            fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),
+            self.temperature_style(gpu),
+        )
         line.add(" ")
         rest = width - line.width - 22
         bar_width = max(3, rest // 2)

@@ -1,0 +1,15 @@
+"""Shared test set-up."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def utf8_locale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees a UTF-8 locale unless it sets its own: the result must not depend
+    on the locale of the machine running CI (without one, gpumon falls back to ASCII)."""
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_CTYPE", raising=False)
+    monkeypatch.delenv("GPUMON_ASCII", raising=False)
