@@ -38,6 +38,16 @@ async def until(pilot: Pilot[int], condition: Callable[[], bool], timeout_s: flo
         await pilot.pause(0.05)
 
 
+async def start_probe(pilot: Pilot[int], app: GpumonApp) -> int:
+    """Wait for the first sample, press P, and return the probe child's PID once it runs."""
+    await until(pilot, lambda: app.sample is not None)
+    await pilot.press("P")
+    panel = app.query_one(ProbePanel)
+    await until(pilot, lambda: panel.child_pid is not None)
+    assert panel.child_pid is not None
+    return panel.child_pid
+
+
 def probe_app(child: list[str]) -> GpumonApp:
     return create_app(FakeServer(), interval_s=0.25, ascii_only=False, probe_child_command=child)
 
@@ -87,12 +97,7 @@ async def test_pressing_P_runs_the_probe_and_highlights_its_process(
 async def test_quitting_mid_probe_leaves_no_child() -> None:
     app = probe_app(script("hanging"))
     async with app.run_test(size=(200, 50)) as pilot:
-        await until(pilot, lambda: app.sample is not None)
-        await pilot.press("P")
-        panel = app.query_one(ProbePanel)
-        await until(pilot, lambda: panel.child_pid is not None)
-        pid = panel.child_pid
-        assert pid is not None
+        pid = await start_probe(pilot, app)
         await pilot.press("q")
     assert gone(pid), f"probe child {pid} outlived gpumon"
 
@@ -137,12 +142,7 @@ async def test_probe_panel_fits_beside_or_below_the_dashboard(
 async def test_pressing_P_again_replaces_the_running_probe() -> None:
     app = probe_app(script("hanging"))
     async with app.run_test(size=(200, 50)) as pilot:
-        await until(pilot, lambda: app.sample is not None)
-        await pilot.press("P")
-        first = app.query_one(ProbePanel)
-        await until(pilot, lambda: first.child_pid is not None)
-        first_pid = first.child_pid
-        assert first_pid is not None
+        first_pid = await start_probe(pilot, app)
         await pilot.press("P")
         await pilot.pause()
         assert len(app.query(ProbePanel)) == 1
