@@ -351,6 +351,19 @@ async def test_a_blocked_source_does_not_freeze_the_keys() -> None:
         release.set()
 
 
+async def test_a_sample_that_lands_while_the_app_quits_is_dropped_quietly() -> None:
+    """A poll that finishes after quitting began must not raise (CI saw NoMatches here)."""
+    sample = make_sample((make_gpu(0),), ())
+    app = create_app(StaticSource(sample), interval_s=1, ascii_only=False, autostart=False)
+    async with app.run_test(size=(120, 40)):
+        app.receive_sample(sample)
+        assert app.samples_received == 1
+    # The widgets are gone now; a late sample or error is ignored, not a traceback.
+    app.receive_sample(sample)
+    app._on_poll_error(RuntimeError("late"))
+    assert app.samples_received == 1
+
+
 async def test_quit_key_exits_even_while_a_sample_hangs() -> None:
     class HangingSource(StaticSource):
         def sample(self):  # type: ignore[no-untyped-def]

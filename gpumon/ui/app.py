@@ -118,6 +118,9 @@ class GpumonApp(App[int]):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(sample)
+        if not self.is_running:
+            # A poll that finished while the app shuts down: its widgets are already gone.
+            return
         self.samples_received += 1
         if self.first_sample_at is None:
             self.first_sample_at = time.perf_counter()
@@ -125,6 +128,8 @@ class GpumonApp(App[int]):
             self._refresh_all()
 
     def _on_poll_error(self, error: BaseException) -> None:
+        if not self.is_running:
+            return
         self.notify(f"Reading the GPUs failed: {error}", severity="error", timeout=5)
 
     def receive_sample(self, sample: Sample) -> None:
@@ -137,6 +142,8 @@ class GpumonApp(App[int]):
         self._refresh_all()
 
     def _refresh_all(self) -> None:
+        if not self.is_running:
+            return
         width, height = self._terminal_size or self.size
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(too_small, "-too-small")
