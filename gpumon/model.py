@@ -71,13 +71,18 @@ class HostStats:
 
 @dataclass(frozen=True, slots=True)
 class GpuStats:
-    """One GPU at one instant. A lost GPU keeps its identity; every reading is ``None``."""
+    """One GPU at one instant. A lost GPU keeps its identity; every reading is ``None``.
+
+    ``lost`` means NVML gives no readings for this GPU; ``lost_reason`` says why in words a
+    user can act on: it fell off the bus, or NVML could not open it (with NVML's error).
+    """
 
     index: int
     uuid: str
     name: str | None = None
     pci_bus_id: str | None = None
     lost: bool = False
+    lost_reason: str | None = None
     persistence_mode: bool | None = None
     display_active: bool | None = None
     performance_state: int | None = None

@@ -236,7 +236,8 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
 
     identity = f"{cell('index', CYAN, left=True)} {cell('name', BLUE, left=True)}"
     if gpu.lost:
-        return f"{identity} | {paint('LOST', BOLD, RED)} (no readings: the GPU fell off the bus)"
+        reason = gpu.lost_reason or "no readings from this GPU"
+        return f"{identity} | {paint('LOST', BOLD, RED)} ({reason})"
     temperature = cell(
         "temperature", *temperature_codes(gpu.temperature_c, gpu.temperature_slowdown_c)
     )

@@ -404,6 +404,7 @@ class FakeProcess:
     process_name: str = "python"
     cpu_percents: list[float] = field(default_factory=lambda: [0.0, 50.0, 75.0, 25.0])
     rss: int = 2 * GIB
+    state: str = psutil.STATUS_RUNNING
     errors: dict[str, BaseException] = field(default_factory=dict)
     table: FakeProcessTable | None = None
     cpu_calls: int = 0
@@ -441,6 +442,10 @@ class FakeProcess:
     def name(self) -> str:
         self._call("name")
         return self.process_name
+
+    def status(self) -> str:
+        self._call("status")
+        return self.state
 
     def cpu_percent(self, interval: float | None = None) -> float:
         self._call("cpu_percent")

@@ -105,7 +105,13 @@ async def test_demo_is_labelled() -> None:
 
 async def test_lost_gpu_reads_lost_while_others_update() -> None:
     good = make_gpu(0, temperature_c=50)
-    lost = make_gpu(1).__class__(index=1, uuid="GPU-lost", name="NVIDIA Test Board", lost=True)
+    lost = make_gpu(1).__class__(
+        index=1,
+        uuid="GPU-lost",
+        name="NVIDIA Test Board",
+        lost=True,
+        lost_reason="NVML cannot open this GPU: Insufficient Permissions",
+    )
     first = make_sample((good, lost))
     second = make_sample((make_gpu(0, temperature_c=66), lost))
     app = app_for(first)
@@ -115,6 +121,7 @@ async def test_lost_gpu_reads_lost_while_others_update() -> None:
         await pilot.pause()
         text = screen_text(app)
     assert "LOST" in text
+    assert "Insufficient Permissions" in text  # why, not a guess
     assert "66°C" in text
 
 

@@ -144,7 +144,7 @@ EXPECTED_GPU_1 = GpuStats(
 )
 
 # Readings a lost GPU must not show (everything but its identity).
-IDENTITY = {"index", "uuid", "name", "pci_bus_id", "lost"}
+IDENTITY = {"index", "uuid", "name", "pci_bus_id", "lost", "lost_reason"}
 READINGS = [f.name for f in dataclasses.fields(GpuStats) if f.name not in IDENTITY]
 
 
@@ -500,6 +500,7 @@ def test_one_lost_gpu_of_four_does_not_stop_the_others(failing_field: str) -> No
         "NVIDIA H100 80GB HBM3",
         first.gpus[2].pci_bus_id,
     )
+    assert lost.lost_reason is not None and "fell off the bus" in lost.lost_reason
     assert {name: getattr(lost, name) for name in READINGS} == dict.fromkeys(READINGS)
     assert third.gpus[2] == lost
     for tick, sample in ((2, second), (3, third)):
@@ -527,11 +528,27 @@ def test_gpu_lost_before_start_is_shown_lost_and_others_work() -> None:
     for sample in (first, second):
         assert [gpu.index for gpu in sample.gpus] == [0, 1, 2, 3]
         assert sample.gpus[1].lost is True
+        assert "fell off the bus" in (sample.gpus[1].lost_reason or "")
         assert {name: getattr(sample.gpus[1], name) for name in READINGS} == dict.fromkeys(READINGS)
         assert [gpu.lost for gpu in sample.gpus] == [False, True, False, False]
         assert sorted(p.pid for p in sample.processes) == [1000, 1002, 1003]
     assert fake.count("nvmlDeviceGetHandleByIndex", 1) == 1
     assert fake.device_calls(1) == 1
+
+
+def test_gpu_nvml_cannot_open_says_why_instead_of_fell_off_the_bus() -> None:
+    """A handle refused for another reason (a cgroup-restricted GPU, say) is not an Xid 79."""
+    fake, table = four_gpus_with_jobs()
+    fake.gpus[2]["handle"] = Fail(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    gpus = make_source(fake, table).sample().gpus
+
+    assert gpus[2].lost is True
+    reason = gpus[2].lost_reason or ""
+    assert "fell off the bus" not in reason
+    assert str(pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)) in reason
+    assert [gpu.lost for gpu in gpus] == [False, False, True, False]
+    assert all(gpu.lost_reason is None for gpu in gpus if not gpu.lost)
 
 
 def test_gpu_lost_while_reading_its_identity() -> None:

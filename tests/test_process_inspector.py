@@ -144,14 +144,39 @@ def test_zombie_is_handled() -> None:
     zombie = psutil.ZombieProcess(40)
     table = FakeProcessTable(
         FakeProcess(40, errors={"cmdline": zombie, "cpu_percent": zombie}),
-        FakeProcess(41, errors={"cmdline": zombie}, process_name="python3"),
+        FakeProcess(
+            41,
+            errors={"cmdline": zombie},
+            process_name="python3",
+            state=psutil.STATUS_ZOMBIE,
+            rss=0,
+        ),
     )
 
     infos = inspector_for(table).inspect({40, 41})
 
     assert infos[40].visible is False
-    assert infos[41].command == "python3"
+    # Marked the way ps marks it, so an RSS of 0 beside GPU memory is not a mystery.
+    assert infos[41].command == "python3 <defunct>"
     assert infos[41].visible is True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_real_unreaped_child_reads_defunct() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 5
+        while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        info = inspect_one(ProcessInspector(), pid)
+        assert info.visible is True
+        assert info.command is not None and info.command.endswith(" <defunct>")
+        assert info.user == pwd.getpwuid(os.getuid()).pw_name
+    finally:
+        os.waitpid(pid, 0)
 
 
 def test_pid_outside_this_namespace_is_not_visible() -> None:
@@ -264,6 +289,7 @@ def test_the_current_process_for_real() -> None:
 
 
 def test_host_sample_for_real() -> None:
+    sample_host("box")  # the first reading only primes psutil's CPU counter
     host = sample_host("box")
 
     assert host.hostname == "box"

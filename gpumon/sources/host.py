@@ -113,8 +113,14 @@ class ProcessInspector:
         process = tracked.process
         cpu_pct: float | None = None
         rss: int | None = None
+        zombie = False
         try:
             with process.oneshot():
+                try:
+                    # An exited process its parent never reaped: NVML may still list it.
+                    zombie = process.status() == psutil.STATUS_ZOMBIE
+                except psutil.AccessDenied:
+                    pass
                 try:
                     value = process.cpu_percent(interval=None)
                     # The first call only primes the counter: its 0.0 is not a measurement.
@@ -134,7 +140,7 @@ class ProcessInspector:
         return HostProcessInfo(
             visible=True,
             user=tracked.user,
-            command=tracked.command,
+            command=_defunct(tracked.command) if zombie else tracked.command,
             cpu_pct=cpu_pct,
             rss_bytes=rss,
             elapsed_s=max(0.0, now - tracked.create_time),
@@ -180,6 +186,11 @@ class ProcessInspector:
             return printable(str(process.username()))
         except (*_PSUTIL_ERRORS, KeyError):
             return None
+
+
+def _defunct(command: str | None) -> str:
+    """How ps shows a zombie: the name it had, marked defunct."""
+    return f"{command or '?'} <defunct>"
 
 
 def _read_uid(process: psutil.Process) -> int | None:

@@ -77,6 +77,13 @@ class _GpuLost(Exception):
     """Raised inside a device read when NVML says the GPU fell off the bus."""
 
 
+FELL_OFF_THE_BUS = "fell off the bus (NVML: GPU is lost); check dmesg for Xid 79"
+
+
+def _unopened(error: BaseException) -> str:
+    return f"NVML cannot open this GPU: {error}"
+
+
 def _error_code(error: BaseException) -> int | None:
     value = getattr(error, "value", None)
     return value if isinstance(value, int) else None
@@ -89,7 +96,9 @@ def _text(value: Any) -> str:
 class _Device:
     """A cached handle plus what this GPU has said it does not support."""
 
-    def __init__(self, nvml: ModuleType, index: int, handle: Any) -> None:
+    def __init__(
+        self, nvml: ModuleType, index: int, handle: Any, lost_reason: str | None = None
+    ) -> None:
         self.nvml = nvml
         # nvidia-ml-py raises this (not an NVMLError) when an unversioned call such as
         # nvmlDeviceGetComputeRunningProcesses (the R535 _v3 ABI) is missing from an older
@@ -100,6 +109,7 @@ class _Device:
         self.index = index
         self.handle = handle
         self.lost = handle is None
+        self.lost_reason = lost_reason if self.lost else None
         self.unsupported: set[str] = set()
         self.uuid = f"LOST-{index}"
         self.name: str | None = None
@@ -125,6 +135,7 @@ class _Device:
             code = _error_code(error)
             if code == NVML_ERROR_GPU_IS_LOST:
                 self.lost = True
+                self.lost_reason = FELL_OFF_THE_BUS
                 raise _GpuLost from error
             if code in _PERMANENT:
                 self.unsupported.add(field)
@@ -174,7 +185,12 @@ class _Device:
 
     def lost_stats(self) -> GpuStats:
         return GpuStats(
-            index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, lost=True
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            pci_bus_id=self.pci_bus_id,
+            lost=True,
+            lost_reason=self.lost_reason or FELL_OFF_THE_BUS,
         )
 
     def stats(self) -> GpuStats:
@@ -366,12 +382,15 @@ class NvmlSource:
             )
             return
         for index in range(count):
+            lost_reason = None
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
             except nvml.NVMLError as error:
                 log.debug("GPU %d handle: %s", index, error)
-                handle = None  # lost (or otherwise unusable): shown as LOST, never retried
-            self._devices.append(_Device(nvml, index, handle))
+                handle = None  # no readings from it: shown as LOST with the reason, not retried
+                lost = _error_code(error) == NVML_ERROR_GPU_IS_LOST
+                lost_reason = FELL_OFF_THE_BUS if lost else _unopened(error)
+            self._devices.append(_Device(nvml, index, handle, lost_reason))
         if not self._devices:
             self._unavailable = GpuUnavailable(
                 UnavailableReason.NO_DEVICES,

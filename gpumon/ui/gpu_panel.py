@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import textwrap
 from collections.abc import Sequence
 
 from rich.style import Style
@@ -275,13 +276,15 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         label = self.style("label")
         if gpu.lost:
             lost = Line().add(" LOST ", self.style("lost"))
-            lost.add(" fell off the bus (NVML: GPU is lost); the others keep updating")
+            lost.add(" no readings; the others keep updating", label)
+            reason = textwrap.wrap(_lost_reason(gpu), inner) or [""]
+            if len(reason) > 2:
+                reason = [reason[0], self.glyphs.truncate(" ".join(reason[1:]), inner)]
             return [
                 lost,
+                *(Line().add(text) for text in reason),
+                *([Line()] * (3 - len(reason))),
                 Line().add("PCI ", label).add(gpu.pci_bus_id or fmt.NA),
-                Line(),
-                Line().add("Check `dmesg` for Xid 79; a reset or reboot brings it back.", label),
-                Line(),
             ]
         bar_width = max(6, inner - 28)
         first = Line().add("Fan ", label)
@@ -341,7 +344,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self._index_cell(top, gpu, selected)
         top.add(self.glyphs.truncate(_short_name(gpu.name), 18).ljust(19), self.style("title"))
         if gpu.lost:
-            top.add(" LOST ", self.style("lost")).add(" fell off the bus; others keep updating")
+            top.add(" LOST ", self.style("lost")).add(" " + _lost_reason(gpu))
             return [
                 top.strip(width),
                 Line().add("    PCI " + (gpu.pci_bus_id or fmt.NA), label).strip(width),
@@ -383,6 +386,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self._index_cell(line, gpu, selected)
         if gpu.lost:
             line.add(_short_name(gpu.name)[:14].ljust(15)).add(" LOST ", self.style("lost"))
+            line.add(" " + _lost_reason(gpu))
             return line.strip(width)
         name_width = 14 if width >= 70 else 0
         if name_width:
@@ -402,6 +406,10 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self._bar(line, gpu.memory_used_fraction, max(3, rest - bar_width))
         self._value(line, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(11))
         return line.strip(width)
+
+
+def _lost_reason(gpu: GpuStats) -> str:
+    return gpu.lost_reason or "no readings from this GPU"
 
 
 def _short_name(name: str | None) -> str:

@@ -37,7 +37,8 @@ GPU fields (nvidia-smi's name in brackets)
   MIG          MIG mode [MIG M.]; with MIG on, utilisation is N/A by design
   Compute      compute mode [Compute M.]
   N/A          this GPU or driver does not report the field (never shown as 0)
-  LOST         NVML says the GPU fell off the bus (Xid 79); the others keep updating
+  LOST         no readings: the GPU fell off the bus (Xid 79) or NVML cannot open it
+               (the reason is shown); the others keep updating
 
 Processes (nvidia-smi's Processes table, plus host details)
   TYPE         C compute, G graphics, C+G both
