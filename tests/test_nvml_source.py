@@ -551,6 +551,28 @@ def test_gpu_nvml_cannot_open_says_why_instead_of_fell_off_the_bus() -> None:
     assert all(gpu.lost_reason is None for gpu in gpus if not gpu.lost)
 
 
+def test_identity_that_failed_once_at_start_is_read_again() -> None:
+    """A transient error on the UUID or name must not leave a placeholder for days."""
+    fake, table = four_gpus_with_jobs()
+    real_uuid, real_name = fake.gpus[1]["uuid"], fake.gpus[1]["name"]
+    fake.gpus[1]["uuid"] = Fail(pynvml.NVML_ERROR_UNKNOWN)
+    fake.gpus[1]["name"] = Fail(pynvml.NVML_ERROR_TIMEOUT)
+    source = make_source(fake, table)
+
+    first = source.sample()
+    fake.gpus[1]["uuid"], fake.gpus[1]["name"] = real_uuid, real_name
+    second = source.sample()
+    asked = fake.count("nvmlDeviceGetUUID", 1)
+    third = source.sample()
+
+    assert first.gpus[1].uuid == "GPU-index-1" and first.gpus[1].name is None
+    assert (second.gpus[1].uuid, second.gpus[1].name) == (real_uuid, real_name)
+    assert second.processes_on(real_uuid) != ()
+    # Once complete, identity is not asked again.
+    assert fake.count("nvmlDeviceGetUUID", 1) == asked
+    assert third.gpus[1].uuid == real_uuid
+
+
 def test_gpu_lost_while_reading_its_identity() -> None:
     fake, table = four_gpus_with_jobs()
     fake.gpus[3]["name"] = GPU_IS_LOST

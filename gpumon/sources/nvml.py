@@ -116,6 +116,7 @@ class _Device:
         self.pci_bus_id: str | None = None
         self.slowdown_c: int | None = None
         self.shutdown_c: int | None = None
+        self._identity_pending = False
         if not self.lost:
             self._read_identity()
 
@@ -161,6 +162,7 @@ class _Device:
         return None
 
     def _read_identity(self) -> None:
+        """Read what never changes. A field that failed transiently is read again next tick."""
         nvml = self.nvml
         try:
             uuid = self.read("uuid", nvml.nvmlDeviceGetUUID)
@@ -170,6 +172,11 @@ class _Device:
             pci = self.read("pci", nvml.nvmlDeviceGetPciInfo)
             if pci is not None:
                 self.pci_bus_id = _text(getattr(pci, "busId", None) or pci.busIdLegacy)
+            self._identity_pending = (
+                (uuid is None and "uuid" not in self.unsupported)
+                or (name is None and "name" not in self.unsupported)
+                or (pci is None and "pci" not in self.unsupported)
+            )
             self.slowdown_c = self.read(
                 "slowdown",
                 nvml.nvmlDeviceGetTemperatureThreshold,
@@ -196,6 +203,8 @@ class _Device:
     def stats(self) -> GpuStats:
         """Read the per-tick fields. Raises :class:`_GpuLost`."""
         nvml = self.nvml
+        if self._identity_pending:
+            self._read_identity()
         used, total, reserved = self._memory()
         utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
