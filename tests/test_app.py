@@ -10,7 +10,7 @@ import pytest
 from gpumon.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import GpumonApp, create_app, wants_ascii
-from gpumon.ui.gpu_panel import Layout, choose_layout
+from gpumon.ui.gpu_layout import Layout, choose_layout
 from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.process_table import ProcessTable
 from tests.ui_helpers import (

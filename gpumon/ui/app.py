@@ -25,7 +25,8 @@ from gpumon.poller import Poller
 from gpumon.sources import GpuSource, open_source
 from gpumon.ui import exact_updates
 from gpumon.ui.bars import HeaderBar, HostStrip
-from gpumon.ui.gpu_panel import GpuPanel, choose_layout, layout_height
+from gpumon.ui.gpu_layout import choose_layout, layout_height
+from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.lines import Glyphs
 from gpumon.ui.process_table import ProcessTable

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import textwrap
 from collections.abc import Sequence
 
@@ -15,42 +14,11 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
+from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
 _TEMPERATURE_STYLES = {"na": "dim", "warm": "warn", "hot": "hot"}
-
-CARD_HEIGHT = 7  # border, five content lines, border
-CARD_MIN_WIDTH = 58
-
-
-class Layout(str, enum.Enum):
-    CARDS = "cards"
-    TWO_LINES = "two-lines"
-    ONE_LINE = "one-line"
-
-
-def choose_layout(gpu_count: int, width: int, budget_lines: int) -> tuple[Layout, int]:
-    """Pick the richest layout whose height fits ``budget_lines``; return it and its columns.
-
-    Cards need at least 120 columns; below that, two lines per GPU, then one.
-    """
-    if width >= 120:
-        columns = max(1, min(gpu_count, width // CARD_MIN_WIDTH))
-        rows = -(-gpu_count // columns)
-        if rows * CARD_HEIGHT <= budget_lines:
-            return Layout.CARDS, columns
-    if width >= 70 and gpu_count * 2 <= budget_lines:
-        return Layout.TWO_LINES, 1
-    return Layout.ONE_LINE, 1
-
-
-def layout_height(layout: Layout, gpu_count: int, columns: int) -> int:
-    if layout is Layout.CARDS:
-        return -(-gpu_count // columns) * CARD_HEIGHT
-    if layout is Layout.TWO_LINES:
-        return gpu_count * 2
-    return gpu_count
 
 
 class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
