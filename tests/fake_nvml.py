@@ -47,6 +47,9 @@ DEVICE_FIELDS = {
     "mig": "nvmlDeviceGetMigMode",
     "fan": "nvmlDeviceGetFanSpeed",
     "temperature": "nvmlDeviceGetTemperature(GPU)",
+    # The versioned call of newer drivers; a GPU dict without it answers NOT_SUPPORTED, so
+    # most tests read "temperature" through the deprecated call.
+    "temperature_v": "nvmlDeviceGetTemperatureV(GPU)",
     "clock_sm": "nvmlDeviceGetClockInfo(SM)",
     "clock_memory": "nvmlDeviceGetClockInfo(MEM)",
     "ecc_uncorrected_volatile": "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
@@ -277,6 +280,14 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> Any:
         fields = {pynvml.NVML_TEMPERATURE_GPU: "temperature"}
         return self._device("nvmlDeviceGetTemperature", handle, fields, sensor)
+
+    def nvmlDeviceGetTemperatureV(
+        self, handle: _Handle, sensor: int, version: int = pynvml.nvmlTemperature_v1
+    ) -> Any:
+        if version != pynvml.nvmlTemperature_v1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        fields = {pynvml.NVML_TEMPERATURE_GPU: "temperature_v"}
+        return self._device("nvmlDeviceGetTemperatureV", handle, fields, sensor)
 
     def nvmlDeviceGetClockInfo(self, handle: _Handle, clock: int) -> Any:
         fields = {pynvml.NVML_CLOCK_SM: "clock_sm", pynvml.NVML_CLOCK_MEM: "clock_memory"}

@@ -573,6 +573,22 @@ def test_identity_that_failed_once_at_start_is_read_again() -> None:
     assert third.gpus[1].uuid == real_uuid
 
 
+def test_reading_a_missing_name_again_never_replaces_a_good_uuid() -> None:
+    fake, table = four_gpus_with_jobs()
+    real_uuid, real_name = fake.gpus[0]["uuid"], fake.gpus[0]["name"]
+    fake.gpus[0]["name"] = Fail(pynvml.NVML_ERROR_UNKNOWN)
+    source = make_source(fake, table)
+
+    first = source.sample()
+    fake.gpus[0]["uuid"] = Fail(pynvml.NVML_ERROR_UNKNOWN)  # would flip to a placeholder
+    second = source.sample()
+    fake.gpus[0]["name"] = real_name
+    third = source.sample()
+
+    assert [sample.gpus[0].uuid for sample in (first, second, third)] == [real_uuid] * 3
+    assert [sample.gpus[0].name for sample in (first, second, third)] == [None, None, real_name]
+
+
 def test_gpu_lost_while_reading_its_identity() -> None:
     fake, table = four_gpus_with_jobs()
     fake.gpus[3]["name"] = GPU_IS_LOST
@@ -585,6 +601,36 @@ def test_gpu_lost_while_reading_its_identity() -> None:
 
 
 # -- 5. an older driver than the binding (FunctionNotFound) ---------------------------------------
+
+
+def test_temperature_prefers_the_versioned_call_and_falls_back() -> None:
+    """nvmlDeviceGetTemperature is deprecated: newer drivers answer nvmlDeviceGetTemperatureV."""
+    fake = FakeNvml(
+        [
+            make_gpu(0, temperature=40, temperature_v=41),
+            make_gpu(1, temperature=50, temperature_v=FUNCTION_NOT_FOUND),  # an older driver
+        ]
+    )
+    source = make_source(fake)
+
+    first, second = source.sample(), source.sample()
+
+    assert [gpu.temperature_c for gpu in first.gpus] == [41, 50]
+    assert [gpu.temperature_c for gpu in second.gpus] == [41, 50]
+    assert fake.count("nvmlDeviceGetTemperature", 0) == 0
+    assert fake.count("nvmlDeviceGetTemperatureV", 1) == 1  # not asked again
+
+
+def test_a_binding_without_the_deprecated_temperature_call_still_reads_it() -> None:
+    class NewerBinding(FakeNvml):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "nvmlDeviceGetTemperature":
+                raise AttributeError(name)  # removed from the binding (CUDA 14)
+            return super().__getattribute__(name)
+
+    fake = NewerBinding([make_gpu(0, temperature=40, temperature_v=44)])
+
+    assert make_source(fake).sample().gpus[0].temperature_c == 44
 
 
 @pytest.mark.parametrize("field", ["fan", "power", "mig", "ecc_uncorrected_volatile"])

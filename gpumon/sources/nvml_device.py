@@ -82,12 +82,12 @@ class Device:
         self.lost = handle is None
         self.lost_reason = lost_reason if self.lost else None
         self.unsupported: set[str] = set()
-        self.uuid = f"LOST-{index}"
+        self.uuid = f"LOST-{index}" if handle is None else f"GPU-index-{index}"
         self.name: str | None = None
         self.pci_bus_id: str | None = None
         self.slowdown_c: int | None = None
         self.shutdown_c: int | None = None
-        self._identity_pending = False
+        self._identity_missing = {"uuid", "name", "pci", "slowdown", "shutdown"}
         if not self.lost:
             self._read_identity()
 
@@ -133,31 +133,41 @@ class Device:
         return None
 
     def _read_identity(self) -> None:
-        """Read what never changes. A field that failed transiently is read again next tick."""
+        """Read what never changes, once. A field that failed transiently is read again on
+        the next tick, and only that field: a value already read is never replaced."""
         nvml = self.nvml
+        calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+            "uuid": (nvml.nvmlDeviceGetUUID, ()),
+            "name": (nvml.nvmlDeviceGetName, ()),
+            "pci": (nvml.nvmlDeviceGetPciInfo, ()),
+            "slowdown": (
+                nvml.nvmlDeviceGetTemperatureThreshold,
+                (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,),
+            ),
+            "shutdown": (
+                nvml.nvmlDeviceGetTemperatureThreshold,
+                (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,),
+            ),
+        }
         try:
-            uuid = self.read("uuid", nvml.nvmlDeviceGetUUID)
-            self.uuid = nvml_text(uuid) if uuid is not None else f"GPU-index-{self.index}"
-            name = self.read("name", nvml.nvmlDeviceGetName)
-            self.name = nvml_text(name) if name is not None else None
-            pci = self.read("pci", nvml.nvmlDeviceGetPciInfo)
-            if pci is not None:
-                self.pci_bus_id = nvml_text(getattr(pci, "busId", None) or pci.busIdLegacy)
-            self._identity_pending = (
-                (uuid is None and "uuid" not in self.unsupported)
-                or (name is None and "name" not in self.unsupported)
-                or (pci is None and "pci" not in self.unsupported)
-            )
-            self.slowdown_c = self.read(
-                "slowdown",
-                nvml.nvmlDeviceGetTemperatureThreshold,
-                nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
-            )
-            self.shutdown_c = self.read(
-                "shutdown",
-                nvml.nvmlDeviceGetTemperatureThreshold,
-                nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
-            )
+            for field in [field for field in calls if field in self._identity_missing]:
+                call, args = calls[field]
+                value = self.read(field, call, *args)
+                if value is None:
+                    if field in self.unsupported:
+                        self._identity_missing.discard(field)
+                    continue
+                self._identity_missing.discard(field)
+                if field == "uuid":
+                    self.uuid = nvml_text(value)
+                elif field == "name":
+                    self.name = nvml_text(value)
+                elif field == "pci":
+                    self.pci_bus_id = nvml_text(getattr(value, "busId", None) or value.busIdLegacy)
+                elif field == "slowdown":
+                    self.slowdown_c = int(value)
+                else:
+                    self.shutdown_c = int(value)
         except GpuLost:
             pass
 
@@ -174,7 +184,7 @@ class Device:
     def stats(self) -> GpuStats:
         """Read the per-tick fields. Raises :class:`GpuLost`."""
         nvml = self.nvml
-        if self._identity_pending:
+        if self._identity_missing:
             self._read_identity()
         used, total, reserved = self._memory()
         utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
@@ -194,9 +204,7 @@ class Device:
             display_active=None if display is None else bool(display),
             performance_state=None if pstate in (None, _PSTATE_UNKNOWN) else int(pstate),
             fan_pct=self.read("fan", nvml.nvmlDeviceGetFanSpeed),
-            temperature_c=self.read(
-                "temperature", nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU
-            ),
+            temperature_c=self._temperature(),
             temperature_slowdown_c=self.slowdown_c,
             temperature_shutdown_c=self.shutdown_c,
             power_draw_w=None if power_mw is None else power_mw / 1000.0,
@@ -235,6 +243,19 @@ class Device:
             return None, None, None
         reserved = getattr(info, "reserved", None)
         return int(info.used), int(info.total), None if reserved is None else int(reserved)
+
+    def _temperature(self) -> int | None:
+        # nvmlDeviceGetTemperature is deprecated (to be removed in CUDA 14): ask the versioned
+        # call first; a driver without it answers FUNCTION_NOT_FOUND, and a binding without
+        # either call is asked nothing.
+        sensor = self.nvml.NVML_TEMPERATURE_GPU
+        value = self.read_newest(
+            [
+                ("temperature_v", getattr(self.nvml, "nvmlDeviceGetTemperatureV", None), (sensor,)),
+                ("temperature", getattr(self.nvml, "nvmlDeviceGetTemperature", None), (sensor,)),
+            ]
+        )
+        return None if value is None else int(value)
 
     def processes(self) -> dict[int, tuple[ProcessKind, int | None]]:
         """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once."""
