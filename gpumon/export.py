@@ -223,7 +223,8 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
 
     count = gauge("gpumon_gpu_processes", "Processes using the GPU.", GPU_LABELS)
     for gpu in readable:
-        count.add_metric(_gpu_labels(gpu), float(len(sample.processes_on(gpu.uuid))))
+        if gpu.processes_error is None:  # unknown is no series, never a fake 0
+            count.add_metric(_gpu_labels(gpu), float(len(sample.processes_on(gpu.uuid))))
     memory = gauge(
         "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
     )

@@ -75,6 +75,8 @@ class GpuStats:
 
     ``lost`` means NVML gives no readings for this GPU; ``lost_reason`` says why in words a
     user can act on: it fell off the bus, or NVML could not open it (with NVML's error).
+    ``processes_error`` is set when this GPU's process list could not be read (for example
+    NO_PERMISSION on a MIG GPU for a non-root user): its processes are then unknown, not none.
     """
 
     index: int
@@ -83,6 +85,7 @@ class GpuStats:
     pci_bus_id: str | None = None
     lost: bool = False
     lost_reason: str | None = None
+    processes_error: str | None = None
     persistence_mode: bool | None = None
     display_active: bool | None = None
     performance_state: int | None = None

@@ -221,7 +221,9 @@ def render_table(
     lines = [header_line(sample, paint)]
     for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
         lines.append(_gpu_line(gpu, cells, gpu_widths, paint))
-        if show_processes and not gpu.lost:
+        if show_processes and gpu.processes_error is not None and not gpu.lost:
+            lines.append(f"  processes: N/A ({gpu.processes_error})")
+        elif show_processes and not gpu.lost:
             lines.extend(
                 _process_line(row, process_widths, paint, width, ellipsis)
                 for row in by_gpu[gpu.uuid]

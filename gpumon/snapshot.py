@@ -106,11 +106,12 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
 def gpu_to_dict(gpu: GpuStats, processes: tuple[GpuProcess, ...] | None) -> dict[str, Any]:
     """One entry of ``gpus``: every model field, plus its processes.
 
-    ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU or when the caller
-    did not ask for processes, and a list (maybe empty) otherwise.
+    ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU, a GPU whose process
+    list NVML refused, or when the caller did not ask for processes, and a list (maybe empty)
+    otherwise.
     """
     data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
-    if gpu.lost or processes is None:
+    if gpu.lost or gpu.processes_error is not None or processes is None:
         data["processes"] = None
     else:
         data["processes"] = [process_to_dict(process) for process in processes]

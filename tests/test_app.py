@@ -125,6 +125,20 @@ async def test_lost_gpu_reads_lost_while_others_update() -> None:
     assert "66°C" in text
 
 
+async def test_a_gpu_whose_process_list_was_refused_says_so_in_the_table() -> None:
+    readable = make_gpu(0)
+    refused = make_gpu(1, processes_error="NVML: Insufficient Permissions")
+    sample = make_sample((readable, refused), (make_process(readable, 4242),))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+    assert "4242" in text
+    assert "GPU 1: processes N/A (NVML: Insufficient Permissions)" in text
+    assert "No processes on any GPU" not in text
+
+
 async def test_sort_key_cycles_and_reverses() -> None:
     gpu = make_gpu(0)
     processes = (

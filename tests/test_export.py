@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import signal
@@ -188,6 +189,16 @@ def test_lost_gpu_is_down_and_has_no_readings(serve: Serve) -> None:
     for name, values in series.items():
         if name not in ("gpumon_gpu_up", "gpumon_gpu_info"):
             assert all(dict(labels).get("uuid") != UUID1 for labels in values), name
+
+
+def test_a_refused_process_list_has_no_process_count_rather_than_zero(serve: Serve) -> None:
+    sample = make_sample()
+    refused = dataclasses.replace(sample.gpus[2], processes_error="NVML: Insufficient Permissions")
+    sample = dataclasses.replace(sample, gpus=(*sample.gpus[:2], refused))
+    series = scrape(serve(FakeSource(sample)).port)
+    assert gpu_key(2, UUID2) not in series["gpumon_gpu_processes"]
+    assert gpu_key(0, UUID0) in series["gpumon_gpu_processes"]
+    assert series["gpumon_gpu_up"][gpu_key(2, UUID2)] == 1.0  # the GPU itself still reads
 
 
 def test_process_memory_series_use_short_labels(serve: Serve) -> None:

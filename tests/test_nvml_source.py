@@ -589,6 +589,37 @@ def test_reading_a_missing_name_again_never_replaces_a_good_uuid() -> None:
     assert [sample.gpus[0].name for sample in (first, second, third)] == [None, None, real_name]
 
 
+def test_a_process_list_nvml_refuses_is_unknown_not_empty() -> None:
+    """MIG GPUs answer NO_PERMISSION to non-root users: that GPU's processes are N/A, not none."""
+    fake, table = four_gpus_with_jobs()
+    fake.gpus[1]["compute_processes"] = Fail(pynvml.NVML_ERROR_NO_PERMISSION)
+    source = make_source(fake, table)
+
+    first = source.sample()
+    fake.gpus[1]["compute_processes"] = [ProcessInfo(1001, 2 * GIB)]  # permission granted
+    second = source.sample()
+
+    refused = first.gpus[1]
+    assert refused.processes_error is not None
+    assert str(pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)) in refused.processes_error
+    assert refused.lost is False and refused.temperature_c is not None  # the rest still reads
+    assert first.processes_on(refused.uuid) == ()
+    assert [gpu.processes_error for gpu in first.gpus if gpu.index != 1] == [None] * 3
+    assert second.gpus[1].processes_error is None
+    assert [p.pid for p in second.processes_on(refused.uuid)] == [1001]
+
+
+def test_a_graphics_list_the_gpu_does_not_support_is_just_empty() -> None:
+    fake, table = four_gpus_with_jobs()
+    fake.gpus[0]["graphics_processes"] = NOT_SUPPORTED
+    fake.gpus[0]["graphics_processes_v2"] = NOT_SUPPORTED
+
+    sample = make_source(fake, table).sample()
+
+    assert sample.gpus[0].processes_error is None
+    assert [p.pid for p in sample.processes_on(sample.gpus[0].uuid)] == [1000]
+
+
 def test_gpu_lost_while_reading_its_identity() -> None:
     fake, table = four_gpus_with_jobs()
     fake.gpus[3]["name"] = GPU_IS_LOST

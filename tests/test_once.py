@@ -330,6 +330,28 @@ def test_json_has_every_model_field_and_the_schema_documents_exactly_those() -> 
         validate(document)
 
 
+def refused_sample() -> Sample:
+    """GPU 0 readable with one process; GPU 1 whose process list NVML refused."""
+    gpus = (
+        gpu(0),
+        gpu(1, processes_error="NVML: Insufficient Permissions"),
+    )
+    return dataclasses.replace(troubled_sample(), gpus=gpus, processes=(process(gpus[0], 4242),))
+
+
+def test_a_refused_process_list_is_null_in_json_and_na_in_the_table() -> None:
+    sample = refused_sample()
+    document = json.loads(json.dumps(snapshot.sample_to_dict(sample)))
+    validate(document)
+    readable, refused = document["gpus"]
+    assert [p["pid"] for p in readable["processes"]] == [4242]
+    assert refused["processes"] is None  # unknown, not "no processes"
+    assert refused["processes_error"] == "NVML: Insufficient Permissions"
+    lines = once.render_table(sample).splitlines()
+    refused_at = next(i for i, line in enumerate(lines) if line.startswith("[1]"))
+    assert lines[refused_at + 1] == "  processes: N/A (NVML: Insufficient Permissions)"
+
+
 def test_json_no_processes_gives_null_not_an_empty_list() -> None:
     document = snapshot.sample_to_dict(troubled_sample(), include_processes=False)
     validate(document)

@@ -8,6 +8,7 @@ remembers NOT_SUPPORTED per device and field so it is not asked again every tick
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -190,8 +191,10 @@ class NvmlSource:
             except GpuLost:
                 gpus.append(device.lost_stats())
                 continue
+            if found is None:
+                stats = dataclasses.replace(stats, processes_error=device.processes_error)
             gpus.append(stats)
-            raw.append((device, found))
+            raw.append((device, found or {}))
         processes = self._join_processes(raw)
         return Sample(
             timestamp_s=self._clock(),

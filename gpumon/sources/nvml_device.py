@@ -82,6 +82,10 @@ class Device:
         self.lost = handle is None
         self.lost_reason = lost_reason if self.lost else None
         self.unsupported: set[str] = set()
+        # NVML's text for the last failure of a field that may answer later (not remembered
+        # as unsupported); cleared when it answers.
+        self.errors: dict[str, str] = {}
+        self.processes_error: str | None = None
         self.uuid = f"LOST-{index}" if handle is None else f"GPU-index-{index}"
         self.name: str | None = None
         self.pci_bus_id: str | None = None
@@ -98,10 +102,11 @@ class Device:
         if field in self.unsupported:
             return None
         try:
-            return call(self.handle, *args)
+            value = call(self.handle, *args)
         except self._version_mismatch as error:
             log.debug("GPU %d %s: %s", self.index, field, error)
             self.unsupported.add(field)  # the driver lacks this ABI: as FUNCTION_NOT_FOUND
+            self.errors.pop(field, None)
             return None
         except self.nvml.NVMLError as error:
             code = error_code(error)
@@ -111,9 +116,13 @@ class Device:
                 raise GpuLost from error
             if code in _PERMANENT:
                 self.unsupported.add(field)
+                self.errors.pop(field, None)
             else:
                 log.debug("GPU %d %s: %s", self.index, field, error)
+                self.errors[field] = str(error)
             return None
+        self.errors.pop(field, None)
+        return value
 
     def read_newest(
         self, versions: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...]]]
@@ -257,9 +266,14 @@ class Device:
         )
         return None if value is None else int(value)
 
-    def processes(self) -> dict[int, tuple[ProcessKind, int | None]]:
-        """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once."""
+    def processes(self) -> dict[int, tuple[ProcessKind, int | None]] | None:
+        """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once.
+
+        ``None`` when a list could not be read (not supported is fine: an empty list); NVML's
+        reason is then in :attr:`processes_error`. Unknown is never shown as "no processes".
+        """
         nvml = self.nvml
+        self.processes_error = None
         found: dict[int, tuple[ProcessKind, int | None]] = {}
         for field, function, kind in (
             ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
@@ -272,6 +286,11 @@ class Device:
                     (f"{field}_v2", getattr(nvml, f"{function}_v2", None), ()),
                 ]
             )
+            if entries is None:
+                error = self.errors.get(field) or self.errors.get(f"{field}_v2")
+                if error is not None:
+                    self.processes_error = f"NVML: {error}"
+                    return None
             for entry in entries or ():
                 pid = int(entry.pid)
                 if not 0 < pid <= _MAX_PID:

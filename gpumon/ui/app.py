@@ -183,7 +183,12 @@ class GpumonApp(App[int]):
             panel.styles.height = panel_height
         panel.show(gpus, sample.unavailable if sample else None, layout, columns)
         table = self.query_one(ProcessTable)
-        table.show(sample.processes if sample else ())
+        notices = [
+            f"GPU {gpu.index}: processes N/A ({gpu.processes_error})"
+            for gpu in gpus
+            if gpu.processes_error is not None and not gpu.lost
+        ]
+        table.show(sample.processes if sample else (), notices)
 
     # -- actions ---------------------------------------------------------------------
 

@@ -49,6 +49,9 @@ Processes (nvidia-smi's Processes table, plus host details)
   "not visible here": NVML reports a PID that does not exist in this PID namespace,
   typically because gpumon runs in a container without --pid=host. Its GPU memory is
   real; its owner and command line can only be seen from the host.
+  <defunct>: a process that exited but was not reaped by its parent.
+  "GPU n: processes N/A": NVML refused that GPU's process list (with MIG on, it lists
+  processes only to root); its processes are unknown, not none.
 """
 
 

@@ -137,14 +137,17 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self.sort_reverse = False
         self.highlighted_pids: frozenset[int] = frozenset()
         self._processes: tuple[GpuProcess, ...] = ()
+        self.notices: tuple[str, ...] = ()
         self._painted: dict[int, Strip] = {}
         self._fresh: dict[int, Strip] = {}
 
     # -- data in ---------------------------------------------------------------------
 
-    def show(self, processes: Sequence[GpuProcess]) -> None:
-        """Attributes down: the new processes. Repaints only what changed."""
+    def show(self, processes: Sequence[GpuProcess], notices: Sequence[str] = ()) -> None:
+        """Attributes down: the new processes, and notice lines shown below them (a GPU
+        whose process list could not be read). Repaints only what changed."""
         self._processes = tuple(processes)
+        self.notices = tuple(notices)
         self._resort()
 
     def highlight(self, pids: frozenset[int]) -> None:
@@ -176,10 +179,13 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         if self.cursor_key not in keys:
             # The process under the cursor ended: stay at the same height.
             self.cursor_key = keys[min(old_row, len(keys) - 1)] if keys else None
-        height = len(self.rows) + 1
-        if self.virtual_size.height != height:
-            self.virtual_size = Size(self._width, height)
+        if self.virtual_size.height != self._content_height:
+            self.virtual_size = Size(self._width, self._content_height)
         self._repaint_changes()
+
+    @property
+    def _content_height(self) -> int:
+        return 1 + len(self.rows) + len(self.notices)
 
     def _repaint_changes(self) -> None:
         if not self.is_mounted:
@@ -268,7 +274,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     def on_resize(self) -> None:
         self._painted.clear()
         self._fresh.clear()
-        self.virtual_size = Size(self._width, len(self.rows) + 1)
+        self.virtual_size = Size(self._width, self._content_height)
         self.refresh()
 
     def watch_scroll_y(self, old: float, new: float) -> None:
@@ -305,8 +311,12 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         if y == 0:
             return self._header(width)
         row = int(self.scroll_y) + y - 1
-        if not self.rows and y == 1:
+        if not self.rows and not self.notices and y == 1:
             return Line().add(" No processes on any GPU.", self.style("empty")).strip(width)
+        notice = row - len(self.rows)
+        if 0 <= notice < len(self.notices):
+            text = self.glyphs.truncate(" " + self.notices[notice], width)
+            return Line().add(text, self.style("empty")).strip(width)
         if not 0 <= row < len(self.rows):
             # Style(), not None: Textual's NO_COLOR filter cannot handle a style of None.
             return Strip.blank(width, Style())
