@@ -251,6 +251,29 @@ async def test_a_cross_device_operation_that_does_not_raise_is_a_failure(
     assert outcome.steps[7].value == "cuda:0 + cuda:1 did not raise an error"
 
 
+@pytest.mark.usefixtures("fake_gpus")
+async def test_a_second_gpu_that_refuses_tensors_skips_the_cross_device_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cuda:1 in exclusive-process mode, held by someone else: not a failure of the setup."""
+    monkeypatch.setenv("FAKE_TORCH_BUSY", "[1]")
+    outcome = await _fake_probe(Request(cuda_index=0, gpus=NVML_GPUS))
+    assert outcome.ok, outcome.summary
+    assert outcome.steps[7].status == S.SKIP
+    assert outcome.steps[7].value.startswith("cuda:1 cannot be used here: RuntimeError: CUDA")
+    assert outcome.steps[8].status == S.PASS
+
+
+@pytest.mark.usefixtures("fake_gpus")
+async def test_another_error_than_the_device_mismatch_is_not_a_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_TORCH_CROSS_DEVICE_ERROR", "CUDA error: an illegal memory access")
+    outcome = await _fake_probe(Request(cuda_index=0, gpus=NVML_GPUS))
+    assert outcome.steps[7].status == S.FAIL
+    assert "not with the device error" in outcome.steps[7].value
+
+
 def test_the_child_keeps_stray_prints_off_the_protocol_stream() -> None:
     """Anything printed to stdout inside the child (a library's print) goes to stderr."""
     code = (

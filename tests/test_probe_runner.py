@@ -121,6 +121,44 @@ async def test_step_6_fails_when_nvml_does_not_list_the_child() -> None:
     assert statuses(outcome)[9] == S.PASS  # the child still went on and cleaned up
 
 
+async def test_step_6_is_skipped_in_a_container_whose_pids_nvml_cannot_match() -> None:
+    """Without --pid=host NVML lists host PIDs: the probe cannot find its own, which is no
+    failure of the user's setup; and its absence after exit proves nothing either."""
+    container = sample(
+        gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),),
+        processes=[(3_999_999, 0, 900 * MIB)],  # the child, under its host PID
+    )
+    container = dataclasses.replace(
+        container,
+        processes=tuple(dataclasses.replace(p, visible=False) for p in container.processes),
+    )
+
+    async def next_sample() -> Sample:
+        return container
+
+    started = time.monotonic()
+    outcome, _ = await probe("slow", next_sample=next_sample, confirm_timeout_s=5.0)
+    assert outcome.ok, outcome.summary
+    assert outcome.steps[6].status == S.SKIP
+    assert "another PID namespace" in outcome.steps[6].value
+    assert "PID 3999999 (900 MiB)" in outcome.steps[6].detail
+    assert time.monotonic() - started < 5  # decided on the first sample, no wait
+    assert "gone from GPU" not in outcome.steps[9].value
+
+
+async def test_step_6_is_skipped_when_nvml_refuses_the_process_list() -> None:
+    refused = sample(gpus=((0, "GPU-00000000-0000-0000-0000-000000000000"),))
+    gpu = dataclasses.replace(refused.gpus[0], processes_error="NVML: Insufficient Permissions")
+    refused = dataclasses.replace(refused, gpus=(gpu,))
+
+    async def next_sample() -> Sample:
+        return refused
+
+    outcome, _ = await probe("slow", next_sample=next_sample, confirm_timeout_s=5.0)
+    assert outcome.steps[6].status == S.SKIP
+    assert "Insufficient Permissions" in outcome.steps[6].value
+
+
 async def test_step_6_fails_when_nvml_shows_less_memory_than_torch_reserved() -> None:
     recorder = Recorder()
 

@@ -62,6 +62,12 @@ def _major(version: str) -> int:
         return 0
 
 
+def _is_device_mismatch(text: str) -> bool:
+    """torch's "Expected all tensors to be on the same device" (and its older wording)."""
+    lowered = text.lower()
+    return "same device" in lowered or "expected device" in lowered
+
+
 class Probe:
     """The steps, in order, sharing the state they build up (torch, the device, tensors)."""
 
@@ -289,14 +295,28 @@ class Probe:
             return Outcome(S.SKIP, f"only one GPU is visible to torch (cuda:{n})")
         other = 1 if n == 0 else 0
         here = torch.ones(2, device=torch.device("cuda", n))
-        there = torch.ones(2, device=torch.device("cuda", other))
+        try:
+            # Two floats, but CUDA opens a context on cuda:{other} for them; it goes when the
+            # child exits, a few seconds later.
+            there = torch.ones(2, device=torch.device("cuda", other))
+        except RuntimeError as error:
+            # Exclusive-process, prohibited or full: no second GPU to show the error with.
+            return Outcome(
+                S.SKIP, f"cuda:{other} cannot be used here: {error_text(error)}", str(error)
+            )
         try:
             here + there
             torch.cuda.synchronize(n)
         except RuntimeError as error:
-            return Outcome(
-                S.PASS, f"cuda:{n} + cuda:{other} raised {error_text(error)}", str(error)
-            )
+            text = str(error)
+            if not _is_device_mismatch(text):
+                return Outcome(
+                    S.FAIL,
+                    f"cuda:{n} + cuda:{other} failed, but not with the device error: "
+                    f"{error_text(error)}",
+                    text,
+                )
+            return Outcome(S.PASS, f"cuda:{n} + cuda:{other} raised {error_text(error)}", text)
         return Outcome(S.FAIL, f"cuda:{n} + cuda:{other} did not raise an error")
 
     # Step 8 --------------------------------------------------------------------------------

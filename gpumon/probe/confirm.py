@@ -60,6 +60,18 @@ def _find_gpu(sample: Sample, uuid: str) -> GpuStats | None:
     return next((gpu for gpu in sample.gpus if S.uuid_key(gpu.uuid) == key), None)
 
 
+def _why_pids_cannot_match(gpu: GpuStats, sample: Sample) -> str:
+    """Why NVML's PIDs on ``gpu`` cannot be matched with the child's, or "" when they can."""
+    if gpu.processes_error is not None:
+        return f"NVML did not list GPU {gpu.index}'s processes ({gpu.processes_error})"
+    if any(not process.visible for process in sample.processes_on(gpu.uuid)):
+        return (
+            "NVML lists PIDs from another PID namespace (a container without --pid=host), "
+            "so the probe's PID cannot be matched"
+        )
+    return ""
+
+
 async def check_holding(
     holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
 ) -> Verdict:
@@ -81,6 +93,7 @@ async def check_holding(
     sampler = _Sampler(next_sample, timeout_s)
     gpu_index: int | None = None
     listed = ""
+    cannot_match = ""
     while True:
         try:
             sample = await sampler.next()
@@ -96,6 +109,7 @@ async def check_holding(
         if gpu is None:
             continue
         gpu_index = gpu.index
+        cannot_match = _why_pids_cannot_match(gpu, sample)
         on_gpu = sample.processes_on(gpu.uuid)
         listed = ", ".join(
             f"PID {p.pid} ({_mib(p.gpu_memory_bytes) if p.gpu_memory_bytes else 'N/A'})"
@@ -103,6 +117,8 @@ async def check_holding(
         )
         ours = [p for p in on_gpu if p.pid == holding.pid]
         if not ours:
+            if cannot_match:
+                break  # more samples will not change that
             continue
         memory = ours[0].gpu_memory_bytes
         where = f"PID {holding.pid} on GPU {gpu.index}"
@@ -116,6 +132,8 @@ async def check_holding(
         return Verdict(
             S.SKIP, f"skipped: no NVML sample of {holding.gpu_uuid} within {timeout_s:g} s"
         )
+    if cannot_match:
+        return Verdict(S.SKIP, f"skipped: {cannot_match}", f"Processes NVML lists: {listed}.")
     return Verdict(
         S.FAIL,
         f"NVML does not list PID {holding.pid} on GPU {gpu_index} with "
@@ -146,8 +164,8 @@ async def check_released(
         if sample is None:
             break
         gpu = _find_gpu(sample, holding.gpu_uuid)
-        if gpu is None:
-            return None
+        if gpu is None or _why_pids_cannot_match(gpu, sample):
+            return None  # a PID NVML could never list is no proof that it is gone
         still_listed = True
         if all(p.pid != holding.pid for p in sample.processes_on(gpu.uuid)):
             used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""

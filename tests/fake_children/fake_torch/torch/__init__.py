@@ -7,6 +7,9 @@ Configured through the environment (the real child passes its environment on unc
   as torch prints them (without the ``GPU-`` prefix);
 * ``FAKE_TORCH_FREE_MIB``: free memory per GPU (default 8192);
 * ``FAKE_TORCH_CROSS_DEVICE_OK``: "1" makes cuda:a + cuda:b succeed (a broken torch);
+* ``FAKE_TORCH_CROSS_DEVICE_ERROR``: another error text for cuda:a + cuda:b;
+* ``FAKE_TORCH_BUSY``: JSON list of cuda indices that refuse tensors, as a GPU in
+  exclusive-process mode held by another process does;
 * ``CUDA_VISIBLE_DEVICES``: honoured like CUDA does (indices or UUIDs, up to the first
   invalid entry).
 
@@ -73,6 +76,9 @@ class Tensor:
         self._bytes = 4 * _product(shape) if owner and where.type == "cuda" else 0
         if self._bytes:
             assert where.index is not None and where.index < len(_visible()), "bad device"
+            if where.index in json.loads(os.environ.get("FAKE_TORCH_BUSY", "[]")):
+                self._bytes = 0
+                raise RuntimeError("CUDA error: CUDA-capable device(s) is/are busy or unavailable")
             _allocated[where.index] = _allocated.get(where.index, 0) + self._bytes
             _reserved[where.index] = max(_reserved.get(where.index, 0), _allocated[where.index])
 
@@ -100,6 +106,8 @@ class Tensor:
 
     def _same_device(self, other: Tensor) -> None:
         if self.device != other.device and os.environ.get("FAKE_TORCH_CROSS_DEVICE_OK") != "1":
+            if "FAKE_TORCH_CROSS_DEVICE_ERROR" in os.environ:
+                raise RuntimeError(os.environ["FAKE_TORCH_CROSS_DEVICE_ERROR"])
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two "
                 f"devices, {self.device} and {other.device}!"
