@@ -186,7 +186,23 @@ async def test_cuda_visible_devices_hiding_the_gpu_is_explained(
         "GPU 0 is not visible to torch in this environment: CUDA_VISIBLE_DEVICES='0' hides it"
     )
     assert "GPU-bbbb2222" in step4.value  # what to add instead
+    assert "MIG" not in step4.value
     assert all(outcome.steps[i].status == S.SKIP for i in range(5, 10))
+
+
+async def test_torch_devices_nvml_does_not_list_point_at_mig_instances(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With MIG on, torch's devices are MIG instances whose UUIDs are no NVML GPU's."""
+    mig_instances = ["dddd3333-0000-4000-8000-000000000000", "eeee4444-0000-4000-8000-000000000000"]
+    monkeypatch.setenv("FAKE_TORCH_GPUS", json.dumps(mig_instances))
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "FAKE_TORCH_FREE_MIB"):
+        monkeypatch.delenv(name, raising=False)
+    outcome = await _fake_probe(Request(gpu_uuid=NVML_GPUS[0][1], gpus=NVML_GPUS))
+    step4 = outcome.steps[4]
+    assert step4.status == S.FAIL
+    assert "torch sees MIG instances" in step4.value
+    assert "cuda:0 = GPU-dddd3333-0000-4000-8000-000000000000 (not in NVML's list)" in step4.detail
 
 
 @pytest.mark.usefixtures("fake_gpus")

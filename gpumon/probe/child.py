@@ -209,7 +209,14 @@ class Probe:
         label = f"GPU {nvml_index}" if nvml_index is not None else f"GPU-{target_key}"
         matches = [i for i, key in enumerate(keys) if key and key.startswith(target_key)]
         if len(matches) != 1:
-            return Outcome(S.FAIL, self._not_visible(label, nvml_index, target_key), listing)
+            text = self._not_visible(label, nvml_index, target_key)
+            if any(key and key not in nvml for key in keys):
+                # A MIG instance has its own UUID (MIG-...), which no NVML GPU has.
+                text += (
+                    "; torch's devices include UUIDs NVML does not list as GPUs: with MIG on, "
+                    "torch sees MIG instances (`nvidia-smi -L` lists their MIG- UUIDs)"
+                )
+            return Outcome(S.FAIL, text, listing)
         self.cuda_index = matches[0]
         key = keys[self.cuda_index]
         self.gpu_uuid = nvml[key][1] if key in nvml else f"GPU-{key}"
