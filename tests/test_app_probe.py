@@ -170,3 +170,63 @@ async def test_the_probe_confirms_with_nvml_even_while_the_dashboard_is_paused(
         text = screen_text(app)
         assert "NVML lists PID" in text, text
         assert "FAIL" not in text, text
+
+
+async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
+    """Both keys in one read: the old panel's Closed arrives after the new panel mounted."""
+    from textual import events
+
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        first = await start_probe(pilot, app)
+        app.post_message(events.Key("escape", None))
+        app.post_message(events.Key("P", "P"))
+        await pilot.pause(0.3)
+        await until(pilot, lambda: bool(app.query(ProbePanel)))
+        assert len(app.query(ProbePanel)) == 1
+        assert app.probing and app.has_class("-probe-bottom")
+        await until(pilot, lambda: gone(first))
+
+
+async def test_a_too_small_terminal_during_a_probe_still_says_so() -> None:
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await start_probe(pilot, app)
+        await pilot.resize_terminal(38, 12)
+        await pilot.pause()
+        await pilot.pause()
+        assert "Terminal too small (38x12)" in screen_text(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (59, 15)])
+async def test_the_verdict_shows_on_a_short_terminal(size: tuple[int, int]) -> None:
+    """Nine steps do not fit in 13 lines: the panel follows the probe to its verdict, the
+    verdict is also on its border, and the keyboard scrolls it."""
+    app = probe_app([*script("slow"), "--delay", "0"])
+    async with app.run_test(size=size) as pilot:
+        await start_probe(pilot, app)
+        panel = app.query_one(ProbePanel)
+        await until(pilot, lambda: panel.outcome is not None)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "PASS:" in text
+        assert panel.border_subtitle == "PASS"
+        await pilot.press("home")
+        await pilot.pause()
+        assert panel.scroll_y == 0
+        assert "1. " in screen_text(app)
+        await pilot.press("end")
+        await pilot.pause()
+        assert panel.scroll_y == panel.max_scroll_y > 0
+
+
+async def test_the_probe_panel_border_is_ascii_without_a_utf8_locale() -> None:
+    app = create_app(
+        FakeServer(), interval_s=0.25, ascii_only=True, probe_child_command=script("hanging")
+    )
+    async with app.run_test(size=(100, 40)) as pilot:
+        await start_probe(pilot, app)
+        panel = app.query_one(ProbePanel)
+        assert panel.has_focus
+        assert panel.styles.border_top[0] == "ascii"
+        assert "╭" not in screen_text(app)

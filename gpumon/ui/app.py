@@ -146,6 +146,10 @@ class GpumonApp(App[int]):
         if not self.is_running:
             return
         width, height = self._terminal_size or self.size
+        # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
+        probe_right = self.probing and width >= PROBE_RIGHT_MIN_WIDTH
+        self.set_class(probe_right, "-probe-right")
+        self.set_class(self.probing and not probe_right, "-probe-bottom")
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.set_class(too_small, "-too-small")
         if too_small:
@@ -154,10 +158,6 @@ class GpumonApp(App[int]):
                 f"{MIN_WIDTH}x{MIN_HEIGHT}."
             )
             return
-        # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
-        probe_right = self.probing and width >= PROBE_RIGHT_MIN_WIDTH
-        self.set_class(probe_right, "-probe-right")
-        self.set_class(self.probing and not probe_right, "-probe-bottom")
         if probe_right:
             width -= PROBE_WIDTH
         elif self.probing:
@@ -181,7 +181,7 @@ class GpumonApp(App[int]):
             panel_height = 1
         if panel.styles.height is None or panel.styles.height.value != panel_height:
             panel.styles.height = panel_height
-        panel.show(gpus, sample.unavailable if sample else None, layout, columns)
+        panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
         table = self.query_one(ProcessTable)
         notices = [
             f"GPU {gpu.index}: processes N/A ({gpu.processes_error})"
@@ -274,10 +274,13 @@ class GpumonApp(App[int]):
         self.query_one(ProcessTable).highlight(frozenset())
 
     async def on_probe_panel_closed(self, message: ProbePanel.Closed) -> None:
-        await message.panel.remove()
-        self.probing = False
-        self.query_one(ProcessTable).highlight(frozenset())
-        self.query_one(GpuPanel).focus()
+        if message.panel.is_attached:
+            await message.panel.remove()
+        # Escape then P typed ahead: a new panel may already run; this is only the old one.
+        self.probing = bool(self.query("#probe"))
+        if not self.probing:
+            self.query_one(ProcessTable).highlight(frozenset())
+            self.query_one(GpuPanel).focus()
         self._refresh_all()
 
 

@@ -63,16 +63,26 @@ class HeaderBar(_StyledLines):
                 ("CUDA ", driver.cuda_driver_version or fmt.NA),
                 ("NVML ", driver.nvml_version or fmt.NA),
             ]
-        for keep in range(len(optional), -1, -1):
+        host = sample.host.hostname if sample is not None else "..."
+
+        def left(keep: int, host: str) -> Line:
             line = Line().add(" gpumon ", self.style("title"))
             if sample is not None and sample.simulated:
                 line.add(" DEMO: simulated data " if width >= 70 else " DEMO ", self.style("demo"))
                 line.add(" ")
-            line.add((sample.host.hostname if sample is not None else "...") + "  ")
+            line.add(host + "  ")
             for label, value in optional[:keep]:
                 line.add(label, self.style("label")).add(value + "  ")
-            if line.width + right.width < width or keep == 0:
+            return line
+
+        for keep in range(len(optional), -1, -1):
+            line = left(keep, host)
+            if line.width + right.width < width:
                 break
+        else:
+            # Even alone, a long host name (an FQDN) must not push PAUSED and the clock off.
+            room = width - right.width - (line.width - len(host)) - 1
+            line = left(0, self.glyphs.truncate(host, max(4, room)))
         gap = max(1, width - line.width - right.width)
         line.add(" " * gap)
         for segment in right.strip(right.width):
@@ -104,7 +114,8 @@ class HostStrip(_StyledLines):
         width = self.size.width or 80
         line = Line()
         if host is None:
-            self.set_lines([line.add(" host: waiting…", self.style("label")).strip(width)])
+            waiting = f" host: waiting{self.glyphs.ellipsis}"
+            self.set_lines([line.add(waiting, self.style("label")).strip(width)])
             return
         bar_width = 10 if width >= 100 else 5 if width >= 70 else 0
         line.add(" CPU ", self.style("label"))

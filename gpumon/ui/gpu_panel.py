@@ -81,6 +81,9 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self.unavailable: GpuUnavailable | None = None
         self.layout_mode = Layout.CARDS
         self.columns = 1
+        self.height_lines: int | None = None
+        # First row (of cards, or of GPUs) shown when not every GPU fits.
+        self.top_row = 0
         self._cards: dict[int, tuple[tuple[GpuStats, bool, int], list[Strip]]] = {}
 
     # -- data in -----------------------------------------------------------------------
@@ -91,12 +94,15 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         unavailable: GpuUnavailable | None,
         layout: Layout,
         columns: int,
+        height_lines: int | None = None,
     ) -> None:
-        """Attributes down: the app hands over the GPUs and the layout it chose."""
+        """Attributes down: the app hands over the GPUs, the layout it chose and the lines it
+        gave the panel (when not every GPU fits, the panel scrolls to the selected one)."""
         self.gpus = tuple(gpus)
         self.unavailable = unavailable
         self.layout_mode = layout
         self.columns = columns
+        self.height_lines = height_lines
         if self.gpus and self.selected >= len(self.gpus):
             self.selected = len(self.gpus) - 1
         self.redraw()
@@ -125,13 +131,13 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     def _index_at(self, x: int, y: int) -> int | None:
         if not self.gpus:
             return None
+        unit = self._row_lines()
+        row = self.top_row + y // unit
         if self.layout_mode is Layout.CARDS:
             card_width = max(1, self.size.width // self.columns)
-            index = (y // CARD_HEIGHT) * self.columns + min(self.columns - 1, x // card_width)
-        elif self.layout_mode is Layout.TWO_LINES:
-            index = y // 2
+            index = row * self.columns + min(self.columns - 1, x // card_width)
         else:
-            index = y
+            index = row
         return index if 0 <= index < len(self.gpus) else None
 
     def on_resize(self) -> None:
@@ -160,7 +166,42 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
             lines = [
                 self._one_line(gpu, i == self.selected, width) for i, gpu in enumerate(self.gpus)
             ]
-        self.set_lines(lines)
+        self.set_lines(self._window(lines, width))
+
+    def _row_lines(self) -> int:
+        """Lines per row: a row of cards, or one GPU in the line layouts."""
+        if self.layout_mode is Layout.CARDS:
+            return CARD_HEIGHT
+        return 2 if self.layout_mode is Layout.TWO_LINES else 1
+
+    def _window(self, lines: list[Strip], width: int) -> list[Strip]:
+        """The rows that fit, scrolled to keep the selected GPU in view, and a line saying
+        which GPUs are shown: every GPU stays reachable on a short terminal."""
+        height = self.height_lines or self.size.height
+        if not height or len(lines) <= height:
+            self.top_row = 0
+            return lines
+        unit = self._row_lines()
+        rows = -(-len(lines) // unit)
+        room = max(1, (height - 1) // unit)
+        selected_row = (
+            self.selected // self.columns if self.layout_mode is Layout.CARDS else (self.selected)
+        )
+        if selected_row < self.top_row:
+            self.top_row = selected_row
+        elif selected_row >= self.top_row + room:
+            self.top_row = selected_row - room + 1
+        self.top_row = max(0, min(self.top_row, rows - room))
+        shown = lines[self.top_row * unit : (self.top_row + room) * unit]
+        per_row = self.columns if self.layout_mode is Layout.CARDS else 1
+        first = self.gpus[self.top_row * per_row].index
+        last = self.gpus[min(len(self.gpus), (self.top_row + room) * per_row) - 1].index
+        g = self.glyphs
+        more = Line().add(
+            f" {g.up}{g.down} GPUs {first}-{last} of {len(self.gpus)} shown: up/down (j/k) scrolls",
+            self.style("dim"),
+        )
+        return [*shown, more.strip(width)]
 
     def _unavailable_lines(self, unavailable: GpuUnavailable, width: int) -> list[Strip]:
         lines = [

@@ -73,6 +73,9 @@ class ProbePanel(Vertical, can_focus=True):
         overflow-y: auto;
     }
     ProbePanel:focus { border: round $accent-lighten-1; }
+    ProbePanel { border-subtitle-color: $warning; border-subtitle-style: bold; }
+    ProbePanel.-passed { border-subtitle-color: $success; }
+    ProbePanel.-failed { border-subtitle-color: $error; }
     ProbePanel #probe-header { height: auto; text-style: bold; }
     ProbePanel #probe-python-row { height: 1; }
     ProbePanel #probe-python-label { width: 8; color: $text-muted; }
@@ -81,6 +84,7 @@ class ProbePanel(Vertical, can_focus=True):
     ProbePanel .probe-step { height: auto; }
     ProbePanel .probe-status { width: 7; }
     ProbePanel .probe-title { width: 31; }
+    ProbePanel.-narrow .probe-title { width: 16; }
     ProbePanel .probe-value { width: 1fr; }
     ProbePanel .probe-duration { width: 8; text-align: right; color: $text-muted; }
     ProbePanel .-pass > .probe-status { color: $success; }
@@ -98,6 +102,13 @@ class ProbePanel(Vertical, can_focus=True):
         Binding("escape", "close", "Close probe"),
         Binding("r", "rerun", "Rerun probe"),
         Binding("i", "edit_python", "Interpreter"),
+        # A short terminal cannot show all nine steps: the keyboard scrolls, not only the wheel.
+        Binding("up,k", "scroll_up", "Up", show=False),
+        Binding("down,j", "scroll_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home,g", "scroll_home", "Top", show=False),
+        Binding("end,G", "scroll_end", "Bottom", show=False),
     ]
 
     class Closed(Message):
@@ -194,6 +205,10 @@ class ProbePanel(Vertical, can_focus=True):
             parts.append(short_uuid(self.gpu_uuid))
         return " - ".join(parts)
 
+    def on_resize(self) -> None:
+        # Below 80 columns the titles wrap, leaving the values room to be read.
+        self.set_class(self.size.width < 80, "-narrow")
+
     def on_mount(self) -> None:
         self.border_title = "Probe"
         self.focus()
@@ -242,9 +257,11 @@ class ProbePanel(Vertical, can_focus=True):
                 f"{self.size_mib} MiB, timeout {self.timeout_s:g} s"
             )
         elif isinstance(event, StepEvent):
-            self.query_one(f"#probe-step-{event.step}", StepRow).show(event)
+            row = self.query_one(f"#probe-step-{event.step}", StepRow)
+            row.show(event)
             if event.status == S.RUNNING:
                 self._set_verdict(f"Running step {event.step}: {event.title} ...", None)
+                self.scroll_to_widget(row, animate=False)  # follow the probe in a short panel
         elif isinstance(event, Holding):
             self._set_info(
                 f"child PID {event.pid} holds {event.allocated_bytes / 2**20:.0f} MiB "
@@ -257,6 +274,7 @@ class ProbePanel(Vertical, can_focus=True):
             )
         elif isinstance(event, Done):
             self._set_verdict(f"{'PASS' if event.ok else 'FAIL'}: {event.summary}", event.ok)
+            self.scroll_to_widget(self.query_one("#probe-verdict"), animate=False)
             if self.child_pid is not None:
                 self._set_info(f"child PID {self.child_pid} has exited")
 
@@ -268,6 +286,10 @@ class ProbePanel(Vertical, can_focus=True):
         verdict.update(text)
         verdict.set_class(ok is True, "-pass")
         verdict.set_class(ok is False, "-fail")
+        # Also on the border, where it shows however the panel is scrolled.
+        self.border_subtitle = "running" if ok is None else ("PASS" if ok else "FAIL")
+        self.set_class(ok is True, "-passed")
+        self.set_class(ok is False, "-failed")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker is self._worker and event.worker.error is not None:
