@@ -5,8 +5,9 @@ Every function takes ``None`` (not supported / not readable) and returns :data:`
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Literal
 
 NA = "N/A"
@@ -109,16 +110,109 @@ def duration(seconds: float | None) -> str:
 
 
 def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
-    """Cut ``text`` to ``width`` characters, its last one replaced by ``ellipsis``.
+    """Cut ``text`` to ``width`` terminal cells, its last cell replaced by ``ellipsis``.
 
-    Text that fits is returned as is; a width of 0 or less gives ``""``. Pass :data:`ASCII_ELLIPSIS`
-    (``~``) where the terminal is not UTF-8 (see :func:`locale_is_utf8`).
+    Text that fits is returned as is; a width of 0 or less gives ``""``. Widths are terminal
+    cells (see :func:`cell_len`): a CJK character or an emoji takes two. A cut result is
+    exactly ``width`` cells: a wide character that would straddle the ellipsis is dropped
+    whole and a space pads the cell it leaves, after the ellipsis. Pass
+    :data:`ASCII_ELLIPSIS` (``~``) where the terminal is not UTF-8 (see
+    :func:`locale_is_utf8`); either ellipsis takes one cell.
     """
     if width <= 0:
         return ""
-    if len(text) <= width:
+    if text.isascii():  # the common case: one cell per character
+        if len(text) <= width:
+            return text
+        return text[: width - 1] + ellipsis
+    clusters = list(_clusters(text))
+    if sum(cells for _, cells in clusters) <= width:
         return text
-    return text[: width - 1] + ellipsis
+    budget = width - 1
+    used = end = 0
+    for cluster_end, cells in clusters:
+        if used + cells > budget:
+            break
+        used += cells
+        end = cluster_end
+    return text[:end] + ellipsis + " " * (budget - used)
+
+
+def cell_len(text: str) -> int:
+    """How many terminal cells ``text`` takes: 2 for a wide (CJK, emoji) character, 0 for a
+    combining mark or other zero-width character, 1 for the rest.
+
+    From the standard library's Unicode tables, so the headless modes need no rich; the
+    dashboard measures with rich instead, as Textual does (:mod:`gpumon.ui.lines`).
+    """
+    if text.isascii():
+        return len(text)
+    return sum(cells for _, cells in _clusters(text))
+
+
+def ljust_cells(text: str, width: int) -> str:
+    """``str.ljust`` in terminal cells (see :func:`cell_len`)."""
+    if text.isascii():
+        return text.ljust(width)
+    return text + " " * (width - cell_len(text))
+
+
+def rjust_cells(text: str, width: int) -> str:
+    """``str.rjust`` in terminal cells (see :func:`cell_len`)."""
+    if text.isascii():
+        return text.rjust(width)
+    return " " * (width - cell_len(text)) + text
+
+
+_ZERO_WIDTH_JOINER = "\u200d"
+_EMOJI_PRESENTATION = "\ufe0f"  # variation selector 16: draw the character before as emoji
+
+
+@functools.lru_cache(maxsize=4096)
+def _char_cells(char: str) -> int:
+    import unicodedata  # only for non-ASCII text; `gpumon status` stays lean
+
+    if char < " " or "\x7f" <= char < "\xa0":
+        return 0
+    if unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+@functools.lru_cache(maxsize=256)
+def _widens_as_emoji(char: str) -> bool:
+    import unicodedata
+
+    return unicodedata.category(char) == "So"
+
+
+def _clusters(text: str) -> Iterator[tuple[int, int]]:
+    """``(end, cells)`` per character together with the zero-width ones that belong to it
+    (combining marks, a zero-width joiner and what it joins, an emoji selector), so that a
+    cut never separates them. Close to what rich (and so the dashboard) measures."""
+    index, length = 0, len(text)
+    base = ""
+    cells = 0
+    while index < length:
+        char = text[index]
+        if base and char == _ZERO_WIDTH_JOINER:
+            index = min(length, index + 2)  # the joined character draws inside this one
+            continue
+        if base and char == _EMOJI_PRESENTATION:
+            if cells == 1 and _widens_as_emoji(base):
+                cells = 2
+            index += 1
+            continue
+        width = _char_cells(char)
+        if base and not width:
+            index += 1
+            continue
+        if base:
+            yield index, cells
+        base, cells = char, width
+        index += 1
+    if base:
+        yield length, cells
 
 
 def temperature_level(temperature_c: int | None, slowdown_c: int | None) -> TemperatureLevel:

@@ -169,7 +169,7 @@ def _widths(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
     widths: dict[str, int] = {}
     for row in rows:
         for key, text in row.items():
-            widths[key] = max(widths.get(key, 0), len(text))
+            widths[key] = max(widths.get(key, 0), fmt.cell_len(text))
     return widths
 
 
@@ -233,8 +233,8 @@ def render_table(
 
 def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], paint: _Painter) -> str:
     def cell(key: str, *codes: str, left: bool = False) -> str:
-        text = cells[key].ljust(widths[key]) if left else cells[key].rjust(widths[key])
-        return paint(text, *codes)
+        pad = fmt.ljust_cells if left else fmt.rjust_cells
+        return paint(pad(cells[key], widths[key]), *codes)
 
     identity = f"{cell('index', CYAN, left=True)} {cell('name', BLUE, left=True)}"
     if gpu.lost:
@@ -252,14 +252,12 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
 def _process_line(
     row: dict[str, str], widths: dict[str, int], paint: _Painter, width: int | None, ellipsis: str
 ) -> str:
-    prefix = (
-        f"    {row['user'].ljust(widths['user'])}  {row['pid'].rjust(widths['pid'])}  "
-        f"{row['memory'].rjust(widths['memory'])}  "
-    )
+    # Widths are terminal cells: a CJK user name or command keeps the columns aligned.
+    user = fmt.ljust_cells(row["user"], widths["user"])
+    pid = fmt.rjust_cells(row["pid"], widths["pid"])
+    memory = fmt.rjust_cells(row["memory"], widths["memory"])
     command = row["command"]
     if width is not None:
-        command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - len(prefix)), ellipsis)
-    user = paint(row["user"].ljust(widths["user"]), DIM)
-    pid = paint(row["pid"].rjust(widths["pid"]), DIM)
-    memory = paint(row["memory"].rjust(widths["memory"]), YELLOW)
-    return f"    {user}  {pid}  {memory}  {command}"
+        prefix = fmt.cell_len(f"    {user}  {pid}  {memory}  ")
+        command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - prefix), ellipsis)
+    return f"    {paint(user, DIM)}  {paint(pid, DIM)}  {paint(memory, YELLOW)}  {command}"

@@ -207,9 +207,7 @@ async def test_the_verdict_shows_on_a_short_terminal(size: tuple[int, int]) -> N
         await start_probe(pilot, app)
         panel = app.query_one(ProbePanel)
         await until(pilot, lambda: panel.outcome is not None)
-        await pilot.pause()
-        text = screen_text(app)
-        assert "PASS:" in text
+        await until(pilot, lambda: "PASS:" in screen_text(app), timeout_s=10)
         assert panel.border_subtitle == "PASS"
         await pilot.press("home")
         await pilot.pause()

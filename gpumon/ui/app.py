@@ -267,15 +267,21 @@ class GpumonApp(App[int]):
         self.run_worker(self.poller.poll_once(), group="probe-sample")
         return await future
 
+    # A probe message can arrive while the app shuts down: its widgets are gone by then.
+
     def on_probe_panel_probe_holding(self, message: ProbePanel.ProbeHolding) -> None:
-        self.query_one(ProcessTable).highlight(frozenset({message.pid}))
+        if self.is_running:
+            self.query_one(ProcessTable).highlight(frozenset({message.pid}))
 
     def on_probe_panel_finished(self, message: ProbePanel.Finished) -> None:
-        self.query_one(ProcessTable).highlight(frozenset())
+        if self.is_running:
+            self.query_one(ProcessTable).highlight(frozenset())
 
     async def on_probe_panel_closed(self, message: ProbePanel.Closed) -> None:
         if message.panel.is_attached:
             await message.panel.remove()
+        if not self.is_running:
+            return
         # Escape then P typed ahead: a new panel may already run; this is only the old one.
         self.probing = bool(self.query("#probe"))
         if not self.probing:

@@ -351,7 +351,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         label = self.style("label")
         top = Line()
         self._index_cell(top, gpu, selected)
-        top.add(self.glyphs.truncate(_short_name(gpu.name), 18).ljust(19), self.style("title"))
+        top.add(self.glyphs.fit(_short_name(gpu.name), 18) + " ", self.style("title"))
         if gpu.lost:
             top.add(" LOST ", self.style("lost")).add(" " + _lost_reason(gpu))
             return [
@@ -394,12 +394,14 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         line = Line()
         self._index_cell(line, gpu, selected)
         if gpu.lost:
-            line.add(_short_name(gpu.name)[:14].ljust(15)).add(" LOST ", self.style("lost"))
+            line.add(self.glyphs.fit(_short_name(gpu.name), 14) + " ").add(
+                " LOST ", self.style("lost")
+            )
             line.add(" " + _lost_reason(gpu))
             return line.strip(width)
         name_width = 14 if width >= 70 else 0
         if name_width:
-            line.add(self.glyphs.truncate(_short_name(gpu.name), name_width).ljust(name_width + 1))
+            line.add(self.glyphs.fit(_short_name(gpu.name), name_width) + " ")
         self._value(
             line,
             fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),

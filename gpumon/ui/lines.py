@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len as _rich_cell_len
+from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region, Size
@@ -57,8 +59,32 @@ class Glyphs:
         return text, self.bar_empty * (width - len(text))
 
     def truncate(self, text: str, width: int) -> str:
-        """:func:`gpumon.format.truncate` with these glyphs' ellipsis (``~`` in ASCII)."""
-        return truncate(text, width, self.ellipsis)
+        """:func:`gpumon.format.truncate` with these glyphs' ellipsis (``~`` in ASCII).
+
+        In terminal cells as Textual measures them (rich): a wide character is never cut in
+        half; when one would straddle the ellipsis it is dropped and a space pads its cell.
+        """
+        if text.isascii():
+            return truncate(text, width, self.ellipsis)
+        if width <= 0:
+            return ""
+        if _rich_cell_len(text) <= width:
+            return text
+        head = set_cell_size(text, width - 1)
+        if text.startswith(head):
+            return head + self.ellipsis
+        # set_cell_size turned the wide character it cut into a space: the ellipsis goes
+        # right after the text, the space after the ellipsis.
+        return head[:-1] + self.ellipsis + " "
+
+    def fit(self, text: str, width: int, right: bool = False) -> str:
+        """``text`` cut (see :meth:`truncate`) or padded to exactly ``width`` cells."""
+        if text.isascii():
+            text = truncate(text, width, self.ellipsis)
+            return text.rjust(width) if right else text.ljust(width)
+        text = self.truncate(text, width)
+        gap = " " * (width - _rich_cell_len(text))
+        return gap + text if right else text + gap
 
 
 def add_bar(
@@ -70,7 +96,7 @@ def add_bar(
 
 
 class Line:
-    """Builds one line of styled segments, then pads or crops it to a width."""
+    """Builds one line of styled segments, then pads or crops it to a width (in cells)."""
 
     __slots__ = ("_segments", "width")
 
@@ -86,7 +112,8 @@ class Line:
                 segments[-1] = Segment(segments[-1].text + text, style)
             else:
                 segments.append(Segment(text, style))
-            self.width += len(text)
+            # Cells, as Textual measures them; len() for ASCII, the common case.
+            self.width += len(text) if text.isascii() else _rich_cell_len(text)
         return self
 
     def extend(self, other: Line, width: int) -> Line:

@@ -31,6 +31,8 @@ class StepRow(Horizontal):
     def __init__(self, step: S.Step) -> None:
         super().__init__(id=f"probe-step-{step.id}", classes="probe-step -pending")
         self.step = step
+        self.event: StepEvent | None = None
+        self._composed = False
 
     def compose(self) -> ComposeResult:
         # markup=False everywhere: values such as "[PASS]" or a path with brackets are text.
@@ -39,8 +41,16 @@ class StepRow(Horizontal):
         yield Static("", classes="probe-value", markup=False)
         yield Static("", classes="probe-duration", markup=False)
 
+    def on_mount(self) -> None:
+        # On a loaded machine the panel may report before this row's own children exist.
+        self._composed = True
+        self.show(self.event)
+
     def show(self, event: StepEvent | None) -> None:
         """Show an event for this step; ``None`` resets the row to pending."""
+        self.event = event
+        if not self._composed:
+            return
         status = "pending" if event is None else event.status
         for name in ("pending", *S.STATUSES):
             self.set_class(name == status, f"-{name}")
@@ -261,7 +271,8 @@ class ProbePanel(Vertical, can_focus=True):
             row.show(event)
             if event.status == S.RUNNING:
                 self._set_verdict(f"Running step {event.step}: {event.title} ...", None)
-                self.scroll_to_widget(row, animate=False)  # follow the probe in a short panel
+                # Follow the probe in a short panel, once the new text is laid out.
+                self.call_after_refresh(self.scroll_to_widget, row, animate=False)
         elif isinstance(event, Holding):
             self._set_info(
                 f"child PID {event.pid} holds {event.allocated_bytes / 2**20:.0f} MiB "
@@ -274,7 +285,7 @@ class ProbePanel(Vertical, can_focus=True):
             )
         elif isinstance(event, Done):
             self._set_verdict(f"{'PASS' if event.ok else 'FAIL'}: {event.summary}", event.ok)
-            self.scroll_to_widget(self.query_one("#probe-verdict"), animate=False)
+            self.call_after_refresh(self.scroll_end, animate=False)
             if self.child_pid is not None:
                 self._set_info(f"child PID {self.child_pid} has exited")
 

@@ -137,6 +137,9 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self.sort_reverse = False
         self.highlighted_pids: frozenset[int] = frozenset()
         self._processes: tuple[GpuProcess, ...] = ()
+        # Until the user moves the cursor, it stays on the top row rather than following the
+        # process that happened to be first: an untouched table shows the top of the list.
+        self.cursor_chosen = False
         self.notices: tuple[str, ...] = ()
         self._painted: dict[int, Strip] = {}
         self._fresh: dict[int, Strip] = {}
@@ -145,10 +148,15 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     def show(self, processes: Sequence[GpuProcess], notices: Sequence[str] = ()) -> None:
         """Attributes down: the new processes, and notice lines shown below them (a GPU
-        whose process list could not be read). Repaints only what changed."""
+        whose process list could not be read). Repaints only what changed.
+
+        A cursor row on screen stays on screen when its process moves (the view follows
+        it); one the user scrolled out of view (mouse wheel) is left there.
+        """
         self._processes = tuple(processes)
         self.notices = tuple(notices)
-        self._resort()
+        old_row = self.cursor_row
+        self._resort(old_row, follow=self._row_on_screen(old_row))
 
     def highlight(self, pids: frozenset[int]) -> None:
         if pids != self.highlighted_pids:
@@ -170,17 +178,26 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             return None
         return self.rows[self.cursor_row]
 
-    def _resort(self) -> None:
+    def _resort(self, old_row: int, *, follow: bool) -> None:
+        """Sort the rows again, the cursor on the same process (or, if that one ended, at
+        ``old_row``); ``follow`` scrolls the view, as little as it can, to show it."""
         column = next(c for c in COLUMNS if c.key == self.sort_key)
         reverse = self.sort_reverse != (self.sort_key in _DESCENDING_FIRST)
-        old_row = self.cursor_row
         self.rows = sorted(self._processes, key=column.sort, reverse=reverse)
         keys = [p.key for p in self.rows]
-        if self.cursor_key not in keys:
+        if not self.cursor_chosen:
+            row = 0
+            self.cursor_key = keys[0] if keys else None
+        elif self.cursor_key is not None and self.cursor_key in keys:
+            row = keys.index(self.cursor_key)
+        else:
             # The process under the cursor ended: stay at the same height.
-            self.cursor_key = keys[min(old_row, len(keys) - 1)] if keys else None
+            row = min(old_row, len(keys) - 1)
+            self.cursor_key = keys[row] if keys else None
         if self.virtual_size.height != self._content_height:
             self.virtual_size = Size(self._width, self._content_height)
+        if follow and keys:
+            self._scroll_to_row(row)
         self._repaint_changes()
 
     @property
@@ -212,9 +229,10 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self.sort_by(keys[(index + 1) % len(keys)])
 
     def sort_by(self, key: str, reverse: bool = False) -> None:
+        """Sort as the user asked; the view scrolls to wherever the cursor's process went."""
         self.sort_key = key
         self.sort_reverse = reverse
-        self._resort()
+        self._resort(self.cursor_row, follow=True)
         self.refresh()
         self.post_message(self.SortChanged(key, reverse))
 
@@ -235,14 +253,30 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             self._move_to(0 if direction < 0 else len(self.rows) - 1)
 
     def _move_to(self, row: int) -> None:
+        self.cursor_chosen = True
         self.cursor_key = self.rows[row].key
-        visible = max(1, self.size.height - 1)
+        self._scroll_to_row(row)
+        self._repaint_changes()
+
+    @property
+    def _visible_rows(self) -> int:
+        """How many process rows fit below the header."""
+        return max(1, self.size.height - 1)
+
+    def _row_on_screen(self, row: int) -> bool:
+        top = int(self.scroll_y)
+        return top <= row < top + self._visible_rows
+
+    def _scroll_to_row(self, row: int) -> None:
+        """Scroll as little as needed to show ``row`` (ScrollView scrolls at once)."""
+        if not self.is_mounted or not self.size.height:
+            return
+        visible = self._visible_rows
         top = int(self.scroll_y)
         if row < top:
             self.scroll_to(y=row, animate=False)
         elif row >= top + visible:
             self.scroll_to(y=row - visible + 1, animate=False)
-        self._repaint_changes()
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
@@ -331,12 +365,10 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         if process.key == self.cursor_key:
             style = style + self.style("cursor")
         line = Line()
+        fit = self.glyphs.fit
         for column, column_width in self._layout(width):
-            text = self.glyphs.truncate(_cell_text(column, process), column_width)
-            line.add(
-                (text.rjust(column_width) if column.right else text.ljust(column_width)) + " ",
-                style,
-            )
+            # In terminal cells: a wide user name or command keeps the columns aligned.
+            line.add(fit(_cell_text(column, process), column_width, column.right) + " ", style)
         return line.strip(width, style)
 
     def _header(self, width: int) -> Strip:
