@@ -87,6 +87,7 @@ class Poller:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._thread: _DaemonThread | None = None
+        self._closed = False
         self.polls_started = 0
         self.polls_finished = 0
         self.in_flight = False
@@ -115,10 +116,15 @@ class Poller:
         self._wake.set()
 
     async def poll_once(self) -> Sample | None:
-        """Take one sample off the loop and deliver it; ``None`` if the source raised."""
+        """Take one sample off the loop and deliver it; ``None`` if the source raised or the
+        poller is closed."""
         # The lock keeps an extra poll (the probe asking for a fresh sample) from
         # overlapping the scheduled one: sources are never sampled concurrently.
         async with self._lock:
+            if self._closed:
+                # A poll queued behind the last one when the app quit: the source is closed
+                # (NVML shut down) and must not be opened again.
+                return None
             if self._thread is None:
                 self._thread = _DaemonThread("gpumon-poller")
             self.in_flight = True
@@ -162,6 +168,7 @@ class Poller:
     def close(self) -> None:
         """Close the source on the sampling thread, after any sample in flight (NVML must
         not be shut down under a running call), then let the thread end."""
+        self._closed = True
         if self._thread is None:
             self.source.close()
             return

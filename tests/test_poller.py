@@ -322,3 +322,19 @@ async def test_close_waits_for_the_sample_in_flight_then_closes_on_the_sampling_
     await wait_until(lambda: len(events) >= 3, "the source to close")
     assert [name for name, _ in events] == ["sample start", "sample end", "close"]
     assert events[2][1] == events[0][1] == "gpumon-poller"
+
+
+async def test_a_poll_queued_when_the_poller_closes_never_samples_the_closed_source() -> None:
+    """The probe's extra poll can wait behind the scheduled one while the app quits: once
+    closed, the source (NVML, shut down) is not sampled again, which would reopen it."""
+    source = CountingSource(gated=True)
+    poller = Poller(source, MAX_INTERVAL_S, lambda sample: None)
+    first = asyncio.create_task(poller.poll_once())
+    await wait_until(lambda: source.calls == 1, "the first sample to start")
+    queued = asyncio.create_task(poller.poll_once())  # waits for the lock
+    await asyncio.sleep(0)
+    poller.close()
+    source.gate.set()
+    await first
+    assert await queued is None
+    assert source.calls == 1
