@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 
@@ -13,3 +15,10 @@ def utf8_locale(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LC_ALL", raising=False)
     monkeypatch.delenv("LC_CTYPE", raising=False)
     monkeypatch.delenv("GPUMON_ASCII", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clock times on screen and in output are in UTC, whatever the machine's time zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()

@@ -10,7 +10,7 @@ import pytest
 
 from gpumon.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app, wants_ascii
+from gpumon.ui.app import create_app, wants_ascii
 from gpumon.ui.gpu_layout import Layout, choose_layout
 from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.process_table import ProcessTable
@@ -18,23 +18,12 @@ from tests.ui_helpers import (
     FIXED_TIME,
     GIB,
     StaticSource,
+    app_for,
     make_gpu,
     make_process,
     make_sample,
     screen_text,
 )
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-
-
-def app_for(*samples, **options) -> GpumonApp:  # type: ignore[no-untyped-def]
-    options.setdefault("autostart", False)
-    options.setdefault("ascii_only", False)
-    return create_app(StaticSource(*samples), **options)
 
 
 async def test_known_sample_values_appear_on_screen() -> None:

@@ -7,29 +7,16 @@ follows it); one the user scrolled out of view with the mouse wheel is left alon
 
 from __future__ import annotations
 
-import time
-
-import pytest
 from textual import events
 from textual.pilot import Pilot
 
 from gpumon.model import GpuProcess, Sample
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.app import GpumonApp
 from gpumon.ui.process_table import ProcessTable
-from tests.ui_helpers import StaticSource, make_gpu, make_process, make_sample, screen_text
+from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 SIZE = (100, 30)
 GPU = make_gpu(0)
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-
-
-def app_for(*samples: Sample) -> GpumonApp:
-    return create_app(StaticSource(*samples), autostart=False, ascii_only=False)
 
 
 def sample_of(processes: list[GpuProcess]) -> Sample:

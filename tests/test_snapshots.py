@@ -6,21 +6,12 @@ Each docstring below appears in the snapshot report next to the diff.
 
 from __future__ import annotations
 
-import time
-
-import pytest
 from textual.pilot import Pilot
 
 from gpumon.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import GpumonApp, create_app
 from tests.ui_helpers import FIXED_TIME, StaticSource, make_sample
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
 
 
 def demo_app(gpus: int, processes: int | None = None) -> GpumonApp:

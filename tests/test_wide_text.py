@@ -6,32 +6,17 @@ shifts every column after a wide user name and lets a wide command overflow its 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from rich.cells import cell_len
 
 from gpumon import format as fmt
 from gpumon.once import render_table
-from gpumon.ui.app import GpumonApp, create_app
 from gpumon.ui.lines import Glyphs, Line
 from gpumon.ui.process_table import ProcessTable
-from tests.ui_helpers import StaticSource, make_gpu, make_process, make_sample, screen_text
+from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 CJK_USER = "用户名用户名用户"  # 8 characters, 16 cells: wider than the USER column (10)
 CJK_COMMAND = "python 训练模型" + "训练模型" * 12 + ".py --epochs 3"
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-
-
-def app_for(*samples, **options) -> GpumonApp:  # type: ignore[no-untyped-def]
-    options.setdefault("autostart", False)
-    options.setdefault("ascii_only", False)
-    return create_app(StaticSource(*samples), **options)
 
 
 def cells_before(line: str, text: str) -> int:

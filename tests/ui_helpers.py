@@ -12,6 +12,7 @@ from gpumon.model import (
     ProcessKind,
     Sample,
 )
+from gpumon.ui.app import GpumonApp, create_app
 
 GIB = 1024**3
 MIB = 1024**2
@@ -100,3 +101,10 @@ class StaticSource:
 
     def close(self) -> None:
         pass
+
+
+def app_for(*samples: Sample, **options: object) -> GpumonApp:
+    """An app over ``samples`` that does not poll by itself: tests hand samples in."""
+    options.setdefault("autostart", False)
+    options.setdefault("ascii_only", False)
+    return create_app(StaticSource(*samples), **options)  # type: ignore[arg-type]
