@@ -29,9 +29,12 @@ def choose_layout(gpu_count: int, width: int, budget_lines: int) -> tuple[Layout
     return Layout.ONE_LINE, 1
 
 
-def layout_height(layout: Layout, gpu_count: int, columns: int) -> int:
+def row_lines(layout: Layout) -> int:
+    """Lines per row: a row of cards, or one GPU in the line layouts."""
     if layout is Layout.CARDS:
-        return -(-gpu_count // columns) * CARD_HEIGHT
-    if layout is Layout.TWO_LINES:
-        return gpu_count * 2
-    return gpu_count
+        return CARD_HEIGHT
+    return 2 if layout is Layout.TWO_LINES else 1
+
+
+def layout_height(layout: Layout, gpu_count: int, columns: int) -> int:
+    return -(-gpu_count // columns) * row_lines(layout)

@@ -14,7 +14,7 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
-from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout
+from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, row_lines
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
@@ -131,7 +131,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     def _index_at(self, x: int, y: int) -> int | None:
         if not self.gpus:
             return None
-        unit = self._row_lines()
+        unit = row_lines(self.layout_mode)
         row = self.top_row + y // unit
         if self.layout_mode is Layout.CARDS:
             card_width = max(1, self.size.width // self.columns)
@@ -168,12 +168,6 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
             ]
         self.set_lines(self._window(lines, width))
 
-    def _row_lines(self) -> int:
-        """Lines per row: a row of cards, or one GPU in the line layouts."""
-        if self.layout_mode is Layout.CARDS:
-            return CARD_HEIGHT
-        return 2 if self.layout_mode is Layout.TWO_LINES else 1
-
     def _window(self, lines: list[Strip], width: int) -> list[Strip]:
         """The rows that fit, scrolled to keep the selected GPU in view, and a line saying
         which GPUs are shown: every GPU stays reachable on a short terminal."""
@@ -181,19 +175,17 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         if not height or len(lines) <= height:
             self.top_row = 0
             return lines
-        unit = self._row_lines()
+        unit = row_lines(self.layout_mode)
         rows = -(-len(lines) // unit)
         room = max(1, (height - 1) // unit)
-        selected_row = (
-            self.selected // self.columns if self.layout_mode is Layout.CARDS else (self.selected)
-        )
+        per_row = self.columns  # 1 in the line layouts
+        selected_row = self.selected // per_row
         if selected_row < self.top_row:
             self.top_row = selected_row
         elif selected_row >= self.top_row + room:
             self.top_row = selected_row - room + 1
         self.top_row = max(0, min(self.top_row, rows - room))
         shown = lines[self.top_row * unit : (self.top_row + room) * unit]
-        per_row = self.columns if self.layout_mode is Layout.CARDS else 1
         first = self.gpus[self.top_row * per_row].index
         last = self.gpus[min(len(self.gpus), (self.top_row + room) * per_row) - 1].index
         g = self.glyphs
