@@ -224,7 +224,7 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
     count = gauge("gpumon_gpu_processes", "Processes using the GPU.", GPU_LABELS)
     for gpu in readable:
         if gpu.processes_error is None:  # unknown is no series, never a fake 0
-            count.add_metric(_gpu_labels(gpu), float(len(sample.processes_on(gpu.uuid))))
+            count.add_metric(_gpu_labels(gpu), float(len(sample.processes_on(gpu.index))))
     memory = gauge(
         "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
     )
@@ -233,13 +233,13 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
         if process.gpu_memory_bytes is None or process.gpu_uuid in lost:
             continue
         user = process.user or ""
-        labels = [str(process.gpu_index), process.gpu_uuid, str(process.pid), user]
+        labels = [str(process.gpu_index), process.gpu_uuid or "", str(process.pid), user]
         memory.add_metric([*labels, process_name(process.command)], process.gpu_memory_bytes)
     return families
 
 
 def _gpu_labels(gpu: GpuStats) -> list[str]:
-    return [str(gpu.index), gpu.uuid, gpu.name or ""]
+    return [str(gpu.index), gpu.uuid or "", gpu.name or ""]
 
 
 class SampleCollector:

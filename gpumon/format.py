@@ -43,6 +43,11 @@ def bytes_short(value: int | None) -> str:
     return f"{value}B"
 
 
+def unlisted_memory(value: int) -> str:
+    """What every mode says when processes it cannot see hold a GPU's memory."""
+    return f"{bytes_short(value)} used by processes not listed"
+
+
 def mib(value: int | None) -> str:
     """``11019MiB``, as nvidia-smi prints memory."""
     return NA if value is None else f"{value // MIB}MiB"
@@ -136,6 +141,63 @@ def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
         used += cells
         end = cluster_end
     return text[:end] + ellipsis + " " * (budget - used)
+
+
+#: Longest text kept from another process (a command line may be up to 2 MiB long): enough
+#: for any command a person reads, and a bound on what a hostile one costs every output.
+SAFE_TEXT_MAX_CHARS = 4096
+
+
+class _SafeCharacters(dict[int, str]):
+    """``str.translate`` table built lazily: each code point is classified once."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        if code < 0x20 or 0x7F <= code < 0xA0:
+            # C0, DEL and C1 controls: escape sequences (CSI 0x9b, OSC 0x9d, ESC ...) meant
+            # for whoever displays the text; shown as ps shows them.
+            replacement = "?"
+        elif 0xDC80 <= code <= 0xDCFF:
+            # A byte that is not UTF-8, as Python's surrogateescape decodes it: lone
+            # surrogates break JSON readers and prometheus_client, and the raw byte could be
+            # a C1 control to a terminal. Shown as the byte it was.
+            replacement = f"\\x{code - 0xDC00:02x}"
+        elif 0xD800 <= code <= 0xDFFF:
+            replacement = f"\\u{code:04x}"
+        else:
+            import unicodedata  # only for non-ASCII text: `gpumon status` stays lean
+
+            # Format characters (bidi overrides and isolates, zero-width spaces and joiners,
+            # BOM, tags) and line/paragraph separators can disguise what a command is:
+            # shown visibly escaped, never interpreted.
+            if unicodedata.category(char) in ("Cf", "Zl", "Zp"):
+                replacement = f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+            else:
+                replacement = char
+        if len(self) < 65536:  # bounded, whatever text arrives
+            self[code] = replacement
+        return replacement
+
+
+_SAFE_CHARACTERS = _SafeCharacters()
+
+
+def safe_text(text: str, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
+    """Text from another user (command line, user name) made valid and safe for every output.
+
+    Control characters (C0, DEL, C1) become ``?``; bytes that were not UTF-8 (lone
+    surrogates from ``surrogateescape``) become ``\\xff``; bidirectional overrides and
+    isolates, zero-width characters and other invisible format characters become
+    ``\\u202e``; text longer than ``max_chars`` is cut and ends in ``…``. The result is valid
+    UTF-8, holds no escape sequence for a terminal and no character that reorders or hides
+    the text around it, so it can go to a terminal, JSON and Prometheus labels as it is.
+    Applied once, where the text is read (:mod:`gpumon.sources.host`).
+    """
+    if len(text) > max_chars:
+        text = text[:max_chars] + ELLIPSIS
+    if text.isascii() and text.isprintable():  # the common case, in C
+        return text
+    return text.translate(_SAFE_CHARACTERS)
 
 
 def cell_len(text: str) -> int:

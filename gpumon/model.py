@@ -7,8 +7,10 @@ Units live in field names (``memory_used_bytes``, ``power_draw_w``). ``None`` al
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpumon.format import NA
 from gpumon.format import short_uuid as _short_uuid
 
 # NVML's utilisation counters average over 1/6 s to 1 s: polling faster adds cost, not data.
@@ -75,12 +77,15 @@ class GpuStats:
 
     ``lost`` means NVML gives no readings for this GPU; ``lost_reason`` says why in words a
     user can act on: it fell off the bus, or NVML could not open it (with NVML's error).
+    ``uuid`` is ``None`` while NVML has not told it (a GPU lost before it could be read, or a
+    read that failed and is retried): a placeholder would not be a UUID and would break joins.
     ``processes_error`` is set when this GPU's process list could not be read (for example
-    NO_PERMISSION on a MIG GPU for a non-root user): its processes are then unknown, not none.
+    NO_PERMISSION on a MIG GPU for a non-root user, or a driver that does not support the
+    call): its processes are then unknown, not none.
     """
 
     index: int
-    uuid: str
+    uuid: str | None
     name: str | None = None
     pci_bus_id: str | None = None
     lost: bool = False
@@ -108,8 +113,8 @@ class GpuStats:
 
     @property
     def short_uuid(self) -> str:
-        """``GPU-1a2b3c4d`` instead of the full 40-character UUID."""
-        return _short_uuid(self.uuid)
+        """``GPU-1a2b3c4d`` instead of the full 40-character UUID; N/A when not known."""
+        return NA if self.uuid is None else _short_uuid(self.uuid)
 
     @property
     def memory_used_fraction(self) -> float | None:
@@ -131,7 +136,7 @@ class GpuProcess:
     """
 
     gpu_index: int
-    gpu_uuid: str
+    gpu_uuid: str | None
     pid: int
     kind: ProcessKind
     gpu_memory_bytes: int | None
@@ -144,9 +149,10 @@ class GpuProcess:
     is_current_user: bool = False
 
     @property
-    def key(self) -> tuple[str, int]:
-        """Stable identity across samples: (GPU UUID, PID)."""
-        return (self.gpu_uuid, self.pid)
+    def key(self) -> tuple[int, int]:
+        """Stable identity across samples: (NVML index of the GPU, PID). NVML indices do not
+        change while the driver stays loaded; the UUID may not be known yet."""
+        return (self.gpu_index, self.pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +168,43 @@ class Sample:
     unavailable: GpuUnavailable | None = None
     duration_s: float = field(default=0.0, compare=False)
 
-    def processes_on(self, gpu_uuid: str) -> tuple[GpuProcess, ...]:
-        return tuple(p for p in self.processes if p.gpu_uuid == gpu_uuid)
+    def processes_on(self, gpu_index: int) -> tuple[GpuProcess, ...]:
+        """The processes listed on the GPU with this NVML index."""
+        return tuple(p for p in self.processes if p.gpu_index == gpu_index)
+
+
+#: Memory in use that no listed process accounts for is worth a word when it is more than this
+#: and more than half of the memory in use: processes of another container or PID namespace
+#: that NVML does not list here, or a driver that lists none.
+UNLISTED_MEMORY_NOTABLE_BYTES = 1024**3
+
+
+def unlisted_memory_bytes(gpu: GpuStats, processes: Sequence[GpuProcess]) -> int | None:
+    """GPU memory in use that the GPU's listed ``processes`` do not account for.
+
+    ``None`` when it cannot be told: the processes are unknown (lost GPU, refused list), the
+    memory in use is N/A, or a listed process's memory is N/A. Memory in use is NVML's
+    (v2) "used", which leaves reserved memory out.
+    """
+    if gpu.lost or gpu.processes_error is not None or gpu.memory_used_bytes is None:
+        return None
+    listed = 0
+    for process in processes:
+        if process.gpu_memory_bytes is None:
+            return None
+        listed += process.gpu_memory_bytes
+    return max(0, gpu.memory_used_bytes - listed)
+
+
+def notable_unlisted_memory_bytes(gpu: GpuStats, processes: Sequence[GpuProcess]) -> int | None:
+    """:func:`unlisted_memory_bytes` when it is worth telling the user (more than 1 GiB and more
+    than half of the memory in use), else ``None``."""
+    unlisted = unlisted_memory_bytes(gpu, processes)
+    if unlisted is None or gpu.memory_used_bytes is None:
+        return None
+    if unlisted > UNLISTED_MEMORY_NOTABLE_BYTES and 2 * unlisted > gpu.memory_used_bytes:
+        return unlisted
+    return None
 
 
 def _fraction(used: int | None, total: int | None) -> float | None:

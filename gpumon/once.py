@@ -214,9 +214,9 @@ def render_table(
     gpu_widths = _widths(gpu_rows)
     process_rows = [_process_cells(process) for process in sample.processes]
     process_widths = _widths(process_rows)
-    by_gpu: dict[str, list[dict[str, str]]] = {gpu.uuid: [] for gpu in sample.gpus}
+    by_gpu: dict[int, list[dict[str, str]]] = {gpu.index: [] for gpu in sample.gpus}
     for process, cells in zip(sample.processes, process_rows, strict=True):
-        by_gpu.setdefault(process.gpu_uuid, []).append(cells)
+        by_gpu.setdefault(process.gpu_index, []).append(cells)
 
     lines = [header_line(sample, paint)]
     for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
@@ -226,7 +226,7 @@ def render_table(
         elif show_processes and not gpu.lost:
             lines.extend(
                 _process_line(row, process_widths, paint, width, ellipsis)
-                for row in by_gpu[gpu.uuid]
+                for row in by_gpu[gpu.index]
             )
     return "\n".join(lines) + "\n"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpumon import __version__
-from gpumon.model import GpuProcess, GpuStats, GpuUnavailable, Sample
+from gpumon.model import GpuProcess, GpuStats, GpuUnavailable, Sample, unlisted_memory_bytes
 
 #: Bumped only for breaking changes (a field removed, renamed, or changing type, unit or
 #: meaning). New fields may appear without a bump; consumers ignore keys they do not know.
@@ -104,13 +104,17 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
 
 
 def gpu_to_dict(gpu: GpuStats, processes: tuple[GpuProcess, ...] | None) -> dict[str, Any]:
-    """One entry of ``gpus``: every model field, plus its processes.
+    """One entry of ``gpus``: every model field, the memory its listed processes do not
+    account for, and its processes.
 
     ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU, a GPU whose process
     list NVML refused, or when the caller did not ask for processes, and a list (maybe empty)
     otherwise.
     """
     data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
+    data["memory_unlisted_bytes"] = (
+        None if processes is None else unlisted_memory_bytes(gpu, processes)
+    )
     if gpu.lost or gpu.processes_error is not None or processes is None:
         data["processes"] = None
     else:
@@ -128,9 +132,9 @@ def sample_to_dict(sample: Sample, *, include_processes: bool = True) -> dict[st
     Returns:
         A dict of str, int, float, bool, None, lists and dicts only.
     """
-    by_gpu: dict[str, list[GpuProcess]] = {gpu.uuid: [] for gpu in sample.gpus}
+    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
     for process in sample.processes:
-        by_gpu.setdefault(process.gpu_uuid, []).append(process)
+        by_gpu.setdefault(process.gpu_index, []).append(process)
     driver = sample.driver
     return {
         "schema_version": SCHEMA_VERSION,
@@ -144,7 +148,7 @@ def sample_to_dict(sample: Sample, *, include_processes: bool = True) -> dict[st
         "timestamp_s": sample.timestamp_s,
         "error": error_to_dict(sample.unavailable),
         "gpus": [
-            gpu_to_dict(gpu, tuple(by_gpu[gpu.uuid]) if include_processes else None)
+            gpu_to_dict(gpu, tuple(by_gpu[gpu.index]) if include_processes else None)
             for gpu in sample.gpus
         ],
     }

@@ -92,7 +92,7 @@ def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
     return {
         "index": str(gpu.index),
         "name": gpu.name or fmt.NA,
-        "uuid": gpu.uuid,
+        "uuid": gpu.uuid or fmt.NA,
         "short_uuid": gpu.short_uuid,
         "util": fmt.percent(gpu.utilization_gpu_pct),
         "mem_util": fmt.percent(gpu.utilization_memory_pct),

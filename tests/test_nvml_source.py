@@ -13,6 +13,7 @@ import pytest
 from gpumon.model import GpuStats, HostStats, ProcessKind, UnavailableReason
 from gpumon.sources.host import ProcessInspector
 from gpumon.sources.nvml import NvmlSource
+from gpumon.sources.nvml_device import PROCESSES_NOT_SUPPORTED
 from tests.fake_nvml import (
     GIB,
     MIB,
@@ -343,15 +344,19 @@ def test_unsupported_field_is_na_and_never_asked_again(
     assert fake.count(function, 1, *args) == asked
 
 
-def test_unsupported_uuid_still_gives_a_unique_key() -> None:
-    fake = two_gpus()
+def test_unsupported_uuid_is_unknown_not_a_placeholder() -> None:
+    """A made-up value in the uuid field would break every join on it (issue 7, item 3)."""
+    fake, table = four_gpus_with_jobs()
     fake.gpus[0]["uuid"] = NOT_SUPPORTED
     fake.gpus[1]["uuid"] = NOT_SUPPORTED
 
-    gpus = make_source(fake).sample().gpus
+    sample = make_source(fake, table).sample()
 
-    assert gpus[0].uuid != gpus[1].uuid
-    assert gpus[0].temperature_c == 50
+    assert [gpu.uuid for gpu in sample.gpus[:2]] == [None, None]
+    assert sample.gpus[0].temperature_c is not None
+    # Processes still land on the right GPU: they are joined by NVML index.
+    assert [p.pid for p in sample.processes_on(0)] == [1000]
+    assert [p.pid for p in sample.processes_on(1)] == [1001]
 
 
 def test_transient_error_is_na_this_tick_and_asked_again() -> None:
@@ -511,7 +516,7 @@ def test_one_lost_gpu_of_four_does_not_stop_the_others(failing_field: str) -> No
             assert gpu.temperature_c == 60 + 10 * tick + index
             assert gpu.utilization_gpu_pct == 10 * tick + index
         assert sorted(p.pid for p in sample.processes) == [1000, 1001, 1003]
-        assert sample.processes_on(lost.uuid) == ()
+        assert sample.processes_on(lost.index) == ()
     # A lost GPU is not asked anything more.
     assert fake.device_calls(2) == calls_on_lost_gpu
 
@@ -534,6 +539,18 @@ def test_gpu_lost_before_start_is_shown_lost_and_others_work() -> None:
         assert sorted(p.pid for p in sample.processes) == [1000, 1002, 1003]
     assert fake.count("nvmlDeviceGetHandleByIndex", 1) == 1
     assert fake.device_calls(1) == 1
+
+
+def test_gpu_lost_before_start_has_no_made_up_uuid() -> None:
+    """Not "LOST-1": JSON and Prometheus consumers join on the UUID (issue 7, item 3)."""
+    fake, table = four_gpus_with_jobs()
+    fake.gpus[1]["handle"] = GPU_IS_LOST
+
+    gpus = make_source(fake, table).sample().gpus
+
+    assert gpus[1].uuid is None
+    assert gpus[1].short_uuid == "N/A"
+    assert [gpu.uuid is not None for gpu in gpus] == [True, False, True, True]
 
 
 def test_gpu_nvml_cannot_open_says_why_instead_of_fell_off_the_bus() -> None:
@@ -565,9 +582,9 @@ def test_identity_that_failed_once_at_start_is_read_again() -> None:
     asked = fake.count("nvmlDeviceGetUUID", 1)
     third = source.sample()
 
-    assert first.gpus[1].uuid == "GPU-index-1" and first.gpus[1].name is None
+    assert first.gpus[1].uuid is None and first.gpus[1].name is None
     assert (second.gpus[1].uuid, second.gpus[1].name) == (real_uuid, real_name)
-    assert second.processes_on(real_uuid) != ()
+    assert second.processes_on(1) != ()
     # Once complete, identity is not asked again.
     assert fake.count("nvmlDeviceGetUUID", 1) == asked
     assert third.gpus[1].uuid == real_uuid
@@ -603,10 +620,30 @@ def test_a_process_list_nvml_refuses_is_unknown_not_empty() -> None:
     assert refused.processes_error is not None
     assert str(pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)) in refused.processes_error
     assert refused.lost is False and refused.temperature_c is not None  # the rest still reads
-    assert first.processes_on(refused.uuid) == ()
+    assert first.processes_on(refused.index) == ()
     assert [gpu.processes_error for gpu in first.gpus if gpu.index != 1] == [None] * 3
     assert second.gpus[1].processes_error is None
-    assert [p.pid for p in second.processes_on(refused.uuid)] == [1001]
+    assert [p.pid for p in second.processes_on(refused.index)] == [1001]
+
+
+def test_a_gpu_that_supports_neither_process_list_has_unknown_processes() -> None:
+    """Issue 7, item 1: 53 GiB in use and NOT_SUPPORTED for both lists is not "no processes"."""
+    fake, table = four_gpus_with_jobs()
+    for field in (
+        "compute_processes",
+        "compute_processes_v2",
+        "graphics_processes",
+        "graphics_processes_v2",
+    ):
+        fake.gpus[1][field] = NOT_SUPPORTED
+    source = make_source(fake, table)
+
+    for sample in (source.sample(), source.sample()):
+        gpu = sample.gpus[1]
+        assert gpu.processes_error == PROCESSES_NOT_SUPPORTED
+        assert sample.processes_on(1) == ()
+        assert gpu.temperature_c is not None  # the rest still reads
+        assert [g.processes_error for g in sample.gpus if g.index != 1] == [None] * 3
 
 
 def test_a_graphics_list_the_gpu_does_not_support_is_just_empty() -> None:
@@ -617,7 +654,7 @@ def test_a_graphics_list_the_gpu_does_not_support_is_just_empty() -> None:
     sample = make_source(fake, table).sample()
 
     assert sample.gpus[0].processes_error is None
-    assert [p.pid for p in sample.processes_on(sample.gpus[0].uuid)] == [1000]
+    assert [p.pid for p in sample.processes_on(0)] == [1000]
 
 
 def test_gpu_lost_while_reading_its_identity() -> None:
@@ -707,7 +744,7 @@ def test_driver_without_v3_process_calls_falls_back_to_v2() -> None:
     assert fake.count("nvmlDeviceGetComputeRunningProcesses_v2", 0) == 3
 
 
-def test_no_process_call_at_all_means_no_rows_and_no_crash() -> None:
+def test_no_process_call_at_all_means_unknown_processes_and_no_crash() -> None:
     fake = FakeNvml(
         [
             make_gpu(
@@ -724,7 +761,10 @@ def test_no_process_call_at_all_means_no_rows_and_no_crash() -> None:
     samples = [source.sample() for _ in range(2)]
 
     assert samples[-1].processes == ()
-    assert samples[-1].gpus[0] == EXPECTED_GPU_0
+    # A driver without the calls cannot say who uses the GPU: unknown, not "none".
+    assert samples[-1].gpus[0] == dataclasses.replace(
+        EXPECTED_GPU_0, processes_error=PROCESSES_NOT_SUPPORTED
+    )
     assert fake.count("nvmlDeviceGetComputeRunningProcesses_v2", 0) == 1
 
 

@@ -321,9 +321,9 @@ def test_json_has_every_model_field_and_the_schema_documents_exactly_those() -> 
     schema = load_schema()
     gpu_schema = schema["$defs"]["gpu"]
     model_fields = {field.name for field in dataclasses.fields(GpuStats)}
-    assert set(gpu_schema["required"]) == model_fields | {"processes"}
+    assert set(gpu_schema["required"]) == model_fields | {"memory_unlisted_bytes", "processes"}
     document = snapshot.sample_to_dict(troubled_sample())
-    assert set(document["gpus"][0]) == model_fields | {"processes"}
+    assert set(document["gpus"][0]) == model_fields | {"memory_unlisted_bytes", "processes"}
     # Strict: an undocumented field fails validation.
     document["gpus"][0]["surprise"] = 1
     with pytest.raises(jsonschema.ValidationError):

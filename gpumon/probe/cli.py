@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     source = open_source()
     try:
         sample = source.sample()
-        gpus = tuple((gpu.index, gpu.uuid) for gpu in sample.gpus)
+        # A GPU whose UUID NVML has not told (lost at start) cannot be matched to a cuda:N.
+        gpus = tuple((gpu.index, gpu.uuid) for gpu in sample.gpus if gpu.uuid is not None)
         nvml_ok = sample.unavailable is None
         if args.gpu is not None:
             chosen = _choose_gpu(args.gpu, gpus, nvml_ok)

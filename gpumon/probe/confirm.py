@@ -64,7 +64,7 @@ def _why_pids_cannot_match(gpu: GpuStats, sample: Sample) -> str:
     """Why NVML's PIDs on ``gpu`` cannot be matched with the child's, or "" when they can."""
     if gpu.processes_error is not None:
         return f"NVML did not list GPU {gpu.index}'s processes ({gpu.processes_error})"
-    if any(not process.visible for process in sample.processes_on(gpu.uuid)):
+    if any(not process.visible for process in sample.processes_on(gpu.index)):
         return (
             "NVML lists PIDs from another PID namespace (a container without --pid=host), "
             "so the probe's PID cannot be matched"
@@ -110,7 +110,7 @@ async def check_holding(
             continue
         gpu_index = gpu.index
         cannot_match = _why_pids_cannot_match(gpu, sample)
-        on_gpu = sample.processes_on(gpu.uuid)
+        on_gpu = sample.processes_on(gpu.index)
         listed = ", ".join(
             f"PID {p.pid} ({_mib(p.gpu_memory_bytes) if p.gpu_memory_bytes else 'N/A'})"
             for p in on_gpu
@@ -167,7 +167,7 @@ async def check_released(
         if gpu is None or _why_pids_cannot_match(gpu, sample):
             return None  # a PID NVML could never list is no proof that it is gone
         still_listed = True
-        if all(p.pid != holding.pid for p in sample.processes_on(gpu.uuid)):
+        if all(p.pid != holding.pid for p in sample.processes_on(gpu.index)):
             used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""
             return Verdict(S.PASS, f"NVML: PID {holding.pid} gone from GPU {gpu.index}{used}")
     if not still_listed:

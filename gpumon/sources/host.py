@@ -1,6 +1,8 @@
 """What the host knows: CPU/RAM for the host strip, and per-PID details via psutil.
 
-psutil's NoSuchProcess, AccessDenied and ZombieProcess never escape this module.
+psutil's NoSuchProcess, AccessDenied and ZombieProcess never escape this module. Text that
+comes from other users (command lines, user names) is made safe here, once, for every output
+(:func:`gpumon.format.safe_text`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from gpumon.format import safe_text
 from gpumon.model import HostStats
 
 _cpu_primed = False
@@ -29,7 +32,7 @@ def sample_host(hostname: str | None = None) -> HostStats:
     memory = psutil.virtual_memory()
     swap = psutil.swap_memory()
     return HostStats(
-        hostname=hostname or socket.gethostname(),
+        hostname=safe_text(hostname or socket.gethostname()),
         cpu_pct=_host_cpu_pct(),
         load_average=load,
         memory_used_bytes=memory.total - memory.available,
@@ -178,12 +181,12 @@ class ProcessInspector:
         if uid is not None:
             if uid not in self._user_names:
                 try:
-                    self._user_names[uid] = printable(pwd.getpwuid(uid).pw_name)
+                    self._user_names[uid] = safe_text(pwd.getpwuid(uid).pw_name)
                 except KeyError:
                     self._user_names[uid] = str(uid)
             return self._user_names[uid]
         try:
-            return printable(str(process.username()))
+            return safe_text(str(process.username()))
         except (*_PSUTIL_ERRORS, KeyError):
             return None
 
@@ -200,24 +203,14 @@ def _read_uid(process: psutil.Process) -> int | None:
         return None
 
 
-# C0 controls, DEL and C1 controls: another user's argv may carry escape sequences
-# (clear the screen, set the clipboard with OSC 52) meant for whoever displays it.
-_CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)], "?")
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character replaced by ``?``: safe to show on a terminal."""
-    return text.translate(_CONTROL_CHARACTERS)
-
-
 def _read_command(process: psutil.Process) -> str | None:
     try:
         parts = process.cmdline()
         if parts:
-            return printable(" ".join(parts))
+            return safe_text(" ".join(parts))
     except _PSUTIL_ERRORS:
         pass
     try:
-        return printable(str(process.name()))
+        return safe_text(str(process.name()))
     except _PSUTIL_ERRORS:
         return None

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from gpumon.format import safe_text
 from gpumon.model import GpuStats, ProcessKind
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ class GpuLost(Exception):
 FELL_OFF_THE_BUS = "fell off the bus (NVML: GPU is lost); check dmesg for Xid 79"
 
 
+PROCESSES_NOT_SUPPORTED = "not supported: this GPU or driver does not list its processes"
+
+
 def unopened(error: BaseException) -> str:
     """Why a GPU whose handle NVML refused (for a reason other than GPU_IS_LOST) is LOST."""
     return f"NVML cannot open this GPU: {error}"
@@ -60,8 +64,11 @@ def error_code(error: BaseException) -> int | None:
 
 
 def nvml_text(value: Any) -> str:
-    """A string NVML returned: ``str`` from nvidia-ml-py >= 11.5, ``bytes`` from older ones."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    """A string NVML returned: ``str`` from nvidia-ml-py >= 11.5, ``bytes`` from older ones;
+    made safe like any text gpumon shows (a driver is not hostile, but a broken one may say
+    anything)."""
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return safe_text(text, 256)
 
 
 class Device:
@@ -86,7 +93,7 @@ class Device:
         # as unsupported); cleared when it answers.
         self.errors: dict[str, str] = {}
         self.processes_error: str | None = None
-        self.uuid = f"LOST-{index}" if handle is None else f"GPU-index-{index}"
+        self.uuid: str | None = None  # until NVML tells it: a placeholder is not a UUID
         self.name: str | None = None
         self.pci_bus_id: str | None = None
         self.slowdown_c: int | None = None
@@ -269,12 +276,15 @@ class Device:
     def processes(self) -> dict[int, tuple[ProcessKind, int | None]] | None:
         """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once.
 
-        ``None`` when a list could not be read (not supported is fine: an empty list); NVML's
-        reason is then in :attr:`processes_error`. Unknown is never shown as "no processes".
+        ``None`` when the processes are unknown, with the reason in :attr:`processes_error`:
+        a list failed (for example NO_PERMISSION with MIG), or neither list is supported by
+        this GPU or driver. One unsupported list alone (no graphics list on a compute board)
+        leaves the other's answer. Unknown is never shown as "no processes".
         """
         nvml = self.nvml
         self.processes_error = None
         found: dict[int, tuple[ProcessKind, int | None]] = {}
+        unsupported = 0
         for field, function, kind in (
             ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
             ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
@@ -291,6 +301,7 @@ class Device:
                 if error is not None:
                     self.processes_error = f"NVML: {error}"
                     return None
+                unsupported += 1
             for entry in entries or ():
                 pid = int(entry.pid)
                 if not 0 < pid <= _MAX_PID:
@@ -311,6 +322,9 @@ class Device:
                         found[pid] = (ProcessKind.BOTH, both)
                 else:
                     found[pid] = (kind, memory)
+        if unsupported == 2:
+            self.processes_error = PROCESSES_NOT_SUPPORTED
+            return None
         return found
 
 

@@ -69,7 +69,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     class Selected(Message):
         """The user selected another GPU."""
 
-        def __init__(self, gpu_index: int, gpu_uuid: str) -> None:
+        def __init__(self, gpu_index: int, gpu_uuid: str | None) -> None:
             super().__init__()
             self.gpu_index = gpu_index
             self.gpu_uuid = gpu_uuid

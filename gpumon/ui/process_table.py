@@ -23,7 +23,7 @@ from gpumon import format as fmt
 from gpumon.model import GpuProcess
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, changed_runs
 
-ProcessKey = tuple[str, int]
+ProcessKey = tuple[int, int]  # (GPU index, PID)
 
 
 @dataclass(frozen=True, slots=True)
