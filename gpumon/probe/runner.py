@@ -20,8 +20,16 @@ No child outlives gpumon
 * The child starts in its own session (process group); a timeout, garbage on its output or
   cancelling :func:`run_probe` kills the whole group with SIGKILL and reaps it (``finally``).
 * An ``atexit`` hook kills any child still running when the interpreter exits.
-* If gpumon dies without running either (SIGKILL, a crash), the child's stdin pipe reaches
-  end of file and the child exits by itself.
+* If gpumon dies without running either (SIGKILL, a crash): on Linux the kernel kills the
+  direct child with SIGKILL (``PR_SET_PDEATHSIG``, set in the child between fork and exec, see
+  :func:`parent_death_preexec`). Everywhere, the child's stdin pipe reaches end of file and
+  the probe child's code exits by itself; outside Linux that is the only safeguard, and it
+  needs that code running (an interpreter wrapper that keeps stdin to itself, or one still
+  starting up, does not notice).
+* What remains possible: processes the child started itself (torch compile workers, a
+  DataLoader's workers) are in its process group, so the group kill reaches them while
+  gpumon lives; the parent-death signal does not (it applies to the direct child only), so
+  after a SIGKILL of gpumon they live on until they end or notice that their parent is gone.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import inspect
 import os
 import signal
@@ -39,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumon.probe import steps as S
+from gpumon.probe.child_io import EXIT_PARENT_GONE
 from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, check_released
 from gpumon.probe.protocol import (
     Done,
@@ -80,6 +90,56 @@ def child_command(python: str | None = None) -> list[str]:
     """The argv that starts the probe child in ``python`` (default: this interpreter)."""
     package_dir = str(Path(__file__).resolve().parent.parent)
     return [python or sys.executable, "-c", _BOOTSTRAP, package_dir]
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, or None where there is none (anything but Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _prctl()
+
+
+def parent_death_preexec(parent_pid: int | None = None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child die with SIGKILL when gpumon dies (Linux only;
+    None elsewhere).
+
+    It runs in the child between fork and exec and calls only what was resolved here, in the
+    parent, before the fork (``prctl`` through ctypes: no import, no symbol lookup). The
+    setting survives exec. If gpumon died before ``prctl`` ran, the signal will never come:
+    the child then has another parent than ``parent_pid`` (gpumon's PID, taken before the
+    fork) and exits at once.
+
+    The kernel sends the signal when the *thread* that forked the child ends, not the
+    process. Both callers fork from the thread that runs their event loop and lives as long
+    as the probe: the dashboard's probe worker is an asyncio task on Textual's loop in the
+    main thread (``App.run`` -> ``asyncio.run``), and ``gpumon probe`` runs ``asyncio.run``
+    in the main thread; asyncio's ``create_subprocess_exec`` forks in the loop's thread.
+    Never start the child from a short-lived thread (``asyncio.to_thread``, a thread worker):
+    it would be killed as soon as that thread ends.
+    """
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid() if parent_pid is None else parent_pid
+
+    def die_with_parent() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(EXIT_PARENT_GONE)
+
+    return die_with_parent
 
 
 def _kill_group(pid: int) -> None:
@@ -212,6 +272,7 @@ class _ProbeRun:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=parent_death_preexec(),
                 limit=MAX_LINE_BYTES,
             )
         except OSError as error:
