@@ -7,6 +7,7 @@ modes never do, and nothing here imports torch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import signal
@@ -135,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         return run_dashboard(args)
     module = importlib.import_module(SUBCOMMANDS[args.command])
+    # In a locale that cannot encode a character (a CJK command in the C locale), print "?"
+    # rather than fail: the text is already free of controls and surrogates.
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
     try:
         status = int(module.run(args))
         sys.stdout.flush()  # a full disk must fail here, not in the interpreter's exit
