@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from gpumon import __version__
+from gpumon.arguments import decimal_number, whole_number
 from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 # Subcommand -> module. Each module exposes ``HELP: str``, ``add_arguments(parser)`` and
@@ -41,11 +42,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def interval_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= MIN_INTERVAL_S:  # also rejects NaN
+    value = decimal_number(text, "a number of seconds such as 0.5 or 2")
+    if value < MIN_INTERVAL_S:
         raise argparse.ArgumentTypeError(
             f"must be at least {MIN_INTERVAL_S} seconds (got {text}): NVML's utilisation "
             "counters do not update faster"
@@ -59,10 +57,7 @@ def bounded_int(highest: int) -> Callable[[str], int]:
     """An argparse type: a whole number from 1 to ``highest``."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        value = whole_number(text)
         if not 1 <= value <= highest:
             raise argparse.ArgumentTypeError(f"must be from 1 to {highest} (got {value})")
         return value

@@ -73,12 +73,15 @@ def celsius(value: int | None, ascii_only: bool = False) -> str:
 
 
 def watts_pair(draw: float | None, limit: float | None) -> str:
-    """``178/300W``; a known draw with an unknown cap still shows the draw."""
+    """Power draw and cap as every mode shows them: ``178 / 300W``, ``178W / N/A``,
+    ``N/A / 300W`` or ``N/A``. A known side keeps its unit, so N/A never reads as watts."""
     if draw is None and limit is None:
         return NA
-    left = "N/A" if draw is None else f"{draw:.0f}"
-    right = "N/A" if limit is None else f"{limit:.0f}"
-    return f"{left}/{right}W"
+    if limit is None:
+        return f"{draw:.0f}W / {NA}"
+    if draw is None:
+        return f"{NA} / {limit:.0f}W"
+    return f"{draw:.0f} / {limit:.0f}W"
 
 
 def mhz(value: int | None) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from gpumon import format as fmt
-from gpumon.model import GpuProcess, GpuStats, Sample
+from gpumon.model import GpuProcess, GpuStats, Sample, notable_unlisted_memory_bytes
 
 HELP = "print one snapshot of every GPU and its processes, then exit (--json for scripts)"
 
@@ -147,8 +147,7 @@ def _gpu_cells(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
         "utilization": fmt.percent(gpu.utilization_gpu_pct),
         "memory_used": fmt.bytes_short(gpu.memory_used_bytes),
         "memory_total": fmt.bytes_short(gpu.memory_total_bytes),
-        "power_draw": fmt.NA if gpu.power_draw_w is None else f"{gpu.power_draw_w:.0f}",
-        "power_limit": fmt.watts(gpu.power_limit_w),
+        "power": fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w),
     }
 
 
@@ -214,20 +213,27 @@ def render_table(
     gpu_widths = _widths(gpu_rows)
     process_rows = [_process_cells(process) for process in sample.processes]
     process_widths = _widths(process_rows)
-    by_gpu: dict[int, list[dict[str, str]]] = {gpu.index: [] for gpu in sample.gpus}
+    by_gpu: dict[int, list[tuple[GpuProcess, dict[str, str]]]] = {
+        gpu.index: [] for gpu in sample.gpus
+    }
     for process, cells in zip(sample.processes, process_rows, strict=True):
-        by_gpu.setdefault(process.gpu_index, []).append(cells)
+        by_gpu.setdefault(process.gpu_index, []).append((process, cells))
 
     lines = [header_line(sample, paint)]
     for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
         lines.append(_gpu_line(gpu, cells, gpu_widths, paint))
-        if show_processes and gpu.processes_error is not None and not gpu.lost:
-            lines.append(f"  processes: N/A ({gpu.processes_error})")
-        elif show_processes and not gpu.lost:
-            lines.extend(
-                _process_line(row, process_widths, paint, width, ellipsis)
-                for row in by_gpu[gpu.index]
-            )
+        if not show_processes or gpu.lost:
+            continue
+        if gpu.processes_error is not None:
+            lines.append(f"    processes: N/A ({gpu.processes_error})")
+            continue
+        listed = by_gpu[gpu.index]
+        lines.extend(
+            _process_line(row, process_widths, paint, width, ellipsis) for _, row in listed
+        )
+        unlisted = notable_unlisted_memory_bytes(gpu, [process for process, _ in listed])
+        if unlisted is not None:
+            lines.append(f"    {paint(fmt.unlisted_memory(unlisted), YELLOW)}")
     return "\n".join(lines) + "\n"
 
 
@@ -245,7 +251,7 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
     )
     utilization = cell("utilization", GREEN)
     memory = f"{cell('memory_used', YELLOW)} / {cell('memory_total', YELLOW)}"
-    power = f"{cell('power_draw', MAGENTA)} / {cell('power_limit', MAGENTA)}"
+    power = cell("power", MAGENTA)
     return f"{identity} | {temperature} {utilization} | {memory} | {power}"
 
 

@@ -22,6 +22,9 @@ __all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "clamp_interval"]
 
 T = TypeVar("T")
 
+#: A sample that has taken this many intervals means the driver is not answering.
+STALLED_INTERVALS = 3
+
 
 class _DaemonThread:
     """One daemon worker thread. Unlike asyncio.to_thread's pool, interpreter exit does not
@@ -91,6 +94,7 @@ class Poller:
         self.polls_started = 0
         self.polls_finished = 0
         self.in_flight = False
+        self._in_flight_since: float | None = None
 
     @property
     def interval_s(self) -> float:
@@ -128,6 +132,7 @@ class Poller:
             if self._thread is None:
                 self._thread = _DaemonThread("gpumon-poller")
             self.in_flight = True
+            self._in_flight_since = self._clock()
             self.polls_started += 1
             try:
                 sample = await self._thread.run(self.source.sample)
@@ -137,9 +142,19 @@ class Poller:
                 return None
             finally:
                 self.in_flight = False
+                self._in_flight_since = None
                 self.polls_finished += 1
             self._on_sample(sample)
             return sample
+
+    def stalled_s(self) -> float | None:
+        """How long the sample in flight has taken, once that is more than three intervals
+        (the driver is not answering); ``None`` otherwise."""
+        started = self._in_flight_since
+        if started is None:
+            return None
+        waited = self._clock() - started
+        return waited if waited > STALLED_INTERVALS * self._interval_s else None
 
     async def run(self) -> None:
         """Poll until cancelled."""

@@ -7,6 +7,7 @@ Run every few seconds by tmux, so it must start fast: one sample, no textual, no
 from __future__ import annotations
 
 import argparse
+import re
 import string
 import sys
 
@@ -56,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     problem = check_template(args.format)
     if problem is not None:
-        print(f"gpumon status: error: bad --format {args.format!r}: {problem}", file=sys.stderr)
+        shown = fmt.safe_text(args.format, 80)
+        print(f"gpumon status: error: bad --format {shown!r}: {problem}", file=sys.stderr)
         return 2
     from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
 
@@ -69,17 +71,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: A field's format spec: ``[[fill]align][width][.precision]``, nothing else (no nested
+#: fields, no attribute or index access, no conversion), widths bounded.
+_SPEC = re.compile(
+    r"(?:(?P<fill>[^{}])?[<>^])?(?P<width>[0-9]{1,6})?(?:\.(?P<precision>[0-9]{1,6}))?"
+)
+MAX_WIDTH = 200
+
+
 def check_template(template: str) -> str | None:
-    """Return why ``template`` cannot be used (unknown field, bad syntax), or ``None``."""
+    """Return why ``template`` cannot be used, or ``None``.
+
+    Only the documented field names (:data:`FIELDS`) are allowed, each with at most a
+    ``[[fill]align][width][.precision]`` spec (width and precision up to :data:`MAX_WIDTH`):
+    ``{index.__class__}`` or ``{util:>999999999}`` would print Python internals or build a
+    string of gigabytes.
+    """
     try:
-        for _, name, _, _ in string.Formatter().parse(template):
-            if name is None:
-                continue
-            if name == "" or name.isdigit():
-                return "use named fields such as {util}, not {} or {0}"
-            base = name.split(".")[0].split("[")[0]
-            if base not in FIELDS:
-                return f"unknown field {{{base}}} (known: {', '.join(FIELDS)})"
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:
+        return str(error)
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name == "" or name.isdigit():
+            return "use named fields such as {util}, not {} or {0}"
+        shown = fmt.safe_text(name, 40)
+        if name not in FIELDS:
+            return f"unknown field {{{shown}}} (known: {', '.join(FIELDS)})"
+        if conversion is not None:
+            return f"{{{shown}!{fmt.safe_text(conversion)}}}: conversions are not supported"
+        match = _SPEC.fullmatch(spec or "")
+        if match is None:
+            return (
+                f"{{{shown}:{fmt.safe_text(spec or '', 40)}}}: a field takes "
+                "[[fill]align][width][.precision], e.g. {util:>4}"
+            )
+        fill = match.group("fill")
+        if fill is not None and not fill.isprintable():
+            return f"{{{shown}}}: the fill character must be printable"
+        for part in ("width", "precision"):
+            value = match.group(part)
+            if value is not None and int(value) > MAX_WIDTH:
+                return f"{{{shown}}}: {part} {value} is more than {MAX_WIDTH}"
+    try:
         template.format(**dict.fromkeys(FIELDS, fmt.NA))
     except (ValueError, IndexError, KeyError, AttributeError, TypeError) as error:
         return str(error)

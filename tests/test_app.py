@@ -44,7 +44,7 @@ async def test_known_sample_values_appear_on_screen() -> None:
         "73%",  # utilisation
         "31%",  # memory bandwidth utilisation
         "12.0/24.0G",  # memory used / total
-        "123/250W",  # power draw / limit
+        "123 / 250W",  # power draw / limit
         "1410MHz",
         "Persist On",
         "P2",

@@ -117,6 +117,15 @@ def test_a_full_disk_is_one_clear_line() -> None:
         (["--demo-gpus", "65"], "must be from 1 to 64"),
         (["--demo-processes", "100000"], "must be from 1 to 4096"),
         (["--demo-gpus", "abc"], "not a whole number"),
+        # Issue 7, item 10: what int() and float() accept but a person does not mean.
+        (["--interval", "1_0"], "not a number of seconds"),
+        (["--interval", "1e1"], "not a number of seconds"),
+        (["--interval", "\u0663"], "not a number of seconds"),  # an Arabic-Indic 3
+        (["--demo-gpus", "1_0"], "not a whole number"),
+        (["--demo-gpus", "\u0663"], "not a whole number"),
+        (["probe", "--size", "2_56"], "not a whole number of MiB"),
+        (["probe", "--device", "cuda:\u0663"], "expected cuda:N"),
+        (["probe", "--timeout", "1e3"], "not a number of seconds"),
     ],
 )
 def test_out_of_range_values_are_one_clear_line(args: list[str], message: str) -> None:

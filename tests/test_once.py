@@ -349,7 +349,7 @@ def test_a_refused_process_list_is_null_in_json_and_na_in_the_table() -> None:
     assert refused["processes_error"] == "NVML: Insufficient Permissions"
     lines = once.render_table(sample).splitlines()
     refused_at = next(i for i, line in enumerate(lines) if line.startswith("[1]"))
-    assert lines[refused_at + 1] == "  processes: N/A (NVML: Insufficient Permissions)"
+    assert lines[refused_at + 1] == "    processes: N/A (NVML: Insufficient Permissions)"
 
 
 def test_json_no_processes_gives_null_not_an_empty_list() -> None:

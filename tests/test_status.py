@@ -96,7 +96,21 @@ def test_every_documented_field_can_be_used() -> None:
 
 @pytest.mark.parametrize(
     ("template", "complaint"),
-    [("{nope}", "unknown field {nope}"), ("{util", "expected '}'"), ("{}", "named fields")],
+    [
+        ("{nope}", "unknown field {nope}"),
+        ("{util", "expected '}'"),
+        ("{}", "named fields"),
+        # Issue 7, item 9: no attribute or index access, no conversions, bounded widths.
+        ("{index.__class__}", "unknown field {index.__class__}"),
+        ("{uuid[0]}", "unknown field {uuid[0]}"),
+        ("{util!r}", "conversions are not supported"),
+        ("{util:>999999999}", "a field takes [[fill]align][width][.precision]"),
+        ("{util:>201}", "width 201 is more than 200"),
+        ("{util:.5000}", "precision 5000 is more than 200"),
+        ("{util:{index}}", "a field takes"),
+        ("{util:=5}", "a field takes"),
+        ("{util:\x1b>5}", "fill character must be printable"),
+    ],
 )
 def test_bad_format_is_one_line_and_exit_2(
     monkeypatch: pytest.MonkeyPatch,
@@ -109,6 +123,18 @@ def test_bad_format_is_one_line_and_exit_2(
     assert code == 2
     assert out == ""
     assert complaint in err and err.count("\n") == 1
+    assert "\x1b" not in err and "<class" not in err
+
+
+def test_a_bounded_spec_still_aligns_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run_status(
+        monkeypatch,
+        ["--format", "{index}:{util:>5}|{temp:*^8}|{name:.6}"],
+        make_sample(busy_gpu(0)),
+    )
+    assert code == 0
+    assert out.startswith("0:")
+    assert "|" in out and len(out.strip().split("|")[1]) == 8
 
 
 def test_unavailable_sample_exits_1_with_message(

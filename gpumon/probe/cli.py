@@ -16,6 +16,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
+from gpumon.arguments import decimal_number, whole_number
 from gpumon.probe import steps as S
 
 if TYPE_CHECKING:
@@ -35,28 +36,22 @@ MAX_TIMEOUT_S = 3600.0
 
 
 def _cuda_device(text: str) -> int:
-    match = re.fullmatch(r"(?:cuda:)?(\d+)", text.strip())
+    match = re.fullmatch(r"(?:cuda:)?([0-9]+)", text.strip())
     if match is None:
         raise argparse.ArgumentTypeError(f"expected cuda:N, e.g. cuda:0 (got {text!r})")
     return int(match.group(1))
 
 
 def _size_mib(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of MiB: {text!r}") from None
+    value = whole_number(text, "a whole number of MiB")
     if not 1 <= value <= MAX_SIZE_MIB:
         raise argparse.ArgumentTypeError(f"must be 1 to {MAX_SIZE_MIB} MiB (got {value})")
     return value
 
 
 def _timeout_s(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 1 <= value <= MAX_TIMEOUT_S:  # also rejects NaN
+    value = decimal_number(text, "a number of seconds")
+    if not 1 <= value <= MAX_TIMEOUT_S:
         raise argparse.ArgumentTypeError(f"must be 1 to {MAX_TIMEOUT_S:g} seconds (got {text})")
     return value
 
@@ -167,7 +162,7 @@ def _choose_gpu(
 ) -> tuple[int | None, str | None] | str:
     """``(NVML index, UUID)`` for ``--gpu`` (either may be unknown), or a one-line error."""
     text = text.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         index = int(text)
         if not nvml_ok:  # the child reports that it cannot map the index
             return (index, None)

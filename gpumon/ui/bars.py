@@ -29,6 +29,7 @@ class HeaderBar(_StyledLines):
         "header-bar--demo",
         "header-bar--paused",
         "header-bar--stale",
+        "header-bar--stalled",
     }
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; color: $text; }
@@ -37,19 +38,32 @@ class HeaderBar(_StyledLines):
     HeaderBar > .header-bar--demo { background: $warning; color: $text-warning; text-style: bold; }
     HeaderBar > .header-bar--paused { background: $error; color: $text-error; text-style: bold; }
     HeaderBar > .header-bar--stale { color: $warning; }
+    HeaderBar > .header-bar--stalled { background: $error; color: $text-error; text-style: bold; }
     """
 
     def on_resize(self) -> None:
         if self._shown is not None:
             self.show(*self._shown)
 
-    def show(self, sample: Sample | None, interval_s: float, paused: bool, polling: bool) -> None:
-        self._shown = (sample, interval_s, paused, polling)
+    def show(
+        self,
+        sample: Sample | None,
+        interval_s: float,
+        paused: bool,
+        polling: bool,
+        stalled_s: int | None = None,
+    ) -> None:
+        """``stalled_s``: seconds the sample in flight has taken, when that is far too long
+        (NVML not answering); the banner goes when samples resume."""
+        self._shown = (sample, interval_s, paused, polling, stalled_s)
         width = self.size.width or 80
         right = Line()
+        if stalled_s is not None:
+            text = f" NVML not answering for {stalled_s} s " if width >= 70 else " NVML stalled "
+            right.add(text, self.style("stalled")).add(" ")
         if paused:
             right.add(" PAUSED ", self.style("paused")).add(" ")
-        elif polling and sample is None:
+        elif polling and sample is None and stalled_s is None:
             right.add("waiting for the first sample  ", self.style("stale"))
         right.add("every ", self.style("label")).add(f"{interval_s:g}s  ")
         if sample is not None:

@@ -379,7 +379,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         )
         bottom.add(" PWR", label)
         self._bar(bottom, gpu.power_fraction, bar_width)
-        self._value(bottom, fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w).rjust(9))
+        self._value(bottom, fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w).rjust(11))
         return [top.strip(width), bottom.strip(width)]
 
     def _one_line(self, gpu: GpuStats, selected: bool, width: int) -> Strip:

@@ -20,10 +20,16 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gpumon import format as fmt
-from gpumon.model import GpuProcess
+from gpumon.model import GpuProcess, Sample, notable_unlisted_memory_bytes
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, changed_runs
 
 ProcessKey = tuple[int, int]  # (GPU index, PID)
+
+# What an empty table says. "None" is a claim: only made when every GPU's list was read.
+EMPTY_WAITING = "Waiting for the first sample: processes not known yet."
+EMPTY_NONE = "No processes on any GPU."
+EMPTY_NONE_ON_THE_OTHERS = "No processes listed on the GPUs whose lists could be read."
+EMPTY_UNKNOWN = "Processes unknown: no GPU data (see above)."
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,37 @@ COLUMNS: tuple[Column, ...] = (
 )
 # Descending first for these: the biggest users are what people look for.
 _DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
+
+
+def table_messages(sample: Sample | None) -> tuple[list[str], str]:
+    """The notice lines below the rows, and the text of an empty table, for ``sample``.
+
+    A GPU whose process list is unknown (refused by NVML) gets a notice, and so does one
+    whose memory is held mostly by processes NVML does not list here. "No processes" is said
+    only when every GPU's list was read.
+    """
+    if sample is None:
+        return [], EMPTY_WAITING
+    if not sample.gpus:
+        return [], EMPTY_UNKNOWN if sample.unavailable is not None else EMPTY_NONE
+    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
+    for process in sample.processes:
+        by_gpu.setdefault(process.gpu_index, []).append(process)
+    notices: list[str] = []
+    unknown = 0
+    for gpu in sample.gpus:
+        if gpu.lost:
+            unknown += 1
+        elif gpu.processes_error is not None:
+            unknown += 1
+            notices.append(f"GPU {gpu.index}: processes N/A ({gpu.processes_error})")
+        else:
+            unlisted = notable_unlisted_memory_bytes(gpu, by_gpu[gpu.index])
+            if unlisted is not None:
+                notices.append(f"GPU {gpu.index}: {fmt.unlisted_memory(unlisted)}")
+    if unknown == len(sample.gpus):
+        return notices, "Processes unknown: no GPU's process list could be read."
+    return notices, EMPTY_NONE_ON_THE_OTHERS if unknown else EMPTY_NONE
 
 
 def _cell_text(column: Column, process: GpuProcess) -> str:
@@ -141,20 +178,28 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         # process that happened to be first: an untouched table shows the top of the list.
         self.cursor_chosen = False
         self.notices: tuple[str, ...] = ()
+        self.empty_text = EMPTY_WAITING
         self._painted: dict[int, Strip] = {}
         self._fresh: dict[int, Strip] = {}
 
     # -- data in ---------------------------------------------------------------------
 
-    def show(self, processes: Sequence[GpuProcess], notices: Sequence[str] = ()) -> None:
-        """Attributes down: the new processes, and notice lines shown below them (a GPU
-        whose process list could not be read). Repaints only what changed.
+    def show(
+        self,
+        processes: Sequence[GpuProcess],
+        notices: Sequence[str] = (),
+        empty_text: str = EMPTY_NONE,
+    ) -> None:
+        """Attributes down: the new processes, notice lines shown below them (a GPU whose
+        process list could not be read), and what to say when no process is listed: "none"
+        only when every GPU's list was read. Repaints only what changed.
 
         A cursor row on screen stays on screen when its process moves (the view follows
         it); one the user scrolled out of view (mouse wheel) is left there.
         """
         self._processes = tuple(processes)
         self.notices = tuple(notices)
+        self.empty_text = empty_text
         old_row = self.cursor_row
         self._resort(old_row, follow=self._row_on_screen(old_row))
 
@@ -202,7 +247,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     @property
     def _content_height(self) -> int:
-        return 1 + len(self.rows) + len(self.notices)
+        return 1 + max(1, len(self.rows)) + len(self.notices)
 
     def _repaint_changes(self) -> None:
         if not self.is_mounted:
@@ -345,9 +390,9 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         if y == 0:
             return self._header(width)
         row = int(self.scroll_y) + y - 1
-        if not self.rows and not self.notices and y == 1:
-            return Line().add(" No processes on any GPU.", self.style("empty")).strip(width)
-        notice = row - len(self.rows)
+        if not self.rows and row == 0:
+            return Line().add(" " + self.empty_text, self.style("empty")).strip(width)
+        notice = row - max(1, len(self.rows))
         if 0 <= notice < len(self.notices):
             text = self.glyphs.truncate(" " + self.notices[notice], width)
             return Line().add(text, self.style("empty")).strip(width)
