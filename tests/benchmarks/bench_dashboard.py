@@ -1,26 +1,55 @@
 #!/usr/bin/env python3
 """Benchmark the gpumon dashboard in a real pseudo-terminal (a script, not a pytest test).
 
-Runs ``python -m gpumon --demo --demo-gpus 8 --demo-processes 64 --interval 1`` on the slave
-side of a 200x50 pty (TERM=xterm-256color, LANG=C.UTF-8, COLORTERM and NO_COLOR unset) while
-this process drains the master side, and reports per run and as the median over the runs:
+Two scenarios, each on the slave side of a 200x50 pty (TERM=xterm-256color, LANG=C.UTF-8,
+COLORTERM and NO_COLOR unset) while this process drains the master side:
 
-* CPU % of one core in steady state (user+system of the app and any descendants, over a
-  window that starts a warm-up after the first full frame),
-* time from just before the child is started to the first full frame (the process table's
-  header words and at least one demo process command are on the screen),
-* peak RSS (sampled every 0.25 s over the whole run, and VmHWM at the end; the larger),
-* bytes written to the terminal per second over the steady-state window.
+``--scenario demo`` (the default)
+    ``python -m gpumon --demo --demo-gpus 8 --demo-processes 64 --interval 1``: a simulated
+    server; absolute targets. First full frame: the process table's header words and at least
+    one demo process command are in the output.
 
-Usage::
+``--scenario real [--gpus 8] [--per-gpu 8]``
+    ``python -m gpumon --interval 1`` reading NVML through ``--nvml-lib``: by default the fake
+    library of ``../shared/fakenvml`` (built with ``make`` if needed, in a copy under $TMPDIR
+    when that directory is read-only) with GPUS x PER_GPU *real* idle job processes started by
+    its ``spawn_procs.py`` and always stopped at the end (also on Ctrl+C or an error), so the
+    host side (psutil reads of real PIDs) costs what it costs on a server. ``--nvml-lib
+    system`` uses the installed driver (no LD_LIBRARY_PATH override, no jobs); ``--nvml-lib
+    DIR`` puts DIR (holding libnvidia-ml.so.1) first on LD_LIBRARY_PATH. First full frame:
+    every ``--marker`` string (default ``fakejob.py``, the jobs' command) is visible at once
+    on an emulated screen.
+
+``--compare nvitop`` (real scenario) installs a pinned nvitop with pip into a throw-away venv
+under $TMPDIR (reused later) and runs gpumon and nvitop alternately (ABAB...) on the same
+pty, scenario, interval and first-frame marker, then prints each metric's median for both
+and the ratio gpumon/nvitop against issue 7's targets: CPU <= 0.5x nvitop (<= 0.25x from 512
+processes), first full frame <= 0.5x, bytes/s <= 1x, and gpumon's peak RSS <= 80 MiB.
+
+Metrics, per run and as the median over the runs:
+
+* CPU % of one core in steady state: user+system of the monitor, its live descendants and
+  reaped children, over a window that starts a warm-up after the first full frame;
+* time from just before the monitor is started to its first full frame;
+* peak RSS (the tree's RSS sampled every 0.25 s over the whole run, and VmHWM at the end);
+* bytes written to the terminal per second over the steady-state window;
+* machine noise over the window: busy and steal % of the whole machine (100 = one core).
+
+Usage (from the repository root)::
 
     python tests/benchmarks/bench_dashboard.py [--runs 3] [--seconds 30] [--warmup 5] [--json]
+    python tests/benchmarks/bench_dashboard.py --scenario real --gpus 8 --per-gpu 8 \\
+        --compare nvitop --runs 5
+    python tests/benchmarks/bench_dashboard.py --scenario real --per-gpu 64 --compare nvitop
+    python tests/benchmarks/bench_dashboard.py --scenario real --nvml-lib system \\
+        --marker python --compare nvitop          # on a GPU server
     python tests/benchmarks/bench_dashboard.py --runs 1 --seconds 10 \\
         --capture /tmp/gpumon_pty_capture.bin --breakdown
 
 ``--breakdown`` classifies the last run's steady-state bytes (cursor movement, SGR, text,
-other escapes) and lists the screen rows that are rewritten most often. Needs Linux and
-psutil. Exit status: 0 when every median meets its target, 1 when one does not, 2 on error.
+other escapes), lists the screen rows that are rewritten most, and which screen cells really
+change (per process-table column). Needs Linux and psutil. Exit status: 0 when every target
+is met, 1 when one is not, 2 on error (including Ctrl+C).
 """
 
 from __future__ import annotations
@@ -34,11 +63,13 @@ import os
 import platform
 import re
 import selectors
+import shutil
 import signal
 import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -50,21 +81,58 @@ from typing import Any
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pyspy_summary
+from bench_env import (
+    FakeJobs,
+    SetupError,
+    build_fake_library,
+    ensure_nvitop,
+    is_fake_library,
+    system_cpu,
+)
+from pty_terminal import Responder, Screen
+
+ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = 200
 ROWS = 50
 MIB = 1024 * 1024
+NVITOP_VERSION = "1.7.2"
 
-# metric key -> (label, unit, target, nvitop on the same simulated server)
+# metric key -> (label, unit)
+LABELS: dict[str, tuple[str, str]] = {
+    "cpu_percent": ("CPU, % of one core", "%"),
+    "first_frame_s": ("first full frame", "s"),
+    "peak_rss_mib": ("peak RSS", "MiB"),
+    "bytes_per_s": ("bytes to terminal", "B/s"),
+}
+# Demo scenario: metric key -> (label, unit, target, nvitop on the same simulated server)
 METRICS: dict[str, tuple[str, str, float, float]] = {
     "cpu_percent": ("CPU, % of one core", "%", 1.7, 3.4),
     "first_frame_s": ("first full frame", "s", 0.5, 1.0),
     "peak_rss_mib": ("peak RSS", "MiB", 80.0, 26.0),
     "bytes_per_s": ("bytes to terminal", "B/s", 1000.0, 900.0),
 }
+# Real-PID scenario (issue 7, item 18): gpumon/nvitop ratios, and gpumon's RSS.
+RSS_LIMIT_MIB = 80.0
+FRAME_RATIO = 0.5
+BYTES_RATIO = 1.0
+# nvitop's medians in issue 7 (fake NVML, real PIDs, 200x50, --interval 1), keyed by
+# (GPUs, processes per GPU): the reference for targets when nvitop is not run alongside.
+ISSUE_NVITOP: dict[tuple[int, int], dict[str, float]] = {
+    (8, 8): {"cpu_percent": 7.75, "first_frame_s": 1.41, "bytes_per_s": 977.0},
+    (8, 64): {"cpu_percent": 37.6},
+}
 
-# The first full frame: the process table's header and at least one row of a demo process
-# (every demo command starts with "python", "/opt/conda/bin/python" or "accelerate launch";
-# before the first sample the table reads "No processes on any GPU.").
+
+def cpu_ratio_target(processes: int) -> float:
+    """gpumon's CPU as a fraction of nvitop's: 0.5 at 8x8, 0.25 from 512 processes."""
+    return 0.25 if processes >= 512 else 0.5
+
+
+# The demo's first full frame: the process table's header and at least one row of a demo
+# process (every demo command starts with "python", "/opt/conda/bin/python" or "accelerate
+# launch"; before the first sample the table reads "No processes on any GPU.").
 HEADER_WORDS = ("PID", "COMMAND")
 PROCESS_MARKER = re.compile(r"\bpython\b|accelerate launch")
 MARKER_DESCRIPTION = (
@@ -91,7 +159,8 @@ CURSOR_CONTROLS = frozenset(b"\r\n\b\t")
 FRAME_GAP_S = 0.03
 
 # Replies a modern terminal would give to Textual's DECRQM queries (only with --answer-queries;
-# by default they go unanswered, which Textual does not wait for).
+# by default they go unanswered, which Textual does not wait for). Other queries (cursor
+# position, device attributes, ...) are always answered as xterm would (pty_terminal).
 QUERY_REPLIES = {
     b"\x1b[?2026$p": b"\x1b[?2026;2$y",  # synchronized output: supported, reset
     b"\x1b[?2048$p": b"\x1b[?2048;0$y",  # in-band resize: not recognised
@@ -110,17 +179,38 @@ def is_full_frame(text: str) -> bool:
     return all(word in text for word in HEADER_WORDS) and bool(PROCESS_MARKER.search(text))
 
 
-class PtyReader(threading.Thread):
-    """Drains the pty master continuously, keeping every chunk with its arrival time."""
+@dataclass(frozen=True)
+class FrameRule:
+    """When a run's first full frame is there: ``markers`` all visible at once on the
+    emulated screen, or (no markers) the demo rule on the ANSI-stripped output."""
 
-    def __init__(self, fd: int, *, answer_queries: bool) -> None:
+    markers: tuple[str, ...] = ()
+
+    @property
+    def description(self) -> str:
+        if not self.markers:
+            return MARKER_DESCRIPTION
+        shown = " and ".join(repr(m) for m in self.markers)
+        return f"{shown} visible on the emulated {COLUMNS}x{ROWS} screen"
+
+
+class PtyReader(threading.Thread):
+    """Drains the pty master continuously, keeping every chunk with its arrival time;
+    answers terminal queries; spots the first full frame."""
+
+    def __init__(self, fd: int, *, answer_queries: bool, rule: FrameRule) -> None:
         super().__init__(name="pty-reader", daemon=True)
         self.fd = fd
         self.answer_queries = answer_queries
+        self.rule = rule
         self.chunks: list[tuple[float, bytes]] = []
         self.first_frame_at: float | None = None
         self.first_frame = threading.Event()
+        self.first_screen = ""
         self.queries_seen: Counter[str] = Counter()
+        self.screen = Screen(COLUMNS, ROWS)
+        self.responder = Responder(COLUMNS, ROWS, self._cursor)
+        self._fed = 0  # chunks fed to the screen emulator (lazily: only when it is needed)
         self._head = bytearray()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -131,6 +221,20 @@ class PtyReader(threading.Thread):
     def snapshot(self) -> list[tuple[float, bytes]]:
         with self._lock:
             return list(self.chunks)
+
+    def screen_text(self) -> str:
+        with self._lock:
+            return self._catch_up().text()
+
+    def _catch_up(self) -> Screen:  # with self._lock held
+        while self._fed < len(self.chunks):
+            self.screen.feed(self.chunks[self._fed][1])
+            self._fed += 1
+        return self.screen
+
+    def _cursor(self) -> tuple[int, int]:  # called from run(), with self._lock held
+        screen = self._catch_up()
+        return min(screen.x, screen.cols - 1), screen.y
 
     def run(self) -> None:
         selector = selectors.DefaultSelector()
@@ -148,38 +252,67 @@ class PtyReader(threading.Thread):
                 now = time.perf_counter()
                 with self._lock:
                     self.chunks.append((now, data))
-                self._handle_queries(data)
-                if self.first_frame_at is None:
-                    self._head += data
-                    if is_full_frame(strip_ansi(bytes(self._head))):
+                    self._handle_queries(data)
+                    if self.first_frame_at is None and self._is_full_frame(data):
                         self.first_frame_at = now
+                        self.first_screen = self.screen.text() if self.rule.markers else ""
                         self.first_frame.set()
                         self._head.clear()
         finally:
             selector.close()
 
+    def _is_full_frame(self, data: bytes) -> bool:  # with self._lock held
+        if self.rule.markers:
+            text = self._catch_up().text()
+            return all(marker in text for marker in self.rule.markers)
+        self._head += data
+        return is_full_frame(strip_ansi(bytes(self._head)))
+
     def _handle_queries(self, data: bytes) -> None:
+        replies = []
         for query, reply in QUERY_REPLIES.items():
             if query in data:
                 self.queries_seen[query.decode("ascii", "replace")[1:]] += 1
                 if self.answer_queries:
-                    with contextlib.suppress(OSError):
-                        os.write(self.fd, reply)
+                    replies.append(reply)
+        before = self.responder.count
+        replies.append(self.responder.feed(data))
+        if self.responder.count > before:
+            self.queries_seen["xterm queries answered"] += self.responder.count - before
+        reply = b"".join(replies)
+        if reply:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, reply)
+
+
+@dataclass
+class Monitor:
+    """One program to measure, and how."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    rule: FrameRule
+    quit_keys: bytes = b"q"
 
 
 @dataclass
 class Config:
-    command: list[str]
     warmup_s: float
     seconds: float
     answer_queries: bool
     first_frame_timeout_s: float = 30.0
     sample_every_s: float = 0.25
+    nvml_stats: bool = False
+    py_spy: str | None = None  # py-spy executable: record gpumon's steady-state window
+    py_spy_rate: int = 200
 
 
 @dataclass
 class RunResult:
+    monitor: str = "gpumon"
     first_frame_s: float | None = None
+    frame_done_s: float | None = None  # end of the burst that drew the first frame
     cpu_percent: float | None = None
     peak_rss_mib: float | None = None
     bytes_per_s: float | None = None
@@ -187,10 +320,15 @@ class RunResult:
     window_bytes: int = 0
     frames_per_s: float = 0.0
     bytes_to_first_frame: int = 0
+    startup_cpu_s: float | None = None
     sampled_rss_peak_mib: float = 0.0
     vm_hwm_mib: float | None = None
     descendants: int = 0
     load_average_1m: float = 0.0
+    machine_busy_pct: float | None = None
+    steal_pct: float | None = None
+    nvml_calls_per_s: float | None = None
+    nvml_top: str | None = None
     exit: str = ""
     left_behind: list[int] = field(default_factory=list)
     queries_seen: dict[str, int] = field(default_factory=dict)
@@ -198,6 +336,8 @@ class RunResult:
     # Everything read from the pty, and the steady-state window's bounds (perf_counter).
     chunks: list[tuple[float, bytes]] = field(default_factory=list, repr=False)
     window: tuple[float, float] | None = field(default=None, repr=False)
+    screen: str = field(default="", repr=False)
+    first_screen: str = field(default="", repr=False)
 
     def window_chunks(self) -> list[tuple[float, bytes]]:
         if self.window is None:
@@ -206,18 +346,32 @@ class RunResult:
         return [(at, data) for at, data in self.chunks if t0 <= at < t1]
 
 
-def cpu_seconds(process: psutil.Process) -> tuple[float, int]:
-    """User+system seconds of the process (all threads) and its live descendants."""
+def _process_cpu(process: psutil.Process) -> float:
     times = process.cpu_times()
-    total = times.user + times.system
+    # children_*: reaped children (a monitor that runs helper commands pays for them too)
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def cpu_seconds(process: psutil.Process) -> tuple[float, int]:
+    """User+system seconds of the process (all threads, reaped children included) and of its
+    live descendants."""
+    total = _process_cpu(process)
     descendants = 0
     with contextlib.suppress(psutil.Error):
         for child in process.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                child_times = child.cpu_times()
-                total += child_times.user + child_times.system
+                total += _process_cpu(child)
                 descendants += 1
     return total, descendants
+
+
+def tree_rss(process: psutil.Process) -> int:
+    rss = process.memory_info().rss
+    with contextlib.suppress(psutil.Error):
+        for child in process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                rss += child.memory_info().rss
+    return rss
 
 
 def vm_hwm_bytes(pid: int) -> int | None:
@@ -234,7 +388,7 @@ def child_environment() -> dict[str, str]:
     for name in ("COLORTERM", "NO_COLOR", "FORCE_COLOR", "TEXTUAL", "TERM_PROGRAM"):
         env.pop(name, None)
     # COLUMNS/LINES would override the pty's window size.
-    for name in ("COLUMNS", "LINES", "LC_ALL", "LC_CTYPE"):
+    for name in ("COLUMNS", "LINES", "LC_ALL", "LC_CTYPE", "TMUX", "TERMCAP"):
         env.pop(name, None)
     env.update(TERM="xterm-256color", LANG="C.UTF-8")
     return env
@@ -253,16 +407,18 @@ def session_members(sid: int) -> list[int]:
     return members
 
 
-def stop_child(proc: subprocess.Popen[bytes], master: int) -> tuple[str, list[int]]:
-    """Ask the app to quit with "q"; after 3 s escalate. Returns (how it ended, left behind)."""
-    how = "quit on 'q'"
+def stop_child(
+    proc: subprocess.Popen[bytes], master: int, quit_keys: bytes = b"q"
+) -> tuple[str, list[int]]:
+    """Ask the app to quit with its key; after 3 s escalate. Returns (how, left behind)."""
+    how = f"quit on {quit_keys.decode(errors='replace')!r}"
     if proc.poll() is None:
         with contextlib.suppress(OSError):
-            os.write(master, b"q")
+            os.write(master, quit_keys)
         try:
             proc.wait(3.0)
         except subprocess.TimeoutExpired:
-            how = "SIGTERM after 'q' timed out"
+            how = "SIGTERM after the quit key timed out"
             proc.terminate()
             try:
                 proc.wait(2.0)
@@ -294,18 +450,79 @@ def count_frames(chunks: Sequence[tuple[float, bytes]]) -> int:
     return frames
 
 
-def run_once(config: Config) -> RunResult:
-    result = RunResult(load_average_1m=os.getloadavg()[0])
+def burst_end(chunks: Sequence[tuple[float, bytes]], at: float) -> float:
+    """When the output burst that was going on at ``at`` ended: the last read before the
+    first gap of FRAME_GAP_S (the rest of a frame whose first part showed the marker)."""
+    end = at
+    for when, _ in chunks:
+        if when <= at:
+            continue
+        if when - end > FRAME_GAP_S:
+            break
+        end = when
+    return end
+
+
+def read_nvml_stats(path: Path) -> tuple[float | None, str | None]:
+    """NVML calls per second and the commonest functions, from the fake library's
+    FAKENVML_STATS file (appended at the program's exit); (None, None) without one."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None, None
+    with contextlib.suppress(OSError):
+        path.unlink()
+    calls: Counter[str] = Counter()
+    seconds = 0.0
+    for line in lines:
+        parts = line.split()
+        if line.startswith("#") and parts:
+            with contextlib.suppress(ValueError):
+                seconds = max(seconds, float(parts[-1]))
+        elif len(parts) == 3 and parts[2].isdigit():
+            calls[parts[1]] += int(parts[2])
+    total = sum(calls.values())
+    top = " ".join(f"{name.replace('nvmlDevice', '')}={n}" for name, n in calls.most_common(6))
+    return (total / seconds if seconds else None), top
+
+
+def start_py_spy(config: Config, pid: int, output: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy recording ``pid`` for the window (raw collapsed stacks with thread names; in
+    its default blocking mode, which pauses the process for each sample but keeps stacks
+    whole). Its own CPU is not in the monitor's tree."""
+    assert config.py_spy is not None
+    command = [config.py_spy, "record", "--pid", str(pid), "--rate", str(config.py_spy_rate)]
+    command += ["--duration", str(max(1, round(config.seconds))), "--format", "raw"]
+    command += ["--threads", "--output", str(output)]
+    try:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+    except OSError as error:
+        log(f"py-spy did not start: {error}")
+        return None
+
+
+def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> RunResult:
+    result = RunResult(monitor=monitor.name, load_average_1m=os.getloadavg()[0])
+    env = dict(monitor.env)
+    stats_file = None
+    if config.nvml_stats:
+        stats_file = Path(tempfile.gettempdir()) / f"gpumon-bench-nvml-{os.getpid()}.txt"
+        with contextlib.suppress(OSError):
+            stats_file.unlink()
+        env["FAKENVML_STATS"] = str(stats_file)
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    reader = PtyReader(master, answer_queries=config.answer_queries)
+    reader = PtyReader(master, answer_queries=config.answer_queries, rule=monitor.rule)
+    spy: subprocess.Popen[bytes] | None = None
     started = time.perf_counter()
     proc = subprocess.Popen(
-        config.command,
+        monitor.command,
         stdin=slave,
         stdout=slave,
         stderr=slave,
-        env=child_environment(),
+        env=env,
         close_fds=True,
         start_new_session=True,
         preexec_fn=make_controlling_tty,
@@ -315,27 +532,32 @@ def run_once(config: Config) -> RunResult:
     try:
         process = psutil.Process(proc.pid)
         rss_peak = 0
-        window_start: tuple[float, float] | None = None
-        window_end: tuple[float, float] | None = None
+        window_start: tuple[float, float, tuple[int, int, int]] | None = None
+        window_end: tuple[float, float, tuple[int, int, int]] | None = None
         next_sample = started
         while True:
             now = time.perf_counter()
             if proc.poll() is not None:
-                result.error = f"gpumon exited early with status {proc.returncode}"
+                result.error = f"{monitor.name} exited early with status {proc.returncode}"
                 break
             with contextlib.suppress(psutil.Error):
-                rss_peak = max(rss_peak, process.memory_info().rss)
+                rss_peak = max(rss_peak, tree_rss(process))
             first = reader.first_frame_at
             if first is None:
                 if now - started > config.first_frame_timeout_s:
                     result.error = f"no full frame within {config.first_frame_timeout_s:.0f} s"
                     break
+            elif result.startup_cpu_s is None:
+                with contextlib.suppress(psutil.Error):
+                    result.startup_cpu_s = cpu_seconds(process)[0]  # <= 0.25 s after it
             elif window_start is None and now >= first + config.warmup_s:
+                if profile is not None:
+                    spy = start_py_spy(config, proc.pid, profile)
                 cpu, _ = cpu_seconds(process)
-                window_start = (time.perf_counter(), cpu)
+                window_start = (time.perf_counter(), cpu, system_cpu())
             elif window_start is not None and now >= window_start[0] + config.seconds:
                 cpu, result.descendants = cpu_seconds(process)
-                window_end = (time.perf_counter(), cpu)
+                window_end = (time.perf_counter(), cpu, system_cpu())
                 break
             next_sample += config.sample_every_s
             time.sleep(max(0.0, next_sample - time.perf_counter()))
@@ -346,18 +568,34 @@ def run_once(config: Config) -> RunResult:
         if reader.first_frame_at is not None:
             result.first_frame_s = reader.first_frame_at - started
         if window_start is not None and window_end is not None:
-            t0, cpu0 = window_start
-            t1, cpu1 = window_end
+            t0, cpu0, sys0 = window_start
+            t1, cpu1, sys1 = window_end
             result.window_s = t1 - t0
             result.cpu_percent = (cpu1 - cpu0) / result.window_s * 100.0
+            busy, steal, total = (b - a for a, b in zip(sys0, sys1, strict=True))
+            cores = os.cpu_count() or 1
+            result.machine_busy_pct = busy / max(total, 1) * 100.0 * cores
+            result.steal_pct = steal / max(total, 1) * 100.0 * cores
             result.window = (t0, t1)
             result.chunks = reader.snapshot()
             chunks = result.window_chunks()
             result.window_bytes = sum(len(data) for _, data in chunks)
             result.bytes_per_s = result.window_bytes / result.window_s
             result.frames_per_s = count_frames(chunks) / result.window_s
+        result.screen = reader.screen_text()  # before quitting restores the main screen
+        if spy is not None:
+            try:
+                _, err = spy.communicate(timeout=config.seconds + 30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                _, err = spy.communicate()
+            if spy.returncode != 0:
+                log(f"py-spy exited with {spy.returncode}: {err.decode(errors='replace')[-500:]}")
     finally:
-        result.exit, result.left_behind = stop_child(proc, master)
+        if spy is not None and spy.poll() is None:
+            spy.kill()
+            spy.wait()
+        result.exit, result.left_behind = stop_child(proc, master, monitor.quit_keys)
         reader.join(2.0)
         reader.stop()
         reader.join(1.0)
@@ -366,7 +604,11 @@ def run_once(config: Config) -> RunResult:
         result.bytes_to_first_frame = sum(
             len(data) for at, data in reader.chunks if at <= reader.first_frame_at
         )
+        result.frame_done_s = burst_end(reader.chunks, reader.first_frame_at) - started
     result.queries_seen = dict(reader.queries_seen)
+    result.first_screen = reader.first_screen
+    if stats_file is not None:
+        result.nvml_calls_per_s, result.nvml_top = read_nvml_stats(stats_file)
     return result
 
 
@@ -410,6 +652,102 @@ class VirtualScreen:
 def _csi_numbers(params: str, count: int, default: int) -> list[int]:
     values = [int(part) if part.isdigit() else default for part in params.split(";")]
     return (values + [default] * count)[:count]
+
+
+def _header_columns(lines: Sequence[str]) -> tuple[int, list[tuple[int, int, str]]] | None:
+    """The process table's header row (0-based) and its words as (start, end, word)."""
+    for index, line in enumerate(lines):
+        if "PID" in line and "COMMAND" in line:
+            words = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\s│|]+", line)]
+            return index, words
+    return None
+
+
+def _column_of(span: tuple[int, int], words: Sequence[tuple[int, int, str]]) -> str:
+    """The header word over a changed span of cells: one that overlaps it, else the nearest
+    (right-aligned values end under their title, left-aligned ones start under it)."""
+    start, end = span
+    best, distance = "?", COLUMNS
+    for w_start, w_end, word in words:
+        if w_start <= end and start < w_end:
+            return word
+        gap = min(abs(start - w_start), abs(end - w_end))
+        if gap < distance:
+            best, distance = word, gap
+    return best
+
+
+def _spans(columns: Sequence[int]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for col in sorted(columns):
+        if spans and col <= spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], col)
+        else:
+            spans.append((col, col))
+    return spans
+
+
+def changed_cells(result: RunResult) -> dict[str, Any]:
+    """Which cells of the emulated screen really change from one update burst to the next:
+    per row, and per process-table column (cells changed per second)."""
+    assert result.window is not None
+    screen = Screen(COLUMNS, ROWS)
+    for at, data in result.chunks:
+        if at >= result.window[0]:
+            break
+        screen.feed(data)
+    previous = [list(row) for row in screen.buf]
+    per_row: Counter[int] = Counter()
+    spans_seen: Counter[tuple[int, int, int]] = Counter()
+    bursts = 0
+    window = result.window_chunks()
+    for index, (at, data) in enumerate(window):
+        screen.feed(data)
+        last_of_burst = index + 1 == len(window) or window[index + 1][0] - at > FRAME_GAP_S
+        if not last_of_burst:
+            continue
+        bursts += 1
+        for row in range(ROWS):
+            now = screen.buf[row]
+            if now == previous[row]:
+                continue
+            cols = [c for c in range(COLUMNS) if now[c] != previous[row][c]]
+            per_row[row] += len(cols)
+            for start, end in _spans(cols):
+                spans_seen[(row, start, end)] += 1
+        previous = [list(row) for row in screen.buf]
+    lines = ["".join(row).rstrip() for row in screen.buf]
+    header = _header_columns(lines)
+    by_column: Counter[str] = Counter()
+    if header is not None:
+        header_row, words = header
+        for (row, start, end), count in spans_seen.items():
+            if row > header_row and lines[row].strip():
+                by_column[_column_of((start, end), words)] += (end - start + 1) * count
+    duration = result.window_s
+    return {
+        "bursts_per_s": bursts / duration,
+        "cells_changed_per_s": sum(per_row.values()) / duration,
+        "process_table_header_row": header[0] + 1 if header else None,
+        "process_cells_changed_per_s_by_column": {
+            word: cells / duration for word, cells in by_column.most_common()
+        },
+        "rows": [
+            {
+                "row": row + 1,
+                "cells_changed_per_s": cells / duration,
+                "spans": [
+                    f"{start + 1}-{end + 1}x{count}"
+                    for (r, start, end), count in sorted(
+                        spans_seen.items(), key=lambda item: (-item[1], item[0])
+                    )
+                    if r == row
+                ][:6],
+                "screen": lines[row],
+            }
+            for row, cells in per_row.most_common(12)
+        ],
+    }
 
 
 def breakdown(result: RunResult) -> dict[str, Any]:
@@ -518,6 +856,7 @@ def breakdown(result: RunResult) -> dict[str, Any]:
         for row, _ in row_bytes.most_common()
     ]
     return {
+        "monitor": result.monitor,
         "duration_s": duration_s,
         "bytes_per_s": total / duration_s,
         "frames_per_s": len(rows_per_frame) / duration_s,
@@ -530,12 +869,14 @@ def breakdown(result: RunResult) -> dict[str, Any]:
             for kind, counter in sequences.items()
         },
         "rows": rows,
+        "changes": changed_cells(result),
     }
 
 
 def print_breakdown(report: dict[str, Any]) -> None:
     print(
-        f"\nByte breakdown of the last run's steady state ({report['duration_s']:.1f} s, "
+        f"\nByte breakdown of {report['monitor']}'s last run, steady state "
+        f"({report['duration_s']:.1f} s, "
         f"{report['bytes_per_s']:.0f} B/s, {report['frames_per_s']:.2f} update bursts/s, "
         f"{report['rows_changed_per_frame']:.1f} rows with new text per burst):"
     )
@@ -560,6 +901,26 @@ def print_breakdown(report: dict[str, Any]) -> None:
         print(
             f"    {row['row']:>3}: {row['bytes_per_s']:7.1f} {row['text_bytes_per_s']:7.1f} "
             f"{row['frames_per_s']:5.2f} {row['cursor_moves_per_s']:6.2f} | {row['screen'][:80]}"
+        )
+    changes = report["changes"]
+    print(
+        f"  cells that really change (emulated screen, burst to burst): "
+        f"{changes['cells_changed_per_s']:.1f} cells/s over {changes['bursts_per_s']:.2f} "
+        f"bursts/s; {report['bytes_per_s'] / max(changes['cells_changed_per_s'], 1e-9):.1f} "
+        "bytes written per changed cell"
+    )
+    if changes["process_cells_changed_per_s_by_column"]:
+        shown = ", ".join(
+            f"{word} {cells:.1f}"
+            for word, cells in changes["process_cells_changed_per_s_by_column"].items()
+        )
+        print(f"  process-table cells changed per second, by column: {shown}")
+    print("  rows by changed cells (row: cells/s | commonest spans first-last x bursts | screen):")
+    for row in changes["rows"]:
+        spans = " ".join(row["spans"])
+        print(
+            f"    {row['row']:>3}: {row['cells_changed_per_s']:6.1f} | {spans:<34} "
+            f"| {row['screen'][:70]}"
         )
 
 
@@ -600,11 +961,19 @@ def fmt(value: float | None, key: str) -> str:
     return f"{value:.2f}" if key in ("cpu_percent", "first_frame_s") else f"{value:.1f}"
 
 
-def summarise(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
+def median_of(results: Sequence[RunResult], key: str) -> float | None:
+    values = [getattr(r, key) for r in results if getattr(r, key) is not None]
+    return statistics.median(values) if values and len(values) == len(results) else None
+
+
+def summarise(
+    results: Sequence[RunResult], targets: dict[str, tuple[float | None, float | None]]
+) -> dict[str, dict[str, Any]]:
+    """Per metric: runs, median, the target (None: no verdict) and nvitop's reference."""
     summary: dict[str, dict[str, Any]] = {}
-    for key, (label, unit, target, peer) in METRICS.items():
-        values = [getattr(r, key) for r in results if getattr(r, key) is not None]
-        median = statistics.median(values) if len(values) == len(results) else None
+    for key, (label, unit) in LABELS.items():
+        target, peer = targets.get(key, (None, None))
+        median = median_of(results, key)
         summary[key] = {
             "label": label,
             "unit": unit,
@@ -612,54 +981,230 @@ def summarise(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
             "median": median,
             "target": target,
             "nvitop": peer,
-            "pass": median is not None and median <= target,
+            "pass": None if target is None else median is not None and median <= target,
         }
     return summary
 
 
-def print_report(
-    context: dict[str, Any],
-    config: Config,
-    results: Sequence[RunResult],
-    summary: dict[str, dict[str, Any]],
-) -> None:
+def compare(
+    ours: Sequence[RunResult], theirs: Sequence[RunResult], cpu_ratio: float
+) -> dict[str, dict[str, Any]]:
+    """Per metric: both medians, the ratio gpumon/nvitop and its verdict."""
+    limits: dict[str, tuple[str, float]] = {
+        "cpu_percent": ("ratio", cpu_ratio),
+        "first_frame_s": ("ratio", FRAME_RATIO),
+        "bytes_per_s": ("ratio", BYTES_RATIO),
+        "peak_rss_mib": ("gpumon", RSS_LIMIT_MIB),
+    }
+    rows: dict[str, dict[str, Any]] = {}
+    for key, (label, unit) in LABELS.items():
+        a, b = median_of(ours, key), median_of(theirs, key)
+        ratio = a / b if a is not None and b else None
+        kind, limit = limits[key]
+        value = ratio if kind == "ratio" else a
+        rows[key] = {
+            "label": label,
+            "unit": unit,
+            "gpumon_runs": [getattr(r, key) for r in ours],
+            "nvitop_runs": [getattr(r, key) for r in theirs],
+            "gpumon": a,
+            "nvitop": b,
+            "ratio": ratio,
+            "target": f"{kind} <= {limit:g}",
+            "pass": value is not None and value <= limit,
+        }
+    return rows
+
+
+def print_runs(results: Sequence[RunResult]) -> None:
+    for index, r in enumerate(results, 1):
+        hwm = f"{r.vm_hwm_mib:.1f}" if r.vm_hwm_mib is not None else "n/a"
+        noise = (
+            f"machine busy {r.machine_busy_pct:.0f} %, steal {r.steal_pct:.1f} %"
+            if r.machine_busy_pct is not None and r.steal_pct is not None
+            else "machine busy n/a"
+        )
+        nvml = f"; NVML {r.nvml_calls_per_s:.0f} calls/s ({r.nvml_top})" if r.nvml_top else ""
+        startup = f"{r.startup_cpu_s:.2f}" if r.startup_cpu_s is not None else "n/a"
+        done = f"{r.frame_done_s:.2f}" if r.frame_done_s is not None else "n/a"
+        print(
+            f"{r.monitor} run {index}: window {r.window_s:.1f} s, {r.window_bytes} B, "
+            f"{r.frames_per_s:.2f} bursts/s; RSS sampled {r.sampled_rss_peak_mib:.1f} MiB, "
+            f"VmHWM {hwm} MiB; {r.bytes_to_first_frame} B and {startup} CPU s before the first "
+            f"frame, its burst ended at {done} s; load {r.load_average_1m:.2f}; {noise}; "
+            f"descendants {r.descendants}"
+            f"{nvml}; {r.exit}; left behind: {r.left_behind or 'none'}"
+            + (f"; ERROR: {r.error}" if r.error else "")
+        )
+
+
+def print_header(context: dict[str, Any], plan: Plan, config: Config) -> None:
     print(
         f"Machine: {context['cpu_model']}, {context['logical_cores']} logical / "
         f"{context['physical_cores']} physical cores; Python {context['python']}, "
         f"textual {context['textual']}, gpumon {context['gpumon']}; {context['platform']}"
     )
-    print(f"Command: {' '.join(config.command)}")
+    print(f"Scenario: {plan.description}")
+    for monitor in plan.monitors:
+        extra = f" ({plan.versions[monitor.name]})" if monitor.name in plan.versions else ""
+        print(f"Command: {' '.join(monitor.command)}{extra}")
+    if plan.nvml_env:
+        print("NVML: " + " ".join(f"{k}={v}" for k, v in plan.nvml_env.items()))
     print(
         f"Terminal: pty {COLUMNS}x{ROWS}, TERM=xterm-256color LANG=C.UTF-8, COLORTERM/NO_COLOR "
-        f"unset; terminal queries {'answered' if config.answer_queries else 'not answered'}"
+        f"unset; Textual's DECRQM queries {'answered' if config.answer_queries else 'not answered'}"
+        ", other terminal queries answered as xterm"
     )
-    print(f"First frame marker: {MARKER_DESCRIPTION}")
+    print(f"First frame marker: {plan.monitors[0].rule.description}")
+    order = "alternately (ABAB...), " if len(plan.monitors) > 1 else ""
     print(
-        f"Steady state: {config.warmup_s:g} s warm-up after the first frame, then a "
+        f"Steady state: {order}{config.warmup_s:g} s warm-up after the first frame, then a "
         f"{config.seconds:g} s window; RSS sampled every {config.sample_every_s:g} s + VmHWM\n"
     )
-    for index, r in enumerate(results, 1):
-        hwm = f"{r.vm_hwm_mib:.1f}" if r.vm_hwm_mib is not None else "n/a"
-        print(
-            f"run {index}: window {r.window_s:.1f} s, {r.window_bytes} B, "
-            f"{r.frames_per_s:.2f} bursts/s; RSS sampled {r.sampled_rss_peak_mib:.1f} MiB, "
-            f"VmHWM {hwm} MiB; {r.bytes_to_first_frame} B before first frame; "
-            f"load {r.load_average_1m:.2f}; descendants {r.descendants}; {r.exit}; "
-            f"left behind: {r.left_behind or 'none'}" + (f"; ERROR: {r.error}" if r.error else "")
-        )
-    header = "".join(f"{'run ' + str(i):>9}" for i in range(1, len(results) + 1))
-    print(f"\n{'metric':<24}{header}{'median':>9}{'target':>11}{'nvitop':>9}  verdict")
+
+
+def print_summary(summary: dict[str, dict[str, Any]], runs: int, reference: str) -> None:
+    header = "".join(f"{'run ' + str(i):>9}" for i in range(1, runs + 1))
+    print(f"\n{'metric':<24}{header}{'median':>9}{'target':>11}{reference:>9}  verdict")
     for key, row in summary.items():
-        runs = "".join(f"{fmt(v, key):>9}" for v in row["runs"])
+        values = "".join(f"{fmt(v, key):>9}" for v in row["runs"])
         label = f"{row['label']} ({row['unit']})"
+        target = "n/a" if row["target"] is None else "<= " + fmt(row["target"], key)
+        verdict = {True: "PASS", False: "FAIL", None: "-"}[row["pass"]]
         print(
-            f"{label:<24}{runs}{fmt(row['median'], key):>9}{'<= ' + fmt(row['target'], key):>11}"
-            f"{fmt(row['nvitop'], key):>9}  {'PASS' if row['pass'] else 'FAIL'}"
+            f"{label:<24}{values}{fmt(row['median'], key):>9}{target:>11}"
+            f"{fmt(row['nvitop'], key):>9}  {verdict}"
         )
+
+
+def print_comparison(rows: dict[str, dict[str, Any]], runs: int) -> None:
+    print(
+        f"\n{'metric':<26}{'monitor':>8}"
+        + "".join(f"{'run ' + str(i):>9}" for i in range(1, runs + 1))
+        + f"{'median':>9}"
+    )
+    for key, row in rows.items():
+        label = f"{row['label']} ({row['unit']})"
+        for name in ("gpumon", "nvitop"):
+            values = "".join(f"{fmt(v, key):>9}" for v in row[f"{name}_runs"])
+            print(f"{label:<26}{name:>8}{values}{fmt(row[name], key):>9}")
+            label = ""
+    print(f"\n{'metric':<26}{'gpumon':>9}{'nvitop':>9}{'gpumon/nvitop':>15}  {'target':<18}verdict")
+    for key, row in rows.items():
+        label = f"{row['label']} ({row['unit']})"
+        ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "n/a"
+        print(
+            f"{label:<26}{fmt(row['gpumon'], key):>9}{fmt(row['nvitop'], key):>9}{ratio:>15}  "
+            f"{row['target']:<18}{'PASS' if row['pass'] else 'FAIL'}"
+        )
+
+
+def print_profile(args: argparse.Namespace, runs: int) -> None:
+    """The py-spy summary of every gpumon run's window, together."""
+    files = [args.py_spy / f"gpumon-run{i}.txt" for i in range(1, runs + 1)]
+    lines = []
+    for path in files:
+        with contextlib.suppress(OSError):
+            lines += path.read_text().splitlines()
+    print(f"\npy-spy profile of gpumon's steady-state windows ({runs} runs, {args.py_spy}):")
+    seconds = max(1, round(args.seconds)) * runs
+    print(pyspy_summary.summarise(pyspy_summary.read_profile(lines), args.py_spy_rate, seconds))
+
+
+# --- the plan: scenario, NVML library, jobs, monitors ----------------------------------------
+
+
+@dataclass
+class Plan:
+    description: str
+    monitors: list[Monitor]
+    nvml_env: dict[str, str] = field(default_factory=dict)
+    processes: int = 0
+    jobs: FakeJobs | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    targets: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    reference: str = "nvitop"
+
+
+def nvml_environment(args: argparse.Namespace) -> tuple[dict[str, str], bool, str]:
+    """(environment for the monitors, whether the library is the fake one, description)."""
+    env = child_environment()
+    if args.nvml_lib == "system":
+        env.pop("FAKENVML_CONFIG", None)
+        return env, False, "the system's NVML library (no LD_LIBRARY_PATH override)"
+    if args.nvml_lib == "fake":
+        libdir = build_fake_library(args.fakenvml)
+    else:
+        libdir = Path(args.nvml_lib).resolve()
+        if not (libdir / "libnvidia-ml.so.1").is_file():
+            raise SetupError(f"{libdir} holds no libnvidia-ml.so.1 (see --nvml-lib)")
+    fake = is_fake_library(libdir)
+    old = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = str(libdir) + (f":{old}" if old else "")
+    if not fake:
+        env.pop("FAKENVML_CONFIG", None)
+    kind = "fake" if fake else "NVML"
+    return env, fake, f"{kind} libnvidia-ml.so.1 in {libdir}"
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    interval = f"{args.interval:g}"
+    if args.scenario == "demo":
+        command = [args.python, "-m", "gpumon", "--demo", "--demo-gpus", "8"]
+        command += ["--demo-processes", "64", "--interval", interval]
+        env = child_environment()
+        targets = {key: (target, peer) for key, (_, _, target, peer) in METRICS.items()}
+        return Plan(
+            description="demo: 8 simulated GPUs x 64 simulated processes (--demo)",
+            monitors=[Monitor("gpumon", command, env, FrameRule())],
+            targets=targets,
+        )
+    env, fake, lib_description = nvml_environment(args)
+    plan = Plan(description="", monitors=[])
+    if fake:
+        plan.processes = args.gpus * args.per_gpu
+        plan.jobs = FakeJobs(args.fakenvml, sys.executable, args.gpus, args.per_gpu)
+        env["FAKENVML_CONFIG"] = str(plan.jobs.config)
+        plan.nvml_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKENVML_CONFIG")}
+        plan.description = (
+            f"real PIDs: {args.gpus} fake GPUs x {args.per_gpu} idle job processes "
+            f"({plan.processes}), {lib_description}"
+        )
+        markers = tuple(args.marker or ["fakejob.py"])
+    else:
+        if "LD_LIBRARY_PATH" in env and args.nvml_lib != "system":
+            plan.nvml_env = {"LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"]}
+        plan.description = f"real GPUs and their processes, {lib_description}"
+        markers = tuple(args.marker or HEADER_WORDS)
+        if not args.marker:
+            log(
+                "note: on a real driver the first frame is only the process table's header "
+                "('PID', 'COMMAND'); pass --marker with a running job's command for a fairer one"
+            )
+    rule = FrameRule(markers)
+    plan.monitors.append(
+        Monitor("gpumon", [args.python, "-m", "gpumon", "--interval", interval], env, rule)
+    )
+    if args.compare == "nvitop":
+        exe, versions = ensure_nvitop(args.nvitop_version, args.python)
+        plan.versions["nvitop"] = ", ".join(f"{k} {v}" for k, v in versions.items())
+        plan.monitors.append(Monitor("nvitop", [str(exe), "--interval", interval], env, rule))
+    reference = ISSUE_NVITOP.get((args.gpus, args.per_gpu), {}) if fake else {}
+    cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
+    ratios = {"cpu_percent": cpu_ratio, "first_frame_s": FRAME_RATIO, "bytes_per_s": BYTES_RATIO}
+    plan.targets = {
+        key: (ratios[key] * reference[key], reference[key]) for key in ratios if key in reference
+    }
+    plan.targets["peak_rss_mib"] = (RSS_LIMIT_MIB, None)
+    plan.reference = "issue 7" if reference else "nvitop"
+    return plan
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="See the module docstring (head of this file) for scenarios and definitions.",
+    )
     parser.add_argument("--runs", type=int, default=3, help="repetitions (default: 3)")
     parser.add_argument(
         "--seconds", type=float, default=30.0, help="steady-state window (default: 30)"
@@ -677,79 +1222,256 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="answer Textual's DECRQM queries like a modern terminal (sync output supported)",
     )
     parser.add_argument(
-        "--capture", type=Path, help="write the last run's steady-state pty bytes to this file"
+        "--capture",
+        type=Path,
+        help="write the last run's steady-state pty bytes to this file (with --compare, "
+        "nvitop's to the same name with '-nvitop' before the suffix)",
     )
     parser.add_argument(
         "--breakdown",
         action="store_true",
         help="classify the last run's steady-state bytes and list the busiest screen rows",
     )
+    scenario = parser.add_argument_group("scenario")
+    scenario.add_argument(
+        "--scenario",
+        choices=("demo", "real"),
+        default="demo",
+        help="demo: gpumon --demo (default); real: NVML with real job processes",
+    )
+    scenario.add_argument(
+        "--gpus", type=int, default=8, help="real scenario, fake NVML: GPUs (default: 8)"
+    )
+    scenario.add_argument(
+        "--per-gpu",
+        type=int,
+        default=8,
+        help="real scenario, fake NVML: job processes per GPU (default: 8; 64 for 512)",
+    )
+    scenario.add_argument(
+        "--nvml-lib",
+        default="fake",
+        metavar="fake|system|DIR",
+        help="real scenario: 'fake' builds and uses --fakenvml's library and starts the jobs "
+        "(default); 'system' the installed driver; DIR a directory with libnvidia-ml.so.1",
+    )
+    scenario.add_argument(
+        "--fakenvml",
+        type=Path,
+        default=ROOT.parent / "shared" / "fakenvml",
+        help="the fakenvml directory (default: ../shared/fakenvml from the repository root)",
+    )
+    scenario.add_argument(
+        "--marker",
+        action="append",
+        default=[],
+        help="real scenario: a string that marks the first full frame when visible, "
+        "repeatable (default: fakejob.py with the fake library, else 'PID' and 'COMMAND')",
+    )
+    scenario.add_argument(
+        "--interval", type=float, default=1.0, help="refresh interval, both monitors (1)"
+    )
+    scenario.add_argument(
+        "--nvml-stats",
+        action="store_true",
+        help="fake NVML: count the NVML calls each run makes (FAKENVML_STATS)",
+    )
+    side = parser.add_argument_group("side by side")
+    side.add_argument(
+        "--compare",
+        choices=("nvitop",),
+        help="real scenario: run nvitop alternately with gpumon and print the ratios",
+    )
+    side.add_argument(
+        "--nvitop-version",
+        default=NVITOP_VERSION,
+        help=f"nvitop version pip installs ('latest' for unpinned; default: {NVITOP_VERSION})",
+    )
+    side.add_argument(
+        "--cpu-ratio-target",
+        type=float,
+        help="CPU target as gpumon/nvitop (default: 0.5, 0.25 from 512 processes)",
+    )
+    side.add_argument(
+        "--gap", type=float, default=1.0, help="pause between two runs, seconds (default: 1)"
+    )
+    side.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="record gpumon's steady-state windows with py-spy (raw stacks in DIR, "
+        "gpumon-runN.txt) and print a summary by part (pyspy_summary.py)",
+    )
+    side.add_argument(
+        "--py-spy-rate", type=int, default=200, help="py-spy samples per second (200)"
+    )
+    side.add_argument(
+        "--screens",
+        type=Path,
+        metavar="DIR",
+        help="write every run's screen at its first full frame and at the end into DIR",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.seconds <= 0 or args.warmup < 0:
         parser.error("--runs must be >= 1, --seconds > 0, --warmup >= 0")
+    if args.gpus < 1 or args.per_gpu < 1:
+        parser.error("--gpus and --per-gpu must be >= 1")
+    if args.scenario == "demo" and (args.compare or args.nvml_lib != "fake" or args.marker):
+        parser.error("--compare, --nvml-lib and --marker need --scenario real")
+    args.fakenvml = args.fakenvml.resolve()
     return args
+
+
+def find_py_spy() -> str:
+    """py-spy next to this interpreter (a venv's bin/) or on PATH."""
+    here = Path(sys.executable).parent / "py-spy"
+    found = str(here) if here.is_file() else shutil.which("py-spy")
+    if found is None:
+        raise SetupError("--py-spy needs py-spy: pip install py-spy")
+    return found
+
+
+def raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_plan(plan: Plan, config: Config, args: argparse.Namespace) -> dict[str, list[RunResult]]:
+    results: dict[str, list[RunResult]] = {m.name: [] for m in plan.monitors}
+    total = args.runs * len(plan.monitors)
+    step = 0
+    for index in range(1, args.runs + 1):
+        for monitor in plan.monitors:
+            step += 1
+            if step > 1 and args.gap > 0:
+                time.sleep(args.gap)
+            log(
+                f"run {step}/{total} ({monitor.name} {index}/{args.runs}): "
+                f"about {args.warmup + args.seconds + 2:.0f} s ..."
+            )
+            profile = None
+            if args.py_spy is not None and monitor.name == "gpumon":
+                args.py_spy.mkdir(parents=True, exist_ok=True)
+                profile = args.py_spy / f"gpumon-run{index}.txt"
+            result = run_once(monitor, config, profile)
+            results[monitor.name].append(result)
+            if result.error:
+                log(f"{monitor.name} run {index}: {result.error}")
+            if args.screens is not None:
+                args.screens.mkdir(parents=True, exist_ok=True)
+                (args.screens / f"{monitor.name}-run{index}.txt").write_text(result.screen)
+                if result.first_screen:
+                    path = args.screens / f"{monitor.name}-run{index}-first-frame.txt"
+                    path.write_text(result.first_screen)
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = [
-        args.python,
-        "-m",
-        "gpumon",
-        "--demo",
-        "--demo-gpus",
-        "8",
-        "--demo-processes",
-        "64",
-        "--interval",
-        "1",
-    ]
-    config = Config(
-        command=command,
-        warmup_s=args.warmup,
-        seconds=args.seconds,
-        answer_queries=args.answer_queries,
-    )
-    context = machine_context(args.python)
-    results: list[RunResult] = []
-    for index in range(1, args.runs + 1):
-        log(f"run {index}/{args.runs}: about {args.warmup + args.seconds + 2:.0f} s ...")
-        result = run_once(config)
-        results.append(result)
-        if result.error:
-            log(f"run {index}: {result.error}")
-    last = results[-1]
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, raise_interrupt)
+    plan: Plan | None = None
+    try:
+        plan = make_plan(args)
+        config = Config(
+            warmup_s=args.warmup,
+            seconds=args.seconds,
+            answer_queries=args.answer_queries,
+            nvml_stats=args.nvml_stats,
+            py_spy=find_py_spy() if args.py_spy is not None else None,
+            py_spy_rate=args.py_spy_rate,
+        )
+        context = machine_context(args.python)
+        if plan.jobs is not None:
+            plan.jobs.start()
+        results = run_plan(plan, config, args)
+    except SetupError as error:
+        log(f"error: {error}")
+        return 2
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 2
+    finally:
+        if plan is not None and plan.jobs is not None:
+            plan.jobs.stop()
+    return report(args, plan, config, context, results)
+
+
+def report(
+    args: argparse.Namespace,
+    plan: Plan,
+    config: Config,
+    context: dict[str, Any],
+    results: dict[str, list[RunResult]],
+) -> int:
+    ours = results["gpumon"]
+    theirs = results.get("nvitop")
     if args.capture is not None:
-        args.capture.write_bytes(b"".join(data for _, data in last.window_chunks()))
-        log(f"wrote {last.window_bytes} bytes of steady-state output to {args.capture}")
-    report = None
-    if args.breakdown and last.window is not None:
-        report = breakdown(last)
-    summary = summarise(results)
+        for name, runs in results.items():
+            path = args.capture
+            if name != "gpumon":
+                path = path.with_name(f"{path.stem}-{name}{path.suffix}")
+            last = runs[-1]
+            path.write_bytes(b"".join(data for _, data in last.window_chunks()))
+            log(f"wrote {last.window_bytes} bytes of {name}'s steady-state output to {path}")
+    reports = []
+    if args.breakdown:
+        reports = [breakdown(runs[-1]) for runs in results.values() if runs[-1].window]
+    summary = summarise(ours, plan.targets)
+    comparison = None
+    if theirs is not None:
+        cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
+        comparison = compare(ours, theirs, cpu_ratio)
+        passed = all(row["pass"] for row in comparison.values())
+    else:
+        passed = all(row["pass"] is not False for row in summary.values())
     if args.json:
-        runs = [
-            {k: v for k, v in asdict(r).items() if k not in ("chunks", "window")} for r in results
-        ]
         payload = {
             "machine": context,
-            "command": command,
+            "scenario": plan.description,
+            "commands": {m.name: m.command for m in plan.monitors},
+            "versions": plan.versions,
+            "nvml_env": plan.nvml_env,
             "terminal": {"columns": COLUMNS, "rows": ROWS, "answer_queries": args.answer_queries},
-            "first_frame_marker": MARKER_DESCRIPTION,
+            "first_frame_marker": plan.monitors[0].rule.description,
             "warmup_s": args.warmup,
             "window_s": args.seconds,
-            "runs": runs,
+            "runs": {
+                name: [
+                    {
+                        k: v
+                        for k, v in asdict(r).items()
+                        if k not in ("chunks", "window", "screen", "first_screen")
+                    }
+                    for r in runs
+                ]
+                for name, runs in results.items()
+            },
             "metrics": summary,
-            "breakdown": report,
-            "pass": all(row["pass"] for row in summary.values()),
+            "comparison": comparison,
+            "breakdown": reports,
+            "pass": passed,
         }
         print(json.dumps(payload, indent=2))
     else:
-        print_report(context, config, results, summary)
-        if report is not None:
-            print_breakdown(report)
-    if any(r.error for r in results):
+        print_header(context, plan, config)
+        for runs in results.values():
+            print_runs(runs)
+        if comparison is not None:
+            print_comparison(comparison, args.runs)
+        else:
+            print_summary(summary, args.runs, plan.reference)
+            if plan.reference == "issue 7":
+                print(
+                    "(targets from nvitop's figures in issue 7, measured on another day; "
+                    "--compare nvitop measures it alongside)"
+                )
+        for breakdown_report in reports:
+            print_breakdown(breakdown_report)
+        if args.py_spy is not None:
+            print_profile(args, len(ours))
+    if any(r.error for runs in results.values() for r in runs):
         return 2
-    return 0 if all(row["pass"] for row in summary.values()) else 1
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,235 @@
+"""What ``bench_dashboard.py`` sets up around the monitors it measures.
+
+* the fake NVML library of ``../shared/fakenvml`` (built with its Makefile, in a copy under the
+  temporary directory when the source directory is read-only),
+* real idle "GPU job" processes started and stopped with its ``spawn_procs.py`` (run as a
+  subprocess: nothing is imported from outside the repository),
+* a throw-away virtual environment with a pinned nvitop, for the side-by-side comparison,
+* machine-wide CPU counters (busy and steal) as a noise indicator.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LIBRARY = "libnvidia-ml.so.1"
+
+
+class SetupError(RuntimeError):
+    """The benchmark cannot run: a build, an install or the job processes failed."""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def work_dir() -> Path:
+    """``$TMPDIR`` (or the system default) / gpumon-bench: caches that later runs reuse."""
+    path = Path(tempfile.gettempdir()) / "gpumon-bench"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def is_fake_library(directory: Path) -> bool:
+    """True if ``directory/libnvidia-ml.so.1`` is the fake library (it reads FAKENVML_CONFIG)."""
+    try:
+        return b"FAKENVML_CONFIG" in (directory / LIBRARY).read_bytes()
+    except OSError:
+        return False
+
+
+def _run(command: list[str], what: str, timeout: float, **kwargs: object) -> str:
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            **kwargs,  # type: ignore[arg-type]
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SetupError(f"{what}: {error}") from error
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"{what} failed (exit status {done.returncode}):\n{tail}")
+    return done.stdout
+
+
+def build_fake_library(source: Path) -> Path:
+    """The directory holding a built fake ``libnvidia-ml.so.1`` for ``source`` (the fakenvml
+    directory): its own ``build/`` when up to date, else ``make`` there when it is writable,
+    else ``make`` in a copy under the temporary directory (kept, keyed by the sources' hash)
+    when the directory is read-only."""
+    c_file, makefile = source / "fakenvml.c", source / "Makefile"
+    if not c_file.is_file() or not makefile.is_file():
+        raise SetupError(f"{source} has no fakenvml.c and Makefile (see --fakenvml)")
+    built = source / "build"
+    if (built / LIBRARY).is_file() and (built / LIBRARY).stat().st_mtime >= max(
+        c_file.stat().st_mtime, makefile.stat().st_mtime
+    ):
+        return built
+    # The mode bits, not only access(): root may write anywhere, but a directory marked
+    # read-only (r-x, as ../shared is) is left alone.
+    if source.stat().st_mode & stat.S_IWUSR and os.access(source, os.W_OK):
+        log(f"building the fake NVML library: make -C {source}")
+        _run(["make", "-C", str(source)], "make", timeout=300)
+        return built
+    digest = hashlib.sha1(c_file.read_bytes() + makefile.read_bytes()).hexdigest()[:12]
+    copy = work_dir() / f"fakenvml-{digest}"
+    if not (copy / "build" / LIBRARY).is_file():
+        log(f"{source} is read-only: building the fake NVML library in {copy}")
+        copy.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(c_file, copy / "fakenvml.c")
+        shutil.copy2(makefile, copy / "Makefile")
+        _run(["make", "-C", str(copy)], "make", timeout=300)
+    return copy / "build"
+
+
+class FakeJobs:
+    """Idle job processes with real PIDs, started and stopped by ``spawn_procs.py``.
+
+    ``stop()`` is safe to call more than once and after a failed or interrupted ``start()``
+    (it waits for the supervisor to publish the PIDs it started, then stops exactly those).
+    """
+
+    def __init__(self, fakenvml: Path, python: str, gpus: int, per_gpu: int) -> None:
+        self.script = fakenvml / "spawn_procs.py"
+        if not self.script.is_file():
+            raise SetupError(f"{self.script} not found (see --fakenvml)")
+        self.python = python
+        self.gpus, self.per_gpu = gpus, per_gpu
+        self.dir = Path(tempfile.mkdtemp(prefix="jobs-", dir=work_dir()))
+        self.started = False
+        self.stopped = False
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "fakenvml.cfg"
+
+    def pids(self) -> list[int]:
+        pids = []
+        try:
+            lines = (self.dir / "pids").read_text().splitlines()
+        except OSError:
+            return []
+        for line in lines:
+            parts = line.split()
+            if parts and parts[0].isdigit():
+                pids.append(int(parts[0]))
+        return pids
+
+    def start(self, idle_timeout_s: float = 120.0) -> None:
+        count = self.gpus * self.per_gpu
+        log(f"starting {count} idle job processes ({self.gpus} GPUs x {self.per_gpu}) ...")
+        self.started = True
+        out = _run(
+            [
+                self.python,
+                str(self.script),
+                "start",
+                "--dir",
+                str(self.dir),
+                "--gpus",
+                str(self.gpus),
+                "--per-gpu",
+                str(self.per_gpu),
+            ],
+            "spawn_procs.py start",
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+        log(out.strip())
+        # Python start-up of hundreds of jobs keeps the CPUs busy for seconds: wait until
+        # every job sleeps, so that the first monitor does not pay for it.
+        deadline = time.monotonic() + idle_timeout_s
+        pids = self.pids()
+        if len(pids) != count:
+            raise SetupError(f"spawn_procs.py recorded {len(pids)} jobs, expected {count}")
+        while time.monotonic() < deadline:
+            busy = [pid for pid in pids if _state(pid) not in ("S", None)]
+            if not busy:
+                break
+            time.sleep(0.2)
+        else:
+            log(f"warning: {len(busy)} jobs still not idle after {idle_timeout_s:.0f} s")
+        gone = [pid for pid in pids if _state(pid) is None]
+        if gone:
+            raise SetupError(f"{len(gone)} of {count} job processes exited right after start")
+
+    def stop(self) -> None:
+        if not self.started or self.stopped:
+            return
+        self.stopped = True
+        # An interrupted start: the detached supervisor may still be starting jobs.
+        deadline = time.monotonic() + 60
+        while not (self.dir / "pids").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        try:
+            out = _run(
+                [self.python, str(self.script), "stop", "--dir", str(self.dir)],
+                "spawn_procs.py stop",
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+            )
+            log(out.strip())
+        except SetupError as error:
+            log(f"warning: {error}; job PIDs are in {self.dir / 'pids'}")
+            return
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from /proc, None when it is gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return data[data.rindex(b")") + 2 :].split()[0].decode()
+
+
+def ensure_nvitop(version: str, python: str) -> tuple[Path, dict[str, str]]:
+    """nvitop ``version`` ("latest" for unpinned) in ``$TMPDIR/gpumon-bench/nvitop-VERSION``,
+    created with ``python -m venv`` (the same interpreter as gpumon's when ``python`` is
+    gpumon's) and reused by later runs. Returns the nvitop executable and package versions."""
+    venv = work_dir() / f"venv-nvitop-{version}"
+    exe = venv / "bin" / "nvitop"
+    vpython = venv / "bin" / "python"
+    if not exe.is_file():
+        spec = "nvitop" if version == "latest" else f"nvitop=={version}"
+        log(f"installing {spec} into {venv} (once; reused by later runs) ...")
+        _run([python, "-m", "venv", "--clear", str(venv)], "python -m venv", timeout=300)
+        _run(
+            [str(vpython), "-m", "pip", "install", "--disable-pip-version-check", "-q", spec],
+            f"pip install {spec}",
+            timeout=600,
+        )
+    probe = (
+        "import sys, importlib.metadata as m; print(sys.version.split()[0]); "
+        "[print(m.version(p)) for p in ('nvitop', 'nvidia-ml-py', 'psutil')]"
+    )
+    found = _run([str(vpython), "-c", probe], "nvitop version check", timeout=60).split()
+    versions = dict(zip(("python", "nvitop", "nvidia-ml-py", "psutil"), found, strict=False))
+    if version != "latest" and versions.get("nvitop") != version:
+        raise SetupError(f"{venv} holds nvitop {versions.get('nvitop')}, not {version}")
+    return exe, versions
+
+
+def system_cpu() -> tuple[int, int, int]:
+    """(busy, steal, total) clock ticks summed over all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    steal = values[7] if len(values) > 7 else 0
+    total = sum(values[:8])
+    return total - idle - steal, steal, total
