@@ -333,3 +333,113 @@ def test_the_first_host_cpu_reading_is_na_not_zero(monkeypatch: pytest.MonkeyPat
     assert host.sample_host().cpu_pct is None
     second = host.sample_host().cpu_pct
     assert second is not None and 0 <= second <= 100
+
+
+# -- the /proc way: one read of /proc/PID/stat per PID per tick (Linux) ------------------------
+
+
+class FakeStats:
+    """``read_stat`` for ProcessInspector: /proc/PID/stat as the test says it is."""
+
+    def __init__(self) -> None:
+        self.stats: dict[int, host.ProcStat] = {}
+        self.reads = 0
+
+    def __call__(self, pid: int) -> host.ProcStat | None:
+        self.reads += 1
+        return self.stats.get(pid)
+
+    def set(
+        self, pid: int, *, cpu_s: float, start: int = 1, rss: int = GIB, zombie: bool = False
+    ) -> None:
+        ticks = round(cpu_s * host._CLOCK_TICKS)
+        self.stats[pid] = host.ProcStat(zombie, ticks, start, rss)
+
+
+def stat_inspector(table: FakeProcessTable, stats: FakeStats, now: list[float]) -> ProcessInspector:
+    return ProcessInspector(
+        process_factory=table,  # type: ignore[arg-type]
+        current_uid=MY_UID,
+        clock=lambda: NOW,
+        read_stat=stats,
+        monotonic=lambda: now[0],
+    )
+
+
+def test_by_stat_cpu_is_the_delta_of_cpu_time_over_wall_time() -> None:
+    table = FakeProcessTable(FakeProcess(80, create_time_s=NOW - 60, uid=MY_UID))
+    stats, now = FakeStats(), [100.0]
+    inspector = stat_inspector(table, stats, now)
+
+    stats.set(80, cpu_s=10.0, rss=3 * GIB)
+    first = inspect_one(inspector, 80)
+    now[0] += 2.0
+    stats.set(80, cpu_s=13.0, rss=4 * GIB)  # 3 s of CPU in 2 s: 150 % of one core
+    second = inspect_one(inspector, 80)
+
+    assert first.cpu_pct is None  # nothing to compare with yet: N/A, not 0 %
+    assert second.cpu_pct == pytest.approx(150.0)
+    assert (first.rss_bytes, second.rss_bytes) == (3 * GIB, 4 * GIB)
+    assert second.elapsed_s == 60.0 and second.is_current_user is True
+    assert second.command == "python train.py"
+    # What never changes was read once, with psutil; the rest with one stat read per tick.
+    assert table.lookups(80) == 1 and stats.reads == 2
+
+
+def test_by_stat_a_reused_pid_is_a_new_process() -> None:
+    table = FakeProcessTable(FakeProcess(81, uid=MY_UID, cmdline_parts=["python", "old.py"]))
+    stats, now = FakeStats(), [100.0]
+    inspector = stat_inspector(table, stats, now)
+    stats.set(81, cpu_s=50.0, start=1000)
+    inspect_one(inspector, 81)
+
+    table.add(FakeProcess(81, uid=OTHER_UID, cmdline_parts=["python", "new.py"]))
+    stats.set(81, cpu_s=0.5, start=2000)  # another start time: another process
+    now[0] += 1.0
+    info = inspect_one(inspector, 81)
+
+    assert info.command == "python new.py"
+    assert info.user == user_name(OTHER_UID)
+    assert info.cpu_pct is None  # not a delta against the old process's CPU time
+    assert table.lookups(81) == 2
+
+
+def test_by_stat_gone_and_zombie() -> None:
+    table = FakeProcessTable(FakeProcess(82, process_name="python3", cmdline_parts=[]))
+    stats, now = FakeStats(), [100.0]
+    inspector = stat_inspector(table, stats, now)
+    stats.set(82, cpu_s=1.0, zombie=True, rss=0)
+
+    assert inspect_one(inspector, 82).command == "python3 <defunct>"
+    del stats.stats[82]
+    assert inspect_one(inspector, 82) == NOT_VISIBLE
+    assert inspect_one(inspector, 83) == NOT_VISIBLE  # never seen, not here
+
+
+def test_read_proc_stat_of_a_real_busy_child() -> None:
+    """The parser against the real file: a child burning CPU reads near 100 %."""
+    import subprocess
+    import sys
+
+    if not host._proc_is_readable():
+        pytest.skip("no /proc")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.time() + 30\nwhile time.time() < end: pass",
+        ],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        inspector = ProcessInspector()
+        inspect_one(inspector, child.pid)
+        time.sleep(0.5)
+        info = inspect_one(inspector, child.pid)
+        stat = host.read_proc_stat(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert stat is not None and stat.zombie is False and stat.rss_bytes > 0
+    assert info.cpu_pct is not None and 20.0 < info.cpu_pct < 150.0  # a loaded CI box shares it
+    assert host.read_proc_stat(child.pid) is None  # reaped: gone
