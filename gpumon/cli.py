@@ -176,7 +176,13 @@ def run_dashboard(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         probe_python=args.probe_python,
     )
+    from gpumon.ui.signals import GRACE_S, QuitOnSignals
+
+    # SIGTERM, SIGHUP and SIGQUIT quit as q does; if quitting hangs (a dead terminal), the
+    # watchdog ends the process after GRACE_S, as this process ends with the app anyway.
+    app.quit_signals = QuitOnSignals(app, grace_s=GRACE_S)
     app.run()
+    app.quit_signals.finished()
     return int(app.return_code or 0)
 
 

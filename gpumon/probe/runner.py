@@ -19,6 +19,7 @@ No child outlives gpumon
 ------------------------
 * The child starts in its own session (process group); a timeout, garbage on its output or
   cancelling :func:`run_probe` kills the whole group with SIGKILL and reaps it (``finally``).
+  Quitting the dashboard (``q``, Ctrl+C, SIGTERM, SIGHUP, SIGQUIT) cancels it this way.
 * An ``atexit`` hook kills any child still running when the interpreter exits.
 * If gpumon dies without running either (SIGKILL, a crash): on Linux the kernel kills the
   direct child with SIGKILL (``PR_SET_PDEATHSIG``, set in the child between fork and exec, see
@@ -149,7 +150,8 @@ def _kill_group(pid: int) -> None:
 
 
 @atexit.register
-def _kill_live_children() -> None:
+def kill_live_children() -> None:
+    """Kill the process group of every child still running (at exit, or when quitting hangs)."""
     for pid in list(_LIVE_GROUPS):
         _kill_group(pid)
 

@@ -33,6 +33,7 @@ from gpumon.ui.process_table import ProcessTable
 
 if TYPE_CHECKING:
     from gpumon.ui.probe_panel import ProbePanel
+    from gpumon.ui.signals import QuitOnSignals
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 MIN_WIDTH, MIN_HEIGHT = 40, 10
@@ -55,6 +56,12 @@ class GpumonApp(App[int]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        # Ctrl+C quits, as in htop, also from the help screen and the command palette (modal
+        # screens, which only priority bindings reach); text selected with the mouse is copied
+        # instead (the screen's copy_text skips when nothing is selected, and the next binding
+        # for the key runs). These replace Textual's "press ctrl+q to quit" notice.
+        Binding("ctrl+c", "screen.copy_text", "Copy", show=False, priority=True),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("s", "sort", "Sort"),
         Binding("r", "reverse_sort", "Reverse"),
@@ -63,6 +70,9 @@ class GpumonApp(App[int]):
         Binding("minus", "change_interval(-1)", "Faster", key_display="-"),
         Binding("P", "probe", "Probe", key_display="P"),
     ]
+
+    # SIGTERM, SIGHUP and SIGQUIT quit as q does; the CLI sets one with a watchdog.
+    quit_signals: QuitOnSignals | None = None
 
     def __init__(
         self,
@@ -107,9 +117,16 @@ class GpumonApp(App[int]):
         self._refresh_all()
         if self._autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
+        if self.quit_signals is None:
+            from gpumon.ui.signals import QuitOnSignals
+
+            self.quit_signals = QuitOnSignals(self)
+        self.quit_signals.install()
 
     def on_unmount(self) -> None:
         self.poller.close()
+        if self.quit_signals is not None:
+            self.quit_signals.uninstall()
 
     # -- samples in ------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ HELP_TEXT = """\
 gpumon: live NVIDIA GPU monitor.  Press Esc, q or ? to close.
 
 Keys
-  q            quit                      ?        this help
+  q / Ctrl+C   quit                      ?        this help
   Tab          switch panel (GPUs / processes)
   ↑ ↓ / j k    select a GPU or a process  ← →      select a GPU
   s            cycle the sort column     r        reverse the sort
