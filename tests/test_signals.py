@@ -30,7 +30,7 @@ from textual.selection import Selection
 
 from gpumon.probe.runner import run_probe
 from gpumon.ui.help_screen import HelpScreen
-from gpumon.ui.signals import QUIT_SIGNALS, QuitOnSignals
+from gpumon.ui.signals import QUIT_SIGNALS, QuitOnSignals, detach_hung_up_terminal, hung_up
 from tests.fake_children import gone, script
 from tests.test_app_probe import probe_app, start_probe, until
 from tests.test_probe_runner import REQUEST, Recorder
@@ -396,3 +396,19 @@ async def test_the_watchdog_is_stopped_when_the_app_finished_in_time() -> None:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def test_hung_up_tells_a_dead_terminal_from_a_live_one_and_from_a_file() -> None:
+    master, slave = os.openpty()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        assert not hung_up(slave)
+        assert not hung_up(devnull)
+        os.close(master)
+        assert hung_up(slave)
+        assert detach_hung_up_terminal((slave, devnull)) == [slave]
+        assert not hung_up(slave)  # now /dev/null: writes go nowhere, without EIO
+        assert os.write(slave, b"x") == 1
+    finally:
+        os.close(slave)
+        os.close(devnull)

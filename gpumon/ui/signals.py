@@ -35,7 +35,6 @@ import errno
 import os
 import signal
 import sys
-import termios
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -53,6 +52,10 @@ GRACE_S = 20.0
 
 def hung_up(fd: int) -> bool:
     """True when ``fd`` is a terminal that has hung up (its ioctls fail with EIO)."""
+    try:
+        import termios  # POSIX only: imported here so that this module imports anywhere
+    except ImportError:
+        return False
     try:
         termios.tcgetattr(fd)
     except termios.error as error:
