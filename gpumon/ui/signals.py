@@ -14,14 +14,16 @@ so they run on the event loop between two messages, never in the middle of Textu
 * A second quit signal while quitting changes nothing. After the event loop closed (asyncio
   then puts the default actions back) the CLI ignores them: see :meth:`QuitOnSignals.finished`.
 * A hang-up leaves the terminal gone: reads see end of file, writes fail with EIO. Textual's
-  output thread dies on its first failed write, after which its bounded queue fills up and
-  blocks whoever writes next. So each of stdin, stdout and stderr that is a hung-up terminal
-  is pointed at ``/dev/null`` first, and quitting writes its restore sequences nowhere.
-* SIGCONT: the kernel sends SIGHUP *and* SIGCONT to a session leader whose terminal hangs up
-  (gpumon run directly as the tmux pane's command, or by ``ssh host gpumon``). Textual's
-  SIGCONT handler restarts application mode whether or not it was suspended, starting a
-  second output thread that dies on the dead terminal and hangs the quit. SIGCONT is passed to
-  Textual only after a SIGTSTP (its suspend), and not when the terminal has hung up.
+  output thread dies on its first failed write, after which its bounded queue (30 writes)
+  fills up and blocks whoever writes next. So each of stdin, stdout and stderr that is a
+  hung-up terminal is pointed at ``/dev/null`` first, and quitting writes its restore
+  sequences nowhere.
+* SIGCONT: a hang-up brings SIGCONT with SIGHUP (the kernel sends both to the session leader,
+  and to the foreground job when the leader exits: gpumon in a tmux pane, run directly or
+  from a shell, both seen with strace). Textual's SIGCONT handler restarts application mode
+  whether or not it was suspended, starting a second output thread that dies on the dead
+  terminal and hangs the quit. SIGCONT is passed to Textual only after a SIGTSTP (its
+  suspend), and not when the terminal has hung up.
 * The CLI also arms a watchdog (``grace_s``): if quitting has not finished by then, it kills
   any probe child and ends the process with status 128 + the signal's number, as the default
   action would have (the terminal may then need ``reset``).
