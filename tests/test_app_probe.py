@@ -181,11 +181,18 @@ async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
         first = await start_probe(pilot, app)
         app.post_message(events.Key("escape", None))
         app.post_message(events.Key("P", "P"))
-        await pilot.pause(0.3)
-        await until(pilot, lambda: bool(app.query(ProbePanel)))
-        assert len(app.query(ProbePanel)) == 1
-        assert app.probing and app.has_class("-probe-bottom")
+
+        def laid_out() -> bool:
+            return (
+                len(app.query(ProbePanel)) == 1 and app.probing and app.has_class("-probe-bottom")
+            )
+
+        # The new panel mounts, then is laid out; under load that takes a while. Once it is,
+        # the old panel's late Closed message must not undo it.
+        await until(pilot, laid_out)
         await until(pilot, lambda: gone(first))
+        await pilot.pause(0.3)
+        assert laid_out()
 
 
 async def test_a_too_small_terminal_during_a_probe_still_says_so() -> None:

@@ -29,7 +29,7 @@ from gpumon.ui.gpu_layout import choose_layout, layout_height
 from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.lines import Glyphs
-from gpumon.ui.process_table import ProcessTable
+from gpumon.ui.process_table import ProcessTable, table_messages
 
 if TYPE_CHECKING:
     from gpumon.ui.probe_panel import ProbePanel
@@ -96,6 +96,7 @@ class GpumonApp(App[int]):
         self.poller = Poller(source, interval_s, self._on_sample, on_error=self._on_poll_error)
         self._autostart = autostart
         self._terminal_size: Size | None = None
+        self._stalled_s: int | None = None
         self._sample_waiters: list[asyncio.Future[Sample]] = []
         self._probe_child_command = probe_child_command
         self.probing = False
@@ -117,6 +118,7 @@ class GpumonApp(App[int]):
         self._refresh_all()
         if self._autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
+            self.set_interval(1.0, self._check_stalled)
         if self.quit_signals is None:
             from gpumon.ui.signals import QuitOnSignals
 
@@ -132,6 +134,7 @@ class GpumonApp(App[int]):
 
     def _on_sample(self, sample: Sample) -> None:
         self.sample = sample
+        self._stalled_s = None
         waiters, self._sample_waiters = self._sample_waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -143,6 +146,15 @@ class GpumonApp(App[int]):
         if self.first_sample_at is None:
             self.first_sample_at = time.perf_counter()
         with self.batch_update():
+            self._refresh_all()
+
+    def _check_stalled(self) -> None:
+        """Once a second: say so when NVML has not answered for three intervals (a driver
+        stuck in an ioctl), and stop saying it when samples resume. Keys keep working."""
+        stalled = self.poller.stalled_s()
+        shown = None if stalled is None else int(stalled)
+        if shown != self._stalled_s:
+            self._stalled_s = shown
             self._refresh_all()
 
     def _on_poll_error(self, error: BaseException) -> None:
@@ -181,7 +193,13 @@ class GpumonApp(App[int]):
             height -= height * 55 // 100
         sample = self.sample
         header = self.query_one(HeaderBar)
-        header.show(sample, self.poller.interval_s, self.poller.paused, polling=self._autostart)
+        header.show(
+            sample,
+            self.poller.interval_s,
+            self.poller.paused,
+            polling=self._autostart,
+            stalled_s=self._stalled_s,
+        )
         self.query_one(HostStrip).show(
             sample.host if sample else None, sample.simulated if sample else False
         )
@@ -199,13 +217,8 @@ class GpumonApp(App[int]):
         if panel.styles.height is None or panel.styles.height.value != panel_height:
             panel.styles.height = panel_height
         panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
-        table = self.query_one(ProcessTable)
-        notices = [
-            f"GPU {gpu.index}: processes N/A ({gpu.processes_error})"
-            for gpu in gpus
-            if gpu.processes_error is not None and not gpu.lost
-        ]
-        table.show(sample.processes if sample else (), notices)
+        notices, empty_text = table_messages(sample)
+        self.query_one(ProcessTable).show(sample.processes if sample else (), notices, empty_text)
 
     # -- actions ---------------------------------------------------------------------
 
@@ -265,7 +278,11 @@ class GpumonApp(App[int]):
             gpu.index,
             gpu.uuid,
             gpu.name or "N/A",
-            gpus=[(other.index, other.uuid) for other in sample.gpus if not other.lost],
+            gpus=[
+                (other.index, other.uuid)
+                for other in sample.gpus
+                if not other.lost and other.uuid is not None
+            ],
             python=self.probe_python,
             next_sample=self.next_sample,
             child_command=self._probe_child_command,

@@ -1,0 +1,245 @@
+"""Unknown is never shown as free, zero or none (issue 7, items 1-5 and 16), in every mode.
+
+A GPU whose processes cannot be known, a table before the first sample, a UUID NVML has not
+told, a fan above 100 % and a power cap that is N/A: each one read wrong in some mode. And a
+driver that stops answering is said to, not shown as the last sample forever.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from gpumon import format as fmt
+from gpumon import once, snapshot
+from gpumon.model import (
+    GpuStats,
+    GpuUnavailable,
+    UnavailableReason,
+    notable_unlisted_memory_bytes,
+    unlisted_memory_bytes,
+)
+from gpumon.ui.app import create_app
+from tests.test_once import validate
+from tests.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample, screen_text
+
+
+def busy_gpu_with_unlisted_processes() -> tuple[GpuStats, GpuStats]:
+    """GPU 0: 53 GiB in use, one 2 GiB process listed. GPU 1: 12 GiB, all of it listed."""
+    return (
+        make_gpu(0, memory_used_bytes=53 * GIB, memory_total_bytes=80 * GIB),
+        make_gpu(1, memory_used_bytes=12 * GIB + 3 * MIB),
+    )
+
+
+def test_unlisted_memory_is_what_the_listed_processes_do_not_hold() -> None:
+    busy, full = busy_gpu_with_unlisted_processes()
+    listed = (make_process(busy, 100, gpu_memory_bytes=2 * GIB),)
+    all_listed = (make_process(full, 200, gpu_memory_bytes=12 * GIB),)
+
+    assert unlisted_memory_bytes(busy, listed) == 51 * GIB
+    assert notable_unlisted_memory_bytes(busy, listed) == 51 * GIB
+    # A few MiB of driver overhead is not worth a word.
+    assert unlisted_memory_bytes(full, all_listed) == 3 * MIB
+    assert notable_unlisted_memory_bytes(full, all_listed) is None
+    # Cannot be told: processes unknown, or a process whose memory is N/A.
+    refused = make_gpu(2, processes_error="NVML: Insufficient Permissions")
+    assert unlisted_memory_bytes(refused, ()) is None
+    assert unlisted_memory_bytes(busy, (make_process(busy, 1, gpu_memory_bytes=None),)) is None
+
+
+def test_once_and_json_say_memory_is_held_by_processes_not_listed() -> None:
+    busy, full = busy_gpu_with_unlisted_processes()
+    sample = make_sample(
+        (busy, full),
+        (
+            make_process(busy, 100, gpu_memory_bytes=2 * GIB),
+            make_process(full, 200, gpu_memory_bytes=12 * GIB),
+        ),
+    )
+
+    table = once.render_table(sample)
+    document = snapshot.sample_to_dict(sample)
+
+    assert "51.0G used by processes not listed" in table
+    assert table.count("used by processes not listed") == 1
+    validate(document)
+    assert [gpu["memory_unlisted_bytes"] for gpu in document["gpus"]] == [51 * GIB, 3 * MIB]
+    # --no-processes: not asked, so not known.
+    bare = snapshot.sample_to_dict(sample, include_processes=False)
+    assert [gpu["memory_unlisted_bytes"] for gpu in bare["gpus"]] == [None, None]
+
+
+async def test_dashboard_says_memory_is_held_by_processes_not_listed() -> None:
+    busy, full = busy_gpu_with_unlisted_processes()
+    sample = make_sample((busy, full), (make_process(full, 200, gpu_memory_bytes=12 * GIB),))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+    assert "GPU 0: 53.0G used by processes not listed" in text
+    assert "GPU 1:" not in text
+
+
+async def test_no_processes_is_not_claimed_before_the_first_sample() -> None:
+    """With a slow driver the first sample can take many seconds: processes are unknown."""
+    gate = threading.Event()
+
+    class Slow:
+        simulated = False
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            gate.wait(10)
+            return make_sample((make_gpu(0),))
+
+        def close(self) -> None:
+            gate.set()
+
+    app = create_app(Slow(), ascii_only=False)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            text = screen_text(app)
+    finally:
+        gate.set()
+    assert "No processes" not in text
+    assert "processes not known yet" in text
+
+
+async def test_no_processes_is_not_claimed_without_a_driver() -> None:
+    unavailable = GpuUnavailable(
+        UnavailableReason.DRIVER_NOT_LOADED, "The NVIDIA kernel driver is not loaded.", "NVML: x"
+    )
+    sample = make_sample((), driver=None, unavailable=unavailable)
+    app = app_for(sample)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        text = screen_text(app)
+    assert "No processes" not in text
+    assert "Processes unknown" in text
+
+
+async def test_none_is_said_only_of_the_gpus_whose_lists_were_read() -> None:
+    readable = make_gpu(0, memory_used_bytes=10 * MIB)
+    refused = make_gpu(1, processes_error=fmt.NA)
+    lost = GpuStats(index=2, uuid=None, lost=True, lost_reason="fell off the bus")
+    for gpus, expected in (
+        ((readable,), "No processes on any GPU."),
+        ((readable, refused), "No processes listed on the GPUs whose lists could be read."),
+        ((readable, lost), "No processes listed on the GPUs whose lists could be read."),
+        ((lost,), "Processes unknown: no GPU's process list could be read."),
+    ):
+        sample = make_sample(gpus)
+        app = app_for(sample)
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.receive_sample(sample)
+            await pilot.pause()
+            text = screen_text(app)
+        assert expected in text, gpus
+        if expected != "No processes on any GPU.":
+            assert "No processes on any GPU" not in text
+
+
+def test_a_gpu_lost_at_start_has_a_null_uuid_in_json_and_once() -> None:
+    lost = GpuStats(index=1, uuid=None, lost=True, lost_reason="fell off the bus")
+    sample = make_sample((make_gpu(0), lost))
+
+    document = snapshot.sample_to_dict(sample)
+    table = once.render_table(sample)
+
+    validate(document)
+    assert document["gpus"][1]["uuid"] is None
+    assert "LOST" in table and "None" not in table
+
+
+def test_a_fan_above_100_percent_is_valid_json() -> None:
+    """NVML allows a fan speed over 100 % (nvidia-smi documents it)."""
+    document = snapshot.sample_to_dict(make_sample((make_gpu(0, fan_pct=107),)))
+
+    validate(document)
+    assert json.loads(json.dumps(document))["gpus"][0]["fan_pct"] == 107
+
+
+def test_power_with_one_side_unknown_reads_the_same_in_every_mode() -> None:
+    assert fmt.watts_pair(158.2, 700.0) == "158 / 700W"
+    assert fmt.watts_pair(158.2, None) == "158W / N/A"
+    assert fmt.watts_pair(None, 700.0) == "N/A / 700W"
+    assert fmt.watts_pair(None, None) == "N/A"
+    table = once.render_table(make_sample((make_gpu(0, power_draw_w=158.0, power_limit_w=None),)))
+    assert "158W / N/A" in table
+
+
+async def test_dashboard_power_never_reads_n_a_as_watts() -> None:
+    gpu = make_gpu(0, power_draw_w=158.0, power_limit_w=None)
+    sample = make_sample((gpu,))
+    for size in ((120, 40), (80, 24)):
+        app = app_for(sample)
+        async with app.run_test(size=size) as pilot:
+            app.receive_sample(sample)
+            await pilot.pause()
+            text = screen_text(app)
+        assert "158W / N/A" in text, size
+        assert "N/AW" not in text
+
+
+def test_the_poller_says_how_long_a_sample_has_been_stuck() -> None:
+    """Issue 7, item 16: past three intervals the driver is "not answering"."""
+    from gpumon.poller import Poller
+
+    now = [100.0]
+    poller = Poller(StaticSlow(), 1.0, lambda sample: None, clock=lambda: now[0])
+    assert poller.stalled_s() is None
+    poller._in_flight_since = now[0]  # a poll started and has not come back
+    now[0] += 2.9
+    assert poller.stalled_s() is None
+    now[0] += 0.2
+    assert poller.stalled_s() == pytest.approx(3.1)
+
+
+class StaticSlow:
+    simulated = False
+
+    def sample(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("not sampled in this test")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answers() -> None:
+    gate = threading.Event()
+    samples = 0
+
+    class Stuck:
+        simulated = False
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            nonlocal samples
+            samples += 1
+            if samples == 2:  # the second sample hangs in the "driver"
+                gate.wait(30)
+            return make_sample((make_gpu(0),))
+
+        def close(self) -> None:
+            gate.set()
+
+    app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 20
+            while "NVML not answering for" not in screen_text(app):
+                assert time.monotonic() < deadline, "no banner"
+                await pilot.pause(0.1)
+            assert app.samples_received == 1
+            await pilot.press("s")  # keys still work
+            gate.set()
+            while "NVML not answering" in screen_text(app) or app.samples_received < 2:
+                assert time.monotonic() < deadline, "the banner stayed"
+                await pilot.pause(0.1)
+    finally:
+        gate.set()
