@@ -51,7 +51,17 @@ Processes (nvidia-smi's Processes table, plus host details)
   real; its owner and command line can only be seen from the host.
   <defunct>: a process that exited but was not reaped by its parent.
   "GPU n: processes N/A": NVML refused that GPU's process list (with MIG on, it lists
-  processes only to root); its processes are unknown, not none.
+  processes only to root), or the GPU or driver lists none; its processes are unknown,
+  not none.
+  "GPU n: 22.0G used by processes not listed": most of that GPU's memory is held by
+  processes NVML does not list here (another container or PID namespace): it is not free.
+  Other users' commands are shown safely: control characters read "?", bytes that are
+  not UTF-8 read \\xff, and invisible or text-reversing characters read \\u202e.
+
+Header
+  DEMO         simulated data (gpumon --demo), never a real GPU
+  NVML not answering for N s: the driver has not returned a sample for three refresh
+  intervals; the screen shows the last sample until it does. Keys keep working.
 """
 
 
