@@ -118,7 +118,7 @@ def test_choose_gpu() -> None:
         (["--size", "0"], "must be 1 to"),
         (["--size", "lots"], "not a whole number"),
         (["--timeout", "0"], "must be 1 to"),
-        (["--timeout", "nan"], "must be 1 to"),
+        (["--timeout", "nan"], "not a number of seconds"),
         (["--demo"], "--demo simulates GPUs, and the probe needs a real one"),
         (["--python", "/nonexistent/python"], "--python /nonexistent/python: not an executable"),
         (["--python", "no-such-python-here"], "not an executable file"),
