@@ -2,7 +2,8 @@
 
 One background thread samples the source every ``--interval`` seconds and hands each sample
 to :class:`SampleCollector`, which turns it into metric families once; a scrape only yields
-those, so scrapes never call NVML and concurrent scrapes cost next to nothing.
+those, so scrapes never call NVML and concurrent scrapes cost next to nothing. The HTTP server
+and the sampling thread are in :mod:`gpumon.export_http`.
 
 A value that is N/A, and every reading of a lost GPU, is left out rather than exported as a
 fake 0; ``gpumon_gpu_up`` says which GPUs answered. prometheus_client is an optional extra
@@ -12,18 +13,18 @@ and is imported only when the exporter runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import os
-import signal
+import re
 import socket
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.model import GpuStats, Sample
+from gpumon.format import safe_text
+from gpumon.model import DriverInfo, GpuStats, HostStats, Sample
 
 HELP = "serve Prometheus metrics over HTTP (needs: pip install 'gpumon[export]')"
 
@@ -32,6 +33,8 @@ GPU_LABELS = ("gpu", "uuid", "name")
 PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process")
 _PROCESS_NAME_MAX = 64
 _DEMO_NOTE = " [DEMO: simulated data from gpumon --demo]"
+#: What /metrics answers (503) before the first sample has been read.
+WAITING = "waiting for the first sample\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +130,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def listen_address(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[::1]:9402`` for IPv6); port 0 picks a free port."""
+    """Parse ``HOST:PORT`` (``[::1]:9402`` for IPv6); port 0 picks a free port.
+
+    The port is ASCII digits; the host an IPv4 address, an IPv6 address in brackets, or a
+    host name of ASCII letters, digits, hyphens and dots (at most 253 characters, labels at
+    most 63). Anything else is an ``ArgumentTypeError`` (one line, exit 2); whether a name
+    resolves is only known when the exporter binds (exit 1).
+    """
     host, sep, port_text = text.rpartition(":")
+    if not sep or not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+        raise _bad_listen(text, "expected HOST:PORT with a port of ASCII digits")
+    if int(port_text) > 65535:
+        raise _bad_listen(text, "the port must be from 0 to 65535")
+    return _listen_host(text, host), int(port_text)
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _listen_host(text: str, host: str) -> str:
+    if not host:
+        raise _bad_listen(text, "expected HOST:PORT; the host is missing")
+    if not (host.isascii() and host.isprintable()):
+        raise _bad_listen(text, "the host must be ASCII (an IP address or a host name)")
     if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise argparse.ArgumentTypeError(
-            f"expected HOST:PORT such as {DEFAULT_LISTEN}, got {text!r}"
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise _bad_listen(text, "not an IPv6 address in the brackets") from None
+        return host[1:-1]
+    if ":" in host:
+        raise _bad_listen(text, "an IPv6 address goes in brackets, as in [::1]:9402")
+    labels = host.split(".")
+    if labels[-1].isdigit():  # no top-level domain is all digits: this is meant as IPv4
+        try:
+            return str(ipaddress.IPv4Address(host))
+        except ValueError:
+            raise _bad_listen(text, "not an IPv4 address (four numbers 0-255)") from None
+    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise _bad_listen(
+            text,
+            "a host name is letters, digits and hyphens in labels of at most 63 characters "
+            "joined by dots, at most 253 characters in all",
         )
-    return host, int(port_text)
+    return host
+
+
+def _bad_listen(text: str, reason: str) -> argparse.ArgumentTypeError:
+    shown = repr(text if len(text) <= 60 else text[:60] + "…")  # one line, controls escaped
+    return argparse.ArgumentTypeError(f"{shown}: {reason} (e.g. {DEFAULT_LISTEN} or [::1]:9402)")
 
 
 def is_loopback(host: str) -> bool:
@@ -155,6 +198,16 @@ def process_name(command: str | None) -> str:
     if not command:
         return ""
     return os.path.basename(command.split()[0])[:_PROCESS_NAME_MAX]
+
+
+def label_value(text: str | None) -> str:
+    """Every label value passes here: ``""`` for unknown, and text that is always valid UTF-8.
+
+    Other users' text is made safe where it is read (:func:`gpumon.format.safe_text`); this
+    applies it again (a no-op on safe text) so that no text, whatever its way in, can make
+    prometheus_client fail to encode a scrape (a lone surrogate used to answer HTTP 500).
+    """
+    return "" if text is None else safe_text(text)
 
 
 def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]:
@@ -199,7 +252,7 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
         )
         driver = sample.driver
         versions = (driver.driver_version, driver.cuda_driver_version, driver.nvml_version)
-        info.add_metric([version or "" for version in versions], 1.0)
+        info.add_metric([label_value(version) for version in versions], 1.0)
 
     gpu_info = gauge(
         "gpumon_gpu_info", "GPU identity (value always 1).", (*GPU_LABELS, "pci_bus_id")
@@ -207,7 +260,7 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
     up = gauge("gpumon_gpu_up", "1 when the GPU answered, 0 when it is lost.", GPU_LABELS)
     for gpu in sample.gpus:
         labels = _gpu_labels(gpu)
-        gpu_info.add_metric([*labels, gpu.pci_bus_id or ""], 1.0)
+        gpu_info.add_metric([*labels, label_value(gpu.pci_bus_id)], 1.0)
         up.add_metric(labels, 0.0 if gpu.lost else 1.0)
     readable = [gpu for gpu in sample.gpus if not gpu.lost]
     for metric in GPU_METRICS:
@@ -228,114 +281,65 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
     memory = gauge(
         "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
     )
-    lost = {gpu.uuid for gpu in sample.gpus if gpu.lost}
+    lost = {gpu.index for gpu in sample.gpus if gpu.lost}  # joined by index: a UUID may be None
     for process in sample.processes:
-        if process.gpu_memory_bytes is None or process.gpu_uuid in lost:
+        if process.gpu_memory_bytes is None or process.gpu_index in lost:
             continue
-        user = process.user or ""
-        labels = [str(process.gpu_index), process.gpu_uuid or "", str(process.pid), user]
-        memory.add_metric([*labels, process_name(process.command)], process.gpu_memory_bytes)
+        labels = [str(process.gpu_index), label_value(process.gpu_uuid), str(process.pid)]
+        names = [label_value(process.user), label_value(process_name(process.command))]
+        memory.add_metric([*labels, *names], process.gpu_memory_bytes)
     return families
 
 
 def _gpu_labels(gpu: GpuStats) -> list[str]:
-    return [str(gpu.index), gpu.uuid or "", gpu.name or ""]
+    # An unknown UUID (a GPU lost before NVML told it) is "": join on gpu and instance then.
+    return [str(gpu.index), label_value(gpu.uuid), label_value(gpu.name)]
+
+
+@functools.cache
+def _every_family() -> tuple[Any, ...]:
+    """One empty family of each name build_families can yield, for ``describe()``."""
+    host = HostStats("", None, None, None, None, None, None)
+    return tuple(build_families(Sample(0.0, host, DriverInfo(None, None, None), gpus=())))
 
 
 class SampleCollector:
     """A prometheus_client collector that yields the families of the latest sample.
 
     :meth:`update` builds the families once per sample (in the sampling thread); ``collect``
-    only hands out that immutable list, so scrapes are cheap and never touch NVML.
+    only hands out that immutable list, so scrapes are cheap and never touch NVML. Until the
+    first sample, and while the latest says there is no driver, :attr:`not_ready` says why
+    (the HTTP side answers 503 with it).
     """
 
     def __init__(self) -> None:
         self._sampling_errors = 0
-        self._families: list[Any] = build_families(None)
+        # (why not ready or None, families): one reference, so a scrape sees one state.
+        self._state: tuple[str | None, list[Any]] = (WAITING, [])
+
+    @property
+    def not_ready(self) -> str | None:
+        """Why there is nothing to expose yet (one line), or ``None``."""
+        return self._state[0]
 
     def update(self, sample: Sample) -> None:
         """Expose ``sample`` from the next scrape on."""
-        self._families = build_families(sample, self._sampling_errors)
+        if sample.unavailable is not None and not sample.simulated:
+            self._state = (f"no NVIDIA GPU data: {sample.unavailable.headline}\n", [])
+        else:
+            self._state = (None, build_families(sample, self._sampling_errors))
 
     def sampling_failed(self) -> None:
         """The latest read failed: expose no GPU series rather than stale ones."""
         self._sampling_errors += 1
-        self._families = build_families(None, self._sampling_errors)
+        self._state = (None, build_families(None, self._sampling_errors))
+
+    def describe(self) -> Iterator[Any]:
+        """Every family name :meth:`collect` can yield: lets ``/metrics?name[]=`` filter."""
+        yield from _every_family()
 
     def collect(self) -> Iterator[Any]:
-        yield from self._families  # one reference read: a scrape sees one whole sample
-
-
-class Exporter:
-    """The HTTP server plus the sampling thread. ``stop()`` ends both."""
-
-    def __init__(
-        self, source: Any, collector: SampleCollector, host: str, port: int, interval_s: float
-    ) -> None:
-        from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-        from prometheus_client import CollectorRegistry
-        from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
-
-        self.source = source
-        self.collector = collector
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-        metrics_app = make_wsgi_app(registry)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-            path = environ.get("PATH_INFO", "/")
-            if path == "/metrics":
-                return list(metrics_app(environ, start_response))
-            if path == "/" and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
-                start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
-                return [b"gpumon exporter: metrics at /metrics\n"]
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"not found: metrics are at /metrics\n"]
-
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        server_class = type("_Server", (ThreadingWSGIServer,), {"address_family": family})
-
-        class QuietHandler(WSGIRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # a scrape every 15 s is not news
-
-        self._server: Any = make_server(host, port, app, server_class, handler_class=QuietHandler)
-        self.port = int(self._server.server_address[1])
-        self._threads = [
-            threading.Thread(target=self._server.serve_forever, name="gpumon-http", daemon=True),
-            threading.Thread(target=self._sample_forever, name="gpumon-sampler", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _sample_forever(self) -> None:
-        # The next read is scheduled after this one ends: slow reads never pile up.
-        started = time.monotonic()
-        last_error = ""
-        while not self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started))):
-            started = time.monotonic()
-            try:
-                sample = self.source.sample()
-            except Exception as error:
-                if str(error) != last_error:  # once per distinct error, not every interval
-                    print(f"gpumon export: warning: sampling failed: {error}", file=sys.stderr)
-                last_error = str(error)
-                self.collector.sampling_failed()
-            else:
-                last_error = ""
-                self.collector.update(sample)
-
-    def stop(self, timeout_s: float = 5.0) -> bool:
-        """Stop serving and sampling; True when the sampler ended (a hung read may not)."""
-        self._stop.set()
-        self._server.shutdown()
-        self._server.server_close()
-        for thread in self._threads:
-            thread.join(timeout_s)
-        return not any(thread.is_alive() for thread in self._threads)
+        yield from self._state[1]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -348,57 +352,21 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    from gpumon.snapshot import report_unavailable
+    from gpumon.export_http import Exporter, serve_until_signalled
     from gpumon.sources import open_source
 
     host, port = args.listen
     interval_s = float(getattr(args, "interval", 1.0))
+    # Cheap: NVML is initialised by the first sample, on the sampling thread.
     source = open_source(
         demo=args.demo, demo_gpus=args.demo_gpus, demo_processes=args.demo_processes
     )
-    first = source.sample()
-    if first.unavailable is not None and not first.simulated:
+    try:  # listens at once; /metrics answers 503 until the first sample
+        exporter = Exporter(source, SampleCollector(), host, port, interval_s)
+    except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
         source.close()
-        report_unavailable(first.unavailable)
+        reason = getattr(error, "strerror", None) or error
+        shown = f"[{host}]" if ":" in host else host
+        print(f"gpumon export: error: cannot listen on {shown}:{port}: {reason}", file=sys.stderr)
         return 1
-    if not is_loopback(host):
-        print(
-            f"gpumon export: warning: listening on {host}, not loopback: anyone who can reach "
-            "it can read GPU metrics, user names and PIDs",
-            file=sys.stderr,
-        )
-    collector = SampleCollector()
-    collector.update(first)
-    try:
-        exporter = Exporter(source, collector, host, port, interval_s)
-    except OSError as error:
-        source.close()
-        print(f"gpumon export: error: cannot listen on {host}:{port}: {error}", file=sys.stderr)
-        return 1
-    return _serve_until_signalled(exporter, host, first.simulated)
-
-
-def _serve_until_signalled(exporter: Exporter, host: str, simulated: bool) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    shown = f"[{host}]" if ":" in host else host
-    demo = " (DEMO: simulated data)" if simulated else ""
-    print(
-        f"gpumon export: serving http://{shown}:{exporter.port}/metrics{demo}, "
-        f"sampling every {exporter.interval_s:g} s; Ctrl-C to stop",
-        file=sys.stderr,
-        flush=True,
-    )
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if exporter.stop():
-            exporter.source.close()  # not while a hung read still uses it
-    return 0
+    return serve_until_signalled(exporter, host)

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
 import re
-import signal
-import subprocess
-import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon import export
-from gpumon.cli import main
+from gpumon.export import SampleCollector
+from gpumon.export_http import Exporter
 from gpumon.model import (
     DriverInfo,
     GpuProcess,
@@ -86,6 +84,19 @@ def make_sample(*, temperature: int = 61, simulated: bool = False) -> Sample:
     )
 
 
+def no_driver_sample() -> Sample:
+    """What NvmlSource reads on a machine without a driver."""
+    return Sample(
+        timestamp_s=0.0,
+        host=HOST,
+        driver=None,
+        gpus=(),
+        unavailable=GpuUnavailable(
+            UnavailableReason.LIBRARY_NOT_FOUND, "No NVIDIA driver.", "NVML: not found", "hint"
+        ),
+    )
+
+
 class FakeSource:
     """Hands out the samples it was given, then repeats the last; may raise instead."""
 
@@ -107,41 +118,83 @@ class FakeSource:
         self.closed = True
 
 
-def scrape(
-    port: int, path: str = "/metrics"
-) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+class SlowSource:
+    """A driver stuck in a call: ``sample()`` blocks until :meth:`release`."""
+
+    simulated = False
+
+    def __init__(self, sample: Sample) -> None:
+        self.answer = sample
+        self.gate = threading.Event()
+        self.calls = 0
+        self.closed = False
+
+    def sample(self) -> Sample:
+        self.calls += 1
+        self.gate.wait()
+        return self.answer
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+Series = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def parse(text: str) -> Series:
     """name -> {sorted labels -> value}, parsed by prometheus_client's own parser."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-        text = response.read().decode()
-    series: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    series: Series = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             series.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     return series
 
 
+def scrape(port: int, path: str = "/metrics") -> Series:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        return parse(response.read().decode())
+
+
+def fetch(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, Any, bytes]:
+    """Status, headers and body of one request, whatever the status."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
 def gpu_key(index: int, uuid: str) -> tuple[tuple[str, str], ...]:
     return (("gpu", str(index)), ("name", "NVIDIA A100-SXM4-80GB"), ("uuid", uuid))
 
 
-Serve = Callable[..., export.Exporter]
+Serve = Callable[..., Exporter]
 
 
 @pytest.fixture
 def serve() -> Iterator[Serve]:
-    """Start exporters on a free loopback port; stop them after the test."""
-    started: list[export.Exporter] = []
+    """Start exporters on a free loopback port (after their first sample unless ``wait`` is
+    False); stop them, and release slow sources, after the test."""
+    started: list[Exporter] = []
 
-    def start(source: FakeSource, interval_s: float = 3600.0) -> export.Exporter:
-        collector = export.SampleCollector()
-        collector.update(source.sample())
-        exporter = export.Exporter(source, collector, "127.0.0.1", 0, interval_s)
+    def start(
+        source: Any, interval_s: float = 3600.0, wait: bool = True, **options: Any
+    ) -> Exporter:
+        exporter = Exporter(source, SampleCollector(), "127.0.0.1", 0, interval_s, **options)
         started.append(exporter)
+        if wait:
+            assert exporter.first_sample.wait(5)
         return exporter
 
     yield start
     for exporter in started:
         exporter.stop()
+        if isinstance(exporter.source, SlowSource):
+            exporter.source.release()
 
 
 def test_scrape_names_labels_and_values_match_the_sample(serve: Serve) -> None:
@@ -265,129 +318,39 @@ def test_demo_is_labelled_in_value_and_help(serve: Serve) -> None:
     assert "# HELP gpumon_gpu_temperature_celsius GPU core temperature. [DEMO" in text
 
 
-def test_read_only_and_only_metrics_path(serve: Serve) -> None:
+def test_a_lost_gpu_with_no_uuid_has_an_empty_uuid_label_and_joins_by_index(serve: Serve) -> None:
+    """NVML never told the UUID of GPU 1 (lost at start): ``uuid=""``, never a made-up one.
+    Processes join GPUs by index, so GPU 2's process (UUID not known either) keeps its series."""
+    sample = make_sample()
+    lost = GpuStats(index=1, uuid=None, name="NVIDIA A100-SXM4-80GB", lost=True)
+    unread = dataclasses.replace(sample.gpus[2], uuid=None)
+    on_gpu2 = GpuProcess(2, None, 5151, ProcessKind.COMPUTE, GIB, "carol", "python z.py")
+    sample = dataclasses.replace(
+        sample, gpus=(sample.gpus[0], lost, unread), processes=(*sample.processes, on_gpu2)
+    )
+    series = scrape(serve(FakeSource(sample)).port)
+    assert series["gpumon_gpu_up"][gpu_key(1, "")] == 0.0
+    assert series["gpumon_gpu_up"][gpu_key(2, "")] == 1.0
+    memory = {
+        dict(labels)["pid"]: dict(labels) for labels in series["gpumon_process_gpu_memory_bytes"]
+    }
+    assert memory["5151"]["uuid"] == "" and memory["5151"]["gpu"] == "2"
+
+
+def test_name_filter_returns_only_the_named_families(serve: Serve) -> None:
+    # prometheus_client filters with ?name[]= only for collectors that describe() their names.
     port = serve(FakeSource(make_sample())).port
-    post = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(post, timeout=5)
-    assert refused.value.code == 405
-    with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/admin", timeout=5)
-    assert missing.value.code == 404
+    query = "name[]=gpumon_gpu_up&name[]=gpumon_gpu_ecc_errors_uncorrected_volatile_total"
+    series = scrape(port, f"/metrics?{query}")
+    assert set(series) == {"gpumon_gpu_up", "gpumon_gpu_ecc_errors_uncorrected_volatile_total"}
+    assert len(series["gpumon_gpu_up"]) == 3
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("127.0.0.1:9402", ("127.0.0.1", 9402)), ("[::1]:80", ("::1", 80)), ("host:0", ("host", 0))],
-)
-def test_listen_address_parses(text: str, expected: tuple[str, int]) -> None:
-    assert export.listen_address(text) == expected
-
-
-@pytest.mark.parametrize("text", ["9402", ":9402", "host:", "host:port", "host:70000", ""])
-def test_malformed_listen_is_one_line_and_exit_2(
-    text: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(argparse.ArgumentTypeError):
-        export.listen_address(text)
-    with pytest.raises(SystemExit) as exited:
-        main(["export", "--demo", "--listen", text])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.count("\n") == 1
-
-
-def test_loopback_detection() -> None:
-    assert export.is_loopback("127.0.0.1") and export.is_loopback("::1")
-    assert export.is_loopback("localhost")
-    assert not export.is_loopback("0.0.0.0")
-
-
-def test_missing_prometheus_client_says_how_to_install(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    assert main(["export", "--demo", "--listen", "127.0.0.1:0"]) == 1
-    assert "pip install 'gpumon[export]'" in capsys.readouterr().err
-
-
-def test_no_driver_exits_1_at_start_up(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    unavailable = Sample(
-        timestamp_s=0.0,
-        host=HOST,
-        driver=None,
-        gpus=(),
-        unavailable=GpuUnavailable(
-            UnavailableReason.LIBRARY_NOT_FOUND, "No NVIDIA driver.", "NVML: not found", "hint"
-        ),
-    )
-    source = FakeSource(unavailable)
-    monkeypatch.setattr("gpumon.sources.open_source", lambda **kwargs: source)
-    assert main(["export", "--listen", "127.0.0.1:0"]) == 1
-    assert capsys.readouterr().err.startswith("gpumon: no NVIDIA GPU data: No NVIDIA driver.")
-    assert source.closed
-
-
-def start_process(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpumon", "export", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ},
-    )
-
-
-def test_no_driver_on_this_machine_exits_1() -> None:
-    from gpumon.sources.nvml import NvmlSource
-
-    probe = NvmlSource()
-    has_driver = probe.unavailable is None
-    probe.close()
-    if has_driver:
-        pytest.skip("this machine has a working NVIDIA driver")
-    result = subprocess.run(
-        [sys.executable, "-m", "gpumon", "export", "--listen", "127.0.0.1:0"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert result.returncode == 1
-    assert result.stderr.startswith("gpumon: no NVIDIA GPU data: ")
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_demo_exporter_process_serves_and_exits_0_on_signal(signum: int) -> None:
-    process = start_process("--demo", "--demo-gpus", "2", "--listen", "127.0.0.1:0")
-    try:
-        assert process.stderr is not None
-        banner = process.stderr.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics \(DEMO", banner)
-        assert match, banner
-        series = scrape(int(match.group(1)))
-        assert series["gpumon_simulated"] == {(): 1.0}
-        assert len(series["gpumon_gpu_up"]) == 2
-        process.send_signal(signum)
-        assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def test_non_loopback_listen_warns() -> None:
-    process = start_process("--demo", "--listen", "0.0.0.0:0")
-    try:
-        assert process.stderr is not None
-        warning = process.stderr.readline()
-        assert "warning: listening on 0.0.0.0, not loopback" in warning
-        assert "serving" in process.stderr.readline()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+def test_describe_names_every_family_collect_can_yield() -> None:
+    collector = SampleCollector()
+    described = {family.name for family in collector.describe()}
+    collector.update(make_sample())
+    assert {family.name for family in collector.collect()} <= described
+    collector.sampling_failed()
+    assert {family.name for family in collector.collect()} <= described
+    assert {metric.name for metric in export.GPU_METRICS} <= described
