@@ -5,7 +5,7 @@ are not UTF-8, bidi overrides, zero-width characters, emoji and CJK, a 100k-char
 argument) goes through the real NVML source with faked NVML and psutil, then into every
 output: the sample itself, ``gpumon once`` in four locales, ``once --json`` read strictly,
 and the dashboard's bytes replayed in a terminal emulator. The exporter has its own check in
-tests/test_export.py.
+tests/test_export_hostile.py.
 """
 
 from __future__ import annotations
