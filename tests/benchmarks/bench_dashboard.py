@@ -153,6 +153,11 @@ TOKEN_RE = re.compile(
     rb"|(?P<text>[^\x00-\x1f\x7f]+)",
     re.DOTALL,
 )
+# Real scenario's first full frame: the jobs' command on this many rows (both monitors show
+# 20 or more process rows at 200x50).
+MARKER_ROWS = 10
+# A process-table row on the final screen: (border,) GPU index, then a PID.
+PROCESS_ROW_RE = re.compile(r"^[\s│|]*\d+\s+\d+\s")
 CURSOR_FINALS = frozenset(b"HfABCDEFGad`")
 CURSOR_CONTROLS = frozenset(b"\r\n\b\t")
 # Gap between two reads that starts a new frame (an update burst) in the byte stream.
@@ -185,13 +190,21 @@ class FrameRule:
     emulated screen, or (no markers) the demo rule on the ANSI-stripped output."""
 
     markers: tuple[str, ...] = ()
+    rows: int = 1  # ... each on at least this many screen rows
 
     @property
     def description(self) -> str:
         if not self.markers:
             return MARKER_DESCRIPTION
         shown = " and ".join(repr(m) for m in self.markers)
-        return f"{shown} visible on the emulated {COLUMNS}x{ROWS} screen"
+        rows = f", each on at least {self.rows} rows," if self.rows > 1 else ""
+        return f"{shown} visible{rows} on the emulated {COLUMNS}x{ROWS} screen"
+
+    def reached(self, text: str) -> bool:
+        if self.rows <= 1:
+            return all(marker in text for marker in self.markers)
+        lines = text.splitlines()
+        return all(sum(marker in line for line in lines) >= self.rows for marker in self.markers)
 
 
 class PtyReader(threading.Thread):
@@ -263,8 +276,7 @@ class PtyReader(threading.Thread):
 
     def _is_full_frame(self, data: bytes) -> bool:  # with self._lock held
         if self.rule.markers:
-            text = self._catch_up().text()
-            return all(marker in text for marker in self.rule.markers)
+            return self.rule.reached(self._catch_up().text())
         self._head += data
         return is_full_frame(strip_ansi(bytes(self._head)))
 
@@ -607,6 +619,11 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         result.frame_done_s = burst_end(reader.chunks, reader.first_frame_at) - started
     result.queries_seen = dict(reader.queries_seen)
     result.first_screen = reader.first_screen
+    if result.error and "exited early" in result.error:
+        # what it said before leaving (the pty holds its stderr too)
+        said = [line.strip() for line in reader.screen_text().splitlines() if line.strip()]
+        if said:
+            result.error += ": " + " | ".join(said[-3:])[-300:]
     if stats_file is not None:
         result.nvml_calls_per_s, result.nvml_top = read_nvml_stats(stats_file)
     return result
@@ -726,6 +743,7 @@ def changed_cells(result: RunResult) -> dict[str, Any]:
                 by_column[_column_of((start, end), words)] += (end - start + 1) * count
     duration = result.window_s
     return {
+        "screen": lines,
         "bursts_per_s": bursts / duration,
         "cells_changed_per_s": sum(per_row.values()) / duration,
         "process_table_header_row": header[0] + 1 if header else None,
@@ -844,6 +862,19 @@ def breakdown(result: RunResult) -> dict[str, Any]:
         for row in frame_rows:
             row_frames[row] += 1
     total = sum(kinds.values())
+    changes = changed_cells(result)
+    areas: Counter[str] = Counter()
+    header_row = changes["process_table_header_row"]
+    for row, size in row_bytes.items():
+        if header_row is None or row + 1 < header_row:
+            area = "above the process table (GPU panel, header)"
+        elif row + 1 == header_row:
+            area = "process table header"
+        elif PROCESS_ROW_RE.match(changes["screen"][row]):
+            area = "process rows"
+        else:
+            area = "other rows below (host strip, footer, panel borders)"
+        areas[area] += size
     rows = [
         {
             "row": row + 1,
@@ -868,8 +899,9 @@ def breakdown(result: RunResult) -> dict[str, Any]:
             kind: {seq: size / duration_s for seq, size in counter.most_common(8)}
             for kind, counter in sequences.items()
         },
+        "bytes_per_s_by_area": {area: size / duration_s for area, size in areas.most_common()},
         "rows": rows,
-        "changes": changed_cells(result),
+        "changes": changes,
     }
 
 
@@ -890,6 +922,8 @@ def print_breakdown(report: dict[str, Any]) -> None:
     for kind, label in labels.items():
         value = report["bytes_per_s_by_kind"][kind]
         print(f"  {label:<48} {value:9.1f} B/s  {value / total * 100:5.1f} %")
+    for area, value in report["bytes_per_s_by_area"].items():
+        print(f"  {area:<48} {value:9.1f} B/s  {value / total * 100:5.1f} %")
     for kind, top in report["top_sequences_bytes_per_s"].items():
         if top:
             print(f"  top {kind} sequences:")
@@ -1181,7 +1215,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
                 "note: on a real driver the first frame is only the process table's header "
                 "('PID', 'COMMAND'); pass --marker with a running job's command for a fairer one"
             )
-    rule = FrameRule(markers)
+    rows = args.marker_rows
+    if rows is None:
+        # A process list, not its first row: nvitop draws its rows one by one and shows
+        # "Gathering process status..." below the first ones for a while.
+        rows = min(plan.processes, MARKER_ROWS) if fake and not args.marker else 1
+    rule = FrameRule(markers, rows)
     plan.monitors.append(
         Monitor("gpumon", [args.python, "-m", "gpumon", "--interval", interval], env, rule)
     )
@@ -1267,6 +1306,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[],
         help="real scenario: a string that marks the first full frame when visible, "
         "repeatable (default: fakejob.py with the fake library, else 'PID' and 'COMMAND')",
+    )
+    scenario.add_argument(
+        "--marker-rows",
+        type=int,
+        metavar="N",
+        help="the markers must each be on N screen rows (default with the fake library and "
+        f"the default marker: the number of processes, at most {MARKER_ROWS}; else 1)",
     )
     scenario.add_argument(
         "--interval", type=float, default=1.0, help="refresh interval, both monitors (1)"
@@ -1367,7 +1413,8 @@ def run_plan(plan: Plan, config: Config, args: argparse.Namespace) -> dict[str, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    # Also SIGINT: a shell starts background jobs with it ignored; the jobs must still stop.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, raise_interrupt)
     plan: Plan | None = None
     try:
