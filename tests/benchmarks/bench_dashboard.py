@@ -18,7 +18,8 @@ COLORTERM and NO_COLOR unset) while this process drains the master side:
     system`` uses the installed driver (no LD_LIBRARY_PATH override, no jobs); ``--nvml-lib
     DIR`` puts DIR (holding libnvidia-ml.so.1) first on LD_LIBRARY_PATH. First full frame:
     every ``--marker`` string (default ``fakejob.py``, the jobs' command) is visible at once
-    on an emulated screen.
+    on an emulated screen, on at least ``--marker-rows`` rows (default: min(processes, 10),
+    so a process *list* is drawn, not its first row).
 
 ``--compare nvitop`` (real scenario) installs a pinned nvitop with pip into a throw-away venv
 under $TMPDIR (reused later) and runs gpumon and nvitop alternately (ABAB...) on the same
@@ -41,15 +42,17 @@ Usage (from the repository root)::
     python tests/benchmarks/bench_dashboard.py --scenario real --gpus 8 --per-gpu 8 \\
         --compare nvitop --runs 5
     python tests/benchmarks/bench_dashboard.py --scenario real --per-gpu 64 --compare nvitop
+    python tests/benchmarks/bench_dashboard.py --scenario real --per-gpu 64 --py-spy /tmp/prof
     python tests/benchmarks/bench_dashboard.py --scenario real --nvml-lib system \\
         --marker python --compare nvitop          # on a GPU server
     python tests/benchmarks/bench_dashboard.py --runs 1 --seconds 10 \\
         --capture /tmp/gpumon_pty_capture.bin --breakdown
 
 ``--breakdown`` classifies the last run's steady-state bytes (cursor movement, SGR, text,
-other escapes), lists the screen rows that are rewritten most, and which screen cells really
-change (per process-table column). Needs Linux and psutil. Exit status: 0 when every target
-is met, 1 when one is not, 2 on error (including Ctrl+C).
+other escapes; screen area), lists the screen rows that are rewritten most, and which screen
+cells really change (per process-table column). ``--py-spy DIR`` records gpumon's windows
+with py-spy and prints where its CPU goes (``pyspy_summary.py``). Needs Linux and psutil.
+Exit status: 0 when every target is met, 1 when one is not, 2 on error (including Ctrl+C).
 """
 
 from __future__ import annotations
