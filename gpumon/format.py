@@ -97,10 +97,11 @@ def pstate(value: int | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``42s``, ``17:03``, ``5h17m``, ``3d04h``: elapsed time, as precise as is useful.
+    """``42s``, ``17m``, ``5h17m``, ``3d04h``: elapsed time, as precise as is useful.
 
-    Past an hour the seconds are dropped: nobody needs them, and a column that changes
-    every second on every row costs bytes over SSH for nothing.
+    Seconds only in a process's first minute: nobody needs them later, and a column that
+    changes every second on every row costs bytes over SSH for nothing (each change is a
+    cursor move and a colour code around one character).
     """
     if seconds is None:
         return NA
@@ -113,7 +114,7 @@ def duration(seconds: float | None) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     if minutes:
-        return f"{minutes}:{secs:02d}"
+        return f"{minutes}m"
     return f"{secs}s"
 
 

@@ -186,3 +186,19 @@ def test_a_real_interpreter_started_without_a_locale_draws_ascii() -> None:
         timeout=60,
     )
     assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "N/A"),
+        (0, "0s"),
+        (42.9, "42s"),
+        (60, "1m"),
+        (17 * 60 + 3, "17m"),  # no seconds past the first minute: fewer bytes per refresh
+        (3600 + 2 * 60 + 3, "1h02m"),
+        (3 * 86_400 + 4 * 3600 + 59, "3d04h"),
+    ],
+)
+def test_elapsed_time_is_as_precise_as_is_useful(seconds: float | None, shown: str) -> None:
+    assert fmt.duration(seconds) == shown
