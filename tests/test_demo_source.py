@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import itertools
 
 import pytest
 
@@ -137,3 +138,69 @@ def test_works_when_the_login_name_is_unknown(monkeypatch: pytest.MonkeyPatch) -
 def test_negative_process_count_is_refused() -> None:
     with pytest.raises(ValueError):
         DemoSource(process_count=-1, current_user="me")
+
+
+def pids_over(source: DemoSource, ticks: int) -> list[list[int]]:
+    return [[p.pid for p in source.sample().processes] for _ in range(ticks)]
+
+
+def test_default_churn_is_rare_and_explicit_default_is_the_same_server() -> None:
+    default = pids_over(demo(gpu_count=4, process_count=12, seed=3), 1000)
+    explicit = pids_over(demo(gpu_count=4, process_count=12, seed=3, churn=0.01), 1000)
+
+    assert default == explicit
+    started = {pid for pids in default for pid in pids} - set(default[0])
+    # About one process in a hundred ticks: a quiet server.
+    assert 2 <= len(started) <= 30
+
+
+# 999 tick-to-tick changes: about half of them, or exactly one each.
+@pytest.mark.parametrize(("churn", "low", "high"), [(0.5, 400, 600), (1.0, 999, 999)])
+def test_heavy_churn_starts_new_processes_with_new_pids(churn: float, low: int, high: int) -> None:
+    ticks = pids_over(demo(gpu_count=8, process_count=64, seed=1, churn=churn), 1000)
+
+    started = 0
+    seen: set[int] = set(ticks[0])
+    for before, after in itertools.pairwise(ticks):
+        assert len(after) == 64  # one ends, another starts: the count holds
+        assert after[0] == before[0] == 2113  # the display server never ends
+        new = [pid for pid in after if pid not in before]
+        # A PID is never reused: a new process is never mistaken for an old one.
+        assert not seen.intersection(new)
+        seen.update(new)
+        started += len(new)
+    assert low <= started <= high
+
+
+def test_churn_above_one_replaces_several_processes_a_tick() -> None:
+    ticks = pids_over(demo(gpu_count=8, process_count=64, seed=2, churn=2.5), 200)
+
+    started = [len(set(after) - set(before)) for before, after in itertools.pairwise(ticks)]
+    assert set(started) <= {2, 3}  # two, plus a third about half the time
+    assert 0.3 < started.count(3) / len(started) < 0.7
+    assert all(len(pids) == 64 for pids in ticks)
+
+
+def test_no_churn_keeps_every_process() -> None:
+    ticks = pids_over(demo(gpu_count=4, process_count=12, seed=0, churn=0), 2000)
+
+    assert all(pids == ticks[0] for pids in ticks)
+
+
+def test_churn_leaves_a_lone_process_alone() -> None:
+    ticks = pids_over(demo(gpu_count=1, process_count=1, seed=0, churn=5.0), 50)
+
+    assert all(pids == [2113] for pids in ticks)
+
+
+def test_same_seed_same_churn() -> None:
+    first = run(demo(gpu_count=8, process_count=64, seed=4, churn=0.7), 300)
+    second = run(demo(gpu_count=8, process_count=64, seed=4, churn=0.7), 300)
+
+    assert first == second
+
+
+@pytest.mark.parametrize("churn", [-0.1, float("nan"), float("inf")])
+def test_impossible_churn_is_refused(churn: float) -> None:
+    with pytest.raises(ValueError, match="churn"):
+        DemoSource(current_user="me", churn=churn)

@@ -72,11 +72,19 @@ class DemoSource:
         current_user: str | None = None,
         clock: Callable[[], float] = time.time,
         tick_s: float = 1.0,
+        churn: float = 0.01,
     ) -> None:
+        """``churn``: how many processes end (and as many new ones, with new PIDs, start)
+        per tick, on average: below 1 it is the probability that one does; 2.5 means two,
+        plus a third half the time. The default is a quiet server; soak tests use a high
+        churn to put thousands of distinct PIDs through the views."""
         if gpu_count < 1:
             raise ValueError("a demo server needs at least one GPU")
         if process_count is not None and process_count < 0:
             raise ValueError("a demo server cannot have a negative number of processes")
+        if not 0 <= churn < math.inf:  # also refuses NaN
+            raise ValueError("churn is a number of processes per tick, 0 or more")
+        self._churn = churn
         self._random = random.Random(seed)
         self._clock = clock
         self._tick_s = tick_s
@@ -180,11 +188,16 @@ class DemoSource:
             if rng.random() < 0.02 and used[process.gpu] + grow <= 0.9 * _MEMORY_TOTAL:
                 process.memory_bytes += grow
                 used[process.gpu] += grow
-        # Rare churn: a job ends and another starts, keeping the count steady.
-        if len(self._processes) > 1 and rng.random() < 0.01:
-            victim = rng.randrange(1, len(self._processes))
-            self._processes.pop(victim)
-            self._processes.append(self._new_process())
+        # Churn (rare by default): a job ends and another starts, keeping the count steady.
+        # The first process, the display server on GPU 0, never ends.
+        if len(self._processes) > 1:
+            replacements = int(self._churn)
+            if rng.random() < self._churn - replacements:
+                replacements += 1
+            for _ in range(replacements):
+                victim = rng.randrange(1, len(self._processes))
+                self._processes.pop(victim)
+                self._processes.append(self._new_process())
 
     def sample(self) -> Sample:
         """Advance the simulation one tick and snapshot it."""
