@@ -10,14 +10,13 @@ import pyte
 import textual
 from rich.segment import Segment
 from rich.style import Style
-from textual._compositor import CompositorUpdate
 from textual.strip import Strip
 
 from gpumon.sources.demo import DemoSource
 from gpumon.ui import exact_updates
 from gpumon.ui.app import create_app
 from gpumon.ui.lines import changed_runs
-from tests.ui_helpers import FIXED_TIME, screen_text
+from tests.ui_helpers import FIXED_TIME, record_terminal_writes, screen_text
 
 
 def test_the_override_matches_the_pinned_textual() -> None:
@@ -52,16 +51,8 @@ async def test_terminal_shows_exactly_the_rendered_screen_after_partial_updates(
     width, height = 200, 50
     source = DemoSource(8, seed=3, process_count=64, current_user="alice", clock=lambda: FIXED_TIME)
     app = create_app(source, autostart=False, ascii_only=False)
-    written: list[str] = []
     async with app.run_test(size=(width, height)) as pilot:
-        original = app._display
-
-        def capture(screen, renderable):  # type: ignore[no-untyped-def]
-            if isinstance(renderable, CompositorUpdate):
-                written.append(renderable.render_segments(app.console))
-            original(screen, renderable)
-
-        app._display = capture  # type: ignore[method-assign]
+        written = record_terminal_writes(app)
         app.refresh()  # a full frame first, as a real terminal would get
         await pilot.pause()
         for _ in range(25):
@@ -84,19 +75,11 @@ async def test_steady_state_refresh_is_small() -> None:
     exact_updates.install()
     source = DemoSource(8, seed=0, process_count=64, current_user="alice")
     app = create_app(source, autostart=False, ascii_only=False)
-    written: list[str] = []
     async with app.run_test(size=(200, 50)) as pilot:
-        original = app._display
-
-        def capture(screen, renderable):  # type: ignore[no-untyped-def]
-            if isinstance(renderable, CompositorUpdate):
-                written.append(renderable.render_segments(app.console))
-            original(screen, renderable)
-
         for _ in range(5):
             app.receive_sample(source.sample())
             await pilot.pause()
-        app._display = capture  # type: ignore[method-assign]
+        written = record_terminal_writes(app)
         for _ in range(10):
             app.receive_sample(source.sample())
             await pilot.pause()

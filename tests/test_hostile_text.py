@@ -19,12 +19,12 @@ from typing import Any
 
 import pyte
 import pytest
-from textual._compositor import CompositorUpdate
 
 from gpumon import format as fmt
 from gpumon.ui import exact_updates
 from gpumon.ui.app import create_app
 from tests.hostile import HOSTILE_ARGV, HOSTILE_USER, hostile_source, unsafe_characters
+from tests.ui_helpers import record_terminal_writes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,16 +153,8 @@ async def test_dashboard_writes_no_hostile_byte_and_shows_the_escapes() -> None:
     exact_updates.install()
     source = hostile_source()
     app = create_app(source, autostart=False, ascii_only=False)
-    written: list[str] = []
     async with app.run_test(size=(200, 50)) as pilot:
-        original = app._display
-
-        def capture(screen, renderable):  # type: ignore[no-untyped-def]
-            if isinstance(renderable, CompositorUpdate):
-                written.append(renderable.render_segments(app.console))
-            original(screen, renderable)
-
-        app._display = capture  # type: ignore[method-assign]
+        written = record_terminal_writes(app)
         app.refresh()
         for _ in range(3):
             app.receive_sample(source.sample())

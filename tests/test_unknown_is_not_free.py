@@ -24,7 +24,15 @@ from gpumon.model import (
 )
 from gpumon.ui.app import create_app
 from tests.test_once import validate
-from tests.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample, screen_text
+from tests.ui_helpers import (
+    GIB,
+    MIB,
+    make_gpu,
+    make_process,
+    make_sample,
+    screen_after,
+    screen_text,
+)
 
 
 def busy_gpu_with_unlisted_processes() -> tuple[GpuStats, GpuStats]:
@@ -76,11 +84,7 @@ def test_once_and_json_say_memory_is_held_by_processes_not_listed() -> None:
 async def test_dashboard_says_memory_is_held_by_processes_not_listed() -> None:
     busy, full = busy_gpu_with_unlisted_processes()
     sample = make_sample((busy, full), (make_process(full, 200, gpu_memory_bytes=12 * GIB),))
-    app = app_for(sample)
-    async with app.run_test(size=(120, 40)) as pilot:
-        app.receive_sample(sample)
-        await pilot.pause()
-        text = screen_text(app)
+    text = await screen_after(sample, (120, 40))
     assert "GPU 0: 53.0G used by processes not listed" in text
     assert "GPU 1:" not in text
 
@@ -115,11 +119,7 @@ async def test_no_processes_is_not_claimed_without_a_driver() -> None:
         UnavailableReason.DRIVER_NOT_LOADED, "The NVIDIA kernel driver is not loaded.", "NVML: x"
     )
     sample = make_sample((), driver=None, unavailable=unavailable)
-    app = app_for(sample)
-    async with app.run_test(size=(100, 30)) as pilot:
-        app.receive_sample(sample)
-        await pilot.pause()
-        text = screen_text(app)
+    text = await screen_after(sample, (100, 30))
     assert "No processes" not in text
     assert "Processes unknown" in text
 
@@ -135,11 +135,7 @@ async def test_none_is_said_only_of_the_gpus_whose_lists_were_read() -> None:
         ((lost,), "Processes unknown: no GPU's process list could be read."),
     ):
         sample = make_sample(gpus)
-        app = app_for(sample)
-        async with app.run_test(size=(120, 40)) as pilot:
-            app.receive_sample(sample)
-            await pilot.pause()
-            text = screen_text(app)
+        text = await screen_after(sample, (120, 40))
         assert expected in text, gpus
         if expected != "No processes on any GPU.":
             assert "No processes on any GPU" not in text
@@ -178,11 +174,7 @@ async def test_dashboard_power_never_reads_n_a_as_watts() -> None:
     gpu = make_gpu(0, power_draw_w=158.0, power_limit_w=None)
     sample = make_sample((gpu,))
     for size in ((120, 40), (80, 24)):
-        app = app_for(sample)
-        async with app.run_test(size=size) as pilot:
-            app.receive_sample(sample)
-            await pilot.pause()
-            text = screen_text(app)
+        text = await screen_after(sample, size)
         assert "158W / N/A" in text, size
         assert "N/AW" not in text
 

@@ -108,3 +108,29 @@ def app_for(*samples: Sample, **options: object) -> GpumonApp:
     options.setdefault("autostart", False)
     options.setdefault("ascii_only", False)
     return create_app(StaticSource(*samples), **options)  # type: ignore[arg-type]
+
+
+def record_terminal_writes(app: GpumonApp) -> list[str]:
+    """From now on, append every partial screen update the app sends to the terminal (the
+    bytes a user's terminal receives, as text) to the returned list."""
+    from textual._compositor import CompositorUpdate
+
+    written: list[str] = []
+    original = app._display
+
+    def capture(screen, renderable):  # type: ignore[no-untyped-def]
+        if isinstance(renderable, CompositorUpdate):
+            written.append(renderable.render_segments(app.console))
+        original(screen, renderable)
+
+    app._display = capture  # type: ignore[method-assign]
+    return written
+
+
+async def screen_after(sample: Sample, size: tuple[int, int] = (120, 40)) -> str:
+    """The screen (see :func:`screen_text`) of an app that was handed ``sample``."""
+    app = app_for(sample)
+    async with app.run_test(size=size) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        return screen_text(app)
