@@ -411,15 +411,20 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             style = style + self.style("cursor")
         line = Line()
         fit = self.glyphs.fit
-        for column, column_width in self._layout(width):
+        layout = self._layout(width)
+        for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
-            line.add(fit(_cell_text(column, process), column_width, column.right) + " ", style)
+            text = fit(_cell_text(column, process), column_width, column.right)
+            # A space between columns, none after the last: the row is exactly as wide as
+            # the table, so nothing has to be cropped off it on every refresh.
+            line.add(text + " " if index < len(layout) - 1 else text, style)
         return line.strip(width, style)
 
     def _header(self, width: int) -> Strip:
         line = Line()
         header = self.style("header")
-        for column, column_width in self._layout(width):
+        layout = self._layout(width)
+        for index, (column, column_width) in enumerate(layout):
             title = column.title[:column_width]
             style = header
             if column.key == self.sort_key:
@@ -431,5 +436,6 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             line.add(
                 title.rjust(column_width) if column.right else title.ljust(column_width), style
             )
-            line.add(" ", header)
+            if index < len(layout) - 1:
+                line.add(" ", header)
         return line.strip(width, header)
