@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpumon.snapshot import no_gpu_data, report_unavailable, sample_to_dict, take_sample
 
-    sample = take_sample(args)
+    sample = take_sample(args, processes=not args.no_processes)
     failed = no_gpu_data(sample)
     if args.json:
         data = sample_to_dict(sample, include_processes=not args.no_processes)

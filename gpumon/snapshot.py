@@ -31,7 +31,7 @@ SCHEMA_PATH = Path(__file__).parent / "schema" / "once.schema.json"
 _GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuStats))
 
 
-def take_sample(args: argparse.Namespace) -> Sample:
+def take_sample(args: argparse.Namespace, *, processes: bool = True) -> Sample:
     """Open the source the command line asks for, read it once, close it.
 
     Never sleeps: NVML values are instantaneous (utilisation is already an average kept by
@@ -39,6 +39,7 @@ def take_sample(args: argparse.Namespace) -> Sample:
 
     Args:
         args: parsed command line with ``demo``, ``demo_gpus`` and ``demo_processes``.
+        processes: False for a mode that shows no process: no process calls at all.
 
     Returns:
         The sample; ``sample.unavailable`` is set when there is no usable driver.
@@ -49,6 +50,7 @@ def take_sample(args: argparse.Namespace) -> Sample:
         demo=bool(getattr(args, "demo", False)),
         demo_gpus=int(getattr(args, "demo_gpus", 4)),
         demo_processes=getattr(args, "demo_processes", None),
+        processes=processes,
     )
     try:
         return source.sample()

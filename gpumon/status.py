@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
 
-    sample = take_sample(args)
+    sample = take_sample(args, processes=False)  # the line shows none
     if no_gpu_data(sample):
         assert sample.unavailable is not None
         report_unavailable(sample.unavailable)

@@ -82,7 +82,7 @@ sys.path.insert(0, {root!r})
 import gpumon.snapshot
 from tests.hostile import hostile_source
 sample = hostile_source().sample()
-gpumon.snapshot.take_sample = lambda args: sample
+gpumon.snapshot.take_sample = lambda args, **options: sample
 from gpumon.cli import main
 sys.exit(main(sys.argv[1:]))
 """

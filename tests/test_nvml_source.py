@@ -1002,3 +1002,24 @@ def test_one_process_on_two_gpus_is_a_row_on_each() -> None:
         (1, 2 * GIB, user_name(1000)),
     ]
     assert table.lookups(55) == 1
+
+
+def test_a_source_for_modes_without_processes_makes_no_process_calls() -> None:
+    """`gpumon status` and `once --no-processes` show no process: they read none."""
+    fake, table = four_gpus_with_jobs()
+    inspector = ProcessInspector(
+        process_factory=table,  # type: ignore[arg-type]
+        current_uid=MY_UID,
+        clock=lambda: NOW,
+    )
+    source = NvmlSource(
+        nvml=fake, inspector=inspector, host_sampler=lambda: HOST, read_processes=False
+    )
+
+    sample = source.sample()
+
+    assert sample.processes == ()
+    assert [gpu.temperature_c is not None for gpu in sample.gpus] == [True] * 4
+    assert fake.count("nvmlDeviceGetComputeRunningProcesses", 0) == 0
+    assert fake.count("nvmlDeviceGetGraphicsRunningProcesses", 0) == 0
+    assert all(table.lookups(pid) == 0 for pid in range(1000, 1004))

@@ -149,7 +149,7 @@ def run_gpumon(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 def run_in_process(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], sample: Sample, stdout: io.StringIO
 ) -> int:
-    monkeypatch.setattr(snapshot, "take_sample", lambda args: sample)
+    monkeypatch.setattr(snapshot, "take_sample", lambda args, **options: sample)
     monkeypatch.setattr(sys, "stdout", stdout)
     return main(argv)
 

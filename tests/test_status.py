@@ -48,7 +48,7 @@ def busy_gpu(index: int, **fields: object) -> GpuStats:
 
 
 def run_status(monkeypatch: pytest.MonkeyPatch, argv: list[str], sample: Sample) -> tuple[int, str]:
-    monkeypatch.setattr(snapshot, "take_sample", lambda args: sample)
+    monkeypatch.setattr(snapshot, "take_sample", lambda args, **options: sample)
     out = io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     return main(["status", *argv]), out.getvalue()

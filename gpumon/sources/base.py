@@ -27,12 +27,19 @@ class GpuSource(Protocol):
 
 
 def open_source(
-    *, demo: bool = False, demo_gpus: int = 4, demo_processes: int | None = None, seed: int = 0
+    *,
+    demo: bool = False,
+    demo_gpus: int = 4,
+    demo_processes: int | None = None,
+    seed: int = 0,
+    processes: bool = True,
 ) -> GpuSource:
     """Return the demo source or the NVML source; never raises for a missing driver.
 
     A machine without a usable driver gets an NVML source whose samples carry
-    ``unavailable`` and the host strip only.
+    ``unavailable`` and the host strip only. ``processes=False`` is for modes that show no
+    process (``status``, ``once --no-processes``): NVML's process lists and the host's
+    per-process reads are skipped, and samples carry no processes.
     """
     if demo:
         from gpumon.sources.demo import DemoSource
@@ -40,4 +47,4 @@ def open_source(
         return DemoSource(gpu_count=demo_gpus, process_count=demo_processes, seed=seed)
     from gpumon.sources.nvml import NvmlSource
 
-    return NvmlSource()
+    return NvmlSource(read_processes=processes)

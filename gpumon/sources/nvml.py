@@ -78,8 +78,10 @@ class NvmlSource:
         inspector: ProcessInspector | None = None,
         host_sampler: Callable[[], Any] = sample_host,
         clock: Callable[[], float] = time.time,
+        read_processes: bool = True,
     ) -> None:
         self._inspector = inspector or ProcessInspector()
+        self._read_processes = read_processes
         self._host_sampler = host_sampler
         self._clock = clock
         self._devices: list[Device] = []
@@ -187,7 +189,7 @@ class NvmlSource:
         for device in self._devices:
             try:
                 stats = device.stats()
-                found = device.processes()
+                found = device.processes() if self._read_processes else {}
             except GpuLost:
                 gpus.append(device.lost_stats())
                 continue
