@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import itertools
 import json
 import os
@@ -69,11 +68,9 @@ import selectors
 import shutil
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
-import termios
 import threading
 import time
 from collections import Counter
@@ -94,7 +91,7 @@ from bench_env import (
     is_fake_library,
     system_cpu,
 )
-from pty_terminal import Responder, Screen
+from pty_terminal import Responder, Screen, spawn_in_pty
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = 200
@@ -409,10 +406,6 @@ def child_environment() -> dict[str, str]:
     return env
 
 
-def make_controlling_tty() -> None:  # runs in the child, after setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
 def session_members(sid: int) -> list[int]:
     members = []
     for pid in psutil.pids():
@@ -527,22 +520,10 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         with contextlib.suppress(OSError):
             stats_file.unlink()
         env["FAKENVML_STATS"] = str(stats_file)
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    reader = PtyReader(master, answer_queries=config.answer_queries, rule=monitor.rule)
     spy: subprocess.Popen[bytes] | None = None
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        monitor.command,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        close_fds=True,
-        start_new_session=True,
-        preexec_fn=make_controlling_tty,
-    )
-    os.close(slave)
+    proc, master = spawn_in_pty(monitor.command, columns=COLUMNS, rows=ROWS, env=env)
+    reader = PtyReader(master, answer_queries=config.answer_queries, rule=monitor.rule)
     reader.start()
     try:
         process = psutil.Process(proc.pid)

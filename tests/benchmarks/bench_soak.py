@@ -27,14 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import os
 import platform
 import selectors
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from collections.abc import Sequence
@@ -45,6 +42,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from pty_terminal import spawn_in_pty  # noqa: E402  (this script's own directory)
 
 from tests.test_soak import (  # noqa: E402
     RSS_GROWTH_LIMIT_BYTES,
@@ -227,26 +226,10 @@ def real_interval(args: argparse.Namespace) -> int:
         f"{args.warmup_seconds:g} s), RSS/threads/fds every {args.every_seconds:g} s\n"
         f"Command: {' '.join(command)}\n{machine()}\n"
     )
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     env = dict(os.environ, TERM="xterm-256color", LANG="C.UTF-8")
     for name in ("COLUMNS", "LINES", "LC_ALL", "LC_CTYPE", "NO_COLOR", "TMUX"):
         env.pop(name, None)
-
-    def controlling_tty() -> None:  # in the child, after setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    child = subprocess.Popen(
-        command,
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        preexec_fn=controlling_tty,
-    )
-    os.close(slave)
+    child, master = spawn_in_pty(command, columns=columns, rows=rows, env=env, cwd=str(ROOT))
     stop = threading.Event()
     written = [0]
     reader = threading.Thread(target=drain, args=(master, stop, written), daemon=True)

@@ -11,7 +11,12 @@ benchmark does not import from outside the repository). Stdlib only.
 from __future__ import annotations
 
 import codecs
+import fcntl
+import os
 import re
+import struct
+import subprocess
+import termios
 from collections.abc import Callable
 
 # One token of terminal output: CSI, OSC, DCS/PM/APC, charset selection, other ESC, a C0
@@ -268,3 +273,34 @@ class Responder:
         rest = buf[last:]
         self.tail = rest[-64:] if b"\x1b" in rest[-64:] else b""
         return b"".join(out)
+
+
+def spawn_in_pty(
+    command: list[str], *, columns: int, rows: int, env: dict[str, str], cwd: str | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``command`` as a session leader whose controlling terminal is a new
+    ``columns``x``rows`` pty, as a terminal emulator would; returns it and the master side."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+    def controlling_tty() -> None:  # in the child, after setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        child = subprocess.Popen(
+            command,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+            preexec_fn=controlling_tty,
+        )
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    return child, master
