@@ -93,8 +93,7 @@ class Poller:
         self._closed = False
         self.polls_started = 0
         self.polls_finished = 0
-        self.in_flight = False
-        self._in_flight_since: float | None = None
+        self._in_flight_since: float | None = None  # when the poll in flight started
 
     @property
     def interval_s(self) -> float:
@@ -131,7 +130,6 @@ class Poller:
                 return None
             if self._thread is None:
                 self._thread = _DaemonThread("gpumon-poller")
-            self.in_flight = True
             self._in_flight_since = self._clock()
             self.polls_started += 1
             try:
@@ -141,11 +139,15 @@ class Poller:
                     self._on_error(error)
                 return None
             finally:
-                self.in_flight = False
                 self._in_flight_since = None
                 self.polls_finished += 1
             self._on_sample(sample)
             return sample
+
+    @property
+    def in_flight(self) -> bool:
+        """A sample is being taken now."""
+        return self._in_flight_since is not None
 
     def stalled_s(self) -> float | None:
         """How long the sample in flight has taken, once that is more than three intervals

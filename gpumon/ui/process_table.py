@@ -30,6 +30,7 @@ EMPTY_WAITING = "Waiting for the first sample: processes not known yet."
 EMPTY_NONE = "No processes on any GPU."
 EMPTY_NONE_ON_THE_OTHERS = "No processes listed on the GPUs whose lists could be read."
 EMPTY_UNKNOWN = "Processes unknown: no GPU data (see above)."
+EMPTY_ALL_UNKNOWN = "Processes unknown: no GPU's process list could be read."
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ def table_messages(sample: Sample | None) -> tuple[list[str], str]:
             if unlisted is not None:
                 notices.append(f"GPU {gpu.index}: {fmt.unlisted_memory(unlisted)}")
     if unknown == len(sample.gpus):
-        return notices, "Processes unknown: no GPU's process list could be read."
+        return notices, EMPTY_ALL_UNKNOWN
     return notices, EMPTY_NONE_ON_THE_OTHERS if unknown else EMPTY_NONE
 
 
