@@ -72,6 +72,12 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
     GpuMetric("gpumon_gpu_power_draw_watts", "Power draw.", "power_draw_w"),
     GpuMetric("gpumon_gpu_power_limit_watts", "Enforced power limit.", "power_limit_w"),
     GpuMetric(
+        "gpumon_gpu_energy_joules",
+        "Energy used since the driver was loaded (resets when it reloads).",
+        "energy_j",
+        kind="counter",
+    ),
+    GpuMetric(
         "gpumon_gpu_memory_used_bytes",
         "GPU memory in use (reserved memory not counted, as in nvidia-smi).",
         "memory_used_bytes",

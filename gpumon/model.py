@@ -100,6 +100,7 @@ class GpuStats:
     temperature_shutdown_c: int | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    energy_j: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     memory_reserved_bytes: int | None = None

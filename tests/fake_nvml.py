@@ -40,6 +40,7 @@ DEVICE_FIELDS = {
     "utilization": "nvmlDeviceGetUtilizationRates",
     "power": "nvmlDeviceGetPowerUsage",
     "power_limit": "nvmlDeviceGetEnforcedPowerLimit",
+    "energy": "nvmlDeviceGetTotalEnergyConsumption",
     "persistence": "nvmlDeviceGetPersistenceMode",
     "display": "nvmlDeviceGetDisplayActive",
     "pstate": "nvmlDeviceGetPerformanceState",
@@ -119,6 +120,7 @@ def make_gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "utilization": Utilization(gpu=40 + index, memory=20 + index),
         "power": 150_250 + index,
         "power_limit": 700_000,
+        "energy": 86_400_000_000 + index,  # mJ since the driver was loaded
         "persistence": pynvml.NVML_FEATURE_ENABLED,
         "display": pynvml.NVML_FEATURE_DISABLED,
         "pstate": pynvml.NVML_PSTATE_0,
@@ -255,6 +257,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> Any:
         return self._device("nvmlDeviceGetPowerUsage", handle, "power")
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetTotalEnergyConsumption", handle, "energy")
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: _Handle) -> Any:
         return self._device("nvmlDeviceGetEnforcedPowerLimit", handle, "power_limit")

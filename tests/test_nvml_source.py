@@ -70,6 +70,7 @@ def two_gpus() -> FakeNvml:
                 utilization=Utilization(gpu=100, memory=87),
                 power=61_500,
                 power_limit=400_000,
+                energy=12_345_678_901,  # mJ
                 persistence=pynvml.NVML_FEATURE_DISABLED,
                 display=pynvml.NVML_FEATURE_ENABLED,
                 pstate=pynvml.NVML_PSTATE_8,
@@ -105,6 +106,7 @@ EXPECTED_GPU_0 = GpuStats(
     temperature_shutdown_c=92,
     power_draw_w=150.25,
     power_limit_w=700.0,
+    energy_j=86_400_000.0,
     memory_used_bytes=1000 * MIB,  # v2: reserved memory is not counted as used
     memory_total_bytes=80 * GIB,
     memory_reserved_bytes=500 * MIB,
@@ -132,6 +134,7 @@ EXPECTED_GPU_1 = GpuStats(
     temperature_shutdown_c=95,
     power_draw_w=61.5,
     power_limit_w=400.0,
+    energy_j=12_345_678.901,
     memory_used_bytes=39 * GIB,
     memory_total_bytes=40 * GIB,
     memory_reserved_bytes=300 * MIB,
@@ -271,6 +274,7 @@ PER_TICK_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
     ),
     ("power", "nvmlDeviceGetPowerUsage", (), ("power_draw_w",)),
     ("power_limit", "nvmlDeviceGetEnforcedPowerLimit", (), ("power_limit_w",)),
+    ("energy", "nvmlDeviceGetTotalEnergyConsumption", (), ("energy_j",)),
     ("persistence", "nvmlDeviceGetPersistenceMode", (), ("persistence_mode",)),
     ("display", "nvmlDeviceGetDisplayActive", (), ("display_active",)),
     ("pstate", "nvmlDeviceGetPerformanceState", (), ("performance_state",)),

@@ -56,6 +56,7 @@ class _SimGpu:
     temperature: float
     power: float
     util: float
+    energy_j: float = 0.0  # since the (simulated) driver was loaded
 
 
 class DemoSource:
@@ -130,7 +131,9 @@ class DemoSource:
         load = (
             0.0 if self._random.random() < 0.25 and index > 0 else self._random.uniform(0.4, 0.98)
         )
-        return _SimGpu(index, uuid, load, 34.0 + 40 * load, 25.0 + 250 * load, 100 * load)
+        power = 25.0 + 250 * load
+        # As if the driver had been loaded three days ago with this job running since.
+        return _SimGpu(index, uuid, load, 34.0 + 40 * load, power, 100 * load, power * 3 * 86_400)
 
     def _new_process(self) -> _SimProcess:
         busy = [gpu for gpu in self._gpus if gpu.load > 0] or self._gpus
@@ -177,6 +180,7 @@ class DemoSource:
             gpu.util = min(100.0, max(0.0, target + rng.gauss(0, 6 if gpu.load else 0)))
             gpu.temperature += (34.0 + 0.42 * gpu.util - gpu.temperature) * 0.08
             gpu.power += (25.0 + 2.6 * gpu.util - gpu.power) * 0.3
+            gpu.energy_j += gpu.power * self._tick_s
         used = [0] * len(self._gpus)
         for process in self._processes:
             used[process.gpu] += process.memory_bytes
@@ -242,6 +246,7 @@ class DemoSource:
                 temperature_shutdown_c=98,
                 power_draw_w=round(gpu.power, 1),
                 power_limit_w=_POWER_LIMIT_W,
+                energy_j=round(gpu.energy_j, 3),
                 memory_used_bytes=min(_MEMORY_TOTAL, memory_by_gpu[gpu.index] + 4 * MIB),
                 memory_total_bytes=_MEMORY_TOTAL,
                 memory_reserved_bytes=469 * MIB,

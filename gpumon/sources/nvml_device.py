@@ -205,6 +205,7 @@ class Device:
         used, total, reserved = self._memory()
         utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
+        energy_mj = self.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
         limit_mw = self.read("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
         persistence = self.read("persistence", nvml.nvmlDeviceGetPersistenceMode)
         display = self.read("display", nvml.nvmlDeviceGetDisplayActive)
@@ -225,6 +226,7 @@ class Device:
             temperature_shutdown_c=self.shutdown_c,
             power_draw_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            energy_j=None if energy_mj is None else energy_mj / 1000.0,
             memory_used_bytes=used,
             memory_total_bytes=total,
             memory_reserved_bytes=reserved,
