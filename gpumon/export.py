@@ -133,6 +133,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds between samples (default: 1); scrapes read the latest sample",
     )
+    parser.add_argument(
+        "--dcgm-compat",
+        action="store_true",
+        help="also serve the DCGM_FI_DEV_* series of NVIDIA's dcgm-exporter (its names, units "
+        "and labels), for dashboards made for it such as Grafana 12239",
+    )
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -216,12 +222,15 @@ def label_value(text: str | None) -> str:
     return "" if text is None else safe_text(text)
 
 
-def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]:
+def build_families(
+    sample: Sample | None, sampling_errors: int = 0, *, dcgm_compat: bool = False
+) -> list[Any]:
     """Turn one sample into prometheus_client metric families.
 
     Args:
         sample: the latest sample, or ``None`` when the latest attempt to read failed.
         sampling_errors: how many samples have failed since the exporter started.
+        dcgm_compat: also dcgm-exporter's series (:mod:`gpumon.export_dcgm`).
 
     Returns:
         The families to expose; N/A values and lost GPUs' readings have no series.
@@ -294,6 +303,10 @@ def build_families(sample: Sample | None, sampling_errors: int = 0) -> list[Any]
         labels = [str(process.gpu_index), label_value(process.gpu_uuid), str(process.pid)]
         names = [label_value(process.user), label_value(process_name(process.command))]
         memory.add_metric([*labels, *names], process.gpu_memory_bytes)
+    if dcgm_compat:
+        from gpumon.export_dcgm import dcgm_families
+
+        families.extend(dcgm_families(sample, note, label_value))
     return families
 
 
@@ -303,10 +316,11 @@ def _gpu_labels(gpu: GpuStats) -> list[str]:
 
 
 @functools.cache
-def _every_family() -> tuple[Any, ...]:
+def _every_family(dcgm_compat: bool) -> tuple[Any, ...]:
     """One empty family of each name build_families can yield, for ``describe()``."""
     host = HostStats("", None, None, None, None, None, None)
-    return tuple(build_families(Sample(0.0, host, DriverInfo(None, None, None), gpus=())))
+    empty = Sample(0.0, host, DriverInfo(None, None, None), gpus=())
+    return tuple(build_families(empty, dcgm_compat=dcgm_compat))
 
 
 class SampleCollector:
@@ -318,7 +332,8 @@ class SampleCollector:
     (the HTTP side answers 503 with it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, dcgm_compat: bool = False) -> None:
+        self._dcgm_compat = dcgm_compat
         self._sampling_errors = 0
         # (why not ready or None, families): one reference, so a scrape sees one state.
         self._state: tuple[str | None, list[Any]] = (WAITING, [])
@@ -333,7 +348,10 @@ class SampleCollector:
         if sample.unavailable is not None and not sample.simulated:
             self._state = (f"no NVIDIA GPU data: {sample.unavailable.headline}\n", [])
         else:
-            self._state = (None, build_families(sample, self._sampling_errors))
+            families = build_families(
+                sample, self._sampling_errors, dcgm_compat=self._dcgm_compat
+            )
+            self._state = (None, families)
 
     def sampling_failed(self) -> None:
         """The latest read failed: expose no GPU series rather than stale ones."""
@@ -342,7 +360,7 @@ class SampleCollector:
 
     def describe(self) -> Iterator[Any]:
         """Every family name :meth:`collect` can yield: lets ``/metrics?name[]=`` filter."""
-        yield from _every_family()
+        yield from _every_family(self._dcgm_compat)
 
     def collect(self) -> Iterator[Any]:
         yield from self._state[1]
@@ -368,7 +386,8 @@ def run(args: argparse.Namespace) -> int:
         demo=args.demo, demo_gpus=args.demo_gpus, demo_processes=args.demo_processes
     )
     try:  # listens at once; /metrics answers 503 until the first sample
-        exporter = Exporter(source, SampleCollector(), host, port, interval_s)
+        collector = SampleCollector(dcgm_compat=args.dcgm_compat)
+        exporter = Exporter(source, collector, host, port, interval_s)
     except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
         source.close()
         reason = getattr(error, "strerror", None) or error
