@@ -348,9 +348,7 @@ class SampleCollector:
         if sample.unavailable is not None and not sample.simulated:
             self._state = (f"no NVIDIA GPU data: {sample.unavailable.headline}\n", [])
         else:
-            families = build_families(
-                sample, self._sampling_errors, dcgm_compat=self._dcgm_compat
-            )
+            families = build_families(sample, self._sampling_errors, dcgm_compat=self._dcgm_compat)
             self._state = (None, families)
 
     def sampling_failed(self) -> None:
