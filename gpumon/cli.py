@@ -13,13 +13,16 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING
 
 from gpumon import __version__
 from gpumon.arguments import decimal_number, whole_number
 from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
-# Subcommand -> module. Each module exposes ``HELP: str``, ``add_arguments(parser)`` and
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+# Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.
 SUBCOMMANDS: dict[str, str] = {
     "once": "gpumon.once",
@@ -27,6 +30,21 @@ SUBCOMMANDS: dict[str, str] = {
     "export": "gpumon.export",
     "probe": "gpumon.probe.cli",
 }
+
+# Here, not in the modules: `gpumon status` (run by tmux every few seconds) imports only the
+# module of the subcommand it runs, not the other three.
+SUBCOMMAND_HELP: dict[str, str] = {
+    "once": "print one snapshot of every GPU and its processes, then exit (--json for scripts)",
+    "status": "print one short line for a tmux status bar (e.g. GPU 0:87/26% 1:0/1%)",
+    "export": "serve Prometheus metrics over HTTP (needs: pip install 'gpumon-tui[export]')",
+    "probe": "check that torch can use a GPU from a Python environment: is_available, which "
+    "cuda:N it is, tensors on it, NVML sees it (runs in a child process)",
+}
+
+# Top-level options that take a value: a subcommand's name after one of them is its value.
+_TOP_LEVEL_VALUE_OPTIONS = frozenset(
+    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes"}
+)
 
 
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
@@ -91,7 +109,21 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) ->
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs, or ``None`` (the dashboard, or no valid subcommand)."""
+    previous = ""
+    for word in argv:
+        if word == "--":
+            return None
+        if word in SUBCOMMANDS and previous not in _TOP_LEVEL_VALUE_OPTIONS:
+            return word
+        previous = word
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only``, the other subcommands' own options are left
+    out (and their modules not imported): ``argv`` is known to run ``only``."""
     parser = _Parser(
         prog="gpumon",
         description="Live NVIDIA GPU dashboard for shared GPU servers. "
@@ -116,18 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_arguments(parser, top_level=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
+        text = SUBCOMMAND_HELP[name]
         # argparse %-formats help strings; a literal "87%" must not break --help.
-        sub = subparsers.add_parser(
-            name, help=module.HELP.replace("%", "%%"), description=module.HELP
-        )
+        sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
+        if only is not None and name != only:
+            continue
         add_source_arguments(sub, top_level=False)
-        module.add_arguments(sub)
+        importlib.import_module(module_name).add_arguments(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(only=chosen_subcommand(words)).parse_args(words)
     if args.command is None:
         return run_dashboard(args)
     module = importlib.import_module(SUBCOMMANDS[args.command])

@@ -26,8 +26,6 @@ from typing import Any
 from gpumon.format import safe_text
 from gpumon.model import DriverInfo, GpuStats, HostStats, Sample
 
-HELP = "serve Prometheus metrics over HTTP (needs: pip install 'gpumon[export]')"
-
 DEFAULT_LISTEN = "127.0.0.1:9402"
 GPU_LABELS = ("gpu", "uuid", "name")
 PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process")
@@ -370,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(
             "gpumon export: error: prometheus_client is not installed: "
-            "pip install 'gpumon[export]'",
+            "pip install 'gpumon-tui[export]' (pipx: pipx install --force 'gpumon-tui[export]')",
             file=sys.stderr,
         )
         return 1

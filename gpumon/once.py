@@ -12,7 +12,6 @@ snapshot): only on a terminal, never when ``NO_COLOR`` is set to anything non-em
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -22,8 +21,6 @@ from typing import TextIO
 
 from gpumon import format as fmt
 from gpumon.model import GpuProcess, GpuStats, Sample, notable_unlisted_memory_bytes
-
-HELP = "print one snapshot of every GPU and its processes, then exit (--json for scripts)"
 
 DEMO_MARKER = "DEMO (simulated data)"
 
@@ -68,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     failed = no_gpu_data(sample)
     if args.json:
         data = sample_to_dict(sample, include_processes=not args.no_processes)
+        import json  # here: `once` without --json does not need it
+
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     elif not failed:
         stdout = sys.stdout

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, TextIO
 
 from gpumon import __version__
@@ -24,7 +23,8 @@ from gpumon.model import GpuProcess, GpuStats, GpuUnavailable, Sample, unlisted_
 #: meaning). New fields may appear without a bump; consumers ignore keys they do not know.
 SCHEMA_VERSION = 1
 
-SCHEMA_PATH = Path(__file__).parent / "schema" / "once.schema.json"
+# A plain path: pathlib costs `gpumon status` milliseconds on every call.
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema", "once.schema.json")
 
 # Every GpuStats field goes into the JSON under its own name: a field added to the model
 # shows up here at once, and the strict schema test then asks for it to be documented.
@@ -74,6 +74,8 @@ def report_unavailable(unavailable: GpuUnavailable, stream: TextIO | None = None
 
 def iso_timestamp(timestamp_s: float) -> str:
     """``2024-06-10T12:00:00.123Z``: ISO 8601 / RFC 3339 in UTC, millisecond precision."""
+    from datetime import datetime, timezone  # only the JSON output needs it
+
     moment = datetime.fromtimestamp(timestamp_s, tz=timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -1,23 +1,26 @@
 """``gpumon status``: one short line for a tmux (or any other) status bar.
 
-Run every few seconds by tmux, so it must start fast: one sample, no textual, no colours
-(tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``).
+Run every few seconds by tmux, so it must start fast: one sample, no process calls, no
+psutil, no textual, no colours (tmux has its own ``#[fg=...]`` syntax, which users can put in
+``--format``). The default is one compact cell per GPU, ``GPU 0:87/26% 1:0/1% ...``
+(utilisation / memory used, in percent): 8 GPUs fit in under 100 columns, leaving room for a
+clock in tmux's 120.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import string
 import sys
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, Sample
 
-HELP = "print one short line per call for a tmux status bar (e.g. GPU0 87% 12.3G 61°C)"
-
-DEFAULT_FORMAT = "GPU{index} {util} {mem_used} {temp}"
-DEFAULT_SEPARATOR = " | "
+DEFAULT_FORMAT = "{index}:{util_num}/{mem_pct_num}%"
+DEFAULT_SEPARATOR = " "
+DEFAULT_PREFIX = "GPU "
+#: What the line says when there is no GPU data (no driver): never a blank status bar.
+NO_DATA = "GPU N/A"
 
 #: The fields ``--format`` may use, with what they hold. All are strings; N/A is "N/A".
 FIELDS: dict[str, str] = {
@@ -26,10 +29,12 @@ FIELDS: dict[str, str] = {
     "uuid": "full GPU UUID",
     "short_uuid": "GPU-1a2b3c4d",
     "util": "GPU utilisation (87%)",
+    "util_num": "GPU utilisation without the % sign (87)",
     "mem_util": "memory controller utilisation (40%)",
     "mem_used": "memory used (12.3G)",
     "mem_total": "memory total (47.5G)",
     "mem_pct": "memory used, percent of total (26%)",
+    "mem_pct_num": "memory used, percent of total, without the % sign (26)",
     "temp": "temperature (61°C)",
     "fan": "fan speed (45%)",
     "power": "power draw (178W)",
@@ -52,10 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help=f"text between GPUs (default: {DEFAULT_SEPARATOR!r})",
     )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        metavar="TEXT",
+        help=f"text before the first GPU (default: {DEFAULT_PREFIX!r} with the default "
+        "format, nothing with your own --format)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = check_template(args.format)
+    problem = None if args.format == DEFAULT_FORMAT else check_template(args.format)
     if problem is not None:
         shown = fmt.safe_text(args.format, 80)
         print(f"gpumon status: error: bad --format {shown!r}: {problem}", file=sys.stderr)
@@ -65,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
     sample = take_sample(args, processes=False)  # the line shows none
     if no_gpu_data(sample):
         assert sample.unavailable is not None
+        print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
         report_unavailable(sample.unavailable)
         return 1
-    print(status_line(sample, template=args.format, separator=args.separator))
+    line = status_line(sample, template=args.format, separator=args.separator, prefix=args.prefix)
+    print(line)
     return 0
 
 
@@ -87,6 +101,8 @@ def check_template(template: str) -> str | None:
     ``{index.__class__}`` or ``{util:>999999999}`` would print Python internals or build a
     string of gigabytes.
     """
+    import string  # only a template of the user's own is checked
+
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as error:
@@ -130,10 +146,12 @@ def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
         "uuid": gpu.uuid or fmt.NA,
         "short_uuid": gpu.short_uuid,
         "util": fmt.percent(gpu.utilization_gpu_pct),
+        "util_num": _number(gpu.utilization_gpu_pct),
         "mem_util": fmt.percent(gpu.utilization_memory_pct),
         "mem_used": fmt.bytes_short(gpu.memory_used_bytes),
         "mem_total": fmt.bytes_short(gpu.memory_total_bytes),
         "mem_pct": fmt.percent(None if fraction is None else 100 * fraction),
+        "mem_pct_num": _number(None if fraction is None else 100 * fraction),
         "temp": fmt.celsius(gpu.temperature_c, ascii_only),
         "fan": fmt.percent(gpu.fan_pct),
         "power": fmt.watts(gpu.power_draw_w),
@@ -141,11 +159,16 @@ def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
     }
 
 
+def _number(value: float | None) -> str:
+    return fmt.NA if value is None else f"{value:.0f}"
+
+
 def status_line(
     sample: Sample,
     *,
     template: str = DEFAULT_FORMAT,
     separator: str = DEFAULT_SEPARATOR,
+    prefix: str | None = None,
     ascii_only: bool | None = None,
 ) -> str:
     """One line for every GPU in ``sample``.
@@ -154,17 +177,21 @@ def status_line(
         sample: what to show.
         template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
         separator: placed between GPUs.
+        prefix: placed before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
+            template, nothing with another (a custom template is exactly what it says).
         ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
 
     Returns:
-        The line without a newline; a lost GPU shows as ``GPU2 LOST``, and simulated data
+        The line without a newline; a lost GPU shows as ``2:LOST``, and simulated data
         starts with ``DEMO ``.
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     parts = [
-        f"GPU{gpu.index} LOST" if gpu.lost else template.format(**gpu_fields(gpu, ascii_only))
+        f"{gpu.index}:LOST" if gpu.lost else template.format(**gpu_fields(gpu, ascii_only))
         for gpu in sample.gpus
     ]
-    line = separator.join(parts)
+    if prefix is None:
+        prefix = DEFAULT_PREFIX if template == DEFAULT_FORMAT else ""
+    line = prefix + separator.join(parts)
     return f"DEMO {line}" if sample.simulated else line

@@ -69,3 +69,57 @@ for name in ("prometheus_client", "psutil", "pynvml", "jsonschema"):
 """
     result = run_clean(body)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--demo"],
+        ["status"],  # no driver here
+        ["once", "--no-processes"],
+        ["--interval", "2", "status", "--demo", "--format", "{util}"],
+    ],
+)
+def test_status_loads_only_what_its_line_needs(argv: list[str]) -> None:
+    """tmux runs `gpumon status` every few seconds: no psutil (it shows no process or host
+    reading), no other subcommand's module, no logging or JSON."""
+    body = f"""
+from gpumon.cli import main
+main({argv!r})
+loaded = [name for name in ("psutil", "gpumon.sources.host", "gpumon.export", "gpumon.probe",
+          "gpumon.probe.cli", "logging", "json") if name in sys.modules]
+assert not loaded, loaded
+"""
+    result = run_clean(body)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["status"], "status"),
+        (["--demo", "once", "--json"], "once"),
+        (["--probe-python", "status", "once"], "once"),  # "status" is a value here
+        (["--interval=2", "export"], "export"),
+        (["--demo"], None),
+        (["--", "status"], None),
+    ],
+)
+def test_the_subcommand_is_found_before_parsing(argv: list[str], expected: str | None) -> None:
+    from gpumon import cli
+
+    assert cli.chosen_subcommand(argv) == expected
+
+
+def test_top_level_value_options_are_all_known() -> None:
+    """chosen_subcommand must know every top-level option that takes a value."""
+    from gpumon import cli
+
+    parser = cli.build_parser(only="status")
+    taking_values = {
+        option
+        for action in parser._actions  # argparse keeps no public list
+        if action.option_strings and action.nargs != 0
+        for option in action.option_strings
+    }
+    assert taking_values == cli._TOP_LEVEL_VALUE_OPTIONS

@@ -155,7 +155,7 @@ def run_in_process(
 
 
 def load_schema() -> dict[str, Any]:
-    return json.loads(snapshot.SCHEMA_PATH.read_text())
+    return json.loads(Path(snapshot.SCHEMA_PATH).read_text())
 
 
 def validate(document: object) -> None:

@@ -54,14 +54,26 @@ def run_status(monkeypatch: pytest.MonkeyPatch, argv: list[str], sample: Sample)
     return main(["status", *argv]), out.getvalue()
 
 
-def test_default_line_shows_utilisation_memory_and_temperature_per_gpu() -> None:
-    sample = make_sample(busy_gpu(0), busy_gpu(1, utilization_gpu_pct=3, temperature_c=35))
-    assert status.status_line(sample) == "GPU0 87% 12.3G 61°C | GPU1 3% 12.3G 35°C"
+def test_default_line_is_one_cell_per_gpu_utilisation_and_memory_percent() -> None:
+    sample = make_sample(busy_gpu(0), busy_gpu(1, utilization_gpu_pct=3, memory_used_bytes=0))
+    assert status.status_line(sample) == "GPU 0:87/15% 1:3/0%"
+
+
+def test_eight_busy_gpus_leave_room_for_a_clock_in_tmux_120_columns() -> None:
+    """The README's tmux line is `#(gpumon status) | %H:%M` in status-right-length 120."""
+    full = [busy_gpu(i, utilization_gpu_pct=100, memory_used_bytes=80 * GIB) for i in range(8)]
+    worst = max(
+        status.status_line(make_sample(*full, simulated=True)),
+        status.status_line(make_sample(*(busy_gpu(i, utilization_gpu_pct=None) for i in range(8)))),
+        key=len,
+    )
+    assert len(worst + " | 12:00") <= 120
+    assert worst.startswith("DEMO GPU 0:100/100% 1:100/100%")
 
 
 def test_demo_line_starts_with_demo() -> None:
     line = status.status_line(make_sample(busy_gpu(0), simulated=True))
-    assert line == "DEMO GPU0 87% 12.3G 61°C"
+    assert line == "DEMO GPU 0:87/15%"
 
 
 def test_lost_gpu_and_na_readings() -> None:
@@ -71,18 +83,39 @@ def test_lost_gpu_and_na_readings() -> None:
         busy_gpu(2, memory_used_bytes=None),
     )
     line = status.status_line(sample)
-    assert line == "GPU0 N/A 12.3G N/A | GPU1 LOST | GPU2 87% N/A 61°C"
+    assert line == "GPU 0:N/A/15% 1:LOST 2:87/N/A%"
 
 
 def test_custom_format_and_separator(monkeypatch: pytest.MonkeyPatch) -> None:
     sample = make_sample(busy_gpu(0), busy_gpu(1, memory_used_bytes=40 * GIB))
     code, out = run_status(
         monkeypatch,
-        ["--format", "{index}:{util:>4} {mem_pct} {power}/{power_limit} {fan}", "--separator", ";"],
+        [
+            "--format",
+            "{index}:{util:>4} {mem_pct} {power}/{power_limit} {fan}",
+            "--separator",
+            ";",
+        ],
         sample,
     )
     assert code == 0
     assert out == "0: 87% 15% 513W/700W N/A;1: 87% 50% 513W/700W N/A\n"
+
+
+def test_prefix_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    sample = make_sample(busy_gpu(0))
+    assert run_status(monkeypatch, ["--prefix", "gpu: "], sample) == (0, "gpu: 0:87/15%\n")
+    custom = ["--format", "{util}", "--prefix", "> "]
+    assert run_status(monkeypatch, custom, sample) == (0, "> 87%\n")
+
+
+def test_the_old_default_is_one_format_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run_status(
+        monkeypatch,
+        ["--format", "GPU{index} {util} {mem_used} {temp}", "--separator", " | "],
+        make_sample(busy_gpu(0), busy_gpu(1, utilization_gpu_pct=3, temperature_c=35)),
+    )
+    assert (code, out) == (0, "GPU0 87% 12.3G 61°C | GPU1 3% 12.3G 35°C\n")
 
 
 def test_every_documented_field_can_be_used() -> None:
@@ -151,7 +184,7 @@ def test_unavailable_sample_exits_1_with_message(
     )
     code, out = run_status(monkeypatch, [], sample)
     assert code == 1
-    assert out == ""
+    assert out == "GPU N/A\n"  # a tmux bar says so rather than going blank
     assert capsys.readouterr().err == (
         "gpumon: no NVIDIA GPU data: Driver/library version mismatch. (NVML: x)\n"
     )
@@ -170,12 +203,12 @@ def test_real_command_with_demo_and_without_a_driver() -> None:
 
     demo = run("--demo", "--demo-gpus", "3")
     assert demo.returncode == 0
-    assert demo.stdout.startswith("DEMO GPU0 ")
-    assert demo.stdout.count("\n") == 1 and demo.stdout.count(" | ") == 2
+    assert demo.stdout.startswith("DEMO GPU 0:")
+    assert demo.stdout.count("\n") == 1 and demo.stdout.count("%") == 3
 
     real = run()
     if real.returncode == 0:
         pytest.skip("this machine has a working NVIDIA driver")
     assert real.returncode == 1
-    assert real.stdout == ""
+    assert real.stdout == "GPU N/A\n"
     assert real.stderr.startswith("gpumon: no NVIDIA GPU data: ")

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from gpumon.probe.runner import ProbeOutcome
     from gpumon.sources import GpuSource
 
-HELP = (
-    "check that torch can use a GPU from a Python environment: is_available, which cuda:N it "
-    "is, tensors on it, NVML sees it (runs in a child process)"
-)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_SIZE_MIB = 64 * 1024

@@ -9,22 +9,23 @@ remembers NOT_SUPPORTED per device and field so it is not asked again every tick
 from __future__ import annotations
 
 import dataclasses
-import logging
+import os
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpumon.format import safe_text
 from gpumon.model import (
     DriverInfo,
     GpuProcess,
     GpuStats,
     GpuUnavailable,
+    HostStats,
     ProcessKind,
     Sample,
     UnavailableReason,
 )
-from gpumon.sources.host import NOT_VISIBLE, ProcessInspector, sample_host
 from gpumon.sources.nvml_device import (
     FELL_OFF_THE_BUS,
     NVML_ERROR_DRIVER_NOT_LOADED,
@@ -35,11 +36,13 @@ from gpumon.sources.nvml_device import (
     Device,
     GpuLost,
     error_code,
+    log_debug,
     nvml_text,
     unopened,
 )
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from gpumon.sources.host import ProcessInspector
 
 _UNAVAILABLE_TEXT: dict[int, tuple[UnavailableReason, str, str]] = {
     NVML_ERROR_LIBRARY_NOT_FOUND: (
@@ -76,13 +79,21 @@ class NvmlSource:
         *,
         nvml: ModuleType | None = None,
         inspector: ProcessInspector | None = None,
-        host_sampler: Callable[[], Any] = sample_host,
+        host_sampler: Callable[[], HostStats] | None = None,
         clock: Callable[[], float] = time.time,
         read_processes: bool = True,
     ) -> None:
-        self._inspector = inspector or ProcessInspector()
+        # Without processes (status, once --no-processes) nothing but the host name is shown:
+        # psutil is not even imported (a one-shot command pays its import on every call).
+        if read_processes:
+            from gpumon.sources.host import ProcessInspector, sample_host
+
+            self._inspector: ProcessInspector | None = inspector or ProcessInspector()
+            self._host_sampler = host_sampler or sample_host
+        else:
+            self._inspector = inspector
+            self._host_sampler = host_sampler or hostname_only
         self._read_processes = read_processes
-        self._host_sampler = host_sampler
         self._clock = clock
         self._devices: list[Device] = []
         self._driver: DriverInfo | None = None
@@ -160,7 +171,7 @@ class NvmlSource:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
             except nvml.NVMLError as error:
-                log.debug("GPU %d handle: %s", index, error)
+                log_debug("GPU %d handle: %s", index, error)
                 handle = None  # no readings from it: shown as LOST with the reason, not retried
                 lost = error_code(error) == NVML_ERROR_GPU_IS_LOST
                 lost_reason = FELL_OFF_THE_BUS if lost else unopened(error)
@@ -212,6 +223,10 @@ class NvmlSource:
     def _join_processes(
         self, raw: list[tuple[Device, dict[int, tuple[ProcessKind, int | None]]]]
     ) -> tuple[GpuProcess, ...]:
+        if self._inspector is None:
+            return ()
+        from gpumon.sources.host import NOT_VISIBLE
+
         details = self._inspector.inspect({pid for _, found in raw for pid in found})
         processes: list[GpuProcess] = []
         for device, found in raw:
@@ -242,6 +257,11 @@ class NvmlSource:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError:
                 pass
+
+
+def hostname_only() -> HostStats:
+    """The host as modes that show no host strip need it: its name, every reading N/A."""
+    return HostStats(safe_text(os.uname().nodename), None, None, None, None, None, None)
 
 
 def _cuda_version(value: Any) -> str | None:

@@ -10,7 +10,6 @@ that does) hands each device the loaded binding.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -18,7 +17,14 @@ from typing import Any
 from gpumon.format import safe_text
 from gpumon.model import GpuStats, ProcessKind
 
-log = logging.getLogger(__name__)
+
+def log_debug(message: str, *args: object) -> None:
+    """Log at debug level; ``logging`` is imported only when there is something to log
+    (it costs a one-shot `gpumon status` milliseconds)."""
+    import logging
+
+    logging.getLogger(__name__).debug(message, *args)
+
 
 # NVML return codes (nvml.h); spelled out so this module works with any binding version.
 NVML_ERROR_NO_PERMISSION = 4
@@ -111,7 +117,7 @@ class Device:
         try:
             value = call(self.handle, *args)
         except self._version_mismatch as error:
-            log.debug("GPU %d %s: %s", self.index, field, error)
+            log_debug("GPU %d %s: %s", self.index, field, error)
             self.unsupported.add(field)  # the driver lacks this ABI: as FUNCTION_NOT_FOUND
             self.errors.pop(field, None)
             return None
@@ -125,7 +131,7 @@ class Device:
                 self.unsupported.add(field)
                 self.errors.pop(field, None)
             else:
-                log.debug("GPU %d %s: %s", self.index, field, error)
+                log_debug("GPU %d %s: %s", self.index, field, error)
                 self.errors[field] = str(error)
             return None
         self.errors.pop(field, None)
