@@ -122,7 +122,7 @@ def test_missing_prometheus_client_says_how_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     assert main(["export", "--demo", "--listen", "127.0.0.1:0"]) == 1
-    assert "pip install 'gpumon[export]'" in capsys.readouterr().err
+    assert "pip install 'gpumon-tui[export]'" in capsys.readouterr().err
 
 
 def test_no_driver_exits_1_at_start_up_with_only_the_reason(

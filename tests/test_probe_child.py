@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Found, not imported: the test process itself stays free of torch.
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(
-    not HAS_TORCH, reason="torch is not installed (CI installs torch==2.13.0, the CPU build)"
+    not HAS_TORCH,
+    reason="torch is not installed (the README's test command installs torch==2.13.0)",
 )
 
 
