@@ -5,6 +5,8 @@
 * real idle "GPU job" processes started and stopped with its ``spawn_procs.py`` (run as a
   subprocess: nothing is imported from outside the repository),
 * a throw-away virtual environment with a pinned nvitop, for the side-by-side comparison,
+* a wheel of gpumon's working tree installed into a throw-away virtual environment, so that
+  gpumon is measured as a user installs it (``bench_once.py``),
 * machine-wide CPU counters (busy and steal) as a noise indicator.
 
 Stdlib only.
@@ -223,6 +225,96 @@ def ensure_nvitop(version: str, python: str) -> tuple[Path, dict[str, str]]:
     if version != "latest" and versions.get("nvitop") != version:
         raise SetupError(f"{venv} holds nvitop {versions.get('nvitop')}, not {version}")
     return exe, versions
+
+
+def snapshot_tree(root: Path, dest: Path) -> None:
+    """Copy the working tree of the git repository ``root`` into a fresh ``dest``: tracked
+    files as they are on disk (uncommitted changes included) and untracked files that git
+    does not ignore, so no ``build/``, ``*.egg-info`` or caches of earlier builds."""
+    listed = _run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        "git ls-files",
+        timeout=60,
+        cwd=root,
+    )
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in filter(None, listed.split("\0")):
+        source = root / name
+        if not source.is_file():  # deleted in the working tree, or a submodule
+            continue
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest / name)
+
+
+def build_wheel(root: Path, python: str, retries: int = 1, retry_wait_s: float = 60) -> Path:
+    """A wheel of the working tree of ``root``, built as ``python -m pip wheel --no-deps -w
+    DIR .`` (with build isolation, as pip and pipx build it) in a snapshot of the tree under
+    ``work_dir()``: an in-tree build would leave ``build/`` in the repository and pack
+    modules since deleted that an earlier build left there. A failed build is retried
+    ``retries`` times after ``retry_wait_s`` seconds (``pyproject.toml`` may be mid-edit)."""
+    source, dist = work_dir() / "gpumon-wheel-src", work_dir() / "gpumon-wheel-dist"
+    pip_wheel = [python, "-m", "pip", "wheel", "--disable-pip-version-check", "-q", "--no-deps"]
+    for attempt in range(retries + 1):
+        snapshot_tree(root, source)
+        shutil.rmtree(dist, ignore_errors=True)
+        try:
+            _run(
+                [*pip_wheel, "-w", str(dist), "."],
+                "pip wheel (gpumon)",
+                timeout=600,
+                cwd=source,
+                stdin=subprocess.DEVNULL,
+            )
+            break
+        except SetupError as error:
+            if attempt == retries:
+                raise
+            log(f"{error}\nretrying in {retry_wait_s:.0f} s ...")
+            time.sleep(retry_wait_s)
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise SetupError(f"pip wheel left {len(wheels)} wheels in {dist}, expected 1")
+    return wheels[0]
+
+
+def ensure_wheel_venv(wheel: Path, python: str, name: str = "venv-gpumon-wheel") -> Path:
+    """``wheel`` installed into the virtual environment ``work_dir()/name``, as a user's
+    ``pip install`` or ``pipx install`` leaves it (no editable finder, bytecode compiled).
+    The first run creates it with ``python -m venv`` and installs the wheel with its
+    dependencies; later runs reuse it and reinstall only the wheel (``--no-deps
+    --force-reinstall``), installing dependencies again only when ``pip check`` finds one
+    missing or out of range (the wheel's requirements changed). Returns the venv."""
+    venv = work_dir() / name
+    vpython = venv / "bin" / "python"
+    pip = [str(vpython), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    reusable = (venv / "bin" / "gpumon").is_file() and (
+        subprocess.run(
+            [str(vpython), "-c", "pass"], capture_output=True, check=False, timeout=60
+        ).returncode
+        == 0
+    )
+    if not reusable:
+        log(f"creating {venv} with gpumon's dependencies (once; reused by later runs) ...")
+        _run([python, "-m", "venv", "--clear", str(venv)], "python -m venv", timeout=300)
+        _run([*pip, str(wheel)], f"pip install {wheel.name}", timeout=600)
+        return venv
+    _run(
+        [*pip, "--no-deps", "--force-reinstall", str(wheel)],
+        f"pip install --no-deps --force-reinstall {wheel.name}",
+        timeout=300,
+    )
+    check = subprocess.run(
+        [str(vpython), "-m", "pip", "check", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if check.returncode != 0:
+        log(f"{venv}: {check.stdout.strip()}; installing the dependencies ...")
+        _run([*pip, str(wheel)], f"pip install {wheel.name}", timeout=600)
+    return venv
 
 
 def system_cpu() -> tuple[int, int, int]:

@@ -2,15 +2,38 @@
 """Wall time of gpumon's one-shot commands, side by side with ``nvitop -1`` (a benchmark).
 
 Every timed run is a fresh process, as a user, a script or a tmux status bar starts it, so
-interpreter start-up and imports are counted: ``python -m gpumon ...`` with ``--python``
-(default: this interpreter) and, for the comparison, ``python -m nvitop -1`` with the
-interpreter of a throw-away virtual environment holding a pinned nvitop (1.7.2), created
-with pip under ``$TMPDIR/gpumon-bench/`` on the first run and reused later (``bench_env``).
-Every command gets the same environment: ``COLUMNS=120 LINES=40``, stdin from /dev/null,
-stdout and stderr to pipes (so no colour and no terminal), and PYTHONDONTWRITEBYTECODE
-removed, so that the warm-up runs leave up-to-date ``.pyc`` files as an installed package has
-(else a sandbox that sets it compiles every changed module on every run). Not collected by
-pytest.
+interpreter start-up and imports are counted.
+
+What runs gpumon (``--install``):
+
+``wheel`` (the default): gpumon as a user installs it (``pipx install``/``pip install``
+    install a wheel). A wheel of the working tree (uncommitted changes included) is built
+    with ``python -m pip wheel --no-deps -w DIR .``, in a snapshot of the tree under
+    ``$TMPDIR/gpumon-bench/`` (tracked and untracked, not ignored files: an in-tree build
+    would leave ``build/`` in the repository and could pack stale modules), and installed
+    into the throw-away venv ``$TMPDIR/gpumon-bench/venv-gpumon-wheel``. The first run
+    creates that venv and installs the wheel with gpumon's runtime dependencies; later runs
+    reuse it and only reinstall the fresh wheel (``--no-deps --force-reinstall``; the
+    dependencies again only when ``pip check`` finds them unmet), so a run costs seconds of
+    set-up. Both monitors run through their console scripts: ``<venv>/bin/gpumon ...`` and
+    ``<nvitop venv>/bin/nvitop -1``.
+``current``: today's interpreter (or ``--python PATH``, which implies it) runs ``python -m
+    gpumon ...`` from the repository root, i.e. the working tree as that interpreter imports
+    it. With a development (editable) install, every start also pays the editable install's
+    import hook (about 10-20 ms) that a user's install does not have; useful to measure a
+    change without building. nvitop then runs alike: ``<nvitop venv>/bin/python -m nvitop
+    -1``.
+
+The header names gpumon's version and commit (``git rev-parse --short HEAD``, plus
+"+ uncommitted changes" when ``git status`` shows any), where it is installed and how both
+monitors are started. For the comparison, nvitop is a pinned nvitop (1.7.2) installed
+normally (not editable) into a throw-away venv, created with pip under
+``$TMPDIR/gpumon-bench/`` on the first run and reused later (``bench_env``). Every command
+gets the same environment: ``COLUMNS=120 LINES=40``, stdin from /dev/null, stdout and stderr
+to pipes (so no colour and no terminal), and PYTHONDONTWRITEBYTECODE removed, so that the
+warm-up runs leave up-to-date ``.pyc`` files as an installed package has (pip compiles them
+at install time; else a sandbox that sets it compiles every changed module on every run).
+Not collected by pytest.
 
 Two scenarios (``--scenario both``, the default, runs demo then real):
 
@@ -47,6 +70,8 @@ Usage (from the repository root)::
     python tests/benchmarks/bench_once.py --scenario real --gpus 8 --per-gpu 64
     python tests/benchmarks/bench_once.py --scenario real --nvml-lib system   # GPU server
     python tests/benchmarks/bench_once.py --scenario demo --compare none
+    python tests/benchmarks/bench_once.py --install current     # this interpreter, -m gpumon
+    python tests/benchmarks/bench_once.py --python /usr/bin/python3.12   # -m gpumon there
 
 Exit status: 0 when every target and goal is met, 1 when one is missed, 2 on an error
 (a failed set-up, a command that fails or prints the wrong thing, Ctrl+C). Stdlib only.
@@ -72,10 +97,13 @@ from bench_env import (
     FakeJobs,
     SetupError,
     build_fake_library,
+    build_wheel,
     ensure_nvitop,
+    ensure_wheel_venv,
     is_fake_library,
     log,
     system_cpu,
+    work_dir,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +116,16 @@ NVITOP_RATIO_GOALS = {"gpumon once --no-processes": 0.5, "gpumon status": 0.5}
 
 # A check gets a warm-up run's stdout and returns what is wrong with it ("" when nothing).
 Check = Callable[[str], str]
+
+
+@dataclass
+class Gpumon:
+    """How gpumon is started: ``argv`` is the command line before gpumon's own arguments."""
+
+    argv: list[str]
+    python: str  # the interpreter that runs it
+    console_script: bool  # True: <venv>/bin/gpumon (nvitop alike); False: python -m (alike)
+    description: str  # what is measured, for the header
 
 
 @dataclass
@@ -124,9 +162,9 @@ def child_environment() -> dict[str, str]:
 
 
 def gpumon(
-    python: str, label: str, args: list[str], check: Check, target: float | None = None
+    runner: Gpumon, label: str, args: list[str], check: Check, target: float | None = None
 ) -> Command:
-    return Command(f"gpumon {label}", [python, "-m", "gpumon", *args], check, target)
+    return Command(f"gpumon {label}", [*runner.argv, *args], check, target)
 
 
 # --- output checks ---------------------------------------------------------------------------
@@ -190,7 +228,7 @@ def real_checks(gpus: int | None, pids: Sequence[int]) -> dict[str, Check]:
 
     def status(out: str) -> str:
         problem = not_demo(out)
-        shown = re.findall(r"\bGPU\d+\b", out)
+        shown = re.findall(r"(?:^|\s)\d+:", out)  # GPU 0:87/26% 1:0/1% ...
         if not problem and gpus is not None and len(shown) != gpus:
             problem = f"{len(shown)} GPUs on the status line, expected {gpus}"
         return problem
@@ -219,12 +257,12 @@ def real_checks(gpus: int | None, pids: Sequence[int]) -> dict[str, Check]:
 # --- scenarios -------------------------------------------------------------------------------
 
 
-def demo_scenario(python: str) -> Scenario:
+def demo_scenario(runner: Gpumon) -> Scenario:
     commands = [
-        gpumon(python, "once --json", ["once", "--json", *DEMO, *DEMO_PROCESSES], demo_json, 0.25),
-        gpumon(python, "once", ["once", *DEMO, *DEMO_PROCESSES], says_demo, 0.25),
-        gpumon(python, "once --no-processes", ["once", "--no-processes", *DEMO], says_demo),
-        gpumon(python, "status", ["status", *DEMO], says_demo, 0.15),
+        gpumon(runner, "once --json", ["once", "--json", *DEMO, *DEMO_PROCESSES], demo_json, 0.25),
+        gpumon(runner, "once", ["once", *DEMO, *DEMO_PROCESSES], says_demo, 0.25),
+        gpumon(runner, "once --no-processes", ["once", "--no-processes", *DEMO], says_demo),
+        gpumon(runner, "status", ["status", *DEMO], says_demo, 0.15),
     ]
     return Scenario(
         "demo",
@@ -234,23 +272,25 @@ def demo_scenario(python: str) -> Scenario:
     )
 
 
-def real_scenario(args: argparse.Namespace) -> Scenario:
+def real_scenario(args: argparse.Namespace, runner: Gpumon) -> Scenario:
     """The real scenario's commands and environment; its jobs are not started yet."""
-    py = args.python
     # The checks need the jobs' PIDs: bind_real_checks() sets them once the jobs run.
     commands = [
-        gpumon(py, "once --json", ["once", "--json"], nonempty),
-        gpumon(py, "once", ["once"], nonempty),
-        gpumon(py, "once --no-processes", ["once", "--no-processes"], nonempty),
-        gpumon(py, "status", ["status"], nonempty),
+        gpumon(runner, "once --json", ["once", "--json"], nonempty),
+        gpumon(runner, "once", ["once"], nonempty),
+        gpumon(runner, "once --no-processes", ["once", "--no-processes"], nonempty),
+        gpumon(runner, "status", ["status"], nonempty),
     ]
     notes = []
     if args.compare == "nvitop":
-        exe, versions = ensure_nvitop(args.nvitop_version, args.python)
-        vpython = exe.parent / "python"
-        commands.append(Command("nvitop -1", [str(vpython), "-m", "nvitop", "-1"], nonempty))
+        exe, versions = ensure_nvitop(args.nvitop_version, runner.python)
+        # Started the way gpumon is: its console script, or its venv's python -m nvitop.
+        argv = [str(exe)] if runner.console_script else [str(exe.parent / "python"), "-m", "nvitop"]
+        commands.append(Command("nvitop -1", [*argv, "-1"], nonempty))
         notes.append(
-            "nvitop: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + f" ({vpython})"
+            "nvitop: "
+            + ", ".join(f"{k} {v}" for k, v in versions.items())
+            + f" (run as: {' '.join(argv)} -1)"
         )
     env = child_environment()
     if args.nvml_lib == "system":
@@ -418,17 +458,92 @@ def git_head() -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
-def python_version(python: str) -> str:
+# Prints "DIST VERSION HOW" (the installed distribution that provides the gpumon package;
+# HOW: editable, installed or not-installed) and "PYTHON_VERSION FILE" (what is imported with
+# argv[1] in place of the current directory on sys.path, as the commands run). Started in a
+# directory without metadata: the repository root holds a build's stale gpumon.egg-info.
+PROBE = """
+import json, sys, importlib.metadata as m
+names = m.packages_distributions().get("gpumon", []) + ["gpumon-tui", "gpumon"]
+for name in dict.fromkeys(names):
     try:
-        return subprocess.run(
-            [python, "-c", "import sys; print(sys.version.split()[0])"],
+        d = m.distribution(name)
+    except m.PackageNotFoundError:
+        continue
+    editable = json.loads(d.read_text("direct_url.json") or "{}").get("dir_info", {})
+    print(d.metadata["Name"], d.version, "editable" if editable.get("editable") else "installed")
+    break
+else:
+    print("gpumon ? not-installed")
+sys.path[0] = sys.argv[1]
+import gpumon
+print(sys.version.split()[0], gpumon.__file__)
+"""
+
+
+@dataclass
+class Probe:
+    name: str  # the distribution's name
+    version: str  # gpumon's distribution version, "?" when not installed
+    how: str  # editable, installed or not-installed
+    python_version: str
+    file: str  # the gpumon/__init__.py that is imported
+
+
+def probe_gpumon(python: str, path0: Path) -> Probe:
+    """What ``python`` has installed as gpumon, and imports with ``path0`` first on sys.path
+    (the current directory for ``python -m``, the script's directory for a console script)."""
+    try:
+        done = subprocess.run(
+            [python, "-c", PROBE, str(path0)],
+            cwd=work_dir(),
             capture_output=True,
             text=True,
-            check=True,
-            timeout=30,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
+            check=False,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SetupError(f"{python}: {error}") from error
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) != 2:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:])
+        raise SetupError(f"{python} cannot import gpumon:\n{tail}")
+    (name, version, how), (python_version, file) = lines[0].split(), lines[1].split(maxsplit=1)
+    return Probe(name, version, how, python_version, file)
+
+
+def prepare_gpumon(args: argparse.Namespace, head: str) -> Gpumon:
+    """How gpumon is run (``--install``, ``--python``); builds and installs the wheel."""
+    if args.install == "current":
+        python = args.python or sys.executable
+        probe = probe_gpumon(python, ROOT)
+        hook = ": its import hook runs on every start" if probe.how == "editable" else ""
+        return Gpumon(
+            [python, "-m", "gpumon"],
+            python,
+            console_script=False,
+            description=(
+                f"gpumon ({probe.name} {probe.version}) at {head}: the working tree, run by "
+                f"{python} (Python {probe.python_version}; {probe.name} {probe.how} there"
+                f"{hook}) from the repository root"
+            ),
+        )
+    log("building a wheel of the working tree and installing it into a throw-away venv ...")
+    wheel = build_wheel(ROOT, sys.executable)
+    venv = ensure_wheel_venv(wheel, sys.executable)
+    script = venv / "bin" / "gpumon"
+    probe = probe_gpumon(str(venv / "bin" / "python"), script.parent)
+    if probe.how != "installed" or not Path(probe.file).resolve().is_relative_to(venv.resolve()):
+        raise SetupError(f"{venv}: gpumon is {probe.how}, imported from {probe.file}")
+    return Gpumon(
+        [str(script)],
+        str(venv / "bin" / "python"),
+        console_script=True,
+        description=(
+            f"gpumon ({probe.name} {probe.version}) at {head}: a wheel of the working tree "
+            f"({wheel.name}) installed, not editable, in {venv} (Python {probe.python_version})"
+        ),
+    )
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -441,7 +556,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--runs", type=int, default=15, help="timed rounds (default: 15)")
     parser.add_argument(
-        "--python", default=sys.executable, help="interpreter that runs gpumon (default: this)"
+        "--install",
+        choices=("wheel", "current"),
+        help="wheel (default): a wheel of the working tree installed in a throw-away venv, "
+        "run as <venv>/bin/gpumon; current: this interpreter (or --python) runs "
+        "python -m gpumon from the repository root",
+    )
+    parser.add_argument(
+        "--python",
+        metavar="PATH",
+        help="measure this interpreter's python -m gpumon (implies --install current)",
     )
     parser.add_argument(
         "--scenario",
@@ -482,6 +606,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--runs must be >= 1")
     if args.gpus < 1 or args.per_gpu < 1:
         parser.error("--gpus and --per-gpu must be >= 1")
+    if args.python is not None and args.install == "wheel":
+        parser.error("--python runs python -m gpumon: it goes with --install current only")
+    if args.install is None:
+        args.install = "current" if args.python is not None else "wheel"
     args.fakenvml = args.fakenvml.resolve()
     return args
 
@@ -495,18 +623,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Also SIGINT: a shell starts background jobs with it ignored; the jobs must still stop.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, raise_interrupt)
-    print(
-        f"gpumon at {git_head()}, Python {python_version(args.python)} ({args.python}), "
-        f"{os.cpu_count()} CPUs"
-    )
     missed = False
     scenario: Scenario | None = None
     try:
+        runner = prepare_gpumon(args, git_head())
+        print(f"{runner.description}; {os.cpu_count()} CPUs")
+        if runner.console_script:
+            style = "console scripts: <venv>/bin/gpumon ... and <nvitop venv>/bin/nvitop -1"
+        else:
+            style = "python -m: PYTHON -m gpumon ... and <nvitop venv>/bin/python -m nvitop -1"
+        print(f"invocation: {style}")
         if args.scenario in ("demo", "both"):
-            scenario = demo_scenario(args.python)
+            scenario = demo_scenario(runner)
             missed = report(scenario, args.runs, time_interleaved(scenario, args.runs)) or missed
         if args.scenario in ("real", "both"):
-            scenario = real_scenario(args)
+            scenario = real_scenario(args, runner)
             if scenario.jobs is not None:
                 scenario.jobs.start()
             bind_real_checks(scenario, args)
