@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+
 _WHOLE = re.compile(r"[0-9]+")
 _DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
 
@@ -31,3 +33,16 @@ def decimal_number(text: str, what: str = "a number") -> float:
     if not _DECIMAL.fullmatch(stripped):
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
     return float(stripped)
+
+
+def interval_seconds(text: str) -> float:
+    """``--interval``: seconds from :data:`MIN_INTERVAL_S` to :data:`MAX_INTERVAL_S`."""
+    value = decimal_number(text, "a number of seconds such as 0.5 or 2")
+    if value < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_INTERVAL_S} seconds (got {text}): NVML's utilisation "
+            "counters do not update faster"
+        )
+    if value > MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_INTERVAL_S:g} seconds (got {text})")
+    return value

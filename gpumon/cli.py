@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gpumon import __version__
-from gpumon.arguments import decimal_number, whole_number
+from gpumon.arguments import interval_seconds, whole_number
 from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 if TYPE_CHECKING:
     from typing import NoReturn
+
+    from gpumon.settings import Settings
 
 # Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.
@@ -43,7 +45,13 @@ SUBCOMMAND_HELP: dict[str, str] = {
 
 # Top-level options that take a value: a subcommand's name after one of them is its value.
 _TOP_LEVEL_VALUE_OPTIONS = frozenset(
-    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes"}
+    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
+)
+
+# Options every mode shares: they go into Settings; the rest are the subcommand's own.
+_SHARED = frozenset(
+    {"command", "interval", "probe_python", "theme", "config", "print_config"}
+    | {"demo", "demo_gpus", "demo_processes"}
 )
 
 
@@ -57,18 +65,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-def interval_seconds(text: str) -> float:
-    value = decimal_number(text, "a number of seconds such as 0.5 or 2")
-    if value < MIN_INTERVAL_S:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {MIN_INTERVAL_S} seconds (got {text}): NVML's utilisation "
-            "counters do not update faster"
-        )
-    if value > MAX_INTERVAL_S:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_INTERVAL_S:g} seconds (got {text})")
-    return value
 
 
 def bounded_int(highest: int) -> Callable[[str], int]:
@@ -135,7 +131,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--interval",
         type=interval_seconds,
-        default=1.0,
+        default=None,
         metavar="SECONDS",
         help=f"refresh interval (default: 1; {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})",
     )
@@ -144,6 +140,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         metavar="PATH",
         default=None,
         help="Python interpreter for the torch probe (default: the one running gpumon)",
+    )
+    parser.add_argument(
+        "--theme",
+        metavar="NAME",
+        default=None,
+        help="the dashboard's colour theme (default: textual-dark; textual-light or "
+        "ansi-light on a light terminal; a bad name lists them)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=None,
+        help="read settings from this TOML file (default: "
+        "$XDG_CONFIG_HOME/gpumon/config.toml, else ~/.config/gpumon/config.toml)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective settings, and where each came from, and exit",
     )
     add_source_arguments(parser, top_level=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -161,15 +176,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(only=chosen_subcommand(words)).parse_args(words)
+    from gpumon.settings import SettingsError, describe, load_settings
+
+    try:
+        settings = load_settings(_flags(args), config=args.config)
+    except SettingsError as error:
+        print(f"gpumon: error: {error}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(describe(settings))
+        return 0
     if args.command is None:
-        return run_dashboard(args)
+        return run_dashboard(settings)
     module = importlib.import_module(SUBCOMMANDS[args.command])
+    own = {name: value for name, value in vars(args).items() if name not in _SHARED}
     # In a locale that cannot encode a character (a CJK command in the C locale), print "?"
     # rather than fail: the text is already free of controls and surrogates.
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
     try:
-        status = int(module.run(args))
+        status = int(module.run(settings, **own))
         sys.stdout.flush()  # a full disk must fail here, not in the interpreter's exit
     except BrokenPipeError:
         # The reader went away (`gpumon once | head`): stop quietly, as cat and grep do.
@@ -182,6 +208,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def _flags(args: argparse.Namespace) -> dict[str, object]:
+    """The shared options given on the command line, as Settings attributes (argparse has
+    checked them; the theme is checked with the config file's rules)."""
+    flags: dict[str, object] = {
+        "demo": args.demo,
+        "demo_gpus": args.demo_gpus,
+        "demo_processes": args.demo_processes,
+    }
+    if args.interval is not None:
+        flags["interval_s"] = args.interval
+    if args.probe_python is not None:
+        flags["probe_python"] = args.probe_python
+    if args.theme is not None:
+        flags["theme"] = args.theme
+    return flags
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush cannot raise again."""
     try:
@@ -191,7 +234,7 @@ def _silence_stdout() -> None:
         pass
 
 
-def run_dashboard(args: argparse.Namespace) -> int:
+def run_dashboard(settings: Settings) -> int:
     # Textual reads keys from stdin and draws on stderr (stdout stays free for pipes).
     if not (sys.stdin.isatty() and sys.__stderr__ is not None and sys.__stderr__.isatty()):
         print(
@@ -203,11 +246,11 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from gpumon.ui.app import create_app
 
     app = create_app(
-        demo=args.demo,
-        demo_gpus=args.demo_gpus,
-        demo_processes=args.demo_processes,
-        interval_s=args.interval,
-        probe_python=args.probe_python,
+        demo=settings.demo,
+        demo_gpus=settings.demo_gpus,
+        demo_processes=settings.demo_processes,
+        interval_s=settings.interval_s,
+        probe_python=settings.probe_python,
     )
     from gpumon.ui.signals import GRACE_S, QuitOnSignals
 

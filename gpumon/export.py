@@ -21,10 +21,13 @@ import socket
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon.format import safe_text
 from gpumon.model import DriverInfo, GpuStats, HostStats, Sample
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:9402"
 GPU_LABELS = ("gpu", "uuid", "name")
@@ -115,7 +118,7 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpumon.cli import interval_seconds
+    from gpumon.arguments import interval_seconds
 
     parser.add_argument(
         "--listen",
@@ -362,7 +365,8 @@ class SampleCollector:
         yield from self._state[1]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> int:
+    """``gpumon export``: serve /metrics until a signal, sampling every ``interval_s``."""
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
@@ -373,17 +377,14 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     from gpumon.export_http import Exporter, serve_until_signalled
-    from gpumon.sources import open_source
+    from gpumon.sources import source_for
 
-    host, port = args.listen
-    interval_s = float(getattr(args, "interval", 1.0))
+    host, port = listen
     # Cheap: NVML is initialised by the first sample, on the sampling thread.
-    source = open_source(
-        demo=args.demo, demo_gpus=args.demo_gpus, demo_processes=args.demo_processes
-    )
+    source = source_for(settings)
     try:  # listens at once; /metrics answers 503 until the first sample
-        collector = SampleCollector(dcgm_compat=args.dcgm_compat)
-        exporter = Exporter(source, collector, host, port, interval_s)
+        collector = SampleCollector(dcgm_compat=dcgm_compat)
+        exporter = Exporter(source, collector, host, port, settings.interval_s)
     except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
         source.close()
         reason = getattr(error, "strerror", None) or error

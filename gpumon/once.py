@@ -17,10 +17,13 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from gpumon import format as fmt
 from gpumon.model import GpuProcess, GpuStats, Sample, notable_unlisted_memory_bytes
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
 
 DEMO_MARKER = "DEMO (simulated data)"
 
@@ -42,6 +45,7 @@ _MIN_COMMAND_WIDTH = 10
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
+        dest="as_json",
         action="store_true",
         help="print JSON (schema: docs/json-schema.md) instead of the table",
     )
@@ -58,13 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: Settings, *, as_json: bool, no_processes: bool, color: str) -> int:
+    """``gpumon once``: print one sample (a table, or JSON with ``as_json``) and exit."""
     from gpumon.snapshot import no_gpu_data, report_unavailable, sample_to_dict, take_sample
 
-    sample = take_sample(args, processes=not args.no_processes)
+    sample = take_sample(settings, processes=not no_processes)
     failed = no_gpu_data(sample)
-    if args.json:
-        data = sample_to_dict(sample, include_processes=not args.no_processes)
+    if as_json:
+        data = sample_to_dict(sample, include_processes=not no_processes)
         import json  # here: `once` without --json does not need it
 
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -74,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         stdout.write(
             render_table(
                 sample,
-                show_processes=not args.no_processes,
-                color=use_color(args.color, stdout, os.environ),
+                show_processes=not no_processes,
+                color=use_color(color, stdout, os.environ),
                 width=width,
             )
         )

@@ -10,14 +10,16 @@ imported inside :func:`take_sample`.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpumon import __version__
 from gpumon.model import GpuProcess, GpuStats, GpuUnavailable, Sample, unlisted_memory_bytes
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
 
 #: Bumped only for breaking changes (a field removed, renamed, or changing type, unit or
 #: meaning). New fields may appear without a bump; consumers ignore keys they do not know.
@@ -31,27 +33,22 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema", "once.schema.jso
 _GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuStats))
 
 
-def take_sample(args: argparse.Namespace, *, processes: bool = True) -> Sample:
-    """Open the source the command line asks for, read it once, close it.
+def take_sample(settings: Settings, *, processes: bool = True) -> Sample:
+    """Open the source the settings ask for, read it once, close it.
 
     Never sleeps: NVML values are instantaneous (utilisation is already an average kept by
     the driver); only per-process CPU % needs a second reading, and it stays N/A here.
 
     Args:
-        args: parsed command line with ``demo``, ``demo_gpus`` and ``demo_processes``.
+        settings: which source (``--demo`` and its sizes).
         processes: False for a mode that shows no process: no process calls at all.
 
     Returns:
         The sample; ``sample.unavailable`` is set when there is no usable driver.
     """
-    from gpumon.sources import open_source
+    from gpumon.sources import source_for
 
-    source = open_source(
-        demo=bool(getattr(args, "demo", False)),
-        demo_gpus=int(getattr(args, "demo_gpus", 4)),
-        demo_processes=getattr(args, "demo_processes", None),
-        processes=processes,
-    )
+    source = source_for(settings, processes=processes)
     try:
         return source.sample()
     finally:

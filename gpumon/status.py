@@ -12,9 +12,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, Sample
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
 
 DEFAULT_FORMAT = "{index}:{util_num}/{mem_pct_num}%"
 DEFAULT_SEPARATOR = " "
@@ -66,21 +70,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    problem = None if args.format == DEFAULT_FORMAT else check_template(args.format)
+def run(settings: Settings, *, format: str, separator: str, prefix: str | None) -> int:
+    """``gpumon status``: print the line (exit 0), or ``GPU N/A`` without GPU data (exit 1)."""
+    template = format
+    problem = None if template == DEFAULT_FORMAT else check_template(template)
     if problem is not None:
-        shown = fmt.safe_text(args.format, 80)
+        shown = fmt.safe_text(template, 80)
         print(f"gpumon status: error: bad --format {shown!r}: {problem}", file=sys.stderr)
         return 2
     from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
 
-    sample = take_sample(args, processes=False)  # the line shows none
+    sample = take_sample(settings, processes=False)  # the line shows none
     if no_gpu_data(sample):
         assert sample.unavailable is not None
         print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
         report_unavailable(sample.unavailable)
         return 1
-    line = status_line(sample, template=args.format, separator=args.separator, prefix=args.prefix)
+    line = status_line(sample, template=template, separator=separator, prefix=prefix)
     print(line)
     return 0
 

@@ -22,3 +22,13 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clock times on screen and in output are in UTC, whatever the machine's time zone."""
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Tests never read the developer's ~/.config/gpumon/config.toml or GPUMON_* settings."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-config"))
+    for name in ("GPUMON_INTERVAL", "GPUMON_THEME", "GPUMON_PROBE_PYTHON"):
+        monkeypatch.delenv(name, raising=False)

@@ -129,7 +129,7 @@ def test_no_driver_exits_1_at_start_up_with_only_the_reason(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = FakeSource(no_driver_sample())
-    monkeypatch.setattr("gpumon.sources.open_source", lambda **kwargs: source)
+    monkeypatch.setattr("gpumon.sources.source_for", lambda settings, **kwargs: source)
     started = time.monotonic()
     assert main(["export", "--listen", "127.0.0.1:0"]) == 1
     assert time.monotonic() - started < 2.0
@@ -215,7 +215,7 @@ _STUCK_DRIVER = textwrap.dedent(
         def close(self):
             print("closed under a running call", file=sys.stderr)
 
-    gpumon.sources.open_source = lambda **kwargs: StuckDriver()
+    gpumon.sources.source_for = lambda settings, **kwargs: StuckDriver()
     from gpumon.cli import main
     sys.exit(main(["export", "--listen", "127.0.0.1:0"]))
     """

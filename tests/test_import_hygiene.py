@@ -70,3 +70,33 @@ def test_starting_the_dashboard_never_imports_torch() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def gpumon_imports(path: Path) -> set[str]:
+    """The gpumon modules ``path`` imports (absolute imports), at any depth of the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("gpumon"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("gpumon"):
+                names.add(node.module)
+    return names
+
+
+def test_layers_are_one_way() -> None:
+    """Nothing below the UI imports it; nothing but the entry points imports the CLI (settings
+    come down as a Settings object, never an argparse namespace)."""
+    for path in PACKAGE.rglob("*.py"):
+        name = str(path.relative_to(PACKAGE.parent))
+        imports = gpumon_imports(path)
+        entry_point = name in ("gpumon/__main__.py", "gpumon/cli.py")
+        if not name.startswith("gpumon/ui/") and not entry_point:
+            assert not {m for m in imports if m.startswith("gpumon.ui")}, name
+        if not entry_point:
+            assert "gpumon.cli" not in imports, name
+    for module in ("store", "settings", "model", "format"):
+        path = PACKAGE / f"{module}.py"
+        if path.exists():
+            assert not {m for m in gpumon_imports(path) if m.startswith("gpumon.sources")}, module

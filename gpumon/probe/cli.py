@@ -20,9 +20,9 @@ from gpumon.arguments import decimal_number, whole_number
 from gpumon.probe import steps as S
 
 if TYPE_CHECKING:
-    from gpumon.model import Sample
     from gpumon.probe.protocol import Event, Request, StepEvent
     from gpumon.probe.runner import ProbeOutcome
+    from gpumon.settings import Settings
     from gpumon.sources import GpuSource
 
 
@@ -98,27 +98,39 @@ def _usage_error(message: str) -> int:
     return EXIT_USAGE
 
 
-def _resolve_python(args: argparse.Namespace) -> str | None:
-    wanted = args.python or getattr(args, "probe_python", None) or sys.executable
+def _resolve_python(wanted: str) -> str | None:
     found = shutil.which(wanted) if os.sep not in wanted else wanted
     if found is None or not (os.path.isfile(found) and os.access(found, os.X_OK)):
         return None
     return found
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the probe once, print the steps, return the exit status."""
+def run(
+    settings: Settings,
+    *,
+    gpu: str | None,
+    device: int | None,
+    python: str | None,
+    size: int,
+    json: bool,
+    timeout: float,
+) -> int:
+    """Run the probe once, print the steps, return the exit status.
+
+    ``python`` is ``--python``; without it the shared ``probe_python`` setting, else the
+    interpreter running gpumon.
+    """
     import asyncio
 
     from gpumon.probe.protocol import Request
 
-    if getattr(args, "demo", False):
+    if settings.demo:
         return _usage_error(
             "--demo simulates GPUs, and the probe needs a real one: run it without --demo"
         )
-    python = _resolve_python(args)
-    if python is None:
-        wanted = args.python or getattr(args, "probe_python", None)
+    wanted = python or settings.probe_python or sys.executable
+    resolved = _resolve_python(wanted)
+    if resolved is None:
         return _usage_error(f"--python {wanted}: not an executable file")
 
     from gpumon.sources import open_source
@@ -129,22 +141,22 @@ def run(args: argparse.Namespace) -> int:
         # A GPU whose UUID NVML has not told (lost at start) cannot be matched to a cuda:N.
         gpus = tuple((gpu.index, gpu.uuid) for gpu in sample.gpus if gpu.uuid is not None)
         nvml_ok = sample.unavailable is None
-        if args.gpu is not None:
-            chosen = _choose_gpu(args.gpu, gpus, nvml_ok)
+        if gpu is not None:
+            chosen = _choose_gpu(gpu, gpus, nvml_ok)
             if isinstance(chosen, str):
                 return _usage_error(chosen)
             gpu_index, gpu_uuid = chosen
-            request = Request(gpu_uuid, gpu_index, gpus=gpus, size_mib=args.size)
+            request = Request(gpu_uuid, gpu_index, gpus=gpus, size_mib=size)
             label = f"GPU {gpu_index if gpu_index is not None else gpu_uuid}"
         else:
-            cuda_index = 0 if args.device is None else args.device
-            request = Request(cuda_index=cuda_index, gpus=gpus, size_mib=args.size)
+            cuda_index = 0 if device is None else device
+            request = Request(cuda_index=cuda_index, gpus=gpus, size_mib=size)
             label = f"cuda:{cuda_index}"
-        printer = _Printer(args.json)
-        if not args.json:
-            print(f"Probing {label} with {python} (timeout {args.timeout:g} s)", flush=True)
+        printer = _Printer(json)
+        if not json:
+            print(f"Probing {label} with {resolved} (timeout {timeout:g} s)", flush=True)
         try:
-            outcome = asyncio.run(_probe(request, python, args.timeout, source, printer))
+            outcome = asyncio.run(_probe(request, resolved, timeout, source, printer))
         except KeyboardInterrupt:
             print("gpumon probe: interrupted; the probe child was killed", file=sys.stderr)
             return EXIT_INTERRUPTED

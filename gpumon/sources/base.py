@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gpumon.model import Sample
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
 
 
 @runtime_checkable
@@ -48,3 +51,13 @@ def open_source(
     from gpumon.sources.nvml import NvmlSource
 
     return NvmlSource(read_processes=processes)
+
+
+def source_for(settings: Settings, *, processes: bool = True) -> GpuSource:
+    """:func:`open_source` for what ``settings`` ask (``--demo`` and its sizes)."""
+    return open_source(
+        demo=settings.demo,
+        demo_gpus=settings.demo_gpus,
+        demo_processes=settings.demo_processes,
+        processes=processes,
+    )

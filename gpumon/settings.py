@@ -1,0 +1,297 @@
+"""One :class:`Settings` object: defaults ← config file ← environment ← command line.
+
+``cli.py`` builds it (:func:`load_settings`) and hands it down; nothing below ``cli.py`` sees an
+argparse namespace. No Textual, no psutil, no pynvml here: ``gpumon status`` builds settings on
+every call, and reads the config file (with ``tomllib``) only when there is one.
+
+The config file is ``$XDG_CONFIG_HOME/gpumon/config.toml`` (else
+``~/.config/gpumon/config.toml``), or the file ``--config PATH`` names. A bad file is one line
+naming the file, the key and what was expected (:class:`SettingsError`, exit 2): gpumon never
+starts with half a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+
+#: Textual's built-in themes (checked in the tests against Textual's own list, so settings
+#: need not import Textual to validate a name).
+THEMES = (
+    "textual-dark",
+    "textual-light",
+    "nord",
+    "gruvbox",
+    "catppuccin-mocha",
+    "dracula",
+    "tokyo-night",
+    "monokai",
+    "flexoki",
+    "catppuccin-latte",
+    "catppuccin-frappe",
+    "catppuccin-macchiato",
+    "solarized-light",
+    "solarized-dark",
+    "rose-pine",
+    "rose-pine-moon",
+    "rose-pine-dawn",
+    "atom-one-dark",
+    "atom-one-light",
+    "ansi-dark",
+    "ansi-light",
+)
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; ``str()`` is the one line to print."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the user can set, with where each value came from.
+
+    Attributes:
+        interval_s: seconds between samples.
+        theme: the dashboard's Textual theme.
+        probe_python: the interpreter the torch probe runs in (``None``: gpumon's own).
+        temperature_hot_margin_c: a temperature within this of the GPU's slowdown threshold
+            is shown red ("hot"), in every mode.
+        temperature_warm_margin_c: within this, yellow ("warm").
+        load_warn_pct: utilisation and memory bars turn yellow from this percentage.
+        load_hot_pct: and red from this one.
+        history_minutes: how far back the history (sparklines, graphs) reaches.
+        demo, demo_gpus, demo_processes: the simulated server (command line only).
+        config_path: the config file that was read, or ``None``.
+        origins: setting name -> where its value came from ("default", the config file's
+            path, ``GPUMON_...`` or ``--flag``).
+    """
+
+    interval_s: float = 1.0
+    theme: str = "textual-dark"
+    probe_python: str | None = None
+    temperature_hot_margin_c: int = 5
+    temperature_warm_margin_c: int = 15
+    load_warn_pct: int = 50
+    load_hot_pct: int = 80
+    history_minutes: int = 10
+    demo: bool = False
+    demo_gpus: int = 4
+    demo_processes: int | None = None
+    config_path: str | None = None
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+def _number(kind: type, low: float, high: float, what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        # bool is an int in Python, never a number here; integers are fine for floats.
+        wrong_type = isinstance(value, bool) or not isinstance(value, (int, float))
+        if wrong_type or (kind is int and isinstance(value, float)):
+            raise SettingsError(f"expected {what}, got {_shown(value)}")
+        if not low <= value <= high:  # NaN fails this too
+            raise SettingsError(f"expected {what}, got {_shown(value)}")
+        return kind(value)
+
+    return check
+
+
+def _theme(value: Any) -> str:
+    if not isinstance(value, str) or value not in THEMES:
+        raise SettingsError(f"expected one of {', '.join(THEMES)}; got {_shown(value)}")
+    return value
+
+
+def _path(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise SettingsError(f"expected the path of a Python interpreter, got {_shown(value)}")
+    return os.path.expanduser(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """A setting the config file and the environment may give."""
+
+    attribute: str
+    check: Callable[[Any], Any]
+    env: str | None = None
+    flag: str | None = None
+    #: Turns an environment variable's text into the config file's type.
+    from_text: Callable[[str], Any] = str
+
+
+def _decimal_text(text: str) -> Any:
+    from argparse import ArgumentTypeError
+
+    from gpumon.arguments import decimal_number
+
+    try:
+        return decimal_number(text)
+    except ArgumentTypeError:
+        return text  # the check then says what was expected
+
+
+#: Config-file key -> how to check it. The order is --print-config's.
+KEYS: dict[str, _Key] = {
+    "interval": _Key(
+        "interval_s",
+        _number(float, MIN_INTERVAL_S, MAX_INTERVAL_S, "seconds from 0.25 to 60"),
+        "GPUMON_INTERVAL",
+        "--interval",
+        _decimal_text,
+    ),
+    "theme": _Key("theme", _theme, "GPUMON_THEME", "--theme"),
+    "probe_python": _Key("probe_python", _path, "GPUMON_PROBE_PYTHON", "--probe-python"),
+    "temperature_hot_margin_c": _Key(
+        "temperature_hot_margin_c", _number(int, 0, 50, "degrees from 0 to 50")
+    ),
+    "temperature_warm_margin_c": _Key(
+        "temperature_warm_margin_c", _number(int, 0, 80, "degrees from 0 to 80")
+    ),
+    "load_warn_pct": _Key("load_warn_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
+    "load_hot_pct": _Key("load_hot_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
+    "history_minutes": _Key("history_minutes", _number(int, 1, 60, "whole minutes from 1 to 60")),
+}
+
+
+def default_config_path(environ: Mapping[str, str]) -> str:
+    """``$XDG_CONFIG_HOME/gpumon/config.toml``, else ``~/.config/gpumon/config.toml``."""
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "gpumon", "config.toml")
+
+
+def read_config(path: str, *, required: bool) -> dict[str, Any]:
+    """The config file's table; ``{}`` when there is none (and none was asked for)."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        if required:
+            raise SettingsError(f"{path}: no such file") from None
+        return {}
+    except OSError as error:
+        raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, from PyPI
+        import tomli as tomllib
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SettingsError(f"{path}: not valid TOML: the file is not UTF-8") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(f"{path}: not valid TOML: {error}") from None
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] = os.environ,
+    config: str | None = None,
+) -> Settings:
+    """Defaults, then the config file, then ``GPUMON_*`` variables, then ``flags``.
+
+    Args:
+        flags: setting attribute -> value, for the options given on the command line only
+            (already checked by argparse).
+        environ: the environment.
+        config: ``--config PATH``; ``None`` reads the default file if it exists.
+
+    Raises:
+        SettingsError: a bad file, key or value; its text names which.
+    """
+    path = config if config is not None else default_config_path(environ)
+    table = read_config(path, required=config is not None)
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for key, value in table.items():
+        spec = KEYS.get(key)
+        if spec is None:
+            known = ", ".join(KEYS)
+            raise SettingsError(f"{path}: unknown key {_shown(key)} (known: {known})")
+        try:
+            values[spec.attribute] = spec.check(value)
+        except SettingsError as error:
+            raise SettingsError(f"{path}: {key}: {error}") from None
+        origins[spec.attribute] = path
+    for key, spec in KEYS.items():
+        text = environ.get(spec.env) if spec.env else None
+        if text is None or text == "":
+            continue
+        try:
+            values[spec.attribute] = spec.check(spec.from_text(text))
+        except SettingsError as error:
+            raise SettingsError(f"{spec.env}: {error}") from None
+        origins[spec.attribute] = spec.env or key
+    for attribute, value in flags.items():
+        spec = next((spec for spec in KEYS.values() if spec.attribute == attribute), None)
+        if spec is not None:
+            try:
+                value = spec.check(value)
+            except SettingsError as error:
+                raise SettingsError(f"{_flag_of(attribute)}: {error}") from None
+            origins[attribute] = _flag_of(attribute)
+        values[attribute] = value
+    settings = Settings(**values, config_path=path if table else None, origins=origins)
+    _check_together(settings)
+    return settings
+
+
+def _flag_of(attribute: str) -> str:
+    for spec in KEYS.values():
+        if spec.attribute == attribute and spec.flag:
+            return spec.flag
+    return "--" + attribute.replace("_", "-")
+
+
+def _check_together(settings: Settings) -> None:
+    if settings.load_warn_pct > settings.load_hot_pct:
+        raise SettingsError(
+            f"{_origin(settings, 'load_warn_pct')}: load_warn_pct ({settings.load_warn_pct}) "
+            f"must not be above load_hot_pct ({settings.load_hot_pct})"
+        )
+    if settings.temperature_hot_margin_c > settings.temperature_warm_margin_c:
+        raise SettingsError(
+            f"{_origin(settings, 'temperature_hot_margin_c')}: temperature_hot_margin_c "
+            f"({settings.temperature_hot_margin_c}) must not be above "
+            f"temperature_warm_margin_c ({settings.temperature_warm_margin_c})"
+        )
+
+
+def _origin(settings: Settings, attribute: str) -> str:
+    return settings.origins.get(attribute, "default")
+
+
+def describe(settings: Settings) -> str:
+    """``--print-config``: the effective settings as TOML, each with where it came from."""
+    lines = [f"# gpumon settings (config file: {settings.config_path or 'none'})"]
+    for key, spec in KEYS.items():
+        value = getattr(settings, spec.attribute)
+        origin = settings.origins.get(spec.attribute, "default")
+        if value is None:
+            lines.append(f"# {key} = (not set)  # {origin}")
+            continue
+        lines.append(f"{key} = {_toml(value)}  # {origin}")
+    return "\n".join(lines)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def replace(settings: Settings, **changes: Any) -> Settings:
+    """A copy with ``changes`` (keeps origins)."""
+    return dataclasses.replace(settings, **changes)
