@@ -82,6 +82,13 @@ class GpuStats:
     ``processes_error`` is set when this GPU's process list could not be read (for example
     NO_PERMISSION on a MIG GPU for a non-root user, or a driver that does not support the
     call): its processes are then unknown, not none.
+
+    ``pcie_rx_bytes_per_s`` and ``pcie_tx_bytes_per_s`` may be older than the sample: NVML
+    measures them over 20 ms per call, so the NVML source reads them at most every
+    :data:`~gpumon.sources.nvml_device.PCIE_REFRESH_S` seconds and repeats the last reading in
+    between. ``clock_event_reasons`` names why the clocks are held down (``gpu_idle``,
+    ``sw_power_cap``, ``hw_thermal_slowdown``...; ``unknown_0x...`` for a bit gpumon does not
+    know): ``()`` when nothing holds them, ``None`` when NVML cannot tell.
     """
 
     index: int
@@ -103,11 +110,18 @@ class GpuStats:
     energy_j: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
     memory_reserved_bytes: int | None = None
     utilization_gpu_pct: int | None = None
     utilization_memory_pct: int | None = None
+    utilization_encoder_pct: int | None = None
+    utilization_decoder_pct: int | None = None
+    pcie_rx_bytes_per_s: int | None = None
+    pcie_tx_bytes_per_s: int | None = None
+    clock_graphics_mhz: int | None = None
     clock_sm_mhz: int | None = None
     clock_memory_mhz: int | None = None
+    clock_event_reasons: tuple[str, ...] | None = None
     compute_mode: str | None = None
     ecc_errors_uncorrected_volatile: int | None = None
     mig_mode: bool | None = None
@@ -134,6 +148,9 @@ class GpuProcess:
 
     ``visible`` is False when NVML reports a PID that does not exist in this PID namespace
     (a container without ``--pid=host``): its GPU memory is real, its host details are not here.
+    ``sm_utilization_pct`` is the share of the GPU's SMs this process kept busy in NVML's
+    latest sample for it; ``None`` when NVML has no sample for it since the previous reading
+    (normal for an idle process: not 0 %), or does not support it (MIG).
     """
 
     gpu_index: int
@@ -148,6 +165,8 @@ class GpuProcess:
     elapsed_s: float | None = None
     visible: bool = True
     is_current_user: bool = False
+    # Last: callers build GpuProcess positionally up to ``command``.
+    sm_utilization_pct: int | None = None
 
     @property
     def key(self) -> tuple[int, int]:

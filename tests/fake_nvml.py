@@ -51,14 +51,26 @@ DEVICE_FIELDS = {
     # The versioned call of newer drivers; a GPU dict without it answers NOT_SUPPORTED, so
     # most tests read "temperature" through the deprecated call.
     "temperature_v": "nvmlDeviceGetTemperatureV(GPU)",
+    "encoder": "nvmlDeviceGetEncoderUtilization",  # [percent, sampling period in us]
+    "decoder": "nvmlDeviceGetDecoderUtilization",
+    "pcie_rx": "nvmlDeviceGetPcieThroughput(RX_BYTES)",  # KB/s
+    "pcie_tx": "nvmlDeviceGetPcieThroughput(TX_BYTES)",
+    "clock_graphics": "nvmlDeviceGetClockInfo(GRAPHICS)",
     "clock_sm": "nvmlDeviceGetClockInfo(SM)",
     "clock_memory": "nvmlDeviceGetClockInfo(MEM)",
+    # A bitmask; the newer call (R535+) first. A GPU dict without "clock_events" answers
+    # NOT_SUPPORTED there, as an older driver would answer FUNCTION_NOT_FOUND.
+    "clock_events": "nvmlDeviceGetCurrentClocksEventReasons",
+    "clock_throttle": "nvmlDeviceGetCurrentClocksThrottleReasons",
     "ecc_uncorrected_volatile": "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
     # The unversioned calls are the _v3 ABI (R535+), as in nvidia-ml-py.
     "compute_processes": "nvmlDeviceGetComputeRunningProcesses",
     "graphics_processes": "nvmlDeviceGetGraphicsRunningProcesses",
     "compute_processes_v2": "nvmlDeviceGetComputeRunningProcesses_v2",
     "graphics_processes_v2": "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    # A list of ProcessUtilizationSample; as NVML, only those newer than the timestamp asked
+    # for are returned, and NOT_FOUND when there is none.
+    "process_utilization": "nvmlDeviceGetProcessUtilization(lastSeenTimeStamp)",
 }
 
 
@@ -103,6 +115,18 @@ class ProcessInfo:
     usedGpuMemory: int | None
 
 
+@dataclass
+class ProcessUtilizationSample:
+    """``nvmlProcessUtilizationSample_t``: ``timeStamp`` is CPU time in microseconds."""
+
+    pid: int
+    timeStamp: int
+    smUtil: int
+    memUtil: int = 0
+    encUtil: int = 0
+    decUtil: int = 0
+
+
 def make_gpu(index: int, **overrides: Any) -> dict[str, Any]:
     """A healthy R535-era data-centre GPU whose every field answers."""
     used, reserved, total = (1000 + index) * MIB, 500 * MIB, 80 * GIB
@@ -128,11 +152,19 @@ def make_gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "mig": [pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_DISABLE],
         "fan": 30 + index,
         "temperature": 50 + index,
+        "encoder": [index, 167_000],
+        "decoder": [10 + index, 167_000],
+        "pcie_rx": 1_500_000 + index,  # KB/s
+        "pcie_tx": 250_000 + index,
+        "clock_graphics": 1755,
         "clock_sm": 1980,
         "clock_memory": 2619,
+        "clock_events": 0,  # nothing holds the clocks down
+        "clock_throttle": 0,
         "ecc_uncorrected_volatile": 0,
         "compute_processes": [],
         "graphics_processes": [],
+        "process_utilization": [],
     }
     gpu.update(overrides)
     return gpu
@@ -171,6 +203,9 @@ class FakeNvml:
             "nvml_version": nvml_version,
         }
         self.device_count: Any = None  # None: len(gpus)
+        # False: nvmlDeviceGetProcessUtilization returns every sample, however old (a driver
+        # that ignores the timestamp it is given).
+        self.honours_last_seen = True
         self.initialised = False
         self.shutdowns = 0
         self.calls: Counter[tuple[str, int, tuple[Any, ...]]] = Counter()
@@ -295,8 +330,41 @@ class FakeNvml:
         return self._device("nvmlDeviceGetTemperatureV", handle, fields, sensor)
 
     def nvmlDeviceGetClockInfo(self, handle: _Handle, clock: int) -> Any:
-        fields = {pynvml.NVML_CLOCK_SM: "clock_sm", pynvml.NVML_CLOCK_MEM: "clock_memory"}
+        fields = {
+            pynvml.NVML_CLOCK_GRAPHICS: "clock_graphics",
+            pynvml.NVML_CLOCK_SM: "clock_sm",
+            pynvml.NVML_CLOCK_MEM: "clock_memory",
+        }
         return self._device("nvmlDeviceGetClockInfo", handle, fields, clock)
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetEncoderUtilization", handle, "encoder")
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetDecoderUtilization", handle, "decoder")
+
+    def nvmlDeviceGetPcieThroughput(self, handle: _Handle, counter: int) -> Any:
+        fields = {
+            pynvml.NVML_PCIE_UTIL_RX_BYTES: "pcie_rx",
+            pynvml.NVML_PCIE_UTIL_TX_BYTES: "pcie_tx",
+        }
+        return self._device("nvmlDeviceGetPcieThroughput", handle, fields, counter)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetCurrentClocksEventReasons", handle, "clock_events")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, "clock_throttle")
+
+    def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> Any:
+        samples = self._device(
+            "nvmlDeviceGetProcessUtilization", handle, "process_utilization", timeStamp
+        )
+        if self.honours_last_seen:
+            samples = [sample for sample in samples if sample.timeStamp > timeStamp]
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return list(samples)
 
     def nvmlDeviceGetTotalEccErrors(
         self, handle: _Handle, error_type: int, counter_type: int

@@ -47,13 +47,41 @@ FUNCTION_NOT_FOUND = Fail(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 GPU_IS_LOST = Fail(pynvml.NVML_ERROR_GPU_IS_LOST)
 
 
-def make_source(fake: FakeNvml, processes: FakeProcessTable | None = None) -> NvmlSource:
+class FakeClock:
+    """A monotonic clock that moves only when a test moves it."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_source(
+    fake: FakeNvml,
+    processes: FakeProcessTable | None = None,
+    *,
+    monotonic: FakeClock | None = None,
+    read_pcie: bool = True,
+) -> NvmlSource:
+    """A source over ``fake``; its monotonic clock stands still unless one is given, so PCIe
+    throughput is read on the first sample only."""
     inspector = ProcessInspector(
         process_factory=processes or FakeProcessTable(),  # type: ignore[arg-type]
         current_uid=MY_UID,
         clock=lambda: NOW,
     )
-    return NvmlSource(nvml=fake, inspector=inspector, host_sampler=lambda: HOST, clock=lambda: NOW)
+    return NvmlSource(
+        nvml=fake,
+        inspector=inspector,
+        host_sampler=lambda: HOST,
+        clock=lambda: NOW,
+        monotonic=monotonic or FakeClock(),
+        read_pcie=read_pcie,
+    )
 
 
 def two_gpus() -> FakeNvml:
@@ -66,8 +94,14 @@ def two_gpus() -> FakeNvml:
                 uuid=b"GPU-b1b1b1b1-0000-0000-0000-000000000001",
                 name=b"NVIDIA A100-SXM4-40GB",
                 pci=PciInfo(busId=b"00000000:3B:00.0", busIdLegacy=b"0000:3B:00.0"),
-                memory_v2=MemoryV2(total=40 * GIB, reserved=300 * MIB, free=0, used=39 * GIB),
+                memory_v2=MemoryV2(
+                    total=40 * GIB, reserved=300 * MIB, free=724 * MIB, used=39 * GIB
+                ),
                 utilization=Utilization(gpu=100, memory=87),
+                encoder=[100, 200_000],
+                decoder=[0, 200_000],
+                pcie_rx=24_000_000,  # KB/s
+                pcie_tx=0,
                 power=61_500,
                 power_limit=400_000,
                 energy=12_345_678_901,  # mJ
@@ -80,8 +114,12 @@ def two_gpus() -> FakeNvml:
                 temperature=83,
                 temperature_slowdown=90,
                 temperature_shutdown=95,
+                clock_graphics=1410,
                 clock_sm=1410,
                 clock_memory=1215,
+                # SW power cap and HW thermal slowdown
+                clock_events=pynvml.nvmlClocksEventReasonSwPowerCap
+                | pynvml.nvmlClocksEventReasonHwThermalSlowdown,
                 ecc_uncorrected_volatile=3,
             ),
         ],
@@ -109,11 +147,18 @@ EXPECTED_GPU_0 = GpuStats(
     energy_j=86_400_000.0,
     memory_used_bytes=1000 * MIB,  # v2: reserved memory is not counted as used
     memory_total_bytes=80 * GIB,
+    memory_free_bytes=80 * GIB - 1500 * MIB,
     memory_reserved_bytes=500 * MIB,
     utilization_gpu_pct=40,
     utilization_memory_pct=20,
+    utilization_encoder_pct=0,
+    utilization_decoder_pct=10,
+    pcie_rx_bytes_per_s=1_500_000 * 1024,  # NVML's KB/s are KiB/s
+    pcie_tx_bytes_per_s=250_000 * 1024,
+    clock_graphics_mhz=1755,
     clock_sm_mhz=1980,
     clock_memory_mhz=2619,
+    clock_event_reasons=(),
     compute_mode="Default",
     ecc_errors_uncorrected_volatile=0,
     mig_mode=False,
@@ -137,11 +182,18 @@ EXPECTED_GPU_1 = GpuStats(
     energy_j=12_345_678.901,
     memory_used_bytes=39 * GIB,
     memory_total_bytes=40 * GIB,
+    memory_free_bytes=724 * MIB,
     memory_reserved_bytes=300 * MIB,
     utilization_gpu_pct=100,
     utilization_memory_pct=87,
+    utilization_encoder_pct=100,
+    utilization_decoder_pct=0,
+    pcie_rx_bytes_per_s=24_000_000 * 1024,
+    pcie_tx_bytes_per_s=0,
+    clock_graphics_mhz=1410,
     clock_sm_mhz=1410,
     clock_memory_mhz=1215,
+    clock_event_reasons=("sw_power_cap", "hw_thermal_slowdown"),
     compute_mode="Exclusive Process",
     ecc_errors_uncorrected_volatile=3,
     mig_mode=True,
@@ -281,6 +333,14 @@ PER_TICK_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
     ("compute_mode", "nvmlDeviceGetComputeMode", (), ("compute_mode",)),
     ("mig", "nvmlDeviceGetMigMode", (), ("mig_mode",)),
     ("fan", "nvmlDeviceGetFanSpeed", (), ("fan_pct",)),
+    ("encoder", "nvmlDeviceGetEncoderUtilization", (), ("utilization_encoder_pct",)),
+    ("decoder", "nvmlDeviceGetDecoderUtilization", (), ("utilization_decoder_pct",)),
+    (
+        "clock_graphics",
+        "nvmlDeviceGetClockInfo",
+        (pynvml.NVML_CLOCK_GRAPHICS,),
+        ("clock_graphics_mhz",),
+    ),
     (
         "temperature",
         "nvmlDeviceGetTemperature",
@@ -299,6 +359,22 @@ PER_TICK_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
         "nvmlDeviceGetTotalEccErrors",
         (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
         ("ecc_errors_uncorrected_volatile",),
+    ),
+]
+
+# Read on the first sample, then at most every PCIE_REFRESH_S (the test clock stands still).
+PCIE_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
+    (
+        "pcie_rx",
+        "nvmlDeviceGetPcieThroughput",
+        (pynvml.NVML_PCIE_UTIL_RX_BYTES,),
+        ("pcie_rx_bytes_per_s",),
+    ),
+    (
+        "pcie_tx",
+        "nvmlDeviceGetPcieThroughput",
+        (pynvml.NVML_PCIE_UTIL_TX_BYTES,),
+        ("pcie_tx_bytes_per_s",),
     ),
 ]
 
@@ -327,8 +403,8 @@ def _ids(cases: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]]) -> list
 @pytest.mark.parametrize("unsupported", [NOT_SUPPORTED, FUNCTION_NOT_FOUND], ids=["13", "3"])
 @pytest.mark.parametrize(
     ("field", "function", "args", "shown_as"),
-    PER_TICK_FIELDS + IDENTITY_FIELDS,
-    ids=_ids(PER_TICK_FIELDS + IDENTITY_FIELDS),
+    PER_TICK_FIELDS + PCIE_FIELDS + IDENTITY_FIELDS,
+    ids=_ids(PER_TICK_FIELDS + PCIE_FIELDS + IDENTITY_FIELDS),
 )
 def test_unsupported_field_is_na_and_never_asked_again(
     field: str, function: str, args: tuple[Any, ...], shown_as: tuple[str, ...], unsupported: Fail
@@ -343,7 +419,7 @@ def test_unsupported_field_is_na_and_never_asked_again(
     for sample in samples:
         assert sample.gpus == (expected_0, EXPECTED_GPU_1)
     assert fake.count(function, 0, *args) == 1
-    # The other GPU supports it: asked every tick (or once, for identity fields).
+    # The other GPU supports it: asked every tick (or once, for identity and PCIe fields).
     asked = 3 if field in _ids(PER_TICK_FIELDS) else 1
     assert fake.count(function, 1, *args) == asked
 
@@ -386,11 +462,13 @@ def test_memory_not_supported_at_all() -> None:
     samples = [source.sample() for _ in range(3)]
 
     gpu = samples[-1].gpus[0]
-    assert (gpu.memory_used_bytes, gpu.memory_total_bytes, gpu.memory_reserved_bytes) == (
-        None,
-        None,
-        None,
+    memory = (
+        gpu.memory_used_bytes,
+        gpu.memory_total_bytes,
+        gpu.memory_free_bytes,
+        gpu.memory_reserved_bytes,
     )
+    assert memory == (None, None, None, None)
     assert gpu.temperature_c == 50
     assert fake.count("nvmlDeviceGetMemoryInfo", 0) == 2  # v2 once, v1 once
     assert samples[-1].gpus[1] == EXPECTED_GPU_1
@@ -435,6 +513,7 @@ def test_memory_v2_unsupported_falls_back_to_v1_for_good(code: int) -> None:
         gpu = sample.gpus[0]
         assert gpu.memory_used_bytes == 1500 * MIB  # v1: reserved counted as used
         assert gpu.memory_total_bytes == 80 * GIB
+        assert gpu.memory_free_bytes == 80 * GIB - 1500 * MIB  # total - used
         assert gpu.memory_reserved_bytes is None
         assert sample.gpus[1] == EXPECTED_GPU_1
     assert fake.count("nvmlDeviceGetMemoryInfo", 0, pynvml.nvmlMemory_v2) == 1
@@ -486,7 +565,17 @@ def _heat_up(fake: FakeNvml, tick: int) -> None:
 
 @pytest.mark.parametrize(
     "failing_field",
-    ["memory_v2", "temperature", "ecc_uncorrected_volatile", "compute_processes", "mig"],
+    [
+        "memory_v2",
+        "temperature",
+        "ecc_uncorrected_volatile",
+        "compute_processes",
+        "mig",
+        "encoder",
+        "clock_graphics",
+        "clock_events",
+        "process_utilization",
+    ],
 )
 def test_one_lost_gpu_of_four_does_not_stop_the_others(failing_field: str) -> None:
     fake, table = four_gpus_with_jobs()
@@ -1026,4 +1115,5 @@ def test_a_source_for_modes_without_processes_makes_no_process_calls() -> None:
     assert [gpu.temperature_c is not None for gpu in sample.gpus] == [True] * 4
     assert fake.count("nvmlDeviceGetComputeRunningProcesses", 0) == 0
     assert fake.count("nvmlDeviceGetGraphicsRunningProcesses", 0) == 0
+    assert fake.count("nvmlDeviceGetProcessUtilization") == 0
     assert all(table.lookups(pid) == 0 for pid in range(1000, 1004))

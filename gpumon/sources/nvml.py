@@ -44,6 +44,9 @@ from gpumon.sources.nvml_device import (
 if TYPE_CHECKING:
     from gpumon.sources.host import ProcessInspector
 
+# A GPU's processes as NVML lists them (PID -> kind, GPU memory) and their SM utilisation.
+_DeviceProcesses = tuple[Device, dict[int, tuple[ProcessKind, int | None]], dict[int, int]]
+
 _UNAVAILABLE_TEXT: dict[int, tuple[UnavailableReason, str, str]] = {
     NVML_ERROR_LIBRARY_NOT_FOUND: (
         UnavailableReason.LIBRARY_NOT_FOUND,
@@ -81,8 +84,14 @@ class NvmlSource:
         inspector: ProcessInspector | None = None,
         host_sampler: Callable[[], HostStats] | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         read_processes: bool = True,
+        read_pcie: bool = True,
     ) -> None:
+        """``clock`` stamps samples; ``monotonic`` paces the PCIe reads (see
+        :data:`~gpumon.sources.nvml_device.PCIE_REFRESH_S`). ``read_processes=False`` and
+        ``read_pcie=False`` skip those NVML calls for modes that show neither: a one-shot
+        command would otherwise wait 40 ms per GPU for PCIe throughput it never prints."""
         # Without processes (status, once --no-processes) nothing but the host name is shown:
         # psutil is not even imported (a one-shot command pays its import on every call).
         if read_processes:
@@ -95,6 +104,8 @@ class NvmlSource:
             self._host_sampler = host_sampler or hostname_only
         self._read_processes = read_processes
         self._clock = clock
+        self._monotonic = monotonic
+        self._read_pcie = read_pcie
         self._devices: list[Device] = []
         self._driver: DriverInfo | None = None
         self._initialised = False
@@ -175,7 +186,16 @@ class NvmlSource:
                 handle = None  # no readings from it: shown as LOST with the reason, not retried
                 lost = error_code(error) == NVML_ERROR_GPU_IS_LOST
                 lost_reason = FELL_OFF_THE_BUS if lost else unopened(error)
-            self._devices.append(Device(nvml, index, handle, lost_reason))
+            self._devices.append(
+                Device(
+                    nvml,
+                    index,
+                    handle,
+                    lost_reason,
+                    monotonic=self._monotonic,
+                    read_pcie=self._read_pcie,
+                )
+            )
         if not self._devices:
             self._unavailable = GpuUnavailable(
                 UnavailableReason.NO_DEVICES,
@@ -196,18 +216,19 @@ class NvmlSource:
         started = time.perf_counter()
         self._start()
         gpus: list[GpuStats] = []
-        raw: list[tuple[Device, dict[int, tuple[ProcessKind, int | None]]]] = []
+        raw: list[_DeviceProcesses] = []
         for device in self._devices:
             try:
                 stats = device.stats()
                 found = device.processes() if self._read_processes else {}
+                sm_utilization = device.process_sm_utilization(found) if found else {}
             except GpuLost:
                 gpus.append(device.lost_stats())
                 continue
             if found is None:
                 stats = dataclasses.replace(stats, processes_error=device.processes_error)
             gpus.append(stats)
-            raw.append((device, found or {}))
+            raw.append((device, found or {}, sm_utilization))
         processes = self._join_processes(raw)
         return Sample(
             timestamp_s=self._clock(),
@@ -220,16 +241,14 @@ class NvmlSource:
             duration_s=time.perf_counter() - started,
         )
 
-    def _join_processes(
-        self, raw: list[tuple[Device, dict[int, tuple[ProcessKind, int | None]]]]
-    ) -> tuple[GpuProcess, ...]:
+    def _join_processes(self, raw: list[_DeviceProcesses]) -> tuple[GpuProcess, ...]:
         if self._inspector is None:
             return ()
         from gpumon.sources.host import NOT_VISIBLE
 
-        details = self._inspector.inspect({pid for _, found in raw for pid in found})
+        details = self._inspector.inspect({pid for _, found, _ in raw for pid in found})
         processes: list[GpuProcess] = []
-        for device, found in raw:
+        for device, found, sm_utilization in raw:
             for pid, (kind, memory) in found.items():
                 host = details.get(pid, NOT_VISIBLE)
                 processes.append(
@@ -246,6 +265,7 @@ class NvmlSource:
                         elapsed_s=host.elapsed_s,
                         visible=host.visible,
                         is_current_user=host.is_current_user,
+                        sm_utilization_pct=sm_utilization.get(pid),
                     )
                 )
         return tuple(processes)

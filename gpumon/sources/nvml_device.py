@@ -10,7 +10,8 @@ that does) hands each device the loaded binding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
 
@@ -45,6 +46,28 @@ _PERMANENT = frozenset(
 # mismatch reading garbage (nvitop #75), not a process.
 _MAX_PID = 1 << 22
 _PSTATE_UNKNOWN = 32
+
+#: nvmlDeviceGetPcieThroughput measures a counter for 20 ms per call (two calls per GPU), so
+#: it is read at most once per this many seconds per GPU; samples in between repeat the last
+#: reading, which is therefore up to this old.
+PCIE_REFRESH_S = 5.0
+# NVML reports PCIe throughput in KB/s at 1 KB granularity; nvidia-smi and nvitop read KiB.
+_PCIE_UNIT_BYTES = 1024
+
+#: Clock event (throttle) reason bits (nvmlClocksEventReason*, nvml.h), lowest bit first. The
+#: older nvmlClocksThrottleReason* bits have the same values.
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+_CLOCK_EVENT_NAMES = dict(CLOCK_EVENT_REASONS)
 _COMPUTE_MODES = {0: "Default", 1: "Exclusive Thread", 2: "Prohibited", 3: "Exclusive Process"}
 
 
@@ -61,6 +84,21 @@ PROCESSES_NOT_SUPPORTED = "not supported: this GPU or driver does not list its p
 def unopened(error: BaseException) -> str:
     """Why a GPU whose handle NVML refused (for a reason other than GPU_IS_LOST) is LOST."""
     return f"NVML cannot open this GPU: {error}"
+
+
+def clock_event_names(mask: int) -> tuple[str, ...]:
+    """The names of the bits set in a clock event reasons bitmask, lowest bit first.
+
+    A bit gpumon does not know (a newer driver's) is named ``unknown_0x...`` with its value,
+    so that it is shown rather than dropped. ``()`` when no bit is set.
+    """
+    names: list[str] = []
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            names.append(_CLOCK_EVENT_NAMES.get(bit, f"unknown_{bit:#x}"))
+        bit <<= 1
+    return tuple(names)
 
 
 def error_code(error: BaseException) -> int | None:
@@ -81,7 +119,14 @@ class Device:
     """A cached handle plus what this GPU has said it does not support."""
 
     def __init__(
-        self, nvml: ModuleType, index: int, handle: Any, lost_reason: str | None = None
+        self,
+        nvml: ModuleType,
+        index: int,
+        handle: Any,
+        lost_reason: str | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        read_pcie: bool = True,
     ) -> None:
         self.nvml = nvml
         # nvidia-ml-py raises this (not an NVMLError) when an unversioned call such as
@@ -105,6 +150,12 @@ class Device:
         self.slowdown_c: int | None = None
         self.shutdown_c: int | None = None
         self._identity_missing = {"uuid", "name", "pci", "slowdown", "shutdown"}
+        self._monotonic = monotonic
+        self._read_pcie = read_pcie
+        self._pcie_read_at: float | None = None
+        self._pcie: tuple[int | None, int | None] = (None, None)
+        # NVML's timestamp (microseconds) of the newest per-process sample seen so far.
+        self._process_samples_seen = 0
         if not self.lost:
             self._read_identity()
 
@@ -208,8 +259,11 @@ class Device:
         nvml = self.nvml
         if self._identity_missing:
             self._read_identity()
-        used, total, reserved = self._memory()
+        used, total, free, reserved = self._memory()
         utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
+        encoder = self.read("encoder", nvml.nvmlDeviceGetEncoderUtilization)
+        decoder = self.read("decoder", nvml.nvmlDeviceGetDecoderUtilization)
+        pcie_rx, pcie_tx = self._pcie_throughput()
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
         energy_mj = self.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
         limit_mw = self.read("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
@@ -235,13 +289,23 @@ class Device:
             energy_j=None if energy_mj is None else energy_mj / 1000.0,
             memory_used_bytes=used,
             memory_total_bytes=total,
+            memory_free_bytes=free,
             memory_reserved_bytes=reserved,
             utilization_gpu_pct=None if utilization is None else int(utilization.gpu),
             utilization_memory_pct=None if utilization is None else int(utilization.memory),
+            # Both answer (utilisation, sampling period in microseconds).
+            utilization_encoder_pct=None if encoder is None else int(encoder[0]),
+            utilization_decoder_pct=None if decoder is None else int(decoder[0]),
+            pcie_rx_bytes_per_s=pcie_rx,
+            pcie_tx_bytes_per_s=pcie_tx,
+            clock_graphics_mhz=self.read(
+                "clock_graphics", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS
+            ),
             clock_sm_mhz=self.read("clock_sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
             clock_memory_mhz=self.read(
                 "clock_memory", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM
             ),
+            clock_event_reasons=self._clock_event_reasons(),
             compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
             ecc_errors_uncorrected_volatile=self.read(
                 "ecc_volatile",
@@ -252,7 +316,8 @@ class Device:
             mig_mode=None if mig is None else bool(mig[0]),
         )
 
-    def _memory(self) -> tuple[int | None, int | None, int | None]:
+    def _memory(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """(used, total, free, reserved) bytes."""
         nvml = self.nvml
         # v2 separates reserved memory; v1 counts it as used on R510+ (disagrees with nvidia-smi).
         # A transient v2 error is N/A for this tick, not a reason to fall back to v1 for good.
@@ -264,9 +329,54 @@ class Device:
             ]
         )
         if info is None:
-            return None, None, None
+            return None, None, None, None
+        used, total = int(info.used), int(info.total)
         reserved = getattr(info, "reserved", None)
-        return int(info.used), int(info.total), None if reserved is None else int(reserved)
+        if reserved is None:  # v1: used includes reserved, so what is not used is free
+            return used, total, max(0, total - used), None
+        return used, total, int(info.free), int(reserved)
+
+    def _pcie_throughput(self) -> tuple[int | None, int | None]:
+        """(received, transmitted) bytes/s over PCIe, read at most every PCIE_REFRESH_S.
+
+        Each NVML call blocks about 20 ms while it samples the counter: reading both every
+        tick would cost 40 ms per GPU per tick. Between readings the last one is repeated.
+        """
+        if not self._read_pcie:
+            return None, None
+        now = self._monotonic()
+        last = self._pcie_read_at
+        if last is not None and 0 <= now - last < PCIE_REFRESH_S:
+            return self._pcie
+        self._pcie_read_at = now
+        nvml = self.nvml
+        rx = self.read("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = self.read("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        self._pcie = (
+            None if rx is None else int(rx) * _PCIE_UNIT_BYTES,
+            None if tx is None else int(tx) * _PCIE_UNIT_BYTES,
+        )
+        return self._pcie
+
+    def _clock_event_reasons(self) -> tuple[str, ...] | None:
+        # "Throttle reasons" were renamed "clock event reasons" (R535); the old call is
+        # deprecated. A driver without the new call answers FUNCTION_NOT_FOUND, once.
+        nvml = self.nvml
+        mask = self.read_newest(
+            [
+                (
+                    "clock_events",
+                    getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),
+                    (),
+                ),
+                (
+                    "clock_throttle",
+                    getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+                    (),
+                ),
+            ]
+        )
+        return None if mask is None else clock_event_names(int(mask))
 
     def _temperature(self) -> int | None:
         # nvmlDeviceGetTemperature is deprecated (to be removed in CUDA 14): ask the versioned
@@ -334,6 +444,30 @@ class Device:
             self.processes_error = PROCESSES_NOT_SUPPORTED
             return None
         return found
+
+    def process_sm_utilization(self, pids: Collection[int]) -> dict[int, int]:
+        """PID -> SM utilisation % from NVML's newest sample for it since the last call.
+
+        NVML keeps per-process samples and returns those newer than the timestamp passed:
+        the newest one seen is passed next time, so every call reports only new samples.
+        A PID with no new sample (idle, or NVML has nothing: NOT_FOUND) is left out, as is one
+        not in ``pids`` (the running-process list), rather than shown as 0 %. Values are
+        clamped to 0-100 (drivers have reported thousands). Raises :class:`GpuLost`.
+        """
+        if not pids:
+            return {}
+        seen = self._process_samples_seen
+        samples = self.read("process_utilization", self.nvml.nvmlDeviceGetProcessUtilization, seen)
+        newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
+        for sample in samples or ():
+            timestamp = int(sample.timeStamp)
+            if timestamp <= seen:
+                continue  # older than asked for: a driver that ignores the timestamp
+            self._process_samples_seen = max(self._process_samples_seen, timestamp)
+            pid = int(sample.pid)
+            if pid in pids and (pid not in newest or timestamp >= newest[pid][0]):
+                newest[pid] = (timestamp, max(0, min(100, int(sample.smUtil))))
+        return {pid: utilization for pid, (_, utilization) in newest.items()}
 
 
 def _add_known(first: int | None, second: int | None) -> int | None:
