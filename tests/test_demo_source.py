@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from gpumon.model import Sample
+from gpumon.model import ProcessKind, Sample
 from gpumon.sources.demo import DemoSource
 
 
@@ -204,3 +204,59 @@ def test_same_seed_same_churn() -> None:
 def test_impossible_churn_is_refused(churn: float) -> None:
     with pytest.raises(ValueError, match="churn"):
         DemoSource(current_user="me", churn=churn)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_issue_9_readings_are_plausible(seed: int) -> None:
+    """Free memory adds up, idle GPUs say so, per-process SM % shares the GPU's."""
+    for sample in run(demo(gpu_count=8, process_count=12, seed=seed), 300):
+        for gpu in sample.gpus:
+            assert gpu.memory_free_bytes is not None
+            assert gpu.memory_used_bytes is not None and gpu.memory_reserved_bytes is not None
+            assert gpu.memory_free_bytes >= 0
+            assert (
+                gpu.memory_used_bytes + gpu.memory_reserved_bytes + gpu.memory_free_bytes
+                == gpu.memory_total_bytes
+            )
+            assert gpu.pcie_rx_bytes_per_s is not None and gpu.pcie_rx_bytes_per_s > 0
+            assert gpu.pcie_tx_bytes_per_s is not None and gpu.pcie_tx_bytes_per_s > 0
+            assert gpu.utilization_encoder_pct == 0
+            assert gpu.utilization_decoder_pct is not None
+            assert 0 <= gpu.utilization_decoder_pct <= 100
+            assert gpu.clock_graphics_mhz == gpu.clock_sm_mhz
+            assert gpu.utilization_gpu_pct is not None
+            idle = "gpu_idle" in (gpu.clock_event_reasons or ())
+            assert idle == (gpu.clock_sm_mhz == 210)
+            shares = [
+                p.sm_utilization_pct
+                for p in sample.processes_on(gpu.index)
+                if p.kind is ProcessKind.COMPUTE
+            ]
+            if idle:
+                assert shares == [None] * len(shares)  # no NVML sample, not 0 %
+            elif shares:  # a job may have just started with no process listed yet
+                assert all(share is not None for share in shares)
+                total = sum(share or 0 for share in shares)
+                assert abs(total - gpu.utilization_gpu_pct) <= len(shares)
+
+
+def test_a_gpu_near_its_power_limit_says_so() -> None:
+    seen: dict[str, int] = {}
+    for seed in range(6):
+        for sample in run(demo(gpu_count=8, seed=seed), 300):
+            for gpu in sample.gpus:
+                assert gpu.power_draw_w is not None and gpu.power_limit_w is not None
+                capped = gpu.clock_event_reasons == ("sw_power_cap",)
+                assert capped == (gpu.power_draw_w >= 0.9 * gpu.power_limit_w)
+                for reason in gpu.clock_event_reasons or ():
+                    seen[reason] = seen.get(reason, 0) + 1
+
+    assert set(seen) == {"gpu_idle", "sw_power_cap"}
+
+
+def test_pcie_repeats_between_five_second_readings_like_the_nvml_source() -> None:
+    samples = run(demo(gpu_count=2, seed=1), 20)
+
+    readings = [sample.gpus[0].pcie_rx_bytes_per_s for sample in samples]
+    assert all(readings[i] == readings[i - i % 5] for i in range(20))
+    assert len(set(readings)) == 4  # it still moves: a new reading every 5 ticks

@@ -21,6 +21,9 @@ MIB = 1024**2
 _GPU_NAME = "NVIDIA RTX A6000"
 _MEMORY_TOTAL = 48 * GIB - 469 * MIB  # what NVML reports for a 48 GB board
 _POWER_LIMIT_W = 300.0
+_MEMORY_RESERVED = 469 * MIB
+# As the NVML source, PCIe throughput is read every 5 s and repeated in between.
+_PCIE_REFRESH_S = 5.0
 _OTHER_USERS = ("alice", "bob", "chen", "dana", "emre", "farah")
 _COMMANDS = (
     "python train.py --config configs/llama-7b.yaml --bf16",
@@ -57,6 +60,8 @@ class _SimGpu:
     power: float
     util: float
     energy_j: float = 0.0  # since the (simulated) driver was loaded
+    pcie_rx_bytes_per_s: int = 0  # the last (simulated) PCIe reading
+    pcie_tx_bytes_per_s: int = 0
 
 
 class DemoSource:
@@ -206,8 +211,15 @@ class DemoSource:
     def sample(self) -> Sample:
         """Advance the simulation one tick and snapshot it."""
         self._advance()
+        # New readings derive from the simulation's state and draw no random numbers: the same
+        # seed gives the same numbers as before they existed (screenshots stay identical).
+        self._read_pcie()
         rng = self._random
         memory_by_gpu = [0] * len(self._gpus)
+        computing_memory = [0] * len(self._gpus)
+        for process in self._processes:
+            if process.kind is ProcessKind.COMPUTE:
+                computing_memory[process.gpu] += process.memory_bytes
         processes: list[GpuProcess] = []
         for process in self._processes:
             gpu = self._gpus[process.gpu]
@@ -228,38 +240,12 @@ class DemoSource:
                     elapsed_s=process.age_s if process.visible else None,
                     visible=process.visible,
                     is_current_user=process.visible and process.user == self._current_user,
+                    sm_utilization_pct=_process_sm_utilization(
+                        gpu, process, computing_memory[gpu.index]
+                    ),
                 )
             )
-        gpus = tuple(
-            GpuStats(
-                index=gpu.index,
-                uuid=gpu.uuid,
-                name=_GPU_NAME,
-                pci_bus_id=f"00000000:{0x17 + 0x14 * gpu.index:02X}:00.0",
-                persistence_mode=True,
-                display_active=gpu.index == 0,
-                performance_state=2 if gpu.util > 5 else 8,
-                # Fan curves follow temperature, which moves slowly, not utilisation.
-                fan_pct=int(30 + max(0.0, gpu.temperature - 34.0) * 1.1),
-                temperature_c=round(gpu.temperature),
-                temperature_slowdown_c=93,
-                temperature_shutdown_c=98,
-                power_draw_w=round(gpu.power, 1),
-                power_limit_w=_POWER_LIMIT_W,
-                energy_j=round(gpu.energy_j, 3),
-                memory_used_bytes=min(_MEMORY_TOTAL, memory_by_gpu[gpu.index] + 4 * MIB),
-                memory_total_bytes=_MEMORY_TOTAL,
-                memory_reserved_bytes=469 * MIB,
-                utilization_gpu_pct=round(gpu.util),
-                utilization_memory_pct=round(gpu.util * 0.45),
-                clock_sm_mhz=1800 if gpu.util > 5 else 210,
-                clock_memory_mhz=8001 if gpu.util > 5 else 405,
-                compute_mode="Default",
-                ecc_errors_uncorrected_volatile=None,  # ECC off, as on most workstation boards
-                mig_mode=None,  # not a MIG-capable board
-            )
-            for gpu in self._gpus
-        )
+        gpus = tuple(self._gpu_stats(gpu, memory_by_gpu[gpu.index]) for gpu in self._gpus)
         cores = 64
         busy_cpu = sum(p.cpu_pct or 0 for p in processes) / cores
         host = HostStats(
@@ -281,6 +267,55 @@ class DemoSource:
             simulated=True,
         )
 
+    def _gpu_stats(self, gpu: _SimGpu, process_memory: int) -> GpuStats:
+        busy = gpu.util > 5
+        used = min(_MEMORY_TOTAL, process_memory + 4 * MIB)
+        return GpuStats(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=_GPU_NAME,
+            pci_bus_id=f"00000000:{0x17 + 0x14 * gpu.index:02X}:00.0",
+            persistence_mode=True,
+            display_active=gpu.index == 0,
+            performance_state=2 if busy else 8,
+            # Fan curves follow temperature, which moves slowly, not utilisation.
+            fan_pct=int(30 + max(0.0, gpu.temperature - 34.0) * 1.1),
+            temperature_c=round(gpu.temperature),
+            temperature_slowdown_c=93,
+            temperature_shutdown_c=98,
+            power_draw_w=round(gpu.power, 1),
+            power_limit_w=_POWER_LIMIT_W,
+            energy_j=round(gpu.energy_j, 3),
+            memory_used_bytes=used,
+            memory_total_bytes=_MEMORY_TOTAL,
+            memory_free_bytes=max(0, _MEMORY_TOTAL - _MEMORY_RESERVED - used),
+            memory_reserved_bytes=_MEMORY_RESERVED,
+            utilization_gpu_pct=round(gpu.util),
+            utilization_memory_pct=round(gpu.util * 0.45),
+            utilization_encoder_pct=0,
+            # Every fourth GPU trains on video that NVDEC decodes.
+            utilization_decoder_pct=round(gpu.util * 0.15) if gpu.index % 4 == 1 else 0,
+            pcie_rx_bytes_per_s=gpu.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s=gpu.pcie_tx_bytes_per_s,
+            clock_graphics_mhz=1800 if busy else 210,
+            clock_sm_mhz=1800 if busy else 210,
+            clock_memory_mhz=8001 if busy else 405,
+            clock_event_reasons=_clock_event_reasons(gpu),
+            compute_mode="Default",
+            ecc_errors_uncorrected_volatile=None,  # ECC off, as on most workstation boards
+            mig_mode=None,  # not a MIG-capable board
+        )
+
+    def _read_pcie(self) -> None:
+        """Take a new PCIe reading every 5 s, as the NVML source does: input batches go to
+        the GPU (received) faster than results come back (transmitted)."""
+        every = max(1, round(_PCIE_REFRESH_S / self._tick_s)) if self._tick_s > 0 else 1
+        if (self._ticks - 1) % every:
+            return
+        for gpu in self._gpus:
+            gpu.pcie_rx_bytes_per_s = (2_000 + round(gpu.util * 30_000)) * 1024
+            gpu.pcie_tx_bytes_per_s = (1_000 + round(gpu.util * 4_000)) * 1024
+
     def _load_average(self, running: float) -> tuple[float, float, float]:
         """Like the kernel: exponential averages over 1, 5 and 15 min, updated every 5 s."""
         if self._load is None:
@@ -294,6 +329,27 @@ class DemoSource:
 
     def close(self) -> None:
         pass
+
+
+def _clock_event_reasons(gpu: _SimGpu) -> tuple[str, ...]:
+    """Idle clocks when idle; the power cap when a busy GPU draws close to its limit."""
+    if gpu.util <= 5:
+        return ("gpu_idle",)
+    if round(gpu.power, 1) >= 0.9 * _POWER_LIMIT_W:  # the power draw as shown
+        return ("sw_power_cap",)
+    return ()
+
+
+def _process_sm_utilization(
+    gpu: _SimGpu, process: _SimProcess, computing_memory: int
+) -> int | None:
+    """A busy GPU's utilisation shared by its compute processes in proportion to their memory;
+    ``None`` (no NVML sample) for a process on an idle GPU, a little for the display server."""
+    if gpu.util <= 5:
+        return None
+    if process.kind is not ProcessKind.COMPUTE:
+        return 1
+    return round(gpu.util * process.memory_bytes / max(1, computing_memory))
 
 
 def _login_name() -> str:
