@@ -1,13 +1,19 @@
-"""Runs ``source.sample()`` off the event loop, one poll at a time.
+"""Runs ``source.sample()`` off the event loop, one poll at a time, into a store.
 
 Each poll schedules the next only after it finishes, so a sample slower than the interval
 delays the next one instead of piling up. The blocking call runs on one daemon thread: a
 driver call that hangs for seconds never blocks the event loop, and never blocks quitting.
+
+Every mode that samples more than once uses this one loop: the dashboard on its event loop,
+``gpumon probe`` inside its ``asyncio.run``, and the exporter, which has no event loop, on
+a :class:`PollerThread`. Each hands the samples to a :class:`~gpumon.store.Store`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
@@ -18,7 +24,7 @@ from typing import Any, TypeVar
 from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S, Sample
 from gpumon.sources.base import GpuSource
 
-__all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "clamp_interval"]
+__all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "PollerThread", "clamp_interval"]
 
 T = TypeVar("T")
 
@@ -52,9 +58,11 @@ class _DaemonThread:
         self._jobs.put((call, future))
         return await asyncio.wrap_future(future)
 
-    def submit(self, call: Callable[[], object]) -> None:
+    def submit(self, call: Callable[[], T]) -> Future[T]:
         """Run ``call`` after the jobs already queued, without waiting for it."""
-        self._jobs.put((call, Future()))
+        future: Future[T] = Future()
+        self._jobs.put((call, future))
+        return future
 
     def stop(self) -> None:
         self._jobs.put(None)
@@ -66,7 +74,8 @@ class Poller:
     Args:
         source: what to sample.
         interval_s: seconds from the start of one poll to the start of the next.
-        on_sample: called on the event loop with every sample.
+        on_sample: called on the event loop with every sample: a
+            :meth:`Store.push <gpumon.store.Store.push>`, which hands it on.
         on_error: called on the event loop when ``sample()`` raised; polling goes on.
         clock: monotonic clock, injectable for tests.
     """
@@ -182,16 +191,71 @@ class Poller:
                 if not self._paused:
                     return
 
-    def close(self) -> None:
+    def close(self) -> Future[None]:
         """Close the source on the sampling thread, after any sample in flight (NVML must
-        not be shut down under a running call), then let the thread end."""
+        not be shut down under a running call), then let the thread end. No poll starts
+        after this.
+
+        Returns:
+            A future that is done once the source is closed (never, while the sample in
+            flight is stuck in the driver).
+        """
+        return self._finish(self.source.close)
+
+    def stop(self) -> Future[None]:
+        """As :meth:`close`, but the source stays open: its owner closes it once the
+        returned future is done (the sample in flight, if any, has ended)."""
+        return self._finish(lambda: None)
+
+    def _finish(self, last: Callable[[], None]) -> Future[None]:
         self._closed = True
-        if self._thread is None:
-            self.source.close()
-            return
-        self._thread.submit(self.source.close)
-        self._thread.stop()
-        self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            last()
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        finished = thread.submit(last)
+        thread.stop()
+        return finished
+
+
+class PollerThread:
+    """A :class:`Poller` on its own event loop in a daemon thread, for a mode with no event
+    loop (the exporter). Polling starts at once; ``on_sample`` and ``on_error`` are called on
+    that thread.
+    """
+
+    def __init__(self, poller: Poller, name: str = "gpumon-sampler") -> None:
+        self.poller = poller
+        self._loop = asyncio.new_event_loop()
+        self._polling = self._loop.create_task(poller.run())
+        self._source_closed: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loop.run_until_complete(self._polling)
+        except asyncio.CancelledError:
+            pass  # stop()
+        finally:
+            closed = self.poller.close()
+            closed.add_done_callback(lambda _: self._source_closed.set_result(None))
+            self._loop.close()
+
+    def stop(self, timeout_s: float) -> bool:
+        """Stop polling and close the source after the sample in flight.
+
+        Returns:
+            True once the source is closed, within ``timeout_s``; False while a sample is
+            still stuck in the driver: the source is closed when that call returns (or
+            never, if the process exits first), never under it.
+        """
+        with contextlib.suppress(RuntimeError):  # stopped before: the loop is closed
+            self._loop.call_soon_threadsafe(self._polling.cancel)
+        done, _ = concurrent.futures.wait([self._source_closed], timeout_s)
+        return bool(done)
 
 
 def clamp_interval(value: float) -> float:

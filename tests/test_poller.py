@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import pytest
 
 from gpumon.model import MAX_INTERVAL_S, Sample
-from gpumon.poller import MIN_INTERVAL_S, Poller, clamp_interval
+from gpumon.poller import MIN_INTERVAL_S, Poller, PollerThread, clamp_interval
+from gpumon.store import Store
 from tests.ui_helpers import make_sample
 
 # How long to wait for something that should happen. On an idle machine it takes
@@ -337,4 +338,75 @@ async def test_a_poll_queued_when_the_poller_closes_never_samples_the_closed_sou
     source.gate.set()
     await first
     assert await queued is None
+    assert source.calls == 1
+
+
+async def test_the_store_answers_an_ask_with_a_later_sample_and_the_extra_poll_waits() -> None:
+    """The probe's path in the dashboard: while a poll is in flight, ask the store for the next
+    sample and the poller for a poll now. The answer is a sample pushed after the ask, never
+    the one already there, and the extra poll starts only once the one in flight has ended."""
+    source = CountingSource(gated=True)
+    store = Store(history=False)
+    pushed: list[Sample] = []
+    store.subscribe(pushed.append)
+    poller = Poller(source, MAX_INTERVAL_S, store.push)
+    try:
+        async with running(poller):
+            source.gate.set()
+            await wait_until(lambda: store.sequence == 1, "the first sample")
+            source.gate.clear()
+            poller.poll_now()
+            await wait_until(lambda: source.calls == 2, "the second poll to start")
+            answer = store.next_sample()
+            extra = asyncio.create_task(poller.poll_once())
+            await asyncio.sleep(QUIET_S)
+            assert source.calls == 2  # the extra poll waits for the one in flight
+            assert not answer.done()  # not the first sample, which was there already
+            source.gate.set()
+            assert await asyncio.wait_for(answer, DEADLINE_S) is pushed[1]
+            assert await extra is pushed[2]
+    finally:
+        source.gate.set()
+    assert source.max_active == 1
+    assert source.starts[2] >= source.ends[1]
+
+
+async def test_a_poller_thread_polls_on_its_own_loop_and_closes_the_source_when_stopped() -> None:
+    """The exporter's sampler: no event loop of its own caller, the same poller."""
+    events: list[tuple[str, str]] = []
+
+    class Source(CountingSource):
+        def close(self) -> None:
+            events.append(("close", threading.current_thread().name))
+
+    source = Source()
+    store = Store(history=False)
+    store.subscribe(lambda sample: events.append(("sample", threading.current_thread().name)))
+    thread = PollerThread(Poller(source, MIN_INTERVAL_S, store.push), name="test-sampler")
+    await wait_until(lambda: store.sequence >= 2, "two samples")
+    assert thread.stop(DEADLINE_S) is True
+    assert events[-1] == ("close", "gpumon-poller")  # after the sample in flight, if any
+    assert {name for kind, name in events if kind == "sample"} == {"test-sampler"}
+    assert source.threads == {"gpumon-poller"} and source.max_active == 1
+    calls = source.calls
+    await asyncio.sleep(QUIET_S)
+    assert source.calls == calls  # stopped
+    assert thread.stop(DEADLINE_S) is True  # twice is harmless
+
+
+def test_a_poller_thread_stuck_in_the_driver_stops_at_once_and_closes_the_source_later() -> None:
+    source = CountingSource(gated=True)
+    closed = threading.Event()
+    source.close = closed.set  # type: ignore[method-assign]
+    thread = PollerThread(Poller(source, MIN_INTERVAL_S, lambda sample: None))
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while source.calls == 0:
+            assert time.monotonic() < deadline, "the sample never started"
+            time.sleep(0.005)
+        assert thread.stop(0.1) is False  # stuck: the source must not be closed under it
+        assert not closed.is_set()
+    finally:
+        source.gate.set()
+    assert closed.wait(DEADLINE_S)  # once the stuck call returned
     assert source.calls == 1
