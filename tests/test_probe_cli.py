@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import itertools
 import json
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpumon.cli import main
 from gpumon.model import Sample
+from gpumon.probe import cli as probe_cli
 from gpumon.probe import steps as S
 from gpumon.probe.cli import _choose_gpu
-from gpumon.probe.protocol import Done, Hello, StepEvent, decode
+from gpumon.probe.protocol import Done, Hello, Request, StepEvent, decode
 from tests.fake_children import FAKE_TORCH_UUIDS, HERE, MIB, NVML_GPUS, children_sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,3 +213,47 @@ def test_the_cli_module_top_level_is_light() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_nvml_checks_get_fresh_samples_from_one_poller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpumon probe`` samples NVML with the dashboard's poller, every 0.5 s, into a store:
+    each sample asked for was taken after the ask, no two reads overlap, and none is still
+    running when the probe ends (the caller closes the source next)."""
+
+    class TimedSource(ChildrenOnEveryGpu):
+        def __init__(self) -> None:
+            super().__init__()
+            self.active = 0
+            self.max_active = 0
+            self.threads: set[str] = set()
+
+        def sample(self) -> Sample:
+            started = time.monotonic()
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            self.threads.add(threading.current_thread().name)
+            time.sleep(0.02)
+            self.active -= 1
+            return dataclasses.replace(super().sample(), timestamp_s=started)
+
+    asks: list[tuple[float, float]] = []
+
+    async def run_probe(request: Request, *, next_sample: Any, **options: Any) -> str:
+        for _ in range(3):
+            asked = time.monotonic()
+            asks.append((asked, (await next_sample()).timestamp_s))
+        return "outcome"
+
+    monkeypatch.setattr("gpumon.probe.runner.run_probe", run_probe)
+    source = TimedSource()
+    printer = probe_cli._Printer(json_lines=False)
+    outcome = asyncio.run(probe_cli._probe(Request(cuda_index=0), "python", 10, source, printer))
+    assert outcome == "outcome"
+    assert all(taken >= asked for asked, taken in asks), asks
+    # Paced by the poller's interval (0.5 s from one poll's start to the next; the sampling
+    # thread may pick a poll up late), not back to back (20 ms apart).
+    taken = [taken for _, taken in asks]
+    assert all(later - earlier > 0.4 for earlier, later in itertools.pairwise(taken)), taken
+    assert source.max_active == 1 and source.active == 0
+    assert source.threads == {"gpumon-poller"}
+    assert not source.closed  # run() closes it, after _probe

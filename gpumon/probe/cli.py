@@ -190,29 +190,35 @@ def _choose_gpu(
     return (index, matches[0])
 
 
+#: How often ``gpumon probe`` samples NVML while the probe runs (for steps 6 and 9).
+SAMPLE_INTERVAL_S = 0.5
+
+
 async def _probe(
     request: Request, python: str, timeout_s: float, source: GpuSource, printer: _Printer
 ) -> ProbeOutcome:
     import asyncio
 
+    from gpumon.poller import Poller
     from gpumon.probe.runner import run_probe
+    from gpumon.store import Store
 
-    first = True
-
-    async def next_sample() -> Sample:
-        nonlocal first
-        if not first:
-            await asyncio.sleep(0.5)
-        first = False
-        return await asyncio.to_thread(source.sample)
-
-    return await run_probe(
-        request,
-        python=python,
-        timeout_s=timeout_s,
-        next_sample=next_sample,
-        on_event=printer,
-    )
+    # The dashboard's poller and store: steps 6 and 9 await the store's next sample.
+    store = Store(SAMPLE_INTERVAL_S, history=False)
+    poller = Poller(source, SAMPLE_INTERVAL_S, store.push)
+    polling = asyncio.create_task(poller.run())
+    try:
+        return await run_probe(
+            request,
+            python=python,
+            timeout_s=timeout_s,
+            next_sample=store.next_sample,
+            on_event=printer,
+        )
+    finally:
+        polling.cancel()
+        # The caller closes the source: not before a sample in flight has ended.
+        await asyncio.wrap_future(poller.stop())
 
 
 class _Printer:
