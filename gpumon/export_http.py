@@ -1,5 +1,8 @@
 """The exporter's HTTP side and its sampling thread (``gpumon export``; see gpumon/export.py).
 
+The sampling thread runs the same :class:`~gpumon.poller.Poller` as the dashboard, into a
+:class:`~gpumon.store.Store` that the metrics collector follows.
+
 The server is prometheus_client's own ``ThreadingWSGIServer`` (what ``start_http_server``
 runs), with three things added so that no client can hurt the exporter or the machine:
 
@@ -35,7 +38,9 @@ from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from gpumon.export import SampleCollector, is_loopback
 from gpumon.model import GpuUnavailable, Sample
+from gpumon.poller import Poller, PollerThread, clamp_interval
 from gpumon.snapshot import no_gpu_data, report_unavailable
+from gpumon.store import Store
 
 #: Connections handled at once. Prometheus scrapes one at a time per server; 16 leaves room
 #: for several servers, curl and a browser, and bounds threads and descriptors.
@@ -214,8 +219,9 @@ class Exporter:
     """The HTTP server plus the sampling thread. ``stop()`` ends both.
 
     Listens at once; ``/metrics`` answers 503 until the first sample has been read (seconds
-    with a slow driver). The sampling thread reads the source every ``interval_s`` seconds,
-    starting at once, whatever the clients do.
+    with a slow driver). The sampling thread is the dashboard's :class:`Poller` (on a
+    :class:`PollerThread`): it reads the source every ``interval_s`` seconds, starting at
+    once, whatever the clients do, into :attr:`store`; the collector follows the store.
     """
 
     def __init__(
@@ -232,11 +238,14 @@ class Exporter:
         """Bind and start serving and sampling; raises OSError when it cannot listen."""
         self.source = source
         self.collector = collector
-        self.interval_s = interval_s
+        self.interval_s = clamp_interval(interval_s)
         #: Set once the first sample attempt has ended (read, or failed with an error).
         self.first_sample = threading.Event()
         self.first: Sample | None = None
-        self._stop = threading.Event()
+        #: The latest sample; scrapes read the collector's families, built once per sample.
+        self.store = Store(history=False)
+        self.store.subscribe(self._sampled)
+        self._last_error = ""
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
@@ -249,46 +258,38 @@ class Exporter:
         self._http = threading.Thread(
             target=self.server.serve_forever, args=(_POLL_S,), name="gpumon-http", daemon=True
         )
-        self._sampler = threading.Thread(
-            target=self._sample_forever, name="gpumon-sampler", daemon=True
-        )
         self._http.start()
-        self._sampler.start()
+        poller = Poller(source, self.interval_s, self.store.push, on_error=self._sampling_failed)
+        self._sampler = PollerThread(poller, name="gpumon-sampler")
 
-    def _sample_forever(self) -> None:
-        # The next read is scheduled after this one ends: slow reads never pile up.
-        last_error = ""
-        while True:
-            started = time.monotonic()
-            try:
-                sample = self.source.sample()
-            except Exception as error:
-                if str(error) != last_error:  # once per distinct error, not every interval
-                    print(f"gpumon export: warning: sampling failed: {error}", file=sys.stderr)
-                last_error = str(error)
-                self.collector.sampling_failed()
-            else:
-                last_error = ""
-                self.collector.update(sample)
-                if not self.first_sample.is_set():
-                    self.first = sample
+    # Both run on the sampling thread, one at a time.
+
+    def _sampled(self, sample: Sample) -> None:
+        self._last_error = ""
+        self.collector.update(sample)
+        if not self.first_sample.is_set():
+            self.first = sample
             self.first_sample.set()
-            if self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started))):
-                return
+
+    def _sampling_failed(self, error: BaseException) -> None:
+        if str(error) != self._last_error:  # once per distinct error, not every interval
+            print(f"gpumon export: warning: sampling failed: {error}", file=sys.stderr)
+        self._last_error = str(error)
+        self.collector.sampling_failed()
+        self.first_sample.set()
 
     def stop(self, timeout_s: float = STOP_WAIT_S) -> bool:
-        """Stop serving and sampling within about ``timeout_s`` plus one poll (0.2 s).
+        """Stop serving and sampling, and close the source, within about ``timeout_s`` plus
+        one poll (0.2 s).
 
         Returns:
-            True when the sampling thread ended; False while a read is still stuck in the
-            driver: then the source must not be closed under it (process exit ends the
-            daemon thread).
+            True when sampling ended and the source is closed; False while a read is still
+            stuck in the driver: the source is closed when that read returns, never under
+            it (process exit ends the daemon threads first).
         """
-        self._stop.set()
         self.server.shutdown()  # the serving loop notices within one poll
         self.server.server_close()  # connections in progress end at their deadline
-        self._sampler.join(timeout_s)
-        return not self._sampler.is_alive()
+        return self._sampler.stop(timeout_s)
 
 
 def serve_until_signalled(exporter: Exporter, host: str) -> int:
@@ -317,8 +318,7 @@ def serve_until_signalled(exporter: Exporter, host: str) -> int:
                 _announce(exporter, host)
                 announced = True
     finally:
-        if exporter.stop():
-            exporter.source.close()  # not while a hung read still uses it
+        exporter.stop()  # closes the source, but not while a hung read still uses it
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if no_driver is not None:

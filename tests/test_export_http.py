@@ -3,6 +3,7 @@ a stuck driver call, and what idle, slow and hostile clients can (not) hold."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import re
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.model import GpuProcess, ProcessKind
+from gpumon.model import GpuProcess, ProcessKind, Sample
 from tests.test_export import (
     GIB,
     FakeSource,
@@ -116,6 +117,60 @@ def test_stop_returns_within_a_second_while_a_sample_is_stuck(serve: Serve) -> N
     assert not source.closed  # stop() never closes the source under a running call
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", exporter.port), timeout=1).close()
+    source.release()  # the driver call returns: now the source is closed, on its thread
+    while not source.closed:
+        assert time.monotonic() < deadline + 5, "the source was never closed"
+        time.sleep(0.01)
+    assert source.calls == 1
+
+
+class CountingSource:
+    """Each sample is numbered (its timestamp) and takes 10 ms; records the threads that
+    sample and how many samples ran at once."""
+
+    simulated = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self.threads: set[str] = set()
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def sample(self) -> Sample:
+        with self._lock:
+            self.calls += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            number = self.calls
+        self.threads.add(threading.current_thread().name)
+        time.sleep(0.01)
+        with self._lock:
+            self.active -= 1
+        return dataclasses.replace(make_sample(), timestamp_s=float(number))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_exporter_samples_into_its_store_one_read_at_a_time(serve: Serve) -> None:
+    """The dashboard's poller on a thread of its own: a sample asked of the store from another
+    thread's event loop is a new one, and stop() closes the source once sampling ended."""
+    source = CountingSource()
+    exporter = serve(source, interval_s=0.25)
+    before = exporter.store.latest
+    assert before is not None
+
+    async def next_sample() -> Sample:
+        return await asyncio.wait_for(exporter.store.next_sample(), 5)
+
+    fresh = asyncio.run(next_sample())
+    assert fresh.timestamp_s > before.timestamp_s
+    assert fetch(exporter.port)[0] == 200
+    assert exporter.stop() is True
+    assert source.closed
+    assert source.threads == {"gpumon-poller"} and source.max_active == 1
 
 
 def closed_after(
@@ -255,7 +310,8 @@ def test_200_idle_sockets_under_a_64_descriptor_limit_starve_neither_scrapes_nor
         time.sleep(0.5)
         fds, threads = proc_count(child.pid)
         assert fds <= 40, fds  # the bound (16) plus the interpreter's own, not 200
-        assert threads <= 16 + 4, threads
+        # The bound, plus main, HTTP, the sampler's event loop and its sampling thread, +1.
+        assert threads <= 16 + 5, threads
         deadline = time.monotonic() + 8
         while True:  # the 16 idle ones time out after 3 s; the rest were closed at once
             try:
