@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpumon.fields import FIELDS, Field
 from gpumon.format import safe_text
 from gpumon.model import DriverInfo, GpuStats, HostStats, Sample
 
@@ -40,80 +41,41 @@ WAITING = "waiting for the first sample\n"
 
 @dataclass(frozen=True, slots=True)
 class GpuMetric:
-    """One per-GPU metric: the :class:`GpuStats` field it reads, times ``scale``."""
+    """One per-GPU metric: the :class:`GpuStats` field it reads, times ``scale``.
+
+    A ``state`` metric has one series per GPU and state, value 1, the state in ``label``.
+    """
 
     name: str
     help: str
     field: str
     scale: float = 1.0
     kind: str = "gauge"
+    label: str | None = None
 
     def read(self, gpu: GpuStats) -> float | None:
         """The value to export, or ``None`` (N/A: no series)."""
         value = getattr(gpu, self.field)
         return None if value is None else float(value) * self.scale
 
+    def states(self, gpu: GpuStats) -> tuple[str, ...]:
+        """A ``state`` metric's states now (none when N/A)."""
+        value = getattr(gpu, self.field)
+        if value is None:
+            return ()
+        return tuple(value) if isinstance(value, tuple) else (str(value),)
 
-_PCT = 0.01  # percent -> ratio (0-1), as Prometheus conventions ask
-_MHZ = 1e6  # MHz -> Hz
 
-GPU_METRICS: tuple[GpuMetric, ...] = (
-    GpuMetric("gpumon_gpu_temperature_celsius", "GPU core temperature.", "temperature_c"),
-    GpuMetric(
-        "gpumon_gpu_temperature_slowdown_celsius",
-        "Temperature at which the GPU starts to slow itself down.",
-        "temperature_slowdown_c",
-    ),
-    GpuMetric(
-        "gpumon_gpu_temperature_shutdown_celsius",
-        "Temperature at which the GPU shuts down.",
-        "temperature_shutdown_c",
-    ),
-    GpuMetric("gpumon_gpu_fan_speed_ratio", "Fan speed, fraction of maximum.", "fan_pct", _PCT),
-    GpuMetric("gpumon_gpu_power_draw_watts", "Power draw.", "power_draw_w"),
-    GpuMetric("gpumon_gpu_power_limit_watts", "Enforced power limit.", "power_limit_w"),
-    GpuMetric(
-        "gpumon_gpu_energy_joules",
-        "Energy used since the driver was loaded (resets when it reloads).",
-        "energy_j",
-        kind="counter",
-    ),
-    GpuMetric(
-        "gpumon_gpu_memory_used_bytes",
-        "GPU memory in use (reserved memory not counted, as in nvidia-smi).",
-        "memory_used_bytes",
-    ),
-    GpuMetric("gpumon_gpu_memory_total_bytes", "Total GPU memory.", "memory_total_bytes"),
-    GpuMetric(
-        "gpumon_gpu_memory_reserved_bytes",
-        "GPU memory reserved by the driver and firmware.",
-        "memory_reserved_bytes",
-    ),
-    GpuMetric(
-        "gpumon_gpu_utilization_ratio",
-        "Fraction of the last sample period in which a kernel ran on the GPU.",
-        "utilization_gpu_pct",
-        _PCT,
-    ),
-    GpuMetric(
-        "gpumon_gpu_memory_utilization_ratio",
-        "Fraction of the last sample period in which GPU memory was read or written.",
-        "utilization_memory_pct",
-        _PCT,
-    ),
-    GpuMetric("gpumon_gpu_clock_sm_hertz", "SM clock.", "clock_sm_mhz", _MHZ),
-    GpuMetric("gpumon_gpu_clock_memory_hertz", "Memory clock.", "clock_memory_mhz", _MHZ),
-    GpuMetric(
-        "gpumon_gpu_performance_state",
-        "Performance state: 0 (P0, fastest) to 15 (P15, slowest).",
-        "performance_state",
-    ),
-    GpuMetric(
-        "gpumon_gpu_ecc_errors_uncorrected_volatile",
-        "Uncorrected ECC errors since the driver was loaded.",
-        "ecc_errors_uncorrected_volatile",
-        kind="counter",
-    ),
+def _metric(field: Field) -> GpuMetric:
+    spec = field.prometheus
+    assert spec is not None
+    text = field.help[0].upper() + field.help[1:] + "."
+    return GpuMetric(spec.name, text, field.attribute, spec.scale, spec.kind, spec.label)
+
+
+#: Every field of the field table that the exporter serves, in its order.
+GPU_METRICS: tuple[GpuMetric, ...] = tuple(
+    _metric(field) for field in FIELDS if field.prometheus is not None
 )
 
 
@@ -283,6 +245,13 @@ def build_families(
         if metric.kind == "counter":
             family = CounterMetricFamily(metric.name, metric.help + note, labels=list(GPU_LABELS))
             families.append(family)
+        elif metric.kind == "state":
+            assert metric.label is not None
+            family = gauge(metric.name, metric.help, (*GPU_LABELS, metric.label))
+            for gpu in readable:
+                for state in metric.states(gpu):
+                    family.add_metric([*_gpu_labels(gpu), label_value(state)], 1.0)
+            continue
         else:
             family = gauge(metric.name, metric.help, GPU_LABELS)
         for gpu in readable:

@@ -66,7 +66,8 @@ def run(settings: Settings, *, as_json: bool, no_processes: bool, color: str) ->
     """``gpumon once``: print one sample (a table, or JSON with ``as_json``) and exit."""
     from gpumon.snapshot import no_gpu_data, report_unavailable, sample_to_dict, take_sample
 
-    sample = take_sample(settings, processes=not no_processes)
+    # The table shows no PCIe throughput: skip NVML's slow call for it (JSON has it).
+    sample = take_sample(settings, processes=not no_processes, pcie=as_json)
     failed = no_gpu_data(sample)
     if as_json:
         data = sample_to_dict(sample, include_processes=not no_processes)

@@ -33,7 +33,7 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema", "once.schema.jso
 _GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuStats))
 
 
-def take_sample(settings: Settings, *, processes: bool = True) -> Sample:
+def take_sample(settings: Settings, *, processes: bool = True, pcie: bool = True) -> Sample:
     """Open the source the settings ask for, read it once, close it.
 
     Never sleeps: NVML values are instantaneous (utilisation is already an average kept by
@@ -42,13 +42,14 @@ def take_sample(settings: Settings, *, processes: bool = True) -> Sample:
     Args:
         settings: which source (``--demo`` and its sizes).
         processes: False for a mode that shows no process: no process calls at all.
+        pcie: False for a mode that does not show PCIe throughput (a slow NVML call).
 
     Returns:
         The sample; ``sample.unavailable`` is set when there is no usable driver.
     """
     from gpumon.sources import source_for
 
-    source = source_for(settings, processes=processes)
+    source = source_for(settings, processes=processes, pcie=pcie)
     try:
         return source.sample()
     finally:
@@ -101,6 +102,7 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "rss_bytes": process.rss_bytes,
         "elapsed_s": process.elapsed_s,
         "visible": process.visible,
+        "sm_utilization_pct": process.sm_utilization_pct,
     }
 
 

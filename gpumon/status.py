@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from gpumon import format as fmt
+from gpumon.fields import FIELDS as TABLE
 from gpumon.model import GpuStats, Sample
 
 if TYPE_CHECKING:
@@ -27,22 +28,20 @@ DEFAULT_PREFIX = "GPU "
 NO_DATA = "GPU N/A"
 
 #: The fields ``--format`` may use, with what they hold. All are strings; N/A is "N/A".
-FIELDS: dict[str, str] = {
+#: Every field of the field table (:mod:`gpumon.fields`) by its key, plus these.
+_EXTRA: dict[str, str] = {
     "index": "NVML index (0, 1, ...)",
     "name": "product name",
     "uuid": "full GPU UUID",
     "short_uuid": "GPU-1a2b3c4d",
-    "util": "GPU utilisation (87%)",
     "util_num": "GPU utilisation without the % sign (87)",
-    "mem_util": "memory controller utilisation (40%)",
-    "mem_used": "memory used (12.3G)",
-    "mem_total": "memory total (47.5G)",
     "mem_pct": "memory used, percent of total (26%)",
     "mem_pct_num": "memory used, percent of total, without the % sign (26)",
-    "temp": "temperature (61°C)",
-    "fan": "fan speed (45%)",
-    "power": "power draw (178W)",
-    "power_limit": "enforced power limit (300W)",
+}
+FIELDS: dict[str, str] = {
+    **{name: text for name, text in _EXTRA.items() if name in ("index", "name")},
+    **{field.key: field.help for field in TABLE},
+    **_EXTRA,
 }
 
 
@@ -52,8 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         default=DEFAULT_FORMAT,
         metavar="TEMPLATE",
+        # argparse %-formats help texts: the default's "%" must be doubled.
         help=f"Python format string applied to each GPU (default: {DEFAULT_FORMAT!r}); "
-        f"fields: {fields}",
+        f"fields: {fields}".replace("%", "%%"),
     )
     parser.add_argument(
         "--separator",
@@ -80,7 +80,8 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
         return 2
     from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
 
-    sample = take_sample(settings, processes=False)  # the line shows none
+    # No process calls (the line shows none), and PCIe only when the template shows it.
+    sample = take_sample(settings, processes=False, pcie="{pcie_" in template)
     if no_gpu_data(sample):
         assert sample.unavailable is not None
         print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
@@ -146,22 +147,18 @@ def check_template(template: str) -> str | None:
 def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
     """The ``--format`` fields of one GPU, as strings (N/A when not known)."""
     fraction = gpu.memory_used_fraction
+    values = {field.key: field.show(gpu) for field in TABLE}
+    if ascii_only:
+        values = {key: text.replace("°C", "C") for key, text in values.items()}
     return {
+        **values,
         "index": str(gpu.index),
         "name": gpu.name or fmt.NA,
         "uuid": gpu.uuid or fmt.NA,
         "short_uuid": gpu.short_uuid,
-        "util": fmt.percent(gpu.utilization_gpu_pct),
         "util_num": _number(gpu.utilization_gpu_pct),
-        "mem_util": fmt.percent(gpu.utilization_memory_pct),
-        "mem_used": fmt.bytes_short(gpu.memory_used_bytes),
-        "mem_total": fmt.bytes_short(gpu.memory_total_bytes),
         "mem_pct": fmt.percent(None if fraction is None else 100 * fraction),
         "mem_pct_num": _number(None if fraction is None else 100 * fraction),
-        "temp": fmt.celsius(gpu.temperature_c, ascii_only),
-        "fan": fmt.percent(gpu.fan_pct),
-        "power": fmt.watts(gpu.power_draw_w),
-        "power_limit": fmt.watts(gpu.power_limit_w),
     }
 
 

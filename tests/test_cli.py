@@ -133,3 +133,12 @@ def test_out_of_range_values_are_one_clear_line(args: list[str], message: str) -
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert message in result.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["once"], ["status"], ["export"], ["probe"]])
+def test_every_help_page_prints(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse %-formats help texts: a literal % (status's default format) must not crash."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: gpumon" in capsys.readouterr().out

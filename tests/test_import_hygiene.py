@@ -79,9 +79,13 @@ def gpumon_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names if alias.name.startswith("gpumon"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith("gpumon"):
-                names.add(node.module)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith("gpumon")
+        ):
+            names.add(node.module)
     return names
 
 

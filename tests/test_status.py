@@ -212,3 +212,20 @@ def test_real_command_with_demo_and_without_a_driver() -> None:
     assert real.returncode == 1
     assert real.stdout == "GPU N/A\n"
     assert real.stderr.startswith("gpumon: no NVIDIA GPU data: ")
+
+
+@pytest.mark.parametrize(("template", "pcie"), [(None, False), ("{index} {pcie_rx:>6}", True)])
+def test_pcie_is_read_only_when_the_line_shows_it(
+    monkeypatch: pytest.MonkeyPatch, template: str | None, pcie: bool
+) -> None:
+    """NVML's PCIe throughput call blocks ~20 ms per GPU: a tmux line without it skips it."""
+    asked: dict[str, object] = {}
+
+    def take(settings: object, **options: object) -> Sample:
+        asked.update(options)
+        return make_sample(busy_gpu(0))
+
+    monkeypatch.setattr(snapshot, "take_sample", take)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main(["status", *(["--format", template] if template else [])]) == 0
+    assert asked == {"processes": False, "pcie": pcie}

@@ -36,13 +36,16 @@ def open_source(
     demo_processes: int | None = None,
     seed: int = 0,
     processes: bool = True,
+    pcie: bool = True,
 ) -> GpuSource:
     """Return the demo source or the NVML source; never raises for a missing driver.
 
     A machine without a usable driver gets an NVML source whose samples carry
     ``unavailable`` and the host strip only. ``processes=False`` is for modes that show no
     process (``status``, ``once --no-processes``): NVML's process lists and the host's
-    per-process reads are skipped, and samples carry no processes.
+    per-process reads are skipped, and samples carry no processes. ``pcie=False`` is for
+    modes that do not show PCIe throughput: NVML's call for it blocks about 20 ms per GPU
+    and direction, and the readings are N/A.
     """
     if demo:
         from gpumon.sources.demo import DemoSource
@@ -50,14 +53,15 @@ def open_source(
         return DemoSource(gpu_count=demo_gpus, process_count=demo_processes, seed=seed)
     from gpumon.sources.nvml import NvmlSource
 
-    return NvmlSource(read_processes=processes)
+    return NvmlSource(read_processes=processes, read_pcie=pcie)
 
 
-def source_for(settings: Settings, *, processes: bool = True) -> GpuSource:
+def source_for(settings: Settings, *, processes: bool = True, pcie: bool = True) -> GpuSource:
     """:func:`open_source` for what ``settings`` ask (``--demo`` and its sizes)."""
     return open_source(
         demo=settings.demo,
         demo_gpus=settings.demo_gpus,
         demo_processes=settings.demo_processes,
         processes=processes,
+        pcie=pcie,
     )

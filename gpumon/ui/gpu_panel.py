@@ -58,10 +58,10 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     """
 
     BINDINGS = [
-        Binding("up,k", "move(-1)", "Up", show=False),
-        Binding("down,j", "move(1)", "Down", show=False),
-        Binding("left,h", "move(-1)", "Left", show=False),
-        Binding("right,l", "move(1)", "Right", show=False),
+        Binding("up,k", "move(-1)", "Up", show=False, tooltip="select the previous GPU"),
+        Binding("down,j", "move(1)", "Down", show=False, tooltip="select the next GPU"),
+        Binding("left,h", "move(-1)", "Left", show=False, tooltip="select the previous GPU"),
+        Binding("right,l", "move(1)", "Right", show=False, tooltip="select the next GPU"),
     ]
 
     selected: reactive[int] = reactive(0, init=False)

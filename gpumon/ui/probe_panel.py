@@ -109,16 +109,21 @@ class ProbePanel(Vertical, can_focus=True):
     """
 
     BINDINGS = [
-        Binding("escape", "close", "Close probe"),
-        Binding("r", "rerun", "Rerun probe"),
-        Binding("i", "edit_python", "Interpreter"),
+        Binding("escape", "close", "Close probe", tooltip="close the probe panel"),
+        Binding("r", "rerun", "Rerun probe", tooltip="run the probe again"),
+        Binding(
+            "i",
+            "edit_python",
+            "Interpreter",
+            tooltip="choose the Python interpreter the probe runs in (e.g. your venv's)",
+        ),
         # A short terminal cannot show all nine steps: the keyboard scrolls, not only the wheel.
-        Binding("up,k", "scroll_up", "Up", show=False),
-        Binding("down,j", "scroll_down", "Down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home,g", "scroll_home", "Top", show=False),
-        Binding("end,G", "scroll_end", "Bottom", show=False),
+        Binding("up,k", "scroll_up", "Up", show=False, tooltip="scroll up"),
+        Binding("down,j", "scroll_down", "Down", show=False, tooltip="scroll down"),
+        Binding("pageup", "page_up", "Page up", show=False, tooltip="a page up"),
+        Binding("pagedown", "page_down", "Page down", show=False, tooltip="a page down"),
+        Binding("home,g", "scroll_home", "Top", show=False, tooltip="to the top"),
+        Binding("end,G", "scroll_end", "Bottom", show=False, tooltip="to the bottom"),
     ]
 
     class Closed(Message):

@@ -152,12 +152,12 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     """
 
     BINDINGS = [
-        Binding("up,k", "cursor(-1)", "Up", show=False),
-        Binding("down,j", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home,g", "edge(-1)", "First", show=False),
-        Binding("end,G", "edge(1)", "Last", show=False),
+        Binding("up,k", "cursor(-1)", "Up", show=False, tooltip="previous process"),
+        Binding("down,j", "cursor(1)", "Down", show=False, tooltip="next process"),
+        Binding("pageup", "page(-1)", "Page up", show=False, tooltip="a page up"),
+        Binding("pagedown", "page(1)", "Page down", show=False, tooltip="a page down"),
+        Binding("home,g", "edge(-1)", "First", show=False, tooltip="first process"),
+        Binding("end,G", "edge(1)", "Last", show=False, tooltip="last process"),
     ]
 
     class SortChanged(Message):
