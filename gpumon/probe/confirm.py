@@ -1,8 +1,9 @@
 """What NVML says about the probe child: step 6 and the end of step 9, run by the parent.
 
 The child never touches NVML. While it holds its tensors, the parent looks at NVML samples:
-the dashboard passes a callable that awaits its poller's next sample, ``gpumon probe`` one that
-samples NVML itself. Both are judged here, by the same code.
+both the dashboard and ``gpumon probe`` pass their :class:`~gpumon.store.Store`'s
+``next_sample`` (the dashboard also asks its poller to poll at once; ``gpumon probe`` runs a
+poller every 0.5 s). Both are judged here, by the same code.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from gpumon.probe import steps as S
 from gpumon.probe.protocol import Holding
 
 NextSample = Callable[[], Awaitable[Sample]]
-"""Returns the next NVML sample taken after the call (the dashboard: its poller's next one)."""
+"""Returns the first NVML sample pushed after the call, never one already there (a store's
+``next_sample``); a poll already in flight at the call may be the one."""
 
 # How long step 6 (and the check after step 9) may wait for NVML, and for how many samples.
 CONFIRM_TIMEOUT_S = 10.0

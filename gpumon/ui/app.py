@@ -1,16 +1,16 @@
 """The dashboard: header, GPU panel, process table, host strip, footer.
 
-Data flows one way: the poller hands each new :class:`Sample` to the app on the event loop,
-and the app hands the pieces down to its widgets. Widgets never call NVML.
+Data flows one way: the poller pushes each new :class:`Sample` into the app's
+:class:`~gpumon.store.Store` on the event loop, the store hands it to the app, and the app hands
+the pieces down to its widgets. Widgets never call NVML.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from textual import events
@@ -23,6 +23,7 @@ from gpumon import format as fmt
 from gpumon.model import GpuStats, Sample
 from gpumon.poller import Poller
 from gpumon.sources import GpuSource, open_source
+from gpumon.store import Store
 from gpumon.ui import exact_updates
 from gpumon.ui.bars import HeaderBar, HostStrip
 from gpumon.ui.gpu_layout import choose_layout, layout_height
@@ -89,15 +90,15 @@ class GpumonApp(App[int]):
         self.source = source
         self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
         self.probe_python = probe_python or sys.executable
-        self.sample: Sample | None = None
         self.samples_received = 0
         self.first_sample_at: float | None = None
         self.started_at = time.perf_counter()
-        self.poller = Poller(source, interval_s, self._on_sample, on_error=self._on_poll_error)
+        self.store = Store(interval_s)
+        self.store.subscribe(self._on_sample)
+        self.poller = Poller(source, interval_s, self.store.push, on_error=self._on_poll_error)
         self._autostart = autostart
         self._terminal_size: Size | None = None
         self._stalled_s: int | None = None
-        self._sample_waiters: list[asyncio.Future[Sample]] = []
         self._probe_child_command = probe_child_command
         self.probing = False
 
@@ -132,13 +133,13 @@ class GpumonApp(App[int]):
 
     # -- samples in ------------------------------------------------------------------
 
+    @property
+    def sample(self) -> Sample | None:
+        """The latest sample (the store's); ``None`` before the first."""
+        return self.store.latest
+
     def _on_sample(self, sample: Sample) -> None:
-        self.sample = sample
         self._stalled_s = None
-        waiters, self._sample_waiters = self._sample_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(sample)
         if not self.is_running:
             # A poll that finished while the app shuts down: its widgets are already gone.
             return
@@ -164,7 +165,7 @@ class GpumonApp(App[int]):
 
     def receive_sample(self, sample: Sample) -> None:
         """Show a sample now (tests, snapshots): the same path the poller uses."""
-        self._on_sample(sample)
+        self.store.push(sample)
 
     def on_resize(self, event: events.Resize) -> None:
         # This runs before App applies the new size, so lay out for the event's size.
@@ -244,6 +245,7 @@ class GpumonApp(App[int]):
             smaller = [step for step in INTERVAL_STEPS_S if step < current]
             new = smaller[-1] if smaller else INTERVAL_STEPS_S[0]
         self.poller.interval_s = new
+        self.store.resize(self.poller.interval_s)
         self._refresh_all()
 
     # -- the torch probe -------------------------------------------------------------
@@ -284,7 +286,7 @@ class GpumonApp(App[int]):
                 if not other.lost and other.uuid is not None
             ],
             python=self.probe_python,
-            next_sample=self.next_sample,
+            next_sample=self._sample_now,
             child_command=self._probe_child_command,
         )
         panel.id = "probe"
@@ -292,14 +294,13 @@ class GpumonApp(App[int]):
         await self.mount(panel, before=self.query_one(Footer))
         self._refresh_all()
 
-    async def next_sample(self) -> Sample:
-        """The first sample the poller delivers after this call (for the probe's NVML check)."""
-        future: asyncio.Future[Sample] = asyncio.get_running_loop().create_future()
-        self._sample_waiters.append(future)
+    def _sample_now(self) -> Awaitable[Sample]:
+        """The first sample after this call (the probe's NVML check), taken now."""
+        waiting = self.store.next_sample()
         # Sample now rather than on schedule: the probe holds GPU memory while it waits, and
         # a paused dashboard or a 60 s interval must not turn a good probe into a skip.
         self.run_worker(self.poller.poll_once(), group="probe-sample")
-        return await future
+        return waiting
 
     # A probe message can arrive while the app shuts down: its widgets are gone by then.
 
