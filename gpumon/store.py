@@ -66,9 +66,10 @@ def numeric_fields(cls: type, exclude: Iterable[str] = ()) -> tuple[str, ...]:
     return tuple(found)
 
 
-#: What has a history. The keys (GPU index, process's GPU index and PID) are left out.
+#: What has a history. The keys (GPU index, process's GPU index and PID) are left out, and a
+#: process's age (it only grows: the timestamps tell it).
 GPU_FIELDS = numeric_fields(GpuStats, exclude={"index"})
-PROCESS_FIELDS = numeric_fields(GpuProcess, exclude={"gpu_index", "pid"})
+PROCESS_FIELDS = numeric_fields(GpuProcess, exclude={"gpu_index", "pid", "elapsed_s"})
 
 
 def _reader(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
@@ -88,12 +89,13 @@ class _Series:
     """The newest ``capacity`` records of ``width`` floats each, one record per sample, in
     one array (a field is a strided slice of it); NaN is a gap."""
 
-    __slots__ = ("_capacity", "_oldest", "_values", "_width", "absent")
+    __slots__ = ("_capacity", "_oldest", "_type", "_values", "_width", "absent")
 
-    def __init__(self, width: int, capacity: int, gaps: int = 0) -> None:
+    def __init__(self, width: int, capacity: int, gaps: int = 0, *, typecode: str = "d") -> None:
         self._width = width
         self._capacity = capacity
-        self._values = array("d", [_GAP]) * (width * min(gaps, capacity))
+        self._type = typecode
+        self._values = array(typecode, [_GAP]) * (width * min(gaps, capacity))
         self._oldest = 0  # the oldest record, once the buffer is full
         self.absent = 0  # samples in a row a GPU was missing from
 
@@ -101,7 +103,7 @@ class _Series:
         return len(self._values) // self._width
 
     def append(self, record: tuple[Any, ...]) -> None:
-        values = array("d", [_GAP if value is None else value for value in record])
+        values = array(self._type, [_GAP if value is None else value for value in record])
         if len(self._values) < self._capacity * self._width:
             self._values.extend(values)
         else:
@@ -199,7 +201,9 @@ class Store:
                 continue  # listed twice: the first entry counts
             found = previous.pop(key, None)
             if found is None:
-                found = _Series(len(PROCESS_FIELDS), self._capacity)
+                # 4-byte floats: hundreds of processes each keep minutes of history, and a
+                # graph needs no more than 7 digits (GPU memory to 4 KiB at 80 GiB).
+                found = _Series(len(PROCESS_FIELDS), self._capacity, typecode="f")
             found.append(_read_process(process))
             self._processes[key] = found
 
