@@ -245,13 +245,7 @@ def run_dashboard(settings: Settings) -> int:
         return 2
     from gpumon.ui.app import create_app
 
-    app = create_app(
-        demo=settings.demo,
-        demo_gpus=settings.demo_gpus,
-        demo_processes=settings.demo_processes,
-        interval_s=settings.interval_s,
-        probe_python=settings.probe_python,
-    )
+    app = create_app(settings=settings)
     from gpumon.ui.signals import GRACE_S, QuitOnSignals
 
     # SIGTERM, SIGHUP and SIGQUIT quit as q does; if quitting hangs (a dead terminal), the

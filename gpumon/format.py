@@ -281,7 +281,12 @@ def _clusters(text: str) -> Iterator[tuple[int, int]]:
         yield length, cells
 
 
-def temperature_level(temperature_c: int | None, slowdown_c: int | None) -> TemperatureLevel:
+def temperature_level(
+    temperature_c: int | None,
+    slowdown_c: int | None,
+    hot_margin_c: int = HOT_MARGIN_C,
+    warm_margin_c: int = WARM_MARGIN_C,
+) -> TemperatureLevel:
     """How close a GPU is to its own slowdown threshold; every mode colours by this.
 
     Args:
@@ -291,16 +296,17 @@ def temperature_level(temperature_c: int | None, slowdown_c: int | None) -> Temp
             :data:`DEFAULT_SLOWDOWN_C` (90 °C) is assumed.
 
     Returns:
-        ``"na"`` without a temperature, ``"hot"`` within :data:`HOT_MARGIN_C` (5 °C) of the
-        threshold or above it, ``"warm"`` within :data:`WARM_MARGIN_C` (15 °C), else
-        ``"normal"``.
+        ``"na"`` without a temperature, ``"hot"`` within ``hot_margin_c`` (default
+        :data:`HOT_MARGIN_C`, 5 °C) of the threshold or above it, ``"warm"`` within
+        ``warm_margin_c`` (:data:`WARM_MARGIN_C`, 15 °C), else ``"normal"``; both are
+        settings.
     """
     if temperature_c is None:
         return "na"
     limit = slowdown_c or DEFAULT_SLOWDOWN_C
-    if temperature_c >= limit - HOT_MARGIN_C:
+    if temperature_c >= limit - hot_margin_c:
         return "hot"
-    if temperature_c >= limit - WARM_MARGIN_C:
+    if temperature_c >= limit - warm_margin_c:
         return "warm"
     return "normal"
 

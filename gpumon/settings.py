@@ -159,7 +159,8 @@ KEYS: dict[str, _Key] = {
     ),
     "load_warn_pct": _Key("load_warn_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
     "load_hot_pct": _Key("load_hot_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
-    "history_minutes": _Key("history_minutes", _number(int, 1, 60, "whole minutes from 1 to 60")),
+    # At most 2,400 points per reading are kept: 40 minutes at 1 s, 10 at 0.25 s.
+    "history_minutes": _Key("history_minutes", _number(int, 1, 40, "whole minutes from 1 to 40")),
 }
 
 

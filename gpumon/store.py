@@ -48,9 +48,10 @@ MAX_POINTS = 2400
 _GAP = math.nan  # N/A in a buffer; read back as None
 
 
-def history_points(interval_s: float) -> int:
-    """Points per buffer at ``interval_s``: 10 minutes' worth, within [300, 2400]."""
-    return min(MAX_POINTS, max(MIN_POINTS, math.ceil(HISTORY_S / max(interval_s, 1e-9))))
+def history_points(interval_s: float, history_s: float = HISTORY_S) -> int:
+    """Points per buffer at ``interval_s``: ``history_s`` (10 minutes) worth, within
+    [300, 2400]."""
+    return min(MAX_POINTS, max(MIN_POINTS, math.ceil(history_s / max(interval_s, 1e-9))))
 
 
 def numeric_fields(cls: type, exclude: Iterable[str] = ()) -> tuple[str, ...]:
@@ -120,9 +121,12 @@ class _Series:
         column = self._values[position :: self._width]
         return column[self._oldest :] + column[: self._oldest]
 
-    def read(self, position: int) -> list[float | None]:
-        """:meth:`column`, with gaps as ``None``."""
-        return [None if math.isnan(value) else value for value in self.column(position)]
+    def read(self, position: int, last: int | None = None) -> list[float | None]:
+        """:meth:`column` (its ``last`` newest values only), with gaps as ``None``."""
+        column = self.column(position)
+        if last is not None:
+            column = column[max(0, len(column) - last) :]
+        return [None if math.isnan(value) else value for value in column]
 
     def resize(self, capacity: int) -> None:
         """Keep the newest ``capacity`` records."""
@@ -142,12 +146,15 @@ class Store:
             no buffers at all.
     """
 
-    def __init__(self, interval_s: float = 1.0, *, history: bool = True) -> None:
+    def __init__(
+        self, interval_s: float = 1.0, *, history: bool = True, history_s: float = HISTORY_S
+    ) -> None:
         #: The newest sample; ``None`` before the first.
         self.latest: Sample | None = None
         #: Samples pushed so far.
         self.sequence = 0
-        self._capacity = history_points(interval_s) if history else 0
+        self._history_s = history_s
+        self._capacity = history_points(interval_s, history_s) if history else 0
         self._timestamps = _Series(1, self._capacity)
         self._gpus: dict[int, _Series] = {}
         self._processes: dict[tuple[int, int], _Series] = {}
@@ -211,7 +218,7 @@ class Store:
         """The interval changed: keep :func:`history_points` of it (the newest, if fewer)."""
         if not self._capacity:
             return
-        self._capacity = history_points(interval_s)
+        self._capacity = history_points(interval_s, self._history_s)
         for series in (self._timestamps, *self._gpus.values(), *self._processes.values()):
             series.resize(self._capacity)
 
@@ -231,15 +238,16 @@ class Store:
         whole history (their readings meanwhile are gaps)."""
         return sorted(self._gpus)
 
-    def gpu_history(self, index: int, field: str) -> list[float | None]:
+    def gpu_history(self, index: int, field: str, last: int | None = None) -> list[float | None]:
         """``field`` of GPU ``index``, oldest first, one value per entry of
-        :meth:`timestamps`; ``None`` where it was N/A, lost or missing (a GPU never seen:
-        all ``None``)."""
+        :meth:`timestamps` (the ``last`` newest only, when given); ``None`` where it was N/A,
+        lost or missing (a GPU never seen: all ``None``)."""
         position = _position(GPU_FIELDS, field, "GpuStats")
         series = self._gpus.get(index)
         if series is None:
-            return [None] * len(self._timestamps)
-        return series.read(position)
+            count = len(self._timestamps)
+            return [None] * (count if last is None else min(last, count))
+        return series.read(position, last)
 
     def process_keys(self) -> list[tuple[int, int]]:
         """``(gpu_index, pid)`` of the processes with a history: those of the latest sample."""

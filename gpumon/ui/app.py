@@ -27,12 +27,13 @@ from gpumon.store import Store
 from gpumon.ui import exact_updates
 from gpumon.ui.bars import HeaderBar, HostStrip
 from gpumon.ui.gpu_layout import choose_layout, layout_height
-from gpumon.ui.gpu_panel import GpuPanel
+from gpumon.ui.gpu_panel import GpuPanel, Thresholds
 from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.lines import Glyphs
 from gpumon.ui.process_table import ProcessTable, table_messages
 
 if TYPE_CHECKING:
+    from gpumon.settings import Settings
     from gpumon.ui.probe_panel import ProbePanel
     from gpumon.ui.signals import QuitOnSignals
 
@@ -56,20 +57,46 @@ class GpumonApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit", "Quit", tooltip="quit"),
         # Ctrl+C quits, as in htop, also from the help screen and the command palette (modal
         # screens, which only priority bindings reach); text selected with the mouse is copied
         # instead (the screen's copy_text skips when nothing is selected, and the next binding
         # for the key runs). These replace Textual's "press ctrl+q to quit" notice.
-        Binding("ctrl+c", "screen.copy_text", "Copy", show=False, priority=True),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("question_mark", "help", "Help"),
-        Binding("s", "sort", "Sort"),
-        Binding("r", "reverse_sort", "Reverse"),
-        Binding("space", "toggle_pause", "Pause"),
-        Binding("plus,equals_sign", "change_interval(1)", "Slower", key_display="+"),
-        Binding("minus", "change_interval(-1)", "Faster", key_display="-"),
-        Binding("P", "probe", "Probe", key_display="P"),
+        Binding(
+            "ctrl+c",
+            "screen.copy_text",
+            "Copy",
+            show=False,
+            priority=True,
+            tooltip="quit (copies instead while text is selected with the mouse)",
+        ),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
+        Binding("question_mark", "help", "Help", tooltip="this help"),
+        Binding("enter", "details", "Details", tooltip="details of the selected GPU or process"),
+        Binding("s", "sort", "Sort", tooltip="cycle the sort column"),
+        Binding("r", "reverse_sort", "Reverse", tooltip="reverse the sort"),
+        Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
+        Binding(
+            "plus,equals_sign",
+            "change_interval(1)",
+            "Slower",
+            key_display="+",
+            tooltip="longer refresh interval (up to 60 s)",
+        ),
+        Binding(
+            "minus",
+            "change_interval(-1)",
+            "Faster",
+            key_display="-",
+            tooltip="shorter refresh interval (down to 0.25 s)",
+        ),
+        Binding(
+            "P",
+            "probe",
+            "Probe",
+            key_display="P",
+            tooltip="torch probe on the selected GPU (needs torch in the probe's Python)",
+        ),
     ]
 
     # SIGTERM, SIGHUP and SIGQUIT quit as q does; the CLI sets one with a watchdog.
@@ -84,8 +111,12 @@ class GpumonApp(App[int]):
         probe_python: str | None = None,
         autostart: bool = True,
         probe_child_command: Sequence[str] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         super().__init__()
+        from gpumon.settings import Settings
+
+        self.settings = settings or Settings(interval_s=interval_s)
         exact_updates.install()
         self.source = source
         self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
@@ -93,7 +124,7 @@ class GpumonApp(App[int]):
         self.samples_received = 0
         self.first_sample_at: float | None = None
         self.started_at = time.perf_counter()
-        self.store = Store(interval_s)
+        self.store = Store(interval_s, history_s=60.0 * self.settings.history_minutes)
         self.store.subscribe(self._on_sample)
         self.poller = Poller(source, interval_s, self.store.push, on_error=self._on_poll_error)
         self._autostart = autostart
@@ -115,6 +146,18 @@ class GpumonApp(App[int]):
     def on_mount(self) -> None:
         if self.glyphs.ascii_only:
             self.add_class("-ascii")
+        if self.settings.origins.get("theme"):  # chosen by the user; else Textual's default
+            self.theme = self.settings.theme
+        limits = self.settings
+        panel = self.query_one(GpuPanel)
+        panel.history = self.store
+        panel.interval_s = self.poller.interval_s
+        panel.thresholds = Thresholds(
+            limits.load_warn_pct,
+            limits.load_hot_pct,
+            limits.temperature_hot_margin_c,
+            limits.temperature_warm_margin_c,
+        )
         self.query_one(GpuPanel).focus()
         self._refresh_all()
         if self._autostart:
@@ -226,6 +269,22 @@ class GpumonApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.glyphs.ascii_only))
 
+    def action_details(self) -> None:
+        """Enter: the selected GPU's detail, or the process under the cursor's."""
+        from gpumon.ui.gpu_detail import GpuDetailScreen
+        from gpumon.ui.process_detail import ProcessDetailScreen
+
+        ascii_only = self.glyphs.ascii_only
+        table = self.query_one(ProcessTable)
+        if self.focused is table and table.cursor_key is not None:
+            self.push_screen(
+                ProcessDetailScreen(self.store, table.cursor_key, ascii_only=ascii_only)
+            )
+            return
+        gpu = self.query_one(GpuPanel).selected_gpu
+        if gpu is not None:
+            self.push_screen(GpuDetailScreen(self.store, gpu.index, ascii_only=ascii_only))
+
     def action_sort(self) -> None:
         self.query_one(ProcessTable).cycle_sort()
 
@@ -246,6 +305,7 @@ class GpumonApp(App[int]):
             new = smaller[-1] if smaller else INTERVAL_STEPS_S[0]
         self.poller.interval_s = new
         self.store.resize(self.poller.interval_s)
+        self.query_one(GpuPanel).interval_s = self.poller.interval_s
         self._refresh_all()
 
     # -- the torch probe -------------------------------------------------------------
@@ -337,8 +397,14 @@ def create_app(
     autostart: bool = True,
     source_factory: Callable[..., GpuSource] = open_source,
     probe_child_command: Sequence[str] | None = None,
+    settings: Settings | None = None,
 ) -> GpumonApp:
-    """The one way the CLI, the tests and the screenshot script build the app."""
+    """The one way the CLI, the tests and the screenshot script build the app. ``settings``
+    (the CLI's) gives the demo, interval, probe interpreter, theme, thresholds and history
+    length; without it, the keyword arguments and the defaults."""
+    if settings is not None:
+        demo, demo_gpus, demo_processes = settings.demo, settings.demo_gpus, settings.demo_processes
+        interval_s, probe_python = settings.interval_s, settings.probe_python
     if source is None:
         source = source_factory(demo=demo, demo_gpus=demo_gpus, demo_processes=demo_processes)
     return GpumonApp(
@@ -348,4 +414,5 @@ def create_app(
         probe_python=probe_python,
         autostart=autostart,
         probe_child_command=probe_child_command,
+        settings=settings,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.style import Style
 from textual import events
@@ -15,10 +16,22 @@ from textual.strip import Strip
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
 from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, row_lines
+from gpumon.ui.gpu_rows import count_text, lost_reason, one_line, short_bus, two_lines
+from gpumon.ui.graphs import HistorySource, history_sparkline
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
 _TEMPERATURE_STYLES = {"na": "dim", "warm": "warn", "hot": "hot"}
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """When bars and temperatures change colour (settings: load_*_pct, temperature_*_c)."""
+
+    load_warn_pct: int = 50
+    load_hot_pct: int = 80
+    hot_margin_c: int = fmt.HOT_MARGIN_C
+    warm_margin_c: int = fmt.WARM_MARGIN_C
 
 
 class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
@@ -37,6 +50,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         "gpu-panel--border",
         "gpu-panel--border-selected",
         "gpu-panel--title",
+        "gpu-panel--spark",
     }
 
     DEFAULT_CSS = """
@@ -54,6 +68,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     GpuPanel > .gpu-panel--border { color: $panel-lighten-2; }
     GpuPanel > .gpu-panel--border-selected { color: $accent; }
     GpuPanel > .gpu-panel--title { text-style: bold; }
+    GpuPanel > .gpu-panel--spark { color: $accent; }
     GpuPanel:focus > .gpu-panel--border-selected { color: $accent; text-style: bold; }
     """
 
@@ -84,7 +99,12 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self.height_lines: int | None = None
         # First row (of cards, or of GPUs) shown when not every GPU fits.
         self.top_row = 0
-        self._cards: dict[int, tuple[tuple[GpuStats, bool, int], list[Strip]]] = {}
+        self._cards: dict[int, tuple[tuple[GpuStats, bool, int, tuple[str, str]], list[Strip]]] = {}
+        #: Colour thresholds (settings); the app sets them before the first sample.
+        self.thresholds = Thresholds()
+        #: Where sparklines read history (the app's store) and at what interval; none without.
+        self.history: HistorySource | None = None
+        self.interval_s = 1.0
 
     # -- data in -----------------------------------------------------------------------
 
@@ -160,11 +180,11 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
             lines = [
                 strip
                 for i, gpu in enumerate(self.gpus)
-                for strip in self._two_lines(gpu, i == self.selected, width)
+                for strip in two_lines(self, gpu, i == self.selected, width)
             ]
         else:
             lines = [
-                self._one_line(gpu, i == self.selected, width) for i, gpu in enumerate(self.gpus)
+                one_line(self, gpu, i == self.selected, width) for i, gpu in enumerate(self.gpus)
             ]
         self.set_lines(self._window(lines, width))
 
@@ -209,7 +229,10 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
 
     def temperature_style(self, gpu: GpuStats) -> Style:
         """Colour of :func:`gpumon.format.temperature_level`: red near slowdown, then yellow."""
-        level = fmt.temperature_level(gpu.temperature_c, gpu.temperature_slowdown_c)
+        limits = self.thresholds
+        level = fmt.temperature_level(
+            gpu.temperature_c, gpu.temperature_slowdown_c, limits.hot_margin_c, limits.warm_margin_c
+        )
         if level == "normal":
             return Style()
         return self.style(_TEMPERATURE_STYLES[level])
@@ -218,9 +241,9 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         """Green when there is room, red when the GPU is taken."""
         if fraction is None:
             return self.style("dim")
-        if fraction >= 0.8:
+        if fraction * 100 >= self.thresholds.load_hot_pct:
             return self.style("hot")
-        if fraction >= 0.5:
+        if fraction * 100 >= self.thresholds.load_warn_pct:
             return self.style("warn")
         return self.style("ok")
 
@@ -247,15 +270,38 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
 
     def _cached_card(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
         # GpuStats is frozen and hashable: an unchanged GPU (idle, lost) is not redrawn.
-        key = (gpu, selected, width)
+        sparks = self._sparks(gpu, width - 4)
+        key = (gpu, selected, width, sparks)
         cached = self._cards.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        lines = self._card(gpu, selected, width)
+        lines = self._card(gpu, selected, width, sparks)
         self._cards[gpu.index] = (key, lines)
         return lines
 
-    def _card(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
+    def _sparks(self, gpu: GpuStats, inner: int) -> tuple[str, str]:
+        """Utilisation and memory sparklines for a card ``inner`` cells wide: only where
+        the bars keep at least 12 cells (never crowding out numbers), and never for a lost
+        GPU."""
+        width = min(24, (inner - 28) // 3)
+        if self.history is None or gpu.lost or width < 6:
+            return ("", "")
+        ascii_only = self.glyphs.ascii_only
+        total = gpu.memory_total_bytes
+        return (
+            history_sparkline(
+                self.history, gpu.index, "utilization_gpu_pct", width, 100.0,
+                self.interval_s, ascii_only,
+            ),
+            history_sparkline(
+                self.history, gpu.index, "memory_used_bytes", width,
+                None if total is None else float(total), self.interval_s, ascii_only,
+            ),
+        )  # fmt: skip
+
+    def _card(
+        self, gpu: GpuStats, selected: bool, width: int, sparks: tuple[str, str] = ("", "")
+    ) -> list[Strip]:
         g = self.glyphs
         border = self.style("border-selected" if selected else "border")
         inner = width - 4
@@ -265,7 +311,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         right = f" {gpu.short_uuid} "
         title.add(g.h * max(0, width - title.width - len(right) - 2), border)
         title.add(right, self.style("dim")).add(g.h + g.tr, border)
-        body = self._card_body(gpu, inner)
+        body = self._card_body(gpu, inner, sparks)
         lines = [title.strip(width)]
         for content in body:
             line = Line().add(g.v + " ", border).extend(content, inner)
@@ -273,12 +319,14 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         lines.append(Line().add(g.bl + g.h * (width - 2) + g.br, border).strip(width))
         return lines
 
-    def _card_body(self, gpu: GpuStats, inner: int) -> list[Line]:
+    def _card_body(
+        self, gpu: GpuStats, inner: int, sparks: tuple[str, str] = ("", "")
+    ) -> list[Line]:
         label = self.style("label")
         if gpu.lost:
             lost = Line().add(" LOST ", self.style("lost"))
             lost.add(" no readings; the others keep updating", label)
-            reason = textwrap.wrap(_lost_reason(gpu), inner) or [""]
+            reason = textwrap.wrap(lost_reason(gpu), inner) or [""]
             if len(reason) > 2:
                 reason = [reason[0], self.glyphs.truncate(" ".join(reason[1:]), inner)]
             return [
@@ -287,7 +335,9 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
                 *([Line()] * (3 - len(reason))),
                 Line().add("PCI ", label).add(gpu.pci_bus_id or fmt.NA),
             ]
-        bar_width = max(6, inner - 28)
+        spark = self.style("spark")
+        spark_width = len(sparks[0]) + 1 if sparks[0] else 0
+        bar_width = max(6, inner - 28 - spark_width)
         first = Line().add("Fan ", label)
         self._value(first, fmt.percent(gpu.fan_pct).rjust(4))
         first.add("  Temp ", label)
@@ -300,17 +350,21 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self._value(first, fmt.pstate(gpu.performance_state))
         first.add("  Persist ", label)
         self._value(first, fmt.on_off(gpu.persistence_mode))
-        first.add("  PCI ", label).add(_short_bus(gpu.pci_bus_id), self.style("dim"))
+        first.add("  PCI ", label).add(short_bus(gpu.pci_bus_id), self.style("dim"))
 
         util = Line().add("GPU ", label)
         fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
         self._bar(util, fraction, bar_width)
+        if sparks[0]:  # right of the bar, as the memory's below: the two line up
+            util.add(" " + sparks[0], spark)
         self._value(util, " " + fmt.percent(gpu.utilization_gpu_pct).rjust(4))
         util.add("  MemBW ", label)
         self._value(util, fmt.percent(gpu.utilization_memory_pct).rjust(4))
 
         memory = Line().add("MEM ", label)
         self._bar(memory, gpu.memory_used_fraction, bar_width)
+        if sparks[1]:
+            memory.add(" " + sparks[1].ljust(len(sparks[0])), spark)
         self._value(memory, " " + fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes))
         if gpu.memory_reserved_bytes:
             memory.add(" rsv ", label).add(fmt.bytes_short(gpu.memory_reserved_bytes))
@@ -324,7 +378,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         clocks.add(" Mem ", label)
         self._value(clocks, fmt.mhz(gpu.clock_memory_mhz))
         clocks.add("  ECC ", label)
-        self._value(clocks, _count(gpu.ecc_errors_uncorrected_volatile), self._ecc_style(gpu))
+        self._value(clocks, count_text(gpu.ecc_errors_uncorrected_volatile), self._ecc_style(gpu))
         clocks.add("  MIG ", label)
         self._value(clocks, fmt.on_off(gpu.mig_mode))
         clocks.add("  ", label)
@@ -333,104 +387,3 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
 
     def _ecc_style(self, gpu: GpuStats) -> Style:
         return self.style("hot") if gpu.ecc_errors_uncorrected_volatile else Style()
-
-    # Two lines and one line ---------------------------------------------------------
-
-    def _index_cell(self, line: Line, gpu: GpuStats, selected: bool) -> None:
-        line.add(f"{gpu.index:>2} ", self.style("selected") if selected else self.style("title"))
-
-    def _two_lines(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
-        label = self.style("label")
-        top = Line()
-        self._index_cell(top, gpu, selected)
-        top.add(self.glyphs.fit(_short_name(gpu.name), 18) + " ", self.style("title"))
-        if gpu.lost:
-            top.add(" LOST ", self.style("lost")).add(" " + _lost_reason(gpu))
-            return [
-                top.strip(width),
-                Line().add("    PCI " + (gpu.pci_bus_id or fmt.NA), label).strip(width),
-            ]
-        top.add(gpu.short_uuid + " ", self.style("dim"))
-        self._value(
-            top,
-            fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),
-            self.temperature_style(gpu),
-        )
-        top.add(" Fan ", label)
-        self._value(top, fmt.percent(gpu.fan_pct).rjust(4))
-        top.add(" ", label)
-        self._value(top, fmt.pstate(gpu.performance_state))
-        top.add(" Pers ", label)
-        self._value(top, fmt.on_off(gpu.persistence_mode))
-        top.add(" ECC ", label)
-        self._value(top, _count(gpu.ecc_errors_uncorrected_volatile), self._ecc_style(gpu))
-        top.add(" MIG ", label)
-        self._value(top, fmt.on_off(gpu.mig_mode))
-        bottom = Line().add("   ")
-        bar_width = max(4, (width - 3 - 44) // 3)
-        bottom.add("GPU", label)
-        fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
-        self._bar(bottom, fraction, bar_width)
-        self._value(bottom, fmt.percent(gpu.utilization_gpu_pct).rjust(5))
-        bottom.add(" MEM", label)
-        self._bar(bottom, gpu.memory_used_fraction, bar_width)
-        self._value(
-            bottom, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(12)
-        )
-        bottom.add(" PWR", label)
-        self._bar(bottom, gpu.power_fraction, bar_width)
-        self._value(bottom, fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w).rjust(11))
-        return [top.strip(width), bottom.strip(width)]
-
-    def _one_line(self, gpu: GpuStats, selected: bool, width: int) -> Strip:
-        line = Line()
-        self._index_cell(line, gpu, selected)
-        if gpu.lost:
-            line.add(self.glyphs.fit(_short_name(gpu.name), 14) + " ").add(
-                " LOST ", self.style("lost")
-            )
-            line.add(" " + _lost_reason(gpu))
-            return line.strip(width)
-        name_width = 14 if width >= 70 else 0
-        if name_width:
-            line.add(self.glyphs.fit(_short_name(gpu.name), name_width) + " ")
-        self._value(
-            line,
-            fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),
-            self.temperature_style(gpu),
-        )
-        line.add(" ")
-        rest = width - line.width - 22
-        bar_width = max(3, rest // 2)
-        fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
-        self._bar(line, fraction, bar_width)
-        self._value(line, fmt.percent(gpu.utilization_gpu_pct).rjust(5))
-        line.add(" ")
-        self._bar(line, gpu.memory_used_fraction, max(3, rest - bar_width))
-        self._value(line, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(11))
-        return line.strip(width)
-
-
-def _lost_reason(gpu: GpuStats) -> str:
-    return gpu.lost_reason or "no readings from this GPU"
-
-
-def _short_name(name: str | None) -> str:
-    if not name:
-        return fmt.NA
-    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "GeForce "):
-        if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
-
-
-def _short_bus(bus_id: str | None) -> str:
-    """``00000000:17:00.0`` -> ``17:00.0``: the domain is almost always zero."""
-    if bus_id is None:
-        return fmt.NA
-    domain, _, rest = bus_id.partition(":")
-    return rest if rest and set(domain) <= {"0"} else bus_id
-
-
-def _count(value: int | None) -> str:
-    return fmt.NA if value is None else str(value)

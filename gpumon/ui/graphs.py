@@ -13,6 +13,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Protocol
+
+
+class HistorySource(Protocol):
+    """What a sparkline reads history from (the store)."""
+
+    sequence: int
+
+    def gpu_history(self, index: int, field: str, last: int | None = None) -> list[float | None]:
+        """``field`` of GPU ``index``, oldest first (the ``last`` newest values)."""
+        ...
+
 
 #: Eight heights, then the ASCII fallback (one row: coarse, but readable in any terminal).
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -102,3 +114,51 @@ def chart(
             if rows[marker_row][x] == " ":
                 rows[marker_row][x] = dot
     return ["".join(row) for row in rows]
+
+
+def bucketed(
+    values: Sequence[float | None], end: int, per_column: int, width: int
+) -> list[float | None]:
+    """``width`` columns of ``per_column`` samples each, aligned to the samples' absolute
+    numbers (``end`` is the number after the newest, e.g. the store's ``sequence``): each
+    column is the maximum of its samples, so a sparkline moves one column every
+    ``per_column`` samples, not every sample (fewer cells to repaint over SSH), and only its
+    newest column changes in between."""
+    per_column = max(1, per_column)
+    newest_bucket = (end - 1) // per_column if end > 0 else 0
+    first = (newest_bucket - width + 1) * per_column  # number of the oldest sample shown
+    columns: list[float | None] = []
+    for bucket in range(width):
+        start = first + bucket * per_column
+        # values[-1] is sample end-1: sample n is values[n - end].
+        chunk = [
+            values[n - end]
+            for n in range(start, start + per_column)
+            if 0 <= end - 1 - n < len(values) and n < end
+        ]
+        known = [value for value in chunk if value is not None and not math.isnan(value)]
+        columns.append(max(known) if known else None)
+    return columns
+
+
+#: A card's sparkline spans about this much time, whatever its width.
+SPARK_SPAN_S = 300.0
+
+
+def history_sparkline(
+    store: HistorySource,
+    index: int,
+    field: str,
+    width: int,
+    top: float | None,
+    interval_s: float,
+    ascii_only: bool = False,
+) -> str:
+    """A GPU card's sparkline: about the last five minutes of ``field`` of GPU ``index`` in
+    ``width`` cells, on the scale 0 .. ``top`` (``""`` without a top or a width)."""
+    if width <= 0 or not top or top <= 0:
+        return ""
+    per_column = max(1, round(SPARK_SPAN_S / max(interval_s, 0.25) / width))
+    values = store.gpu_history(index, field, per_column * (width + 1))
+    return sparkline(bucketed(values, store.sequence, per_column, width), width, 0.0, top,
+                     ascii_only)  # fmt: skip
