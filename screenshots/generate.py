@@ -36,9 +36,16 @@ GIB = 1024**3
 MIB = 1024**2
 
 
-def demo_app(gpus: int, processes: int) -> GpumonApp:
+def demo_app(gpus: int, processes: int, history: int = 0) -> GpumonApp:
+    """A seeded demo server; with ``history``, the samples before the shot are one second
+    apart and the last is at FIXED_TIME (graphs and sparklines need a past)."""
+    ticks = iter(range(history, -1, -1))
     source = DemoSource(
-        gpus, seed=7, process_count=processes, current_user="alice", clock=lambda: FIXED_TIME
+        gpus,
+        seed=7,
+        process_count=processes,
+        current_user="alice",
+        clock=lambda: FIXED_TIME - next(ticks, 0),
     )
     return create_app(source, autostart=False, ascii_only=False)
 
@@ -72,9 +79,11 @@ async def shoot(
     app: GpumonApp,
     size: tuple[int, int],
     action: Callable[[Pilot[int]], Awaitable[None]] | None = None,
+    history: int = 0,
 ) -> None:
     async with app.run_test(size=size) as pilot:
-        app.receive_sample(app.source.sample())
+        for _ in range(history + 1):
+            app.receive_sample(app.source.sample())
         await pilot.pause()
         if action is not None:
             await action(pilot)
@@ -139,12 +148,20 @@ async def main() -> None:
     async def open_help(pilot: Pilot[int]) -> None:
         await pilot.press("question_mark")
 
-    await shoot("dashboard-8gpu-200x50", demo_app(8, 64), (200, 50))
+    async def open_gpu_detail(pilot: Pilot[int]) -> None:
+        await pilot.press("right", "enter")
+
+    async def open_process_detail(pilot: Pilot[int]) -> None:
+        await pilot.press("tab", "down", "enter")
+
+    await shoot("dashboard-8gpu-200x50", demo_app(8, 64, 300), (200, 50), history=300)
     await shoot("dashboard-8gpu-120x40", demo_app(8, 24), (120, 40))
     await shoot("dashboard-8gpu-80x24", demo_app(8, 24), (80, 24))
     await shoot("tmux-pane-60x15", demo_app(8, 24), (60, 15))
     await shoot("no-driver", create_app(_NoDriver(), autostart=False, ascii_only=False), (100, 24))
     await shoot("help", demo_app(4, 6), (120, 44), open_help)
+    await shoot("gpu-detail", demo_app(4, 12, 600), (120, 50), open_gpu_detail, history=600)
+    await shoot("process-detail", demo_app(4, 12, 300), (100, 30), open_process_detail, 300)
     await shoot_probe()
 
 

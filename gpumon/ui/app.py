@@ -269,6 +269,13 @@ class GpumonApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.glyphs.ascii_only))
 
+    # Keys that act on the dashboard's panels: off (and out of the footer) while a detail or
+    # help screen is on top of it.
+    _DASHBOARD_ACTIONS = frozenset({"details", "sort", "reverse_sort", "probe"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in self._DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
+
     def action_details(self) -> None:
         """Enter: the selected GPU's detail, or the process under the cursor's."""
         from gpumon.ui.gpu_detail import GpuDetailScreen

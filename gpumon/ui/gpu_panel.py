@@ -68,7 +68,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     GpuPanel > .gpu-panel--border { color: $panel-lighten-2; }
     GpuPanel > .gpu-panel--border-selected { color: $accent; }
     GpuPanel > .gpu-panel--title { text-style: bold; }
-    GpuPanel > .gpu-panel--spark { color: $accent; }
+    GpuPanel > .gpu-panel--spark { color: $secondary; }
     GpuPanel:focus > .gpu-panel--border-selected { color: $accent; text-style: bold; }
     """
 

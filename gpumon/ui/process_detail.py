@@ -97,8 +97,11 @@ def render_identity(
     return text
 
 
-def render_history(store: Store, key: ProcessKey, width: int, ascii_only: bool = False) -> Text:
-    """GPU memory, SM utilisation and host CPU over the time the process has been seen."""
+def render_history(
+    store: Store, key: ProcessKey, width: int, ascii_only: bool = False, color: str = "green"
+) -> Text:
+    """GPU memory, SM utilisation and host CPU over the time the process has been seen
+    (``color``: the charts', the theme's success colour)."""
     text = Text(no_wrap=True, overflow="crop")  # a chart row never wraps
     chart_width = max(10, width - _LEFT - 1)
     graphs: tuple[tuple[str, str, Callable[[float], str], float | None], ...] = (
@@ -123,7 +126,7 @@ def render_history(store: Store, key: ProcessKey, width: int, ascii_only: bool =
         ):
             label = show(top) if number == 0 else "0"
             text.append(f"{label:>{_LEFT}} ", "dim")
-            text.append(row + "\n")
+            text.append(row + "\n", style=color)
         text.append("\n")
     return text
 
@@ -215,7 +218,13 @@ class ProcessDetailScreen(Screen[None]):
         )
         if not self.ended:
             self.query_one("#process-detail-history", Static).update(
-                render_history(self.store, self.key, width, self.ascii_only)
+                render_history(
+                    self.store,
+                    self.key,
+                    width,
+                    self.ascii_only,
+                    self.app.get_css_variables().get("success", "green"),
+                )
             )
 
     def action_back(self) -> None:
