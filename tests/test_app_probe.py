@@ -184,7 +184,7 @@ async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
 
         def laid_out() -> bool:
             return (
-                len(app.query(ProbePanel)) == 1 and app.probing and app.has_class("-probe-bottom")
+                len(app.query(ProbePanel)) == 1 and app.probing and app.dashboard.has_class("-probe-bottom")
             )
 
         # The new panel mounts, then is laid out; under load that takes a while. Once it is,

@@ -1,8 +1,9 @@
-"""The dashboard: header, GPU panel, process table, host strip, footer.
+"""The app: key bindings, the poller's lifecycle, and switching screens.
 
 Data flows one way: the poller pushes each new :class:`Sample` into the app's
-:class:`~gpumon.store.Store` on the event loop, the store hands it to the app, and the app hands
-the pieces down to its widgets. Widgets never call NVML.
+:class:`~gpumon.store.Store` on the event loop; the screens subscribe to the store (the
+dashboard, :mod:`gpumon.ui.dashboard`; the detail screens) and hand the pieces down to their
+widgets. Widgets never call NVML.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from textual import events
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding
-from textual.geometry import Size
-from textual.widgets import Footer, Static
+from textual.screen import Screen
+from textual.widgets import Footer
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, Sample
@@ -25,12 +25,11 @@ from gpumon.poller import Poller
 from gpumon.sources import GpuSource, open_source
 from gpumon.store import Store
 from gpumon.ui import exact_updates
-from gpumon.ui.bars import HeaderBar, HostStrip
-from gpumon.ui.gpu_layout import choose_layout, layout_height
-from gpumon.ui.gpu_panel import GpuPanel, Thresholds
+from gpumon.ui.dashboard import DashboardScreen
+from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.help_screen import HelpScreen
 from gpumon.ui.lines import Glyphs
-from gpumon.ui.process_table import ProcessTable, table_messages
+from gpumon.ui.process_table import ProcessTable
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
@@ -38,10 +37,6 @@ if TYPE_CHECKING:
     from gpumon.ui.signals import QuitOnSignals
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
-MIN_WIDTH, MIN_HEIGHT = 40, 10
-PROBE_WIDTH = 84  # keep in step with app.tcss
-PROBE_RIGHT_MIN_WIDTH = 160
-CHROME_LINES = 3  # header, host strip, footer
 
 
 def wants_ascii(environ: Mapping[str, str] = os.environ) -> bool:
@@ -127,40 +122,24 @@ class GpumonApp(App[int]):
         self.store = Store(interval_s, history_s=60.0 * self.settings.history_minutes)
         self.store.subscribe(self._on_sample)
         self.poller = Poller(source, interval_s, self.store.push, on_error=self._on_poll_error)
-        self._autostart = autostart
-        self._terminal_size: Size | None = None
-        self._stalled_s: int | None = None
+        self.autostart = autostart
+        #: Seconds the poll in flight has taken when NVML is not answering, else ``None``.
+        self.stalled_s: int | None = None
         self._probe_child_command = probe_child_command
         self.probing = False
 
-    # -- composition -----------------------------------------------------------------
+    # -- screens ---------------------------------------------------------------------
 
-    def compose(self) -> ComposeResult:
-        yield HeaderBar(self.glyphs, id="header")
-        yield GpuPanel(self.glyphs, id="gpus")
-        yield ProcessTable(self.glyphs, id="processes")
-        yield HostStrip(self.glyphs, id="host")
-        yield Static("", id="too-small")
-        yield Footer()
+    def get_default_screen(self) -> Screen[None]:
+        self.dashboard = DashboardScreen()
+        return self.dashboard
 
     def on_mount(self) -> None:
         if self.glyphs.ascii_only:
             self.add_class("-ascii")
         if self.settings.origins.get("theme"):  # chosen by the user; else Textual's default
             self.theme = self.settings.theme
-        limits = self.settings
-        panel = self.query_one(GpuPanel)
-        panel.history = self.store
-        panel.interval_s = self.poller.interval_s
-        panel.thresholds = Thresholds(
-            limits.load_warn_pct,
-            limits.load_hot_pct,
-            limits.temperature_hot_margin_c,
-            limits.temperature_warm_margin_c,
-        )
-        self.query_one(GpuPanel).focus()
-        self._refresh_all()
-        if self._autostart:
+        if self.autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
             self.set_interval(1.0, self._check_stalled)
         if self.quit_signals is None:
@@ -182,23 +161,21 @@ class GpumonApp(App[int]):
         return self.store.latest
 
     def _on_sample(self, sample: Sample) -> None:
-        self._stalled_s = None
+        # Subscribed before the screens: they see the counters and the stall reset.
+        self.stalled_s = None
         if not self.is_running:
-            # A poll that finished while the app shuts down: its widgets are already gone.
             return
         self.samples_received += 1
         if self.first_sample_at is None:
             self.first_sample_at = time.perf_counter()
-        with self.batch_update():
-            self._refresh_all()
 
     def _check_stalled(self) -> None:
         """Once a second: say so when NVML has not answered for three intervals (a driver
         stuck in an ioctl), and stop saying it when samples resume. Keys keep working."""
         stalled = self.poller.stalled_s()
         shown = None if stalled is None else int(stalled)
-        if shown != self._stalled_s:
-            self._stalled_s = shown
+        if shown != self.stalled_s:
+            self.stalled_s = shown
             self._refresh_all()
 
     def _on_poll_error(self, error: BaseException) -> None:
@@ -210,59 +187,10 @@ class GpumonApp(App[int]):
         """Show a sample now (tests, snapshots): the same path the poller uses."""
         self.store.push(sample)
 
-    def on_resize(self, event: events.Resize) -> None:
-        # This runs before App applies the new size, so lay out for the event's size.
-        self._terminal_size = event.size
-        self._refresh_all()
-
     def _refresh_all(self) -> None:
-        if not self.is_running:
-            return
-        width, height = self._terminal_size or self.size
-        # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
-        probe_right = self.probing and width >= PROBE_RIGHT_MIN_WIDTH
-        self.set_class(probe_right, "-probe-right")
-        self.set_class(self.probing and not probe_right, "-probe-bottom")
-        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
-        self.set_class(too_small, "-too-small")
-        if too_small:
-            self.query_one("#too-small", Static).update(
-                f"Terminal too small ({width}x{height}): gpumon needs at least "
-                f"{MIN_WIDTH}x{MIN_HEIGHT}."
-            )
-            return
-        if probe_right:
-            width -= PROBE_WIDTH
-        elif self.probing:
-            height -= height * 55 // 100
-        sample = self.sample
-        header = self.query_one(HeaderBar)
-        header.show(
-            sample,
-            self.poller.interval_s,
-            self.poller.paused,
-            polling=self._autostart,
-            stalled_s=self._stalled_s,
-        )
-        self.query_one(HostStrip).show(
-            sample.host if sample else None, sample.simulated if sample else False
-        )
-        panel = self.query_one(GpuPanel)
-        gpus = sample.gpus if sample else ()
-        available = height - CHROME_LINES
-        budget = available - (8 if height >= 30 else 4)
-        layout, columns = choose_layout(len(gpus), width, max(1, budget))
-        if gpus:
-            panel_height = min(layout_height(layout, len(gpus), columns), max(1, available - 3))
-        elif sample is not None and sample.unavailable is not None:
-            panel_height = 4 if sample.unavailable.hint else 3
-        else:
-            panel_height = 1
-        if panel.styles.height is None or panel.styles.height.value != panel_height:
-            panel.styles.height = panel_height
-        panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
-        notices, empty_text = table_messages(sample)
-        self.query_one(ProcessTable).show(sample.processes if sample else (), notices, empty_text)
+        """Redraw the dashboard (after a key changed what it shows)."""
+        if self.is_running:
+            self.dashboard.refresh_all()
 
     # -- actions ---------------------------------------------------------------------
 
@@ -282,21 +210,21 @@ class GpumonApp(App[int]):
         from gpumon.ui.process_detail import ProcessDetailScreen
 
         ascii_only = self.glyphs.ascii_only
-        table = self.query_one(ProcessTable)
+        table = self.dashboard.query_one(ProcessTable)
         if self.focused is table and table.cursor_key is not None:
             self.push_screen(
                 ProcessDetailScreen(self.store, table.cursor_key, ascii_only=ascii_only)
             )
             return
-        gpu = self.query_one(GpuPanel).selected_gpu
+        gpu = self.dashboard.query_one(GpuPanel).selected_gpu
         if gpu is not None:
             self.push_screen(GpuDetailScreen(self.store, gpu.index, ascii_only=ascii_only))
 
     def action_sort(self) -> None:
-        self.query_one(ProcessTable).cycle_sort()
+        self.dashboard.query_one(ProcessTable).cycle_sort()
 
     def action_reverse_sort(self) -> None:
-        self.query_one(ProcessTable).reverse_sort()
+        self.dashboard.query_one(ProcessTable).reverse_sort()
 
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
@@ -312,7 +240,7 @@ class GpumonApp(App[int]):
             new = smaller[-1] if smaller else INTERVAL_STEPS_S[0]
         self.poller.interval_s = new
         self.store.resize(self.poller.interval_s)
-        self.query_one(GpuPanel).interval_s = self.poller.interval_s
+        self.dashboard.query_one(GpuPanel).interval_s = self.poller.interval_s
         self._refresh_all()
 
     # -- the torch probe -------------------------------------------------------------
@@ -320,7 +248,7 @@ class GpumonApp(App[int]):
     async def action_probe(self) -> None:
         """Run the torch probe on the selected GPU in a child process, in a side panel."""
         sample = self.sample
-        gpu = self.query_one(GpuPanel).selected_gpu
+        gpu = self.dashboard.query_one(GpuPanel).selected_gpu
         if sample is None or gpu is None:
             self.notify("No GPU to probe yet.", severity="warning")
             return
@@ -341,7 +269,7 @@ class GpumonApp(App[int]):
         """Open the probe panel on ``gpu`` (replacing a running probe, which is killed)."""
         from gpumon.ui.probe_panel import ProbePanel
 
-        for old in self.query(ProbePanel):
+        for old in self.dashboard.query(ProbePanel):
             await old.remove()
         panel = ProbePanel(
             gpu.index,
@@ -358,7 +286,7 @@ class GpumonApp(App[int]):
         )
         panel.id = "probe"
         self.probing = True
-        await self.mount(panel, before=self.query_one(Footer))
+        await self.dashboard.mount(panel, before=self.dashboard.query_one(Footer))
         self._refresh_all()
 
     def _sample_now(self) -> Awaitable[Sample]:
@@ -373,11 +301,11 @@ class GpumonApp(App[int]):
 
     def on_probe_panel_probe_holding(self, message: ProbePanel.ProbeHolding) -> None:
         if self.is_running:
-            self.query_one(ProcessTable).highlight(frozenset({message.pid}))
+            self.dashboard.query_one(ProcessTable).highlight(frozenset({message.pid}))
 
     def on_probe_panel_finished(self, message: ProbePanel.Finished) -> None:
         if self.is_running:
-            self.query_one(ProcessTable).highlight(frozenset())
+            self.dashboard.query_one(ProcessTable).highlight(frozenset())
 
     async def on_probe_panel_closed(self, message: ProbePanel.Closed) -> None:
         if message.panel.is_attached:
@@ -385,10 +313,10 @@ class GpumonApp(App[int]):
         if not self.is_running:
             return
         # Escape then P typed ahead: a new panel may already run; this is only the old one.
-        self.probing = bool(self.query("#probe"))
+        self.probing = bool(self.dashboard.query("#probe"))
         if not self.probing:
-            self.query_one(ProcessTable).highlight(frozenset())
-            self.query_one(GpuPanel).focus()
+            self.dashboard.query_one(ProcessTable).highlight(frozenset())
+            self.dashboard.query_one(GpuPanel).focus()
         self._refresh_all()
 
 

@@ -1,0 +1,150 @@
+"""The dashboard screen: header, GPU panel, process table, host strip, footer.
+
+It subscribes to the app's :class:`~gpumon.store.Store` and hands each sample's pieces down to
+its widgets ("attributes down"). It lays out for the terminal: which GPU layout fits, how much
+room the process table keeps, where the probe panel goes, and a one-line message below the
+minimum size. Sizes come from the stylesheet (``app.tcss`` and the widgets' CSS), read off
+the widgets, never mirrored here. The app keeps the bindings, the poller and the screens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from textual import events
+from textual.app import ComposeResult
+from textual.css.scalar import Unit
+from textual.geometry import Size
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from gpumon.model import Sample
+from gpumon.ui.bars import HeaderBar, HostStrip
+from gpumon.ui.gpu_layout import choose_layout, layout_height
+from gpumon.ui.gpu_panel import GpuPanel, Thresholds
+from gpumon.ui.process_table import ProcessTable, table_messages
+
+if TYPE_CHECKING:
+    from gpumon.ui.app import GpumonApp
+
+MIN_WIDTH, MIN_HEIGHT = 40, 10
+#: Below this width the probe panel goes under the dashboard, not beside it.
+PROBE_RIGHT_MIN_WIDTH = 160
+
+
+def fixed_cells(widget: Widget, axis: str) -> int:
+    """A widget's height or width as its stylesheet fixes it in cells (0 when it does not)."""
+    scalar = widget.styles.height if axis == "height" else widget.styles.width
+    if scalar is None or scalar.unit is not Unit.CELLS:
+        return 0
+    return int(scalar.value)
+
+
+class DashboardScreen(Screen[None]):
+    """The default screen: everything gpumon shows at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._terminal_size: Size | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    @property
+    def gpumon(self) -> GpumonApp:
+        return cast("GpumonApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        glyphs = self.gpumon.glyphs
+        yield HeaderBar(glyphs, id="header")
+        yield GpuPanel(glyphs, id="gpus")
+        yield ProcessTable(glyphs, id="processes")
+        yield HostStrip(glyphs, id="host")
+        yield Static("", id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.gpumon
+        limits = app.settings
+        panel = self.query_one(GpuPanel)
+        panel.history = app.store
+        panel.interval_s = app.poller.interval_s
+        panel.thresholds = Thresholds(
+            limits.load_warn_pct,
+            limits.load_hot_pct,
+            limits.temperature_hot_margin_c,
+            limits.temperature_warm_margin_c,
+        )
+        panel.focus()
+        self._unsubscribe = app.store.subscribe(self._on_sample)
+        self.refresh_all()
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _on_sample(self, sample: Sample) -> None:
+        if not self.app.is_running:
+            # A poll that finished while the app shuts down: its widgets are already gone.
+            return
+        with self.app.batch_update():
+            self.refresh_all()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # This runs before the new size is applied, so lay out for the event's size.
+        self._terminal_size = event.size
+        self.refresh_all()
+
+    def refresh_all(self) -> None:
+        """Hand the latest sample down and lay out for the terminal."""
+        app = self.gpumon
+        if not app.is_running or not self.is_attached:
+            return
+        width, height = self._terminal_size or self.size
+        probe = self.query("#probe").first() if app.probing else None
+        # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
+        probe_right = probe is not None and width >= PROBE_RIGHT_MIN_WIDTH
+        self.set_class(probe_right, "-probe-right")
+        self.set_class(probe is not None and not probe_right, "-probe-bottom")
+        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.set_class(too_small, "-too-small")
+        if too_small:
+            self.query_one("#too-small", Static).update(
+                f"Terminal too small ({width}x{height}): gpumon needs at least "
+                f"{MIN_WIDTH}x{MIN_HEIGHT}."
+            )
+            return
+        if probe is not None and probe_right:
+            width -= fixed_cells(probe, "width")
+        elif probe is not None:
+            height -= height * 55 // 100  # its stylesheet height: 55 %
+        sample = app.sample
+        header = self.query_one(HeaderBar)
+        header.show(
+            sample,
+            app.poller.interval_s,
+            app.poller.paused,
+            polling=app.autostart,
+            stalled_s=app.stalled_s,
+        )
+        host = self.query_one(HostStrip)
+        host.show(sample.host if sample else None, sample.simulated if sample else False)
+        panel = self.query_one(GpuPanel)
+        gpus = sample.gpus if sample else ()
+        chrome = sum(fixed_cells(w, "height") for w in (header, host, self.query_one(Footer)))
+        available = height - chrome
+        budget = available - (8 if height >= 30 else 4)
+        layout, columns = choose_layout(len(gpus), width, max(1, budget))
+        if gpus:
+            panel_height = min(layout_height(layout, len(gpus), columns), max(1, available - 3))
+        elif sample is not None and sample.unavailable is not None:
+            panel_height = 4 if sample.unavailable.hint else 3
+        else:
+            panel_height = 1
+        if panel.styles.height is None or panel.styles.height.value != panel_height:
+            panel.styles.height = panel_height
+        panel.interval_s = app.poller.interval_s
+        panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
+        notices, empty_text = table_messages(sample)
+        self.query_one(ProcessTable).show(sample.processes if sample else (), notices, empty_text)
