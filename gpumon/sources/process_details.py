@@ -124,7 +124,7 @@ def _ancestors(process: psutil.Process) -> tuple[Ancestor, ...]:
 def _short(command: str | None, limit: int = 200) -> str | None:
     if command is None or len(command) <= limit:
         return command
-    return command[: limit - 1] + "…"
+    return command[: limit - 3] + "..."  # ASCII: every terminal shows it
 
 
 def _cuda_environment(process: psutil.Process) -> dict[str, str | None] | None:

@@ -176,6 +176,8 @@ class GpuDetailScreen(Screen[None]):
         self.index = index
         self.ascii_only = ascii_only
         self._unsubscribe: Callable[[], None] | None = None
+        #: The last readings of the GPU while it answered: a lost GPU's graphs keep their scale.
+        self._last_known: GpuStats | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-detail-title")
@@ -198,6 +200,10 @@ class GpuDetailScreen(Screen[None]):
         if self.is_attached:
             self.refresh_from_store()
 
+    def on_resize(self) -> None:
+        # The charts are drawn for a width: redraw now, not at the next sample (paused, 60 s).
+        self.refresh_from_store()
+
     def refresh_from_store(self) -> None:
         """Redraw everything from the store's history and latest sample."""
         sample = self.store.latest
@@ -209,18 +215,22 @@ class GpuDetailScreen(Screen[None]):
         if gpu is None:
             title.update(f" GPU {self.index}: not in the latest sample")
             return
+        # What matters first: a narrow terminal cuts the end of the title, never LOST or DEMO.
+        lost = f"  LOST: {gpu.lost_reason or 'no readings'}" if gpu.lost else ""
         demo = "  DEMO (simulated)" if sample.simulated else ""
-        lost = f"  LOST: {gpu.lost_reason}" if gpu.lost else ""
         title.update(
-            f" GPU {gpu.index}  {gpu.name or fmt.NA}  {gpu.short_uuid}  "
-            f"{gpu.pci_bus_id or ''}{demo}{lost}   Esc: back"
+            f" GPU {gpu.index}{lost}{demo}  {gpu.name or fmt.NA}  {gpu.short_uuid}  "
+            f"{gpu.pci_bus_id or ''}"
         )
+        if not gpu.lost:
+            self._last_known = gpu
+        scale = gpu if not gpu.lost or self._last_known is None else self._last_known
         # The scroll area's padding and scrollbar take 4 cells.
         width = max(40, self.size.width - 5)
         variables = self.app.get_css_variables()
         colors = (variables.get("success", "green"), variables.get("warning", "yellow"))
         self.query_one("#gpu-detail-graphs", Static).update(
-            render_graphs(self.store, self.index, gpu, width, self.ascii_only, colors)
+            render_graphs(self.store, self.index, scale, width, self.ascii_only, colors)
         )
         self.query_one("#gpu-detail-fields", Static).update(render_fields(gpu, self.ascii_only))
         self.query_one("#gpu-detail-processes", Static).update(

@@ -198,16 +198,19 @@ class ProcessDetailScreen(Screen[None]):
         if self.is_attached:
             self.refresh_from_store()
 
+    def on_resize(self) -> None:
+        self.refresh_from_store()
+
     def refresh_from_store(self) -> None:
         sample = self.store.latest
         process = find(sample, self.key)
-        if sample is not None and process is None:
-            self.ended = True
+        # Gone from this sample (the last data is kept); NVML may list it again later.
+        self.ended = sample is not None and process is None
         gpu_index, pid = self.key
         state = "  (no longer on the GPU: last data kept)" if self.ended else ""
         demo = "  DEMO (simulated)" if sample is not None and sample.simulated else ""
         self.query_one("#process-detail-title", Static).update(
-            f" Process {pid} on GPU {gpu_index}{demo}{state}   Esc: back"
+            f" Process {pid} on GPU {gpu_index}{demo}{state}"
         )
         now_s = sample.timestamp_s if sample is not None else time.time()
         width = max(40, self.size.width - 5)
