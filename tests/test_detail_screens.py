@@ -131,9 +131,9 @@ async def test_enter_opens_the_selected_gpu_and_escape_goes_back_to_it() -> None
         assert isinstance(app.screen, GpuDetailScreen)
         assert app.screen.index == 2
         head = title(app)
-        assert head.startswith(" GPU 2  NVIDIA RTX A6000  GPU-")
-        assert "DEMO (simulated)" in head and "Esc: back" in head
+        assert head.startswith(" GPU 2  DEMO (simulated)  NVIDIA RTX A6000  GPU-")
         assert "LOST" not in head
+        assert "esc Back" in screen_text(app).splitlines()[-1]  # the footer says how back
         graphs = static_text(app, "#gpu-detail-graphs")
         for name in ("Utilisation", "Memory used", "Power", "Temperature", "SM clock"):
             assert f"{name}  " in graphs, name
@@ -261,14 +261,9 @@ async def test_a_gpu_lost_while_its_detail_is_open_reads_lost() -> None:
         assert app.is_running
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpu_detail.render_graphs: a lost GPU's graphs lose their fixed scale. Graph.top "
-    "reads the lost GpuStats (every reading None), so the top falls back to the largest value "
-    "in the history: 25 W of a 300 W limit, or 4M of 47.5G, is drawn as a full-height chart "
-    "labelled 25W / 4M, and the slowdown line vanishes.",
-)
 async def test_a_lost_gpus_graphs_keep_their_scale() -> None:
+    """A lost GPU's graphs keep the scale of its last readings: 25 W of 300 W is not drawn
+    as a full-height chart labelled 25W (a bug found here, fixed in 02553c7)."""
     app, source = demo()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 20)
@@ -283,13 +278,9 @@ async def test_a_lost_gpus_graphs_keep_their_scale() -> None:
         assert chart_rows(after, "Memory used")[0].lstrip().startswith("47.5G")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpu_detail.GpuDetailScreen.refresh_from_store: the title is one height-1 Static "
-    "and LOST is appended last, after name, UUID, bus id and DEMO; at 80 columns the title "
-    "wraps and LOST (and 'Esc: back') land on the hidden second line.",
-)
 async def test_lost_is_visible_in_the_title_at_80_columns() -> None:
+    """LOST comes first in the title: a narrow terminal cuts the title's end, not LOST
+    (it was appended last and hidden at 80 columns; fixed in 02553c7)."""
     app, source = demo()
     async with app.run_test(size=(80, 24)) as pilot:
         await push(pilot, source, 5)
@@ -300,14 +291,9 @@ async def test_lost_is_visible_in_the_title_at_80_columns() -> None:
         assert "LOST" in title(app)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpu_detail.GpuDetailScreen has no on_resize: after a terminal resize the charts "
-    "keep the old width until the next sample (never, while paused or at a 60 s interval); "
-    "rows wider than the terminal wrap (Textual does not honour the Text's no_wrap), so each "
-    "chart row breaks over two lines and the scale labels no longer line up.",
-)
 async def test_gpu_detail_redraws_for_a_new_terminal_width() -> None:
+    """A resize redraws the charts for the new width at once (before the next sample, which
+    may be 60 s away or paused); a chart row never wraps (fixed in 02553c7)."""
     app, source = demo()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 120)
@@ -320,6 +306,22 @@ async def test_gpu_detail_redraws_for_a_new_terminal_width() -> None:
         at = next(i for i, line in enumerate(lines) if line.startswith(" Utilisation  "))
         assert lines[at + 1].startswith("     100% ")
         assert lines[at + 3].startswith("        0 ")  # three rows, not six half rows
+
+
+async def test_process_detail_redraws_for_a_new_terminal_width() -> None:
+    app, source = demo()
+    async with app.run_test(size=SIZE) as pilot:
+        await push(pilot, source, 120)
+        await pilot.press("tab", "down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ProcessDetailScreen)
+        await pilot.resize_terminal(80, 30)
+        await pilot.pause()
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(" Host CPU  "))
+        assert lines[at + 2].startswith("        0 ")  # two rows, not four half rows
+        assert lines[at + 1].rstrip().endswith("█") or lines[at + 2].rstrip().endswith("█")
 
 
 async def test_ascii_mode_gpu_detail_is_pure_ascii() -> None:
@@ -484,14 +486,9 @@ async def test_a_process_that_leaves_the_gpu_keeps_its_last_data(me: psutil.Proc
         assert str(os.getpid()) not in screen_text(app)  # gone from the table too
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="process_detail.ProcessDetailScreen.refresh_from_store sets self.ended = True the "
-    "first time the process is missing from a sample and never clears it: a process that "
-    "drops out of NVML's list for one sample and comes back keeps the title 'no longer on "
-    "the GPU: last data kept' and a frozen history, while the dashboard lists it again.",
-)
 async def test_a_process_that_comes_back_is_on_the_gpu_again() -> None:
+    """A process missing from one sample and listed again is on the GPU again: the title
+    no longer says it left, and its history moves (it stuck as ended; fixed in 02553c7)."""
     gpu = make_gpu(0)
     present = make_sample((gpu,), (make_process(gpu, 4242),), simulated=True)
     missing = make_sample((gpu,), (), simulated=True)
@@ -534,13 +531,9 @@ def launcher_with_a_long_command() -> Iterator[int]:
     launcher.wait()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="process_detail.render_identity ignores ascii_only, and "
-    "sources/process_details._short cuts a parent command over 200 characters with '…': "
-    "in ASCII mode the 'Launched by' chain shows a non-ASCII ellipsis.",
-)
 async def test_ascii_mode_process_detail_is_pure_ascii(launcher_with_a_long_command: int) -> None:
+    """ASCII mode: a parent command over 200 characters is cut with '...', not '…'
+    (fixed in 02553c7)."""
     pid = launcher_with_a_long_command
     child = psutil.Process(pid)
     now = time.time()
