@@ -183,9 +183,8 @@ async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
         app.post_message(events.Key("P", "P"))
 
         def laid_out() -> bool:
-            return (
-                len(app.query(ProbePanel)) == 1 and app.probing and app.dashboard.has_class("-probe-bottom")
-            )
+            placed = app.dashboard.has_class("-probe-bottom")
+            return len(app.query(ProbePanel)) == 1 and app.probing and placed
 
         # The new panel mounts, then is laid out; under load that takes a while. Once it is,
         # the old panel's late Closed message must not undo it.

@@ -123,3 +123,12 @@ def test_top_level_value_options_are_all_known() -> None:
         for option in action.option_strings
     }
     assert taking_values == cli._TOP_LEVEL_VALUE_OPTIONS
+
+
+def test_the_store_poller_and_exporter_import_no_ui() -> None:
+    """The data layers below the UI: the exporter runs them with no terminal at all."""
+    body = """
+import gpumon.store, gpumon.poller, gpumon.export_http, gpumon.fields, gpumon.settings
+"""
+    result = run_clean(body)
+    assert result.returncode == 0, result.stderr

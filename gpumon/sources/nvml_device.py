@@ -44,7 +44,7 @@ _PERMANENT = frozenset(
 
 # Linux pid_max can be at most 2**22; anything outside (0, 2**22] is a binding/driver ABI
 # mismatch reading garbage (nvitop #75), not a process.
-_MAX_PID = 1 << 22
+MAX_PID = 1 << 22
 _PSTATE_UNKNOWN = 32
 
 #: nvmlDeviceGetPcieThroughput measures a counter for 20 ms per call (two calls per GPU), so
@@ -392,85 +392,15 @@ class Device:
         return None if value is None else int(value)
 
     def processes(self) -> dict[int, tuple[ProcessKind, int | None]] | None:
-        """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once.
+        """PID -> (kind, GPU memory), or ``None`` when unknown (see
+        :func:`gpumon.sources.nvml_processes.read_processes`)."""
+        from gpumon.sources.nvml_processes import read_processes
 
-        ``None`` when the processes are unknown, with the reason in :attr:`processes_error`:
-        a list failed (for example NO_PERMISSION with MIG), or neither list is supported by
-        this GPU or driver. One unsupported list alone (no graphics list on a compute board)
-        leaves the other's answer. Unknown is never shown as "no processes".
-        """
-        nvml = self.nvml
-        self.processes_error = None
-        found: dict[int, tuple[ProcessKind, int | None]] = {}
-        unsupported = 0
-        for field, function, kind in (
-            ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
-            ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
-        ):
-            # The unversioned call is the R535+ (_v3) ABI; drivers before R535 answer _v2.
-            entries = self.read_newest(
-                [
-                    (field, getattr(nvml, function, None), ()),
-                    (f"{field}_v2", getattr(nvml, f"{function}_v2", None), ()),
-                ]
-            )
-            if entries is None:
-                error = self.errors.get(field) or self.errors.get(f"{field}_v2")
-                if error is not None:
-                    self.processes_error = f"NVML: {error}"
-                    return None
-                unsupported += 1
-            for entry in entries or ():
-                pid = int(entry.pid)
-                if not 0 < pid <= _MAX_PID:
-                    continue
-                memory = getattr(entry, "usedGpuMemory", None)
-                memory = int(memory) if isinstance(memory, int) and memory < (1 << 62) else None
-                if pid in found:
-                    previous_kind, previous_memory = found[pid]
-                    if previous_kind is kind:
-                        # Listed twice in one list: one process on several MIG instances.
-                        total = _add_known(previous_memory, memory)
-                        found[pid] = (previous_kind, total)
-                    else:
-                        # In both lists (C+G): the same memory reported twice, count it once.
-                        both = max(
-                            (m for m in (previous_memory, memory) if m is not None), default=None
-                        )
-                        found[pid] = (ProcessKind.BOTH, both)
-                else:
-                    found[pid] = (kind, memory)
-        if unsupported == 2:
-            self.processes_error = PROCESSES_NOT_SUPPORTED
-            return None
-        return found
+        return read_processes(self)
 
     def process_sm_utilization(self, pids: Collection[int]) -> dict[int, int]:
-        """PID -> SM utilisation % from NVML's newest sample for it since the last call.
+        """PID -> SM utilisation % (see
+        :func:`gpumon.sources.nvml_processes.read_sm_utilization`). Raises :class:`GpuLost`."""
+        from gpumon.sources.nvml_processes import read_sm_utilization
 
-        NVML keeps per-process samples and returns those newer than the timestamp passed:
-        the newest one seen is passed next time, so every call reports only new samples.
-        A PID with no new sample (idle, or NVML has nothing: NOT_FOUND) is left out, as is one
-        not in ``pids`` (the running-process list), rather than shown as 0 %. Values are
-        clamped to 0-100 (drivers have reported thousands). Raises :class:`GpuLost`.
-        """
-        if not pids:
-            return {}
-        seen = self._process_samples_seen
-        samples = self.read("process_utilization", self.nvml.nvmlDeviceGetProcessUtilization, seen)
-        newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
-        for sample in samples or ():
-            timestamp = int(sample.timeStamp)
-            if timestamp <= seen:
-                continue  # older than asked for: a driver that ignores the timestamp
-            self._process_samples_seen = max(self._process_samples_seen, timestamp)
-            pid = int(sample.pid)
-            if pid in pids and (pid not in newest or timestamp >= newest[pid][0]):
-                newest[pid] = (timestamp, max(0, min(100, int(sample.smUtil))))
-        return {pid: utilization for pid, (_, utilization) in newest.items()}
-
-
-def _add_known(first: int | None, second: int | None) -> int | None:
-    if first is None or second is None:
-        return first if second is None else second
-    return first + second
+        return read_sm_utilization(self, pids)

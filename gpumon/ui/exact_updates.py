@@ -19,7 +19,6 @@ import textual
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
-from textual._compositor import ChopsUpdate
 from textual.strip import Strip
 
 TEXTUAL_VERSION = "8.2.8"
@@ -90,5 +89,8 @@ def install() -> bool:
     """Use the exact crop; return False (and change nothing) on an unknown Textual."""
     if textual.__version__ != TEXTUAL_VERSION:
         return False
+    # Private API: imported only for the version it was written against.
+    from textual._compositor import ChopsUpdate
+
     ChopsUpdate.render_segments = _render_exact  # type: ignore[method-assign]
     return True

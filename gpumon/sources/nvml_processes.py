@@ -1,0 +1,99 @@
+"""The processes NVML lists on one GPU (compute and graphics, v3 and v2 ABIs, MIG)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from gpumon.model import ProcessKind
+from gpumon.sources.nvml_device import MAX_PID, PROCESSES_NOT_SUPPORTED
+
+if TYPE_CHECKING:
+    from gpumon.sources.nvml_device import Device
+
+
+def read_processes(device: Device) -> dict[int, tuple[ProcessKind, int | None]] | None:
+    """PID -> (kind, GPU memory). A PID in both lists is C+G, counted once.
+
+    ``None`` when the processes are unknown, with the reason in :attr:`Device.processes_error`:
+    a list failed (for example NO_PERMISSION with MIG), or neither list is supported by
+    this GPU or driver. One unsupported list alone (no graphics list on a compute board)
+    leaves the other's answer. Unknown is never shown as "no processes".
+    """
+    nvml = device.nvml
+    device.processes_error = None
+    found: dict[int, tuple[ProcessKind, int | None]] = {}
+    unsupported = 0
+    for field, function, kind in (
+        ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
+        ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
+    ):
+        # The unversioned call is the R535+ (_v3) ABI; drivers before R535 answer _v2.
+        entries = device.read_newest(
+            [
+                (field, getattr(nvml, function, None), ()),
+                (f"{field}_v2", getattr(nvml, f"{function}_v2", None), ()),
+            ]
+        )
+        if entries is None:
+            error = device.errors.get(field) or device.errors.get(f"{field}_v2")
+            if error is not None:
+                device.processes_error = f"NVML: {error}"
+                return None
+            unsupported += 1
+        for entry in entries or ():
+            pid = int(entry.pid)
+            if not 0 < pid <= MAX_PID:
+                continue
+            memory = getattr(entry, "usedGpuMemory", None)
+            memory = int(memory) if isinstance(memory, int) and memory < (1 << 62) else None
+            if pid in found:
+                previous_kind, previous_memory = found[pid]
+                if previous_kind is kind:
+                    # Listed twice in one list: one process on several MIG instances.
+                    total = _add_known(previous_memory, memory)
+                    found[pid] = (previous_kind, total)
+                else:
+                    # In both lists (C+G): the same memory reported twice, count it once.
+                    both = max(
+                        (m for m in (previous_memory, memory) if m is not None), default=None
+                    )
+                    found[pid] = (ProcessKind.BOTH, both)
+            else:
+                found[pid] = (kind, memory)
+    if unsupported == 2:
+        device.processes_error = PROCESSES_NOT_SUPPORTED
+        return None
+    return found
+
+
+def read_sm_utilization(device: Device, pids: Collection[int]) -> dict[int, int]:
+    """PID -> SM utilisation % from NVML's newest sample for it since the last call.
+
+    NVML keeps per-process samples and returns those newer than the timestamp passed:
+    the newest one seen is passed next time, so every call reports only new samples.
+    A PID with no new sample (idle, or NVML has nothing: NOT_FOUND) is left out, as is one
+    not in ``pids`` (the running-process list), rather than shown as 0 %. Values are
+    clamped to 0-100 (drivers have reported thousands). Raises
+    :class:`~gpumon.sources.nvml_device.GpuLost`.
+    """
+    if not pids:
+        return {}
+    seen = device._process_samples_seen
+    samples = device.read("process_utilization", device.nvml.nvmlDeviceGetProcessUtilization, seen)
+    newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
+    for sample in samples or ():
+        timestamp = int(sample.timeStamp)
+        if timestamp <= seen:
+            continue  # older than asked for: a driver that ignores the timestamp
+        device._process_samples_seen = max(device._process_samples_seen, timestamp)
+        pid = int(sample.pid)
+        if pid in pids and (pid not in newest or timestamp >= newest[pid][0]):
+            newest[pid] = (timestamp, max(0, min(100, int(sample.smUtil))))
+    return {pid: utilization for pid, (_, utilization) in newest.items()}
+
+
+def _add_known(first: int | None, second: int | None) -> int | None:
+    if first is None or second is None:
+        return first if second is None else second
+    return first + second
