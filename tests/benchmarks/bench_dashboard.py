@@ -27,10 +27,36 @@ pty, scenario, interval and first-frame marker, then prints each metric's median
 and the ratio gpumon/nvitop against issue 7's targets: CPU <= 0.5x nvitop (<= 0.25x from 512
 processes), first full frame <= 0.5x, bytes/s <= 1x, and gpumon's peak RSS <= 80 MiB.
 
+Which gpumon, and what it shows (both scenarios; by default gpumon is ``python -m gpumon``
+as ``--python`` imports it, on the dashboard, as before):
+
+``--gpumon-root PATH``
+    run ``python -m gpumon`` with PATH as its working directory and first on PYTHONPATH, so
+    the gpumon of that tree (a ``git worktree`` of an older commit, say) is measured; the
+    benchmark checks before the first run that it is PATH's ``gpumon`` that is imported.
+``--keys KEYS``
+    once the first full frame is on the screen, type KEYS into the pty: space-separated key
+    names (``enter``, ``escape``, ``tab``, ``up``, ``down``, ``left``, ``right``, ``space``,
+    ``pageup``, ``pagedown``, ``home``, ``end``; ``ctrl+X``), or single characters sent as
+    they are, 0.2 s apart. ``--keys enter`` opens the detail screen of the selected GPU (GPU
+    0 at start-up). The warm-up, and so the steady-state window, then starts when the last
+    key has been sent or, with ``--keys-marker TEXT``, when TEXT is first seen on the emulated
+    screen after it (e.g. ``--keys enter --keys-marker 'Esc: back'``, the GPU detail screen's
+    title; a run fails if it does not appear within the first-frame timeout). First full
+    frame and peak RSS keep their meaning (the dashboard's start-up; the whole run).
+``--variant NAME[,root=PATH][,keys=KEYS][,keys-marker=TEXT]``
+    (repeatable) one more gpumon to measure, run alternately with the first one (and nvitop
+    with ``--compare``): ABCABC..., on the same jobs, pty, interval and first-frame marker.
+    Its fields are the options above for it alone (nothing is inherited from ``--gpumon-root``
+    or ``--keys``; without root= it is ``--python``'s gpumon). A table then gives each
+    monitor's medians and each variant's ratio to the first (``gpumon``) and to the one
+    before it; targets and exit status stay those of the first.
+
 Metrics, per run and as the median over the runs:
 
 * CPU % of one core in steady state: user+system of the monitor, its live descendants and
-  reaped children, over a window that starts a warm-up after the first full frame;
+  reaped children, over a window that starts a warm-up after the first full frame (after
+  the keys, with ``--keys``);
 * time from just before the monitor is started to its first full frame;
 * peak RSS (the tree's RSS sampled every 0.25 s over the whole run, and VmHWM at the end);
 * bytes written to the terminal per second over the steady-state window;
@@ -47,6 +73,10 @@ Usage (from the repository root)::
         --marker python --compare nvitop          # on a GPU server
     python tests/benchmarks/bench_dashboard.py --runs 1 --seconds 10 \\
         --capture /tmp/gpumon_pty_capture.bin --breakdown
+    git worktree add /tmp/gpumon-before OLD_COMMIT
+    python tests/benchmarks/bench_dashboard.py --scenario real --per-gpu 64 \\
+        --gpumon-root /tmp/gpumon-before --variant head,root=. \\
+        --variant detail,root=.,keys=enter,keys-marker='Esc: back'
 
 ``--breakdown`` classifies the last run's steady-state bytes (cursor movement, SGR, text,
 other escapes; screen area), lists the screen rows that are rewritten most, and which screen
@@ -170,6 +200,45 @@ QUERY_REPLIES = {
     b"\x1b[?2026$p": b"\x1b[?2026;2$y",  # synchronized output: supported, reset
     b"\x1b[?2048$p": b"\x1b[?2048;0$y",  # in-band resize: not recognised
 }
+
+# --keys: what an xterm sends for each named key (normal cursor-key mode).
+KEY_BYTES: dict[str, bytes] = {
+    "enter": b"\r",
+    "escape": b"\x1b",
+    "esc": b"\x1b",
+    "tab": b"\t",
+    "backspace": b"\x7f",
+    "space": b" ",
+    "up": b"\x1b[A",
+    "down": b"\x1b[B",
+    "right": b"\x1b[C",
+    "left": b"\x1b[D",
+    "home": b"\x1b[H",
+    "end": b"\x1b[F",
+    "pageup": b"\x1b[5~",
+    "pagedown": b"\x1b[6~",
+}
+KEY_GAP_S = 0.2  # between two keys (an ESC followed at once by more bytes reads as Alt+key)
+
+
+def parse_keys(spec: str) -> tuple[bytes, ...]:
+    """``--keys``: space-separated key names, ``ctrl+X``, or single characters as they are."""
+    keys = []
+    for word in spec.split():
+        lowered = word.lower()
+        if lowered in KEY_BYTES:
+            keys.append(KEY_BYTES[lowered])
+        elif lowered.startswith("ctrl+") and len(word) == 6 and word[5].isalpha():
+            keys.append(bytes([ord(lowered[5]) - ord("a") + 1]))
+        elif len(word) == 1:
+            keys.append(word.encode())
+        else:
+            raise ValueError(
+                f"unknown key {word!r} (names: {', '.join(KEY_BYTES)}, ctrl+X, or one character)"
+            )
+    if not keys:
+        raise ValueError("no keys given")
+    return tuple(keys)
 
 
 def log(message: str) -> None:
@@ -306,6 +375,10 @@ class Monitor:
     env: dict[str, str]
     rule: FrameRule
     quit_keys: bytes = b"q"
+    cwd: str | None = None  # working directory (--gpumon-root)
+    keys: tuple[bytes, ...] = ()  # typed after the first full frame (--keys)
+    keys_marker: str | None = None  # the window waits for it after the keys (--keys-marker)
+    keys_spec: str = ""  # --keys as given, for the report
 
 
 @dataclass
@@ -325,6 +398,8 @@ class RunResult:
     monitor: str = "gpumon"
     first_frame_s: float | None = None
     frame_done_s: float | None = None  # end of the burst that drew the first frame
+    keys_sent_s: float | None = None  # --keys: when the last key was sent (from the start)
+    keys_shown_s: float | None = None  # --keys-marker: when it was first seen after the keys
     cpu_percent: float | None = None
     peak_rss_mib: float | None = None
     bytes_per_s: float | None = None
@@ -522,7 +597,9 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         env["FAKENVML_STATS"] = str(stats_file)
     spy: subprocess.Popen[bytes] | None = None
     started = time.perf_counter()
-    proc, master = spawn_in_pty(monitor.command, columns=COLUMNS, rows=ROWS, env=env)
+    proc, master = spawn_in_pty(
+        monitor.command, columns=COLUMNS, rows=ROWS, env=env, cwd=monitor.cwd
+    )
     reader = PtyReader(master, answer_queries=config.answer_queries, rule=monitor.rule)
     reader.start()
     try:
@@ -531,6 +608,10 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         window_start: tuple[float, float, tuple[int, int, int]] | None = None
         window_end: tuple[float, float, tuple[int, int, int]] | None = None
         next_sample = started
+        # When the warm-up starts: at the first full frame, or (--keys) once the keys are
+        # sent, or (--keys-marker) once the marker is on the screen after them.
+        settled: float | None = None
+        keys_sent: float | None = None
         while True:
             now = time.perf_counter()
             if proc.poll() is not None:
@@ -546,7 +627,31 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
             elif result.startup_cpu_s is None:
                 with contextlib.suppress(psutil.Error):
                     result.startup_cpu_s = cpu_seconds(process)[0]  # <= 0.25 s after it
-            elif window_start is None and now >= first + config.warmup_s:
+                if not monitor.keys:
+                    settled = first
+            elif settled is None and keys_sent is None:
+                if monitor.keys_marker is not None and monitor.keys_marker in reader.screen_text():
+                    log(f"warning: {monitor.keys_marker!r} is on the screen before the keys")
+                for index, key in enumerate(monitor.keys):
+                    if index:
+                        time.sleep(KEY_GAP_S)
+                    with contextlib.suppress(OSError):
+                        os.write(master, key)
+                keys_sent = time.perf_counter()
+                result.keys_sent_s = keys_sent - started
+                if monitor.keys_marker is None:
+                    settled = keys_sent
+            elif settled is None and keys_sent is not None:
+                if monitor.keys_marker is not None and monitor.keys_marker in reader.screen_text():
+                    settled = time.perf_counter()
+                    result.keys_shown_s = settled - started
+                elif now - keys_sent > config.first_frame_timeout_s:
+                    result.error = (
+                        f"{monitor.keys_marker!r} not on the screen within "
+                        f"{config.first_frame_timeout_s:.0f} s of the keys"
+                    )
+                    break
+            elif settled is not None and window_start is None and now >= settled + config.warmup_s:
                 if profile is not None:
                     spy = start_py_spy(config, proc.pid, profile)
                 cpu, _ = cpu_seconds(process)
@@ -1045,11 +1150,16 @@ def print_runs(results: Sequence[RunResult]) -> None:
         nvml = f"; NVML {r.nvml_calls_per_s:.0f} calls/s ({r.nvml_top})" if r.nvml_top else ""
         startup = f"{r.startup_cpu_s:.2f}" if r.startup_cpu_s is not None else "n/a"
         done = f"{r.frame_done_s:.2f}" if r.frame_done_s is not None else "n/a"
+        keys = ""
+        if r.keys_sent_s is not None:
+            keys = f"; keys sent at {r.keys_sent_s:.2f} s"
+            if r.keys_shown_s is not None:
+                keys += f", their marker seen at {r.keys_shown_s:.2f} s"
         print(
             f"{r.monitor} run {index}: window {r.window_s:.1f} s, {r.window_bytes} B, "
             f"{r.frames_per_s:.2f} bursts/s; RSS sampled {r.sampled_rss_peak_mib:.1f} MiB, "
             f"VmHWM {hwm} MiB; {r.bytes_to_first_frame} B and {startup} CPU s before the first "
-            f"frame, its burst ended at {done} s; load {r.load_average_1m:.2f}; {noise}; "
+            f"frame, its burst ended at {done} s{keys}; load {r.load_average_1m:.2f}; {noise}; "
             f"descendants {r.descendants}"
             f"{nvml}; {r.exit}; left behind: {r.left_behind or 'none'}"
             + (f"; ERROR: {r.error}" if r.error else "")
@@ -1063,9 +1173,17 @@ def print_header(context: dict[str, Any], plan: Plan, config: Config) -> None:
         f"textual {context['textual']}, gpumon {context['gpumon']}; {context['platform']}"
     )
     print(f"Scenario: {plan.description}")
+    named = len(plan.monitors) > 2 or any(m.cwd or m.keys for m in plan.monitors)
     for monitor in plan.monitors:
         extra = f" ({plan.versions[monitor.name]})" if monitor.name in plan.versions else ""
-        print(f"Command: {' '.join(monitor.command)}{extra}")
+        if monitor.cwd:
+            extra += f" in {monitor.cwd} (PYTHONPATH={monitor.env.get('PYTHONPATH')})"
+        if monitor.keys:
+            extra += f"; keys after the first frame: {monitor.keys_spec}"
+            if monitor.keys_marker is not None:
+                extra += f", then waits for {monitor.keys_marker!r}"
+        name = f" [{monitor.name}]" if named else ""
+        print(f"Command{name}: {' '.join(monitor.command)}{extra}")
     if plan.nvml_env:
         print("NVML: " + " ".join(f"{k}={v}" for k, v in plan.nvml_env.items()))
     print(
@@ -1075,8 +1193,9 @@ def print_header(context: dict[str, Any], plan: Plan, config: Config) -> None:
     )
     print(f"First frame marker: {plan.monitors[0].rule.description}")
     order = "alternately (ABAB...), " if len(plan.monitors) > 1 else ""
+    keys = " (after the keys, where keys are typed)" if any(m.keys for m in plan.monitors) else ""
     print(
-        f"Steady state: {order}{config.warmup_s:g} s warm-up after the first frame, then a "
+        f"Steady state: {order}{config.warmup_s:g} s warm-up after the first frame{keys}, then a "
         f"{config.seconds:g} s window; RSS sampled every {config.sample_every_s:g} s + VmHWM\n"
     )
 
@@ -1115,6 +1234,63 @@ def print_comparison(rows: dict[str, dict[str, Any]], runs: int) -> None:
             f"{label:<26}{fmt(row['gpumon'], key):>9}{fmt(row['nvitop'], key):>9}{ratio:>15}  "
             f"{row['target']:<18}{'PASS' if row['pass'] else 'FAIL'}"
         )
+
+
+# --variant table: the metrics, then the machine noise over each window.
+VARIANT_LABELS: dict[str, tuple[str, str]] = {
+    **LABELS,
+    "machine_busy_pct": ("machine busy (noise)", "%"),
+    "steal_pct": ("steal (noise)", "%"),
+}
+
+
+def variants_table(
+    results: dict[str, list[RunResult]], names: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Per metric: each gpumon's runs and median, and each variant's ratio to the first and
+    to the one before it (``"head/gpumon"``...)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for key, (label, unit) in VARIANT_LABELS.items():
+        medians = {name: median_of(results[name], key) for name in names}
+        ratios: dict[str, float | None] = {}
+        for index, name in enumerate(names[1:], 1):
+            for other in dict.fromkeys((names[0], names[index - 1])):
+                a, b = medians[name], medians[other]
+                ratios[f"{name}/{other}"] = a / b if a is not None and b else None
+        rows[key] = {
+            "label": label,
+            "unit": unit,
+            "runs": {name: [getattr(r, key) for r in results[name]] for name in names},
+            "median": medians,
+            "ratios": ratios,
+        }
+    return rows
+
+
+def print_variants(rows: dict[str, dict[str, Any]], names: Sequence[str], runs: int) -> None:
+    width = max(9, *(len(name) + 1 for name in names))
+    print(
+        f"\n{'metric':<28}{'monitor':>{width}}"
+        + "".join(f"{'run ' + str(i):>9}" for i in range(1, runs + 1))
+        + f"{'median':>9}"
+    )
+    for key, row in rows.items():
+        label = f"{row['label']} ({row['unit']})"
+        for name in names:
+            values = "".join(f"{fmt(v, key):>9}" for v in row["runs"][name])
+            print(f"{label:<28}{name:>{width}}{values}{fmt(row['median'][name], key):>9}")
+            label = ""
+    ratio_names = list(next(iter(rows.values()))["ratios"])
+    widths = [max(9, len(name) + 1) for name in [*names, *ratio_names]]
+    print(
+        f"\n{'median':<28}"
+        + "".join(f"{name:>{w}}" for name, w in zip([*names, *ratio_names], widths, strict=True))
+    )
+    for key, row in rows.items():
+        label = f"{row['label']} ({row['unit']})"
+        cells = [fmt(row["median"][name], key) for name in names]
+        cells += [f"{r:.2f}x" if r is not None else "n/a" for r in row["ratios"].values()]
+        print(f"{label:<28}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
 
 
 def print_profile(args: argparse.Namespace, runs: int) -> None:
@@ -1165,16 +1341,105 @@ def nvml_environment(args: argparse.Namespace) -> tuple[dict[str, str], bool, st
     return env, fake, f"{kind} libnvidia-ml.so.1 in {libdir}"
 
 
+@dataclass(frozen=True)
+class GpumonSpec:
+    """Which gpumon to run and what to type into it (--gpumon-root/--keys, or a --variant)."""
+
+    name: str
+    root: Path | None = None
+    keys: str = ""
+    keys_marker: str | None = None
+
+
+def parse_variant(text: str) -> GpumonSpec:
+    """``NAME[,root=PATH][,keys=KEYS][,keys-marker=TEXT]`` (see --variant)."""
+    name, *fields = text.split(",")
+    name = name.strip()
+    if not name or "=" in name or name in ("gpumon", "nvitop"):
+        raise ValueError(f"--variant {text!r}: it needs a NAME first, other than gpumon/nvitop")
+    values: dict[str, str] = {}
+    for item in fields:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in ("root", "keys", "keys-marker") or key in values:
+            raise ValueError(
+                f"--variant {text!r}: {item!r} is not one of root=, keys=, keys-marker= "
+                "(each at most once)"
+            )
+        values[key] = value
+    if "keys-marker" in values and not values.get("keys"):
+        raise ValueError(f"--variant {text!r}: keys-marker= needs keys=")
+    if values.get("keys"):
+        parse_keys(values["keys"])  # raises on an unknown key
+    root = Path(values["root"]).expanduser().resolve() if values.get("root") else None
+    return GpumonSpec(name, root, values.get("keys", ""), values.get("keys-marker"))
+
+
+def check_gpumon_root(python: str, root: Path, env: dict[str, str]) -> None:
+    """``python`` imports ``root``'s gpumon with cwd and PYTHONPATH at ``root`` (not an
+    installed or editable one from elsewhere), else SetupError."""
+    if not (root / "gpumon" / "__init__.py").is_file():
+        raise SetupError(f"{root} holds no gpumon/__init__.py (see --gpumon-root)")
+    try:
+        done = subprocess.run(
+            [python, "-c", "import gpumon; print(gpumon.__file__)"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SetupError(f"importing gpumon from {root}: {error}") from error
+    found = Path(done.stdout.strip()).resolve() if done.returncode == 0 else None
+    if found is None or not found.is_relative_to(root.resolve()):
+        said = (done.stdout + done.stderr).strip()[-300:]
+        raise SetupError(f"{python} in {root} does not import {root}'s gpumon: {said}")
+
+
+def gpumon_monitor(
+    spec: GpumonSpec, python: str, arguments: list[str], env: dict[str, str], rule: FrameRule
+) -> Monitor:
+    """``python -m gpumon ARGUMENTS`` as ``spec`` says (its tree, its keys)."""
+    env = dict(env)
+    cwd = None
+    if spec.root is not None:
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(spec.root) + (os.pathsep + old if old else "")
+        cwd = str(spec.root)
+        check_gpumon_root(python, spec.root, env)
+    return Monitor(
+        spec.name,
+        [python, "-m", "gpumon", *arguments],
+        env,
+        rule,
+        cwd=cwd,
+        keys=parse_keys(spec.keys) if spec.keys else (),
+        keys_marker=spec.keys_marker,
+        keys_spec=spec.keys,
+    )
+
+
+def gpumon_specs(args: argparse.Namespace) -> list[GpumonSpec]:
+    """The first gpumon (--gpumon-root, --keys) and the --variant ones, in run order."""
+    first = GpumonSpec("gpumon", args.gpumon_root, args.keys or "", args.keys_marker)
+    return [first, *args.variant]
+
+
 def make_plan(args: argparse.Namespace) -> Plan:
     interval = f"{args.interval:g}"
     if args.scenario == "demo":
-        command = [args.python, "-m", "gpumon", "--demo", "--demo-gpus", "8"]
-        command += ["--demo-processes", "64", "--interval", interval]
+        arguments = ["--demo", "--demo-gpus", "8"]
+        arguments += ["--demo-processes", "64", "--interval", interval]
         env = child_environment()
         targets = {key: (target, peer) for key, (_, _, target, peer) in METRICS.items()}
         return Plan(
             description="demo: 8 simulated GPUs x 64 simulated processes (--demo)",
-            monitors=[Monitor("gpumon", command, env, FrameRule())],
+            monitors=[
+                gpumon_monitor(spec, args.python, arguments, env, FrameRule())
+                for spec in gpumon_specs(args)
+            ],
             targets=targets,
         )
     env, fake, lib_description = nvml_environment(args)
@@ -1205,9 +1470,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
         # "Gathering process status..." below the first ones for a while.
         rows = min(plan.processes, MARKER_ROWS) if fake and not args.marker else 1
     rule = FrameRule(markers, rows)
-    plan.monitors.append(
-        Monitor("gpumon", [args.python, "-m", "gpumon", "--interval", interval], env, rule)
-    )
+    plan.monitors += [
+        gpumon_monitor(spec, args.python, ["--interval", interval], env, rule)
+        for spec in gpumon_specs(args)
+    ]
     if args.compare == "nvitop":
         exe, versions = ensure_nvitop(args.nvitop_version, args.python)
         plan.versions["nvitop"] = ", ".join(f"{k} {v}" for k, v in versions.items())
@@ -1254,6 +1520,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--breakdown",
         action="store_true",
         help="classify the last run's steady-state bytes and list the busiest screen rows",
+    )
+    which = parser.add_argument_group("which gpumon, showing what (see the docstring)")
+    which.add_argument(
+        "--gpumon-root",
+        type=Path,
+        metavar="PATH",
+        help="run python -m gpumon with cwd and PYTHONPATH at PATH (that tree's gpumon; "
+        "default: the one --python imports from the current directory)",
+    )
+    which.add_argument(
+        "--keys",
+        metavar="KEYS",
+        help="type KEYS (space-separated names: enter, escape, tab, up, down, ...; ctrl+X; or "
+        "single characters) once the first full frame is drawn; the warm-up and the window "
+        "start after them (e.g. --keys enter: GPU 0's detail screen)",
+    )
+    which.add_argument(
+        "--keys-marker",
+        metavar="TEXT",
+        help="with --keys: start the warm-up only once TEXT is on the screen after the keys "
+        "(e.g. 'Esc: back' for the GPU detail screen); fail the run if it never is",
+    )
+    which.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME[,root=PATH][,keys=KEYS][,keys-marker=TEXT]",
+        help="one more gpumon, run alternately with the first; repeatable (a table gives "
+        "the medians and ratios to the first and to the previous one)",
     )
     scenario = parser.add_argument_group("scenario")
     scenario.add_argument(
@@ -1349,6 +1644,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.scenario == "demo" and (args.compare or args.nvml_lib != "fake" or args.marker):
         parser.error("--compare, --nvml-lib and --marker need --scenario real")
     args.fakenvml = args.fakenvml.resolve()
+    if args.keys_marker is not None and not args.keys:
+        parser.error("--keys-marker needs --keys")
+    try:
+        if args.keys:
+            parse_keys(args.keys)
+        args.variant = [parse_variant(text) for text in args.variant]
+    except ValueError as error:
+        parser.error(str(error))
+    names = [spec.name for spec in args.variant]
+    if len(set(names)) != len(names):
+        parser.error("--variant names must differ")
+    if args.gpumon_root is not None:
+        args.gpumon_root = args.gpumon_root.expanduser().resolve()
     return args
 
 
@@ -1448,6 +1756,8 @@ def report(
     if args.breakdown:
         reports = [breakdown(runs[-1]) for runs in results.values() if runs[-1].window]
     summary = summarise(ours, plan.targets)
+    gpumons = [m.name for m in plan.monitors if m.name != "nvitop"]
+    variants = variants_table(results, gpumons) if len(gpumons) > 1 else None
     comparison = None
     if theirs is not None:
         cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
@@ -1460,6 +1770,12 @@ def report(
             "machine": context,
             "scenario": plan.description,
             "commands": {m.name: m.command for m in plan.monitors},
+            "gpumon_roots": {m.name: m.cwd for m in plan.monitors if m.cwd},
+            "keys": {
+                m.name: {"keys": m.keys_spec, "marker": m.keys_marker}
+                for m in plan.monitors
+                if m.keys
+            },
             "versions": plan.versions,
             "nvml_env": plan.nvml_env,
             "terminal": {"columns": COLUMNS, "rows": ROWS, "answer_queries": args.answer_queries},
@@ -1480,6 +1796,7 @@ def report(
             "metrics": summary,
             "comparison": comparison,
             "breakdown": reports,
+            **({"variants": variants} if variants is not None else {}),
             "pass": passed,
         }
         print(json.dumps(payload, indent=2))
@@ -1496,6 +1813,8 @@ def report(
                     "(targets from nvitop's figures in issue 7, measured on another day; "
                     "--compare nvitop measures it alongside)"
                 )
+        if variants is not None:
+            print_variants(variants, gpumons, args.runs)
         for breakdown_report in reports:
             print_breakdown(breakdown_report)
         if args.py_spy is not None:
