@@ -12,9 +12,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gpumon import format as fmt
@@ -22,6 +20,7 @@ from gpumon.fields import FIELDS
 from gpumon.model import GpuStats, Sample
 from gpumon.store import Store
 from gpumon.ui.graphs import chart
+from gpumon.ui.store_screen import StoreScreen
 
 CHART_ROWS = 3
 _LEFT = 8  # the scale's labels left of a chart
@@ -165,17 +164,13 @@ def _ascii(text: Text, ascii_only: bool) -> Text:
     return Text(plain, style=text.style)
 
 
-class GpuDetailScreen(Screen[None]):
+class GpuDetailScreen(StoreScreen):
     """One GPU over time. ``Escape`` goes back."""
 
-    BINDINGS = [Binding("escape", "back", "Back", tooltip="back to the dashboard")]
-
     def __init__(self, store: Store, index: int, *, ascii_only: bool = False) -> None:
-        super().__init__()
-        self.store = store
+        super().__init__(store)
         self.index = index
         self.ascii_only = ascii_only
-        self._unsubscribe: Callable[[], None] | None = None
         #: The last readings of the GPU while it answered: a lost GPU's graphs keep their scale.
         self._last_known: GpuStats | None = None
 
@@ -186,23 +181,6 @@ class GpuDetailScreen(Screen[None]):
             yield Static(id="gpu-detail-fields")
             yield Static(id="gpu-detail-processes")
         yield Footer()
-
-    def on_mount(self) -> None:
-        self._unsubscribe = self.store.subscribe(self._on_sample)
-        self.refresh_from_store()
-
-    def on_unmount(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-
-    def _on_sample(self, sample: Sample) -> None:
-        if self.is_attached:
-            self.refresh_from_store()
-
-    def on_resize(self) -> None:
-        # The charts are drawn for a width: redraw now, not at the next sample (paused, 60 s).
-        self.refresh_from_store()
 
     def refresh_from_store(self) -> None:
         """Redraw everything from the store's history and latest sample."""
@@ -236,6 +214,3 @@ class GpuDetailScreen(Screen[None]):
         self.query_one("#gpu-detail-processes", Static).update(
             render_processes(sample, self.index, width)
         )
-
-    def action_back(self) -> None:
-        self.app.pop_screen()

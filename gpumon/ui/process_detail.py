@@ -14,9 +14,7 @@ from collections.abc import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
@@ -25,6 +23,7 @@ from gpumon.model import GpuProcess, Sample
 from gpumon.sources.process_details import CUDA_VARIABLES, ProcessDetails
 from gpumon.store import Store
 from gpumon.ui.graphs import chart
+from gpumon.ui.store_screen import StoreScreen
 
 ProcessKey = tuple[int, int]
 _LEFT = 8
@@ -131,10 +130,8 @@ def render_history(
     return text
 
 
-class ProcessDetailScreen(Screen[None]):
+class ProcessDetailScreen(StoreScreen):
     """One GPU process. ``Escape`` goes back."""
-
-    BINDINGS = [Binding("escape", "back", "Back", tooltip="back to the dashboard")]
 
     def __init__(
         self,
@@ -144,13 +141,11 @@ class ProcessDetailScreen(Screen[None]):
         ascii_only: bool = False,
         read_details: Callable[[int, float | None], ProcessDetails] | None = None,
     ) -> None:
-        super().__init__()
-        self.store = store
+        super().__init__(store)
         self.key = key
         self.ascii_only = ascii_only
         self.details: ProcessDetails | None = None
         self._read_details = read_details
-        self._unsubscribe: Callable[[], None] | None = None
         self.ended = False
 
     def compose(self) -> ComposeResult:
@@ -160,13 +155,11 @@ class ProcessDetailScreen(Screen[None]):
             yield Static(id="process-detail-history")
         yield Footer()
 
-    def on_mount(self) -> None:
-        self._unsubscribe = self.store.subscribe(self._on_sample)
+    def before_first_draw(self) -> None:
         latest = self.store.latest
         if latest is not None and latest.simulated:
             # A simulated PID is not a process here: never show a real one's details for it.
             self.details = ProcessDetails(self.key[1], visible=False)
-            self.refresh_from_store()
             return
         process = find(latest, self.key)
         started = None
@@ -175,7 +168,6 @@ class ProcessDetailScreen(Screen[None]):
         self.run_worker(
             lambda: self._reader()(self.key[1], started), thread=True, group="process-details"
         )
-        self.refresh_from_store()
 
     def _reader(self) -> Callable[[int, float | None], ProcessDetails]:
         if self._read_details is not None:
@@ -188,18 +180,6 @@ class ProcessDetailScreen(Screen[None]):
         if event.worker.group == "process-details" and event.state is WorkerState.SUCCESS:
             self.details = event.worker.result
             self.refresh_from_store()
-
-    def on_unmount(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-
-    def _on_sample(self, sample: Sample) -> None:
-        if self.is_attached:
-            self.refresh_from_store()
-
-    def on_resize(self) -> None:
-        self.refresh_from_store()
 
     def refresh_from_store(self) -> None:
         sample = self.store.latest
@@ -229,6 +209,3 @@ class ProcessDetailScreen(Screen[None]):
                     self.app.get_css_variables().get("success", "green"),
                 )
             )
-
-    def action_back(self) -> None:
-        self.app.pop_screen()
