@@ -17,7 +17,6 @@ import psutil
 import pytest
 from textual.containers import VerticalScroll
 from textual.pilot import Pilot
-from textual.widgets import Static
 
 from gpumon.fields import FIELDS
 from gpumon.model import GpuStats, Sample
@@ -28,6 +27,7 @@ from gpumon.ui.gpu_detail import GpuDetailScreen
 from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.process_detail import ProcessDetailScreen
 from gpumon.ui.process_table import ProcessTable
+from gpumon.ui.text_lines import TextLines
 from tests.ui_helpers import FIXED_TIME, app_for, make_gpu, make_process, make_sample, screen_text
 
 SIZE = (120, 40)
@@ -73,7 +73,7 @@ def lose(sample: Sample, index: int) -> Sample:
 
 
 def static_text(app: GpumonApp, selector: str) -> str:
-    content = app.screen.query_one(selector, Static).content
+    content = app.screen.query_one(selector, TextLines).content
     return content if isinstance(content, str) else content.plain  # type: ignore[union-attr]
 
 
@@ -164,12 +164,13 @@ async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
         assert after != before
         assert screen_text(app) != on_screen_before  # redrawn, not only re-computed
         assert "(last 34s)" in after
-        # GPU 2 idles at 25 W: 30, then 35, columns of its power chart are filled.
+        # GPU 2 idles at 25 W: its power chart grows from the right, one column per bucket of
+        # samples (a fixed time axis: the whole width is the whole history).
         filled = [row.count("▂") for row in chart_rows(before, "Power")]
-        assert filled[-1] == 30
-        assert [row.count("▂") for row in chart_rows(after, "Power")][-1] == 35
+        grown = [row.count("▂") for row in chart_rows(after, "Power")]
+        assert 0 < filled[-1] < grown[-1] <= filled[-1] + 2
 
-        graphs = screen.query_one("#gpu-detail-graphs", Static)
+        graphs = screen.query_one("#gpu-detail-graphs", TextLines)
         await pilot.press("escape")
         await pilot.pause()
         frozen = graphs.content
@@ -180,17 +181,22 @@ async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
 
 
 async def test_busy_gpu_utilisation_chart_scrolls_left() -> None:
-    """GPU 0 is busy: its utilisation chart is drawn, newest on the right, and it shifts."""
+    """GPU 0 is busy: its utilisation chart is drawn, newest on the right, and it grows one
+    column per bucket of samples (the whole width is the whole history: a fixed time axis)."""
     app, source = demo()
     async with app.run_test(size=SIZE) as pilot:
-        await push(pilot, source, 10)
+        screen_capacity = app.store.capacity
+        await push(pilot, source, 60)
         await pilot.press("enter")
         await pilot.pause()
         first = chart_rows(static_text(app, "#gpu-detail-graphs"), "Utilisation")
-        assert first[-1].rstrip().endswith("█" * 10)  # ten samples, right-aligned
-        await push(pilot, source, 1)
+        columns = first[-1].rstrip().count("█")
+        width = len(first[-1]) - 9  # the scale's labels take 9 cells
+        per_column = -(-screen_capacity // width)
+        assert abs(columns - 60 / per_column) <= 1  # right-aligned, one column per bucket
+        await push(pilot, source, per_column)
         second = chart_rows(static_text(app, "#gpu-detail-graphs"), "Utilisation")
-        assert second[-1].rstrip().endswith("█" * 11)
+        assert second[-1].rstrip().count("█") == columns + 1
         assert len(first[0]) == len(second[0])  # the chart keeps its width
 
 

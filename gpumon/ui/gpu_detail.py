@@ -19,8 +19,9 @@ from gpumon import format as fmt
 from gpumon.fields import FIELDS
 from gpumon.model import GpuStats, Sample
 from gpumon.store import Store
-from gpumon.ui.graphs import chart
+from gpumon.ui.graphs import bucketed, chart
 from gpumon.ui.store_screen import StoreScreen
+from gpumon.ui.text_lines import TextLines
 
 CHART_ROWS = 3
 _LEFT = 8  # the scale's labels left of a chart
@@ -110,7 +111,11 @@ def render_graphs(
         line.append(f"   ({span})", "dim")
         text.append_text(_ascii(line, ascii_only))
         text.append("\n")
-        rows = chart(values, chart_width, CHART_ROWS, 0.0, top, threshold=threshold,
+        # Columns of whole buckets of samples, fixed to the sample numbers: the chart moves one
+        # column per bucket, and in between only its newest column changes.
+        per_column = max(1, -(-store.capacity // chart_width))
+        columns = bucketed(values, store.sequence, per_column, chart_width)
+        rows = chart(columns, chart_width, CHART_ROWS, 0.0, top, threshold=threshold,
                      ascii_only=ascii_only)  # fmt: skip
         for number, row in enumerate(rows):
             label = graph.text(top) if number == 0 else ("0" if number == len(rows) - 1 else "")
@@ -177,9 +182,9 @@ class GpuDetailScreen(StoreScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-detail-title")
         with VerticalScroll():
-            yield Static(id="gpu-detail-graphs")
-            yield Static(id="gpu-detail-fields")
-            yield Static(id="gpu-detail-processes")
+            yield TextLines(id="gpu-detail-graphs")
+            yield TextLines(id="gpu-detail-fields")
+            yield TextLines(id="gpu-detail-processes")
         yield Footer()
 
     def refresh_from_store(self) -> None:
@@ -207,10 +212,10 @@ class GpuDetailScreen(StoreScreen):
         width = max(40, self.size.width - 5)
         variables = self.app.get_css_variables()
         colors = (variables.get("success", "green"), variables.get("warning", "yellow"))
-        self.query_one("#gpu-detail-graphs", Static).update(
+        self.query_one("#gpu-detail-graphs", TextLines).update(
             render_graphs(self.store, self.index, scale, width, self.ascii_only, colors)
         )
-        self.query_one("#gpu-detail-fields", Static).update(render_fields(gpu, self.ascii_only))
-        self.query_one("#gpu-detail-processes", Static).update(
+        self.query_one("#gpu-detail-fields", TextLines).update(render_fields(gpu, self.ascii_only))
+        self.query_one("#gpu-detail-processes", TextLines).update(
             render_processes(sample, self.index, width)
         )

@@ -127,17 +127,16 @@ def bucketed(
     per_column = max(1, per_column)
     newest_bucket = (end - 1) // per_column if end > 0 else 0
     first = (newest_bucket - width + 1) * per_column  # number of the oldest sample shown
+    offset = end - len(values)  # values[i] is sample number offset + i
     columns: list[float | None] = []
     for bucket in range(width):
-        start = first + bucket * per_column
-        # values[-1] is sample end-1: sample n is values[n - end].
-        chunk = [
-            values[n - end]
-            for n in range(start, start + per_column)
-            if 0 <= end - 1 - n < len(values) and n < end
-        ]
-        known = [value for value in chunk if value is not None and not math.isnan(value)]
-        columns.append(max(known) if known else None)
+        start = max(0, first + bucket * per_column - offset)
+        stop = max(0, min(len(values), first + (bucket + 1) * per_column - offset))
+        best: float | None = None
+        for value in values[start:stop]:  # runs on every sample: plain loop, no lists
+            if value is not None and value == value and (best is None or value > best):
+                best = value  # (value == value is False for NaN)
+        columns.append(best)
     return columns
 
 

@@ -22,8 +22,9 @@ from gpumon import format as fmt
 from gpumon.model import GpuProcess, Sample
 from gpumon.sources.process_details import CUDA_VARIABLES, ProcessDetails
 from gpumon.store import Store
-from gpumon.ui.graphs import chart
+from gpumon.ui.graphs import bucketed, chart
 from gpumon.ui.store_screen import StoreScreen
+from gpumon.ui.text_lines import TextLines
 
 ProcessKey = tuple[int, int]
 _LEFT = 8
@@ -120,8 +121,11 @@ def render_history(
         top = fixed_top if fixed_top is not None else (max(known, default=0.0) or 1.0)
         if field == "cpu_pct":
             top = max(top, 100.0)
+        # Whole buckets of samples, fixed to the sample numbers (see the GPU detail).
+        per_column = max(1, -(-store.capacity // chart_width))
+        columns = bucketed(values, store.sequence, per_column, chart_width)
         for number, row in enumerate(
-            chart(values, chart_width, 2, 0.0, top, ascii_only=ascii_only)
+            chart(columns, chart_width, 2, 0.0, top, ascii_only=ascii_only)
         ):
             label = show(top) if number == 0 else "0"
             text.append(f"{label:>{_LEFT}} ", "dim")
@@ -151,8 +155,8 @@ class ProcessDetailScreen(StoreScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="process-detail-title")
         with VerticalScroll():
-            yield Static(id="process-detail-identity")
-            yield Static(id="process-detail-history")
+            yield TextLines(id="process-detail-identity")
+            yield TextLines(id="process-detail-history")
         yield Footer()
 
     def before_first_draw(self) -> None:
@@ -194,13 +198,13 @@ class ProcessDetailScreen(StoreScreen):
         )
         now_s = sample.timestamp_s if sample is not None else time.time()
         width = max(40, self.size.width - 5)
-        self.query_one("#process-detail-identity", Static).update(
+        self.query_one("#process-detail-identity", TextLines).update(
             render_identity(
                 self.key, process, self.details, now_s, sample is not None and sample.simulated
             )
         )
         if not self.ended:
-            self.query_one("#process-detail-history", Static).update(
+            self.query_one("#process-detail-history", TextLines).update(
                 render_history(
                     self.store,
                     self.key,
