@@ -85,11 +85,16 @@ class DashboardScreen(Screen[None]):
             self._unsubscribe = None
 
     def _on_sample(self, sample: Sample) -> None:
-        if not self.app.is_running:
-            # A poll that finished while the app shuts down: its widgets are already gone.
+        if not self.app.is_running or self.app.screen is not self:
+            # Shutting down (its widgets are gone), or under another screen (its scroll
+            # updates would make Textual lay that screen out again, every sample): it catches
+            # up when it is shown again (on_screen_resume).
             return
         with self.app.batch_update():
             self.refresh_all()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_all()
 
     def on_resize(self, event: events.Resize) -> None:
         # This runs before the new size is applied, so lay out for the event's size.

@@ -137,6 +137,8 @@ def render_history(
 class ProcessDetailScreen(StoreScreen):
     """One GPU process. ``Escape`` goes back."""
 
+    TITLE_ID = "process-detail-title"
+
     def __init__(
         self,
         store: Store,
@@ -193,9 +195,7 @@ class ProcessDetailScreen(StoreScreen):
         gpu_index, pid = self.key
         state = "  (no longer on the GPU: last data kept)" if self.ended else ""
         demo = "  DEMO (simulated)" if sample is not None and sample.simulated else ""
-        self.query_one("#process-detail-title", Static).update(
-            f" Process {pid} on GPU {gpu_index}{demo}{state}"
-        )
+        self.show_title(f" Process {pid} on GPU {gpu_index}{demo}{state}")
         now_s = sample.timestamp_s if sample is not None else time.time()
         width = max(40, self.size.width - 5)
         self.query_one("#process-detail-identity", TextLines).update(

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import Static
 
 from gpumon.model import Sample
 from gpumon.store import Store
@@ -15,11 +16,21 @@ class StoreScreen(Screen[None]):
     """Subclasses draw in :meth:`refresh_from_store`; ``Escape`` goes back."""
 
     BINDINGS = [Binding("escape", "back", "Back", tooltip="back to the dashboard")]
+    #: The id of the subclass's one-line title (a Static).
+    TITLE_ID = ""
 
     def __init__(self, store: Store) -> None:
         super().__init__()
         self.store = store
         self._unsubscribe: Callable[[], None] | None = None
+        self._title: str | None = None
+
+    def show_title(self, text: str) -> None:
+        """Set the title, only when it changed: a Static's update lays the whole screen out
+        again, which repaints every cell (14 kB per sample at 200x50)."""
+        if text != self._title:
+            self._title = text
+            self.query_one(f"#{self.TITLE_ID}", Static).update(text)
 
     def on_mount(self) -> None:
         self.before_first_draw()
