@@ -36,20 +36,21 @@ No child outlives gpumon
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import ctypes
 import inspect
-import os
 import signal
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpumon.probe import steps as S
-from gpumon.probe.child_io import EXIT_PARENT_GONE
+from gpumon.probe.child_process import (
+    LIVE_GROUPS,
+    child_command,
+    end_child,
+    kill_group,
+    parent_death_preexec,
+)
 from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, check_released
 from gpumon.probe.protocol import (
     Done,
@@ -69,136 +70,6 @@ EventCallback = Callable[[Event], "Awaitable[None] | None"]
 # A line longer than this is garbage, not a protocol message.
 MAX_LINE_BYTES = 1 << 20
 STDERR_TAIL_CHARS = 2000
-REAP_TIMEOUT_S = 5.0
-
-_BOOTSTRAP = """\
-import importlib.util, os, runpy, sys
-package_dir = sys.argv.pop(1)
-spec = importlib.util.spec_from_file_location(
-    "gpumon", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir]
-)
-module = importlib.util.module_from_spec(spec)
-sys.modules["gpumon"] = module
-spec.loader.exec_module(module)
-runpy.run_module("gpumon.probe.child", run_name="__main__", alter_sys=True)
-"""
-
-# Process groups of children still running: the atexit hook kills them.
-_LIVE_GROUPS: set[int] = set()
-
-
-def child_command(python: str | None = None) -> list[str]:
-    """The argv that starts the probe child in ``python`` (default: this interpreter)."""
-    package_dir = str(Path(__file__).resolve().parent.parent)
-    return [python or sys.executable, "-c", _BOOTSTRAP, package_dir]
-
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _prctl() -> Callable[..., int] | None:
-    """libc's ``prctl``, or None where there is none (anything but Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
-
-
-_PRCTL = _prctl()
-
-
-def parent_death_preexec(parent_pid: int | None = None) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child die with SIGKILL when gpumon dies (Linux only;
-    None elsewhere).
-
-    It runs in the child between fork and exec and calls only what was resolved here, in the
-    parent, before the fork (``prctl`` through ctypes: no import, no symbol lookup). The
-    setting survives exec. If gpumon died before ``prctl`` ran, the signal will never come:
-    the child then has another parent than ``parent_pid`` (gpumon's PID, taken before the
-    fork) and exits at once.
-
-    The kernel sends the signal when the *thread* that forked the child ends, not the
-    process. Both callers fork from the thread that runs their event loop and lives as long
-    as the probe: the dashboard's probe worker is an asyncio task on Textual's loop in the
-    main thread (``App.run`` -> ``asyncio.run``), and ``gpumon probe`` runs ``asyncio.run``
-    in the main thread; asyncio's ``create_subprocess_exec`` forks in the loop's thread.
-    Never start the child from a short-lived thread (``asyncio.to_thread``, a thread worker):
-    it would be killed as soon as that thread ends.
-    """
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-    parent = os.getpid() if parent_pid is None else parent_pid
-
-    def die_with_parent() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(EXIT_PARENT_GONE)
-
-    return die_with_parent
-
-
-def _kill_group(pid: int) -> None:
-    # start_new_session=True made the child the leader of a group whose id is its PID.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-@atexit.register
-def kill_live_children() -> None:
-    """Kill the process group of every child still running (at exit, or when quitting hangs)."""
-    for pid in list(_LIVE_GROUPS):
-        _kill_group(pid)
-
-
-async def _end(process: asyncio.subprocess.Process, stderr_task: asyncio.Future[None]) -> None:
-    """Kill the child (if still running), reap it and drain its pipes.
-
-    Runs in ``finally``, also while the runner is being cancelled, and possibly cancelled
-    again: Textual cancels a worker when its widget unmounts and again when the app shuts
-    down, and ``asyncio.run`` cancels every task left at exit. The child is killed first,
-    synchronously; then each wait is retried through cancellations until its own short time
-    limit, so the child is reaped and asyncio closes its pipes now, not at garbage collection
-    after the loop has closed. A cancellation swallowed here is raised again at the end.
-    """
-    if process.returncode is None:
-        _kill_group(process.pid)
-    loop = asyncio.get_running_loop()
-    cancelled = False
-
-    async def patiently(wait: Callable[[], Awaitable[object]], limit_s: float) -> None:
-        nonlocal cancelled
-        deadline = loop.time() + limit_s
-        while (remaining := deadline - loop.time()) > 0:
-            try:
-                await asyncio.wait_for(wait(), remaining)
-                return
-            except asyncio.CancelledError:
-                cancelled = True
-            except (asyncio.TimeoutError, ValueError):
-                return
-
-    async def stderr_drained() -> None:
-        if not stderr_task.done():
-            await asyncio.shield(stderr_task)
-
-    # A process stuck inside the GPU driver may take a while to die even from SIGKILL: do
-    # not hold up quitting gpumon for it (the atexit hook tries again).
-    await patiently(process.wait, REAP_TIMEOUT_S)
-    if process.returncode is not None:
-        _LIVE_GROUPS.discard(process.pid)
-    if process.stdin is not None:
-        process.stdin.close()
-    if process.stdout is not None:
-        await patiently(process.stdout.read, 1.0)
-    await patiently(stderr_drained, 1.0)
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 @dataclass
@@ -280,7 +151,7 @@ class _ProbeRun:
         except OSError as error:
             await self.settle(f"cannot start {self.argv[0]}: {error.strerror or error}")
             return await self.finish(None, None, timed_out=False)
-        _LIVE_GROUPS.add(process.pid)
+        LIVE_GROUPS.add(process.pid)
         stderr_task = asyncio.ensure_future(self.drain_stderr(process))
         failure: str | None = None
         timed_out = False
@@ -289,16 +160,16 @@ class _ProbeRun:
                 await asyncio.wait_for(self.converse(process), self.timeout_s)
             except asyncio.TimeoutError:
                 timed_out = True
-                _kill_group(process.pid)
+                kill_group(process.pid)
                 failure = (
                     f"timed out after {self.timeout_s:g} s: "
                     f"the child (PID {process.pid}) was killed"
                 )
             except _Garbage as garbage:
-                _kill_group(process.pid)
+                kill_group(process.pid)
                 failure = f"the child's output is not the probe protocol: {garbage}"
         finally:
-            await _end(process, stderr_task)
+            await end_child(process, stderr_task)
         # None only if a killed child could not even be reaped (stuck in the driver).
         returncode = process.returncode
         if failure is None and returncode is not None and returncode != 0:

@@ -7,9 +7,7 @@ only the cells that changed are repainted (no clear-and-refill every tick).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 from rich.style import Style
 from textual import events
@@ -19,101 +17,34 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gpumon import format as fmt
-from gpumon.model import GpuProcess, Sample, notable_unlisted_memory_bytes
+from gpumon.model import GpuProcess
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, changed_runs
-
-ProcessKey = tuple[int, int]  # (GPU index, PID)
-
-# What an empty table says. "None" is a claim: only made when every GPU's list was read.
-EMPTY_WAITING = "Waiting for the first sample: processes not known yet."
-EMPTY_NONE = "No processes on any GPU."
-EMPTY_NONE_ON_THE_OTHERS = "No processes listed on the GPUs whose lists could be read."
-EMPTY_UNKNOWN = "Processes unknown: no GPU data (see above)."
-EMPTY_ALL_UNKNOWN = "Processes unknown: no GPU's process list could be read."
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int  # 0: takes the remaining width
-    right: bool
-    sort: Callable[[GpuProcess], Any]
-    min_terminal_width: int = 0  # hidden below this table width
-
-
-def _none_last(value: Any) -> tuple[bool, Any]:
-    return (value is None, value if value is not None else 0)
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", 3, True, lambda p: (p.gpu_index, p.pid)),
-    Column("pid", "PID", 8, True, lambda p: p.pid),
-    Column("user", "USER", 10, False, lambda p: _none_last(p.user)),
-    Column("type", "TYPE", 4, False, lambda p: p.kind.value, 72),
-    Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
-    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
-    Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
-    Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), 80),
-    Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
+from gpumon.ui.process_columns import (
+    COLUMNS,
+    DESCENDING_FIRST,
+    EMPTY_ALL_UNKNOWN,
+    EMPTY_NONE,
+    EMPTY_NONE_ON_THE_OTHERS,
+    EMPTY_UNKNOWN,
+    EMPTY_WAITING,
+    Column,
+    ProcessKey,
+    cell_text,
+    table_messages,
 )
-# Descending first for these: the biggest users are what people look for.
-_DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
 
-
-def table_messages(sample: Sample | None) -> tuple[list[str], str]:
-    """The notice lines below the rows, and the text of an empty table, for ``sample``.
-
-    A GPU whose process list is unknown (refused by NVML) gets a notice, and so does one
-    whose memory is held mostly by processes NVML does not list here. "No processes" is said
-    only when every GPU's list was read.
-    """
-    if sample is None:
-        return [], EMPTY_WAITING
-    if not sample.gpus:
-        return [], EMPTY_UNKNOWN if sample.unavailable is not None else EMPTY_NONE
-    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
-    for process in sample.processes:
-        by_gpu.setdefault(process.gpu_index, []).append(process)
-    notices: list[str] = []
-    unknown = 0
-    for gpu in sample.gpus:
-        if gpu.lost:
-            unknown += 1
-        elif gpu.processes_error is not None:
-            unknown += 1
-            notices.append(f"GPU {gpu.index}: processes N/A ({gpu.processes_error})")
-        else:
-            unlisted = notable_unlisted_memory_bytes(gpu, by_gpu[gpu.index])
-            if unlisted is not None:
-                notices.append(f"GPU {gpu.index}: {fmt.unlisted_memory(unlisted)}")
-    if unknown == len(sample.gpus):
-        return notices, EMPTY_ALL_UNKNOWN
-    return notices, EMPTY_NONE_ON_THE_OTHERS if unknown else EMPTY_NONE
-
-
-def _cell_text(column: Column, process: GpuProcess) -> str:
-    key = column.key
-    if key == "gpu":
-        return str(process.gpu_index)
-    if key == "pid":
-        return str(process.pid)
-    if key == "user":
-        return process.user or ("?" if process.visible else "-")
-    if key == "type":
-        return process.kind.value
-    if key == "gpu_memory":
-        return fmt.bytes_short(process.gpu_memory_bytes)
-    if key == "cpu":
-        return fmt.NA if process.cpu_pct is None else f"{process.cpu_pct:.0f}"
-    if key == "rss":
-        return fmt.bytes_short(process.rss_bytes)
-    if key == "time":
-        return fmt.duration(process.elapsed_s)
-    if not process.visible:
-        return "(not visible here: outside this PID namespace - see ?)"
-    return process.command or "?"
+__all__ = [
+    "COLUMNS",
+    "EMPTY_ALL_UNKNOWN",
+    "EMPTY_NONE",
+    "EMPTY_NONE_ON_THE_OTHERS",
+    "EMPTY_UNKNOWN",
+    "EMPTY_WAITING",
+    "Column",
+    "ProcessKey",
+    "ProcessTable",
+    "table_messages",
+]
 
 
 class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
@@ -228,7 +159,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         """Sort the rows again, the cursor on the same process (or, if that one ended, at
         ``old_row``); ``follow`` scrolls the view, as little as it can, to show it."""
         column = next(c for c in COLUMNS if c.key == self.sort_key)
-        reverse = self.sort_reverse != (self.sort_key in _DESCENDING_FIRST)
+        reverse = self.sort_reverse != (self.sort_key in DESCENDING_FIRST)
         self.rows = sorted(self._processes, key=column.sort, reverse=reverse)
         keys = [p.key for p in self.rows]
         if not self.cursor_chosen:
@@ -415,7 +346,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         layout = self._layout(width)
         for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
-            text = fit(_cell_text(column, process), column_width, column.right)
+            text = fit(cell_text(column, process), column_width, column.right)
             # A space between columns, none after the last: the row is exactly as wide as
             # the table, so nothing has to be cropped off it on every refresh.
             line.add(text + " " if index < len(layout) - 1 else text, style)
@@ -429,7 +360,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             title = column.title[:column_width]
             style = header
             if column.key == self.sort_key:
-                descending = self.sort_reverse != (column.key in _DESCENDING_FIRST)
+                descending = self.sort_reverse != (column.key in DESCENDING_FIRST)
                 arrow = self.glyphs.down if descending else self.glyphs.up
                 # The arrow always shows, even when the title must give up a letter for it.
                 title = column.title[: column_width - 1] + arrow

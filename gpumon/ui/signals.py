@@ -88,10 +88,10 @@ def ignore_quit_signals() -> None:
 
 
 def _kill_probe_children() -> None:
-    # Only if a probe ever ran: importing the runner just for this would be work for nothing.
-    runner = sys.modules.get("gpumon.probe.runner")
-    if runner is not None:
-        runner.kill_live_children()
+    # Only if a probe ever ran: importing the module just for this would be work for nothing.
+    children = sys.modules.get("gpumon.probe.child_process")
+    if children is not None:
+        children.kill_live_children()
 
 
 class _ResumeOnlyAfterSuspend:
