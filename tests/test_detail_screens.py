@@ -560,3 +560,29 @@ async def test_ascii_mode_process_detail_is_pure_ascii(launcher_with_a_long_comm
         identity = static_text(app, "#process-detail-identity")
         assert "Launched by" in identity and "xxxxxxxx" in identity
         assert identity.isascii()
+
+
+def test_the_full_command_line_is_wrapped_never_cut() -> None:
+    from gpumon.ui.process_detail import render_identity, wrap_cells
+
+    command = (
+        "python -m torch.distributed.run --nproc_per_node 8 train.py --config "
+        + ("c" * 150)
+        + " --lr 3e-4 界面"
+    )
+    process = dataclasses.replace(make_process_for_wrap(), command=command)
+    text = render_identity((0, process.pid), process, None, 0.0, simulated=True, width=40)
+    lines = text.plain.splitlines()
+    start = lines.index("Command") + 1
+    shown = [line.removeprefix("  ") for line in lines[start : lines.index(next(
+        line for line in lines[start:] if line.startswith("User")
+    ))]]  # fmt: skip
+    assert "".join(shown).replace(" ", "") == command.replace(" ", "")
+    assert all(len(line) <= 40 for line in lines[start : start + len(shown)])
+    assert wrap_cells("", 10) == [""]
+
+
+def make_process_for_wrap() -> Any:
+    from gpumon.model import GpuProcess, ProcessKind
+
+    return GpuProcess(0, None, 4242, ProcessKind.COMPUTE, 1024, "alice", "python x.py")

@@ -36,14 +36,39 @@ def find(sample: Sample | None, key: ProcessKey) -> GpuProcess | None:
     return next((process for process in sample.processes if process.key == key), None)
 
 
+def wrap_cells(text: str, width: int) -> list[str]:
+    """``text`` in pieces of at most ``width`` terminal cells, breaking at spaces where it
+    can and inside a word where it must: every character is kept, in order."""
+    pieces: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        candidate = word if not line else f"{line} {word}"
+        if fmt.cell_len(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            pieces.append(line)
+        line = word
+        while fmt.cell_len(line) > width:  # a word longer than the line: break inside it
+            cut = width
+            while cut > 1 and fmt.cell_len(line[:cut]) > width:
+                cut -= 1
+            pieces.append(line[:cut])
+            line = line[cut:]
+    pieces.append(line)
+    return pieces
+
+
 def render_identity(
     key: ProcessKey,
     process: GpuProcess | None,
     details: ProcessDetails | None,
     now_s: float,
     simulated: bool = False,
+    width: int = 80,
 ) -> Text:
-    """Command, user, start time, parents, CUDA variables: what the host says of the PID."""
+    """Command, user, start time, parents, CUDA variables: what the host says of the PID.
+    The command line is wrapped at ``width`` cells, never cut."""
     gpu_index, pid = key
     text = Text()
     if details is None:
@@ -61,7 +86,8 @@ def render_identity(
         process.command if process else None
     )
     text.append("Command\n", "bold")
-    text.append(f"  {command or fmt.NA}\n")
+    for part in wrap_cells(command or fmt.NA, max(10, width - 2)):
+        text.append(f"  {part}\n")
     user = (details.user if details and details.visible else None) or (
         process.user if process else None
     )
@@ -200,7 +226,12 @@ class ProcessDetailScreen(StoreScreen):
         width = max(40, self.size.width - 5)
         self.query_one("#process-detail-identity", TextLines).update(
             render_identity(
-                self.key, process, self.details, now_s, sample is not None and sample.simulated
+                self.key,
+                process,
+                self.details,
+                now_s,
+                sample is not None and sample.simulated,
+                width,
             )
         )
         if not self.ended:
