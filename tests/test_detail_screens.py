@@ -558,7 +558,9 @@ async def test_ascii_mode_process_detail_is_pure_ascii(launcher_with_a_long_comm
         await app.workers.wait_for_complete()
         await pilot.pause()
         identity = static_text(app, "#process-detail-identity")
-        assert "Launched by" in identity and "xxxxxxxx" in identity
+        # The launcher's command is cut (how much of it shows depends on the interpreter's
+        # path, which differs between machines), with ASCII dots.
+        assert "Launched by" in identity and "..." in identity
         assert identity.isascii()
 
 
