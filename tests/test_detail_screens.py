@@ -5,7 +5,6 @@ goes back to the dashboard as it was."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import subprocess
 import sys
@@ -21,36 +20,24 @@ from textual.pilot import Pilot
 from gpumon.fields import FIELDS
 from gpumon.model import GpuStats, Sample
 from gpumon.sources import process_details
-from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.app import GpumonApp
 from gpumon.ui.gpu_detail import GpuDetailScreen
 from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.process_detail import ProcessDetailScreen
 from gpumon.ui.process_table import ProcessTable
 from gpumon.ui.text_lines import TextLines
-from tests.ui_helpers import FIXED_TIME, app_for, make_gpu, make_process, make_sample, screen_text
+from tests.ui_helpers import (
+    app_for,
+    demo_app,
+    make_gpu,
+    make_process,
+    make_sample,
+    push,
+    screen_text,
+)
 
 SIZE = (120, 40)
 LOST_REASON = "GPU has fallen off the bus"
-
-
-def demo(ascii_only: bool = False) -> tuple[GpumonApp, DemoSource]:
-    """Four demo GPUs (seed 0: GPU 2 is idle, with no process), one second apart."""
-    ticks = itertools.count()
-    source = DemoSource(4, seed=0, current_user="alice", clock=lambda: FIXED_TIME + next(ticks))
-    return create_app(source=source, autostart=False, ascii_only=ascii_only), source
-
-
-async def push(pilot: Pilot[Any], source: DemoSource, count: int) -> Sample:
-    app = pilot.app
-    assert isinstance(app, GpumonApp)
-    sample = source.sample()
-    app.receive_sample(sample)
-    for _ in range(count - 1):
-        sample = source.sample()
-        app.receive_sample(sample)
-    await pilot.pause()
-    return sample
 
 
 def lose(sample: Sample, index: int) -> Sample:
@@ -120,7 +107,7 @@ async def scroll_through(pilot: Pilot[Any]) -> str:
 
 
 async def test_enter_opens_the_selected_gpu_and_escape_goes_back_to_it() -> None:
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 30)
         await pilot.press("down", "right")  # two steps: GPU 2
@@ -150,7 +137,7 @@ async def test_enter_opens_the_selected_gpu_and_escape_goes_back_to_it() -> None
 
 
 async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 30)
         await pilot.press("down", "down", "enter")
@@ -183,7 +170,7 @@ async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
 async def test_busy_gpu_utilisation_chart_scrolls_left() -> None:
     """GPU 0 is busy: its utilisation chart is drawn, newest on the right, and it grows one
     column per bucket of samples (the whole width is the whole history: a fixed time axis)."""
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         screen_capacity = app.store.capacity
         await push(pilot, source, 60)
@@ -201,7 +188,7 @@ async def test_busy_gpu_utilisation_chart_scrolls_left() -> None:
 
 
 async def test_every_field_of_the_field_table_is_shown_with_its_value() -> None:
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         sample = await push(pilot, source, 3)
         await pilot.press("down", "down", "enter")
@@ -218,7 +205,7 @@ async def test_every_field_of_the_field_table_is_shown_with_its_value() -> None:
 
 
 async def test_a_gpus_processes_are_listed_biggest_first() -> None:
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         sample = await push(pilot, source, 3)
         await pilot.press("enter")  # GPU 0: the display server and two jobs
@@ -245,7 +232,7 @@ async def test_a_gpus_processes_are_listed_biggest_first() -> None:
 
 
 async def test_a_gpu_lost_while_its_detail_is_open_reads_lost() -> None:
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 20)
         await pilot.press("down", "down", "enter")
@@ -270,7 +257,7 @@ async def test_a_gpu_lost_while_its_detail_is_open_reads_lost() -> None:
 async def test_a_lost_gpus_graphs_keep_their_scale() -> None:
     """A lost GPU's graphs keep the scale of its last readings: 25 W of 300 W is not drawn
     as a full-height chart labelled 25W (a bug found here, fixed in 02553c7)."""
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 20)
         await pilot.press("down", "down", "enter")
@@ -287,7 +274,7 @@ async def test_a_lost_gpus_graphs_keep_their_scale() -> None:
 async def test_lost_is_visible_in_the_title_at_80_columns() -> None:
     """LOST comes first in the title: a narrow terminal cuts the title's end, not LOST
     (it was appended last and hidden at 80 columns; fixed in 02553c7)."""
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await push(pilot, source, 5)
         await pilot.press("down", "down", "enter")
@@ -300,7 +287,7 @@ async def test_lost_is_visible_in_the_title_at_80_columns() -> None:
 async def test_gpu_detail_redraws_for_a_new_terminal_width() -> None:
     """A resize redraws the charts for the new width at once (before the next sample, which
     may be 60 s away or paused); a chart row never wraps (fixed in 02553c7)."""
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 120)
         await pilot.press("enter")
@@ -315,7 +302,7 @@ async def test_gpu_detail_redraws_for_a_new_terminal_width() -> None:
 
 
 async def test_process_detail_redraws_for_a_new_terminal_width() -> None:
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 120)
         await pilot.press("tab", "down", "enter")
@@ -331,7 +318,7 @@ async def test_process_detail_redraws_for_a_new_terminal_width() -> None:
 
 
 async def test_ascii_mode_gpu_detail_is_pure_ascii() -> None:
-    app, source = demo(ascii_only=True)
+    app, source = demo_app(ascii_only=True)
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 30)
         await pilot.press("enter")  # GPU 0: busy, with processes
@@ -371,7 +358,7 @@ async def test_simulated_process_detail_reads_nothing_from_the_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     asked = no_host_reads(monkeypatch)
-    app, source = demo()
+    app, source = demo_app()
     async with app.run_test(size=(100, 30)) as pilot:
         sample = await push(pilot, source, 10)
         await pilot.press("tab", "down")

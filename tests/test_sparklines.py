@@ -5,39 +5,16 @@ shifts (fewer cells to repaint)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from typing import Any
-
-from textual.pilot import Pilot
 
 from gpumon.model import GpuStats, Sample
-from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.app import GpumonApp
 from gpumon.ui.gpu_layout import CARD_HEIGHT, Layout
 from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.graphs import BLOCKS, bucketed, history_sparkline
-from tests.ui_helpers import FIXED_TIME, screen_text
+from tests.ui_helpers import demo_app, push, screen_text
 
 #: A sparkline's glyphs that a bar never uses (bars: full and left-eighth blocks).
 SPARK_ONLY = set(BLOCKS) - {"█"}
-
-
-def demo(gpus: int = 8) -> tuple[GpumonApp, DemoSource]:
-    ticks = itertools.count()
-    source = DemoSource(gpus, seed=0, current_user="alice", clock=lambda: FIXED_TIME + next(ticks))
-    return create_app(source=source, autostart=False, ascii_only=False), source
-
-
-async def push(pilot: Pilot[Any], source: DemoSource, count: int) -> Sample:
-    app = pilot.app
-    assert isinstance(app, GpumonApp)
-    sample = source.sample()
-    app.receive_sample(sample)
-    for _ in range(count - 1):
-        sample = source.sample()
-        app.receive_sample(sample)
-    await pilot.pause()
-    return sample
 
 
 def panel_lines(app: GpumonApp) -> list[str]:
@@ -89,7 +66,7 @@ def lose(sample: Sample, index: int) -> Sample:
 async def test_cards_at_200x50_show_utilisation_and_memory_sparklines() -> None:
     """Three cards abreast, 66 cells each (62 inside): sparklines of min(24, (62 - 28) // 3)
     = 11 cells, right of the GPU and MEM bars, lined up."""
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(200, 50)) as pilot:
         await push(pilot, source, 1)
         panel = app.query_one(GpuPanel)
@@ -114,7 +91,7 @@ async def test_cards_at_120x40_two_columns_still_have_room_for_nine_cell_sparkli
     the minimum of 6, so sparklines are drawn. The card layout never goes below 58 cells a
     card (CARD_MIN_WIDTH), i.e. 54 inside and 8-cell sparklines: the width rule never hides
     them on cards; it hides them only in the line layouts."""
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(120, 40)) as pilot:
         await push(pilot, source, 120)
         panel = app.query_one(GpuPanel)
@@ -132,7 +109,7 @@ async def test_cards_at_120x40_two_columns_still_have_room_for_nine_cell_sparkli
 
 
 async def test_a_lost_gpu_has_no_sparkline_and_the_others_keep_theirs() -> None:
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(200, 50)) as pilot:
         await push(pilot, source, 60)
         app.receive_sample(lose(source.sample(), 5))
@@ -152,7 +129,7 @@ async def test_a_lost_gpu_has_no_sparkline_and_the_others_keep_theirs() -> None:
 async def test_two_line_rows_at_130x30_show_one_utilisation_sparkline() -> None:
     """Eight GPUs at 130x30: two lines each; the second line has a 16-cell utilisation
     sparkline after the GPU bar, and none after the MEM or PWR bars."""
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(130, 30)) as pilot:
         await push(pilot, source, 120)
         panel = app.query_one(GpuPanel)
@@ -171,7 +148,7 @@ async def test_two_line_rows_at_130x30_show_one_utilisation_sparkline() -> None:
 
 
 async def test_one_line_rows_at_60x15_have_no_sparkline() -> None:
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(60, 15)) as pilot:
         await push(pilot, source, 120)
         panel = app.query_one(GpuPanel)
@@ -183,7 +160,7 @@ async def test_one_line_rows_at_60x15_have_no_sparkline() -> None:
 
 async def test_two_line_rows_too_narrow_for_a_sparkline_have_none() -> None:
     """80 columns: (80 - 3 - 44 - 36) // 2 < 6, so no sparkline; the bars keep the room."""
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(80, 30)) as pilot:
         await push(pilot, source, 120)
         assert app.query_one(GpuPanel).layout_mode is Layout.TWO_LINES
@@ -196,7 +173,7 @@ async def test_two_line_rows_too_narrow_for_a_sparkline_have_none() -> None:
 async def test_only_the_newest_column_changes_until_the_sparkline_shifts() -> None:
     """11 cells at 1 s: 27 samples a column (300 s / 11). Within a column's samples, every
     column left of the newest stays as drawn; the next sample shifts them all left by one."""
-    app, source = demo()
+    app, source = demo_app(8)
     async with app.run_test(size=(200, 50)) as pilot:
         per_column = round(300 / 11)
         await push(pilot, source, 4 * per_column + 1)  # a new column just started

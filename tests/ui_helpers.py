@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 from textual.app import App
+from textual.pilot import Pilot
 
 from gpumon.model import (
     DriverInfo,
@@ -12,6 +16,7 @@ from gpumon.model import (
     ProcessKind,
     Sample,
 )
+from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import GpumonApp, create_app
 
 GIB = 1024**3
@@ -134,3 +139,24 @@ async def screen_after(sample: Sample, size: tuple[int, int] = (120, 40)) -> str
         app.receive_sample(sample)
         await pilot.pause()
         return screen_text(app)
+
+
+def demo_app(gpus: int = 4, ascii_only: bool = False) -> tuple[GpumonApp, DemoSource]:
+    """A seeded demo server (seed 0) whose samples are one second apart, and an app for it
+    that does not poll: tests hand it samples with :func:`push`."""
+    ticks = itertools.count()
+    source = DemoSource(gpus, seed=0, current_user="alice", clock=lambda: FIXED_TIME + next(ticks))
+    return create_app(source=source, autostart=False, ascii_only=ascii_only), source
+
+
+async def push(pilot: Pilot[Any], source: DemoSource, count: int) -> Sample:
+    """Hand ``count`` new samples to the app, then let it draw; returns the last."""
+    app = pilot.app
+    assert isinstance(app, GpumonApp)
+    sample = source.sample()
+    app.receive_sample(sample)
+    for _ in range(count - 1):
+        sample = source.sample()
+        app.receive_sample(sample)
+    await pilot.pause()
+    return sample
