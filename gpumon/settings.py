@@ -12,13 +12,13 @@ starts with half a config.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon.format import HOT_MARGIN_C, WARM_MARGIN_C
 from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 #: Textual's built-in themes (checked in the tests against Textual's own list, so settings
@@ -75,8 +75,8 @@ class Settings:
     interval_s: float = 1.0
     theme: str = "textual-dark"
     probe_python: str | None = None
-    temperature_hot_margin_c: int = 5
-    temperature_warm_margin_c: int = 15
+    temperature_hot_margin_c: int = HOT_MARGIN_C
+    temperature_warm_margin_c: int = WARM_MARGIN_C
     load_warn_pct: int = 50
     load_hot_pct: int = 80
     history_minutes: int = 10
@@ -291,8 +291,3 @@ def _toml(value: Any) -> str:
         return repr(value)
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
-
-
-def replace(settings: Settings, **changes: Any) -> Settings:
-    """A copy with ``changes`` (keeps origins)."""
-    return dataclasses.replace(settings, **changes)

@@ -27,21 +27,18 @@ DEFAULT_PREFIX = "GPU "
 #: What the line says when there is no GPU data (no driver): never a blank status bar.
 NO_DATA = "GPU N/A"
 
-#: The fields ``--format`` may use, with what they hold. All are strings; N/A is "N/A".
-#: Every field of the field table (:mod:`gpumon.fields`) by its key, plus these.
-_EXTRA: dict[str, str] = {
+#: The fields ``--format`` may use, with what they hold. All are strings; N/A is "N/A":
+#: the GPU's identity, every field of the field table (:mod:`gpumon.fields`) by its key, and
+#: a few derived from them.
+FIELDS: dict[str, str] = {
     "index": "NVML index (0, 1, ...)",
     "name": "product name",
     "uuid": "full GPU UUID",
     "short_uuid": "GPU-1a2b3c4d",
+    **{field.key: field.help for field in TABLE},
     "util_num": "GPU utilisation without the % sign (87)",
     "mem_pct": "memory used, percent of total (26%)",
     "mem_pct_num": "memory used, percent of total, without the % sign (26)",
-}
-FIELDS: dict[str, str] = {
-    **{name: text for name, text in _EXTRA.items() if name in ("index", "name")},
-    **{field.key: field.help for field in TABLE},
-    **_EXTRA,
 }
 
 

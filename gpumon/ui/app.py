@@ -240,7 +240,6 @@ class GpumonApp(App[int]):
             new = smaller[-1] if smaller else INTERVAL_STEPS_S[0]
         self.poller.interval_s = new
         self.store.resize(self.poller.interval_s)
-        self.dashboard.query_one(GpuPanel).interval_s = self.poller.interval_s
         self._refresh_all()
 
     # -- the torch probe -------------------------------------------------------------

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Static
 from gpumon.model import Sample
 from gpumon.ui.bars import HeaderBar, HostStrip
 from gpumon.ui.gpu_layout import choose_layout, layout_height
-from gpumon.ui.gpu_panel import GpuPanel, Thresholds
+from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.process_table import ProcessTable, table_messages
 
 if TYPE_CHECKING:
@@ -65,16 +65,9 @@ class DashboardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         app = self.gpumon
-        limits = app.settings
         panel = self.query_one(GpuPanel)
         panel.history = app.store
-        panel.interval_s = app.poller.interval_s
-        panel.thresholds = Thresholds(
-            limits.load_warn_pct,
-            limits.load_hot_pct,
-            limits.temperature_hot_margin_c,
-            limits.temperature_warm_margin_c,
-        )
+        panel.settings = app.settings
         panel.focus()
         self._unsubscribe = app.store.subscribe(self._on_sample)
         self.refresh_all()

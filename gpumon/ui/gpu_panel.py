@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rich.style import Style
 from textual import events
@@ -15,6 +14,7 @@ from textual.strip import Strip
 
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
+from gpumon.settings import Settings
 from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, row_lines
 from gpumon.ui.gpu_rows import count_text, lost_reason, one_line, short_bus, two_lines
 from gpumon.ui.graphs import HistorySource, history_sparkline
@@ -22,16 +22,6 @@ from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
 _TEMPERATURE_STYLES = {"na": "dim", "warm": "warn", "hot": "hot"}
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """When bars and temperatures change colour (settings: load_*_pct, temperature_*_c)."""
-
-    load_warn_pct: int = 50
-    load_hot_pct: int = 80
-    hot_margin_c: int = fmt.HOT_MARGIN_C
-    warm_margin_c: int = fmt.WARM_MARGIN_C
 
 
 class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
@@ -100,8 +90,8 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         # First row (of cards, or of GPUs) shown when not every GPU fits.
         self.top_row = 0
         self._cards: dict[int, tuple[tuple[GpuStats, bool, int, tuple[str, str]], list[Strip]]] = {}
-        #: Colour thresholds (settings); the app sets them before the first sample.
-        self.thresholds = Thresholds()
+        #: The colour thresholds come from the settings; the dashboard hands them down.
+        self.settings = Settings()
         #: Where sparklines read history (the app's store) and at what interval; none without.
         self.history: HistorySource | None = None
         self.interval_s = 1.0
@@ -229,9 +219,12 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
 
     def temperature_style(self, gpu: GpuStats) -> Style:
         """Colour of :func:`gpumon.format.temperature_level`: red near slowdown, then yellow."""
-        limits = self.thresholds
+        limits = self.settings
         level = fmt.temperature_level(
-            gpu.temperature_c, gpu.temperature_slowdown_c, limits.hot_margin_c, limits.warm_margin_c
+            gpu.temperature_c,
+            gpu.temperature_slowdown_c,
+            limits.temperature_hot_margin_c,
+            limits.temperature_warm_margin_c,
         )
         if level == "normal":
             return Style()
@@ -241,9 +234,9 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         """Green when there is room, red when the GPU is taken."""
         if fraction is None:
             return self.style("dim")
-        if fraction * 100 >= self.thresholds.load_hot_pct:
+        if fraction * 100 >= self.settings.load_hot_pct:
             return self.style("hot")
-        if fraction * 100 >= self.thresholds.load_warn_pct:
+        if fraction * 100 >= self.settings.load_warn_pct:
             return self.style("warn")
         return self.style("ok")
 

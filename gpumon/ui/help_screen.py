@@ -126,7 +126,7 @@ def keys_section(
     return lines
 
 
-def fields_section(ascii_only: bool = False) -> list[str]:
+def fields_section() -> list[str]:
     """Every GPU field: its label, what it is and nvidia-smi's name for it."""
     lines = ["GPU fields (nvidia-smi's name in brackets)"]
     for field in FIELDS:
@@ -148,7 +148,7 @@ def help_text(groups: Sequence[tuple[str, Iterable[BindingType]]], ascii_only: b
     """The whole help, as plain text."""
     lines = ["gpumon: live NVIDIA GPU monitor.  Press Esc, q or ? to close.", ""]
     lines += keys_section(groups, ascii_only)
-    lines += fields_section(ascii_only)
+    lines += fields_section()
     lines += NOTES.splitlines()
     text = "\n".join(lines) + "\n"
     if ascii_only:
