@@ -64,6 +64,11 @@ def static_text(app: GpumonApp, selector: str) -> str:
     return content if isinstance(content, str) else content.plain  # type: ignore[union-attr]
 
 
+def unwrapped(text: str) -> str:
+    """Text without its whitespace: a long command line is wrapped over several lines."""
+    return "".join(text.split())
+
+
 def title(app: GpumonApp) -> str:
     return screen_text(app).splitlines()[0]
 
@@ -440,7 +445,7 @@ async def test_real_process_detail_shows_this_process_its_launcher_and_cuda(
         identity = static_text(app, "#process-detail-identity")
         text = screen_text(app)
     command = " ".join(me.cmdline())
-    assert command in identity  # the full command line, from the host
+    assert unwrapped(command) in unwrapped(identity)  # the full command line, from the host
     assert "job_from_nvml" not in identity
     assert command[:40] in text
     assert f"User     {me.username()}" in identity
@@ -469,7 +474,9 @@ async def test_a_process_that_leaves_the_gpu_keeps_its_last_data(me: psutil.Proc
         await pilot.pause()
         assert "(no longer on the GPU: last data kept)" in title(app)
         assert static_text(app, "#process-detail-history") == history  # kept, not emptied
-        assert " ".join(me.cmdline()) in static_text(app, "#process-detail-identity")
+        assert unwrapped(" ".join(me.cmdline())) in unwrapped(
+            static_text(app, "#process-detail-identity")
+        )
         assert "Launched by" in static_text(app, "#process-detail-identity")
         kept = static_text(app, "#process-detail-identity")
         assert kept.splitlines()[:3] == identity.splitlines()[:3]  # command, user, PID
