@@ -72,6 +72,30 @@ class HostStats:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device of a GPU in MIG mode: a compute instance within a GPU instance.
+
+    ``index`` is NVML's MIG device index on its parent GPU (``nvmlDeviceGetMigDeviceHandle
+    ByIndex``); ``profile`` is the part of the name after "MIG" (``3g.40gb``); ``uuid`` its
+    own ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts. Memory is the GPU
+    instance's. Unreadable fields are ``None``.
+    """
+
+    gpu_index: int
+    index: int
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    profile: str | None
+    uuid: str | None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+
+    @property
+    def memory_used_fraction(self) -> float | None:
+        return _fraction(self.memory_used_bytes, self.memory_total_bytes)
+
+
+@dataclass(frozen=True, slots=True)
 class GpuStats:
     """One GPU at one instant. A lost GPU keeps its identity; every reading is ``None``.
 
@@ -82,6 +106,11 @@ class GpuStats:
     ``processes_error`` is set when this GPU's process list could not be read (for example
     NO_PERMISSION on a MIG GPU for a non-root user, or a driver that does not support the
     call): its processes are then unknown, not none.
+
+    ``mig_instances`` lists the MIG devices of a GPU in MIG mode, in NVML's order: ``()``
+    when MIG is off (or the GPU has no instance), ``None`` when MIG is on but its instances
+    could not be read (NVML refuses some calls to non-root users). Under MIG the device-level
+    utilisation is N/A (``None``), never 0.
 
     ``pcie_rx_bytes_per_s`` and ``pcie_tx_bytes_per_s`` may be older than the sample: NVML
     measures them over 20 ms per call, so the NVML source reads them at most every
@@ -125,6 +154,7 @@ class GpuStats:
     compute_mode: str | None = None
     ecc_errors_uncorrected_volatile: int | None = None
     mig_mode: bool | None = None
+    mig_instances: tuple[MigInstance, ...] | None = ()
 
     @property
     def short_uuid(self) -> str:
@@ -151,6 +181,13 @@ class GpuProcess:
     ``sm_utilization_pct`` is the share of the GPU's SMs this process kept busy in NVML's
     latest sample for it; ``None`` when NVML has no sample for it since the previous reading
     (normal for an idle process: not 0 %), or does not support it (MIG).
+
+    ``create_time_s`` is when the process started (seconds since the epoch, as psutil's
+    ``create_time``): with the PID, its identity; a signal is sent only when the PID's create
+    time still matches it. ``job_id`` is the Slurm job id and ``container_id`` the container's
+    id (docker, containerd, podman: the first 12 hex digits), both from ``/proc/PID/cgroup``;
+    ``None`` when the process is in none. ``gpu_instance_id`` and ``compute_instance_id``
+    name the MIG instance the process runs in (``None`` without MIG).
     """
 
     gpu_index: int
@@ -167,6 +204,11 @@ class GpuProcess:
     is_current_user: bool = False
     # Last: callers build GpuProcess positionally up to ``command``.
     sm_utilization_pct: int | None = None
+    create_time_s: float | None = None
+    job_id: str | None = None
+    container_id: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -187,6 +229,10 @@ class Sample:
     simulated: bool = False
     unavailable: GpuUnavailable | None = None
     duration_s: float = field(default=0.0, compare=False)
+    #: False when the source was asked not to read process lists (``status``, ``once
+    #: --no-processes``): then ``processes`` is empty because nothing was read, not because
+    #: no process runs, and no GPU may be called free.
+    processes_read: bool = True
 
     def processes_on(self, gpu_index: int) -> tuple[GpuProcess, ...]:
         """The processes listed on the GPU with this NVML index."""

@@ -66,6 +66,9 @@ class Settings:
         load_warn_pct: utilisation and memory bars turn yellow from this percentage.
         load_hot_pct: and red from this one.
         history_minutes: how far back the history (sparklines, graphs) reaches.
+        free_threshold_mib: a GPU with no process and less memory in use than this is FREE
+            (never one whose process list is unknown).
+        readonly: no signals to processes: the dashboard's T, K and I are gone.
         demo, demo_gpus, demo_processes: the simulated server (command line only).
         config_path: the config file that was read, or ``None``.
         origins: setting name -> where its value came from ("default", the config file's
@@ -80,6 +83,8 @@ class Settings:
     load_warn_pct: int = 50
     load_hot_pct: int = 80
     history_minutes: int = 10
+    free_threshold_mib: int = 1024
+    readonly: bool = False
     demo: bool = False
     demo_gpus: int = 4
     demo_processes: int | None = None
@@ -103,6 +108,12 @@ def _number(kind: type, low: float, high: float, what: str) -> Callable[[Any], A
 def _theme(value: Any) -> str:
     if not isinstance(value, str) or value not in THEMES:
         raise SettingsError(f"expected one of {', '.join(THEMES)}; got {_shown(value)}")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"expected true or false, got {_shown(value)}")
     return value
 
 
@@ -161,6 +172,10 @@ KEYS: dict[str, _Key] = {
     "load_hot_pct": _Key("load_hot_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
     # At most 2,400 points per reading are kept: 40 minutes at 1 s, 10 at 0.25 s.
     "history_minutes": _Key("history_minutes", _number(int, 1, 40, "whole minutes from 1 to 40")),
+    "free_threshold_mib": _Key(
+        "free_threshold_mib", _number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576")
+    ),
+    "readonly": _Key("readonly", _bool, flag="--readonly"),
 }
 
 

@@ -70,7 +70,17 @@ def numeric_fields(cls: type, exclude: Iterable[str] = ()) -> tuple[str, ...]:
 #: What has a history. The keys (GPU index, process's GPU index and PID) are left out, and a
 #: process's age (it only grows: the timestamps tell it).
 GPU_FIELDS = numeric_fields(GpuStats, exclude={"index"})
-PROCESS_FIELDS = numeric_fields(GpuProcess, exclude={"gpu_index", "pid", "elapsed_s"})
+PROCESS_FIELDS = numeric_fields(
+    GpuProcess,
+    exclude={
+        "gpu_index",
+        "pid",
+        "elapsed_s",
+        "create_time_s",
+        "gpu_instance_id",
+        "compute_instance_id",
+    },
+)
 
 
 def _reader(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:

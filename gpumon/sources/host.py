@@ -63,6 +63,9 @@ class HostProcessInfo:
     rss_bytes: int | None = None
     elapsed_s: float | None = None
     is_current_user: bool = False
+    create_time_s: float | None = None
+    job_id: str | None = None
+    container_id: str | None = None
 
 
 NOT_VISIBLE = HostProcessInfo(visible=False)
@@ -212,6 +215,7 @@ class ProcessInspector:
             rss_bytes=rss,
             elapsed_s=max(0.0, now - tracked.create_time),
             is_current_user=tracked.uid is not None and tracked.uid == self._current_uid,
+            create_time_s=tracked.create_time,
         )
 
     def _inspect_one(self, pid: int, now: float) -> HostProcessInfo:

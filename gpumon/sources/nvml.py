@@ -239,6 +239,7 @@ class NvmlSource:
             simulated=False,
             unavailable=self._unavailable,
             duration_s=time.perf_counter() - started,
+            processes_read=self._read_processes,
         )
 
     def _join_processes(self, raw: list[_DeviceProcesses]) -> tuple[GpuProcess, ...]:
@@ -266,6 +267,9 @@ class NvmlSource:
                         visible=host.visible,
                         is_current_user=host.is_current_user,
                         sm_utilization_pct=sm_utilization.get(pid),
+                        create_time_s=host.create_time_s,
+                        job_id=host.job_id,
+                        container_id=host.container_id,
                     )
                 )
         return tuple(processes)
