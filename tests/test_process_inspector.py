@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-from gpumon.sources import host
+from gpumon.sources import cgroup, host
+from gpumon.sources.cgroup import NO_IDS, CgroupIds
 from gpumon.sources.host import NOT_VISIBLE, HostProcessInfo, ProcessInspector, sample_host
 from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
 
@@ -54,6 +55,7 @@ def test_a_readable_process() -> None:
         rss_bytes=5 * GIB,
         elapsed_s=3600.0,
         is_current_user=True,
+        create_time_s=NOW - 3600,
     )
     # psutil's first cpu_percent() only primes the counter: N/A, never a fake 0 %.
     assert first.cpu_pct is None
@@ -414,6 +416,78 @@ def test_by_stat_gone_and_zombie() -> None:
     del stats.stats[82]
     assert inspect_one(inspector, 82) == NOT_VISIBLE
     assert inspect_one(inspector, 83) == NOT_VISIBLE  # never seen, not here
+
+
+# -- Slurm job and container: read once per process -------------------------------------------
+
+
+class FakeCgroups:
+    """``read_cgroup`` for a ProcessInspector: the ids each PID has now; counts reads."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, CgroupIds] = {}
+        self.reads: list[int] = []
+
+    def __call__(self, pid: int) -> CgroupIds:
+        self.reads.append(pid)
+        return self.ids.get(pid, NO_IDS)
+
+
+def test_job_and_container_are_read_once_and_again_for_a_reused_pid() -> None:
+    table = FakeProcessTable(FakeProcess(90, create_time_s=100.0), FakeProcess(91))
+    cgroups = FakeCgroups()
+    cgroups.ids[90] = CgroupIds("4812345", None)
+    cgroups.ids[91] = CgroupIds(None, "0123456789ab")
+    inspector = ProcessInspector(
+        process_factory=table,  # type: ignore[arg-type]
+        current_uid=MY_UID,
+        clock=lambda: NOW,
+        read_cgroup=cgroups,
+    )
+
+    for _ in range(3):
+        infos = inspector.inspect({90, 91})
+    assert (infos[90].job_id, infos[90].container_id) == ("4812345", None)
+    assert (infos[91].job_id, infos[91].container_id) == (None, "0123456789ab")
+    assert sorted(cgroups.reads) == [90, 91]  # once each, not every tick
+
+    # The job ends; its PID goes to a process in a container.
+    table.add(FakeProcess(90, create_time_s=NOW - 5))
+    cgroups.ids[90] = CgroupIds(None, "fedcba987654")
+    info = inspect_one(inspector, 90)
+    assert (info.job_id, info.container_id) == (None, "fedcba987654")
+    assert sorted(cgroups.reads) == [90, 90, 91]
+
+
+def test_by_stat_job_and_container_are_read_once() -> None:
+    table = FakeProcessTable(FakeProcess(92, uid=MY_UID))
+    stats, now = FakeStats(), [100.0]
+    cgroups = FakeCgroups()
+    cgroups.ids[92] = CgroupIds("77", "abcdef012345")
+    inspector = ProcessInspector(
+        process_factory=table,  # type: ignore[arg-type]
+        current_uid=MY_UID,
+        clock=lambda: NOW,
+        read_stat=stats,
+        monotonic=lambda: now[0],
+        read_cgroup=cgroups,
+    )
+    stats.set(92, cpu_s=1.0)
+    infos = [inspect_one(inspector, 92) for _ in range(4)]
+    assert {(info.job_id, info.container_id) for info in infos} == {("77", "abcdef012345")}
+    assert cgroups.reads == [92]
+
+
+def test_fake_pids_never_read_this_hosts_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look-alike process table's PIDs are not this host's: PID 1 here is init, whatever
+    its cgroup says."""
+
+    def refuse(pid: int) -> CgroupIds:
+        raise AssertionError(f"read /proc/{pid}/cgroup")
+
+    monkeypatch.setattr(cgroup, "read_cgroup_ids", refuse)
+    info = inspect_one(inspector_for(FakeProcessTable(FakeProcess(1))), 1)
+    assert info.visible and (info.job_id, info.container_id) == (None, None)
 
 
 def test_read_proc_stat_of_a_real_busy_child() -> None:

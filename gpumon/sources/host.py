@@ -18,6 +18,8 @@ import psutil
 
 from gpumon.format import safe_text
 from gpumon.model import HostStats
+from gpumon.sources import cgroup
+from gpumon.sources.cgroup import NO_IDS, CgroupIds
 
 _cpu_primed = False
 
@@ -127,6 +129,7 @@ class _Tracked:
     user: str | None
     uid: int | None
     command: str | None
+    ids: CgroupIds = NO_IDS  # Slurm job and container: read once, as the rest above
     primed: bool = False
     # The /proc way: identity and the previous CPU reading.
     start_ticks: int | None = None
@@ -137,8 +140,9 @@ class _Tracked:
 class ProcessInspector:
     """Joins NVML's PIDs with host details.
 
-    What never changes for a live process (user, command line, start time) is read once,
-    with psutil, when its PID first appears. What changes (CPU, RSS, zombie state) is read
+    What never changes for a live process (user, command line, start time, and its Slurm job
+    and container from ``/proc/PID/cgroup``) is read once, with psutil, when its PID first
+    appears. What changes (CPU, RSS, zombie state) is read
     every tick: on Linux with one read of ``/proc/PID/stat`` per PID (see
     :func:`read_proc_stat`), elsewhere (and with an injected ``process_factory``) through
     psutil. Either way a process is known by (PID, start time), so ``cpu_pct`` is a real
@@ -151,6 +155,9 @@ class ProcessInspector:
         read_stat: the per-tick reader; default :func:`read_proc_stat` on Linux when
             ``process_factory`` is psutil's, else ``None`` (psutil for everything).
         monotonic: clock for CPU percentages with ``read_stat``.
+        read_cgroup: reads a new PID's Slurm job and container ids; default
+            :func:`gpumon.sources.cgroup.read_cgroup_ids` when ``process_factory`` is
+            psutil's, else none (a look-alike's PIDs are not this host's).
     """
 
     def __init__(
@@ -161,6 +168,7 @@ class ProcessInspector:
         clock: Callable[[], float] = time.time,
         read_stat: Callable[[int], ProcStat | None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        read_cgroup: Callable[[int], CgroupIds] | None = None,
     ) -> None:
         self._process_factory = process_factory
         self._current_uid = os.getuid() if current_uid is None else current_uid
@@ -169,6 +177,10 @@ class ProcessInspector:
             read_stat = read_proc_stat
         self._read_stat = read_stat
         self._monotonic = monotonic
+        if read_cgroup is None:
+            real = process_factory is psutil.Process
+            read_cgroup = cgroup.read_cgroup_ids if real else _no_cgroup_ids
+        self._read_cgroup = read_cgroup
         self._tracked: dict[int, _Tracked] = {}
         self._user_names: dict[int, str] = {}
 
@@ -216,6 +228,8 @@ class ProcessInspector:
             elapsed_s=max(0.0, now - tracked.create_time),
             is_current_user=tracked.uid is not None and tracked.uid == self._current_uid,
             create_time_s=tracked.create_time,
+            job_id=tracked.ids.job_id,
+            container_id=tracked.ids.container_id,
         )
 
     def _inspect_one(self, pid: int, now: float) -> HostProcessInfo:
@@ -278,6 +292,7 @@ class ProcessInspector:
             uid=uid,
             user=self._user_name(process, uid),
             command=_read_command(process),
+            ids=self._read_cgroup(pid),
         )
         self._tracked[pid] = tracked
         return tracked
@@ -294,6 +309,10 @@ class ProcessInspector:
             return safe_text(str(process.username()))
         except (*_PSUTIL_ERRORS, KeyError):
             return None
+
+
+def _no_cgroup_ids(pid: int) -> CgroupIds:
+    return NO_IDS
 
 
 def _defunct(command: str | None) -> str:
