@@ -46,3 +46,54 @@ def interval_seconds(text: str) -> float:
     if value > MAX_INTERVAL_S:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_INTERVAL_S:g} seconds (got {text})")
     return value
+
+
+#: No GPU comes near a PiB: a bigger size is a typo (and a float overflow, past 1e308).
+MAX_SIZE_BYTES = 1024**5
+_SIZE = re.compile(r"(?P<number>[0-9]+\.?[0-9]*|\.[0-9]+)\s*(?P<unit>[A-Za-z]*)")
+#: Size units, all powers of 1024: GPU memory is sold that way (an "80GB" A100 has 80 GiB),
+#: so ``20G``, ``20GB`` and ``20GiB`` mean the same, as they do to a person reading nvidia-smi.
+_SIZE_UNITS = {
+    "b": 1,
+    **{
+        f"{prefix}{suffix}": 1024**power
+        for power, prefix in enumerate("kmgt", 1)
+        for suffix in ("", "b", "ib")
+    },
+}
+
+
+def size_bytes(text: str) -> int:
+    """A memory size with a unit, in bytes: ``20G``, ``20GiB``, ``512M``, ``1.5GB``,
+    ``4096B``. K, M, G and T (with or without ``B`` or ``iB``, any case) are powers of 1024.
+
+    A bare number is refused: 20000 could mean bytes (nvitop) or MiB (nvidia-smi), and a
+    guess either way picks a GPU without the room the user asked for. Zero needs no unit.
+    """
+    stripped = text.strip()
+    match = _SIZE.fullmatch(stripped)
+    expected = "a size such as 20G, 20GiB or 512MiB"
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not {expected}: {text!r}")
+    number = float(match.group("number"))
+    unit = match.group("unit").lower()
+    if not unit:
+        if number == 0:
+            return 0
+        raise argparse.ArgumentTypeError(f"{text!r} needs a unit: {expected} (B for bytes)")
+    multiplier = _SIZE_UNITS.get(unit)
+    if multiplier is None:
+        raise argparse.ArgumentTypeError(f"unknown unit {match.group('unit')!r}: {expected}")
+    size = number * multiplier
+    if size > MAX_SIZE_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most 1024T (got {text})")
+    return int(size)
+
+
+def percentage(text: str) -> float:
+    """A percentage from 0 to 100 (``50``, ``12.5``; a trailing ``%`` is allowed)."""
+    stripped = text.strip().removesuffix("%")
+    value = decimal_number(stripped, "a percentage from 0 to 100")
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 100 (got {text})")
+    return value

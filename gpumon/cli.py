@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "gpumon.status",
     "export": "gpumon.export",
     "probe": "gpumon.probe.cli",
+    "pick": "gpumon.pick",
 }
 
 # Here, not in the modules: `gpumon status` (run by tmux every few seconds) imports only the
@@ -41,6 +42,8 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "export": "serve Prometheus metrics over HTTP (needs: pip install 'gpumon-tui[export]')",
     "probe": "check that torch can use a GPU from a Python environment: is_available, which "
     "cuda:N it is, tensors on it, NVML sees it (runs in a child process)",
+    "pick": "print the freest GPUs for CUDA_VISIBLE_DEVICES, e.g. "
+    "CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2) python train.py",
 }
 
 # Top-level options that take a value: a subcommand's name after one of them is its value.
@@ -50,7 +53,7 @@ _TOP_LEVEL_VALUE_OPTIONS = frozenset(
 
 # Options every mode shares: they go into Settings; the rest are the subcommand's own.
 _SHARED = frozenset(
-    {"command", "interval", "probe_python", "theme", "config", "print_config"}
+    {"command", "interval", "probe_python", "theme", "config", "print_config", "readonly"}
     | {"demo", "demo_gpus", "demo_processes"}
 )
 
@@ -156,6 +159,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "$XDG_CONFIG_HOME/gpumon/config.toml, else ~/.config/gpumon/config.toml)",
     )
     parser.add_argument(
+        "--readonly",
+        action="store_true",
+        default=None,
+        help="never signal a process: the dashboard's T, K and I keys are gone "
+        "(config: readonly = true)",
+    )
+    parser.add_argument(
         "--print-config",
         action="store_true",
         help="print the effective settings, and where each came from, and exit",
@@ -222,6 +232,8 @@ def _flags(args: argparse.Namespace) -> dict[str, object]:
         flags["probe_python"] = args.probe_python
     if args.theme is not None:
         flags["theme"] = args.theme
+    if args.readonly:
+        flags["readonly"] = True
     return flags
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from gpumon import __version__
-from gpumon.cli import build_parser, main
+from gpumon.cli import _flags, build_parser, main
+from gpumon.settings import load_settings
 
 
 def run_gpumon(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,8 +33,10 @@ def test_version() -> None:
 def test_help_lists_options_and_modes() -> None:
     result = run_gpumon("--help")
     assert result.returncode == 0
-    for option in ("--interval", "--demo", "--demo-gpus", "--probe-python", "once", "status"):
+    for option in ("--interval", "--demo", "--demo-gpus", "--probe-python", "--readonly"):
         assert option in result.stdout
+    for mode in ("once", "status", "export", "probe", "pick"):
+        assert mode in result.stdout
 
 
 @pytest.mark.parametrize("value", ["0.1", "0", "-1", "abc", "nan"])
@@ -43,6 +47,31 @@ def test_interval_below_the_floor_is_one_clear_line(value: str) -> None:
     assert len(lines) == 1
     assert lines[0].startswith("gpumon: error: argument --interval")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("argv", [["--readonly"], ["--readonly", "once"], ["once", "--demo"]])
+def test_readonly_flag_lands_in_settings(argv: list[str], tmp_path: Path) -> None:
+    args = build_parser().parse_args(argv)
+    settings = load_settings(_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert settings.readonly is ("--readonly" in argv)
+    if settings.readonly:
+        assert settings.origins["readonly"] == "--readonly"
+
+
+def test_readonly_in_the_config_file_lands_in_settings(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("readonly = true\n")
+    args = build_parser().parse_args(["--config", str(config)])
+    settings = load_settings(_flags(args), environ={}, config=args.config)
+    assert settings.readonly is True
+    assert settings.origins["readonly"] == str(config)
+
+
+def test_print_config_shows_readonly(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("readonly = true\n")
+    assert main(["--config", str(config), "--print-config"]) == 0
+    assert f"readonly = true  # {config}" in capsys.readouterr().out
 
 
 def test_interval_at_the_floor_is_accepted() -> None:
@@ -135,7 +164,7 @@ def test_out_of_range_values_are_one_clear_line(args: list[str], message: str) -
     assert message in result.stderr
 
 
-@pytest.mark.parametrize("argv", [[], ["once"], ["status"], ["export"], ["probe"]])
+@pytest.mark.parametrize("argv", [[], ["once"], ["status"], ["export"], ["probe"], ["pick"]])
 def test_every_help_page_prints(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """argparse %-formats help texts: a literal % (status's default format) must not crash."""
     with pytest.raises(SystemExit) as exit_info:
