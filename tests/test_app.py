@@ -194,7 +194,7 @@ async def test_sort_key_cycles_and_reverses() -> None:
         await pilot.pause()
         table = app.query_one(ProcessTable)
         assert [p.pid for p in table.rows] == [100, 200, 300]  # GPU, then PID
-        assert "GP▲" in screen_text(app)  # the default sort shows its arrow too
+        assert "GPU▲" in screen_text(app)  # the default sort shows its arrow, title uncut
         for _ in range(4):  # gpu -> pid -> user -> type -> gpu_memory
             await pilot.press("s")
         assert table.sort_key == "gpu_memory"
@@ -238,8 +238,9 @@ async def test_current_users_processes_stand_out() -> None:
         app.receive_sample(sample)
         await pilot.pause()
         table = app.query_one(ProcessTable)
-        mine = table.render_line(2 if table.rows[0].pid == 2 else 1)
-        other = table.render_line(1 if table.rows[0].pid == 2 else 2)
+        first = ProcessTable.TOP_LINES  # below the title and the column titles
+        mine = table.render_line(first + (1 if table.rows[0].pid == 2 else 0))
+        other = table.render_line(first + (0 if table.rows[0].pid == 2 else 1))
         assert any(segment.style and segment.style.bold for segment in mine)
         assert not any(segment.style and segment.style.bold for segment in other)
 
@@ -263,10 +264,17 @@ async def test_process_outside_namespace_is_kept_and_explained() -> None:
 
 
 @pytest.mark.parametrize(
-    ("size", "layout"),
-    [((60, 15), Layout.ONE_LINE), ((80, 24), Layout.TWO_LINES), ((200, 60), Layout.CARDS)],
+    ("size", "layout", "shown"),
+    [
+        ((60, 15), Layout.ONE_LINE, 6),
+        ((80, 24), Layout.ONE_LINE, 8),
+        ((120, 40), Layout.TWO_LINES, 8),
+        ((200, 60), Layout.CARDS, 8),
+    ],
 )
-async def test_resize_relays_out_live(size: tuple[int, int], layout: Layout) -> None:
+async def test_resize_relays_out_live(size: tuple[int, int], layout: Layout, shown: int) -> None:
+    """The GPU panel takes the richest layout that leaves the process table a third of the
+    screen; where even one line per GPU does not fit, it scrolls and says which it shows."""
     source = DemoSource(8, seed=0, current_user="alice", clock=lambda: FIXED_TIME)
     app = create_app(source, autostart=False, ascii_only=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -281,9 +289,13 @@ async def test_resize_relays_out_live(size: tuple[int, int], layout: Layout) -> 
         lines = text.splitlines()
         assert len(lines) == size[1]
         assert "PID" in text
-        for index in range(8):
+        table = app.query_one(ProcessTable)
+        assert table.size.height >= size[1] // 3
+        for index in range(shown):
             marker = f"GPU {index}" if layout is Layout.CARDS else f"{index:>2} "
             assert marker in text, (size, index)
+        if shown < 8:
+            assert f"GPUs 0-{shown - 1} of 8 shown" in text
         if size[0] == 60:
             # Cut commands end in an ellipsis left of the scrollbar, not under it.
             assert "…" in "\n".join(lines[-6:])
@@ -315,7 +327,7 @@ async def test_help_screen_opens_and_closes() -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = screen_text(app)
-        assert "Keys" in text and "select the previous GPU" in text  # from the bindings
+        assert "Keys" in text and "the previous GPU" in text  # from the bindings
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 
@@ -382,7 +394,7 @@ async def test_mouse_selects_gpu_and_sorts_by_clicked_column() -> None:
         panel = app.query_one("#gpus")
         await pilot.click("#gpus", offset=(70, 2))  # inside the second card
         assert panel.selected == 1  # type: ignore[attr-defined]
-        await pilot.click("#processes", offset=(5, 0))  # the PID column title
+        await pilot.click("#processes", offset=(5, 1))  # the PID column title
         assert app.query_one(ProcessTable).sort_key == "pid"
 
 

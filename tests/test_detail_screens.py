@@ -115,7 +115,7 @@ async def test_enter_opens_the_selected_gpu_and_escape_goes_back_to_it() -> None
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 30)
-        await pilot.press("down", "right")  # two steps: GPU 2
+        await pilot.press("right", "right")  # two steps: GPU 2
         panel = app.query_one(GpuPanel)
         assert panel.selected_gpu is not None and panel.selected_gpu.index == 2
         await pilot.press("enter")
@@ -138,7 +138,7 @@ async def test_enter_opens_the_selected_gpu_and_escape_goes_back_to_it() -> None
         assert not isinstance(app.screen, GpuDetailScreen)
         assert app.query_one(GpuPanel).selected == 2  # still selected
         assert app.focused is app.query_one(GpuPanel)
-        assert "GPU 2" in screen_text(app) and "GP▲" in screen_text(app)  # the dashboard
+        assert "GPU 2" in screen_text(app) and "GPU▲" in screen_text(app)  # the dashboard
 
 
 async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
@@ -222,14 +222,14 @@ async def test_a_gpus_processes_are_listed_biggest_first() -> None:
         assert pids == [p.pid for p in on_gpu]
         for process in on_gpu:
             assert process.command is not None and process.command[:30] in text
-        await pilot.press("escape", "down")  # GPU 1: one of its jobs runs in a container
+        await pilot.press("escape", "right")  # GPU 1: one of its jobs runs in a container
         await pilot.press("enter")
         await pilot.pause()
         text = static_text(app, "#gpu-detail-processes")
         hidden = [p for p in sample.processes_on(1) if not p.visible]
         assert hidden and str(hidden[0].pid) in text
         assert f"{hidden[0].pid} not visible" in text  # not a user, nor a blank
-        await pilot.press("escape", "down")  # GPU 2 is idle: none, said so
+        await pilot.press("escape", "right")  # GPU 2 is idle: none, said so
         await pilot.press("enter")
         await pilot.pause()
         assert not sample.processes_on(2)

@@ -73,40 +73,41 @@ async def refresh(pilot: Pilot[object], app: GpumonApp, sample: Sample) -> None:
     await pilot.pause()
 
 
-async def test_reverse_sort_scrolls_to_the_cursors_process() -> None:
+async def test_reverse_sort_goes_to_the_top() -> None:
+    """A new sort is for seeing what is now first: the view goes to the top and the cursor
+    to the first row, wherever the cursor's process went."""
     sample = by_cpu({pid: float(pid) for pid in range(1, 101)})
     app = app_for(sample)
     async with app.run_test(size=SIZE) as pilot:
         table = await start(pilot, app, sample)
         await pilot.press("down", "up")  # the user puts the cursor on PID 1
         assert table.cursor_process is not None and table.cursor_process.pid == 1
-        assert shown_pids(app)[0] == 1
-        await pilot.press("r")  # reverse: PID 1 is now the last of 100 rows
+        await pilot.press("r")  # reverse: PID 100 is now first
         await pilot.pause()
-        assert table.cursor_process is not None and table.cursor_process.pid == 1
-        assert table.cursor_row == 99
-        assert shown_pids(app)[-1] == 1  # scrolled to the bottom, cursor row visible
-        assert cursor_pid_on_screen(app) == 1
+        assert table.cursor_row == 0
+        assert shown_pids(app)[0] == 100
+        assert cursor_pid_on_screen(app) == 100
         await pilot.press("r")  # and back: PID 1 first again, the view at the top
         await pilot.pause()
         assert shown_pids(app)[0] == 1
         assert cursor_pid_on_screen(app) == 1
 
 
-async def test_sorting_by_another_column_scrolls_to_the_cursors_process() -> None:
-    # Most CPU first by default for CPU%: PID 3 (lowest CPU) ends up at the bottom.
+async def test_sorting_by_another_column_goes_to_the_top() -> None:
+    # Most CPU first by default for CPU%: PID 1 (most CPU) is first.
     sample = by_cpu({pid: float(200 - pid) if pid != 3 else 0.0 for pid in range(1, 101)})
     app = app_for(sample)
     async with app.run_test(size=SIZE) as pilot:
         table = await start(pilot, app, sample)
-        await pilot.press("down", "down")
-        assert table.cursor_process is not None and table.cursor_process.pid == 3
+        await pilot.press("end")  # the cursor far down, the view scrolled
+        assert int(table.scroll_y) > 0
         for _ in range(5):  # gpu -> pid -> user -> type -> gpu_memory -> cpu
             await pilot.press("s")
         await pilot.pause()
         assert table.sort_key == "cpu"
-        assert table.cursor_row == 99
-        assert cursor_pid_on_screen(app) == 3
+        assert table.cursor_row == 0 and int(table.scroll_y) == 0
+        assert shown_pids(app)[0] == 1
+        assert cursor_pid_on_screen(app) == 1
 
 
 async def test_refresh_that_reorders_rows_follows_a_visible_cursor() -> None:

@@ -91,13 +91,13 @@ async def test_cards_at_120x40_two_columns_still_have_room_for_nine_cell_sparkli
     the minimum of 6, so sparklines are drawn. The card layout never goes below 58 cells a
     card (CARD_MIN_WIDTH), i.e. 54 inside and 8-cell sparklines: the width rule never hides
     them on cards; it hides them only in the line layouts."""
-    app, source = demo_app(8)
+    app, source = demo_app(4)
     async with app.run_test(size=(120, 40)) as pilot:
         await push(pilot, source, 120)
         panel = app.query_one(GpuPanel)
         assert panel.layout_mode is Layout.CARDS and panel.columns == 2
         assert panel.size.width // panel.columns - 4 == 56
-        for index in range(8):
+        for index in range(4):
             lines = card(app, index)
             util, memory = sparks(app, index, 9)
             assert util.strip() and memory.strip()

@@ -38,6 +38,16 @@ if TYPE_CHECKING:
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 
+#: T, K, I on the selected process; gone with --readonly (``readonly = true``).
+SIGNAL_BINDINGS = (
+    Binding("T", "signal('SIGTERM')", "Term", key_display="T", show=False,
+            tooltip="send SIGTERM to the selected process (yours only; asks first)"),
+    Binding("K", "signal('SIGKILL')", "Kill", key_display="K", show=False,
+            tooltip="send SIGKILL to the selected process (yours only; asks first)"),
+    Binding("I", "signal('SIGINT')", "Interrupt", key_display="I", show=False,
+            tooltip="send SIGINT to the selected process (yours only; asks first)"),
+)  # fmt: skip
+
 
 def wants_ascii(environ: Mapping[str, str] = os.environ) -> bool:
     """True when the locale is not UTF-8 (bars and borders then fall back to ASCII)."""
@@ -68,14 +78,27 @@ class GpumonApp(App[int]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
         Binding("question_mark", "help", "Help", tooltip="this help"),
         Binding("enter", "details", "Details", tooltip="details of the selected GPU or process"),
+        Binding("f", "gpu_filter", "GPU", tooltip="only the selected GPU's processes (again: all)"),
+        Binding("m", "mine", "Mine", tooltip="only my processes (again: everyone's)"),
+        Binding(
+            "slash",
+            "search",
+            "Filter",
+            key_display="/",
+            tooltip="filter processes by user, command or PID as you type (Esc clears)",
+        ),
+        Binding("u", "users", "Users", tooltip="per-user summary: GPUs, GPU memory, processes"),
+        Binding("z", "zoom", "Zoom", tooltip="process table on the whole screen (again: back)"),
+        Binding("escape", "clear_filters", "Clear", show=False, tooltip="clear the filters"),
         Binding("s", "sort", "Sort", tooltip="cycle the sort column"),
-        Binding("r", "reverse_sort", "Reverse", tooltip="reverse the sort"),
+        Binding("r", "reverse_sort", "Reverse", show=False, tooltip="reverse the sort"),
         Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
         Binding(
             "plus,equals_sign",
             "change_interval(1)",
             "Slower",
             key_display="+",
+            show=False,
             tooltip="longer refresh interval (up to 60 s)",
         ),
         Binding(
@@ -83,6 +106,7 @@ class GpumonApp(App[int]):
             "change_interval(-1)",
             "Faster",
             key_display="-",
+            show=False,
             tooltip="shorter refresh interval (down to 0.25 s)",
         ),
         Binding(
@@ -92,6 +116,7 @@ class GpumonApp(App[int]):
             key_display="P",
             tooltip="torch probe on the selected GPU (needs torch in the probe's Python)",
         ),
+        *SIGNAL_BINDINGS,
     ]
 
     # SIGTERM, SIGHUP and SIGQUIT quit as q does; the CLI sets one with a watchdog.
@@ -199,10 +224,47 @@ class GpumonApp(App[int]):
 
     # Keys that act on the dashboard's panels: off (and out of the footer) while a detail or
     # help screen is on top of it.
-    _DASHBOARD_ACTIONS = frozenset({"details", "sort", "reverse_sort", "probe"})
+    _DASHBOARD_ACTIONS = frozenset(
+        {"details", "sort", "reverse_sort", "probe", "gpu_filter", "mine", "search", "users"}
+        | {"zoom", "clear_filters", "signal"}
+    )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "signal" and self.settings.readonly:
+            return False  # --readonly: the keys are gone (the help says so)
         return not (action in self._DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
+
+    def action_gpu_filter(self) -> None:
+        self.dashboard.toggle_gpu_filter()
+
+    def action_mine(self) -> None:
+        self.dashboard.toggle_mine()
+
+    def action_search(self) -> None:
+        self.dashboard.open_search()
+
+    def action_clear_filters(self) -> None:
+        self.dashboard.clear_filters()
+
+    def action_zoom(self) -> None:
+        self.dashboard.toggle_zoom()
+
+    def action_users(self) -> None:
+        from gpumon.ui.user_summary import UserSummaryScreen
+
+        self.push_screen(UserSummaryScreen(self.store))
+
+    def action_signal(self, name: str) -> None:
+        """T, K, I: signal the process under the cursor, after a confirmation; only the
+        user's own processes (root: any), never a PID that now names another process."""
+        import signal
+
+        from gpumon.ui.signal_dialog import request_signal
+
+        table = self.dashboard.query_one(ProcessTable)
+        request_signal(
+            self, table.cursor_process, signal.Signals[name], readonly=self.settings.readonly
+        )
 
     def action_details(self) -> None:
         """Enter: the selected GPU's detail, or the process under the cursor's."""

@@ -9,6 +9,7 @@ the widgets, never mirrored here. The app keeps the bindings, the poller and the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -18,18 +19,22 @@ from textual.css.scalar import Unit
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Input, Static
 
 from gpumon.model import Sample
 from gpumon.ui.bars import HeaderBar, HostStrip
-from gpumon.ui.gpu_layout import choose_layout, layout_height
+from gpumon.ui.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.gpu_panel import GpuPanel
 from gpumon.ui.process_table import ProcessTable, table_messages
+from gpumon.views import ProcessFilter, free_gpu_indices, processes_known
 
 if TYPE_CHECKING:
     from gpumon.ui.app import GpumonApp
 
 MIN_WIDTH, MIN_HEIGHT = 40, 10
+#: The process table keeps at least this share of the screen: the GPU panel falls back to
+#: two-line, then one-line rows (and scrolls) before it takes more.
+TABLE_MIN_SHARE = 1 / 3
 #: Below this width the probe panel goes under the dashboard, not beside it.
 PROBE_RIGHT_MIN_WIDTH = 160
 
@@ -42,6 +47,24 @@ def fixed_cells(widget: Widget, axis: str) -> int:
     return int(scalar.value)
 
 
+def mig_process_counts(sample: Sample | None) -> dict[tuple[int, int | None], int]:
+    """Processes per MIG instance, (GPU index, GPU instance id) -> count; only for GPUs
+    whose process lists were read (unknown is not zero)."""
+    if sample is None:
+        return {}
+    known = {gpu.index for gpu in sample.gpus if processes_known(gpu, sample)}
+    counts: dict[tuple[int, int | None], int] = {}
+    for gpu in sample.gpus:
+        if gpu.index in known and gpu.mig_instances:
+            for instance in gpu.mig_instances:
+                counts[(gpu.index, instance.gpu_instance_id)] = 0
+    for process in sample.processes:
+        key = (process.gpu_index, process.gpu_instance_id)
+        if key in counts:
+            counts[key] += 1
+    return counts
+
+
 class DashboardScreen(Screen[None]):
     """The default screen: everything gpumon shows at once."""
 
@@ -49,6 +72,8 @@ class DashboardScreen(Screen[None]):
         super().__init__()
         self._terminal_size: Size | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        #: ``z``: the process table takes the whole screen (the GPU panel hides).
+        self.zoomed = False
 
     @property
     def gpumon(self) -> GpumonApp:
@@ -59,6 +84,8 @@ class DashboardScreen(Screen[None]):
         yield HeaderBar(glyphs, id="header")
         yield GpuPanel(glyphs, id="gpus")
         yield ProcessTable(glyphs, id="processes")
+        yield Input(placeholder="filter: user, command or PID (Enter keeps, Esc clears)",
+                    id="process-search")  # fmt: skip
         yield HostStrip(glyphs, id="host")
         yield Static("", id="too-small")
         yield Footer()
@@ -88,6 +115,81 @@ class DashboardScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.refresh_all()
+
+    # -- filters and zoom (the app's keys call these) ---------------------------------
+
+    @property
+    def process_filter(self) -> ProcessFilter:
+        return self.query_one(ProcessTable).process_filter
+
+    def set_filter(self, process_filter: ProcessFilter) -> None:
+        self.query_one(ProcessTable).set_filter(process_filter)
+
+    def toggle_gpu_filter(self) -> None:
+        """``f``: only the selected GPU's processes, or all again."""
+        current = self.process_filter
+        gpu = self.query_one(GpuPanel).selected_gpu
+        if current.gpu_index is not None or gpu is None:
+            self.set_filter(dataclasses.replace(current, gpu_index=None))
+        else:
+            self.set_filter(dataclasses.replace(current, gpu_index=gpu.index))
+
+    def toggle_mine(self) -> None:
+        """``m``: only the current user's processes, or everyone's again."""
+        current = self.process_filter
+        self.set_filter(dataclasses.replace(current, mine=not current.mine))
+
+    def open_search(self) -> None:
+        """``/``: type to filter by user, command or PID; the table follows each key."""
+        search = self.query_one("#process-search", Input)
+        self.add_class("-searching")
+        search.value = self.process_filter.text
+        search.focus()
+
+    def clear_filters(self) -> bool:
+        """Escape: drop every filter; False when there was none."""
+        searching = self.has_class("-searching")
+        if not self.process_filter.active and not searching:
+            return False
+        self._close_search()
+        self.set_filter(ProcessFilter())
+        return True
+
+    def _close_search(self) -> None:
+        if self.has_class("-searching"):
+            self.remove_class("-searching")
+            self.query_one(ProcessTable).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "process-search":
+            text = event.value.strip()
+            self.set_filter(dataclasses.replace(self.process_filter, text=text))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "process-search":
+            self._close_search()
+
+    def on_key(self, event: events.Key) -> None:
+        # Escape in the search box: clear the text filter and close it.
+        if event.key == "escape" and self.has_class("-searching"):
+            event.stop()
+            self.set_filter(dataclasses.replace(self.process_filter, text=""))
+            self._close_search()
+
+    def toggle_zoom(self) -> None:
+        """``z``: the process table on the whole screen, and back."""
+        self.zoomed = not self.zoomed
+        self.set_class(self.zoomed, "-zoom")
+        if self.zoomed:
+            self.query_one(ProcessTable).focus()
+        self.refresh_all()
+
+    def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
+        table = self.query_one(ProcessTable)
+        table.select_gpu(message.gpu_index)
+        # "Only the selected GPU" follows the selection.
+        if table.process_filter.gpu_index is not None:
+            table.set_filter(dataclasses.replace(table.process_filter, gpu_index=message.gpu_index))
 
     def on_resize(self, event: events.Resize) -> None:
         # This runs before the new size is applied, so lay out for the event's size.
@@ -131,11 +233,17 @@ class DashboardScreen(Screen[None]):
         panel = self.query_one(GpuPanel)
         gpus = sample.gpus if sample else ()
         chrome = sum(fixed_cells(w, "height") for w in (header, host, self.query_one(Footer)))
+        if self.has_class("-searching"):
+            chrome += fixed_cells(self.query_one("#process-search", Input), "height")
         available = height - chrome
-        budget = available - (8 if height >= 30 else 4)
-        layout, columns = choose_layout(len(gpus), width, max(1, budget))
+        table_min = max(4, int(height * TABLE_MIN_SHARE))
+        budget = available - table_min
+        extra = [mig_lines(gpu) for gpu in gpus]
+        layout, columns = choose_layout(len(gpus), width, max(1, budget), extra)
         if gpus:
-            panel_height = min(layout_height(layout, len(gpus), columns), max(1, available - 3))
+            panel_height = min(
+                layout_height(layout, len(gpus), columns, extra), max(1, available - table_min)
+            )
         elif sample is not None and sample.unavailable is not None:
             panel_height = 4 if sample.unavailable.hint else 3
         else:
@@ -143,6 +251,12 @@ class DashboardScreen(Screen[None]):
         if panel.styles.height is None or panel.styles.height.value != panel_height:
             panel.styles.height = panel_height
         panel.interval_s = app.poller.interval_s
-        panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
+        panel.free = free_gpu_indices(sample, app.settings.free_threshold_mib)
+        panel.mig_process_counts = mig_process_counts(sample)
+        if not self.zoomed:
+            panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
         notices, empty_text = table_messages(sample)
-        self.query_one(ProcessTable).show(sample.processes if sample else (), notices, empty_text)
+        table = self.query_one(ProcessTable)
+        selected = panel.selected_gpu
+        table.select_gpu(None if selected is None or len(gpus) < 2 else selected.index)
+        table.show(sample.processes if sample else (), notices, empty_text)

@@ -15,8 +15,15 @@ from textual.strip import Strip
 from gpumon import format as fmt
 from gpumon.model import GpuStats, GpuUnavailable
 from gpumon.settings import Settings
-from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, row_lines
-from gpumon.ui.gpu_rows import count_text, lost_reason, one_line, short_bus, two_lines
+from gpumon.ui.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, mig_lines
+from gpumon.ui.gpu_rows import (
+    count_text,
+    lost_reason,
+    mig_rows,
+    one_line,
+    short_bus,
+    two_lines,
+)
 from gpumon.ui.graphs import HistorySource, history_sparkline
 from gpumon.ui.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
@@ -41,6 +48,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         "gpu-panel--border-selected",
         "gpu-panel--title",
         "gpu-panel--spark",
+        "gpu-panel--free",
     }
 
     DEFAULT_CSS = """
@@ -59,14 +67,15 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     GpuPanel > .gpu-panel--border-selected { color: $accent; }
     GpuPanel > .gpu-panel--title { text-style: bold; }
     GpuPanel > .gpu-panel--spark { color: $secondary; }
+    GpuPanel > .gpu-panel--free { color: $success; text-style: bold reverse; }
     GpuPanel:focus > .gpu-panel--border-selected { color: $accent; text-style: bold; }
     """
 
     BINDINGS = [
-        Binding("up,k", "move(-1)", "Up", show=False, tooltip="select the previous GPU"),
-        Binding("down,j", "move(1)", "Down", show=False, tooltip="select the next GPU"),
-        Binding("left,h", "move(-1)", "Left", show=False, tooltip="select the previous GPU"),
-        Binding("right,l", "move(1)", "Right", show=False, tooltip="select the next GPU"),
+        Binding("up,k", "move_row(-1)", "Up", show=False, tooltip="the GPU above"),
+        Binding("down,j", "move_row(1)", "Down", show=False, tooltip="the GPU below"),
+        Binding("left,h", "move(-1)", "Left", show=False, tooltip="the previous GPU"),
+        Binding("right,l", "move(1)", "Right", show=False, tooltip="the next GPU"),
     ]
 
     selected: reactive[int] = reactive(0, init=False)
@@ -89,7 +98,12 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self.height_lines: int | None = None
         # First row (of cards, or of GPUs) shown when not every GPU fits.
         self.top_row = 0
-        self._cards: dict[int, tuple[tuple[GpuStats, bool, int, tuple[str, str]], list[Strip]]] = {}
+        self._cards: dict[int, tuple[tuple[object, ...], list[Strip]]] = {}
+        #: The NVML indices of the GPUs marked FREE (the dashboard hands them down).
+        self.free: frozenset[int] = frozenset()
+        #: Processes per MIG instance: (GPU index, GPU instance id) -> count.
+        self.mig_process_counts: dict[tuple[int, int | None], int] = {}
+        self._row_heights: list[int] = []
         #: The colour thresholds come from the settings; the dashboard hands them down.
         self.settings = Settings()
         #: Where sparklines read history (the app's store) and at what interval; none without.
@@ -130,8 +144,21 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
             self.post_message(self.Selected(gpu.index, gpu.uuid))
 
     def action_move(self, step: int) -> None:
+        """Left/Right: the previous or next GPU, across rows of cards."""
         if self.gpus:
             self.selected = (self.selected + step) % len(self.gpus)
+
+    def action_move_row(self, step: int) -> None:
+        """Up/Down: within a column of cards (the line layouts have one column)."""
+        if not self.gpus:
+            return
+        columns = self.columns if self.layout_mode is Layout.CARDS else 1
+        if columns <= 1:
+            self.action_move(step)
+            return
+        target = self.selected + step * columns
+        if 0 <= target < len(self.gpus):
+            self.selected = target
 
     def on_click(self, event: events.Click) -> None:
         index = self._index_at(event.x, event.y)
@@ -141,8 +168,15 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     def _index_at(self, x: int, y: int) -> int | None:
         if not self.gpus:
             return None
-        unit = row_lines(self.layout_mode)
-        row = self.top_row + y // unit
+        top = 0
+        row = None
+        for number, height in enumerate(self._row_heights[self.top_row :], self.top_row):
+            if top <= y < top + height:
+                row = number
+                break
+            top += height
+        if row is None:
+            return None
         if self.layout_mode is Layout.CARDS:
             card_width = max(1, self.size.width // self.columns)
             index = row * self.columns + min(self.columns - 1, x // card_width)
@@ -162,42 +196,55 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     def redraw(self) -> None:
         width = self.size.width or 80
         if self.unavailable is not None and not self.gpus:
+            self._row_heights = []
             self.set_lines(self._unavailable_lines(self.unavailable, width))
             return
         if self.layout_mode is Layout.CARDS:
-            lines = self._card_lines(width)
+            rows = self._card_rows(width)
         elif self.layout_mode is Layout.TWO_LINES:
-            lines = [
-                strip
+            rows = [
+                [*two_lines(self, gpu, i == self.selected, width), *self._mig(gpu, width)]
                 for i, gpu in enumerate(self.gpus)
-                for strip in two_lines(self, gpu, i == self.selected, width)
             ]
         else:
-            lines = [
-                one_line(self, gpu, i == self.selected, width) for i, gpu in enumerate(self.gpus)
+            rows = [
+                [one_line(self, gpu, i == self.selected, width), *self._mig(gpu, width)]
+                for i, gpu in enumerate(self.gpus)
             ]
-        self.set_lines(self._window(lines, width))
+        self._row_heights = [len(row) for row in rows]
+        self.set_lines(self._window(rows, width))
 
-    def _window(self, lines: list[Strip], width: int) -> list[Strip]:
+    def _mig(self, gpu: GpuStats, width: int, indent: int = 3) -> list[Strip]:
+        return [line.strip(width) for line in mig_rows(self, gpu, width - indent, indent)]
+
+    def _window(self, rows: list[list[Strip]], width: int) -> list[Strip]:
         """The rows that fit, scrolled to keep the selected GPU in view, and a line saying
         which GPUs are shown: every GPU stays reachable on a short terminal."""
         height = self.height_lines or self.size.height
-        if not height or len(lines) <= height:
+        total = sum(len(row) for row in rows)
+        if not height or total <= height:
             self.top_row = 0
-            return lines
-        unit = row_lines(self.layout_mode)
-        rows = -(-len(lines) // unit)
-        room = max(1, (height - 1) // unit)
+            return [line for row in rows for line in row]
         per_row = self.columns  # 1 in the line layouts
         selected_row = self.selected // per_row
+
+        def fits(first: int, last: int) -> bool:
+            return sum(len(row) for row in rows[first : last + 1]) <= height - 1
+
         if selected_row < self.top_row:
             self.top_row = selected_row
-        elif selected_row >= self.top_row + room:
-            self.top_row = selected_row - room + 1
-        self.top_row = max(0, min(self.top_row, rows - room))
-        shown = lines[self.top_row * unit : (self.top_row + room) * unit]
+        while self.top_row < selected_row and not fits(self.top_row, selected_row):
+            self.top_row += 1
+        # Fill the room: as many rows from top_row as fit (at least one).
+        end = self.top_row + 1
+        while end < len(rows) and fits(self.top_row, end):
+            end += 1
+        # At the bottom, show as many earlier rows as fit too.
+        while self.top_row > 0 and end == len(rows) and fits(self.top_row - 1, end - 1):
+            self.top_row -= 1
+        shown = [line for row in rows[self.top_row : end] for line in row][: max(1, height - 1)]
         first = self.gpus[self.top_row * per_row].index
-        last = self.gpus[min(len(self.gpus), (self.top_row + room) * per_row) - 1].index
+        last = self.gpus[min(len(self.gpus), end * per_row) - 1].index
         g = self.glyphs
         more = Line().add(
             f" {g.up}{g.down} GPUs {first}-{last} of {len(self.gpus)} shown: up/down (j/k) scrolls",
@@ -248,27 +295,36 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
 
     # Cards ----------------------------------------------------------------------------
 
-    def _card_lines(self, width: int) -> list[Strip]:
+    def _card_rows(self, width: int) -> list[list[Strip]]:
         columns = self.columns
         card_width = max(CARD_MIN_WIDTH // 2, width // columns)
-        rows: list[Strip] = []
+        rows: list[list[Strip]] = []
         for start in range(0, len(self.gpus), columns):
+            gpus = self.gpus[start : start + columns]
+            extra = max(mig_lines(gpu) for gpu in gpus)
             cards = [
-                self._cached_card(gpu, start + offset == self.selected, card_width)
-                for offset, gpu in enumerate(self.gpus[start : start + columns])
+                self._cached_card(gpu, start + offset == self.selected, card_width, extra)
+                for offset, gpu in enumerate(gpus)
             ]
-            for y in range(CARD_HEIGHT):
-                rows.append(Strip.join([card[y] for card in cards]).crop_extend(0, width, None))
+            rows.append(
+                [
+                    Strip.join([card[y] for card in cards]).crop_extend(0, width, None)
+                    for y in range(CARD_HEIGHT + extra)
+                ]
+            )
         return rows
 
-    def _cached_card(self, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
+    def _cached_card(
+        self, gpu: GpuStats, selected: bool, width: int, extra: int = 0
+    ) -> list[Strip]:
         # GpuStats is frozen and hashable: an unchanged GPU (idle, lost) is not redrawn.
         sparks = self._sparks(gpu, width - 4)
-        key = (gpu, selected, width, sparks)
+        free = gpu.index in self.free
+        key = (gpu, selected, width, sparks, free, extra)
         cached = self._cards.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        lines = self._card(gpu, selected, width, sparks)
+        lines = self._card(gpu, selected, width, sparks, free, extra)
         self._cards[gpu.index] = (key, lines)
         return lines
 
@@ -293,18 +349,29 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         )  # fmt: skip
 
     def _card(
-        self, gpu: GpuStats, selected: bool, width: int, sparks: tuple[str, str] = ("", "")
+        self,
+        gpu: GpuStats,
+        selected: bool,
+        width: int,
+        sparks: tuple[str, str] = ("", ""),
+        free: bool = False,
+        extra: int = 0,
     ) -> list[Strip]:
         g = self.glyphs
         border = self.style("border-selected" if selected else "border")
         inner = width - 4
         title = Line().add(g.tl + g.h, border)
         title.add(f" GPU {gpu.index} ", self.style("selected") if selected else self.style("title"))
+        if free:
+            title.add(" FREE ", self.style("free")).add(" ", border)
         title.add(g.truncate(f" {gpu.name or fmt.NA} ", max(0, inner - 26)), self.style("title"))
         right = f" {gpu.short_uuid} "
         title.add(g.h * max(0, width - title.width - len(right) - 2), border)
         title.add(right, self.style("dim")).add(g.h + g.tr, border)
         body = self._card_body(gpu, inner, sparks)
+        body += mig_rows(self, gpu, inner)
+        # A row of cards is as tall as its tallest card (one with MIG instances).
+        body += [Line() for _ in range(CARD_HEIGHT - 2 + extra - len(body))]
         lines = [title.strip(width)]
         for content in body:
             line = Line().add(g.v + " ", border).extend(content, inner)

@@ -19,11 +19,58 @@ def index_cell(panel: GpuPanel, line: Line, gpu: GpuStats, selected: bool) -> No
     line.add(f"{gpu.index:>2} ", panel.style("selected") if selected else panel.style("title"))
 
 
+def name_cell(panel: GpuPanel, line: Line, gpu: GpuStats, width: int) -> None:
+    """The GPU's short name in ``width`` cells; a FREE GPU's starts with FREE, in the same
+    cells, so the columns after it stay aligned."""
+    if gpu.index in panel.free and width >= 10:
+        line.add("FREE", panel.style("free")).add(" ")
+        width -= 5
+    line.add(panel.glyphs.fit(short_name(gpu.name), width - 1) + " ", panel.style("title"))
+
+
+def mig_rows(panel: GpuPanel, gpu: GpuStats, width: int, indent: int = 0) -> list[Line]:
+    """A GPU in MIG mode: one line per MIG instance (GPU and compute instance ids, profile,
+    memory, its own UUID, its process count), or one line saying why there is none."""
+    if gpu.lost or not gpu.mig_mode:
+        return []
+    label = panel.style("label")
+    pad = " " * indent
+    if gpu.mig_instances is None:
+        text = "MIG on: instances not readable here (NVML lists them to root only)"
+        return [Line().add(pad + panel.glyphs.truncate(text, width), label)]
+    if not gpu.mig_instances:
+        return [Line().add(pad + "MIG on: no MIG instance configured", label)]
+    counts = panel.mig_process_counts
+    lines = []
+    for instance in gpu.mig_instances:
+        line = Line().add(pad + "MIG ", label)
+        line.add(f"{instance.profile or fmt.NA:<8}", panel.style("title"))
+        line.add(
+            f" GI {_id(instance.gpu_instance_id)} CI {_id(instance.compute_instance_id)}", label
+        )
+        memory = fmt.memory_pair(instance.memory_used_bytes, instance.memory_total_bytes)
+        bar_width = max(4, min(20, width - 64))
+        line.add(" ")
+        panel._bar(line, instance.memory_used_fraction, bar_width)
+        panel._value(line, " " + memory.rjust(11))
+        processes = counts.get((gpu.index, instance.gpu_instance_id))
+        if processes is not None:
+            line.add(f" {processes:>2} proc", label)
+        uuid = fmt.short_uuid(instance.uuid) if instance.uuid else fmt.NA
+        line.add(" " + uuid, panel.style("dim"))
+        lines.append(line)
+    return lines
+
+
+def _id(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
 def two_lines(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> list[Strip]:
     label = panel.style("label")
     top = Line()
     index_cell(panel, top, gpu, selected)
-    top.add(panel.glyphs.fit(short_name(gpu.name), 18) + " ", panel.style("title"))
+    name_cell(panel, top, gpu, 19)
     if gpu.lost:
         top.add(" LOST ", panel.style("lost")).add(" " + lost_reason(gpu))
         return [
@@ -82,9 +129,12 @@ def one_line(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> Stri
         )
         line.add(" " + lost_reason(gpu))
         return line.strip(width)
-    name_width = 14 if width >= 70 else 0
-    if name_width:
-        line.add(panel.glyphs.fit(short_name(gpu.name), name_width) + " ")
+    if width >= 70:
+        name_cell(panel, line, gpu, 15)
+    elif gpu.index in panel.free:
+        line.add("FREE", panel.style("free")).add(" ")
+    elif panel.free:  # keep the columns aligned with the FREE rows
+        line.add(" " * 5)
     panel._value(
         line,
         fmt.celsius(gpu.temperature_c, panel.glyphs.ascii_only).rjust(5),

@@ -144,9 +144,21 @@ def _row(left: str, right: str) -> list[str]:
     return lines
 
 
-def help_text(groups: Sequence[tuple[str, Iterable[BindingType]]], ascii_only: bool) -> str:
+READONLY_NOTE = (
+    "Read-only (--readonly, or readonly = true in the config): T, K and I, which signal "
+    "your processes, are off."
+)
+
+
+def help_text(
+    groups: Sequence[tuple[str, Iterable[BindingType]]],
+    ascii_only: bool,
+    readonly: bool = False,
+) -> str:
     """The whole help, as plain text."""
     lines = ["gpumon: live NVIDIA GPU monitor.  Press Esc, q or ? to close.", ""]
+    if readonly:
+        lines += [*textwrap.wrap(READONLY_NOTE, WIDTH), ""]
     lines += keys_section(groups, ascii_only)
     lines += fields_section()
     lines += NOTES.splitlines()
@@ -156,12 +168,21 @@ def help_text(groups: Sequence[tuple[str, Iterable[BindingType]]], ascii_only: b
     return text
 
 
-def binding_groups(app_bindings: Iterable[BindingType]) -> list[tuple[str, Iterable[BindingType]]]:
-    """The app's keys and each panel's, as the help lists them."""
+def binding_groups(
+    app_bindings: Iterable[BindingType], readonly: bool = False
+) -> list[tuple[str, Iterable[BindingType]]]:
+    """The app's keys and each panel's, as the help lists them; read-only leaves out the
+    keys that signal processes."""
     from gpumon.ui.gpu_panel import GpuPanel
     from gpumon.ui.probe_panel import ProbePanel
     from gpumon.ui.process_table import ProcessTable
 
+    if readonly:
+        app_bindings = [
+            b
+            for b in app_bindings
+            if not (isinstance(b, Binding) and b.action.startswith("signal"))
+        ]
     return [
         ("Keys", [*app_bindings, *TEXTUAL_BINDINGS]),
         ("GPU panel", GpuPanel.BINDINGS),
@@ -195,8 +216,10 @@ class HelpScreen(ModalScreen[None]):
         self._ascii_only = ascii_only
 
     def compose(self) -> ComposeResult:
-        groups = binding_groups(type(self.app).BINDINGS)
-        text = help_text(groups, self._ascii_only)
+        settings = getattr(self.app, "settings", None)
+        readonly = bool(getattr(settings, "readonly", False))
+        groups = binding_groups(type(self.app).BINDINGS, readonly)
+        text = help_text(groups, self._ascii_only, readonly)
         # Plain Text, not markup: the [nvidia-smi names] in brackets must stay literal.
         content = Text()
         for line in text.splitlines(keepends=True):

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpumon import format as fmt
 from gpumon.model import GpuProcess, Sample, notable_unlisted_memory_bytes
+from gpumon.views import shorten_command
 
 ProcessKey = tuple[int, int]  # (GPU index, PID)
 
@@ -27,17 +28,22 @@ class Column:
     right: bool
     sort: Callable[[GpuProcess], Any]
     min_terminal_width: int = 0  # hidden below this table width
+    #: Shown only while some process has a value for it (a Slurm job, a container).
+    optional: bool = False
 
 
 def _none_last(value: Any) -> tuple[bool, Any]:
     return (value is None, value if value is not None else 0)
 
 
+# Every column is at least one cell wider than its title: the sort arrow never cuts it.
 COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", 3, True, lambda p: (p.gpu_index, p.pid)),
+    Column("gpu", "GPU", 4, True, lambda p: (p.gpu_index, p.gpu_instance_id or 0, p.pid)),
     Column("pid", "PID", 8, True, lambda p: p.pid),
     Column("user", "USER", 10, False, lambda p: _none_last(p.user)),
-    Column("type", "TYPE", 4, False, lambda p: p.kind.value, 72),
+    Column("job", "JOB", 9, True, lambda p: _none_last(_job_number(p.job_id)), 100, True),
+    Column("container", "CONTAINER", 12, False, lambda p: _none_last(p.container_id), 130, True),
+    Column("type", "TYPE", 5, False, lambda p: p.kind.value, 72),
     Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
     Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
     Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
@@ -46,6 +52,10 @@ COLUMNS: tuple[Column, ...] = (
 )
 # Descending first for these: the biggest users are what people look for.
 DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
+
+
+def _job_number(job_id: str | None) -> int | None:
+    return int(job_id) if job_id is not None and job_id.isdigit() else None
 
 
 def table_messages(sample: Sample | None) -> tuple[list[str], str]:
@@ -82,7 +92,13 @@ def table_messages(sample: Sample | None) -> tuple[list[str], str]:
 def cell_text(column: Column, process: GpuProcess) -> str:
     key = column.key
     if key == "gpu":
+        if process.gpu_instance_id is not None:  # MIG: GPU / GPU instance
+            return f"{process.gpu_index}/{process.gpu_instance_id}"
         return str(process.gpu_index)
+    if key == "job":
+        return process.job_id or "-"
+    if key == "container":
+        return process.container_id or "-"
     if key == "pid":
         return str(process.pid)
     if key == "user":
@@ -99,4 +115,4 @@ def cell_text(column: Column, process: GpuProcess) -> str:
         return fmt.duration(process.elapsed_s)
     if not process.visible:
         return "(not visible here: outside this PID namespace - see ?)"
-    return process.command or "?"
+    return shorten_command(process.command) if process.command else "?"

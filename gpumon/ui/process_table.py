@@ -1,7 +1,9 @@
 """The process table: who uses which GPU, updated in place.
 
-Rows are keyed by (GPU UUID, PID): the cursor stays on the same process across refreshes and
-only the cells that changed are repainted (no clear-and-refill every tick).
+Rows are keyed by (GPU index, PID): the cursor stays on the same process across refreshes and
+only the cells that changed are repainted (no clear-and-refill every tick). A title line says
+how many processes are shown of how many and which filters are on (:class:`ProcessFilter`,
+the same filter ``gpumon once`` could use); the selected GPU's processes are highlighted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gpumon.ui.process_columns import (
     cell_text,
     table_messages,
 )
+from gpumon.views import ProcessFilter, filter_processes
 
 __all__ = [
     "COLUMNS",
@@ -60,6 +63,9 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         "process-table--cursor",
         "process-table--probe",
         "process-table--empty",
+        "process-table--title",
+        "process-table--filter",
+        "process-table--selected-gpu",
     }
 
     DEFAULT_CSS = """
@@ -80,6 +86,9 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     }
     ProcessTable > .process-table--probe { background: $warning-muted; }
     ProcessTable > .process-table--empty { color: $text-muted; }
+    ProcessTable > .process-table--title { color: $text; text-style: bold; }
+    ProcessTable > .process-table--filter { color: $warning; text-style: bold; }
+    ProcessTable > .process-table--selected-gpu { background: $primary 12%; }
     """
 
     BINDINGS = [
@@ -89,7 +98,16 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False, tooltip="a page down"),
         Binding("home,g", "edge(-1)", "First", show=False, tooltip="first process"),
         Binding("end,G", "edge(1)", "Last", show=False, tooltip="last process"),
+        Binding("left,h", "scroll_command(-1)", "Left", show=False, tooltip="scroll commands left"),
+        Binding(
+            "right,l", "scroll_command(1)", "Right", show=False, tooltip="scroll commands right"
+        ),
     ]
+
+    #: The title line and the column headers stay on top while the rows scroll.
+    TOP_LINES = 2
+    #: Cells Left/Right scroll the command column by.
+    COMMAND_STEP = 8
 
     class SortChanged(Message):
         def __init__(self, column: str, reverse: bool) -> None:
@@ -105,12 +123,18 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self.sort_key = "gpu"
         self.sort_reverse = False
         self.highlighted_pids: frozenset[int] = frozenset()
+        self.process_filter = ProcessFilter()
+        #: The GPU selected in the GPU panel: its processes are highlighted.
+        self.selected_gpu: int | None = None
+        #: Cells cut off the start of every command (Left/Right).
+        self.command_offset = 0
         self._processes: tuple[GpuProcess, ...] = ()
         # Until the user moves the cursor, it stays on the top row rather than following the
         # process that happened to be first: an untouched table shows the top of the list.
         self.cursor_chosen = False
         self.notices: tuple[str, ...] = ()
         self.empty_text = EMPTY_WAITING
+        self._optional: frozenset[str] = frozenset()
         self._painted: dict[int, Strip] = {}
         self._fresh: dict[int, Strip] = {}
 
@@ -134,6 +158,38 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self.empty_text = empty_text
         old_row = self.cursor_row
         self._resort(old_row, follow=self._row_on_screen(old_row))
+
+    def set_filter(self, process_filter: ProcessFilter) -> None:
+        """Show only the processes ``process_filter`` passes; the cursor stays on its process
+        when it still passes, else goes to the top."""
+        if process_filter == self.process_filter:
+            return
+        self.process_filter = process_filter
+        self._resort(0, follow=True)
+
+    def select_gpu(self, gpu_index: int | None) -> None:
+        if gpu_index != self.selected_gpu:
+            self.selected_gpu = gpu_index
+            self._repaint_changes()
+
+    @property
+    def total(self) -> int:
+        """Processes listed before filtering."""
+        return len(self._processes)
+
+    def title_text(self) -> str:
+        """The title line's words: ``Processes 12 of 64  filter: GPU 3 · mine``."""
+        count = (
+            f"{len(self.rows)} of {len(self._processes)}"
+            if self.process_filter.active
+            else str(len(self._processes))
+        )
+        text = f" Processes {count}"
+        if self.process_filter.active:
+            text += f"  filter: {self.process_filter.describe()}"
+        if self.command_offset:
+            text += f"  commands scrolled {self.command_offset} cells (left/right)"
+        return text
 
     def highlight(self, pids: frozenset[int]) -> None:
         if pids != self.highlighted_pids:
@@ -160,7 +216,13 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         ``old_row``); ``follow`` scrolls the view, as little as it can, to show it."""
         column = next(c for c in COLUMNS if c.key == self.sort_key)
         reverse = self.sort_reverse != (self.sort_key in DESCENDING_FIRST)
-        self.rows = sorted(self._processes, key=column.sort, reverse=reverse)
+        shown = filter_processes(self._processes, self.process_filter)
+        self.rows = sorted(shown, key=column.sort, reverse=reverse)
+        self._optional = frozenset(
+            key
+            for key, value in (("job", "job_id"), ("container", "container_id"))
+            if any(getattr(p, value) is not None for p in self.rows)
+        )
         keys = [p.key for p in self.rows]
         if not self.cursor_chosen:
             row = 0
@@ -179,7 +241,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     @property
     def _content_height(self) -> int:
-        return 1 + max(1, len(self.rows)) + len(self.notices)
+        return self.TOP_LINES + max(1, len(self.rows)) + len(self.notices)
 
     def _repaint_changes(self) -> None:
         if not self.is_mounted:
@@ -201,15 +263,19 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     # -- keys and mouse --------------------------------------------------------------
 
     def cycle_sort(self) -> None:
-        keys = [c.key for c in self._visible_columns(self._width or 200)]
+        keys = [c.key for c in self._visible_columns(self._width or 200, self._optional)]
         index = keys.index(self.sort_key) if self.sort_key in keys else -1
         self.sort_by(keys[(index + 1) % len(keys)])
 
     def sort_by(self, key: str, reverse: bool = False) -> None:
-        """Sort as the user asked; the view scrolls to wherever the cursor's process went."""
+        """Sort as the user asked; the view goes to the top, the cursor to the first row
+        (what a new sort is for: the biggest, the oldest, the first GPU's)."""
         self.sort_key = key
         self.sort_reverse = reverse
-        self._resort(self.cursor_row, follow=True)
+        self.cursor_chosen = False
+        self._resort(0, follow=True)
+        if self.is_mounted:
+            self.scroll_to(y=0, animate=False)
         self.refresh()
         self.post_message(self.SortChanged(key, reverse))
 
@@ -229,6 +295,15 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         if self.rows:
             self._move_to(0 if direction < 0 else len(self.rows) - 1)
 
+    def action_scroll_command(self, direction: int) -> None:
+        """Left/Right: see the rest of long command lines."""
+        longest = max((len(cell_text(COLUMNS[-1], p)) for p in self.rows), default=0)
+        limit = max(0, longest - self.COMMAND_STEP)
+        offset = max(0, min(limit, self.command_offset + direction * self.COMMAND_STEP))
+        if offset != self.command_offset:
+            self.command_offset = offset
+            self._repaint_changes()
+
     def _move_to(self, row: int) -> None:
         self.cursor_chosen = True
         self.cursor_key = self.rows[row].key
@@ -237,8 +312,8 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     @property
     def _visible_rows(self) -> int:
-        """How many process rows fit below the header."""
-        return max(1, self.size.height - 1)
+        """How many process rows fit below the title and the header."""
+        return max(1, self.size.height - self.TOP_LINES)
 
     def _row_on_screen(self, row: int) -> bool:
         top = int(self.scroll_y)
@@ -256,7 +331,9 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             self.scroll_to(y=row - visible + 1, animate=False)
 
     def on_click(self, event: events.Click) -> None:
-        if event.y == 0:
+        if event.y < self.TOP_LINES - 1:
+            return
+        if event.y == self.TOP_LINES - 1:
             column = self._column_at(event.x)
             if column is not None:
                 if column == self.sort_key:
@@ -264,13 +341,13 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
                 else:
                     self.sort_by(column)
             return
-        row = int(self.scroll_y) + event.y - 1
+        row = int(self.scroll_y) + event.y - self.TOP_LINES
         if 0 <= row < len(self.rows):
             self._move_to(row)
 
     def _column_at(self, x: int) -> str | None:
         position = 0
-        for column, width in self._layout(self._width):
+        for column, width in self._layout(self._width, self._optional):
             if position <= x < position + width + 1:
                 return column.key
             position += width + 1
@@ -294,13 +371,17 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         super().watch_scroll_y(old, new)
 
     @staticmethod
-    def _visible_columns(width: int) -> list[Column]:
-        return [c for c in COLUMNS if width >= c.min_terminal_width]
+    def _visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
+        return [
+            c
+            for c in COLUMNS
+            if width >= c.min_terminal_width and (not c.optional or c.key in optional)
+        ]
 
     @staticmethod
-    @functools.lru_cache(maxsize=8)
-    def _layout(width: int) -> list[tuple[Column, int]]:
-        columns = ProcessTable._visible_columns(width)
+    @functools.lru_cache(maxsize=16)
+    def _layout(width: int, optional: frozenset[str] = frozenset()) -> list[tuple[Column, int]]:
+        columns = ProcessTable._visible_columns(width, optional)
         fixed = sum(c.width + 1 for c in columns if c.width)
         return [(c, c.width or max(8, width - fixed)) for c in columns]
 
@@ -320,10 +401,19 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     def _line(self, y: int) -> Strip:
         width = self._width
         if y == 0:
+            return self._title(width)
+        if y == 1:
             return self._header(width)
-        row = int(self.scroll_y) + y - 1
+        row = int(self.scroll_y) + y - self.TOP_LINES
         if not self.rows and row == 0:
-            return Line().add(" " + self.empty_text, self.style("empty")).strip(width)
+            text = self.empty_text
+            if self._processes and self.process_filter.active:
+                text = (
+                    f"No process matches the filter ({self.process_filter.describe()}): "
+                    f"0 of {len(self._processes)}."
+                )
+            text = self.glyphs.truncate(" " + text, width)
+            return Line().add(text, self.style("empty")).strip(width)
         notice = row - max(1, len(self.rows))
         if 0 <= notice < len(self.notices):
             text = self.glyphs.truncate(" " + self.notices[notice], width)
@@ -337,25 +427,38 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             style = self.style("hidden")
         elif process.is_current_user:
             style = self.style("mine")
+        if (
+            self.selected_gpu is not None
+            and process.gpu_index == self.selected_gpu
+            and self.process_filter.gpu_index is None
+        ):
+            style = style + self.style("selected-gpu")
         if process.pid in self.highlighted_pids:
             style = style + self.style("probe")
         if process.key == self.cursor_key:
             style = style + self.style("cursor")
         line = Line()
         fit = self.glyphs.fit
-        layout = self._layout(width)
+        layout = self._layout(width, self._optional)
         for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
-            text = fit(cell_text(column, process), column_width, column.right)
+            text = cell_text(column, process)
+            if self.command_offset and column.key == "command":
+                text = self.glyphs.ellipsis + text[self.command_offset + 1 :]
+            text = fit(text, column_width, column.right)
             # A space between columns, none after the last: the row is exactly as wide as
             # the table, so nothing has to be cropped off it on every refresh.
             line.add(text + " " if index < len(layout) - 1 else text, style)
         return line.strip(width, style)
 
+    def _title(self, width: int) -> Strip:
+        style = self.style("filter" if self.process_filter.active else "title")
+        return Line().add(self.glyphs.truncate(self.title_text(), width), style).strip(width, style)
+
     def _header(self, width: int) -> Strip:
         line = Line()
         header = self.style("header")
-        layout = self._layout(width)
+        layout = self._layout(width, self._optional)
         for index, (column, column_width) in enumerate(layout):
             title = column.title[:column_width]
             style = header
