@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import itertools
+import re
 
 import pytest
 
 from gpumon.model import ProcessKind, Sample
+from gpumon.sources import demo as demo_module
 from gpumon.sources.demo import DemoSource
 
 
@@ -260,3 +263,43 @@ def test_pcie_repeats_between_five_second_readings_like_the_nvml_source() -> Non
     readings = [sample.gpus[0].pcie_rx_bytes_per_s for sample in samples]
     assert all(readings[i] == readings[i - i % 5] for i in range(20))
     assert len(set(readings)) == 4  # it still moves: a new reading every 5 ticks
+
+
+def test_demo_processes_run_in_slurm_jobs_containers_both_or_neither() -> None:
+    """``--demo`` shows the job and container columns filled as on a real cluster: most
+    processes in Slurm jobs, notebooks and an inference server in containers, a notebook
+    in both, and the display server and hidden rows in neither."""
+    samples = run(demo(gpu_count=8, seed=0, churn=0.5), 40)
+    seen: dict[int, tuple[str | None, str | None]] = {}
+    for sample in samples:
+        for process in sample.processes:
+            ids = (process.job_id, process.container_id)
+            assert seen.setdefault(process.pid, ids) == ids  # stable for a process's life
+            assert process.job_id is None or re.fullmatch("[0-9]{7}", process.job_id)
+            assert process.container_id is None or re.fullmatch(
+                "[0-9a-f]{12}", process.container_id
+            )
+            if not process.visible or process.kind is ProcessKind.GRAPHICS:
+                assert ids == (None, None)
+    kinds = {(job is not None, container is not None) for job, container in seen.values()}
+    assert kinds == {(True, False), (False, True), (True, True), (False, False)}
+    jobs = [job for job, _ in seen.values() if job is not None]
+    assert len(jobs) > len(seen) / 2 and len(set(jobs)) == len(jobs)
+
+
+def test_the_ids_draw_no_random_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the ids, a seed gives the same server as with them: screenshots of a seed
+    did not change when the ids were added."""
+    with_ids = run(demo(gpu_count=8, seed=4, churn=0.5), 30)
+    monkeypatch.setattr(demo_module, "_placement", lambda process: (None, None))
+    without = run(demo(gpu_count=8, seed=4, churn=0.5), 30)
+
+    def no_ids(sample: Sample) -> Sample:
+        processes = tuple(
+            dataclasses.replace(process, job_id=None, container_id=None)
+            for process in sample.processes
+        )
+        return dataclasses.replace(sample, processes=processes)
+
+    assert [no_ids(sample) for sample in with_ids] == without
+    assert any(p.job_id for sample in with_ids for p in sample.processes)

@@ -7,6 +7,7 @@ has ``simulated=True``, which every view labels as DEMO.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -35,6 +36,11 @@ _COMMANDS = (
     "accelerate launch pretrain.py --model gpt2-medium",
     "python -u diffusion/train.py --res 512",
 )
+# Who runs where: these users submit their work through Slurm; notebooks run in containers
+# (a JupyterHub spawner: in a Slurm job too for those users); the inference server is a
+# long-running container of its own, never a job.
+_SLURM_USERS = frozenset(("alice", "bob", "chen", "dana", "emre"))
+_NOTEBOOK, _INFERENCE_SERVER = _COMMANDS[3], _COMMANDS[4]
 
 
 @dataclass(slots=True)
@@ -49,6 +55,8 @@ class _SimProcess:
     rss_bytes: int
     kind: ProcessKind = ProcessKind.COMPUTE
     visible: bool = True
+    job_id: str | None = None
+    container_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -156,7 +164,7 @@ class DemoSource:
         memory = max(256 * MIB, min(self._process_memory(), free // MIB * MIB))
         pid = self._next_pid
         self._next_pid += self._random.randrange(3, 400)
-        return _SimProcess(
+        process = _SimProcess(
             gpu=gpu.index,
             pid=pid,
             user=self._random.choice(self._users),
@@ -166,6 +174,8 @@ class DemoSource:
             cpu_base=self._random.uniform(20, 140),
             rss_bytes=self._random.randrange(2, 12) * 512 * MIB,
         )
+        process.job_id, process.container_id = _placement(process)
+        return process
 
     def _process_memory(self) -> int:
         """Sized so a busy GPU ends up 30-90 % full, however many processes share it."""
@@ -243,6 +253,9 @@ class DemoSource:
                     sm_utilization_pct=_process_sm_utilization(
                         gpu, process, computing_memory[gpu.index]
                     ),
+                    # As from /proc/PID/cgroup: not readable for a PID that is not here.
+                    job_id=process.job_id if process.visible else None,
+                    container_id=process.container_id if process.visible else None,
                 )
             )
         gpus = tuple(self._gpu_stats(gpu, memory_by_gpu[gpu.index]) for gpu in self._gpus)
@@ -338,6 +351,18 @@ def _clock_event_reasons(gpu: _SimGpu) -> tuple[str, ...]:
     if round(gpu.power, 1) >= 0.9 * _POWER_LIMIT_W:  # the power draw as shown
         return ("sw_power_cap",)
     return ()
+
+
+def _placement(process: _SimProcess) -> tuple[str | None, str | None]:
+    """The Slurm job and container a simulated process runs in: derived from its PID,
+    user and command, never drawn from the random generator (so a seed's server is the
+    same as before the ids existed). A job id is stable for the process's life."""
+    job_id = container_id = None
+    if process.user in _SLURM_USERS and process.command != _INFERENCE_SERVER:
+        job_id = str(4_600_000 + process.pid)
+    if process.command in (_NOTEBOOK, _INFERENCE_SERVER):
+        container_id = hashlib.sha256(f"demo container {process.pid}".encode()).hexdigest()[:12]
+    return job_id, container_id
 
 
 def _process_sm_utilization(
