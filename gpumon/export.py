@@ -19,20 +19,24 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumon.fields import FIELDS, Field
 from gpumon.format import safe_text
-from gpumon.model import DriverInfo, GpuStats, HostStats, Sample
+from gpumon.model import DriverInfo, GpuProcess, GpuStats, HostStats, MigInstance, Sample
+from gpumon.snapshot import DEFAULT_FREE_THRESHOLD_MIB
+from gpumon.views import free_gpu_indices, processes_known
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:9402"
 GPU_LABELS = ("gpu", "uuid", "name")
-PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process")
+PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process", "job_id", "container_id")
+#: A MIG instance's series: its GPU's index, its own MIG UUID, its ids and profile.
+MIG_LABELS = ("gpu", "uuid", "gpu_instance_id", "compute_instance_id", "profile")
 _PROCESS_NAME_MAX = 64
 _DEMO_NOTE = " [DEMO: simulated data from gpumon --demo]"
 #: What /metrics answers (503) before the first sample has been read.
@@ -186,7 +190,11 @@ def label_value(text: str | None) -> str:
 
 
 def build_families(
-    sample: Sample | None, sampling_errors: int = 0, *, dcgm_compat: bool = False
+    sample: Sample | None,
+    sampling_errors: int = 0,
+    *,
+    dcgm_compat: bool = False,
+    free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
 ) -> list[Any]:
     """Turn one sample into prometheus_client metric families.
 
@@ -194,6 +202,8 @@ def build_families(
         sample: the latest sample, or ``None`` when the latest attempt to read failed.
         sampling_errors: how many samples have failed since the exporter started.
         dcgm_compat: also dcgm-exporter's series (:mod:`gpumon.export_dcgm`).
+        free_threshold_mib: a GPU with no process and less memory in use than this is free
+            (``gpumon_gpu_free``).
 
     Returns:
         The families to expose; N/A values and lost GPUs' readings have no series.
@@ -260,9 +270,19 @@ def build_families(
                 family.add_metric(_gpu_labels(gpu), value)
 
     count = gauge("gpumon_gpu_processes", "Processes using the GPU.", GPU_LABELS)
+    free = gauge(
+        "gpumon_gpu_free",
+        f"1 when the GPU has no process and less than {free_threshold_mib} MiB of memory in "
+        "use, 0 when it is in use; no series when its processes are unknown.",
+        GPU_LABELS,
+    )
+    free_indices = free_gpu_indices(sample, free_threshold_mib)
     for gpu in readable:
-        if gpu.processes_error is None:  # unknown is no series, never a fake 0
-            count.add_metric(_gpu_labels(gpu), float(len(sample.processes_on(gpu.index))))
+        on_gpu = sample.processes_on(gpu.index)
+        if processes_known(gpu, sample):  # unknown is no series, never a fake 0
+            count.add_metric(_gpu_labels(gpu), float(len(on_gpu)))
+        if _free_is_known(gpu, on_gpu, sample):
+            free.add_metric(_gpu_labels(gpu), 1.0 if gpu.index in free_indices else 0.0)
     memory = gauge(
         "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
     )
@@ -270,9 +290,24 @@ def build_families(
     for process in sample.processes:
         if process.gpu_memory_bytes is None or process.gpu_index in lost:
             continue
-        labels = [str(process.gpu_index), label_value(process.gpu_uuid), str(process.pid)]
-        names = [label_value(process.user), label_value(process_name(process.command))]
-        memory.add_metric([*labels, *names], process.gpu_memory_bytes)
+        memory.add_metric(_process_labels(process), process.gpu_memory_bytes)
+    mig_used = gauge(
+        "gpumon_mig_memory_used_bytes",
+        "GPU memory in use in a MIG instance (its GPU instance's).",
+        MIG_LABELS,
+    )
+    mig_total = gauge(
+        "gpumon_mig_memory_total_bytes",
+        "GPU memory of a MIG instance (its GPU instance's).",
+        MIG_LABELS,
+    )
+    for gpu in readable:
+        for instance in gpu.mig_instances or ():  # None: MIG on, instances unknown
+            labels = _mig_labels(instance)
+            if instance.memory_used_bytes is not None:
+                mig_used.add_metric(labels, instance.memory_used_bytes)
+            if instance.memory_total_bytes is not None:
+                mig_total.add_metric(labels, instance.memory_total_bytes)
     if dcgm_compat:
         from gpumon.export_dcgm import dcgm_families
 
@@ -283,6 +318,41 @@ def build_families(
 def _gpu_labels(gpu: GpuStats) -> list[str]:
     # An unknown UUID (a GPU lost before NVML told it) is "": join on gpu and instance then.
     return [str(gpu.index), label_value(gpu.uuid), label_value(gpu.name)]
+
+
+def _process_labels(process: GpuProcess) -> list[str]:
+    # No job or container is "", which Prometheus reads as no label at all.
+    return [
+        str(process.gpu_index),
+        label_value(process.gpu_uuid),
+        str(process.pid),
+        label_value(process.user),
+        label_value(process_name(process.command)),
+        label_value(process.job_id),
+        label_value(process.container_id),
+    ]
+
+
+def _mig_labels(instance: MigInstance) -> list[str]:
+    return [
+        str(instance.gpu_index),
+        label_value(instance.uuid),
+        _id_label(instance.gpu_instance_id),
+        _id_label(instance.compute_instance_id),
+        label_value(instance.profile),
+    ]
+
+
+def _id_label(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _free_is_known(gpu: GpuStats, processes: Sequence[GpuProcess], sample: Sample) -> bool:
+    """Whether ``gpumon_gpu_free`` can say 1 or 0: the process list is known, and with no
+    process the memory in use (and under MIG, the instances) too."""
+    if not processes_known(gpu, sample):
+        return False
+    return bool(processes) or (gpu.memory_used_bytes is not None and gpu.mig_instances is not None)
 
 
 @functools.cache
@@ -302,8 +372,11 @@ class SampleCollector:
     (the HTTP side answers 503 with it).
     """
 
-    def __init__(self, *, dcgm_compat: bool = False) -> None:
+    def __init__(
+        self, *, dcgm_compat: bool = False, free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB
+    ) -> None:
         self._dcgm_compat = dcgm_compat
+        self._free_threshold_mib = free_threshold_mib
         self._sampling_errors = 0
         # (why not ready or None, families): one reference, so a scrape sees one state.
         self._state: tuple[str | None, list[Any]] = (WAITING, [])
@@ -318,7 +391,12 @@ class SampleCollector:
         if sample.unavailable is not None and not sample.simulated:
             self._state = (f"no NVIDIA GPU data: {sample.unavailable.headline}\n", [])
         else:
-            families = build_families(sample, self._sampling_errors, dcgm_compat=self._dcgm_compat)
+            families = build_families(
+                sample,
+                self._sampling_errors,
+                dcgm_compat=self._dcgm_compat,
+                free_threshold_mib=self._free_threshold_mib,
+            )
             self._state = (None, families)
 
     def sampling_failed(self) -> None:
@@ -352,7 +430,9 @@ def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> in
     # Cheap: NVML is initialised by the first sample, on the sampling thread.
     source = source_for(settings)
     try:  # listens at once; /metrics answers 503 until the first sample
-        collector = SampleCollector(dcgm_compat=dcgm_compat)
+        collector = SampleCollector(
+            dcgm_compat=dcgm_compat, free_threshold_mib=settings.free_threshold_mib
+        )
         exporter = Exporter(source, collector, host, port, settings.interval_s)
     except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
         source.close()

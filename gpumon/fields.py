@@ -237,3 +237,7 @@ BY_ATTRIBUTE: dict[str, Field] = {field.attribute: field for field in FIELDS}
 
 #: GpuStats attributes that are the GPU's identity or state, not readings: no descriptor.
 IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost", "lost_reason", "processes_error")
+#: GpuStats attributes that list parts of the GPU, each with readings of its own: no
+#: descriptor either. Each output shows them its own way (MIG instances: ``once --json``'s
+#: ``mig_instances``, the exporter's ``gpumon_mig_*`` series).
+PARTS = ("mig_instances",)

@@ -1,8 +1,10 @@
 """``gpumon once``: one snapshot of every GPU and its processes, then exit.
 
-A compact table in the spirit of gpustat (one line per GPU, its processes indented below),
-or with ``--json`` the same data in the documented, versioned JSON shape of
-:mod:`gpumon.snapshot`. One sample, no sleeping: fast even on an 8-GPU server.
+A compact table in the spirit of gpustat (one line per GPU, FREE on the free ones, its
+processes indented below, then who uses what: one row per user), or with ``--by-user`` the
+per-user table in place of the processes, or with ``--json`` the same data in the documented,
+versioned JSON shape of :mod:`gpumon.snapshot`. One sample, no sleeping: fast even on an
+8-GPU server.
 
 Colours are raw ANSI SGR codes (importing rich or textual would cost more than the whole
 snapshot): only on a terminal, never when ``NO_COLOR`` is set to anything non-empty, unless
@@ -16,7 +18,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, TextIO
 
 from gpumon import format as fmt
@@ -24,6 +26,7 @@ from gpumon.model import GpuProcess, GpuStats, Sample, notable_unlisted_memory_b
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
+    from gpumon.views import UserUsage
 
 DEMO_MARKER = "DEMO (simulated data)"
 
@@ -40,6 +43,9 @@ CYAN = "36"
 REVERSE = "7"
 
 _MIN_COMMAND_WIDTH = 10
+#: The mark of a GPU with no process and (almost) no memory in use.
+FREE = "FREE"
+USER_COLUMNS = ("USER", "GPUS", "GPU-MEM", "PROCS")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,10 +55,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print JSON (schema: docs/json-schema.md) instead of the table",
     )
-    parser.add_argument(
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
         "--no-processes",
         action="store_true",
-        help="GPUs only: leave out the process lines (JSON: processes is null)",
+        help="GPUs only: leave out the process lines and the per-user summary; reads no "
+        "process, so no GPU is marked FREE (JSON: processes and users are null)",
+    )
+    shown.add_argument(
+        "--by-user",
+        action="store_true",
+        help="the per-user table (USER, GPUS, GPU-MEM, PROCS) in place of the process lines "
+        "(JSON: the users list is always there)",
     )
     parser.add_argument(
         "--color",
@@ -62,29 +76,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(settings: Settings, *, as_json: bool, no_processes: bool, color: str) -> int:
+def run(
+    settings: Settings, *, as_json: bool, no_processes: bool, color: str, by_user: bool = False
+) -> int:
     """``gpumon once``: print one sample (a table, or JSON with ``as_json``) and exit."""
-    from gpumon.snapshot import no_gpu_data, report_unavailable, sample_to_dict, take_sample
+    from gpumon.snapshot import (
+        no_gpu_data,
+        report_unavailable,
+        sample_to_dict,
+        take_sample,
+    )
+    from gpumon.views import free_gpu_indices
 
     # The table shows no PCIe throughput: skip NVML's slow call for it (JSON has it).
     sample = take_sample(settings, processes=not no_processes, pcie=as_json)
     failed = no_gpu_data(sample)
+    threshold = settings.free_threshold_mib
     if as_json:
-        data = sample_to_dict(sample, include_processes=not no_processes)
+        data = sample_to_dict(
+            sample, include_processes=not no_processes, free_threshold_mib=threshold
+        )
         import json  # here: `once` without --json does not need it
 
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     elif not failed:
         stdout = sys.stdout
         width = shutil.get_terminal_size().columns if stdout.isatty() else None
-        stdout.write(
-            render_table(
-                sample,
-                show_processes=not no_processes,
-                color=use_color(color, stdout, os.environ),
-                width=width,
-            )
+        painted = use_color(color, stdout, os.environ)
+        # --no-processes reads none (the demo lists them anyway): then nothing is FREE.
+        free = frozenset() if no_processes else free_gpu_indices(sample, threshold)
+        table = render_table(
+            sample,
+            show_processes=not (no_processes or by_user),
+            color=painted,
+            width=width,
+            free=free,
         )
+        if not no_processes:
+            table += render_users(sample, color=painted, always=by_user)
+        stdout.write(table)
     if failed:
         assert sample.unavailable is not None
         report_unavailable(sample.unavailable)
@@ -196,6 +226,7 @@ def render_table(
     color: bool = False,
     width: int | None = None,
     ascii_only: bool | None = None,
+    free: Set[int] = frozenset(),
 ) -> str:
     """The ``gpumon once`` table.
 
@@ -206,6 +237,7 @@ def render_table(
         width: terminal width; commands are cut to fit it. ``None`` (piped) cuts nothing.
         ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
             the locale (:func:`gpumon.format.locale_is_utf8`).
+        free: NVML indices of the GPUs to mark FREE (:func:`gpumon.views.free_gpu_indices`).
 
     Returns:
         The table, one line per GPU and process, ending with a newline.
@@ -226,7 +258,8 @@ def render_table(
 
     lines = [header_line(sample, paint)]
     for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
-        lines.append(_gpu_line(gpu, cells, gpu_widths, paint))
+        line = _gpu_line(gpu, cells, gpu_widths, paint)
+        lines.append(f"{line} | {paint(FREE, BOLD, GREEN)}" if gpu.index in free else line)
         if not show_processes or gpu.lost:
             continue
         if gpu.processes_error is not None:
@@ -272,3 +305,68 @@ def _process_line(
         prefix = fmt.cell_len(f"    {user}  {pid}  {memory}  ")
         command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - prefix), ellipsis)
     return f"    {paint(user, DIM)}  {paint(pid, DIM)}  {paint(memory, YELLOW)}  {command}"
+
+
+def render_users(
+    sample: Sample, *, color: bool = False, always: bool = False, ascii_only: bool | None = None
+) -> str:
+    """Who uses what: one row per user (GPUs, GPU memory, processes), most memory first.
+
+    Only GPUs whose process lists are known count; a note names those left out. Owners that
+    cannot be read and processes of another PID namespace get rows of their own, never
+    dropped.
+
+    Args:
+        sample: what to sum up.
+        color: add ANSI colours (the current user's row in bold).
+        always: the table even when no process runs (``--by-user``); else nothing then.
+        ascii_only: ``>=`` instead of ``≥`` for a lower bound; ``None`` decides from the
+            locale.
+
+    Returns:
+        A blank line, then the table and its note, each line ending with a newline; or ``""``.
+    """
+    from gpumon.snapshot import user_summary_of
+
+    paint = _Painter(color)
+    if ascii_only is None:
+        ascii_only = not fmt.locale_is_utf8()
+    usages, left_out = user_summary_of(sample)
+    if not (usages or left_out or always):
+        return ""
+    lines = [""]
+    if usages or always:
+        rows = [_user_cells(usage, ascii_only) for usage in usages]
+        header = dict(zip(("user", "gpus", "memory", "processes"), USER_COLUMNS, strict=True))
+        widths = _widths([header, *rows])
+        lines.append(paint(_user_line(header, widths), BOLD))
+        for usage, row in zip(usages, rows, strict=True):
+            text = _user_line(row, widths)
+            lines.append(paint(text, BOLD) if usage.is_current_user else text)
+        if not usages:
+            lines.append("(no process on the GPUs whose processes are known)")
+    if left_out:
+        gpus = ", ".join(str(index) for index in left_out)
+        noun = "GPU" if len(left_out) == 1 else "GPUs"
+        lines.append(paint(f"not counted: {noun} {gpus} (processes unknown)", YELLOW))
+    return "\n".join(lines) + "\n"
+
+
+def _user_cells(usage: UserUsage, ascii_only: bool) -> dict[str, str]:
+    memory = fmt.bytes_short(usage.gpu_memory_bytes)
+    if usage.memory_partial:  # some processes' memory is N/A: the sum is a lower bound
+        memory = (">=" if ascii_only else "≥") + memory
+    return {
+        "user": usage.user,
+        "gpus": ",".join(str(index) for index in usage.gpu_indices),
+        "memory": memory,
+        "processes": str(usage.process_count),
+    }
+
+
+def _user_line(row: Mapping[str, str], widths: Mapping[str, int]) -> str:
+    user = fmt.ljust_cells(row["user"], widths["user"])
+    gpus = fmt.ljust_cells(row["gpus"], widths["gpus"])
+    memory = fmt.rjust_cells(row["memory"], widths["memory"])
+    processes = fmt.rjust_cells(row["processes"], widths["processes"])
+    return f"{user}  {gpus}  {memory}  {processes}".rstrip()

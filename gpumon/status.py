@@ -1,10 +1,15 @@
 """``gpumon status``: one short line for a tmux (or any other) status bar.
 
-Run every few seconds by tmux, so it must start fast: one sample, no process calls, no
-psutil, no textual, no colours (tmux has its own ``#[fg=...]`` syntax, which users can put in
-``--format``). The default is one compact cell per GPU, ``GPU 0:87/26% 1:0/1% ...``
-(utilisation / memory used, in percent): 8 GPUs fit in under 100 columns, leaving room for a
-clock in tmux's 120.
+Run every few seconds by tmux, so it must start fast: one sample, no psutil, no textual, no
+colours (tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``). The
+default is one compact cell per GPU, ``GPU 0:87/26% 1:FREE ...`` (utilisation / memory used,
+in percent; ``FREE`` for a GPU with no process and less than ``free_threshold_mib`` in use):
+8 GPUs fit in under 100 columns, leaving room for a clock in tmux's 120.
+
+To tell FREE, the line reads NVML's process lists, and nothing about the processes from the
+host (no psutil, no /proc reads of other users' processes); a ``--format`` without
+``{free}`` reads no process list at all. A GPU whose process list is unknown (NVML refused
+it) is never FREE.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Set
 from typing import TYPE_CHECKING
 
 from gpumon import format as fmt
@@ -22,6 +28,9 @@ if TYPE_CHECKING:
     from gpumon.settings import Settings
 
 DEFAULT_FORMAT = "{index}:{util_num}/{mem_pct_num}%"
+#: What the default format shows for a FREE GPU, in place of ``0/0%``.
+FREE_CELL = "{index}:FREE"
+FREE = "FREE"
 DEFAULT_SEPARATOR = " "
 DEFAULT_PREFIX = "GPU "
 #: What the line says when there is no GPU data (no driver): never a blank status bar.
@@ -39,6 +48,8 @@ FIELDS: dict[str, str] = {
     "util_num": "GPU utilisation without the % sign (87)",
     "mem_pct": "memory used, percent of total (26%)",
     "mem_pct_num": "memory used, percent of total, without the % sign (26)",
+    "free": "FREE when the GPU has no process and less memory in use than free_threshold_mib, "
+    "else empty (also when its processes are unknown)",
 }
 
 
@@ -77,14 +88,21 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
         return 2
     from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
 
-    # No process calls (the line shows none), and PCIe only when the template shows it.
-    sample = take_sample(settings, processes=False, pcie="{pcie_" in template)
+    # NVML's process lists only when the line shows FREE, never the host's per-process reads
+    # (the line shows no process); PCIe only when the template shows it.
+    shows_free = template == DEFAULT_FORMAT or "{free" in template
+    sample = take_sample(
+        settings, processes=shows_free, pcie="{pcie_" in template, host_details=False
+    )
     if no_gpu_data(sample):
         assert sample.unavailable is not None
         print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
         report_unavailable(sample.unavailable)
         return 1
-    line = status_line(sample, template=template, separator=separator, prefix=prefix)
+    from gpumon.views import free_gpu_indices
+
+    free = free_gpu_indices(sample, settings.free_threshold_mib)
+    line = status_line(sample, template=template, separator=separator, prefix=prefix, free=free)
     print(line)
     return 0
 
@@ -141,8 +159,9 @@ def check_template(template: str) -> str | None:
     return None
 
 
-def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
-    """The ``--format`` fields of one GPU, as strings (N/A when not known)."""
+def gpu_fields(gpu: GpuStats, ascii_only: bool = False, free: bool = False) -> dict[str, str]:
+    """The ``--format`` fields of one GPU, as strings (N/A when not known); ``free`` says
+    whether the GPU is FREE (:func:`gpumon.views.free_gpu_indices`)."""
     fraction = gpu.memory_used_fraction
     values = {field.key: field.show(gpu) for field in TABLE}
     if ascii_only:
@@ -156,7 +175,16 @@ def gpu_fields(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
         "util_num": _number(gpu.utilization_gpu_pct),
         "mem_pct": fmt.percent(None if fraction is None else 100 * fraction),
         "mem_pct_num": _number(None if fraction is None else 100 * fraction),
+        "free": FREE if free else "",
     }
+
+
+def _cell(gpu: GpuStats, template: str, ascii_only: bool, free: bool) -> str:
+    if gpu.lost:
+        return f"{gpu.index}:LOST"
+    if free and template == DEFAULT_FORMAT:
+        return FREE_CELL.format(index=gpu.index)
+    return template.format(**gpu_fields(gpu, ascii_only, free))
 
 
 def _number(value: float | None) -> str:
@@ -170,6 +198,7 @@ def status_line(
     separator: str = DEFAULT_SEPARATOR,
     prefix: str | None = None,
     ascii_only: bool | None = None,
+    free: Set[int] = frozenset(),
 ) -> str:
     """One line for every GPU in ``sample``.
 
@@ -180,6 +209,8 @@ def status_line(
         prefix: placed before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
             template, nothing with another (a custom template is exactly what it says).
         ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
+        free: NVML indices of the FREE GPUs (:func:`gpumon.views.free_gpu_indices`): the
+            default template shows them as ``3:FREE``; any template's ``{free}`` says FREE.
 
     Returns:
         The line without a newline; a lost GPU shows as ``2:LOST``, and simulated data
@@ -187,10 +218,7 @@ def status_line(
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
-    parts = [
-        f"{gpu.index}:LOST" if gpu.lost else template.format(**gpu_fields(gpu, ascii_only))
-        for gpu in sample.gpus
-    ]
+    parts = [_cell(gpu, template, ascii_only, gpu.index in free) for gpu in sample.gpus]
     if prefix is None:
         prefix = DEFAULT_PREFIX if template == DEFAULT_FORMAT else ""
     line = prefix + separator.join(parts)

@@ -24,6 +24,7 @@ from gpumon.model import (
     GpuStats,
     GpuUnavailable,
     HostStats,
+    MigInstance,
     ProcessKind,
     Sample,
     UnavailableReason,
@@ -266,6 +267,8 @@ def test_process_memory_series_use_short_labels(serve: Serve) -> None:
         "pid": "4242",
         "user": "alice",
         "process": "python3",
+        "job_id": "",  # none: Prometheus reads an empty label as no label
+        "container_id": "",
     }
     assert value == 11 * GIB
     assert by_pid["99999"][0]["user"] == "" and by_pid["99999"][0]["process"] == ""
@@ -354,3 +357,57 @@ def test_describe_names_every_family_collect_can_yield() -> None:
     collector.sampling_failed()
     assert {family.name for family in collector.collect()} <= described
     assert {metric.name for metric in export.GPU_METRICS} <= described
+
+
+def mig_and_jobs_sample() -> Sample:
+    """GPU 0 in MIG mode with two instances (one with memory N/A) and a Slurm job's process;
+    GPU 2 in MIG mode with instances NVML would not tell; a container's process on GPU 0."""
+    sample = make_sample()
+    instances = (
+        MigInstance(0, 0, 1, 0, "3g.40gb", "MIG-aaaa", 10 * GIB, 40 * GIB),
+        MigInstance(0, 1, 2, 0, "2g.20gb", "MIG-bbbb", None, None),
+    )
+    mig = dataclasses.replace(sample.gpus[0], mig_mode=True, mig_instances=instances)
+    unreadable = dataclasses.replace(sample.gpus[2], mig_mode=True, mig_instances=None)
+    in_job = dataclasses.replace(sample.processes[0], job_id="81234", gpu_instance_id=1)
+    in_container = dataclasses.replace(sample.processes[2], container_id="0123456789ab")
+    return dataclasses.replace(
+        sample,
+        gpus=(mig, sample.gpus[1], unreadable),
+        processes=(in_job, sample.processes[1], in_container),
+    )
+
+
+def test_process_series_carry_job_and_container_ids(serve: Serve) -> None:
+    series = scrape(serve(FakeSource(mig_and_jobs_sample())).port)
+    by_pid = {
+        dict(labels)["pid"]: dict(labels) for labels in series["gpumon_process_gpu_memory_bytes"]
+    }
+    assert (by_pid["4242"]["job_id"], by_pid["4242"]["container_id"]) == ("81234", "")
+    assert (by_pid["99999"]["job_id"], by_pid["99999"]["container_id"]) == ("", "0123456789ab")
+
+
+def test_mig_instances_have_series_of_their_own(serve: Serve) -> None:
+    series = scrape(serve(FakeSource(mig_and_jobs_sample())).port)
+
+    key = (
+        ("compute_instance_id", "0"),
+        ("gpu", "0"),
+        ("gpu_instance_id", "1"),
+        ("profile", "3g.40gb"),
+        ("uuid", "MIG-aaaa"),
+    )
+    # Only the instance whose memory is known; none for GPU 2, whose instances are unknown.
+    assert series["gpumon_mig_memory_used_bytes"] == {key: 10 * GIB}
+    assert series["gpumon_mig_memory_total_bytes"] == {key: 40 * GIB}
+    docs = (ROOT / "docs" / "prometheus.md").read_text()
+    missing = sorted(name for name in series if f"`{name}`" not in docs)
+    assert not missing
+
+
+def test_a_lost_gpu_has_no_mig_series() -> None:
+    sample = mig_and_jobs_sample()
+    lost = dataclasses.replace(sample.gpus[0], lost=True)
+    families = export.build_families(dataclasses.replace(sample, gpus=(lost,)))
+    (used,) = [family for family in families if family.name == "gpumon_mig_memory_used_bytes"]
+    assert used.samples == []

@@ -160,3 +160,31 @@ def test_label_value_is_always_utf8_and_safe(text: str) -> None:
     assert unsafe_characters(value) == []
     assert export.label_value(value) == value  # a no-op on safe text
     assert export.label_value(None) == ""
+
+
+def test_hostile_job_container_and_mig_labels_scrape_as_valid_utf8(serve: Serve) -> None:
+    """Job and container ids come from /proc/PID/cgroup and MIG profiles from the driver:
+    whatever text reaches them, their labels pass the same filter as user names."""
+    from gpumon.model import MigInstance
+
+    sample = make_sample()
+    instance = MigInstance(0, 0, 1, 0, "3g\udcff\x1b[2J", "MIG-\u202eevil", 1, 2)
+    gpu = dataclasses.replace(sample.gpus[0], mig_mode=True, mig_instances=(instance,))
+    process = dataclasses.replace(
+        sample.processes[0], job_id="81\x9b2J", container_id="ab\udcc3\u200bcd"
+    )
+    sample = dataclasses.replace(sample, gpus=(gpu,), processes=(process,))
+
+    status, body = hostile_scrape(serve(FakeSource(sample)).port)
+
+    assert status == 200
+    text = body.decode("utf-8", errors="strict")
+    assert lint_exposition(text) == []
+    series = parse(text)
+    for values in series.values():
+        for labels in values:
+            assert all(unsafe_characters(value) == [] for _, value in labels)
+    (labels,) = series["gpumon_process_gpu_memory_bytes"]
+    assert dict(labels)["job_id"] == export.label_value("81\x9b2J") != ""
+    (labels,) = series["gpumon_mig_memory_used_bytes"]
+    assert dict(labels)["profile"] == "3g\\xff?[2J"

@@ -23,6 +23,7 @@ from gpumon.model import (
     GpuStats,
     GpuUnavailable,
     HostStats,
+    MigInstance,
     ProcessKind,
     Sample,
     UnavailableReason,
@@ -234,11 +235,9 @@ def test_terminal_gets_colours(monkeypatch: pytest.MonkeyPatch) -> None:
     out = FakeTty()
     run_in_process(monkeypatch, ["once"], troubled_sample(), out)
     assert ANSI.search(out.getvalue())
-    # Colours never change the layout: stripped, it is the plain table.
-    assert (
-        ANSI.sub("", out.getvalue()).splitlines()[1:]
-        == (once.render_table(troubled_sample(), width=80).splitlines()[1:])
-    )
+    # Colours never change the layout: stripped, it is the plain table and user summary.
+    plain = once.render_table(troubled_sample(), width=80) + once.render_users(troubled_sample())
+    assert ANSI.sub("", out.getvalue()).splitlines()[1:] == plain.splitlines()[1:]
 
 
 @pytest.mark.parametrize("value", ["1", "0", "false", "yes"])
@@ -321,9 +320,10 @@ def test_json_has_every_model_field_and_the_schema_documents_exactly_those() -> 
     schema = load_schema()
     gpu_schema = schema["$defs"]["gpu"]
     model_fields = {field.name for field in dataclasses.fields(GpuStats)}
-    assert set(gpu_schema["required"]) == model_fields | {"memory_unlisted_bytes", "processes"}
+    added = {"memory_unlisted_bytes", "free", "processes"}
+    assert set(gpu_schema["required"]) == model_fields | added
     document = snapshot.sample_to_dict(troubled_sample())
-    assert set(document["gpus"][0]) == model_fields | {"memory_unlisted_bytes", "processes"}
+    assert set(document["gpus"][0]) == model_fields | added
     # Strict: an undocumented field fails validation.
     document["gpus"][0]["surprise"] = 1
     with pytest.raises(jsonschema.ValidationError):
@@ -413,3 +413,67 @@ def test_unavailable_sample_json_has_error_object(monkeypatch: pytest.MonkeyPatc
     validate(document)
     assert document["error"]["reason"] == "driver_not_loaded"
     assert document["error"]["hint"] == "Load it (`sudo modprobe nvidia`)."
+
+
+def mig_sample() -> Sample:
+    """GPU 0 in MIG mode with two instances and a Slurm job in one; GPU 1 without MIG running
+    a container's process; GPU 2 in MIG mode whose instances NVML would not tell; 3 lost."""
+    instances = (
+        MigInstance(0, 0, 1, 0, "3g.40gb", "MIG-aaaa", 10 * GIB, 40 * GIB),
+        MigInstance(0, 1, 2, 0, "2g.20gb", "MIG-bbbb", None, None),
+    )
+    gpus = (
+        gpu(0, mig_mode=True, utilization_gpu_pct=None, mig_instances=instances),
+        gpu(1),
+        gpu(2, mig_mode=True, utilization_gpu_pct=None, mig_instances=None),
+        GpuStats(index=3, uuid="GPU-00000003-lost", lost=True),
+    )
+    processes = (
+        process(gpus[0], 10, job_id="81234", gpu_instance_id=1, compute_instance_id=0),
+        process(gpus[1], 20, container_id="0123456789ab"),
+    )
+    return dataclasses.replace(troubled_sample(), gpus=gpus, processes=processes)
+
+
+def test_json_has_mig_instances_and_the_jobs_containers_and_instances_of_processes() -> None:
+    document = json.loads(json.dumps(snapshot.sample_to_dict(mig_sample())))
+
+    validate(document)
+    mig, plain, unreadable, lost = document["gpus"]
+    assert mig["mig_instances"] == [
+        {
+            "index": 0,
+            "gpu_instance_id": 1,
+            "compute_instance_id": 0,
+            "profile": "3g.40gb",
+            "uuid": "MIG-aaaa",
+            "memory_used_bytes": 10 * GIB,
+            "memory_total_bytes": 40 * GIB,
+        },
+        {
+            "index": 1,
+            "gpu_instance_id": 2,
+            "compute_instance_id": 0,
+            "profile": "2g.20gb",
+            "uuid": "MIG-bbbb",
+            "memory_used_bytes": None,
+            "memory_total_bytes": None,
+        },
+    ]
+    assert plain["mig_instances"] == []  # MIG off: none, known
+    assert unreadable["mig_instances"] is None  # MIG on, unknown
+    assert lost["mig_instances"] is None  # a lost GPU's are unknown too
+    (in_job,) = mig["processes"]
+    assert (in_job["job_id"], in_job["container_id"]) == ("81234", None)
+    assert (in_job["gpu_instance_id"], in_job["compute_instance_id"]) == (1, 0)
+    (in_container,) = plain["processes"]
+    assert (in_container["job_id"], in_container["container_id"]) == (None, "0123456789ab")
+    assert (in_container["gpu_instance_id"], in_container["compute_instance_id"]) == (None, None)
+
+
+def test_every_schema_object_is_strict() -> None:
+    """An undocumented key anywhere fails validation: the docs cannot fall behind."""
+    for name, definition in load_schema()["$defs"].items():
+        if definition.get("type") == "object":
+            assert definition.get("additionalProperties") is False, name
+            assert set(definition["required"]) == set(definition["properties"]), name

@@ -37,6 +37,7 @@ def open_source(
     seed: int = 0,
     processes: bool = True,
     pcie: bool = True,
+    host_details: bool = True,
 ) -> GpuSource:
     """Return the demo source or the NVML source; never raises for a missing driver.
 
@@ -45,7 +46,10 @@ def open_source(
     process (``status``, ``once --no-processes``): NVML's process lists and the host's
     per-process reads are skipped, and samples carry no processes. ``pcie=False`` is for
     modes that do not show PCIe throughput: NVML's call for it blocks about 20 ms per GPU
-    and direction, and the readings are N/A.
+    and direction, and the readings are N/A. ``host_details=False`` (with ``processes``) is
+    for modes that need to know whether a GPU has processes but show none of them
+    (``status``, to tell FREE): NVML's process lists are read, the host's per-process reads
+    (psutil: user, command, CPU, memory) are not. The demo source ignores it.
     """
     if demo:
         from gpumon.sources.demo import DemoSource
@@ -53,10 +57,19 @@ def open_source(
         return DemoSource(gpu_count=demo_gpus, process_count=demo_processes, seed=seed)
     from gpumon.sources.nvml import NvmlSource
 
-    return NvmlSource(read_processes=processes, read_pcie=pcie)
+    if host_details or not processes:
+        return NvmlSource(read_processes=processes, read_pcie=pcie)
+    try:
+        return NvmlSource(read_processes=True, read_pcie=pcie, read_host_details=False)
+    except TypeError:
+        # An NvmlSource from before read_host_details: it reads the host details too,
+        # slower but right. Remove once every NvmlSource takes read_host_details.
+        return NvmlSource(read_processes=True, read_pcie=pcie)
 
 
-def source_for(settings: Settings, *, processes: bool = True, pcie: bool = True) -> GpuSource:
+def source_for(
+    settings: Settings, *, processes: bool = True, pcie: bool = True, host_details: bool = True
+) -> GpuSource:
     """:func:`open_source` for what ``settings`` ask (``--demo`` and its sizes)."""
     return open_source(
         demo=settings.demo,
@@ -64,4 +77,5 @@ def source_for(settings: Settings, *, processes: bool = True, pcie: bool = True)
         demo_processes=settings.demo_processes,
         processes=processes,
         pcie=pcie,
+        host_details=host_details,
     )
