@@ -1,10 +1,11 @@
 """``Enter`` on a process: who and what it is, where it came from, and how it behaved.
 
-The full command line (wrapped, never cut below 64k characters), user, PID, start time, the
-parent chain up to the launcher, GPU memory, host CPU and per-process SM utilisation over
-time (from the store), and for the user's own processes the ``CUDA_VISIBLE_DEVICES`` /
-``CUDA_DEVICE_ORDER`` it runs with. The host reads happen once, in a thread, when the screen
-opens (:mod:`gpumon.sources.process_details`).
+The full command line (wrapped, never cut below 64k characters), user, PID, the Slurm job and
+container it runs in (from the sample: read once per process), start time, the parent chain up
+to the launcher, GPU memory, host CPU and per-process SM utilisation over time (from the
+store), and for the user's own processes the ``CUDA_VISIBLE_DEVICES`` / ``CUDA_DEVICE_ORDER``
+it runs with. The host reads happen once, in a thread, when the screen opens
+(:mod:`gpumon.sources.process_details`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def render_identity(
     text.append(f"{pid}    ")
     text.append("GPU ", "bold")
     text.append(f"{gpu_index}\n")
+    _append_placement(text, process)
     if details is not None and details.visible and details.started_at_s is not None:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(details.started_at_s))
         text.append("Started  ", "bold")
@@ -121,6 +123,23 @@ def render_identity(
             ]
             text.append("  ".join(parts) + "\n")
     return text
+
+
+def _append_placement(text: Text, process: GpuProcess | None) -> None:
+    """``Slurm job 4812345    Container 3f2a9c1b7d4e``: ``none`` when the process is in
+    none, N/A when its ``/proc/PID/cgroup`` is not here to read (not visible, or unknown)."""
+    for label, value, gap in (
+        ("Slurm job ", process.job_id if process else None, "    "),
+        ("Container ", process.container_id if process else None, "\n"),
+    ):
+        text.append(label, "bold")
+        if process is None or not process.visible:
+            text.append(fmt.NA)
+        elif value is None:
+            text.append("none", "dim")
+        else:
+            text.append(value)
+        text.append(gap)
 
 
 def render_history(
@@ -177,6 +196,8 @@ class ProcessDetailScreen(StoreScreen):
         self.key = key
         self.ascii_only = ascii_only
         self.details: ProcessDetails | None = None
+        # The process as last listed: what the identity shows once it has left the GPU.
+        self._last_seen: GpuProcess | None = None
         self._read_details = read_details
         self.ended = False
 
@@ -218,6 +239,8 @@ class ProcessDetailScreen(StoreScreen):
         process = find(sample, self.key)
         # Gone from this sample (the last data is kept); NVML may list it again later.
         self.ended = sample is not None and process is None
+        if process is not None:
+            self._last_seen = process
         gpu_index, pid = self.key
         state = "  (no longer on the GPU: last data kept)" if self.ended else ""
         demo = "  DEMO (simulated)" if sample is not None and sample.simulated else ""
@@ -227,7 +250,7 @@ class ProcessDetailScreen(StoreScreen):
         self.query_one("#process-detail-identity", TextLines).update(
             render_identity(
                 self.key,
-                process,
+                self._last_seen,
                 self.details,
                 now_s,
                 sample is not None and sample.simulated,
