@@ -57,6 +57,9 @@ EXPECTED: dict[str, CgroupIds] = {
     "hostile-not-utf8.cgroup": NO_IDS,
     "garbage.cgroup": NO_IDS,
     "empty.cgroup": NO_IDS,
+    # Copied from real machines (sandboxes whose cgroups are named with 32 hex digits).
+    "recorded-sandbox-v1.cgroup": NO_IDS,
+    "recorded-sandbox-v2.cgroup": NO_IDS,
 }
 
 
@@ -86,7 +89,8 @@ def test_v1_fixtures_are_whole_files_as_the_kernel_writes_them() -> None:
         assert {"cpuset", "memory", "devices", "freezer", "pids", "name=systemd", ""} <= (
             controllers
         ), name
-        assert len(lines) == 14, name
+        if not name.startswith("recorded-"):  # a real file has what its kernel mounts
+            assert len(lines) == 14, name
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
