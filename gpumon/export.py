@@ -19,7 +19,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,13 +218,15 @@ def build_families(
         families.append(family)
         return family
 
+    def counter(name: str, text: str, labels: Iterable[str] = ()) -> Any:
+        family = CounterMetricFamily(name, text + note, labels=list(labels))
+        families.append(family)
+        return family
+
     simulated = gauge("gpumon_simulated", "1 when the data is simulated (gpumon --demo).")
     simulated.add_metric([], 1.0 if sample is not None and sample.simulated else 0.0)
-    errors = CounterMetricFamily(
-        "gpumon_sampling_errors", "Samples that failed since the exporter started." + note
-    )
+    errors = counter("gpumon_sampling_errors", "Samples that failed since the exporter started.")
     errors.add_metric([], float(sampling_errors))
-    families.append(errors)
     if sample is None:
         return families
 
@@ -241,7 +243,22 @@ def build_families(
         driver = sample.driver
         versions = (driver.driver_version, driver.cuda_driver_version, driver.nvml_version)
         info.add_metric([label_value(version) for version in versions], 1.0)
+    _add_gpu_series(sample, gauge, counter)
+    _add_usage_series(sample, gauge, free_threshold_mib)
+    _add_mig_series(sample, gauge)
+    if dcgm_compat:
+        from gpumon.export_dcgm import dcgm_families
 
+        families.extend(dcgm_families(sample, note, label_value))
+    return families
+
+
+#: Makes a family (name, help, label names), adds it to the scrape, returns it.
+_NewFamily = Callable[[str, str, Iterable[str]], Any]
+
+
+def _add_gpu_series(sample: Sample, gauge: _NewFamily, counter: _NewFamily) -> None:
+    """Identity and up for every GPU; every field table reading of the GPUs that answered."""
     gpu_info = gauge(
         "gpumon_gpu_info", "GPU identity (value always 1).", (*GPU_LABELS, "pci_bus_id")
     )
@@ -252,23 +269,23 @@ def build_families(
         up.add_metric(labels, 0.0 if gpu.lost else 1.0)
     readable = [gpu for gpu in sample.gpus if not gpu.lost]
     for metric in GPU_METRICS:
-        if metric.kind == "counter":
-            family = CounterMetricFamily(metric.name, metric.help + note, labels=list(GPU_LABELS))
-            families.append(family)
-        elif metric.kind == "state":
+        if metric.kind == "state":
             assert metric.label is not None
             family = gauge(metric.name, metric.help, (*GPU_LABELS, metric.label))
             for gpu in readable:
                 for state in metric.states(gpu):
                     family.add_metric([*_gpu_labels(gpu), label_value(state)], 1.0)
             continue
-        else:
-            family = gauge(metric.name, metric.help, GPU_LABELS)
+        make = counter if metric.kind == "counter" else gauge
+        family = make(metric.name, metric.help, GPU_LABELS)
         for gpu in readable:
             value = metric.read(gpu)
             if value is not None:
                 family.add_metric(_gpu_labels(gpu), value)
 
+
+def _add_usage_series(sample: Sample, gauge: _NewFamily, free_threshold_mib: int) -> None:
+    """Who uses the GPUs: process counts, FREE, each process's GPU memory."""
     count = gauge("gpumon_gpu_processes", "Processes using the GPU.", GPU_LABELS)
     free = gauge(
         "gpumon_gpu_free",
@@ -277,42 +294,43 @@ def build_families(
         GPU_LABELS,
     )
     free_indices = free_gpu_indices(sample, free_threshold_mib)
-    for gpu in readable:
+    for gpu in sample.gpus:
+        if not processes_known(gpu, sample):  # unknown is no series, never a fake 0
+            continue
         on_gpu = sample.processes_on(gpu.index)
-        if processes_known(gpu, sample):  # unknown is no series, never a fake 0
-            count.add_metric(_gpu_labels(gpu), float(len(on_gpu)))
-        if _free_is_known(gpu, on_gpu, sample):
+        count.add_metric(_gpu_labels(gpu), float(len(on_gpu)))
+        if on_gpu or (gpu.memory_used_bytes is not None and gpu.mig_instances is not None):
             free.add_metric(_gpu_labels(gpu), 1.0 if gpu.index in free_indices else 0.0)
     memory = gauge(
         "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
     )
     lost = {gpu.index for gpu in sample.gpus if gpu.lost}  # joined by index: a UUID may be None
     for process in sample.processes:
-        if process.gpu_memory_bytes is None or process.gpu_index in lost:
-            continue
-        memory.add_metric(_process_labels(process), process.gpu_memory_bytes)
-    mig_used = gauge(
+        if process.gpu_memory_bytes is not None and process.gpu_index not in lost:
+            memory.add_metric(_process_labels(process), process.gpu_memory_bytes)
+
+
+def _add_mig_series(sample: Sample, gauge: _NewFamily) -> None:
+    """Each MIG instance's memory; none where the instances are unknown."""
+    used = gauge(
         "gpumon_mig_memory_used_bytes",
         "GPU memory in use in a MIG instance (its GPU instance's).",
         MIG_LABELS,
     )
-    mig_total = gauge(
+    total = gauge(
         "gpumon_mig_memory_total_bytes",
         "GPU memory of a MIG instance (its GPU instance's).",
         MIG_LABELS,
     )
-    for gpu in readable:
+    for gpu in sample.gpus:
+        if gpu.lost:
+            continue
         for instance in gpu.mig_instances or ():  # None: MIG on, instances unknown
             labels = _mig_labels(instance)
             if instance.memory_used_bytes is not None:
-                mig_used.add_metric(labels, instance.memory_used_bytes)
+                used.add_metric(labels, instance.memory_used_bytes)
             if instance.memory_total_bytes is not None:
-                mig_total.add_metric(labels, instance.memory_total_bytes)
-    if dcgm_compat:
-        from gpumon.export_dcgm import dcgm_families
-
-        families.extend(dcgm_families(sample, note, label_value))
-    return families
+                total.add_metric(labels, instance.memory_total_bytes)
 
 
 def _gpu_labels(gpu: GpuStats) -> list[str]:
@@ -345,14 +363,6 @@ def _mig_labels(instance: MigInstance) -> list[str]:
 
 def _id_label(value: int | None) -> str:
     return "" if value is None else str(value)
-
-
-def _free_is_known(gpu: GpuStats, processes: Sequence[GpuProcess], sample: Sample) -> bool:
-    """Whether ``gpumon_gpu_free`` can say 1 or 0: the process list is known, and with no
-    process the memory in use (and under MIG, the instances) too."""
-    if not processes_known(gpu, sample):
-        return False
-    return bool(processes) or (gpu.memory_used_bytes is not None and gpu.mig_instances is not None)
 
 
 @functools.cache

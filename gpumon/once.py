@@ -80,12 +80,7 @@ def run(
     settings: Settings, *, as_json: bool, no_processes: bool, color: str, by_user: bool = False
 ) -> int:
     """``gpumon once``: print one sample (a table, or JSON with ``as_json``) and exit."""
-    from gpumon.snapshot import (
-        no_gpu_data,
-        report_unavailable,
-        sample_to_dict,
-        take_sample,
-    )
+    from gpumon.snapshot import no_gpu_data, report_unavailable, sample_to_dict, take_sample
     from gpumon.views import free_gpu_indices
 
     # The table shows no PCIe throughput: skip NVML's slow call for it (JSON has it).
