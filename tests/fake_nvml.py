@@ -9,6 +9,13 @@ A GPU is a dict from field name (see :data:`DEVICE_FIELDS`) to the value NVML re
 may instead be :class:`Fail` (raise ``NVMLError(code)``) or an exception instance (raised as is).
 A field missing from the dict answers NOT_SUPPORTED. Tests change values between samples by
 assigning into ``fake.gpus[i]``. Every device call is counted per function, GPU and arguments.
+
+MIG: a GPU's ``mig_devices`` lists its MIG device slots (:func:`make_mig_gpu`): each a dict of
+:data:`MIG_DEVICE_FIELDS` (a MIG device), ``None`` (an empty slot: NOT_FOUND) or a :class:`Fail`
+(the handle call raises). Calls on a MIG device handle are counted under ``(gpu, slot)`` instead
+of the GPU's index, so that counts on a GPU are of calls on its own handle.
+``FakeNvml.non_root = True`` answers NO_PERMISSION as NVML does for a non-root user on a GPU in
+MIG mode (see :data:`REFUSED_TO_NON_ROOT_UNDER_MIG`).
 """
 
 from __future__ import annotations
@@ -71,7 +78,47 @@ DEVICE_FIELDS = {
     # A list of ProcessUtilizationSample; as NVML, only those newer than the timestamp asked
     # for are returned, and NOT_FOUND when there is none.
     "process_utilization": "nvmlDeviceGetProcessUtilization(lastSeenTimeStamp)",
+    "mig_max_count": "nvmlDeviceGetMaxMigDeviceCount",
+    # Slots below mig_max_count: a MIG device dict, None (empty: NOT_FOUND) or a Fail; past
+    # mig_max_count, INVALID_ARGUMENT.
+    "mig_devices": "nvmlDeviceGetMigDeviceHandleByIndex(index)",
 }
+
+# The fields a MIG device dict may hold (calls on a MIG device handle).
+MIG_DEVICE_FIELDS = {
+    "gpu_instance_id": "nvmlDeviceGetGpuInstanceId",
+    "compute_instance_id": "nvmlDeviceGetComputeInstanceId",
+    "uuid": "nvmlDeviceGetUUID",
+    "name": "nvmlDeviceGetName",  # "<GPU name> MIG <profile>"
+    "memory": "nvmlDeviceGetMemoryInfo",
+    "memory_v2": "nvmlDeviceGetMemoryInfo(nvmlMemory_v2)",
+}
+
+#: What NVML refuses (NO_PERMISSION) to a non-root user on a GPU whose MIG mode is on: the
+#: MIG device handles, every call on one, and the parent's process lists. The mode and the
+#: maximum MIG device count are answered.
+REFUSED_TO_NON_ROOT_UNDER_MIG = frozenset(
+    {
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    }
+)
+
+#: The NVML functions that only MIG asks of a GPU.
+MIG_FUNCTIONS = frozenset(
+    {
+        "nvmlDeviceGetMaxMigDeviceCount",
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+    }
+)
+
+#: NVML's "not set" instance id: a process outside MIG.
+NO_INSTANCE_ID = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -111,8 +158,12 @@ class PciInfo:
 
 @dataclass
 class ProcessInfo:
+    """nvidia-ml-py's process entry (_v2/_v3 struct): the instance ids are set under MIG."""
+
     pid: int
     usedGpuMemory: int | None
+    gpuInstanceId: int = NO_INSTANCE_ID
+    computeInstanceId: int = NO_INSTANCE_ID
 
 
 @dataclass
@@ -165,14 +216,73 @@ def make_gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "compute_processes": [],
         "graphics_processes": [],
         "process_utilization": [],
+        "mig_max_count": 7,  # MIG capable (A100/H100); no slot is used while MIG is off
+        "mig_devices": [],
     }
     gpu.update(overrides)
+    return gpu
+
+
+A100_40GB = "NVIDIA A100-SXM4-40GB"
+
+
+def make_mig_device(
+    gpu_index: int,
+    gpu_instance_id: int,
+    profile: str,
+    *,
+    compute_instance_id: int = 0,
+    gpu_name: str = A100_40GB,
+    used: int = 13 * MIB,
+    total: int | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """A MIG device as NVML shows it; ``total`` defaults to the profile's size (``3g.20gb``:
+    20 GiB)."""
+    if total is None:
+        total = int(profile.split(".")[-1].removesuffix("gb")) * GIB
+    device: dict[str, Any] = {
+        "gpu_instance_id": gpu_instance_id,
+        "compute_instance_id": compute_instance_id,
+        "uuid": f"MIG-{gpu_index:04x}{gpu_instance_id:02x}{compute_instance_id:02x}-aaaa-bbbb-cccc-"
+        f"{gpu_instance_id:012x}",
+        "name": f"{gpu_name} MIG {profile}",
+        "memory": Memory(total=total, free=total - used, used=used),
+        "memory_v2": MemoryV2(total=total, reserved=0, free=total - used, used=used),
+    }
+    device.update(overrides)
+    return device
+
+
+def make_mig_gpu(index: int, devices: list[Any], **overrides: Any) -> dict[str, Any]:
+    """An A100 40GB in MIG mode with these MIG device slots. As the real driver, it has no
+    device-level or per-process utilisation (NOT_SUPPORTED)."""
+    gpu = make_gpu(
+        index,
+        name=A100_40GB,
+        mig=[pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE],
+        mig_devices=devices,
+        **overrides,
+    )
+    for unsupported in ("utilization", "process_utilization"):
+        if unsupported not in overrides:
+            del gpu[unsupported]
     return gpu
 
 
 @dataclass(frozen=True)
 class _Handle:
     index: int
+
+
+@dataclass(frozen=True)
+class _MigHandle:
+    """A MIG device handle: slot ``slot`` of GPU ``gpu``, naming the device dict it was made
+    for (a handle kept after its instance is gone answers INVALID_ARGUMENT)."""
+
+    gpu: int
+    slot: int
+    device: dict[str, Any] = field(compare=False, repr=False)
 
 
 class FakeNvml:
@@ -208,7 +318,10 @@ class FakeNvml:
         self.honours_last_seen = True
         self.initialised = False
         self.shutdowns = 0
-        self.calls: Counter[tuple[str, int, tuple[Any, ...]]] = Counter()
+        # True: NO_PERMISSION as a non-root user gets on a GPU in MIG mode.
+        self.non_root = False
+        # Keyed by (function, GPU index or (GPU index, MIG slot), arguments).
+        self.calls: Counter[tuple[str, Any, tuple[Any, ...]]] = Counter()
 
     # -- what tests ask ----------------------------------------------------------------------
 
@@ -223,8 +336,25 @@ class FakeNvml:
         )
 
     def device_calls(self, index: int) -> int:
-        """Every call made on GPU ``index`` so far."""
+        """Every call made on GPU ``index`` so far (not on its MIG devices)."""
         return sum(n for (_, gpu, _), n in self.calls.items() if gpu == index)
+
+    def mig_calls(self, index: int) -> int:
+        """Calls only MIG makes on GPU ``index``, and every call on one of its MIG devices."""
+        return sum(
+            n
+            for (name, gpu, _), n in self.calls.items()
+            if (gpu == index and name in MIG_FUNCTIONS)
+            or (isinstance(gpu, tuple) and gpu[0] == index)
+        )
+
+    def mig_device_calls(self, index: int, slot: int, function: str | None = None) -> int:
+        """Calls made on MIG device ``slot`` of GPU ``index`` (to ``function``, when given)."""
+        return sum(
+            n
+            for (name, gpu, _), n in self.calls.items()
+            if gpu == (index, slot) and (function is None or name == function)
+        )
 
     # -- init and system ---------------------------------------------------------------------
 
@@ -356,6 +486,25 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: _Handle) -> Any:
         return self._device("nvmlDeviceGetCurrentClocksThrottleReasons", handle, "clock_throttle")
 
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetMaxMigDeviceCount", handle, "mig_max_count")
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _MigHandle:
+        slots = self._device("nvmlDeviceGetMigDeviceHandleByIndex", handle, "mig_devices", index)
+        count = self.gpus[handle.index].get("mig_max_count")
+        if not isinstance(count, int) or not 0 <= index < count:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        device = _answer(slots[index]) if index < len(slots) else None
+        if device is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return _MigHandle(handle.index, index, device)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetGpuInstanceId", handle, "gpu_instance_id")
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetComputeInstanceId", handle, "compute_instance_id")
+
     def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> Any:
         samples = self._device(
             "nvmlDeviceGetProcessUtilization", handle, "process_utilization", timeStamp
@@ -411,19 +560,46 @@ class FakeNvml:
         self, function: str, handle: _Handle, fields: str | dict[Any, str], *args: Any
     ) -> Any:
         self._check_initialised()
+        if isinstance(handle, _MigHandle):
+            return self._mig_device(function, handle, fields, *args)
         if not isinstance(handle, _Handle):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         self.calls[function, handle.index, args] += 1
+        gpu = self.gpus[handle.index]
+        if function in REFUSED_TO_NON_ROOT_UNDER_MIG and self._refused(gpu):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        return self._field(gpu, fields, args)
+
+    def _mig_device(
+        self, function: str, handle: _MigHandle, fields: str | dict[Any, str], *args: Any
+    ) -> Any:
+        self.calls[function, (handle.gpu, handle.slot), args] += 1
+        gpu = self.gpus[handle.gpu]
+        if self._refused(gpu):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        slots = gpu.get("mig_devices")
+        if not isinstance(slots, list) or handle.slot >= len(slots):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if slots[handle.slot] is not handle.device:  # destroyed since the handle was made
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._field(handle.device, fields, args)
+
+    def _refused(self, gpu: dict[str, Any]) -> bool:
+        """NO_PERMISSION for a non-root user: on a GPU whose current MIG mode is on."""
+        mig = gpu.get("mig")
+        return self.non_root and isinstance(mig, list) and bool(mig[0])
+
+    @staticmethod
+    def _field(values: dict[str, Any], fields: str | dict[Any, str], args: tuple[Any, ...]) -> Any:
         if isinstance(fields, str):
             key: str | None = fields
         else:
             key = fields.get(args[0] if len(args) == 1 else args)
         if key is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        gpu = self.gpus[handle.index]
-        if key not in gpu:
+        if key not in values:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return _answer(gpu[key])
+        return _answer(values[key])
 
 
 def _answer(value: Any) -> Any:

@@ -97,6 +97,7 @@ def two_gpus() -> FakeNvml:
                 memory_v2=MemoryV2(
                     total=40 * GIB, reserved=300 * MIB, free=724 * MIB, used=39 * GIB
                 ),
+                # Never asked: MIG is on (below), which has no device-level utilisation.
                 utilization=Utilization(gpu=100, memory=87),
                 encoder=[100, 200_000],
                 decoder=[0, 200_000],
@@ -184,8 +185,8 @@ EXPECTED_GPU_1 = GpuStats(
     memory_total_bytes=40 * GIB,
     memory_free_bytes=724 * MIB,
     memory_reserved_bytes=300 * MIB,
-    utilization_gpu_pct=100,
-    utilization_memory_pct=87,
+    utilization_gpu_pct=None,  # MIG mode: N/A, whatever the driver would answer
+    utilization_memory_pct=None,
     utilization_encoder_pct=100,
     utilization_decoder_pct=0,
     pcie_rx_bytes_per_s=24_000_000 * 1024,
@@ -419,8 +420,11 @@ def test_unsupported_field_is_na_and_never_asked_again(
     for sample in samples:
         assert sample.gpus == (expected_0, EXPECTED_GPU_1)
     assert fake.count(function, 0, *args) == 1
-    # The other GPU supports it: asked every tick (or once, for identity and PCIe fields).
+    # The other GPU supports it: asked every tick (or once, for identity and PCIe fields;
+    # never, for the utilisation of a GPU in MIG mode).
     asked = 3 if field in _ids(PER_TICK_FIELDS) else 1
+    if field == "utilization":
+        asked = 0
     assert fake.count(function, 1, *args) == asked
 
 
@@ -804,8 +808,11 @@ def test_function_not_found_is_na_and_remembered(field: str) -> None:
 
     first, second = source.sample(), source.sample()
 
+    expected = dataclasses.replace(EXPECTED_GPU_1, **dict.fromkeys(shown_as))
+    if field == "mig":  # MIG mode unknown: the utilisation is read, as on any GPU
+        expected = dataclasses.replace(expected, utilization_gpu_pct=100, utilization_memory_pct=87)
     for sample in (first, second):
-        assert sample.gpus[1] == dataclasses.replace(EXPECTED_GPU_1, **dict.fromkeys(shown_as))
+        assert sample.gpus[1] == expected
     assert fake.count(function, 1, *args) == 1
 
 

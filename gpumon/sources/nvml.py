@@ -22,7 +22,6 @@ from gpumon.model import (
     GpuStats,
     GpuUnavailable,
     HostStats,
-    ProcessKind,
     Sample,
     UnavailableReason,
 )
@@ -40,12 +39,14 @@ from gpumon.sources.nvml_device import (
     nvml_text,
     unopened,
 )
+from gpumon.sources.nvml_processes import ListedProcess, read_processes, read_sm_utilization
 
 if TYPE_CHECKING:
-    from gpumon.sources.host import ProcessInspector
+    from gpumon.sources.host import HostProcessInfo, ProcessInspector
 
-# A GPU's processes as NVML lists them (PID -> kind, GPU memory) and their SM utilisation.
-_DeviceProcesses = tuple[Device, dict[int, tuple[ProcessKind, int | None]], dict[int, int]]
+# A GPU's processes as NVML lists them (PID -> kind, memory, MIG instance) and their SM
+# utilisation.
+_DeviceProcesses = tuple[Device, dict[int, ListedProcess], dict[int, int]]
 
 _UNAVAILABLE_TEXT: dict[int, tuple[UnavailableReason, str, str]] = {
     NVML_ERROR_LIBRARY_NOT_FOUND: (
@@ -87,20 +88,25 @@ class NvmlSource:
         monotonic: Callable[[], float] = time.monotonic,
         read_processes: bool = True,
         read_pcie: bool = True,
+        read_host_details: bool = True,
     ) -> None:
-        """``clock`` stamps samples; ``monotonic`` paces the PCIe reads (see
+        """``clock`` stamps samples; ``monotonic`` paces the PCIe and MIG reads (see
         :data:`~gpumon.sources.nvml_device.PCIE_REFRESH_S`). ``read_processes=False`` and
         ``read_pcie=False`` skip those NVML calls for modes that show neither: a one-shot
-        command would otherwise wait 40 ms per GPU for PCIe throughput it never prints."""
-        # Without processes (status, once --no-processes) nothing but the host name is shown:
-        # psutil is not even imported (a one-shot command pays its import on every call).
-        if read_processes:
+        command would otherwise wait 40 ms per GPU for PCIe throughput it never prints.
+        ``read_host_details=False`` (with ``read_processes``) reads NVML's process lists but
+        nothing of the host: processes come without user, command or CPU (``visible``), and
+        the host strip is the host name only (``status`` tells FREE GPUs this way)."""
+        # Without processes or their details (status, once --no-processes) nothing but the
+        # host name is shown: psutil is not even imported (a one-shot command pays its import
+        # on every call).
+        if read_processes and read_host_details:
             from gpumon.sources.host import ProcessInspector, sample_host
 
             self._inspector: ProcessInspector | None = inspector or ProcessInspector()
             self._host_sampler = host_sampler or sample_host
         else:
-            self._inspector = inspector
+            self._inspector = None
             self._host_sampler = host_sampler or hostname_only
         self._read_processes = read_processes
         self._clock = clock
@@ -220,8 +226,8 @@ class NvmlSource:
         for device in self._devices:
             try:
                 stats = device.stats()
-                found = device.processes() if self._read_processes else {}
-                sm_utilization = device.process_sm_utilization(found) if found else {}
+                found = read_processes(device) if self._read_processes else {}
+                sm_utilization = read_sm_utilization(device, found) if found else {}
             except GpuLost:
                 gpus.append(device.lost_stats())
                 continue
@@ -243,22 +249,38 @@ class NvmlSource:
         )
 
     def _join_processes(self, raw: list[_DeviceProcesses]) -> tuple[GpuProcess, ...]:
-        if self._inspector is None:
-            return ()
-        from gpumon.sources.host import NOT_VISIBLE
+        """Each listed process with what the host tells of it; NVML's part alone without an
+        inspector (``read_host_details=False``)."""
+        details: dict[int, HostProcessInfo] | None = None
+        if self._inspector is not None:
+            from gpumon.sources.host import NOT_VISIBLE
 
-        details = self._inspector.inspect({pid for _, found, _ in raw for pid in found})
+            details = self._inspector.inspect({pid for _, found, _ in raw for pid in found})
         processes: list[GpuProcess] = []
         for device, found, sm_utilization in raw:
-            for pid, (kind, memory) in found.items():
-                host = details.get(pid, NOT_VISIBLE)
-                processes.append(
-                    GpuProcess(
+            for pid, (kind, memory, gpu_instance, compute_instance) in found.items():
+                if details is None:
+                    process = GpuProcess(
                         gpu_index=device.index,
                         gpu_uuid=device.uuid,
                         pid=pid,
                         kind=kind,
                         gpu_memory_bytes=memory,
+                        sm_utilization_pct=sm_utilization.get(pid),
+                        gpu_instance_id=gpu_instance,
+                        compute_instance_id=compute_instance,
+                    )
+                else:
+                    host = details.get(pid, NOT_VISIBLE)
+                    process = GpuProcess(
+                        gpu_index=device.index,
+                        gpu_uuid=device.uuid,
+                        pid=pid,
+                        kind=kind,
+                        gpu_memory_bytes=memory,
+                        sm_utilization_pct=sm_utilization.get(pid),
+                        gpu_instance_id=gpu_instance,
+                        compute_instance_id=compute_instance,
                         user=host.user,
                         command=host.command,
                         cpu_pct=host.cpu_pct,
@@ -266,12 +288,11 @@ class NvmlSource:
                         elapsed_s=host.elapsed_s,
                         visible=host.visible,
                         is_current_user=host.is_current_user,
-                        sm_utilization_pct=sm_utilization.get(pid),
                         create_time_s=host.create_time_s,
                         job_id=host.job_id,
                         container_id=host.container_id,
                     )
-                )
+                processes.append(process)
         return tuple(processes)
 
     def close(self) -> None:

@@ -11,12 +11,15 @@ that does) hands each device the loaded binding.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumon.format import safe_text
-from gpumon.model import GpuStats, ProcessKind
+from gpumon.model import GpuStats, MigInstance
+
+if TYPE_CHECKING:
+    from gpumon.sources.nvml_mig import MigReader
 
 
 def log_debug(message: str, *args: object) -> None:
@@ -140,9 +143,10 @@ class Device:
         self.lost = handle is None
         self.lost_reason = lost_reason if self.lost else None
         self.unsupported: set[str] = set()
-        # NVML's text for the last failure of a field that may answer later (not remembered
-        # as unsupported); cleared when it answers.
+        # NVML's text and code for the last failure of a field that may answer later (not
+        # remembered as unsupported); cleared when it answers.
         self.errors: dict[str, str] = {}
+        self._error_codes: dict[str, int | None] = {}
         self.processes_error: str | None = None
         self.uuid: str | None = None  # until NVML tells it: a placeholder is not a UUID
         self.name: str | None = None
@@ -150,17 +154,21 @@ class Device:
         self.slowdown_c: int | None = None
         self.shutdown_c: int | None = None
         self._identity_missing = {"uuid", "name", "pci", "slowdown", "shutdown"}
-        self._monotonic = monotonic
+        self.monotonic = monotonic
         self._read_pcie = read_pcie
         self._pcie_read_at: float | None = None
         self._pcie: tuple[int | None, int | None] = (None, None)
         # NVML's timestamp (microseconds) of the newest per-process sample seen so far.
         self._process_samples_seen = 0
+        # The current MIG mode as last read, and this GPU's MIG devices while it is on.
+        self.mig_enabled = False
+        self.mig_reader: MigReader | None = None
         if not self.lost:
             self._read_identity()
 
     def read(self, field: str, call: Callable[..., Any], *args: Any) -> Any:
-        """The choke point: every NVML call on this device goes through here."""
+        """The choke point: every NVML call on this device (and on its MIG devices: see
+        :func:`gpumon.sources.nvml_mig.on_mig_device`) goes through here."""
         if self.lost:
             raise GpuLost
         if field in self.unsupported:
@@ -184,9 +192,15 @@ class Device:
             else:
                 log_debug("GPU %d %s: %s", self.index, field, error)
                 self.errors[field] = str(error)
+                self._error_codes[field] = code
             return None
         self.errors.pop(field, None)
         return value
+
+    def failure_code(self, field: str) -> int | None:
+        """NVML's return code when the last read of ``field`` failed and may answer later;
+        ``None`` when it answered, or is remembered as unsupported."""
+        return self._error_codes.get(field) if field in self.errors else None
 
     def read_newest(
         self, versions: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...]]]
@@ -252,6 +266,7 @@ class Device:
             pci_bus_id=self.pci_bus_id,
             lost=True,
             lost_reason=self.lost_reason or FELL_OFF_THE_BUS,
+            mig_instances=None,
         )
 
     def stats(self) -> GpuStats:
@@ -259,8 +274,22 @@ class Device:
         nvml = self.nvml
         if self._identity_missing:
             self._read_identity()
+        mig = self.read("mig", nvml.nvmlDeviceGetMigMode)
+        # The current mode: a pending one takes effect only after a GPU reset.
+        self.mig_enabled = mig is not None and bool(mig[0])
+        mig_instances: tuple[MigInstance, ...] | None = ()
+        if self.mig_enabled:
+            from gpumon.sources.nvml_mig import read_mig_instances
+
+            mig_instances = read_mig_instances(self)
+        else:
+            self.mig_reader = None  # MIG mode on again later: enumerate afresh
         used, total, free, reserved = self._memory()
-        utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
+        # No device-level utilisation under MIG: not asked (a driver answering 0 would show a
+        # busy GPU idle; NOT_SUPPORTED, remembered, would outlive MIG mode).
+        utilization = None
+        if not self.mig_enabled:
+            utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
         encoder = self.read("encoder", nvml.nvmlDeviceGetEncoderUtilization)
         decoder = self.read("decoder", nvml.nvmlDeviceGetDecoderUtilization)
         pcie_rx, pcie_tx = self._pcie_throughput()
@@ -271,7 +300,6 @@ class Device:
         display = self.read("display", nvml.nvmlDeviceGetDisplayActive)
         pstate = self.read("pstate", nvml.nvmlDeviceGetPerformanceState)
         compute_mode = self.read("compute_mode", nvml.nvmlDeviceGetComputeMode)
-        mig = self.read("mig", nvml.nvmlDeviceGetMigMode)
         return GpuStats(
             index=self.index,
             uuid=self.uuid,
@@ -313,7 +341,8 @@ class Device:
                 nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 nvml.NVML_VOLATILE_ECC,
             ),
-            mig_mode=None if mig is None else bool(mig[0]),
+            mig_mode=None if mig is None else self.mig_enabled,
+            mig_instances=mig_instances,
         )
 
     def _memory(self) -> tuple[int | None, int | None, int | None, int | None]:
@@ -344,7 +373,7 @@ class Device:
         """
         if not self._read_pcie:
             return None, None
-        now = self._monotonic()
+        now = self.monotonic()
         last = self._pcie_read_at
         if last is not None and 0 <= now - last < PCIE_REFRESH_S:
             return self._pcie
@@ -390,17 +419,3 @@ class Device:
             ]
         )
         return None if value is None else int(value)
-
-    def processes(self) -> dict[int, tuple[ProcessKind, int | None]] | None:
-        """PID -> (kind, GPU memory), or ``None`` when unknown (see
-        :func:`gpumon.sources.nvml_processes.read_processes`)."""
-        from gpumon.sources.nvml_processes import read_processes
-
-        return read_processes(self)
-
-    def process_sm_utilization(self, pids: Collection[int]) -> dict[int, int]:
-        """PID -> SM utilisation % (see
-        :func:`gpumon.sources.nvml_processes.read_sm_utilization`). Raises :class:`GpuLost`."""
-        from gpumon.sources.nvml_processes import read_sm_utilization
-
-        return read_sm_utilization(self, pids)
