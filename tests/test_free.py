@@ -271,17 +271,6 @@ class RecordingNvmlSource:
         RecordingNvmlSource.made.append(options)
 
 
-class OldNvmlSource(RecordingNvmlSource):
-    """An NvmlSource from before read_host_details."""
-
-    def __init__(
-        self, *, read_processes: bool = True, read_pcie: bool = True, **others: Any
-    ) -> None:
-        if others:
-            raise TypeError(f"unexpected keyword argument {next(iter(others))!r}")
-        super().__init__(read_processes=read_processes, read_pcie=read_pcie)
-
-
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     import gpumon.sources.nvml as nvml
@@ -296,23 +285,13 @@ def test_host_details_off_reaches_the_nvml_source(recorded: list[dict[str, Any]]
     assert recorded == [{"read_processes": True, "read_pcie": False, "read_host_details": False}]
 
 
-def test_host_details_on_passes_nothing_new(recorded: list[dict[str, Any]]) -> None:
-    """Every mode but status builds the source as before."""
+def test_host_details_stay_on_for_every_other_mode(recorded: list[dict[str, Any]]) -> None:
     base.open_source()
     base.open_source(processes=False)
     assert recorded == [
-        {"read_processes": True, "read_pcie": True},
-        {"read_processes": False, "read_pcie": True},
+        {"read_processes": True, "read_pcie": True, "read_host_details": True},
+        {"read_processes": False, "read_pcie": True, "read_host_details": True},
     ]
-
-
-def test_an_nvml_source_without_host_details_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpumon.sources.nvml as nvml
-
-    RecordingNvmlSource.made = []
-    monkeypatch.setattr(nvml, "NvmlSource", OldNvmlSource)
-    assert isinstance(base.open_source(host_details=False), OldNvmlSource)
-    assert RecordingNvmlSource.made == [{"read_processes": True, "read_pcie": True}]
 
 
 def test_the_demo_ignores_host_details() -> None:

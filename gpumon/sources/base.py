@@ -43,8 +43,9 @@ def open_source(
 
     A machine without a usable driver gets an NVML source whose samples carry
     ``unavailable`` and the host strip only. ``processes=False`` is for modes that show no
-    process (``status``, ``once --no-processes``): NVML's process lists and the host's
-    per-process reads are skipped, and samples carry no processes. ``pcie=False`` is for
+    process and no FREE mark (``once --no-processes``, a ``status --format`` without
+    ``{free}``): NVML's process lists and the host's per-process reads are skipped, and
+    samples carry no processes. ``pcie=False`` is for
     modes that do not show PCIe throughput: NVML's call for it blocks about 20 ms per GPU
     and direction, and the readings are N/A. ``host_details=False`` (with ``processes``) is
     for modes that need to know whether a GPU has processes but show none of them
@@ -57,14 +58,7 @@ def open_source(
         return DemoSource(gpu_count=demo_gpus, process_count=demo_processes, seed=seed)
     from gpumon.sources.nvml import NvmlSource
 
-    if host_details or not processes:
-        return NvmlSource(read_processes=processes, read_pcie=pcie)
-    try:
-        return NvmlSource(read_processes=True, read_pcie=pcie, read_host_details=False)
-    except TypeError:
-        # An NvmlSource from before read_host_details: it reads the host details too,
-        # slower but right. Remove once every NvmlSource takes read_host_details.
-        return NvmlSource(read_processes=True, read_pcie=pcie)
+    return NvmlSource(read_processes=processes, read_pcie=pcie, read_host_details=host_details)
 
 
 def source_for(
