@@ -235,3 +235,33 @@ async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answer
                 await pilot.pause(0.1)
     finally:
         gate.set()
+
+
+def test_an_idle_gpu_whose_processes_are_unknown_is_free_in_no_headless_output() -> None:
+    """Idle by every reading (0 %, 10 MiB in use, none listed), but its process list was
+    refused, or it is lost: once, once --json, status and export never call it FREE; the
+    readable idle GPU beside it is FREE in all four."""
+    from gpumon import export, status
+    from gpumon.views import free_gpu_indices
+
+    idle = {"memory_used_bytes": 10 * MIB, "utilization_gpu_pct": 0}
+    readable = make_gpu(0, **idle)
+    refused = make_gpu(1, **idle, processes_error="NVML: Insufficient Permissions")
+    lost = GpuStats(index=2, uuid=None, lost=True, lost_reason="fell off the bus")
+    sample = make_sample((readable, refused, lost))
+    free = free_gpu_indices(sample, 1024)
+
+    table = once.render_table(sample, free=free)
+    document = snapshot.sample_to_dict(sample)
+    line = status.status_line(sample, free=free)
+    (family,) = [f for f in export.build_families(sample) if f.name == "gpumon_gpu_free"]
+
+    assert [row.endswith("| FREE") for row in table.splitlines() if row[:1] == "["] == [
+        True,
+        False,
+        False,
+    ]
+    validate(document)
+    assert [gpu["free"] for gpu in document["gpus"]] == [True, False, False]
+    assert line == "GPU 0:FREE 1:0/0% 2:LOST"
+    assert {s.labels["gpu"]: s.value for s in family.samples} == {"0": 1.0}  # unknown: none
