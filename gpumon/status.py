@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_FORMAT,
         metavar="TEMPLATE",
         # argparse %-formats help texts: the default's "%" must be doubled.
-        help=f"Python format string applied to each GPU (default: {DEFAULT_FORMAT!r}); "
-        f"fields: {fields}".replace("%", "%%"),
+        help=f"Python format string applied to each GPU (default: {DEFAULT_FORMAT!r}, and "
+        f"{FREE_CELL!r} for a FREE GPU); fields: {fields}".replace("%", "%%"),
     )
     parser.add_argument(
         "--separator",
