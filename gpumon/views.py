@@ -112,7 +112,8 @@ def user_summary(processes: Iterable[GpuProcess]) -> tuple[UserUsage, ...]:
                 is_current_user=any(p.is_current_user for p in group),
             )
         )
-    usages.sort(key=lambda u: (-(u.gpu_memory_bytes or -1), u.user))
+    # Known memory first, most first; unknown (N/A) after a known 0 B.
+    usages.sort(key=lambda u: (u.gpu_memory_bytes is None, -(u.gpu_memory_bytes or 0), u.user))
     return tuple(usages)
 
 

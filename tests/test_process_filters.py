@@ -157,11 +157,6 @@ async def test_selected_gpus_processes_stand_out_without_a_filter() -> None:
         assert highlighted == [106, 107, 108]
 
 
-@pytest.mark.xfail(
-    reason="process-table--selected-gpu is '$primary 12%' but get_component_rich_style drops "
-    "the alpha: the rows get full $primary, the same background as the focused cursor",
-    strict=True,
-)
 async def test_the_cursor_stands_out_among_the_selected_gpus_rows() -> None:
     """GPU 1 selected, the table focused, the cursor on one of GPU 1's rows: the cursor row,
     GPU 1's other rows and GPU 0's row are three different backgrounds."""
@@ -344,11 +339,6 @@ async def test_a_filter_that_matches_nothing_says_so_not_no_processes() -> None:
         assert row_pids(app) == []
 
 
-@pytest.mark.xfail(
-    reason="ProcessTable._line says 'No process matches the filter (GPU n)' for a GPU whose "
-    "process list is unknown (lost, or refused by NVML): unknown shown as none",
-    strict=True,
-)
 @pytest.mark.parametrize("gpu_index", [1, 2], ids=["refused", "lost"])
 async def test_gpu_filter_on_a_gpu_whose_processes_are_unknown_says_unknown(
     gpu_index: int,
@@ -561,11 +551,6 @@ async def test_job_column_goes_when_no_shown_process_has_a_job() -> None:
         assert "JOB" in header(app)
 
 
-@pytest.mark.xfail(
-    reason="ProcessTable compares min_terminal_width with the width left of the vertical "
-    "scrollbar: at 100 columns JOB vanishes once the rows no longer fit",
-    strict=True,
-)
 async def test_job_column_stays_at_100_columns_when_the_table_scrolls() -> None:
     """Whether JOB shows must not depend on how many processes there are: one more process
     (a scrollbar) should not make a column come and go at the same terminal width."""
@@ -766,12 +751,6 @@ async def test_free_follows_the_threshold_setting_and_new_samples() -> None:
         assert free_on_cards(screen_text(app)) == {4, 5}
 
 
-@pytest.mark.xfail(
-    reason="GpuPanel._card truncates the name to inner - 26 cells whether or not FREE is "
-    "shown: with FREE (7 more cells) a long name pushes the title 2 cells past the card, "
-    "cutting its top-right corner",
-    strict=True,
-)
 async def test_free_card_with_a_long_name_keeps_its_corners() -> None:
     """An idle RTX 6000 Ada at 120x40: the FREE mark fits in the card title, which still
     ends in its corner, as every card's does."""
@@ -845,14 +824,7 @@ async def test_mig_gpu_lists_its_instances_in_its_card() -> None:
 @pytest.mark.parametrize(
     "size",
     [
-        pytest.param(
-            (120, 40),
-            marks=pytest.mark.xfail(
-                reason="gpu_rows.mig_rows sizes its bar as width - 64 (at least 4): in a card "
-                "56 cells wide the line overflows and the short MIG UUID is cut, no ellipsis",
-                strict=True,
-            ),
-        ),
+        (120, 40),
         (200, 50),
         (100, 30),
     ],
@@ -993,11 +965,6 @@ async def test_user_summary_counts_every_process_whatever_the_table_filter() -> 
         assert title(app) == "Processes 2 of 6  filter: mine"  # the filter is kept
 
 
-@pytest.mark.xfail(
-    reason="UserSummaryScreen's title counts distinct process.user values (None once), not "
-    "the rows it lists: '?' and '(other namespace)' are two rows but one None",
-    strict=True,
-)
 async def test_user_summary_title_counts_the_rows_it_lists() -> None:
     sample = users_server()
     app = app_for(sample)

@@ -229,10 +229,6 @@ def test_user_summary_memory_na_is_a_lower_bound_not_zero() -> None:
     assert [u.user for u in user_summary(processes)] == ["bob", "dana", "chen"]
 
 
-@pytest.mark.xfail(
-    reason="user_summary sorts by -(memory or -1): 0 bytes and N/A tie, so N/A can come first",
-    strict=True,
-)
 def test_user_summary_unknown_memory_sorts_after_zero() -> None:
     """A user whose processes hold 0 B (known) comes before one whose memory is N/A, whatever
     their names: "most memory first" cannot put an unknown amount above a known one."""

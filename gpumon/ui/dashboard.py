@@ -259,4 +259,9 @@ class DashboardScreen(Screen[None]):
         table = self.query_one(ProcessTable)
         selected = panel.selected_gpu
         table.select_gpu(None if selected is None or len(gpus) < 2 else selected.index)
-        table.show(sample.processes if sample else (), notices, empty_text)
+        unknown = {
+            gpu.index: gpu.processes_error or ("lost" if gpu.lost else "not read")
+            for gpu in gpus
+            if sample is not None and not processes_known(gpu, sample)
+        }
+        table.show(sample.processes if sample else (), notices, empty_text, unknown)

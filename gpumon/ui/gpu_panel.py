@@ -364,7 +364,8 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         title.add(f" GPU {gpu.index} ", self.style("selected") if selected else self.style("title"))
         if free:
             title.add(" FREE ", self.style("free")).add(" ", border)
-        title.add(g.truncate(f" {gpu.name or fmt.NA} ", max(0, inner - 26)), self.style("title"))
+        room = inner - 26 - (7 if free else 0)  # " FREE " and its space
+        title.add(g.truncate(f" {gpu.name or fmt.NA} ", max(0, room)), self.style("title"))
         right = f" {gpu.short_uuid} "
         title.add(g.h * max(0, width - title.width - len(right) - 2), border)
         title.add(right, self.style("dim")).add(g.h + g.tr, border)

@@ -49,9 +49,11 @@ def mig_rows(panel: GpuPanel, gpu: GpuStats, width: int, indent: int = 0) -> lis
             f" GI {_id(instance.gpu_instance_id)} CI {_id(instance.compute_instance_id)}", label
         )
         memory = fmt.memory_pair(instance.memory_used_bytes, instance.memory_total_bytes)
-        bar_width = max(4, min(20, width - 64))
-        line.add(" ")
-        panel._bar(line, instance.memory_used_fraction, bar_width)
+        # The bar only where the rest (about 58 cells) still fits: a card is 54 wide inside.
+        bar_width = min(20, width - 64)
+        if bar_width >= 4:
+            line.add(" ")
+            panel._bar(line, instance.memory_used_fraction, bar_width)
         panel._value(line, " " + memory.rjust(11))
         processes = counts.get((gpu.index, instance.gpu_instance_id))
         if processes is not None:

@@ -9,7 +9,7 @@ the same filter ``gpumon once`` could use); the selected GPU's processes are hig
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.style import Style
 from textual import events
@@ -88,7 +88,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     ProcessTable > .process-table--empty { color: $text-muted; }
     ProcessTable > .process-table--title { color: $text; text-style: bold; }
     ProcessTable > .process-table--filter { color: $warning; text-style: bold; }
-    ProcessTable > .process-table--selected-gpu { background: $primary 12%; }
+    ProcessTable > .process-table--selected-gpu { background: $primary-muted; }
     """
 
     BINDINGS = [
@@ -133,6 +133,8 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         # process that happened to be first: an untouched table shows the top of the list.
         self.cursor_chosen = False
         self.notices: tuple[str, ...] = ()
+        #: GPU index -> why its processes are unknown (refused list, lost GPU).
+        self.unknown_gpus: dict[int, str] = {}
         self.empty_text = EMPTY_WAITING
         self._optional: frozenset[str] = frozenset()
         self._painted: dict[int, Strip] = {}
@@ -145,6 +147,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         processes: Sequence[GpuProcess],
         notices: Sequence[str] = (),
         empty_text: str = EMPTY_NONE,
+        unknown_gpus: Mapping[int, str] | None = None,
     ) -> None:
         """Attributes down: the new processes, notice lines shown below them (a GPU whose
         process list could not be read), and what to say when no process is listed: "none"
@@ -156,6 +159,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self._processes = tuple(processes)
         self.notices = tuple(notices)
         self.empty_text = empty_text
+        self.unknown_gpus = dict(unknown_gpus or {})
         old_row = self.cursor_row
         self._resort(old_row, follow=self._row_on_screen(old_row))
 
@@ -218,6 +222,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         reverse = self.sort_reverse != (self.sort_key in DESCENDING_FIRST)
         shown = filter_processes(self._processes, self.process_filter)
         self.rows = sorted(shown, key=column.sort, reverse=reverse)
+        self.command_offset = min(self.command_offset, self._command_scroll_limit())
         self._optional = frozenset(
             key
             for key, value in (("job", "job_id"), ("container", "container_id"))
@@ -263,7 +268,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     # -- keys and mouse --------------------------------------------------------------
 
     def cycle_sort(self) -> None:
-        keys = [c.key for c in self._visible_columns(self._width or 200, self._optional)]
+        keys = [c.key for c in self._visible_columns(self.size.width or 200, self._optional)]
         index = keys.index(self.sort_key) if self.sort_key in keys else -1
         self.sort_by(keys[(index + 1) % len(keys)])
 
@@ -297,12 +302,15 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     def action_scroll_command(self, direction: int) -> None:
         """Left/Right: see the rest of long command lines."""
-        longest = max((len(cell_text(COLUMNS[-1], p)) for p in self.rows), default=0)
-        limit = max(0, longest - self.COMMAND_STEP)
+        limit = self._command_scroll_limit()
         offset = max(0, min(limit, self.command_offset + direction * self.COMMAND_STEP))
         if offset != self.command_offset:
             self.command_offset = offset
             self._repaint_changes()
+
+    def _command_scroll_limit(self) -> int:
+        longest = max((len(cell_text(COLUMNS[-1], p)) for p in self.rows), default=0)
+        return max(0, longest - self.COMMAND_STEP)
 
     def _move_to(self, row: int) -> None:
         self.cursor_chosen = True
@@ -347,7 +355,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     def _column_at(self, x: int) -> str | None:
         position = 0
-        for column, width in self._layout(self._width, self._optional):
+        for column, width in self._layout(self._width, self.size.width, self._optional):
             if position <= x < position + width + 1:
                 return column.key
             position += width + 1
@@ -372,6 +380,8 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     @staticmethod
     def _visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
+        """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
+        column does not come and go with the scrollbar when the rows outgrow the table)."""
         return [
             c
             for c in COLUMNS
@@ -380,8 +390,11 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
 
     @staticmethod
     @functools.lru_cache(maxsize=16)
-    def _layout(width: int, optional: frozenset[str] = frozenset()) -> list[tuple[Column, int]]:
-        columns = ProcessTable._visible_columns(width, optional)
+    def _layout(
+        width: int, full_width: int, optional: frozenset[str] = frozenset()
+    ) -> list[tuple[Column, int]]:
+        """Each shown column and its width in ``width`` cells (left of the scrollbar)."""
+        columns = ProcessTable._visible_columns(max(width, full_width), optional)
         fixed = sum(c.width + 1 for c in columns if c.width)
         return [(c, c.width or max(8, width - fixed)) for c in columns]
 
@@ -406,12 +419,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             return self._header(width)
         row = int(self.scroll_y) + y - self.TOP_LINES
         if not self.rows and row == 0:
-            text = self.empty_text
-            if self._processes and self.process_filter.active:
-                text = (
-                    f"No process matches the filter ({self.process_filter.describe()}): "
-                    f"0 of {len(self._processes)}."
-                )
+            text = self._empty_line()
             text = self.glyphs.truncate(" " + text, width)
             return Line().add(text, self.style("empty")).strip(width)
         notice = row - max(1, len(self.rows))
@@ -439,7 +447,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             style = style + self.style("cursor")
         line = Line()
         fit = self.glyphs.fit
-        layout = self._layout(width, self._optional)
+        layout = self._layout(width, self.size.width, self._optional)
         for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
             text = cell_text(column, process)
@@ -451,6 +459,22 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             line.add(text + " " if index < len(layout) - 1 else text, style)
         return line.strip(width, style)
 
+    def _empty_line(self) -> str:
+        """What an empty table says: never "none" where the processes are unknown."""
+        wanted = self.process_filter.gpu_index
+        if wanted is not None and wanted in self.unknown_gpus:
+            return f"GPU {wanted}: processes unknown ({self.unknown_gpus[wanted]})."
+        if not self._processes or not self.process_filter.active:
+            return self.empty_text
+        text = (
+            f"No process matches the filter ({self.process_filter.describe()}): "
+            f"0 of {len(self._processes)}"
+        )
+        if self.unknown_gpus and wanted is None:
+            unknown = ", ".join(str(index) for index in sorted(self.unknown_gpus))
+            text += f" listed (GPU {unknown}: processes unknown)"
+        return text + "."
+
     def _title(self, width: int) -> Strip:
         style = self.style("filter" if self.process_filter.active else "title")
         return Line().add(self.glyphs.truncate(self.title_text(), width), style).strip(width, style)
@@ -458,7 +482,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     def _header(self, width: int) -> Strip:
         line = Line()
         header = self.style("header")
-        layout = self._layout(width, self._optional)
+        layout = self._layout(width, self.size.width, self._optional)
         for index, (column, column_width) in enumerate(layout):
             title = column.title[:column_width]
             style = header

@@ -72,6 +72,6 @@ class UserSummaryScreen(StoreScreen):
 
     def refresh_from_store(self) -> None:
         sample = self.store.latest
-        count = len({p.user for p in sample.processes}) if sample is not None else 0
+        count = len(user_summary(sample.processes)) if sample is not None else 0
         self.show_title(f" Users of the GPUs: {count}  (most GPU memory first)")
         self.query_one("#user-summary", TextLines).update(render_summary(sample))
