@@ -480,6 +480,8 @@ def test_process_lists_without_host_details(monkeypatch: pytest.MonkeyPatch) -> 
     assert all(table.lookups(pid) == 0 for pid in (100, 101, 200))
     assert sample.host.cpu_pct is None and sample.host.memory_total_bytes is None
     assert sample.host.hostname
+    # Nor NVML's per-process utilisation: a detail status never shows.
+    assert fake.count("nvmlDeviceGetProcessUtilization") == 0
 
 
 def test_unknown_processes_stay_unknown_without_host_details() -> None:

@@ -109,6 +109,8 @@ class NvmlSource:
             self._inspector = None
             self._host_sampler = host_sampler or hostname_only
         self._read_processes = read_processes
+        # Per-process SM utilisation is a detail too: `status` only needs the lists.
+        self._read_sm_utilization = read_processes and read_host_details
         self._clock = clock
         self._monotonic = monotonic
         self._read_pcie = read_pcie
@@ -227,7 +229,11 @@ class NvmlSource:
             try:
                 stats = device.stats()
                 found = read_processes(device) if self._read_processes else {}
-                sm_utilization = read_sm_utilization(device, found) if found else {}
+                sm_utilization = (
+                    read_sm_utilization(device, found)
+                    if found and self._read_sm_utilization
+                    else {}
+                )
             except GpuLost:
                 gpus.append(device.lost_stats())
                 continue
