@@ -22,6 +22,7 @@ from gpumon.model import (
     GpuProcess,
     GpuUnavailable,
     HostStats,
+    MigInstance,
     ProcessKind,
     Sample,
     UnavailableReason,
@@ -115,6 +116,74 @@ class _DemoSeenByNvml(DemoSource):
         return dataclasses.replace(demo, processes=demo.processes + probes)
 
 
+class _MigDemo(DemoSource):
+    """The demo server with GPU 0 in MIG mode (three instances, their processes placed in
+    them) and GPU 1 in MIG mode as a non-root user sees it (instances and processes unknown)."""
+
+    def sample(self) -> Sample:
+        demo = super().sample()
+        gpu0, gpu1 = demo.gpus[0], demo.gpus[1]
+        profiles = (("3g.24gb", 1, 24), ("2g.12gb", 5, 12), ("1g.6gb", 13, 6))
+        instances = tuple(
+            MigInstance(
+                gpu_index=0,
+                index=number,
+                gpu_instance_id=gi,
+                compute_instance_id=0,
+                profile=profile,
+                uuid=f"MIG-{number + 1:x}c0ffee0-1234-5678-9abc-def0123456{number:02x}",
+                memory_used_bytes=[14, 3, 0][number] * GIB,
+                memory_total_bytes=size * GIB - 256 * MIB,
+            )
+            for number, (profile, gi, size) in enumerate(profiles)
+        )
+        gpus = list(demo.gpus)
+        gpus[0] = dataclasses.replace(
+            gpu0,
+            mig_mode=True,
+            mig_instances=instances,
+            utilization_gpu_pct=None,
+            utilization_memory_pct=None,
+            memory_used_bytes=17 * GIB,
+        )
+        gpus[1] = dataclasses.replace(
+            gpu1, mig_mode=True, mig_instances=None, utilization_gpu_pct=None,
+            processes_error="NVML: Insufficient Permissions",
+        )  # fmt: skip
+        on_gpu0 = [p for p in demo.processes if p.gpu_index == 0]
+        placed = [
+            dataclasses.replace(p, gpu_instance_id=[1, 5][n % 2], compute_instance_id=0,
+                                sm_utilization_pct=None)
+            for n, p in enumerate(on_gpu0)
+        ]  # fmt: skip
+        others = [p for p in demo.processes if p.gpu_index not in (0, 1)]
+        return dataclasses.replace(demo, gpus=tuple(gpus), processes=tuple(placed + others))
+
+
+def mig_app() -> GpumonApp:
+    source = _MigDemo(4, seed=7, process_count=12, current_user="alice", clock=lambda: FIXED_TIME)
+    return create_app(source, autostart=False, ascii_only=False)
+
+
+async def shoot_signal_dialog() -> None:
+    """The confirmation T opens on one of the user's own processes (the shot never sends)."""
+    import signal
+
+    from gpumon.ui.signal_dialog import SignalDialog
+
+    app = demo_app(8, 24)
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.receive_sample(app.source.sample())
+        await pilot.pause()
+        sample = app.sample
+        assert sample is not None
+        mine = next(p for p in sample.processes if p.is_current_user)
+        app.push_screen(SignalDialog(mine, signal.SIGTERM))
+        await pilot.pause()
+        app.save_screenshot(filename="signal-dialog.svg", path=str(HERE))
+    print("screenshots/signal-dialog.svg")
+
+
 async def shoot_probe() -> None:
     """The probe panel, run against the stand-in torch of the tests (there is no GPU where
     screenshots are made). The GPUs are the demo's and the header says DEMO."""
@@ -154,6 +223,12 @@ async def main() -> None:
     async def open_process_detail(pilot: Pilot[int]) -> None:
         await pilot.press("tab", "down", "enter")
 
+    async def filter_processes(pilot: Pilot[int]) -> None:
+        await pilot.press("right", "f", "slash", *"python", "enter")
+
+    async def open_users(pilot: Pilot[int]) -> None:
+        await pilot.press("u")
+
     await shoot("dashboard-8gpu-200x50", demo_app(8, 64, 300), (200, 50), history=300)
     await shoot("dashboard-8gpu-120x40", demo_app(8, 24), (120, 40))
     await shoot("dashboard-8gpu-80x24", demo_app(8, 24), (80, 24))
@@ -162,6 +237,10 @@ async def main() -> None:
     await shoot("help", demo_app(4, 6), (120, 44), open_help)
     await shoot("gpu-detail", demo_app(4, 12, 600), (120, 50), open_gpu_detail, history=600)
     await shoot("process-detail", demo_app(4, 12, 300), (100, 30), open_process_detail, 300)
+    await shoot("processes-filtered-120x40", demo_app(8, 64), (120, 40), filter_processes)
+    await shoot("user-summary", demo_app(8, 64), (100, 24), open_users)
+    await shoot("mig", mig_app(), (120, 36))
+    await shoot_signal_dialog()
     await shoot_probe()
 
 

@@ -85,7 +85,7 @@ class GpumonApp(App[int]):
             "search",
             "Filter",
             key_display="/",
-            tooltip="filter processes by user, command or PID as you type (Esc clears)",
+            tooltip="filter processes by user, command or PID, live (Esc clears)",
         ),
         Binding("u", "users", "Users", tooltip="per-user summary: GPUs, GPU memory, processes"),
         Binding("z", "zoom", "Zoom", tooltip="process table on the whole screen (again: back)"),

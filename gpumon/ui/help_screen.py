@@ -201,7 +201,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 80;
+        width: 82;  /* 76 of text, padding, border and the scrollbar: no line re-wrapped */
         max-width: 100%;
         height: auto;
         max-height: 100%;
