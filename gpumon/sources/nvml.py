@@ -265,28 +265,20 @@ class NvmlSource:
         processes: list[GpuProcess] = []
         for device, found, sm_utilization in raw:
             for pid, (kind, memory, gpu_instance, compute_instance) in found.items():
-                if details is None:
-                    process = GpuProcess(
-                        gpu_index=device.index,
-                        gpu_uuid=device.uuid,
-                        pid=pid,
-                        kind=kind,
-                        gpu_memory_bytes=memory,
-                        sm_utilization_pct=sm_utilization.get(pid),
-                        gpu_instance_id=gpu_instance,
-                        compute_instance_id=compute_instance,
-                    )
-                else:
+                process = GpuProcess(
+                    gpu_index=device.index,
+                    gpu_uuid=device.uuid,
+                    pid=pid,
+                    kind=kind,
+                    gpu_memory_bytes=memory,
+                    sm_utilization_pct=sm_utilization.get(pid),
+                    gpu_instance_id=gpu_instance,
+                    compute_instance_id=compute_instance,
+                )
+                if details is not None:
                     host = details.get(pid, NOT_VISIBLE)
-                    process = GpuProcess(
-                        gpu_index=device.index,
-                        gpu_uuid=device.uuid,
-                        pid=pid,
-                        kind=kind,
-                        gpu_memory_bytes=memory,
-                        sm_utilization_pct=sm_utilization.get(pid),
-                        gpu_instance_id=gpu_instance,
-                        compute_instance_id=compute_instance,
+                    process = dataclasses.replace(
+                        process,
                         user=host.user,
                         command=host.command,
                         cpu_pct=host.cpu_pct,
