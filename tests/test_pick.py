@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -15,6 +13,7 @@ from gpumon.arguments import percentage, size_bytes
 from gpumon.cli import main
 from gpumon.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
 from gpumon.pick import failure_line, indices_match_cuda, rank, resolve_format
+from tests.test_cli import run_gpumon
 from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
 
@@ -483,16 +482,6 @@ def test_percentages() -> None:
 
 
 # --- end to end ----------------------------------------------------------------------------
-
-
-def run_gpumon(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpumon", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_demo_pick_two_is_a_cuda_visible_devices_value() -> None:
