@@ -230,6 +230,13 @@ def build_families(
     if sample is None:
         return families
 
+    host = gauge(
+        "gpumon_host_info",
+        "The machine's host name, as gpumon shows it (value always 1): cluster views name "
+        "the node by it.",
+        ("hostname",),
+    )
+    host.add_metric([label_value(sample.host.hostname)], 1.0)
     gauge("gpumon_sample_timestamp_seconds", "When the exported sample was taken (Unix time).")
     families[-1].add_metric([], sample.timestamp_s)
     gauge("gpumon_sample_duration_seconds", "How long reading the exported sample took.")

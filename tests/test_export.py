@@ -411,3 +411,14 @@ def test_a_lost_gpu_has_no_mig_series() -> None:
     families = export.build_families(dataclasses.replace(sample, gpus=(lost,)))
     (used,) = [family for family in families if family.name == "gpumon_mig_memory_used_bytes"]
     assert used.samples == []
+
+
+def test_host_info_names_the_machine_for_cluster_views(serve: Serve) -> None:
+    """The Prometheus source names a node by ``gpumon_host_info``'s hostname (issue 11)."""
+    series = scrape(serve(FakeSource(make_sample())).port)
+    assert series["gpumon_host_info"] == {(("hostname", "node7"),): 1.0}
+
+
+def test_no_host_info_without_a_sample() -> None:
+    families = export.build_families(None, sampling_errors=1)
+    assert "gpumon_host_info" not in {family.name for family in families}

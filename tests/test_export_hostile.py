@@ -188,3 +188,18 @@ def test_hostile_job_container_and_mig_labels_scrape_as_valid_utf8(serve: Serve)
     assert dict(labels)["job_id"] == export.label_value("81\x9b2J") != ""
     (labels,) = series["gpumon_mig_memory_used_bytes"]
     assert dict(labels)["profile"] == "3g\\xff?[2J"
+
+
+def test_a_hostile_host_name_scrapes_as_valid_utf8(serve: Serve) -> None:
+    """The host name labels every node of a cluster view: escapes, bytes that are not UTF-8
+    and bidi overrides in it are made safe like every other label value."""
+    sample = make_sample()
+    hostile = dataclasses.replace(sample.host, hostname="node\x1b]0;pwned\x07\udcff\u202e7")
+    status, body = hostile_scrape(serve(FakeSource(dataclasses.replace(sample, host=hostile))).port)
+    assert status == 200
+    text = body.decode("utf-8", errors="strict")
+    assert lint_exposition(text) == []
+    ((labels, value),) = parse(text)["gpumon_host_info"].items()
+    assert value == 1.0
+    assert dict(labels)["hostname"] == "node?]0;pwned?\\xff\\u202e7"
+    assert unsafe_characters(dict(labels)["hostname"]) == []
