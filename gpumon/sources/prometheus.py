@@ -92,13 +92,14 @@ GPUs its identity series named in the last hour, without readings).
 successful one within the hour (found with 15 s resolution, so it is within one scrape
 interval or 15 s of the real moment); ``None`` when it has not been up for an hour.
 
-The scrape interval is measured per target from the data, ``5m / count_over_time(up[5m])``,
-rather than read from ``/api/v1/status/config``: Thanos, VictoriaMetrics and Mimir do not
-serve Prometheus' configuration, and relabelling can set a per-target interval that a job's
-``scrape_interval`` does not show. A target younger than five minutes looks slower than it
-is, which only makes its staleness more lenient at first; fewer than two scrapes in five
-minutes: 15 s (:data:`DEFAULT_SCRAPE_INTERVAL_S`). ``ClusterSample.scrape_interval_s`` is the
-median over targets.
+The scrape interval is measured per target from the data: the time its last five minutes'
+``up`` samples span over their number (``count_over_time(up[5m])`` and
+``min_over_time(timestamp(up)[5m:1s])``), rather than read from ``/api/v1/status/config``:
+Thanos, VictoriaMetrics and Mimir do not serve Prometheus' configuration, relabelling can give
+a target an interval its job's ``scrape_interval`` does not show, and a target only seconds old
+is measured right too. Fewer than two scrapes in five minutes: 15 s
+(:data:`DEFAULT_SCRAPE_INTERVAL_S`). ``ClusterSample.scrape_interval_s`` is the median over
+targets.
 
 Queries
 =======
@@ -106,8 +107,9 @@ Queries
 Each refresh is three POSTs to ``/api/v1/query``, however many nodes:
 
 1. :data:`TARGETS_QUERY`: per target, ``up``, ``timestamp(up)`` (its latest scrape), the
-   time of its latest successful scrape within the hour, and its scrape count over 5 min:
-   four expressions joined with ``or`` and told apart by a ``gpumon_fact`` label.
+   time of its latest successful scrape within the hour (a subquery at 15 s steps), and its
+   scrape count and first scrape over 5 min: five expressions joined with ``or`` and told
+   apart by a ``gpumon_fact`` label.
 2. :data:`DATA_QUERY`: every series the model is made of, as one selector
    ``{__name__=~"gpumon_gpu_info|…|DCGM_FI_DEV_GPU_UTIL|…"}``; gpumon's names come from the
    field table.
@@ -168,6 +170,7 @@ TARGETS_QUERY = " or ".join(
         ("scraped", "timestamp(up)"),
         ("last_up", f"max_over_time((timestamp(up) and up == 1)[{LOOKBACK}:15s])"),
         ("scrapes_5m", "count_over_time(up[5m])"),
+        ("first_5m", "min_over_time(timestamp(up)[5m:1s])"),
     )
 )
 
@@ -236,6 +239,10 @@ class PrometheusError(Exception):
     """A query failed; ``str()`` is one line without credentials."""
 
 
+class _BadAnswer(Exception):
+    """An answer that arrived and cannot be used (too large, broken encoding)."""
+
+
 class Opener(Protocol):
     def open(self, fullurl: urllib.request.Request, *, timeout: float) -> Any: ...
 
@@ -295,6 +302,8 @@ class _Client:
             request.add_unredirected_header(name, value)  # never sent on to a redirect
         try:
             body = self._fetch(request)
+        except _BadAnswer as error:
+            raise self.error(str(error)) from None
         except urllib.error.HTTPError as error:
             raise self.error(_http_error_text(error)) from None
         except TimeoutError:
@@ -313,7 +322,7 @@ class _Client:
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
-                    raise PrometheusError("the answer is too large")
+                    raise _BadAnswer("the answer is too large")
                 if time.monotonic() > deadline:
                     raise TimeoutError
             body = b"".join(chunks)
@@ -362,9 +371,9 @@ def _gunzip(body: bytes) -> bytes:
     try:
         data = decompressor.decompress(body, MAX_ANSWER_BYTES + 1)
     except (zlib.error, gzip.BadGzipFile):
-        raise PrometheusError("the answer's gzip encoding is broken") from None
+        raise _BadAnswer("the answer's gzip encoding is broken") from None
     if len(data) > MAX_ANSWER_BYTES:
-        raise PrometheusError("the answer is too large")
+        raise _BadAnswer("the answer is too large")
     return data
 
 
@@ -473,21 +482,38 @@ class _Facts:
     scraped_s: float | None = None
     last_up_s: float | None = None
     scrapes_5m: float | None = None
+    first_5m_s: float | None = None
+    evaluated_s: float | None = None
 
     @property
     def interval_s(self) -> float | None:
-        if self.scrapes_5m is None or self.scrapes_5m < 2:
+        """Seconds between scrapes: the time the last five minutes' scrapes span over their
+        number. ``first_5m_s`` is the latest scrape at or before the window's first second:
+        before the window for a target older than that (one gap more than the count)."""
+        first, last, count = self.first_5m_s, self.scraped_s, self.scrapes_5m
+        if first is None or last is None or count is None or self.evaluated_s is None:
             return None
-        return 300.0 / self.scrapes_5m
+        gaps = count if first <= self.evaluated_s - 300 else count - 1
+        if gaps < 1 or last <= first:
+            return None
+        return (last - first) / gaps
 
 
 def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
     facts: dict[Target, _Facts] = {}
-    slots = {"up": "up", "scraped": "scraped_s", "last_up": "last_up_s", "scrapes_5m": "scrapes_5m"}
+    slots = {
+        "up": "up",
+        "scraped": "scraped_s",
+        "last_up": "last_up_s",
+        "scrapes_5m": "scrapes_5m",
+        "first_5m": "first_5m_s",
+    }
     for item in series:
         target, slot = _target(item), slots.get(item.labels.get(_FACT, ""))
         if target is not None and slot is not None:
-            setattr(facts.setdefault(target, _Facts()), slot, item.value)
+            target_facts = facts.setdefault(target, _Facts())
+            setattr(target_facts, slot, item.value)
+            target_facts.evaluated_s = item.time_s
     return facts
 
 
