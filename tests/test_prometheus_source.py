@@ -460,6 +460,55 @@ def test_a_target_gone_from_prometheus_is_stale(prom: Replay) -> None:
     assert node.state is NodeState.STALE and node.last_seen_s is not None
 
 
+def test_an_exporter_that_serves_no_gpu_series_is_stale(prom: Replay) -> None:
+    """gpumon's exporter drops its GPU series when a sample fails (``up`` stays 1): the node
+    is STALE with its last known GPUs, not UP with none, and none of them is free."""
+    source = source_for(prom)
+    prom.serve("demo")
+    (before,) = source.sample().nodes
+    failing = copy.deepcopy(load("demo"))
+    failing["data"]["data"]["result"] = [
+        item
+        for item in series(failing["data"])
+        if item["metric"]["__name__"] == "gpumon_simulated"  # what such a scrape still has
+    ]
+    prom.serve(failing)
+    (after,) = source.sample().nodes
+    assert (after.state, after.exporter) == (NodeState.STALE, ExporterKind.GPUMON)
+    assert after.sample == before.sample
+    assert cluster.summarize(after, FREE_MIB).free_gpus is None
+    (fresh,) = source_for(prom).sample().nodes  # a first sample: the hour's identities
+    assert fresh.state is NodeState.STALE and len(fresh.gpus) == 4
+    assert fresh.name == "demo-gpu-server"
+
+
+def test_extra_labels_of_thanos_or_federation_change_nothing(prom: Replay) -> None:
+    answers = copy.deepcopy(load("demo"))
+    for role in ROLES:
+        for item in series(answers[role]):
+            item["metric"]["prometheus_replica"] = "prom-0"
+    prom.serve(answers)
+    (node,) = source_for(prom).sample().nodes
+    (expected,) = sample_of(prom, "demo").nodes
+    assert node == expected
+    assert node.sample.simulated
+
+
+def test_the_scrape_interval_of_an_older_target(prom: Replay) -> None:
+    """A target older than the 5 min window: its first scrape in the window's first second
+    is the one before the window, so the span holds as many intervals as scrapes."""
+    answers = copy.deepcopy(load("demo"))
+    facts = {item["metric"]["gpumon_fact"]: item for item in series(answers["targets"])}
+    now = facts["up"]["value"][0]
+    facts["scraped"]["value"][1] = str(now - 3.0)
+    facts["first_5m"]["value"][1] = str(now - 3.0 - 20 * 15.0)
+    facts["scrapes_5m"]["value"][1] = "20"
+    prom.serve(answers)
+    result = source_for(prom).sample()
+    assert result.scrape_interval_s == pytest.approx(15.0)
+    assert [node.state for node in result.nodes] == [NodeState.UP]
+
+
 def test_targets_of_jobs_without_gpus_are_not_nodes(prom: Replay) -> None:
     """Prometheus' own target (or node_exporter's) is not a GPU node."""
     answers = copy.deepcopy(load("demo"))

@@ -43,7 +43,8 @@ clock=time.time, opener=None)``
     :data:`gpumon.fields.BY_KEY` key. ``[]`` when the node's exporter does not serve that
     field (dcgm-exporter has no fan speed, for one). Raises :class:`ValueError` for an unknown
     key or a field whose values are names (``clock_events``, ``compute_mode``), and
-    :class:`PrometheusError` (one safe line) when the query fails.
+    :class:`PrometheusError` (one safe line) when the query fails. Blocks; may run on
+    another thread while :meth:`sample` runs (it only reads the latest sample).
 
 ``PrometheusSource.url`` (the address shown: no credentials), ``.last`` (the latest
 ClusterSample or ``None``), ``.close()`` (nothing to release; for symmetry with GpuSource).
@@ -84,9 +85,10 @@ Staleness
 State per node by :func:`gpumon.cluster.classify`, against the server's evaluation time
 (not this machine's clock, which may be skewed): DOWN when ``up == 0``; STALE when its
 latest scrape is older than three scrape intervals, or when it has no ``up`` series any
-more (removed from the scrape config or service discovery: listed for an hour after). A
-DOWN or STALE node keeps the last GPUs this source read for it (or, on a first sample, the
-GPUs its identity series named in the last hour, without readings).
+more (removed from the scrape config or service discovery: listed for an hour after); STALE
+too when its exporter answers but serves no GPU series (gpumon's exporter drops them when a
+sample fails). A DOWN or STALE node keeps the last GPUs this source read for it (or, on a
+first sample, the GPUs its identity series named in the last hour, without readings).
 
 ``last_seen_s`` is its latest successful scrape. ``down_since_s`` is the scrape after the last
 successful one within the hour (found with 15 s resolution, so it is within one scrape
@@ -139,7 +141,7 @@ from typing import Any, Protocol
 
 from gpumon import __version__
 from gpumon.cluster import ClusterSample, ExporterKind, Node, NodeState, classify, node_names
-from gpumon.fields import BY_KEY, FIELDS
+from gpumon.fields import BY_KEY, FIELDS, Field
 from gpumon.format import safe_text
 from gpumon.model import (
     DriverInfo,
@@ -181,7 +183,7 @@ def _series_name(name: str, kind: str) -> str:
 
 
 #: gpumon series name -> the GpuStats field it holds, from the field table (never a copy).
-GPUMON_READINGS: dict[str, Any] = {
+GPUMON_READINGS: dict[str, Field] = {
     _series_name(spec.name, spec.kind): item
     for item in FIELDS
     if (spec := item.prometheus) is not None
@@ -592,8 +594,9 @@ def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
             gpu.processes = item.value
         elif (reading := GPUMON_READINGS.get(item.name)) is not None:
             spec = reading.prometheus
+            assert spec is not None  # GPUMON_READINGS holds only exported fields
             if spec.kind == "state":
-                state = item.label(spec.label)
+                state = item.label(spec.label or "")
                 if state is not None and item.value:
                     gpu.states.setdefault(reading.attribute, []).append(state)
             elif item.value is not None:
@@ -610,7 +613,7 @@ def _gpumon_sample(series: list[_Series], host: str, when: float) -> Sample:
     for process in processes:
         listed[process.gpu_index] = listed.get(process.gpu_index, 0) + 1
     stats = tuple(_gpumon_stats(gpus[index], listed.get(index, 0)) for index in sorted(gpus))
-    scalars = {item.name: item for item in series if not item.labels.keys() - {"instance", "job"}}
+    scalars = {item.name: item for item in series if "gpu" not in item.labels}
     stamp = scalars.get("gpumon_sample_timestamp_seconds")
     simulated = scalars.get("gpumon_simulated")
     return Sample(
@@ -887,32 +890,25 @@ class PrometheusSource:
         now: float,
     ) -> tuple[str | None, Node]:
         facts = facts or _Facts()
-        interval = facts.interval_s or DEFAULT_SCRAPE_INTERVAL_S
-        up_now = facts.up is not None and facts.up != 0
-        last_seen = facts.scraped_s if up_now else facts.last_up_s
-        state = (
-            NodeState.STALE if facts.up is None else classify(facts.up, last_seen, now, interval)
-        )
+        state, last_seen, down_since = _state(facts, now)
         known = self._known.get(target)
         host = _host(data) or _host(identity) or (known.host if known else None)
         shown = host or safe_text(target[0])
         kind = _kind(data)
-        if kind is ExporterKind.GPUMON:
-            sample = _gpumon_sample(data, shown, last_seen or now)
-        elif kind is ExporterKind.DCGM:
-            sample = _dcgm_sample(data, shown, last_seen or now)
-        elif known is not None:
-            kind, sample = known.kind, known.sample
-        else:
-            kind = _kind(identity)
-            sample = _identity_sample(identity, shown, last_seen or now)
-        if data and kind is not ExporterKind.UNKNOWN:
+        if kind is not ExporterKind.UNKNOWN and any(_gpu_index(item) is not None for item in data):
+            build = _gpumon_sample if kind is ExporterKind.GPUMON else _dcgm_sample
+            sample = build(data, shown, last_seen or now)
             self._known[target] = _Known(host, kind, sample)
-        down_since = None
-        if state is NodeState.DOWN and facts.last_up_s is not None:
-            down_since = facts.last_up_s + interval
-            if facts.scraped_s is not None:
-                down_since = min(down_since, facts.scraped_s)
+        else:
+            # Nothing about its GPUs now: down, gone, or an exporter that could not read them
+            # (gpumon's drops its GPU series when a sample fails). The last known GPUs.
+            if known is not None:
+                kind, sample = known.kind, known.sample
+            else:
+                kind = _kind(identity) if kind is ExporterKind.UNKNOWN else kind
+                sample = _identity_sample(identity, shown, last_seen or now)
+            if state is NodeState.UP and kind is not ExporterKind.UNKNOWN:
+                state = NodeState.STALE
         node = Node(
             name=shown,
             instance=safe_text(target[0]),
@@ -983,6 +979,22 @@ class PrometheusSource:
             if node in (candidate.name, candidate.instance):
                 return candidate.instance, candidate.job, candidate.exporter
         return node, None, ExporterKind.UNKNOWN
+
+
+def _state(facts: _Facts, now: float) -> tuple[NodeState, float | None, float | None]:
+    """(state, last seen, down since) of a target. No ``up`` series: gone from Prometheus."""
+    interval = facts.interval_s or DEFAULT_SCRAPE_INTERVAL_S
+    last_seen = facts.scraped_s if facts.up else facts.last_up_s
+    if facts.up is None:
+        return NodeState.STALE, last_seen, None
+    state = classify(facts.up, last_seen, now, interval)
+    down_since = None
+    if state is NodeState.DOWN and facts.last_up_s is not None:
+        # The scrape after the last good one (found at 15 s steps), not after the latest.
+        down_since = facts.last_up_s + interval
+        if facts.scraped_s is not None:
+            down_since = min(down_since, facts.scraped_s)
+    return state, last_seen, down_since
 
 
 def _promql_string(text: str) -> str:
