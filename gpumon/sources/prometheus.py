@@ -432,7 +432,7 @@ Target = tuple[str, str]  # (instance, job)
 @dataclass(frozen=True, slots=True)
 class _Series:
     name: str | None
-    labels: dict[str, str]
+    labels: dict[str, str]  # as Prometheus gave them, ``__name__`` included
     value: float | None
     time_s: float
 
@@ -455,12 +455,12 @@ def _vector(data: Any) -> list[_Series]:
     found = []
     for item in data.get("result", ()):
         try:
-            metric, (time_s, text) = item["metric"], item["value"]
-            labels = {str(key): str(value) for key, value in metric.items()}
+            labels, (time_s, text) = item["metric"], item["value"]
             moment = float(time_s)
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError):
             continue
-        found.append(_Series(labels.pop("__name__", None), labels, _number(text), moment))
+        if type(labels) is dict:  # label values are strings in every answer Prometheus gives
+            found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
     return found
 
 
@@ -572,6 +572,8 @@ class _Gpu:
     mig: list[_Series] = field(default_factory=list)
 
     def identify(self, item: _Series, uuid: str, name: str) -> None:
+        if "pci_bus_id" in self.values and "name" in self.values and "uuid" in self.values:
+            return
         for attribute, label in (("uuid", uuid), ("name", name), ("pci_bus_id", "pci_bus_id")):
             if attribute not in self.values and item.label(label):
                 self.values[attribute] = item.label(label)
