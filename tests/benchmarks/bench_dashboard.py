@@ -44,6 +44,7 @@ as ``--python`` imports it, on the dashboard, as before):
     screen after it (e.g. ``--keys enter --keys-marker 'Esc: back'``, the GPU detail screen's
     title; a run fails if it does not appear within the first-frame timeout). First full
     frame and peak RSS keep their meaning (the dashboard's start-up; the whole run).
+    The key latency is measured too (see Metrics).
 ``--variant NAME[,root=PATH][,keys=KEYS][,keys-marker=TEXT]``
     (repeatable) one more gpumon to measure, run alternately with the first one (and nvitop
     with ``--compare``): ABCABC..., on the same jobs, pty, interval and first-frame marker.
@@ -60,7 +61,14 @@ Metrics, per run and as the median over the runs:
 * time from just before the monitor is started to its first full frame;
 * peak RSS (the tree's RSS sampled every 0.25 s over the whole run, and VmHWM at the end);
 * bytes written to the terminal per second over the steady-state window;
-* machine noise over the window: busy and steal % of the whole machine (100 = one core).
+* machine noise over the window: busy and steal % of the whole machine (100 = one core);
+* with ``--keys``, in ms: each key's write to the first pty output after it; with
+  ``--keys-marker``, the key written last before the marker was first on the reader's
+  emulated screen (the last key, or the one that really brought it, e.g. a search's last
+  character before its ``enter``) to that moment (``keys -> marker``), and to the end of
+  the output burst that drew it. The reader stamps each read with its arrival time and
+  looks for the marker after every read, so this is not the main loop's 0.25 s sampling;
+  a table gives median/min/max and how many are within one 60 frames/s frame (16.7 ms).
 
 Usage (from the repository root)::
 
@@ -73,6 +81,9 @@ Usage (from the repository root)::
         --marker python --compare nvitop          # on a GPU server
     python tests/benchmarks/bench_dashboard.py --runs 1 --seconds 10 \\
         --capture /tmp/gpumon_pty_capture.bin --breakdown
+    python tests/benchmarks/bench_dashboard.py --scenario real --runs 5 \\
+        --variant gpu-filter,keys=f,keys-marker='8 of 64' \\
+        --variant search,keys='/ r a n k space 7 enter',keys-marker='8 of 64'
     git worktree add /tmp/gpumon-before OLD_COMMIT
     python tests/benchmarks/bench_dashboard.py --scenario real --per-gpu 64 \\
         --gpumon-root /tmp/gpumon-before --variant head,root=. \\
@@ -219,6 +230,9 @@ KEY_BYTES: dict[str, bytes] = {
     "pagedown": b"\x1b[6~",
 }
 KEY_GAP_S = 0.2  # between two keys (an ESC followed at once by more bytes reads as Alt+key)
+# One frame at Textual's most frequent redraw (60 frames/s, TEXTUAL_FPS), for the key latency.
+FRAME_MS = 1000.0 / 60
+KEY_TRACE_MS = 150.0  # the reads kept after the key that brought the marker
 
 
 def parse_keys(spec: str) -> tuple[bytes, ...]:
@@ -278,7 +292,8 @@ class FrameRule:
 
 class PtyReader(threading.Thread):
     """Drains the pty master continuously, keeping every chunk with its arrival time;
-    answers terminal queries; spots the first full frame."""
+    answers terminal queries; spots the first full frame and, once armed with
+    :meth:`watch`, the first time a text (``--keys-marker``) is on the emulated screen."""
 
     def __init__(self, fd: int, *, answer_queries: bool, rule: FrameRule) -> None:
         super().__init__(name="pty-reader", daemon=True)
@@ -293,12 +308,28 @@ class PtyReader(threading.Thread):
         self.screen = Screen(COLUMNS, ROWS)
         self.responder = Responder(COLUMNS, ROWS, self._cursor)
         self._fed = 0  # chunks fed to the screen emulator (lazily: only when it is needed)
+        # --keys-marker: the text watched for and when (perf_counter) a chunk first put it on
+        # the screen; stamped with that chunk's arrival time, as it arrives (not when the
+        # main loop next looks).
+        self.watched: str | None = None
+        self.watched_at: float | None = None
         self._head = bytearray()
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
 
     def stop(self) -> None:
         self._stop_event.set()
+
+    def watch(self, text: str) -> bool:
+        """From the next chunk on, look for ``text`` on the screen after every chunk and
+        stamp ``watched_at`` with the arrival time of the first that shows it. Returns
+        whether ``text`` is on the screen already (then it is only found again once a
+        chunk arrives, which is no latency)."""
+        with self._lock:
+            already = text in self._catch_up().text()
+            self.watched_at = None
+            self.watched = text
+        return already
 
     def snapshot(self) -> list[tuple[float, bytes]]:
         with self._lock:
@@ -340,6 +371,12 @@ class PtyReader(threading.Thread):
                         self.first_screen = self.screen.text() if self.rule.markers else ""
                         self.first_frame.set()
                         self._head.clear()
+                    if (
+                        self.watched is not None
+                        and self.watched_at is None
+                        and self.watched in self._catch_up().text()
+                    ):
+                        self.watched_at = now
         finally:
             selector.close()
 
@@ -399,7 +436,20 @@ class RunResult:
     first_frame_s: float | None = None
     frame_done_s: float | None = None  # end of the burst that drew the first frame
     keys_sent_s: float | None = None  # --keys: when the last key was sent (from the start)
-    keys_shown_s: float | None = None  # --keys-marker: when it was first seen after the keys
+    # --keys-marker: when the pty reader first had it on its screen (from the start; stamped
+    # as the bytes arrived), and the latency from the key written last before that moment
+    # (the last key, or an earlier one when the marker came before the rest, e.g. a search
+    # text's last character before its Enter): to the marker, and to the end of the output
+    # burst that drew it (the rest of the frame). keys_marker_key: that key (1-based).
+    keys_shown_s: float | None = None
+    keys_marker_key: int | None = None
+    keys_marker_ms: float | None = None
+    keys_frame_done_ms: float | None = None
+    keys_at_s: list[float] = field(default_factory=list)  # each key's write (from the start)
+    # Per key: its write to the first pty output after it, ms (None: none before the next).
+    key_output_ms: list[float | None] = field(default_factory=list)
+    # The reads in the KEY_TRACE_MS after the marker's key: (ms after the key, bytes).
+    keys_marker_reads: list[tuple[float, int]] = field(default_factory=list)
     cpu_percent: float | None = None
     peak_rss_mib: float | None = None
     bytes_per_s: float | None = None
@@ -425,6 +475,12 @@ class RunResult:
     window: tuple[float, float] | None = field(default=None, repr=False)
     screen: str = field(default="", repr=False)
     first_screen: str = field(default="", repr=False)
+
+    @property
+    def key_output_max_ms(self) -> float | None:
+        """The slowest key's first output (None without keys, or when one had none)."""
+        values = [v for v in self.key_output_ms if v is not None]
+        return max(values) if values and len(values) == len(self.key_output_ms) else None
 
     def window_chunks(self) -> list[tuple[float, bytes]]:
         if self.window is None:
@@ -612,6 +668,8 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         # sent, or (--keys-marker) once the marker is on the screen after them.
         settled: float | None = None
         keys_sent: float | None = None
+        key_times: list[float] = []  # perf_counter just before each key's write
+        marker_early = False  # --keys-marker was on the screen before the keys
         while True:
             now = time.perf_counter()
             if proc.poll() is not None:
@@ -630,11 +688,16 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
                 if not monitor.keys:
                     settled = first
             elif settled is None and keys_sent is None:
-                if monitor.keys_marker is not None and monitor.keys_marker in reader.screen_text():
-                    log(f"warning: {monitor.keys_marker!r} is on the screen before the keys")
+                if monitor.keys_marker is not None and reader.watch(monitor.keys_marker):
+                    marker_early = True
+                    log(
+                        f"warning: {monitor.keys_marker!r} is on the screen before the keys "
+                        "(its latency means nothing)"
+                    )
                 for index, key in enumerate(monitor.keys):
                     if index:
                         time.sleep(KEY_GAP_S)
+                    key_times.append(time.perf_counter())
                     with contextlib.suppress(OSError):
                         os.write(master, key)
                 keys_sent = time.perf_counter()
@@ -642,9 +705,9 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
                 if monitor.keys_marker is None:
                     settled = keys_sent
             elif settled is None and keys_sent is not None:
-                if monitor.keys_marker is not None and monitor.keys_marker in reader.screen_text():
-                    settled = time.perf_counter()
-                    result.keys_shown_s = settled - started
+                if monitor.keys_marker is not None and reader.watched_at is not None:
+                    # the window's warm-up starts after the keys, however early the marker
+                    settled = max(reader.watched_at, keys_sent)
                 elif now - keys_sent > config.first_frame_timeout_s:
                     result.error = (
                         f"{monitor.keys_marker!r} not on the screen within "
@@ -708,6 +771,8 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         result.frame_done_s = burst_end(reader.chunks, reader.first_frame_at) - started
     result.queries_seen = dict(reader.queries_seen)
     result.first_screen = reader.first_screen
+    marker_at = None if marker_early else reader.watched_at
+    key_latencies(result, key_times, marker_at, reader.chunks, started)
     if result.error and "exited early" in result.error:
         # what it said before leaving (the pty holds its stderr too)
         said = [line.strip() for line in reader.screen_text().splitlines() if line.strip()]
@@ -716,6 +781,39 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
     if stats_file is not None:
         result.nvml_calls_per_s, result.nvml_top = read_nvml_stats(stats_file)
     return result
+
+
+def key_latencies(
+    result: RunResult,
+    key_times: Sequence[float],
+    marker_at: float | None,
+    chunks: Sequence[tuple[float, bytes]],
+    started: float,
+) -> None:
+    """Fill ``result``'s key timings from the keys' write times, the reader's first sight of
+    the marker and the read times of the pty output (all perf_counter)."""
+    result.keys_at_s = [at - started for at in key_times]
+    for index, at in enumerate(key_times):
+        until = key_times[index + 1] if index + 1 < len(key_times) else float("inf")
+        first = next((when for when, _ in chunks if when > at), None)
+        result.key_output_ms.append(
+            (first - at) * 1000.0 if first is not None and first < until else None
+        )
+    if marker_at is None:
+        return
+    result.keys_shown_s = marker_at - started
+    before = [index for index, at in enumerate(key_times) if at <= marker_at]
+    if not before:
+        return
+    key = before[-1]
+    result.keys_marker_key = key + 1
+    result.keys_marker_ms = (marker_at - key_times[key]) * 1000.0
+    result.keys_frame_done_ms = (burst_end(chunks, marker_at) - key_times[key]) * 1000.0
+    result.keys_marker_reads = [
+        ((when - key_times[key]) * 1000.0, len(data))
+        for when, data in chunks
+        if 0 < (when - key_times[key]) * 1000.0 <= KEY_TRACE_MS
+    ]
 
 
 # --- byte breakdown ------------------------------------------------------------------------
@@ -1154,7 +1252,17 @@ def print_runs(results: Sequence[RunResult]) -> None:
         if r.keys_sent_s is not None:
             keys = f"; keys sent at {r.keys_sent_s:.2f} s"
             if r.keys_shown_s is not None:
-                keys += f", their marker seen at {r.keys_shown_s:.2f} s"
+                keys += f", their marker seen at {r.keys_shown_s:.3f} s"
+            if r.keys_marker_ms is not None and r.keys_frame_done_ms is not None:
+                keys += (
+                    f" ({r.keys_marker_ms:.1f} ms after key {r.keys_marker_key} of "
+                    f"{len(r.keys_at_s)}, its burst done {r.keys_frame_done_ms:.1f} ms after it)"
+                )
+            outputs = " ".join("-" if v is None else f"{v:.1f}" for v in r.key_output_ms)
+            keys += f"; each key to its first output: {outputs} ms"
+            if r.keys_marker_reads:
+                reads = " ".join(f"{ms:.1f}:{n}" for ms, n in r.keys_marker_reads)
+                keys += f"; reads after the marker's key (ms:bytes): {reads}"
         print(
             f"{r.monitor} run {index}: window {r.window_s:.1f} s, {r.window_bytes} B, "
             f"{r.frames_per_s:.2f} bursts/s; RSS sampled {r.sampled_rss_peak_mib:.1f} MiB, "
@@ -1239,6 +1347,9 @@ def print_comparison(rows: dict[str, dict[str, Any]], runs: int) -> None:
 # --variant table: the metrics, then the machine noise over each window.
 VARIANT_LABELS: dict[str, tuple[str, str]] = {
     **LABELS,
+    "keys_marker_ms": ("key->marker", "ms"),
+    "keys_frame_done_ms": ("key->marker burst end", "ms"),
+    "key_output_max_ms": ("slowest key->output", "ms"),
     "machine_busy_pct": ("machine busy (noise)", "%"),
     "steal_pct": ("steal (noise)", "%"),
 }
@@ -1291,6 +1402,71 @@ def print_variants(rows: dict[str, dict[str, Any]], names: Sequence[str], runs: 
         cells = [fmt(row["median"][name], key) for name in names]
         cells += [f"{r:.2f}x" if r is not None else "n/a" for r in row["ratios"].values()]
         print(f"{label:<28}" + "".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0, "median": None, "min": None, "max": None, "within_frame": 0}
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "within_frame": sum(v <= FRAME_MS for v in values),
+    }
+
+
+def key_latency_table(results: dict[str, list[RunResult]]) -> dict[str, dict[str, Any]]:
+    """Per monitor that types keys: the spread over its runs of keys -> marker, of keys ->
+    the end of the marker's burst, and of every key's first output (all keys, all runs)."""
+    table: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        if not any(r.keys_at_s for r in runs):
+            continue
+        marker = [r.keys_marker_ms for r in runs if r.keys_marker_ms is not None]
+        done = [r.keys_frame_done_ms for r in runs if r.keys_frame_done_ms is not None]
+        outputs = [v for r in runs for v in r.key_output_ms if v is not None]
+        silent = sum(v is None for r in runs for v in r.key_output_ms)
+        table[name] = {
+            "keys_marker_ms": _spread(marker),
+            "keys_frame_done_ms": _spread(done),
+            "key_output_ms": {**_spread(outputs), "keys_without_output": silent},
+            "marker_after_key": [r.keys_marker_key for r in runs],
+            "keys": len(runs[0].keys_at_s),
+        }
+    return table
+
+
+def print_key_latency(table: dict[str, dict[str, Any]]) -> None:
+    print(
+        f"\nKey latency (ms; pty reader's arrival time of the bytes; a frame at 60 frames/s "
+        f"is {FRAME_MS:.1f} ms):"
+    )
+    print(f"{'monitor':<14}{'measure':<34}{'n':>4}{'median':>9}{'min':>9}{'max':>9}  in 1 frame")
+    labels = {
+        "keys_marker_ms": "key -> marker on the screen",
+        "keys_frame_done_ms": "key -> that burst done",
+        "key_output_ms": "each key -> its first output",
+    }
+    for name, row in table.items():
+        shown = name
+        for key, label in labels.items():
+            spread = row[key]
+            cells = "".join(
+                f"{spread[k]:9.1f}" if spread[k] is not None else f"{'n/a':>9}"
+                for k in ("median", "min", "max")
+            )
+            print(
+                f"{shown:<14}{label:<34}{spread['n']:>4}{cells}  "
+                f"{spread['within_frame']}/{spread['n']}"
+            )
+            shown = ""
+        after = sorted({k for k in row["marker_after_key"] if k is not None})
+        note = f"marker seen after key {', '.join(map(str, after)) or '-'} of {row['keys']}"
+        silent = row["key_output_ms"]["keys_without_output"]
+        if silent:
+            note += f"; {silent} key(s) had no output before the next key"
+        print(f"{'':<14}({note})")
 
 
 def print_profile(args: argparse.Namespace, runs: int) -> None:
@@ -1433,7 +1609,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
         arguments = ["--demo", "--demo-gpus", "8"]
         arguments += ["--demo-processes", "64", "--interval", interval]
         env = child_environment()
-        targets = {key: (target, peer) for key, (_, _, target, peer) in METRICS.items()}
+        targets: dict[str, tuple[float | None, float | None]] = {
+            key: (target, peer) for key, (_, _, target, peer) in METRICS.items()
+        }
         return Plan(
             description="demo: 8 simulated GPUs x 64 simulated processes (--demo)",
             monitors=[
@@ -1758,6 +1936,7 @@ def report(
     summary = summarise(ours, plan.targets)
     gpumons = [m.name for m in plan.monitors if m.name != "nvitop"]
     variants = variants_table(results, gpumons) if len(gpumons) > 1 else None
+    latency = key_latency_table(results)
     comparison = None
     if theirs is not None:
         cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
@@ -1797,6 +1976,7 @@ def report(
             "comparison": comparison,
             "breakdown": reports,
             **({"variants": variants} if variants is not None else {}),
+            **({"key_latency": latency} if latency else {}),
             "pass": passed,
         }
         print(json.dumps(payload, indent=2))
@@ -1815,6 +1995,8 @@ def report(
                 )
         if variants is not None:
             print_variants(variants, gpumons, args.runs)
+        if latency:
+            print_key_latency(latency)
         for breakdown_report in reports:
             print_breakdown(breakdown_report)
         if args.py_spy is not None:
