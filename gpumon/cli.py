@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gpumon import __version__
-from gpumon.arguments import interval_seconds, whole_number
+from gpumon.arguments import decimal_number, interval_seconds, whole_number
 from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -49,13 +49,20 @@ SUBCOMMAND_HELP: dict[str, str] = {
 # Top-level options that take a value: a subcommand's name after one of them is its value.
 _TOP_LEVEL_VALUE_OPTIONS = frozenset(
     {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
+    | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
 )
 
 # Options every mode shares: they go into Settings; the rest are the subcommand's own.
 _SHARED = frozenset(
     {"command", "interval", "probe_python", "theme", "config", "print_config", "readonly"}
     | {"demo", "demo_gpus", "demo_processes"}
+    | {"prometheus", "prometheus_header", "prometheus_header_after"}
+    | {"prometheus_ca_file", "prometheus_timeout"}
 )
+
+#: The subcommands that read a cluster with --prometheus; status, export and probe are about
+#: this machine.
+CLUSTER_SUBCOMMANDS = frozenset({"once", "pick"})
 
 
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
@@ -106,6 +113,47 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) ->
         default=default(None),
         help="number of simulated GPU processes with --demo (default: 1.5 per GPU)",
     )
+
+
+def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+    """--prometheus and its access options, accepted before or after ``once`` and ``pick``."""
+    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        default=default(None),
+        help="read a whole cluster from this Prometheus server (or Thanos, VictoriaMetrics, "
+        "Mimir): http:// or https://, no credentials in it (config: prometheus_url)",
+    )
+    # A subcommand's headers go to their own list: argparse would replace the top level's.
+    parser.add_argument(
+        "--prometheus-header",
+        dest="prometheus_header" if top_level else "prometheus_header_after",
+        action="append",
+        metavar="'NAME: VALUE'",
+        default=default(None),
+        help="an HTTP header for the Prometheus server, e.g. 'Authorization: Bearer TOKEN' "
+        "(repeatable; never printed; other users can read a command line: the config "
+        "file's prometheus_headers is safer)",
+    )
+    parser.add_argument(
+        "--prometheus-ca-file",
+        metavar="PATH",
+        default=default(None),
+        help="verify the Prometheus server's HTTPS certificate with the CA certificates "
+        "in this PEM file (default: the system's)",
+    )
+    parser.add_argument(
+        "--prometheus-timeout",
+        type=_timeout_seconds,
+        metavar="SECONDS",
+        default=default(None),
+        help="give up on a request to the Prometheus server after this long (default: 5)",
+    )
+
+
+def _timeout_seconds(text: str) -> float:
+    return decimal_number(text, "a number of seconds such as 5 or 2.5")
 
 
 def chosen_subcommand(argv: Sequence[str]) -> str | None:
@@ -171,6 +219,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         help="print the effective settings, and where each came from, and exit",
     )
     add_source_arguments(parser, top_level=True)
+    add_prometheus_arguments(parser, top_level=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         text = SUBCOMMAND_HELP[name]
@@ -179,6 +228,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             continue
         add_source_arguments(sub, top_level=False)
+        if name in CLUSTER_SUBCOMMANDS:
+            add_prometheus_arguments(sub, top_level=False)
         importlib.import_module(module_name).add_arguments(sub)
     return parser
 
@@ -196,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(describe(settings))
         return 0
+    misplaced = _misplaced_prometheus(args, settings)
+    if misplaced is not None:
+        print(f"gpumon: error: {misplaced}", file=sys.stderr)
+        return 2
     if args.command is None:
         return run_dashboard(settings)
     module = importlib.import_module(SUBCOMMANDS[args.command])
@@ -234,7 +289,30 @@ def _flags(args: argparse.Namespace) -> dict[str, object]:
         flags["theme"] = args.theme
     if args.readonly:
         flags["readonly"] = True
+    cluster = {
+        "prometheus_url": args.prometheus,
+        "prometheus_ca_file": args.prometheus_ca_file,
+        "prometheus_timeout_s": args.prometheus_timeout,
+    }
+    flags.update({name: value for name, value in cluster.items() if value is not None})
+    headers = [*(args.prometheus_header or ()), *getattr(args, "prometheus_header_after", ())]
+    if headers:
+        flags["prometheus_headers"] = tuple(headers)
     return flags
+
+
+def _misplaced_prometheus(args: argparse.Namespace, settings: Settings) -> str | None:
+    """Why --prometheus on this command line cannot be followed, or None."""
+    if settings.origins.get("prometheus_url") != "--prometheus":
+        return None  # from the config or the environment: the dashboard's, once's --cluster
+    if args.command is not None and args.command not in CLUSTER_SUBCOMMANDS:
+        return (
+            f"--prometheus: gpumon {args.command} reads this machine's GPUs; the dashboard, "
+            "once and pick read a cluster"
+        )
+    if settings.demo:
+        return "--demo and --prometheus: choose one (the demo is one simulated machine)"
+    return None
 
 
 def _silence_stdout() -> None:

@@ -74,12 +74,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="colour the table: auto (default) = on a terminal unless NO_COLOR is set",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the whole cluster from the configured Prometheus server (prometheus_url), "
+        "as --prometheus URL does: per node its state and GPUs (docs/cluster.md)",
+    )
 
 
 def run(
-    settings: Settings, *, as_json: bool, no_processes: bool, color: str, by_user: bool = False
+    settings: Settings,
+    *,
+    as_json: bool,
+    no_processes: bool,
+    color: str,
+    by_user: bool = False,
+    cluster: bool = False,
 ) -> int:
     """``gpumon once``: print one sample (a table, or JSON with ``as_json``) and exit."""
+    from gpumon.sources.cluster_base import cluster_requested
+
+    if cluster_requested(settings, cluster):
+        return run_cluster(
+            settings, as_json=as_json, no_processes=no_processes, color=color, by_user=by_user
+        )
     from gpumon.snapshot import no_gpu_data, report_unavailable, sample_to_dict, take_sample
     from gpumon.views import free_gpu_indices
 
@@ -117,6 +135,46 @@ def run(
     return 0
 
 
+def run_cluster(
+    settings: Settings, *, as_json: bool, no_processes: bool, color: str, by_user: bool
+) -> int:
+    """``gpumon once --prometheus URL``: the whole cluster; exit 1 when Prometheus cannot be
+    read or knows no GPU node (the JSON is printed all the same), 2 for bad settings."""
+    from gpumon import cluster_output
+    from gpumon.settings import SettingsError
+    from gpumon.sources.cluster_base import take_cluster_sample
+
+    try:
+        cluster = take_cluster_sample(settings)
+    except SettingsError as error:
+        print(f"gpumon: error: {error}", file=sys.stderr)
+        return 2
+    threshold = settings.free_threshold_mib
+    failure = cluster_output.read_failure(cluster)
+    if as_json:
+        import json
+
+        document = cluster_output.cluster_to_dict(
+            cluster, include_processes=not no_processes, free_threshold_mib=threshold
+        )
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    elif failure is None:
+        stdout = sys.stdout
+        text = cluster_output.render_cluster(
+            cluster,
+            show_processes=not no_processes,
+            by_user=by_user,
+            color=use_color(color, stdout, os.environ),
+            width=shutil.get_terminal_size().columns if stdout.isatty() else None,
+            free_threshold_mib=threshold,
+        )
+        stdout.write(text)
+    if failure is not None:
+        print(f"gpumon: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
     """Decide whether to write ANSI colours.
 
@@ -141,7 +199,7 @@ def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
     return bool(isatty and isatty())
 
 
-class _Painter:
+class Painter:
     """Wraps text in SGR codes, or leaves it alone when colour is off."""
 
     def __init__(self, enabled: bool) -> None:
@@ -194,7 +252,7 @@ def _process_cells(process: GpuProcess) -> dict[str, str]:
     }
 
 
-def _widths(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
+def column_widths(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
     widths: dict[str, int] = {}
     for row in rows:
         for key, text in row.items():
@@ -202,7 +260,7 @@ def _widths(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
     return widths
 
 
-def header_line(sample: Sample, paint: _Painter) -> str:
+def header_line(sample: Sample, paint: Painter) -> str:
     """Host, local time, driver and CUDA versions; the DEMO marker on simulated data."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.timestamp_s))
     parts = [paint(sample.host.hostname, BOLD), stamp]
@@ -237,21 +295,47 @@ def render_table(
     Returns:
         The table, one line per GPU and process, ending with a newline.
     """
-    paint = _Painter(color)
+    lines = [header_line(sample, Painter(color))]
+    lines += gpu_lines(
+        sample,
+        show_processes=show_processes,
+        color=color,
+        width=width,
+        ascii_only=ascii_only,
+        free=free,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def gpu_lines(
+    sample: Sample,
+    *,
+    show_processes: bool = True,
+    color: bool = False,
+    width: int | None = None,
+    ascii_only: bool | None = None,
+    free: Set[int] = frozenset(),
+) -> list[str]:
+    """The table's lines below its header: one per GPU, its processes indented below.
+
+    The cluster view (:mod:`gpumon.cluster_output`) prints these under each node's header;
+    the arguments are :func:`render_table`'s.
+    """
+    paint = Painter(color)
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
     gpu_rows = [_gpu_cells(gpu, ascii_only) for gpu in sample.gpus]
-    gpu_widths = _widths(gpu_rows)
+    gpu_widths = column_widths(gpu_rows)
     process_rows = [_process_cells(process) for process in sample.processes]
-    process_widths = _widths(process_rows)
+    process_widths = column_widths(process_rows)
     by_gpu: dict[int, list[tuple[GpuProcess, dict[str, str]]]] = {
         gpu.index: [] for gpu in sample.gpus
     }
     for process, cells in zip(sample.processes, process_rows, strict=True):
         by_gpu.setdefault(process.gpu_index, []).append((process, cells))
 
-    lines = [header_line(sample, paint)]
+    lines = []
     for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
         line = _gpu_line(gpu, cells, gpu_widths, paint)
         lines.append(f"{line} | {paint(FREE, BOLD, GREEN)}" if gpu.index in free else line)
@@ -267,10 +351,10 @@ def render_table(
         unlisted = notable_unlisted_memory_bytes(gpu, [process for process, _ in listed])
         if unlisted is not None:
             lines.append(f"    {paint(fmt.unlisted_memory(unlisted), YELLOW)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], paint: _Painter) -> str:
+def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], paint: Painter) -> str:
     def cell(key: str, *codes: str, left: bool = False) -> str:
         pad = fmt.ljust_cells if left else fmt.rjust_cells
         return paint(pad(cells[key], widths[key]), *codes)
@@ -289,7 +373,7 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
 
 
 def _process_line(
-    row: dict[str, str], widths: dict[str, int], paint: _Painter, width: int | None, ellipsis: str
+    row: dict[str, str], widths: dict[str, int], paint: Painter, width: int | None, ellipsis: str
 ) -> str:
     # Widths are terminal cells: a CJK user name or command keeps the columns aligned.
     user = fmt.ljust_cells(row["user"], widths["user"])
@@ -323,7 +407,7 @@ def render_users(
     """
     from gpumon.snapshot import user_summary_of
 
-    paint = _Painter(color)
+    paint = Painter(color)
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     usages, left_out = user_summary_of(sample)
@@ -333,10 +417,10 @@ def render_users(
     if usages or always:
         rows = [_user_cells(usage, ascii_only) for usage in usages]
         header = dict(zip(("user", "gpus", "memory", "processes"), USER_COLUMNS, strict=True))
-        widths = _widths([header, *rows])
-        lines.append(paint(_user_line(header, widths), BOLD))
+        widths = column_widths([header, *rows])
+        lines.append(paint(user_line(header, widths), BOLD))
         for usage, row in zip(usages, rows, strict=True):
-            text = _user_line(row, widths)
+            text = user_line(row, widths)
             lines.append(paint(text, BOLD) if usage.is_current_user else text)
         if not usages:
             lines.append("(no process on the GPUs whose processes are known)")
@@ -359,7 +443,7 @@ def _user_cells(usage: UserUsage, ascii_only: bool) -> dict[str, str]:
     }
 
 
-def _user_line(row: Mapping[str, str], widths: Mapping[str, int]) -> str:
+def user_line(row: Mapping[str, str], widths: Mapping[str, int]) -> str:
     user = fmt.ljust_cells(row["user"], widths["user"])
     gpus = fmt.ljust_cells(row["gpus"], widths["gpus"])
     memory = fmt.rjust_cells(row["memory"], widths["memory"])

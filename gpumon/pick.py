@@ -83,7 +83,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="index: nvidia-smi's numbers, right for CUDA only with "
         "CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA counts fastest first); uuid: GPU-... / MIG-... "
         "UUIDs, always right; auto (default): index where CUDA counts as nvidia-smi does "
-        "(CUDA_DEVICE_ORDER=PCI_BUS_ID is set, or all GPUs are one model), else uuid",
+        "(CUDA_DEVICE_ORDER=PCI_BUS_ID is set, or all GPUs are one model), else uuid "
+        "(a cluster: index)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="pick from the whole cluster at the configured Prometheus server "
+        "(prometheus_url), as --prometheus URL does: prints node:index,... from UP nodes "
+        "whose process lists are known (never a dcgm-exporter node's)",
     )
 
 
@@ -354,8 +362,19 @@ def run(
     min_free_memory: int | None,
     max_utilization: float | None,
     format: str,
+    cluster: bool = False,
 ) -> int:
     """``gpumon pick``: print the picked GPUs (exit 0), or why too few qualify (exit 1)."""
+    from gpumon.sources.cluster_base import cluster_requested
+
+    if cluster_requested(settings, cluster):
+        return run_cluster(
+            settings,
+            n=n,
+            min_free_bytes=min_free_memory,
+            max_utilization_pct=max_utilization,
+            output_format="uuid" if format == "uuid" else "index",
+        )
     from gpumon.snapshot import no_gpu_data, report_unavailable, take_sample
 
     # Process counts and MIG placement come from NVML: no psutil reads of users or commands.
@@ -382,5 +401,51 @@ def run(
         print(f"gpumon pick: {DEMO_LABEL}", file=sys.stderr)
     for line in notes(picked, n, sample, output_format, os.environ):
         print(line, file=sys.stderr)
+    print(",".join(candidate.value(output_format) for candidate in picked))
+    return 0
+
+
+def run_cluster(
+    settings: Settings,
+    *,
+    n: int,
+    min_free_bytes: int | None,
+    max_utilization_pct: float | None,
+    output_format: str,
+) -> int:
+    """``gpumon pick --prometheus URL``: ``node:index,...`` of the cluster's freest GPUs."""
+    from gpumon import cluster_output as co
+    from gpumon.settings import SettingsError
+    from gpumon.sources.cluster_base import take_cluster_sample
+
+    try:
+        cluster = take_cluster_sample(settings)
+    except SettingsError as error:
+        print(f"gpumon: error: {error}", file=sys.stderr)
+        return 2
+    failure = co.read_failure(cluster)
+    if failure is not None:
+        print(f"gpumon pick: {failure}", file=sys.stderr)
+        return 1
+    picked, reasons = co.rank_cluster(
+        cluster,
+        n=n,
+        min_free_bytes=min_free_bytes,
+        max_utilization_pct=max_utilization_pct,
+        output_format=output_format,
+    )
+    if len(picked) < n:
+        print(co.cluster_failure_line(cluster, picked, reasons, n), file=sys.stderr)
+        return 1
+    if cluster.simulated:
+        print("gpumon pick: simulated GPUs (a node serves gpumon export --demo)", file=sys.stderr)
+    busy = [c for c in picked if c.candidate.process_count]
+    if busy:
+        listed = ", ".join(
+            f"{c.label} runs {c.candidate.process_count} "
+            + ("process" if c.candidate.process_count == 1 else "processes")
+            for c in busy
+        )
+        print(f"gpumon pick: note: {listed} (too few GPUs without processes)", file=sys.stderr)
     print(",".join(candidate.value(output_format) for candidate in picked))
     return 0

@@ -70,6 +70,12 @@ class Settings:
             (never one whose process list is unknown).
         readonly: no signals to processes: the dashboard's T, K and I are gone.
         demo, demo_gpus, demo_processes: the simulated server (command line only).
+        prometheus_url: the Prometheus server (or Thanos, VictoriaMetrics, Mimir) to read a
+            cluster from; http:// or https://, never with credentials in it.
+        prometheus_headers: extra HTTP headers, each ``"Name: value"`` (a bearer token).
+        prometheus_user, prometheus_password: HTTP basic auth, both or neither.
+        prometheus_ca_file: a PEM file of CA certificates to verify the server's (HTTPS).
+        prometheus_timeout_s: seconds one request to the server may take.
         config_path: the config file that was read, or ``None``.
         origins: setting name -> where its value came from ("default", the config file's
             path, ``GPUMON_...`` or ``--flag``).
@@ -88,6 +94,13 @@ class Settings:
     demo: bool = False
     demo_gpus: int = 4
     demo_processes: int | None = None
+    prometheus_url: str | None = None
+    # Secrets: never in repr() (a traceback, a log line), never in --print-config or errors.
+    prometheus_headers: tuple[str, ...] = field(default=(), repr=False)
+    prometheus_user: str | None = None
+    prometheus_password: str | None = field(default=None, repr=False)
+    prometheus_ca_file: str | None = None
+    prometheus_timeout_s: float = 5.0
     config_path: str | None = None
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -121,6 +134,86 @@ def _path(value: Any) -> str:
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a Python interpreter, got {_shown(value)}")
     return os.path.expanduser(value)
+
+
+def _file(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise SettingsError(f"expected the path of a file, got {_shown(value)}")
+    return os.path.expanduser(value)
+
+
+def _url(value: Any) -> str:
+    """An http:// or https:// URL with a host and no credentials in it."""
+    from urllib.parse import urlsplit  # here: only a cluster's settings need it
+
+    if not isinstance(value, str):
+        raise SettingsError(f"expected an http:// or https:// URL, got {_shown(value)}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        parts = None
+    # The text before "@" may be a password: never shown, whatever else is wrong.
+    if parts is not None and ("@" in parts.netloc):
+        raise SettingsError(
+            "credentials in the URL are refused (they would be shown and logged): set "
+            "prometheus_user and prometheus_password in the config file, or "
+            "GPUMON_PROMETHEUS_USER and GPUMON_PROMETHEUS_PASSWORD"
+        )
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = _shown(value.partition("@")[2] if "@" in value else value)
+        raise SettingsError(f"expected an http:// or https:// URL, got {shown}")
+    if any(ord(character) < 0x21 or ord(character) == 0x7F for character in value):
+        raise SettingsError("expected a URL without spaces or control characters")
+    return value
+
+
+#: An HTTP header's name: RFC 9110's token characters.
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _headers(value: Any) -> tuple[str, ...]:
+    """``"Name: value"`` strings. Errors name the header, never show its value."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SettingsError('expected a list of "Name: value" strings')
+    headers = []
+    for number, header in enumerate(value, 1):
+        if not isinstance(header, str):
+            raise SettingsError(f'header {number}: expected a "Name: value" string')
+        name, colon, text = header.partition(":")
+        name, text = name.strip(), text.strip()
+        if not colon or not name or not set(name) <= _TOKEN:
+            raise SettingsError(
+                f'header {number}: expected "Name: value" with a name of letters, digits '
+                "and hyphens (the value is not shown)"
+            )
+        if not text or any(_control(character) for character in text):
+            raise SettingsError(
+                f"header {name}: expected a value without line breaks or control "
+                "characters (not shown)"
+            )
+        headers.append(f"{name}: {text}")
+    return tuple(headers)
+
+
+def _control(character: str) -> bool:
+    # A line break in a header value would start a header of the attacker's choosing.
+    return (ord(character) < 0x20 and character != "\t") or ord(character) == 0x7F
+
+
+def _user(value: Any) -> str:
+    # RFC 7617: the user-id cannot contain a colon.
+    if not isinstance(value, str) or not value or ":" in value or not value.isprintable():
+        raise SettingsError(f"expected a user name without a colon, got {_shown(value)}")
+    return value
+
+
+def _password(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise SettingsError("expected a non-empty string (the value is not shown)")
+    if any(_control(character) for character in value):
+        raise SettingsError("expected no control characters (the value is not shown)")
+    return value
 
 
 def _shown(value: Any) -> str:
@@ -176,7 +269,24 @@ KEYS: dict[str, _Key] = {
         "free_threshold_mib", _number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576")
     ),
     "readonly": _Key("readonly", _bool, flag="--readonly"),
+    "prometheus_url": _Key("prometheus_url", _url, "GPUMON_PROMETHEUS_URL", "--prometheus"),
+    "prometheus_headers": _Key("prometheus_headers", _headers, flag="--prometheus-header"),
+    "prometheus_user": _Key("prometheus_user", _user, "GPUMON_PROMETHEUS_USER"),
+    "prometheus_password": _Key("prometheus_password", _password, "GPUMON_PROMETHEUS_PASSWORD"),
+    "prometheus_ca_file": _Key(
+        "prometheus_ca_file", _file, "GPUMON_PROMETHEUS_CA_FILE", "--prometheus-ca-file"
+    ),
+    "prometheus_timeout_s": _Key(
+        "prometheus_timeout_s",
+        _number(float, 0.5, 120, "seconds from 0.5 to 120"),
+        "GPUMON_PROMETHEUS_TIMEOUT",
+        "--prometheus-timeout",
+        _decimal_text,
+    ),
 }
+
+#: Never printed: --print-config shows ``(set)``, errors never quote them.
+SECRET_KEYS = frozenset({"prometheus_password", "prometheus_headers"})
 
 
 def default_config_path(environ: Mapping[str, str]) -> str:
@@ -280,6 +390,23 @@ def _check_together(settings: Settings) -> None:
             f"({settings.temperature_hot_margin_c}) must not be above "
             f"temperature_warm_margin_c ({settings.temperature_warm_margin_c})"
         )
+    has_user = settings.prometheus_user is not None
+    if has_user != (settings.prometheus_password is not None):
+        given, missing = (
+            ("prometheus_user", "prometheus_password")
+            if has_user
+            else ("prometheus_password", "prometheus_user")
+        )
+        raise SettingsError(
+            f"{_origin(settings, given)}: {given} is set but {missing} is not: "
+            "basic auth needs both"
+        )
+    names = [header.partition(":")[0].lower() for header in settings.prometheus_headers]
+    if has_user and "authorization" in names:
+        raise SettingsError(
+            f"{_origin(settings, 'prometheus_headers')}: an Authorization header and "
+            "prometheus_user are both set: use one"
+        )
 
 
 def _origin(settings: Settings, attribute: str) -> str:
@@ -295,11 +422,25 @@ def describe(settings: Settings) -> str:
         if value is None:
             lines.append(f"# {key} = (not set)  # {origin}")
             continue
+        if key in SECRET_KEYS and value:
+            # Commented out: pasted into a config file, "(set)" must not become a password.
+            lines.append(f"# {key} = {_redacted(value)}  # {origin}")
+            continue
         lines.append(f"{key} = {_toml(value)}  # {origin}")
     return "\n".join(lines)
 
 
+def _redacted(value: Any) -> str:
+    """A secret as --print-config shows it: ``(set)``; headers by name only."""
+    if isinstance(value, tuple):
+        names = ", ".join(_toml(header.partition(":")[0] + ": (set)") for header in value)
+        return f"[{names}]"
+    return "(set)"
+
+
 def _toml(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

@@ -171,3 +171,66 @@ def test_every_help_page_prints(argv: list[str], capsys: pytest.CaptureFixture[s
         main([*argv, "--help"])
     assert exit_info.value.code == 0
     assert "usage: gpumon" in capsys.readouterr().out
+
+
+# --- the cluster's options -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--prometheus", "http://p:9090", "--prometheus-ca-file", "/ca.pem", "once"],
+        ["once", "--prometheus", "http://p:9090", "--prometheus-ca-file", "/ca.pem"],
+        ["--prometheus", "http://p:9090", "pick", "--prometheus-ca-file", "/ca.pem"],
+    ],
+)
+def test_prometheus_options_work_before_or_after_once_and_pick(
+    argv: list[str], tmp_path: Path
+) -> None:
+    args = build_parser().parse_args([*argv, "--prometheus-timeout", "2.5"])
+    settings = load_settings(_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert settings.prometheus_url == "http://p:9090"
+    assert settings.prometheus_ca_file == "/ca.pem"
+    assert settings.prometheus_timeout_s == 2.5
+    assert settings.origins["prometheus_url"] == "--prometheus"
+
+
+def test_prometheus_headers_repeat_and_add_up_across_the_subcommand(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        [
+            *("--prometheus-header", "A: 1", "--prometheus-header", "B: 2"),
+            *("once", "--prometheus-header", "C:3"),
+        ]
+    )
+    settings = load_settings(_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert settings.prometheus_headers == ("A: 1", "B: 2", "C: 3")
+
+
+@pytest.mark.parametrize("mode", ["status", "export", "probe"])
+def test_modes_about_this_machine_take_no_prometheus_option(mode: str) -> None:
+    result = run_gpumon(mode, "--prometheus", "http://p:9090")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --prometheus" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prometheus-timeout", "0.1", "once"], "--prometheus-timeout: expected seconds from"),
+        (["--prometheus-timeout", "1e3", "once"], "not a number of seconds"),
+        (["--prometheus", "gopher://p", "pick"], "--prometheus: expected an http:// or https://"),
+    ],
+)
+def test_bad_prometheus_options_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_gpumon(*args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_help_lists_the_prometheus_options() -> None:
+    for argv in ([], ["once"], ["pick"]):
+        out = run_gpumon(*argv, "--help").stdout
+        for option in ("--prometheus URL", "--prometheus-header", "--prometheus-ca-file"):
+            assert option in out, (argv, option)
+    assert "--cluster" in run_gpumon("pick", "--help").stdout

@@ -156,3 +156,179 @@ def test_settings_module_stays_light() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+
+
+# --- the Prometheus server of a cluster ------------------------------------------------------
+
+PROMETHEUS = "https://prometheus.example:9090/prom"
+SECRET = "hunter2-s3cr3t"
+
+
+def test_prometheus_settings_from_file_environment_and_flags(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'prometheus_url = "http://file:9090"\nprometheus_user = "ops"\n'
+        'prometheus_ca_file = "~/ca.pem"\nprometheus_timeout_s = 2.5\n'
+        'prometheus_headers = ["X-Scope-OrgID: lab"]\n',
+    )
+    environ = {"GPUMON_PROMETHEUS_URL": PROMETHEUS, "GPUMON_PROMETHEUS_PASSWORD": SECRET}
+    flags = {"prometheus_headers": ("X-Scope-OrgID: team",), "prometheus_timeout_s": 9.0}
+    settings = S.load_settings(flags, environ, config=str(path))
+    assert settings.prometheus_url == PROMETHEUS
+    assert (settings.prometheus_user, settings.prometheus_password) == ("ops", SECRET)
+    assert settings.prometheus_headers == ("X-Scope-OrgID: team",)  # the flag's list wins
+    assert settings.prometheus_ca_file is not None
+    assert (
+        settings.prometheus_ca_file.endswith("/ca.pem") and "~" not in settings.prometheus_ca_file
+    )
+    assert settings.prometheus_timeout_s == 9.0
+    assert settings.origins["prometheus_url"] == "GPUMON_PROMETHEUS_URL"
+    assert settings.origins["prometheus_headers"] == "--prometheus-header"
+    assert settings.origins["prometheus_user"] == str(path)
+
+
+def test_prometheus_defaults() -> None:
+    settings = S.load_settings({}, environ={"XDG_CONFIG_HOME": "/nonexistent"})
+    assert settings.prometheus_url is None and settings.prometheus_headers == ()
+    assert settings.prometheus_timeout_s == 5.0
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [
+        (
+            "ftp://prometheus:9090",
+            "expected an http:// or https:// URL, got 'ftp://prometheus:9090'",
+        ),
+        ("prometheus:9090", "expected an http:// or https:// URL"),
+        ("http://", "expected an http:// or https:// URL"),
+        ("http://host:port", "expected an http:// or https:// URL"),
+        ("http://host:9090/a b", "without spaces or control characters"),
+        ("http://ho\nst:9090", "without spaces or control characters"),
+    ],
+)
+def test_a_bad_prometheus_url_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], url: str, complaint: str
+) -> None:
+    assert main(["--prometheus", url, "once"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpumon: error: --prometheus: ") and complaint in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"https://ops:{SECRET}@prometheus.example:9090",
+        f"https://{SECRET}@prometheus.example",
+        f"http://ops:{SECRET}@host:notaport",
+        f"ops:{SECRET}@prometheus.example:9090",
+    ],
+)
+def test_credentials_in_the_url_are_refused_without_showing_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    for argv in (
+        ["--prometheus", url, "once"],
+        ["--config", str(write(tmp_path, f'prometheus_url = "{url}"\n')), "once"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert SECRET not in err and err.count("\n") == 1
+    monkeypatch.setenv("GPUMON_PROMETHEUS_URL", url)
+    assert main(["once"]) == 2
+    err = capsys.readouterr().err
+    assert SECRET not in err and err.startswith("gpumon: error: GPUMON_PROMETHEUS_URL: ")
+
+
+def test_a_url_with_a_user_points_at_the_user_and_password_settings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--prometheus", f"https://ops:{SECRET}@prometheus.example", "once"]) == 2
+    err = capsys.readouterr().err
+    assert "prometheus_user and prometheus_password" in err
+    assert "GPUMON_PROMETHEUS_USER and GPUMON_PROMETHEUS_PASSWORD" in err
+
+
+@pytest.mark.parametrize(
+    ("headers", "complaint"),
+    [
+        (f"Authorization Bearer {SECRET}", 'header 1: expected "Name: value"'),
+        (f"Bad Name: {SECRET}", 'header 1: expected "Name: value"'),
+        ("X-Empty:", "header X-Empty: expected a value without line breaks"),
+        (f"X-Evil: {SECRET}\r\nX-Injected: 1", "header X-Evil: expected a value without line"),
+    ],
+)
+def test_a_bad_header_names_it_and_never_shows_its_value(
+    capsys: pytest.CaptureFixture[str], headers: str, complaint: str
+) -> None:
+    assert main(["--prometheus-header", headers, "once", "--demo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpumon: error: --prometheus-header: ") and complaint in err
+    assert SECRET not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ('prometheus_headers = "Authorization: x"\n', 'expected a list of "Name: value" strings'),
+        ("prometheus_headers = [3]\n", 'header 1: expected a "Name: value" string'),
+        (
+            "prometheus_password = 12345678\n",
+            "expected a non-empty string (the value is not shown)",
+        ),
+        ('prometheus_user = "a:b"\nprometheus_password = "x"\n', "without a colon"),
+        ('prometheus_user = "ops"\n', "prometheus_user is set but prometheus_password is not"),
+        ('prometheus_password = "x"\n', "prometheus_password is set but prometheus_user is not"),
+        (
+            'prometheus_user = "ops"\nprometheus_password = "x"\n'
+            'prometheus_headers = ["authorization: Bearer x"]\n',
+            "an Authorization header and prometheus_user are both set: use one",
+        ),
+        ("prometheus_timeout_s = 0\n", "expected seconds from 0.5 to 120, got 0"),
+        ("prometheus_ca_file = 1\n", "expected the path of a file"),
+    ],
+)
+def test_bad_prometheus_settings_in_the_file_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, complaint: str
+) -> None:
+    path = write(tmp_path, text)
+    assert main(["--config", str(path), "once", "--demo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpumon: error: {path}: ") and complaint in err
+    assert "12345678" not in err and err.count("\n") == 1
+
+
+def test_a_password_with_a_line_break_in_the_environment_is_refused_unseen(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPUMON_PROMETHEUS_USER", "ops")
+    monkeypatch.setenv("GPUMON_PROMETHEUS_PASSWORD", f"{SECRET}\nX: y")
+    assert main(["once", "--demo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpumon: error: GPUMON_PROMETHEUS_PASSWORD: ") and SECRET not in err
+
+
+def test_print_config_shows_secrets_as_set_and_never_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, f'prometheus_headers = ["X-Scope-OrgID: {SECRET}"]\n')
+    monkeypatch.setenv("GPUMON_PROMETHEUS_USER", "ops")
+    monkeypatch.setenv("GPUMON_PROMETHEUS_PASSWORD", SECRET)
+    argv = ["--config", str(path), "--prometheus", PROMETHEUS, "--print-config"]
+    argv += ["--prometheus-header", f"Authorization-Proxy: Bearer {SECRET}"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    assert f'prometheus_url = "{PROMETHEUS}"  # --prometheus' in out
+    assert 'prometheus_user = "ops"  # GPUMON_PROMETHEUS_USER' in out
+    assert "# prometheus_password = (set)  # GPUMON_PROMETHEUS_PASSWORD" in out
+    assert '# prometheus_headers = ["Authorization-Proxy: (set)"]  # --prometheus-header' in out
+    assert "prometheus_timeout_s = 5.0  # default" in out
+    parsed = tomllib.loads(out)  # still pastes as a config file, without made-up secrets
+    assert "prometheus_password" not in parsed and "prometheus_headers" not in parsed
+
+
+def test_settings_repr_hides_the_secrets() -> None:
+    settings = S.Settings(prometheus_password=SECRET, prometheus_headers=(f"X: {SECRET}",))
+    assert SECRET not in repr(settings)

@@ -1,0 +1,94 @@
+"""The one place that opens a cluster source from :class:`~gpumon.settings.Settings`.
+
+The dashboard's node list, ``once --prometheus`` and ``pick --prometheus`` all call
+:func:`open_cluster_source`, so credentials, headers, the CA file and the timeout reach the
+Prometheus server the same way in every mode.
+
+Which headless run reads a cluster (:func:`cluster_requested`): one with ``--prometheus URL``
+on its command line, or ``--cluster`` (the configured ``prometheus_url``). ``prometheus_url``
+in the config file alone does not turn ``gpumon pick`` into a cluster pick: a script's
+``CUDA_VISIBLE_DEVICES=$(gpumon pick)`` on a node whose shared home sets it must keep getting
+this machine's GPUs, and ``once --json`` its one-machine shape.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from gpumon.settings import SettingsError
+
+if TYPE_CHECKING:
+    from gpumon.cluster import ClusterSample
+    from gpumon.settings import Settings
+    from gpumon.sources.prometheus import PrometheusSource
+
+
+#: ``prometheus_url`` from this origin is the command line's ``--prometheus``.
+COMMAND_LINE = "--prometheus"
+
+
+def cluster_requested(settings: Settings, cluster_flag: bool) -> bool:
+    """True when this headless run reads the cluster: ``--prometheus URL`` on its command
+    line, or ``--cluster``."""
+    return cluster_flag or settings.origins.get("prometheus_url") == COMMAND_LINE
+
+
+def request_headers(settings: Settings) -> dict[str, str]:
+    """``prometheus_headers`` as a mapping (settings checked their form)."""
+    headers: dict[str, str] = {}
+    for header in settings.prometheus_headers:
+        name, _, value = header.partition(":")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def open_cluster_source(settings: Settings) -> PrometheusSource:
+    """A :class:`~gpumon.sources.prometheus.PrometheusSource` for ``settings.prometheus_url``.
+
+    Raises:
+        SettingsError: no ``prometheus_url``, or a ``prometheus_ca_file`` that cannot be read
+            (one line naming the setting; the caller exits 2). The server is not contacted
+            here: being unreachable is the samples' ``error``, not an exception.
+    """
+    if settings.prometheus_url is None:
+        raise SettingsError("no Prometheus server: set prometheus_url or --prometheus URL")
+    ca_file = settings.prometheus_ca_file
+    if ca_file is not None and not os.access(ca_file, os.R_OK):
+        origin = settings.origins.get("prometheus_ca_file", "prometheus_ca_file")
+        reason = "no such file" if not os.path.exists(ca_file) else "cannot read it"
+        raise SettingsError(f"{origin}: {ca_file}: {reason}")
+    from gpumon.sources.prometheus import PrometheusSource
+
+    user, password = settings.prometheus_user, settings.prometheus_password
+    try:
+        return PrometheusSource(
+            settings.prometheus_url,
+            headers=request_headers(settings),
+            basic_auth=(user, password) if user is not None and password is not None else None,
+            ca_file=ca_file,
+            timeout_s=settings.prometheus_timeout_s,
+        )
+    except ValueError as error:  # its text never holds a password or a header's value
+        raise SettingsError(str(error)) from None
+
+
+def take_cluster_sample(settings: Settings) -> ClusterSample:
+    """Open the cluster source, read it once, close it (``once`` and ``pick``).
+
+    Raises:
+        SettingsError: as :func:`open_cluster_source`, and for ``--cluster`` without a
+            ``prometheus_url`` or with ``--demo``.
+    """
+    if settings.prometheus_url is None:
+        raise SettingsError(
+            "--cluster needs a Prometheus server: --prometheus URL, GPUMON_PROMETHEUS_URL "
+            "or prometheus_url in the config file"
+        )
+    if settings.demo:
+        raise SettingsError("--demo and --cluster: choose one (the demo is one simulated machine)")
+    source = open_cluster_source(settings)
+    try:
+        return source.sample()
+    finally:
+        source.close()
