@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from gpumon.settings import Settings
+    from gpumon.ui.app import GpumonApp
+    from gpumon.ui.cluster_app import ClusterApp
 
 # Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.
@@ -333,9 +335,9 @@ def run_dashboard(settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
-    from gpumon.ui.app import create_app
-
-    app = create_app(settings=settings)
+    app = _dashboard_app(settings)
+    if app is None:
+        return 2
     from gpumon.ui.signals import GRACE_S, QuitOnSignals
 
     # SIGTERM, SIGHUP and SIGQUIT quit as q does; if quitting hangs (a dead terminal), the
@@ -344,6 +346,23 @@ def run_dashboard(settings: Settings) -> int:
     app.run()
     app.quit_signals.finished()
     return int(app.return_code or 0)
+
+
+def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
+    """The node list where a Prometheus server is set (and no --demo), else this machine's
+    dashboard; None, after one line on stderr, for a cluster source that cannot be opened."""
+    if settings.prometheus_url is None or settings.demo:
+        from gpumon.ui.app import create_app
+
+        return create_app(settings=settings)
+    from gpumon.settings import SettingsError
+    from gpumon.ui.cluster_app import create_cluster_app
+
+    try:
+        return create_cluster_app(settings)
+    except SettingsError as error:  # an unreadable CA file
+        print(f"gpumon: error: {error}", file=sys.stderr)
+        return None
 
 
 if __name__ == "__main__":

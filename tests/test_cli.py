@@ -234,3 +234,23 @@ def test_help_lists_the_prometheus_options() -> None:
         for option in ("--prometheus URL", "--prometheus-header", "--prometheus-ca-file"):
             assert option in out, (argv, option)
     assert "--cluster" in run_gpumon("pick", "--help").stdout
+
+
+def test_the_dashboard_opens_the_node_list_where_a_prometheus_server_is_set(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from gpumon.cli import _dashboard_app
+    from gpumon.ui.app import GpumonApp
+    from gpumon.ui.cluster_app import ClusterApp
+
+    environ = {"XDG_CONFIG_HOME": str(tmp_path), "GPUMON_PROMETHEUS_URL": "http://p:9090"}
+    cluster = _dashboard_app(load_settings({}, environ))
+    assert isinstance(cluster, ClusterApp)
+    # --demo is one simulated machine, even with a configured server.
+    assert isinstance(_dashboard_app(load_settings({"demo": True}, environ)), GpumonApp)
+    missing = str(tmp_path / "nope.pem")
+    settings = load_settings({"prometheus_ca_file": missing}, environ)
+    assert _dashboard_app(settings) is None
+    assert capsys.readouterr().err == (
+        f"gpumon: error: --prometheus-ca-file: {missing}: no such file\n"
+    )
