@@ -54,7 +54,36 @@ def wants_ascii(environ: Mapping[str, str] = os.environ) -> bool:
     return not fmt.locale_is_utf8(environ)
 
 
-class GpumonApp(App[int]):
+class MonitorApp(App[int]):
+    """What the one-machine and the cluster dashboards share: the ASCII look, the theme the
+    user chose, quitting on SIGTERM/SIGHUP/SIGQUIT, and closing the poller at the end.
+    Subclasses set ``glyphs``, ``settings`` and ``poller`` and call :meth:`start_common`
+    from ``on_mount``."""
+
+    # SIGTERM, SIGHUP and SIGQUIT quit as q does; the CLI sets one with a watchdog.
+    quit_signals: QuitOnSignals | None = None
+    glyphs: Glyphs
+    settings: Settings
+    poller: Poller
+
+    def start_common(self) -> None:
+        if self.glyphs.ascii_only:
+            self.add_class("-ascii")
+        if self.settings.origins.get("theme"):  # chosen by the user; else Textual's default
+            self.theme = self.settings.theme
+        if self.quit_signals is None:
+            from gpumon.ui.signals import QuitOnSignals
+
+            self.quit_signals = QuitOnSignals(self)
+        self.quit_signals.install()
+
+    def on_unmount(self) -> None:
+        self.poller.close()
+        if self.quit_signals is not None:
+            self.quit_signals.uninstall()
+
+
+class GpumonApp(MonitorApp):
     """gpumon's dashboard."""
 
     CSS_PATH = "app.tcss"
@@ -119,9 +148,6 @@ class GpumonApp(App[int]):
         *SIGNAL_BINDINGS,
     ]
 
-    # SIGTERM, SIGHUP and SIGQUIT quit as q does; the CLI sets one with a watchdog.
-    quit_signals: QuitOnSignals | None = None
-
     def __init__(
         self,
         source: GpuSource,
@@ -160,23 +186,10 @@ class GpumonApp(App[int]):
         return self.dashboard
 
     def on_mount(self) -> None:
-        if self.glyphs.ascii_only:
-            self.add_class("-ascii")
-        if self.settings.origins.get("theme"):  # chosen by the user; else Textual's default
-            self.theme = self.settings.theme
         if self.autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
             self.set_interval(1.0, self._check_stalled)
-        if self.quit_signals is None:
-            from gpumon.ui.signals import QuitOnSignals
-
-            self.quit_signals = QuitOnSignals(self)
-        self.quit_signals.install()
-
-    def on_unmount(self) -> None:
-        self.poller.close()
-        if self.quit_signals is not None:
-            self.quit_signals.uninstall()
+        self.start_common()
 
     # -- samples in ------------------------------------------------------------------
 

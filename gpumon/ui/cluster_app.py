@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
-from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
@@ -29,7 +28,7 @@ from gpumon.cluster import ClusterSample
 from gpumon.poller import Poller
 from gpumon.sources.prometheus import Backoff
 from gpumon.ui import exact_updates
-from gpumon.ui.app import wants_ascii
+from gpumon.ui.app import MonitorApp, wants_ascii
 from gpumon.ui.cluster_screen import ClusterScreen, ClusterView
 from gpumon.ui.lines import Glyphs
 
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     from gpumon.model import Sample
     from gpumon.settings import Settings
     from gpumon.sources.base import GpuSource
-    from gpumon.ui.signals import QuitOnSignals
 
 #: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
 #: interval, the cluster is read this often, not every second.
@@ -84,7 +82,7 @@ class _Timed:
         self.source.close()
 
 
-class ClusterApp(App[int]):
+class ClusterApp(MonitorApp):
     """gpumon's cluster dashboard."""
 
     CSS_PATH = ["app.tcss", "cluster.tcss"]
@@ -101,9 +99,6 @@ class ClusterApp(App[int]):
         Binding("question_mark", "help", "Help", tooltip="this help"),
         Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
     ]  # fmt: skip
-
-    # SIGTERM, SIGHUP and SIGQUIT quit as q does; the CLI sets one with a watchdog.
-    quit_signals: QuitOnSignals | None = None
 
     def __init__(
         self,
@@ -156,24 +151,11 @@ class ClusterApp(App[int]):
         return self.node_list_screen
 
     def on_mount(self) -> None:
-        if self.glyphs.ascii_only:
-            self.add_class("-ascii")
-        if self.settings.origins.get("theme"):
-            self.theme = self.settings.theme
         if self.autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
         # The banner's "retrying in N s" counts down.
         self.set_interval(1.0, self._tick)
-        if self.quit_signals is None:
-            from gpumon.ui.signals import QuitOnSignals
-
-            self.quit_signals = QuitOnSignals(self)
-        self.quit_signals.install()
-
-    def on_unmount(self) -> None:
-        self.poller.close()
-        if self.quit_signals is not None:
-            self.quit_signals.uninstall()
+        self.start_common()
 
     # -- samples in ------------------------------------------------------------------
 
