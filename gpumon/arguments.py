@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 _WHOLE = re.compile(r"[0-9]+")
 _DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")

@@ -17,23 +17,23 @@ from typing import TYPE_CHECKING
 
 from gpumon import __version__
 from gpumon.arguments import decimal_number, interval_seconds, whole_number
-from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 if TYPE_CHECKING:
     from typing import NoReturn
 
     from gpumon.settings import Settings
     from gpumon.ui.app import GpumonApp
-    from gpumon.ui.cluster_app import ClusterApp
+    from gpumon.ui.cluster.app import ClusterApp
 
 # Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.
 SUBCOMMANDS: dict[str, str] = {
-    "once": "gpumon.once",
-    "status": "gpumon.status",
-    "export": "gpumon.export",
+    "once": "gpumon.commands.once",
+    "status": "gpumon.commands.status",
+    "export": "gpumon.commands.export.collector",
     "probe": "gpumon.probe.cli",
-    "pick": "gpumon.pick",
+    "pick": "gpumon.commands.pick",
 }
 
 # Here, not in the modules: `gpumon status` (run by tmux every few seconds) imports only the
@@ -356,7 +356,7 @@ def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
 
         return create_app(settings=settings)
     from gpumon.settings import SettingsError
-    from gpumon.ui.cluster_app import create_cluster_app
+    from gpumon.ui.cluster.app import create_cluster_app
 
     try:
         return create_cluster_app(settings)

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.format import HOT_MARGIN_C, WARM_MARGIN_C
-from gpumon.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpumon.data.format import HOT_MARGIN_C, WARM_MARGIN_C
+from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 #: Textual's built-in themes (checked in the tests against Textual's own list, so settings
 #: need not import Textual to validate a name).

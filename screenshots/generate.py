@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 from textual.pilot import Pilot
 
-from gpumon.model import (
+from gpumon.data.model import (
     GpuProcess,
     GpuUnavailable,
     HostStats,
@@ -169,7 +169,7 @@ async def shoot_signal_dialog() -> None:
     """The confirmation T opens on one of the user's own processes (the shot never sends)."""
     import signal
 
-    from gpumon.ui.signal_dialog import SignalDialog
+    from gpumon.ui.dashboard.signal_dialog import SignalDialog
 
     app = demo_app(8, 24)
     async with app.run_test(size=(100, 30)) as pilot:

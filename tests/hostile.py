@@ -17,8 +17,8 @@ import unicodedata
 
 import psutil
 
-from gpumon.sources.host import ProcessInspector
-from gpumon.sources.nvml import NvmlSource
+from gpumon.sources.host.inspector import ProcessInspector
+from gpumon.sources.nvml.source import NvmlSource
 from tests.fake_nvml import (
     GIB,
     FakeNvml,

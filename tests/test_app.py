@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from gpumon.model import GpuUnavailable, UnavailableReason
+from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import create_app, wants_ascii
-from gpumon.ui.gpu_layout import Layout, choose_layout
-from gpumon.ui.help_screen import HelpScreen
-from gpumon.ui.process_table import ProcessTable
+from gpumon.ui.widgets.gpu_layout import Layout, choose_layout
+from gpumon.ui.widgets.help import HelpScreen
+from gpumon.ui.widgets.process_table import ProcessTable
 from tests.ui_helpers import (
     FIXED_TIME,
     GIB,
@@ -352,7 +352,7 @@ async def test_no_driver_screen_explains_and_keeps_host_strip() -> None:
 
 async def test_real_no_driver_machine_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has no NVIDIA driver: the real NVML source must say so, not crash."""
-    from gpumon.sources.nvml import NvmlSource
+    from gpumon.sources.nvml.source import NvmlSource
 
     source = NvmlSource()
     if source.unavailable is None:

@@ -10,11 +10,11 @@ from collections.abc import Callable
 import pytest
 from textual.pilot import Pilot
 
-from gpumon.model import Sample
+from gpumon.data.model import Sample
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import GpumonApp, create_app
-from gpumon.ui.probe_panel import ProbePanel
-from gpumon.ui.process_table import ProcessTable
+from gpumon.ui.dashboard.probe_panel import ProbePanel
+from gpumon.ui.widgets.process_table import ProcessTable
 from tests.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script
 from tests.ui_helpers import screen_text
 

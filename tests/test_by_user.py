@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from gpumon import once, snapshot
+from gpumon.commands import once
+from gpumon.sampling import snapshot
 from gpumon.cli import main
-from gpumon.model import GpuStats, Sample
+from gpumon.data.model import GpuStats, Sample
 from tests.test_once import GIB, gpu, process, troubled_sample, validate
 
 HEADER = ["USER", "GPUS", "GPU-MEM", "PROCS"]

@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpumon.sources import cgroup
-from gpumon.sources.cgroup import NO_IDS, CgroupIds, parse_cgroup, read_cgroup_ids
-from gpumon.sources.host import ProcessInspector
+from gpumon.sources.host import cgroup
+from gpumon.sources.host.cgroup import NO_IDS, CgroupIds, parse_cgroup, read_cgroup_ids
+from gpumon.sources.host.inspector import ProcessInspector
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 

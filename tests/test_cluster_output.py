@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from gpumon import cluster_output as co
+from gpumon.commands import cluster_output as co
 from gpumon.cli import main
-from gpumon.cluster import ClusterSample, ExporterKind, Node, NodeState
-from gpumon.model import GpuStats, Sample
+from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.model import GpuStats, Sample
 from gpumon.sources import cluster_base
 from tests.ui_helpers import FIXED_TIME, GIB, MIB, make_gpu, make_process, make_sample
 
@@ -130,7 +130,7 @@ def test_the_summary_line_counts_nodes_by_state_and_free_gpus() -> None:
 
 
 def test_gpu_lines_are_onces_own_and_free_only_on_an_up_node_with_processes() -> None:
-    from gpumon.once import gpu_lines
+    from gpumon.commands.once import gpu_lines
 
     found = blocks(co.render_cluster(mixed()))
     node10 = busy_node("node10").sample
@@ -241,7 +241,7 @@ def test_json_validates_and_has_each_nodes_state_and_gpus() -> None:
 
 
 def test_json_gpus_are_once_jsons_and_free_only_on_an_up_node() -> None:
-    from gpumon.snapshot import sample_to_dict
+    from gpumon.sampling.snapshot import sample_to_dict
 
     by_name = {entry["name"]: entry for entry in co.cluster_to_dict(mixed())["nodes"]}
     assert by_name["node10"]["gpus"] == sample_to_dict(busy_node("node10").sample)["gpus"]
@@ -523,7 +523,7 @@ def test_the_headless_cluster_modes_import_no_textual() -> None:
     import subprocess
 
     code = (
-        "import sys; from gpumon import cluster_output, once, pick;"
+        "import sys; from gpumon.commands import cluster_output, once, pick;"
         "from gpumon.sources import cluster_base;"
         "assert 'textual' not in sys.modules"
     )

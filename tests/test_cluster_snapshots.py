@@ -15,8 +15,8 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from gpumon.ui.cluster_app import ClusterApp
-from gpumon.ui.node_history import NodeGpuScreen
+from gpumon.ui.cluster.app import ClusterApp
+from gpumon.ui.cluster.node_history import NodeGpuScreen
 from tests.test_cluster_ui import FakeSource, cluster_app, make_cluster, unreachable
 
 

@@ -14,15 +14,15 @@ from dataclasses import replace
 
 import pytest
 
-from gpumon.cluster import ClusterSample, ExporterKind, Node, NodeState
-from gpumon.model import GpuProcess, GpuStats, HostStats, ProcessKind, Sample
+from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.model import GpuProcess, GpuStats, HostStats, ProcessKind, Sample
 from gpumon.settings import Settings
-from gpumon.sources.prometheus import Backoff
-from gpumon.ui.cluster_app import ClusterApp, create_cluster_app
-from gpumon.ui.node_columns import NodeFilter, natural_key, node_rows, sort_rows, state_text
-from gpumon.ui.node_history import NodeGpuScreen, time_columns
-from gpumon.ui.node_list import NodeList
-from gpumon.ui.node_screen import NodeScreen
+from gpumon.sources.prometheus.source import Backoff
+from gpumon.ui.cluster.app import ClusterApp, create_cluster_app
+from gpumon.ui.cluster.node_columns import NodeFilter, natural_key, node_rows, sort_rows, state_text
+from gpumon.ui.cluster.node_history import NodeGpuScreen, time_columns
+from gpumon.ui.cluster.node_list import NodeList
+from gpumon.ui.cluster.node_screen import NodeScreen
 from tests.ui_helpers import FIXED_TIME, GIB, MIB, screen_text
 
 URL = "http://prometheus.example:9090"

@@ -43,7 +43,7 @@ def exposition(*, ecc: bool) -> str:
     which leaves the ECC counter with no sample)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from gpumon.export import build_families
+    from gpumon.commands.export.collector import build_families
     from gpumon.sources.demo import DemoSource
 
     sample = DemoSource(seed=0, clock=lambda: 1_700_000_000.0).sample()

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from gpumon.model import ProcessKind, Sample
+from gpumon.data.model import ProcessKind, Sample
 from gpumon.sources import demo as demo_module
 from gpumon.sources.demo import DemoSource
 

@@ -17,15 +17,15 @@ import pytest
 from textual.containers import VerticalScroll
 from textual.pilot import Pilot
 
-from gpumon.fields import FIELDS
-from gpumon.model import GpuStats, Sample
-from gpumon.sources import process_details
+from gpumon.data.fields import FIELDS
+from gpumon.data.model import GpuStats, Sample
+from gpumon.sources.host import details as process_details
 from gpumon.ui.app import GpumonApp
-from gpumon.ui.gpu_detail import GpuDetailScreen
-from gpumon.ui.gpu_panel import GpuPanel
-from gpumon.ui.process_detail import ProcessDetailScreen
-from gpumon.ui.process_table import ProcessTable
-from gpumon.ui.text_lines import TextLines
+from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
+from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
+from gpumon.ui.widgets.process_table import ProcessTable
+from gpumon.ui.widgets.text_lines import TextLines
 from tests.ui_helpers import (
     app_for,
     demo_app,
@@ -559,7 +559,7 @@ async def test_ascii_mode_process_detail_is_pure_ascii(launcher_with_a_long_comm
 
 
 def test_the_full_command_line_is_wrapped_never_cut() -> None:
-    from gpumon.ui.process_detail import render_identity, wrap_cells
+    from gpumon.ui.dashboard.process_detail import render_identity, wrap_cells
 
     command = (
         "python -m torch.distributed.run --nproc_per_node 8 train.py --config "
@@ -579,6 +579,6 @@ def test_the_full_command_line_is_wrapped_never_cut() -> None:
 
 
 def make_process_for_wrap() -> Any:
-    from gpumon.model import GpuProcess, ProcessKind
+    from gpumon.data.model import GpuProcess, ProcessKind
 
     return GpuProcess(0, None, 4242, ProcessKind.COMPUTE, 1024, "alice", "python x.py")

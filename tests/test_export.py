@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon import export
-from gpumon.export import SampleCollector
-from gpumon.export_http import Exporter
-from gpumon.model import (
+from gpumon.commands.export import collector as export
+from gpumon.commands.export.collector import SampleCollector
+from gpumon.commands.export.http import Exporter
+from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
     GpuStats,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon import export
+from gpumon.commands.export import collector as export
 from gpumon.cli import main
 from tests.test_export import FakeSource, fetch, no_driver_sample, scrape
 
@@ -129,7 +129,7 @@ def test_no_driver_exits_1_at_start_up_with_only_the_reason(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = FakeSource(no_driver_sample())
-    monkeypatch.setattr("gpumon.sources.source_for", lambda settings, **kwargs: source)
+    monkeypatch.setattr("gpumon.sources.base.source_for", lambda settings, **kwargs: source)
     started = time.monotonic()
     assert main(["export", "--listen", "127.0.0.1:0"]) == 1
     assert time.monotonic() - started < 2.0
@@ -151,7 +151,7 @@ def start_process(*args: str) -> subprocess.Popen[str]:
 
 
 def test_no_driver_on_this_machine_exits_1() -> None:
-    from gpumon.sources.nvml import NvmlSource
+    from gpumon.sources.nvml.source import NvmlSource
 
     probe = NvmlSource()
     has_driver = probe.unavailable is None
@@ -206,7 +206,7 @@ def test_non_loopback_listen_warns() -> None:
 _STUCK_DRIVER = textwrap.dedent(
     """
     import sys, threading
-    import gpumon.sources
+    import gpumon.sources.base
 
     class StuckDriver:  # the first NVML call never returns
         simulated = False
@@ -215,7 +215,7 @@ _STUCK_DRIVER = textwrap.dedent(
         def close(self):
             print("closed under a running call", file=sys.stderr)
 
-    gpumon.sources.source_for = lambda settings, **kwargs: StuckDriver()
+    gpumon.sources.base.source_for = lambda settings, **kwargs: StuckDriver()
     from gpumon.cli import main
     sys.exit(main(["export", "--listen", "127.0.0.1:0"]))
     """

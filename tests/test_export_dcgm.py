@@ -19,10 +19,10 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon.export import SampleCollector, build_families
-from gpumon.export_dcgm import DCGM_FIELDS, DCGM_LABELS
-from gpumon.export_http import Exporter
-from gpumon.model import Sample
+from gpumon.commands.export.collector import SampleCollector, build_families
+from gpumon.commands.export.dcgm import DCGM_FIELDS, DCGM_LABELS
+from gpumon.commands.export.http import Exporter
+from gpumon.data.model import Sample
 from tests.test_export import GIB, UUID0, UUID2, FakeSource, make_sample
 from tests.test_export_cli import start_process
 

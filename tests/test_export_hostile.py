@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumon import export
-from gpumon.model import DriverInfo
+from gpumon.commands.export import collector as export
+from gpumon.data.model import DriverInfo
 from tests.hostile import HOSTILE_ARGV, hostile_source, unsafe_characters
 from tests.test_export import FakeSource, Serve, make_sample, parse
 from tests.test_export import serve as serve_fixture
@@ -165,7 +165,7 @@ def test_label_value_is_always_utf8_and_safe(text: str) -> None:
 def test_hostile_job_container_and_mig_labels_scrape_as_valid_utf8(serve: Serve) -> None:
     """Job and container ids come from /proc/PID/cgroup and MIG profiles from the driver:
     whatever text reaches them, their labels pass the same filter as user names."""
-    from gpumon.model import MigInstance
+    from gpumon.data.model import MigInstance
 
     sample = make_sample()
     instance = MigInstance(0, 0, 1, 0, "3g\udcff\x1b[2J", "MIG-\u202eevil", 1, 2)

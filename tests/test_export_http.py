@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.model import GpuProcess, ProcessKind, Sample
+from gpumon.data.model import GpuProcess, ProcessKind, Sample
 from tests.test_export import (
     GIB,
     FakeSource,
@@ -263,8 +263,8 @@ def test_connections_beyond_the_bound_get_no_thread_and_scrapes_recover(serve: S
 _LOW_FD_EXPORTER = textwrap.dedent(
     """
     import resource, sys
-    from gpumon.export import SampleCollector
-    from gpumon.export_http import Exporter
+    from gpumon.commands.export.collector import SampleCollector
+    from gpumon.commands.export.http import Exporter
     from gpumon.sources.demo import DemoSource
 
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))

@@ -6,9 +6,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from gpumon import export, fields, status
-from gpumon.model import GpuStats
-from gpumon.snapshot import SCHEMA_PATH
+from gpumon.commands.export import collector as export
+from gpumon.data import fields
+from gpumon.commands import status
+from gpumon.data.model import GpuStats
+from gpumon.sampling.snapshot import SCHEMA_PATH
 from gpumon.sources.demo import DemoSource
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from gpumon import format as fmt
-from gpumon.model import GpuStats
+from gpumon.data import format as fmt
+from gpumon.data.model import GpuStats
 
 # Temperature colours -------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ def test_truncate_never_exceeds_width(width: int) -> None:
 
 
 def test_dashboard_glyphs_truncate_with_their_own_ellipsis() -> None:
-    from gpumon.ui.lines import Glyphs
+    from gpumon.ui.widgets.lines import Glyphs
 
     assert Glyphs(ascii_only=False).truncate("abcdef", 4) == "abc…"
     assert Glyphs(ascii_only=True).truncate("abcdef", 4) == "abc~"
@@ -134,8 +134,8 @@ def test_locale_is_utf8(environ: dict[str, str], utf8: bool) -> None:
 
 def test_once_cuts_commands_with_the_locale_s_ellipsis(monkeypatch: pytest.MonkeyPatch) -> None:
     """``gpumon once`` on a terminal: ``…`` in a UTF-8 locale, ``~`` otherwise."""
-    from gpumon import once
-    from gpumon.model import GpuProcess, HostStats, ProcessKind, Sample
+    from gpumon.commands import once
+    from gpumon.data.model import GpuProcess, HostStats, ProcessKind, Sample
 
     gpu = GpuStats(index=0, uuid=GPU_UUID, name="Test GPU")
     process = GpuProcess(
@@ -179,7 +179,7 @@ def test_a_real_interpreter_started_without_a_locale_draws_ascii() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG"))}
     env.pop("GPUMON_ASCII", None)
     result = subprocess.run(
-        [sys.executable, "-c", "from gpumon.format import locale_is_utf8; print(locale_is_utf8())"],
+        [sys.executable, "-c", "from gpumon.data.format import locale_is_utf8; print(locale_is_utf8())"],
         env=env,
         capture_output=True,
         text=True,

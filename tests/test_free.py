@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
-from gpumon import export, once, snapshot, status
+from gpumon.commands.export import collector as export
+from gpumon.commands import once
+from gpumon.sampling import snapshot
+from gpumon.commands import status
 from gpumon.cli import main
-from gpumon.model import GpuStats, MigInstance, Sample
+from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.settings import Settings
 from gpumon.sources import base
-from gpumon.views import free_gpu_indices
+from gpumon.data.views import free_gpu_indices
 from tests.test_once import GIB, MIB, gpu, process, troubled_sample, validate
 
 IDLE = {"memory_used_bytes": 3 * MIB, "utilization_gpu_pct": 0}
@@ -273,7 +276,7 @@ class RecordingNvmlSource:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    import gpumon.sources.nvml as nvml
+    import gpumon.sources.nvml.source as nvml
 
     RecordingNvmlSource.made = []
     monkeypatch.setattr(nvml, "NvmlSource", RecordingNvmlSource)
@@ -313,7 +316,7 @@ def test_take_sample_hands_host_details_to_the_source(monkeypatch: pytest.Monkey
         asked.update(options)
         return Source()
 
-    monkeypatch.setattr("gpumon.sources.source_for", source_for)
+    monkeypatch.setattr("gpumon.sources.base.source_for", source_for)
     snapshot.take_sample(Settings(), pcie=False, host_details=False)
     assert asked == {"processes": True, "pcie": False, "host_details": False, "closed": True}
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpumon.sources.nvml import NvmlSource
+from gpumon.sources.nvml.source import NvmlSource
 
 pytestmark = pytest.mark.gpu
 

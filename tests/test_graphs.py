@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpumon.ui.graphs import chart, resample, sparkline
+from gpumon.ui.widgets.graphs import chart, resample, sparkline
 
 
 def test_a_sparkline_is_on_a_fixed_scale_not_its_own_min_and_max() -> None:

@@ -47,7 +47,7 @@ def test_headless_commands_import_no_ui_or_torch(argv: list[str]) -> None:
 def test_exporter_collector_imports_no_ui_or_torch() -> None:
     body = """
 from prometheus_client import CollectorRegistry, generate_latest
-from gpumon.export import SampleCollector
+from gpumon.commands.export.collector import SampleCollector
 from gpumon.sources.demo import DemoSource
 collector = SampleCollector()
 collector.update(DemoSource(gpu_count=2).sample())
@@ -86,7 +86,7 @@ def test_status_loads_only_what_its_line_needs(argv: list[str]) -> None:
     body = f"""
 from gpumon.cli import main
 main({argv!r})
-loaded = [name for name in ("psutil", "gpumon.sources.host", "gpumon.export", "gpumon.probe",
+loaded = [name for name in ("psutil", "gpumon.sources.host.inspector", "gpumon.commands.export.collector", "gpumon.probe",
           "gpumon.probe.cli", "logging", "json") if name in sys.modules]
 assert not loaded, loaded
 """
@@ -128,7 +128,7 @@ def test_top_level_value_options_are_all_known() -> None:
 def test_the_store_poller_and_exporter_import_no_ui() -> None:
     """The data layers below the UI: the exporter runs them with no terminal at all."""
     body = """
-import gpumon.store, gpumon.poller, gpumon.export_http, gpumon.fields, gpumon.settings
+import gpumon.sampling.store, gpumon.sampling.poller, gpumon.commands.export.http, gpumon.data.fields, gpumon.settings
 """
     result = run_clean(body)
     assert result.returncode == 0, result.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from textual.binding import Binding
 
-from gpumon.fields import FIELDS
+from gpumon.data.fields import FIELDS
 from gpumon.ui.app import GpumonApp
-from gpumon.ui.help_screen import WIDTH, binding_groups, help_text, key_text
+from gpumon.ui.widgets.help import WIDTH, binding_groups, help_text, key_text
 
 
 @pytest.mark.parametrize("ascii_only", [False, True])

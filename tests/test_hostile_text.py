@@ -20,7 +20,7 @@ from typing import Any
 import pyte
 import pytest
 
-from gpumon import format as fmt
+from gpumon.data import format as fmt
 from gpumon.ui import exact_updates
 from gpumon.ui.app import create_app
 from tests.hostile import HOSTILE_ARGV, HOSTILE_USER, hostile_source, unsafe_characters
@@ -79,10 +79,10 @@ def _walk_strings(value: Any) -> list[str]:
 _ONCE_WITH_HOSTILE_SAMPLE = """
 import sys
 sys.path.insert(0, {root!r})
-import gpumon.snapshot
+import gpumon.sampling.snapshot
 from tests.hostile import hostile_source
 sample = hostile_source().sample()
-gpumon.snapshot.take_sample = lambda args, **options: sample
+gpumon.sampling.snapshot.take_sample = lambda args, **options: sample
 from gpumon.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -31,7 +31,7 @@ def modules_importing(name: str) -> set[str]:
 
 
 def test_only_the_nvml_source_imports_pynvml() -> None:
-    assert modules_importing("pynvml") == {"gpumon/sources/nvml.py"}
+    assert modules_importing("pynvml") == {"gpumon/sources/nvml/source.py"}
 
 
 def test_only_the_probe_child_imports_torch() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from gpumon.model import GpuStats, MigInstance, Sample
+from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.ui.app import GpumonApp
 from tests.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample
 

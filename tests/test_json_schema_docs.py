@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from gpumon.model import GpuStats
+from gpumon.data.model import GpuStats
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ import dataclasses
 import pynvml
 import pytest
 
-from gpumon.model import GpuProcess
-from gpumon.sources.nvml_device import CLOCK_EVENT_REASONS, PCIE_REFRESH_S, clock_event_names
+from gpumon.data.model import GpuProcess
+from gpumon.sources.nvml.device import CLOCK_EVENT_REASONS, PCIE_REFRESH_S, clock_event_names
 from tests.fake_nvml import (
     GIB,
     Fail,

@@ -8,10 +8,10 @@ import sys
 import pynvml
 import pytest
 
-from gpumon.model import GpuProcess, MigInstance, ProcessKind, Sample
-from gpumon.sources.host import ProcessInspector
-from gpumon.sources.nvml import NvmlSource
-from gpumon.sources.nvml_mig import MIG_RESCAN_S, mig_profile
+from gpumon.data.model import GpuProcess, MigInstance, ProcessKind, Sample
+from gpumon.sources.host.inspector import ProcessInspector
+from gpumon.sources.nvml.source import NvmlSource
+from gpumon.sources.nvml.mig import MIG_RESCAN_S, mig_profile
 from tests.fake_nvml import (
     A100_40GB,
     GIB,
@@ -458,13 +458,13 @@ def test_pending_mig_mode_is_off_and_asks_nothing_of_mig() -> None:
 
 def test_process_lists_without_host_details(monkeypatch: pytest.MonkeyPatch) -> None:
     """For `gpumon status`: NVML says which GPUs have processes; neither psutil nor /proc is
-    read (gpumon.sources.host cannot even be imported here)."""
+    read (gpumon.sources.host.inspector cannot even be imported here)."""
     table = jobs()
     inspector = ProcessInspector(
         process_factory=table,  # type: ignore[arg-type]
         current_uid=1000,
     )
-    monkeypatch.setitem(sys.modules, "gpumon.sources.host", None)
+    monkeypatch.setitem(sys.modules, "gpumon.sources.host.inspector", None)
     fake = mig_server()
     source = NvmlSource(nvml=fake, inspector=inspector, read_host_details=False)
 

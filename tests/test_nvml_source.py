@@ -10,10 +10,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpumon.model import GpuStats, HostStats, ProcessKind, UnavailableReason
-from gpumon.sources.host import ProcessInspector
-from gpumon.sources.nvml import NvmlSource
-from gpumon.sources.nvml_device import PROCESSES_NOT_SUPPORTED
+from gpumon.data.model import GpuStats, HostStats, ProcessKind, UnavailableReason
+from gpumon.sources.host.inspector import ProcessInspector
+from gpumon.sources.nvml.source import NvmlSource
+from gpumon.sources.nvml.device import PROCESSES_NOT_SUPPORTED
 from tests.fake_nvml import (
     GIB,
     MIB,

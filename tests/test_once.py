@@ -15,9 +15,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from gpumon import once, snapshot
+from gpumon.commands import once
+from gpumon.sampling import snapshot
 from gpumon.cli import main
-from gpumon.model import (
+from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
     GpuStats,

@@ -156,7 +156,7 @@ def test_the_installed_wheel_runs(built: tuple[Path, Path], tmp_path: Path) -> N
     assert where.startswith(str(target))
     assert run("-m", "gpumon", "status", "--demo", "--demo-gpus", "2").startswith("DEMO GPU 0:")
     check = (
-        "import json; from importlib.resources import files; from gpumon import snapshot;"
+        "import json; from importlib.resources import files; from gpumon.sampling import snapshot;"
         "assert files('gpumon.ui').joinpath('app.tcss').read_text();"
         "json.load(open(snapshot.SCHEMA_PATH)); print('ok')"
     )

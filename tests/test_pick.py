@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from gpumon import pick, snapshot
+from gpumon.commands import pick
+from gpumon.sampling import snapshot
 from gpumon.arguments import percentage, size_bytes
 from gpumon.cli import main
-from gpumon.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
-from gpumon.pick import failure_line, indices_match_cuda, rank, resolve_format
+from gpumon.data.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
+from gpumon.commands.pick import failure_line, indices_match_cuda, rank, resolve_format
 from tests.test_cli import run_gpumon
 from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 

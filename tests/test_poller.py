@@ -20,9 +20,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
-from gpumon.model import MAX_INTERVAL_S, Sample
-from gpumon.poller import MIN_INTERVAL_S, Poller, PollerThread, clamp_interval
-from gpumon.store import Store
+from gpumon.data.model import MAX_INTERVAL_S, Sample
+from gpumon.sampling.poller import MIN_INTERVAL_S, Poller, PollerThread, clamp_interval
+from gpumon.sampling.store import Store
 from tests.ui_helpers import make_sample
 
 # How long to wait for something that should happen. On an idle machine it takes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.model import Sample
+from gpumon.data.model import Sample
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import Hello, Request, decode
 from gpumon.probe.runner import ProbeOutcome, run_probe

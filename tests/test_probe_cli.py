@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpumon.cli import main
-from gpumon.model import Sample
+from gpumon.data.model import Sample
 from gpumon.probe import cli as probe_cli
 from gpumon.probe import steps as S
 from gpumon.probe.cli import _choose_gpu
@@ -52,7 +52,7 @@ def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     for name in ("CUDA_VISIBLE_DEVICES", "FAKE_TORCH_FREE_MIB"):
         monkeypatch.delenv(name, raising=False)
     source = ChildrenOnEveryGpu()
-    monkeypatch.setattr("gpumon.sources.open_source", lambda **_: source)
+    monkeypatch.setattr("gpumon.sources.base.open_source", lambda **_: source)
     return str(wrapper)
 
 
@@ -166,7 +166,7 @@ def test_probe_python_from_the_top_level_is_the_default_interpreter(
 def test_gpu_index_without_nvml_is_reported_by_the_mapping_step(
     fake_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpumon.model import GpuUnavailable, UnavailableReason
+    from gpumon.data.model import GpuUnavailable, UnavailableReason
     from tests.fake_children import sample
 
     unavailable = GpuUnavailable(UnavailableReason.LIBRARY_NOT_FOUND, "No NVIDIA driver.", "")
@@ -175,7 +175,7 @@ def test_gpu_index_without_nvml_is_reported_by_the_mapping_step(
         def sample(self) -> Sample:
             return sample(gpus=(), unavailable=unavailable)
 
-    monkeypatch.setattr("gpumon.sources.open_source", lambda **_: NoNvml())
+    monkeypatch.setattr("gpumon.sources.base.open_source", lambda **_: NoNvml())
     assert main(["probe", "--gpu", "1", "--python", fake_python]) == 1
     out = capsys.readouterr().out
     assert "[FAIL] 4. cuda:N of the selected GPU   NVML lists no GPU 1" in out
@@ -187,7 +187,7 @@ def test_the_probe_modules_never_import_torch_in_the_monitor_process() -> None:
     code = (
         "import asyncio, sys\n"
         "import gpumon.probe.cli, gpumon.probe.runner, gpumon.probe.protocol, gpumon.probe.steps\n"
-        "import gpumon.ui.probe_panel\n"
+        "import gpumon.ui.dashboard.probe_panel\n"
         "from gpumon.probe.protocol import Request\n"
         "from gpumon.probe.runner import run_probe\n"
         "asyncio.run(run_probe(Request(cuda_index=0), timeout_s=120))\n"

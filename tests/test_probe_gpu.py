@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.model import Sample
+from gpumon.data.model import Sample
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import Request, StepEvent, decode
 from gpumon.probe.runner import ProbeOutcome, run_probe
-from gpumon.sources.nvml import NvmlSource
+from gpumon.sources.nvml.source import NvmlSource
 from tests.fake_children import MIB, gone
 
 pytestmark = pytest.mark.gpu

@@ -13,9 +13,9 @@ from textual.message import Message
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
 
-from gpumon.model import Sample
+from gpumon.data.model import Sample
 from gpumon.probe import steps as S
-from gpumon.ui.probe_panel import ProbePanel, StepRow
+from gpumon.ui.dashboard.probe_panel import ProbePanel, StepRow
 from tests.fake_children import MIB, gone, sample, script
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"  # the GPU the fake children "hold"

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import psutil
 import pytest
 
-from gpumon.model import GpuUnavailable, Sample, UnavailableReason
+from gpumon.data.model import GpuUnavailable, Sample, UnavailableReason
 from gpumon.probe import runner
 from gpumon.probe import steps as S
 from gpumon.probe.child_io import EXIT_PARENT_GONE

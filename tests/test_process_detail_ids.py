@@ -7,11 +7,11 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from gpumon.model import GpuProcess, Sample
+from gpumon.data.model import GpuProcess, Sample
 from gpumon.ui.app import GpumonApp
-from gpumon.ui.process_detail import ProcessDetailScreen
-from gpumon.ui.process_table import ProcessTable
-from gpumon.ui.text_lines import TextLines
+from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
+from gpumon.ui.widgets.process_table import ProcessTable
+from gpumon.ui.widgets.text_lines import TextLines
 from tests.ui_helpers import app_for, demo_app, make_gpu, make_process, make_sample, push
 
 SIZE = (120, 40)

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpumon.sources import process_details
-from gpumon.sources.process_details import read_process_details
+from gpumon.sources.host import details as process_details
+from gpumon.sources.host.details import read_process_details
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import time
 import psutil
 import pytest
 
-from gpumon.sources import cgroup, host
-from gpumon.sources.cgroup import NO_IDS, CgroupIds
-from gpumon.sources.host import NOT_VISIBLE, HostProcessInfo, ProcessInspector, sample_host
+from gpumon.sources.host import cgroup
+from gpumon.sources.host import inspector as host
+from gpumon.sources.host.cgroup import NO_IDS, CgroupIds
+from gpumon.sources.host.inspector import NOT_VISIBLE, HostProcessInfo, ProcessInspector, sample_host
 from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
 
 MY_UID = 1000

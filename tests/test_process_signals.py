@@ -1,4 +1,4 @@
-"""The signal guard (gpumon.process_signals) against REAL child processes of this test.
+"""The signal guard (gpumon.sources.host.signals) against REAL child processes of this test.
 
 Nothing here mocks ``os.kill``: a signal that is sent really ends a child, and one that is
 refused leaves it running. Another user's process needs two uids, so those tests run only as
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from gpumon.model import GpuProcess, ProcessKind
-from gpumon.process_signals import SignalResult, refusal, send_signal
+from gpumon.data.model import GpuProcess, ProcessKind
+from gpumon.sources.host.signals import SignalResult, refusal, send_signal
 
 GIB = 1024**3
 #: ``nobody``: owns the other user's process in the root-only tests.

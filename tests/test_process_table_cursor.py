@@ -10,9 +10,9 @@ from __future__ import annotations
 from textual import events
 from textual.pilot import Pilot
 
-from gpumon.model import GpuProcess, Sample
+from gpumon.data.model import GpuProcess, Sample
 from gpumon.ui.app import GpumonApp
-from gpumon.ui.process_table import ProcessTable
+from gpumon.ui.widgets.process_table import ProcessTable
 from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 SIZE = (100, 30)

@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from gpumon import cluster
-from gpumon.cluster import ExporterKind, NodeState
-from gpumon.export_dcgm import DCGM_FIELDS
-from gpumon.fields import FIELDS
-from gpumon.sources import prometheus
-from gpumon.sources.prometheus import (
+from gpumon.data import cluster
+from gpumon.data.cluster import ExporterKind, NodeState
+from gpumon.commands.export.dcgm import DCGM_FIELDS
+from gpumon.data.fields import FIELDS
+from gpumon.sources.prometheus import source as prometheus
+from gpumon.sources.prometheus.source import (
     DATA_QUERY,
     DCGM_READINGS,
     QUERIES,
@@ -37,7 +37,7 @@ from gpumon.sources.prometheus import (
     PrometheusError,
     PrometheusSource,
 )
-from gpumon.views import free_gpu_indices
+from gpumon.data.views import free_gpu_indices
 from tests.hostile import unsafe_characters
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
@@ -317,7 +317,7 @@ def test_a_dcgm_exporter_node_has_its_readings_and_no_processes(prom: Replay) ->
 def test_every_dcgm_series_gpumon_can_serve_is_read_back(prom: Replay) -> None:
     """gpumon's ``--dcgm-compat`` series (dcgm-exporter's names, units and labels) of a demo
     sample, served as a dcgm-only target, read back as the sample's values."""
-    from gpumon.export import build_families
+    from gpumon.commands.export.collector import build_families
     from gpumon.sources.demo import DemoSource
 
     assert {item.name for item in DCGM_FIELDS} <= set(DCGM_READINGS)

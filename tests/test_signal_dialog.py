@@ -17,8 +17,8 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.widgets import Static
 
-from gpumon.model import GpuProcess
-from gpumon.ui.signal_dialog import SignalDialog, request_signal
+from gpumon.data.model import GpuProcess
+from gpumon.ui.dashboard.signal_dialog import SignalDialog, request_signal
 from tests.test_process_signals import Children, assert_alive, ended_by, process_of
 from tests.ui_helpers import screen_text
 

@@ -12,8 +12,8 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from gpumon.model import GpuProcess, ProcessKind
-from gpumon.ui.signal_dialog import SignalDialog
+from gpumon.data.model import GpuProcess, ProcessKind
+from gpumon.ui.dashboard.signal_dialog import SignalDialog
 
 GIB = 1024**3
 

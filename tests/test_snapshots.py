@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from textual.pilot import Pilot
 
-from gpumon.model import GpuUnavailable, UnavailableReason
+from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.app import GpumonApp, create_app
 from tests.ui_helpers import FIXED_TIME, StaticSource, make_sample

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpumon.model import GpuStats, Sample
+from gpumon.data.model import GpuStats, Sample
 from gpumon.ui.app import GpumonApp
-from gpumon.ui.gpu_layout import CARD_HEIGHT, Layout
-from gpumon.ui.gpu_panel import GpuPanel
-from gpumon.ui.graphs import BLOCKS, bucketed, history_sparkline
+from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, Layout
+from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.graphs import BLOCKS, bucketed, history_sparkline
 from tests.ui_helpers import demo_app, push, screen_text
 
 #: A sparkline's glyphs that a bar never uses (bars: full and left-eighth blocks).

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from gpumon import snapshot, status
+from gpumon.sampling import snapshot
+from gpumon.commands import status
 from gpumon.cli import main
-from gpumon.model import DriverInfo, GpuStats, GpuUnavailable, HostStats, Sample, UnavailableReason
+from gpumon.data.model import DriverInfo, GpuStats, GpuUnavailable, HostStats, Sample, UnavailableReason
 
 GIB = 1024**3
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpumon.model import DriverInfo, GpuProcess, GpuStats, HostStats, ProcessKind, Sample
-from gpumon.store import (
+from gpumon.data.model import DriverInfo, GpuProcess, GpuStats, HostStats, ProcessKind, Sample
+from gpumon.sampling.store import (
     GPU_FIELDS,
     MAX_POINTS,
     MIN_POINTS,

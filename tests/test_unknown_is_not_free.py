@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from gpumon import format as fmt
-from gpumon import once, snapshot
-from gpumon.model import (
+from gpumon.data import format as fmt
+from gpumon.commands import once
+from gpumon.sampling import snapshot
+from gpumon.data.model import (
     GpuStats,
     GpuUnavailable,
     UnavailableReason,
@@ -181,7 +182,7 @@ async def test_dashboard_power_never_reads_n_a_as_watts() -> None:
 
 def test_the_poller_says_how_long_a_sample_has_been_stuck() -> None:
     """Issue 7, item 16: past three intervals the driver is "not answering"."""
-    from gpumon.poller import Poller
+    from gpumon.sampling.poller import Poller
 
     now = [100.0]
     poller = Poller(StaticSlow(), 1.0, lambda sample: None, clock=lambda: now[0])
@@ -241,8 +242,9 @@ def test_an_idle_gpu_whose_processes_are_unknown_is_free_in_no_headless_output()
     """Idle by every reading (0 %, 10 MiB in use, none listed), but its process list was
     refused, or it is lost: once, once --json, status and export never call it FREE; the
     readable idle GPU beside it is FREE in all four."""
-    from gpumon import export, status
-    from gpumon.views import free_gpu_indices
+    from gpumon.commands.export import collector as export
+    from gpumon.commands import status
+    from gpumon.data.views import free_gpu_indices
 
     idle = {"memory_used_bytes": 10 * MIB, "utilization_gpu_pct": 0}
     readable = make_gpu(0, **idle)

@@ -1,4 +1,4 @@
-"""Who uses what, as pure functions (gpumon.views): the process filter, command shortening,
+"""Who uses what, as pure functions (gpumon.data.views): the process filter, command shortening,
 the per-user summary and FREE. The dashboard, `once` and `pick` all read these, so a FREE
 mark or a filter means the same everywhere; unknown is never free."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from gpumon.model import GpuProcess, GpuStats, MigInstance
-from gpumon.views import (
+from gpumon.data.model import GpuProcess, GpuStats, MigInstance
+from gpumon.data.views import (
     OTHER_NAMESPACE,
     UNKNOWN_USER,
     ProcessFilter,

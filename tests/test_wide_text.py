@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from gpumon import format as fmt
-from gpumon.once import render_table
-from gpumon.ui.lines import Glyphs, Line
-from gpumon.ui.process_table import ProcessTable
+from gpumon.data import format as fmt
+from gpumon.commands.once import render_table
+from gpumon.ui.widgets.lines import Glyphs, Line
+from gpumon.ui.widgets.process_table import ProcessTable
 from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 CJK_USER = "用户名用户名用户"  # 8 characters, 16 cells: wider than the USER column (10)

@@ -8,7 +8,7 @@ from typing import Any
 from textual.app import App
 from textual.pilot import Pilot
 
-from gpumon.model import (
+from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
     GpuStats,

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from gpumon.probe.protocol import Event, Request, StepEvent
     from gpumon.probe.runner import ProbeOutcome
     from gpumon.settings import Settings
-    from gpumon.sources import GpuSource
+    from gpumon.sources.base import GpuSource
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -133,7 +133,7 @@ def run(
     if resolved is None:
         return _usage_error(f"--python {wanted}: not an executable file")
 
-    from gpumon.sources import open_source
+    from gpumon.sources.base import open_source
 
     source = open_source()
     try:
@@ -199,9 +199,9 @@ async def _probe(
 ) -> ProbeOutcome:
     import asyncio
 
-    from gpumon.poller import Poller
+    from gpumon.sampling.poller import Poller
     from gpumon.probe.runner import run_probe
-    from gpumon.store import Store
+    from gpumon.sampling.store import Store
 
     # The dashboard's poller and store: steps 6 and 9 await the store's next sample.
     store = Store(SAMPLE_INTERVAL_S, history=False)

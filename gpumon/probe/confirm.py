@@ -1,7 +1,7 @@
 """What NVML says about the probe child: step 6 and the end of step 9, run by the parent.
 
 The child never touches NVML. While it holds its tensors, the parent looks at NVML samples:
-both the dashboard and ``gpumon probe`` pass their :class:`~gpumon.store.Store`'s
+both the dashboard and ``gpumon probe`` pass their :class:`~gpumon.sampling.store.Store`'s
 ``next_sample`` (the dashboard also asks its poller to poll at once; ``gpumon probe`` runs a
 poller every 0.5 s). Both are judged here, by the same code.
 """
@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from gpumon.model import GpuStats, Sample
+from gpumon.data.model import GpuStats, Sample
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import Holding
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from gpumon.model import Sample
+from gpumon.data.model import Sample
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
@@ -56,7 +56,7 @@ def open_source(
         from gpumon.sources.demo import DemoSource
 
         return DemoSource(gpu_count=demo_gpus, process_count=demo_processes, seed=seed)
-    from gpumon.sources.nvml import NvmlSource
+    from gpumon.sources.nvml.source import NvmlSource
 
     return NvmlSource(read_processes=processes, read_pcie=pcie, read_host_details=host_details)
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from gpumon.settings import SettingsError
 
 if TYPE_CHECKING:
-    from gpumon.cluster import ClusterSample
+    from gpumon.data.cluster import ClusterSample
     from gpumon.settings import Settings
-    from gpumon.sources.prometheus import PrometheusSource
+    from gpumon.sources.prometheus.source import PrometheusSource
 
 
 #: ``prometheus_url`` from this origin is the command line's ``--prometheus``.
@@ -44,7 +44,7 @@ def request_headers(settings: Settings) -> dict[str, str]:
 
 
 def open_cluster_source(settings: Settings) -> PrometheusSource:
-    """A :class:`~gpumon.sources.prometheus.PrometheusSource` for ``settings.prometheus_url``.
+    """A :class:`~gpumon.sources.prometheus.source.PrometheusSource` for ``settings.prometheus_url``.
 
     Raises:
         SettingsError: no ``prometheus_url``, or a ``prometheus_ca_file`` that cannot be read
@@ -58,7 +58,7 @@ def open_cluster_source(settings: Settings) -> PrometheusSource:
         origin = settings.origins.get("prometheus_ca_file", "prometheus_ca_file")
         reason = "no such file" if not os.path.exists(ca_file) else "cannot read it"
         raise SettingsError(f"{origin}: {ca_file}: {reason}")
-    from gpumon.sources.prometheus import PrometheusSource
+    from gpumon.sources.prometheus.source import PrometheusSource
 
     user, password = settings.prometheus_user, settings.prometheus_password
     try:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpumon.model import DriverInfo, GpuProcess, GpuStats, HostStats, ProcessKind, Sample
+from gpumon.data.model import DriverInfo, GpuProcess, GpuStats, HostStats, ProcessKind, Sample
 
 GIB = 1024**3
 MIB = 1024**2

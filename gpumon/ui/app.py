@@ -1,8 +1,8 @@
 """The app: key bindings, the poller's lifecycle, and switching screens.
 
 Data flows one way: the poller pushes each new :class:`Sample` into the app's
-:class:`~gpumon.store.Store` on the event loop; the screens subscribe to the store (the
-dashboard, :mod:`gpumon.ui.dashboard`; the detail screens) and hand the pieces down to their
+:class:`~gpumon.sampling.store.Store` on the event loop; the screens subscribe to the store (the
+dashboard, :mod:`gpumon.ui.dashboard.screen`; the detail screens) and hand the pieces down to their
 widgets. Widgets never call NVML.
 """
 
@@ -19,21 +19,21 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gpumon import format as fmt
-from gpumon.model import GpuStats, Sample
-from gpumon.poller import Poller
-from gpumon.sources import GpuSource, open_source
-from gpumon.store import Store
+from gpumon.data import format as fmt
+from gpumon.data.model import GpuStats, Sample
+from gpumon.sampling.poller import Poller
+from gpumon.sources.base import GpuSource, open_source
+from gpumon.sampling.store import Store
 from gpumon.ui import exact_updates
-from gpumon.ui.dashboard import DashboardScreen
-from gpumon.ui.gpu_panel import GpuPanel
-from gpumon.ui.help_screen import HelpScreen
-from gpumon.ui.lines import Glyphs
-from gpumon.ui.process_table import ProcessTable
+from gpumon.ui.dashboard.screen import DashboardScreen
+from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.help import HelpScreen
+from gpumon.ui.widgets.lines import Glyphs
+from gpumon.ui.widgets.process_table import ProcessTable
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
-    from gpumon.ui.probe_panel import ProbePanel
+    from gpumon.ui.dashboard.probe_panel import ProbePanel
     from gpumon.ui.signals import QuitOnSignals
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
@@ -263,7 +263,7 @@ class GpumonApp(MonitorApp):
         self.dashboard.toggle_zoom()
 
     def action_users(self) -> None:
-        from gpumon.ui.user_summary import UserSummaryScreen
+        from gpumon.ui.dashboard.user_summary import UserSummaryScreen
 
         self.push_screen(UserSummaryScreen(self.store))
 
@@ -272,7 +272,7 @@ class GpumonApp(MonitorApp):
         user's own processes (root: any), never a PID that now names another process."""
         import signal
 
-        from gpumon.ui.signal_dialog import request_signal
+        from gpumon.ui.dashboard.signal_dialog import request_signal
 
         table = self.dashboard.query_one(ProcessTable)
         request_signal(
@@ -281,8 +281,8 @@ class GpumonApp(MonitorApp):
 
     def action_details(self) -> None:
         """Enter: the selected GPU's detail, or the process under the cursor's."""
-        from gpumon.ui.gpu_detail import GpuDetailScreen
-        from gpumon.ui.process_detail import ProcessDetailScreen
+        from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
+        from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 
         ascii_only = self.glyphs.ascii_only
         table = self.dashboard.query_one(ProcessTable)
@@ -341,7 +341,7 @@ class GpumonApp(MonitorApp):
 
     async def open_probe(self, gpu: GpuStats, sample: Sample) -> None:
         """Open the probe panel on ``gpu`` (replacing a running probe, which is killed)."""
-        from gpumon.ui.probe_panel import ProbePanel
+        from gpumon.ui.dashboard.probe_panel import ProbePanel
 
         for old in self.dashboard.query(ProbePanel):
             await old.remove()

@@ -50,10 +50,10 @@ LAYOUT_FUNCS = {"Screen._refresh_layout", "Widget._size_updated", "Screen._updat
 
 PARTS = (
     "NVML sampling (gpumon/sources/nvml*.py, pynvml, the library)",
-    "host process reads (gpumon/sources/host.py, psutil)",
+    "host process reads (gpumon/sources/host/inspector.py, psutil)",
     "host strip (sample_host: psutil CPU/RAM/swap)",
-    "model building (Sample/GpuProcess, gpumon/model.py, snapshot.py)",
-    "poller hand-off (gpumon/poller.py)",
+    "model building (Sample/GpuProcess, gpumon/data/model.py, snapshot.py)",
+    "poller hand-off (gpumon/sampling/poller.py)",
     "our widgets (gpumon/ui/*, incl. Rich/Textual calls they make)",
     "Textual: compositor and rendering",
     "Textual: layout, styles, DOM",
@@ -119,7 +119,7 @@ def is_idle(frames: Sequence[Frame]) -> bool:
         return True
     # gpumon's poller thread between polls: blocked in SimpleQueue.get() (C, so the leaf is
     # the loop line itself; the loop's own code is a few bytecodes per poll)
-    return leaf.file == "gpumon/poller.py" and leaf.func == "_DaemonThread._work"
+    return leaf.file == "gpumon/sampling/poller.py" and leaf.func == "_DaemonThread._work"
 
 
 def is_gpumon(frame: Frame) -> bool:
@@ -133,21 +133,21 @@ def part_of(thread: str, frames: Sequence[Frame]) -> str:
         inner = frames[ours[-1]]
         below = frames[ours[-1] + 1 :]
         path = inner.file
-        if path == "gpumon/sources/host.py":
+        if path == "gpumon/sources/host/inspector.py":
             if any(f.func == "sample_host" for f in frames):
                 return PARTS[2]
             return PARTS[1]
         if path.startswith("gpumon/sources/nvml"):
             nvml_below = any(f.file.startswith(("pynvml", "ctypes")) for f in below)
             own = inner.func in ("NvmlSource._join_processes", "NvmlSource.sample")
-            if path == "gpumon/sources/nvml.py" and own and not nvml_below:
+            if path == "gpumon/sources/nvml/source.py" and own and not nvml_below:
                 return PARTS[3]  # GpuProcess / Sample objects
             return PARTS[0]
-        if path in ("gpumon/model.py", "gpumon/snapshot.py"):
+        if path in ("gpumon/data/model.py", "gpumon/sampling/snapshot.py"):
             return PARTS[3]
-        if path == "gpumon/poller.py":
+        if path == "gpumon/sampling/poller.py":
             return PARTS[4]
-        if path.startswith("gpumon/ui/") or path == "gpumon/format.py":
+        if path.startswith("gpumon/ui/") or path == "gpumon/data/format.py":
             return PARTS[5]
         return PARTS[-1]
     if thread == "textual-input":

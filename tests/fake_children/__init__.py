@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from gpumon.model import GpuProcess, GpuStats, GpuUnavailable, HostStats, ProcessKind, Sample
+from gpumon.data.model import GpuProcess, GpuStats, GpuUnavailable, HostStats, ProcessKind, Sample
 
 HERE = Path(__file__).resolve().parent
 MIB = 2**20

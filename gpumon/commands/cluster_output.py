@@ -1,0 +1,449 @@
+"""A cluster for the headless modes: ``once --prometheus`` text and JSON, ``pick``'s ranking.
+
+Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: no HTTP, no Textual, no clock
+but the one passed in. One node's GPUs print as ``gpumon once`` prints a machine's (its own
+functions, so a GPU line means the same everywhere), under a line that says whether the
+node is UP, and only an UP node's GPUs can be FREE or picked: a node that is DOWN or stale
+shows its last known GPUs, never idle ones.
+
+Which headless run reads a cluster: :func:`gpumon.sources.cluster_base.cluster_requested`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpumon.data import format as fmt
+from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.model import GpuProcess
+from gpumon.data.views import UserUsage, free_gpu_indices, processes_known, user_summary
+
+if TYPE_CHECKING:
+    from gpumon.commands.once import Painter
+    from gpumon.commands.pick import Candidate
+
+EXPORTER_LABELS = {
+    ExporterKind.GPUMON: "gpumon",
+    ExporterKind.DCGM: "dcgm-exporter",
+    ExporterKind.UNKNOWN: "unknown exporter",
+}
+
+
+def read_failure(cluster: ClusterSample) -> str | None:
+    """Why ``cluster`` answers nothing a headless run can use (one line), or None."""
+    if cluster.error is not None:
+        if cluster.url in cluster.error:  # the source's line names the server already
+            return cluster.error
+        return f"cannot read Prometheus at {cluster.url}: {cluster.error}"
+    if not cluster.nodes:
+        return (
+            f"Prometheus at {cluster.url} knows no GPU node: no scrape target with gpumon's "
+            "or dcgm-exporter's metrics (docs/cluster.md has the scrape config)"
+        )
+    return None
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """``node2`` before ``node10``: digit runs compare as numbers."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.casefold())
+        for part in re.split(r"(\d+)", name)
+        if part
+    )
+
+
+def ordered(nodes: Sequence[Node]) -> list[Node]:
+    """Nodes by name, as a person counts (``node2`` before ``node10``), then instance."""
+    return sorted(nodes, key=lambda node: (natural_key(node.name), node.instance))
+
+
+def clock(timestamp_s: float, now_s: float) -> str:
+    """``14:03`` today (local time), ``2024-06-09 14:03`` on another day."""
+    moment = time.localtime(timestamp_s)
+    if time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d", time.localtime(now_s)):
+        return time.strftime("%H:%M", moment)
+    return time.strftime("%Y-%m-%d %H:%M", moment)
+
+
+def state_text(node: Node, now_s: float) -> str:
+    """``UP``, ``DOWN since 14:03`` (else ``DOWN, last seen 14:01``) or
+    ``stale, last seen 14:01``."""
+    if node.state is NodeState.UP:
+        return "UP"
+    if node.state is NodeState.DOWN:
+        if node.down_since_s is not None:
+            return f"DOWN since {clock(node.down_since_s, now_s)}"
+        head = "DOWN"
+    else:
+        head = "stale"
+    if node.last_seen_s is None:
+        return head
+    return f"{head}, last seen {clock(node.last_seen_s, now_s)}"
+
+
+def node_free(node: Node, threshold_mib: int) -> frozenset[int]:
+    """NVML indices of ``node``'s FREE GPUs: none unless it is UP with process lists."""
+    if not node.usable or not node.sample.processes_read:
+        return frozenset()
+    return free_gpu_indices(node.sample, threshold_mib)
+
+
+# --- text -----------------------------------------------------------------------------------
+
+
+def render_cluster(
+    cluster: ClusterSample,
+    *,
+    show_processes: bool = True,
+    by_user: bool = False,
+    color: bool = False,
+    width: int | None = None,
+    ascii_only: bool | None = None,
+    free_threshold_mib: int = 1024,
+) -> str:
+    """``gpumon once --prometheus``: a summary line, then per node a header and its GPUs
+    (as ``gpumon once`` prints them, indented), then who uses what across the cluster.
+
+    Args:
+        cluster: what Prometheus told.
+        show_processes: False for ``--no-processes``: no process lines, no FREE, no users.
+        by_user: the per-user table in place of the process lines.
+        color, width, ascii_only: as :func:`gpumon.commands.once.render_table`.
+        free_threshold_mib: ``Settings.free_threshold_mib``.
+
+    Returns:
+        The text, each line ending with a newline.
+    """
+    from gpumon.commands.once import DIM, Painter, gpu_lines
+
+    paint = Painter(color)
+    nodes = ordered(cluster.nodes)
+    free = [
+        node_free(node, free_threshold_mib) if show_processes else frozenset() for node in nodes
+    ]
+    free_count = sum(map(len, free)) if show_processes else None
+    lines = [_summary_line(cluster, nodes, free_count, paint)]
+    for node, node_free_indices in zip(nodes, free, strict=True):
+        lines.append(_node_line(node, cluster.timestamp_s, paint))
+        inner = gpu_lines(
+            node.sample,
+            show_processes=show_processes and not by_user and processes_shown(node),
+            color=color,
+            width=None if width is None else width - len(INDENT),
+            ascii_only=ascii_only,
+            free=node_free_indices,
+        )
+        lines.extend(INDENT + line for line in inner or [paint("(no GPU series)", DIM)])
+    text = "\n".join(lines) + "\n"
+    if show_processes:
+        text += render_cluster_users(nodes, color=color, always=by_user)
+    return text
+
+
+INDENT = "  "
+
+
+def processes_shown(node: Node) -> bool:
+    """A node's processes are worth showing: UP (a DOWN node's last known ones may be gone)
+    and read (dcgm-exporter exports none)."""
+    return node.usable and node.sample.processes_read
+
+
+def _summary_line(
+    cluster: ClusterSample, nodes: Sequence[Node], free_count: int | None, paint: Painter
+) -> str:
+    from gpumon.commands.once import BOLD, DEMO_MARKER, RED, REVERSE, YELLOW
+
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cluster.timestamp_s))
+    counts = {state: sum(node.state is state for node in nodes) for state in NodeState}
+    states = [f"{counts[NodeState.UP]} up"]
+    if counts[NodeState.DOWN]:
+        states.append(paint(f"{counts[NodeState.DOWN]} DOWN", BOLD, RED))
+    if counts[NodeState.STALE]:
+        states.append(paint(f"{counts[NodeState.STALE]} stale", YELLOW))
+    noun = "node" if len(nodes) == 1 else "nodes"
+    gpus = sum(len(node.gpus) for node in nodes if node.usable)
+    parts = [
+        paint(cluster.url, BOLD),
+        stamp,
+        f"{len(nodes)} {noun} ({', '.join(states)})",
+        f"{gpus} GPUs up" + ("" if free_count is None else f", {free_count} FREE"),
+    ]
+    if cluster.simulated:
+        parts.append(paint(DEMO_MARKER, BOLD, YELLOW, REVERSE))
+    return "  ".join(parts)
+
+
+def _node_line(node: Node, now_s: float, paint: Painter) -> str:
+    from gpumon.commands.once import BOLD, DEMO_MARKER, GREEN, RED, REVERSE, YELLOW
+
+    codes = {NodeState.UP: (GREEN,), NodeState.DOWN: (BOLD, RED), NodeState.STALE: (YELLOW,)}
+    exporter = EXPORTER_LABELS[node.exporter]
+    if node.exporter is ExporterKind.DCGM:
+        exporter += " (no process data)"
+    count = f"{len(node.gpus)} GPU" + ("" if len(node.gpus) == 1 else "s")
+    if node.gpus and not node.usable:
+        count += " (last known)"
+    parts = [
+        paint(node.name, BOLD),
+        paint(state_text(node, now_s), *codes[node.state]),
+        exporter,
+        count,
+    ]
+    if node.sample.simulated:
+        parts.append(paint(DEMO_MARKER, BOLD, YELLOW, REVERSE))
+    return "  ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUser:
+    """One user's share of the cluster: GPUs as ``node:0,1 other:3``."""
+
+    user: str
+    gpus: str
+    gpu_memory_bytes: int | None
+    memory_partial: bool
+    process_count: int
+
+
+def cluster_users(nodes: Sequence[Node]) -> tuple[tuple[ClusterUser, ...], tuple[str, ...]]:
+    """Who uses what on the UP nodes whose process lists are known, most memory first; and
+    what is left out (``node3 (DOWN)``, ``node5 (processes unknown)``, ``node1:GPU 2``)."""
+    merged: dict[str, list[tuple[str, UserUsage]]] = {}
+    left_out: list[str] = []
+    for node in nodes:
+        if not processes_shown(node):
+            why = "processes unknown" if node.usable else STATE_WORDS[node.state]
+            left_out.append(f"{node.name} ({why})")
+            continue
+        sample = node.sample
+        known = {gpu.index for gpu in sample.gpus if processes_known(gpu, sample)}
+        left_out += [
+            f"{node.name}:GPU {gpu.index}" for gpu in sample.gpus if gpu.index not in known
+        ]
+        for usage in user_summary(p for p in sample.processes if p.gpu_index in known):
+            merged.setdefault(usage.user, []).append((node.name, usage))
+    users = [_merged(user, parts) for user, parts in merged.items()]
+    users.sort(key=lambda u: (u.gpu_memory_bytes is None, -(u.gpu_memory_bytes or 0), u.user))
+    return tuple(users), tuple(left_out)
+
+
+STATE_WORDS = {NodeState.UP: "UP", NodeState.DOWN: "DOWN", NodeState.STALE: "stale"}
+
+
+def _merged(user: str, parts: list[tuple[str, UserUsage]]) -> ClusterUser:
+    known = [usage.gpu_memory_bytes for _, usage in parts if usage.gpu_memory_bytes is not None]
+    return ClusterUser(
+        user=user,
+        gpus=" ".join(f"{node}:{','.join(map(str, usage.gpu_indices))}" for node, usage in parts),
+        gpu_memory_bytes=sum(known) if known else None,
+        memory_partial=any(usage.memory_partial for _, usage in parts) or len(known) < len(parts),
+        process_count=sum(usage.process_count for _, usage in parts),
+    )
+
+
+def render_cluster_users(
+    nodes: Sequence[Node], *, color: bool = False, always: bool = False
+) -> str:
+    """The cluster's who-uses-what table (USER, GPUS, GPU-MEM, PROCS), as ``gpumon once``
+    prints a machine's; ``""`` when no process runs (unless ``always``)."""
+    from gpumon.commands.once import BOLD, USER_COLUMNS, YELLOW, Painter, column_widths, user_line
+
+    paint = Painter(color)
+    users, left_out = cluster_users(nodes)
+    if not (users or left_out or always):
+        return ""
+    lines = [""]
+    if users or always:
+        rows = [_user_cells(user) for user in users]
+        header = dict(zip(("user", "gpus", "memory", "processes"), USER_COLUMNS, strict=True))
+        widths = column_widths([header, *rows])
+        lines.append(paint(user_line(header, widths), BOLD))
+        lines += [user_line(row, widths) for row in rows]
+        if not users:
+            lines.append("(no process on the GPUs whose processes are known)")
+    if left_out:
+        lines.append(paint(f"not counted: {', '.join(left_out)}", YELLOW))
+    return "\n".join(lines) + "\n"
+
+
+def _user_cells(user: ClusterUser) -> dict[str, str]:
+    memory = fmt.bytes_short(user.gpu_memory_bytes)
+    if user.memory_partial:
+        memory = ">=" + memory
+    return {
+        "user": user.user,
+        "gpus": user.gpus,
+        "memory": memory,
+        "processes": str(user.process_count),
+    }
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def cluster_to_dict(
+    cluster: ClusterSample,
+    *,
+    include_processes: bool = True,
+    free_threshold_mib: int = 1024,
+) -> dict[str, Any]:
+    """The cluster as JSON-able data, following ``gpumon/schema/once-cluster.schema.json``:
+    ``nodes``, each with ``once --json``'s GPU objects."""
+    from gpumon import __version__
+    from gpumon.sampling.snapshot import SCHEMA_VERSION, iso_timestamp
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "gpumon_version": __version__,
+        "prometheus_url": cluster.url,
+        "simulated": cluster.simulated,
+        "timestamp": iso_timestamp(cluster.timestamp_s),
+        "timestamp_s": cluster.timestamp_s,
+        "scrape_interval_s": cluster.scrape_interval_s,
+        "stale": cluster.stale,
+        "error": cluster.error,
+        "nodes": [
+            node_to_dict(node, include_processes=include_processes, threshold=free_threshold_mib)
+            for node in ordered(cluster.nodes)
+        ],
+    }
+
+
+def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict[str, Any]:
+    """One entry of ``nodes``."""
+    from gpumon.sampling.snapshot import gpu_to_dict, iso_timestamp
+
+    def when(timestamp_s: float | None) -> str | None:
+        return None if timestamp_s is None else iso_timestamp(timestamp_s)
+
+    sample = node.sample
+    with_processes = include_processes and processes_shown(node)
+    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
+    for process in sample.processes:
+        by_gpu.setdefault(process.gpu_index, []).append(process)
+    free = node_free(node, threshold) if include_processes else frozenset()
+    return {
+        "name": node.name,
+        "instance": node.instance,
+        "job": node.job,
+        "exporter": node.exporter.value,
+        "state": node.state.value,
+        "up": node.state is NodeState.UP,
+        "simulated": sample.simulated,
+        "last_seen": when(node.last_seen_s),
+        "down_since": when(node.down_since_s),
+        "gpus": [
+            gpu_to_dict(
+                gpu,
+                tuple(by_gpu[gpu.index]) if with_processes else None,
+                free=gpu.index in free,
+            )
+            for gpu in sample.gpus
+        ],
+    }
+
+
+# --- pick -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCandidate:
+    """A GPU (or MIG instance) of one node that ``gpumon pick --prometheus`` could name."""
+
+    node: str
+    candidate: Candidate
+
+    @property
+    def label(self) -> str:
+        """``node1:GPU 2``."""
+        return f"{self.node}:{self.candidate.label}"
+
+    def value(self, output_format: str) -> str:
+        """``node1:2``, or ``node1:GPU-...`` with ``--format uuid``."""
+        return f"{self.node}:{self.candidate.value(output_format)}"
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """Freest first, as ``gpumon pick`` ranks one machine's GPUs; ties by node name,
+        then index."""
+        own = self.candidate
+        return (
+            own.process_count,
+            math.inf if own.memory_used_bytes is None else own.memory_used_bytes,
+            math.inf if own.utilization_pct is None else own.utilization_pct,
+            natural_key(self.node),
+            own.gpu_index,
+            -1 if own.mig_index is None else own.mig_index,
+        )
+
+
+def rank_cluster(
+    cluster: ClusterSample,
+    *,
+    n: int = 1,
+    min_free_bytes: int | None = None,
+    max_utilization_pct: float | None = None,
+    output_format: str = "index",
+) -> tuple[tuple[ClusterCandidate, ...], tuple[str, ...]]:
+    """The ``n`` freest GPUs of the cluster's UP nodes whose process lists are known, and
+    why the others do not qualify (``node3 DOWN since 14:03``, ``node1: GPU 0 LOST``).
+
+    A node that is not UP offers nothing (its GPUs' state is not known now), and neither
+    does one whose exporter gives no process lists (dcgm-exporter): unknown is never free.
+    Within a node, :func:`gpumon.commands.pick.rank` decides, with the same thresholds.
+    """
+    from gpumon.commands.pick import rank
+
+    qualifying: list[ClusterCandidate] = []
+    reasons: list[str] = []
+    for node in ordered(cluster.nodes):
+        if not node.usable:
+            reasons.append(f"{node.name} {state_text(node, cluster.timestamp_s)}")
+            continue
+        if not node.sample.processes_read:
+            exporter = EXPORTER_LABELS[node.exporter]
+            reasons.append(f"{node.name} processes unknown ({exporter})")
+            continue
+        picked, why = rank(
+            node.sample,
+            n=n,
+            min_free_bytes=min_free_bytes,
+            max_utilization_pct=max_utilization_pct,
+            output_format=output_format,
+        )
+        qualifying += [ClusterCandidate(node.name, candidate) for candidate in picked]
+        reasons += [f"{node.name}: {reason}" for reason in why]
+    qualifying.sort(key=ClusterCandidate.sort_key)
+    return tuple(qualifying[:n]), tuple(reasons)
+
+
+def cluster_failure_line(
+    cluster: ClusterSample,
+    picked: Sequence[ClusterCandidate],
+    reasons: Sequence[str],
+    n: int,
+    *,
+    max_reasons: int = 12,
+) -> str:
+    """The one stderr line for "fewer than ``n`` qualify" in the cluster, with why."""
+    prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
+    nodes = len(cluster.nodes)
+    if nodes == 0:
+        return f"{prefix}Prometheus at {cluster.url} knows no GPU node (need {n})"
+    where = f"on {nodes} node" + ("" if nodes == 1 else "s")
+    if picked:
+        verb = "qualifies" if len(picked) == 1 else "qualify"
+        head = f"only {len(picked)} GPU{'' if len(picked) == 1 else 's'} {where} {verb}"
+    else:
+        head = f"no GPU {where} qualifies"
+    if not reasons:
+        return f"{prefix}{head} (need {n})"
+    shown = list(reasons[:max_reasons])
+    if len(reasons) > max_reasons:
+        shown.append(f"{len(reasons) - max_reasons} more")
+    return f"{prefix}{head} (need {n}): {', '.join(shown)}"

@@ -1,0 +1,460 @@
+"""``gpumon export``: a read-only Prometheus exporter (metrics: docs/prometheus.md).
+
+One background thread samples the source every ``--interval`` seconds and hands each sample
+to :class:`SampleCollector`, which turns it into metric families once; a scrape only yields
+those, so scrapes never call NVML and concurrent scrapes cost next to nothing. The HTTP server
+and the sampling thread are in :mod:`gpumon.commands.export.http`.
+
+A value that is N/A, and every reading of a lost GPU, is left out rather than exported as a
+fake 0; ``gpumon_gpu_up`` says which GPUs answered. prometheus_client is an optional extra
+and is imported only when the exporter runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import ipaddress
+import os
+import re
+import socket
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpumon.data.fields import FIELDS, Field
+from gpumon.data.format import safe_text
+from gpumon.data.model import DriverInfo, GpuProcess, GpuStats, HostStats, MigInstance, Sample
+from gpumon.sampling.snapshot import DEFAULT_FREE_THRESHOLD_MIB
+from gpumon.data.views import free_gpu_indices, processes_known
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
+
+DEFAULT_LISTEN = "127.0.0.1:9402"
+GPU_LABELS = ("gpu", "uuid", "name")
+PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process", "job_id", "container_id")
+#: A MIG instance's series: its GPU's index, its own MIG UUID, its ids and profile.
+MIG_LABELS = ("gpu", "uuid", "gpu_instance_id", "compute_instance_id", "profile")
+_PROCESS_NAME_MAX = 64
+_DEMO_NOTE = " [DEMO: simulated data from gpumon --demo]"
+#: What /metrics answers (503) before the first sample has been read.
+WAITING = "waiting for the first sample\n"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMetric:
+    """One per-GPU metric: the :class:`GpuStats` field it reads, times ``scale``.
+
+    A ``state`` metric has one series per GPU and state, value 1, the state in ``label``.
+    """
+
+    name: str
+    help: str
+    field: str
+    scale: float = 1.0
+    kind: str = "gauge"
+    label: str | None = None
+
+    def read(self, gpu: GpuStats) -> float | None:
+        """The value to export, or ``None`` (N/A: no series)."""
+        value = getattr(gpu, self.field)
+        return None if value is None else float(value) * self.scale
+
+    def states(self, gpu: GpuStats) -> tuple[str, ...]:
+        """A ``state`` metric's states now (none when N/A)."""
+        value = getattr(gpu, self.field)
+        if value is None:
+            return ()
+        return tuple(value) if isinstance(value, tuple) else (str(value),)
+
+
+def _metric(field: Field) -> GpuMetric:
+    spec = field.prometheus
+    assert spec is not None
+    text = field.help[0].upper() + field.help[1:] + "."
+    return GpuMetric(spec.name, text, field.attribute, spec.scale, spec.kind, spec.label)
+
+
+#: Every field of the field table that the exporter serves, in its order.
+GPU_METRICS: tuple[GpuMetric, ...] = tuple(
+    _metric(field) for field in FIELDS if field.prometheus is not None
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from gpumon.arguments import interval_seconds
+
+    parser.add_argument(
+        "--listen",
+        type=listen_address,
+        default=listen_address(DEFAULT_LISTEN),
+        metavar="HOST:PORT",
+        help=f"address to serve /metrics on (default: {DEFAULT_LISTEN}, loopback only)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=argparse.SUPPRESS,  # keeps `gpumon --interval N export` working
+        metavar="SECONDS",
+        help="seconds between samples (default: 1); scrapes read the latest sample",
+    )
+    parser.add_argument(
+        "--dcgm-compat",
+        action="store_true",
+        help="also serve the DCGM_FI_DEV_* series of NVIDIA's dcgm-exporter (its names, units "
+        "and labels), for dashboards made for it such as Grafana 12239",
+    )
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[::1]:9402`` for IPv6); port 0 picks a free port.
+
+    The port is ASCII digits; the host an IPv4 address, an IPv6 address in brackets, or a
+    host name of ASCII letters, digits, hyphens and dots (at most 253 characters, labels at
+    most 63). Anything else is an ``ArgumentTypeError`` (one line, exit 2); whether a name
+    resolves is only known when the exporter binds (exit 1).
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+        raise _bad_listen(text, "expected HOST:PORT with a port of ASCII digits")
+    if int(port_text) > 65535:
+        raise _bad_listen(text, "the port must be from 0 to 65535")
+    return _listen_host(text, host), int(port_text)
+
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def _listen_host(text: str, host: str) -> str:
+    if not host:
+        raise _bad_listen(text, "expected HOST:PORT; the host is missing")
+    if not (host.isascii() and host.isprintable()):
+        raise _bad_listen(text, "the host must be ASCII (an IP address or a host name)")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise _bad_listen(text, "not an IPv6 address in the brackets") from None
+        return host[1:-1]
+    if ":" in host:
+        raise _bad_listen(text, "an IPv6 address goes in brackets, as in [::1]:9402")
+    labels = host.split(".")
+    if labels[-1].isdigit():  # no top-level domain is all digits: this is meant as IPv4
+        try:
+            return str(ipaddress.IPv4Address(host))
+        except ValueError:
+            raise _bad_listen(text, "not an IPv4 address (four numbers 0-255)") from None
+    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise _bad_listen(
+            text,
+            "a host name is letters, digits and hyphens in labels of at most 63 characters "
+            "joined by dots, at most 253 characters in all",
+        )
+    return host
+
+
+def _bad_listen(text: str, reason: str) -> argparse.ArgumentTypeError:
+    shown = repr(text if len(text) <= 60 else text[:60] + "…")  # one line, controls escaped
+    return argparse.ArgumentTypeError(f"{shown}: {reason} (e.g. {DEFAULT_LISTEN} or [::1]:9402)")
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address ``host`` resolves to is a loopback address."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(
+        ipaddress.ip_address(str(address).split("%")[0]).is_loopback for address in addresses
+    )
+
+
+def process_name(command: str | None) -> str:
+    """The executable's base name (``python``), not the full command line: keeps labels short."""
+    if not command:
+        return ""
+    return os.path.basename(command.split()[0])[:_PROCESS_NAME_MAX]
+
+
+def label_value(text: str | None) -> str:
+    """Every label value passes here: ``""`` for unknown, and text that is always valid UTF-8.
+
+    Other users' text is made safe where it is read (:func:`gpumon.data.format.safe_text`); this
+    applies it again (a no-op on safe text) so that no text, whatever its way in, can make
+    prometheus_client fail to encode a scrape (a lone surrogate used to answer HTTP 500).
+    """
+    return "" if text is None else safe_text(text)
+
+
+def build_families(
+    sample: Sample | None,
+    sampling_errors: int = 0,
+    *,
+    dcgm_compat: bool = False,
+    free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
+) -> list[Any]:
+    """Turn one sample into prometheus_client metric families.
+
+    Args:
+        sample: the latest sample, or ``None`` when the latest attempt to read failed.
+        sampling_errors: how many samples have failed since the exporter started.
+        dcgm_compat: also dcgm-exporter's series (:mod:`gpumon.commands.export.dcgm`).
+        free_threshold_mib: a GPU with no process and less memory in use than this is free
+            (``gpumon_gpu_free``).
+
+    Returns:
+        The families to expose; N/A values and lost GPUs' readings have no series.
+    """
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    note = _DEMO_NOTE if sample is not None and sample.simulated else ""
+    families: list[Any] = []
+
+    def gauge(name: str, text: str, labels: Iterable[str] = ()) -> Any:
+        family = GaugeMetricFamily(name, text + note, labels=list(labels))
+        families.append(family)
+        return family
+
+    def counter(name: str, text: str, labels: Iterable[str] = ()) -> Any:
+        family = CounterMetricFamily(name, text + note, labels=list(labels))
+        families.append(family)
+        return family
+
+    simulated = gauge("gpumon_simulated", "1 when the data is simulated (gpumon --demo).")
+    simulated.add_metric([], 1.0 if sample is not None and sample.simulated else 0.0)
+    errors = counter("gpumon_sampling_errors", "Samples that failed since the exporter started.")
+    errors.add_metric([], float(sampling_errors))
+    if sample is None:
+        return families
+
+    host = gauge(
+        "gpumon_host_info",
+        "The machine's host name, as gpumon shows it (value always 1): cluster views name "
+        "the node by it.",
+        ("hostname",),
+    )
+    host.add_metric([label_value(sample.host.hostname)], 1.0)
+    gauge("gpumon_sample_timestamp_seconds", "When the exported sample was taken (Unix time).")
+    families[-1].add_metric([], sample.timestamp_s)
+    gauge("gpumon_sample_duration_seconds", "How long reading the exported sample took.")
+    families[-1].add_metric([], sample.duration_s)
+    if sample.driver is not None:
+        info = gauge(
+            "gpumon_driver_info",
+            "Driver, CUDA driver and NVML versions (value always 1).",
+            ("driver_version", "cuda_driver_version", "nvml_version"),
+        )
+        driver = sample.driver
+        versions = (driver.driver_version, driver.cuda_driver_version, driver.nvml_version)
+        info.add_metric([label_value(version) for version in versions], 1.0)
+    _add_gpu_series(sample, gauge, counter)
+    _add_usage_series(sample, gauge, free_threshold_mib)
+    _add_mig_series(sample, gauge)
+    if dcgm_compat:
+        from gpumon.commands.export.dcgm import dcgm_families
+
+        families.extend(dcgm_families(sample, note, label_value))
+    return families
+
+
+#: Makes a family (name, help, label names), adds it to the scrape, returns it.
+_NewFamily = Callable[[str, str, Iterable[str]], Any]
+
+
+def _add_gpu_series(sample: Sample, gauge: _NewFamily, counter: _NewFamily) -> None:
+    """Identity and up for every GPU; every field table reading of the GPUs that answered."""
+    gpu_info = gauge(
+        "gpumon_gpu_info", "GPU identity (value always 1).", (*GPU_LABELS, "pci_bus_id")
+    )
+    up = gauge("gpumon_gpu_up", "1 when the GPU answered, 0 when it is lost.", GPU_LABELS)
+    for gpu in sample.gpus:
+        labels = _gpu_labels(gpu)
+        gpu_info.add_metric([*labels, label_value(gpu.pci_bus_id)], 1.0)
+        up.add_metric(labels, 0.0 if gpu.lost else 1.0)
+    readable = [gpu for gpu in sample.gpus if not gpu.lost]
+    for metric in GPU_METRICS:
+        if metric.kind == "state":
+            assert metric.label is not None
+            family = gauge(metric.name, metric.help, (*GPU_LABELS, metric.label))
+            for gpu in readable:
+                for state in metric.states(gpu):
+                    family.add_metric([*_gpu_labels(gpu), label_value(state)], 1.0)
+            continue
+        make = counter if metric.kind == "counter" else gauge
+        family = make(metric.name, metric.help, GPU_LABELS)
+        for gpu in readable:
+            value = metric.read(gpu)
+            if value is not None:
+                family.add_metric(_gpu_labels(gpu), value)
+
+
+def _add_usage_series(sample: Sample, gauge: _NewFamily, free_threshold_mib: int) -> None:
+    """Who uses the GPUs: process counts, FREE, each process's GPU memory."""
+    count = gauge("gpumon_gpu_processes", "Processes using the GPU.", GPU_LABELS)
+    free = gauge(
+        "gpumon_gpu_free",
+        f"1 when the GPU has no process and less than {free_threshold_mib} MiB of memory in "
+        "use, 0 when it is in use; no series when its processes are unknown.",
+        GPU_LABELS,
+    )
+    free_indices = free_gpu_indices(sample, free_threshold_mib)
+    for gpu in sample.gpus:
+        if not processes_known(gpu, sample):  # unknown is no series, never a fake 0
+            continue
+        on_gpu = sample.processes_on(gpu.index)
+        count.add_metric(_gpu_labels(gpu), float(len(on_gpu)))
+        if on_gpu or (gpu.memory_used_bytes is not None and gpu.mig_instances is not None):
+            free.add_metric(_gpu_labels(gpu), 1.0 if gpu.index in free_indices else 0.0)
+    memory = gauge(
+        "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
+    )
+    lost = {gpu.index for gpu in sample.gpus if gpu.lost}  # joined by index: a UUID may be None
+    for process in sample.processes:
+        if process.gpu_memory_bytes is not None and process.gpu_index not in lost:
+            memory.add_metric(_process_labels(process), process.gpu_memory_bytes)
+
+
+def _add_mig_series(sample: Sample, gauge: _NewFamily) -> None:
+    """Each MIG instance's memory; none where the instances are unknown."""
+    used = gauge(
+        "gpumon_mig_memory_used_bytes",
+        "GPU memory in use in a MIG instance (its GPU instance's).",
+        MIG_LABELS,
+    )
+    total = gauge(
+        "gpumon_mig_memory_total_bytes",
+        "GPU memory of a MIG instance (its GPU instance's).",
+        MIG_LABELS,
+    )
+    for gpu in sample.gpus:
+        if gpu.lost:
+            continue
+        for instance in gpu.mig_instances or ():  # None: MIG on, instances unknown
+            labels = _mig_labels(instance)
+            if instance.memory_used_bytes is not None:
+                used.add_metric(labels, instance.memory_used_bytes)
+            if instance.memory_total_bytes is not None:
+                total.add_metric(labels, instance.memory_total_bytes)
+
+
+def _gpu_labels(gpu: GpuStats) -> list[str]:
+    # An unknown UUID (a GPU lost before NVML told it) is "": join on gpu and instance then.
+    return [str(gpu.index), label_value(gpu.uuid), label_value(gpu.name)]
+
+
+def _process_labels(process: GpuProcess) -> list[str]:
+    # No job or container is "", which Prometheus reads as no label at all.
+    return [
+        str(process.gpu_index),
+        label_value(process.gpu_uuid),
+        str(process.pid),
+        label_value(process.user),
+        label_value(process_name(process.command)),
+        label_value(process.job_id),
+        label_value(process.container_id),
+    ]
+
+
+def _mig_labels(instance: MigInstance) -> list[str]:
+    return [
+        str(instance.gpu_index),
+        label_value(instance.uuid),
+        _id_label(instance.gpu_instance_id),
+        _id_label(instance.compute_instance_id),
+        label_value(instance.profile),
+    ]
+
+
+def _id_label(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+@functools.cache
+def _every_family(dcgm_compat: bool) -> tuple[Any, ...]:
+    """One empty family of each name build_families can yield, for ``describe()``."""
+    host = HostStats("", None, None, None, None, None, None)
+    empty = Sample(0.0, host, DriverInfo(None, None, None), gpus=())
+    return tuple(build_families(empty, dcgm_compat=dcgm_compat))
+
+
+class SampleCollector:
+    """A prometheus_client collector that yields the families of the latest sample.
+
+    :meth:`update` builds the families once per sample (in the sampling thread); ``collect``
+    only hands out that immutable list, so scrapes are cheap and never touch NVML. Until the
+    first sample, and while the latest says there is no driver, :attr:`not_ready` says why
+    (the HTTP side answers 503 with it).
+    """
+
+    def __init__(
+        self, *, dcgm_compat: bool = False, free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB
+    ) -> None:
+        self._dcgm_compat = dcgm_compat
+        self._free_threshold_mib = free_threshold_mib
+        self._sampling_errors = 0
+        # (why not ready or None, families): one reference, so a scrape sees one state.
+        self._state: tuple[str | None, list[Any]] = (WAITING, [])
+
+    @property
+    def not_ready(self) -> str | None:
+        """Why there is nothing to expose yet (one line), or ``None``."""
+        return self._state[0]
+
+    def update(self, sample: Sample) -> None:
+        """Expose ``sample`` from the next scrape on."""
+        if sample.unavailable is not None and not sample.simulated:
+            self._state = (f"no NVIDIA GPU data: {sample.unavailable.headline}\n", [])
+        else:
+            families = build_families(
+                sample,
+                self._sampling_errors,
+                dcgm_compat=self._dcgm_compat,
+                free_threshold_mib=self._free_threshold_mib,
+            )
+            self._state = (None, families)
+
+    def sampling_failed(self) -> None:
+        """The latest read failed: expose no GPU series rather than stale ones."""
+        self._sampling_errors += 1
+        self._state = (None, build_families(None, self._sampling_errors))
+
+    def describe(self) -> Iterator[Any]:
+        """Every family name :meth:`collect` can yield: lets ``/metrics?name[]=`` filter."""
+        yield from _every_family(self._dcgm_compat)
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._state[1]
+
+
+def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> int:
+    """``gpumon export``: serve /metrics until a signal, sampling every ``interval_s``."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        print(
+            "gpumon export: error: prometheus_client is not installed: "
+            "pip install 'gpumon-tui[export]' (pipx: pipx install --force 'gpumon-tui[export]')",
+            file=sys.stderr,
+        )
+        return 1
+    from gpumon.commands.export.http import Exporter, serve_until_signalled
+    from gpumon.sources.base import source_for
+
+    host, port = listen
+    # Cheap: NVML is initialised by the first sample, on the sampling thread.
+    source = source_for(settings)
+    try:  # listens at once; /metrics answers 503 until the first sample
+        collector = SampleCollector(
+            dcgm_compat=dcgm_compat, free_threshold_mib=settings.free_threshold_mib
+        )
+        exporter = Exporter(source, collector, host, port, settings.interval_s)
+    except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
+        source.close()
+        reason = getattr(error, "strerror", None) or error
+        shown = f"[{host}]" if ":" in host else host
+        print(f"gpumon export: error: cannot listen on {shown}:{port}: {reason}", file=sys.stderr)
+        return 1
+    return serve_until_signalled(exporter, host)

@@ -1,0 +1,132 @@
+"""``gpumon export --dcgm-compat``: the series NVIDIA's dcgm-exporter serves, from gpumon's data.
+
+Dashboards built for dcgm-exporter (Grafana's most used GPU dashboard, 12239, among them)
+query ``DCGM_FI_DEV_*`` series with dcgm-exporter's units (MHz, MiB, percent, mJ) and labels
+(``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``). This module makes
+those series from the same sample as gpumon's own metrics, on machines that run gpumon and not
+DCGM. It is added to gpumon's metrics, never instead of them.
+
+What cannot be made from NVML's device queries is left out rather than faked: the profiling
+fields (``DCGM_FI_PROF_*``, e.g. tensor-core activity) need DCGM's profiling module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.data.model import GpuStats, Sample
+
+#: dcgm-exporter's label names, in its order.
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class DcgmField:
+    """One dcgm-exporter series: its name, type and help, and how to read it in its unit."""
+
+    name: str
+    kind: str  # "gauge", or "unknown" (see DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+    help: str
+    read: Callable[[GpuStats], float | None]
+
+
+def _mib(value: int | None) -> float | None:
+    # dcgm-exporter reports whole MiB.
+    return None if value is None else float(value // _MIB)
+
+
+def _free_mib(gpu: GpuStats) -> float | None:
+    if gpu.memory_total_bytes is None or gpu.memory_used_bytes is None:
+        return None
+    reserved = gpu.memory_reserved_bytes or 0  # v1 drivers count reserved memory as used
+    return _mib(max(0, gpu.memory_total_bytes - gpu.memory_used_bytes - reserved))
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField(
+        "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
+        lambda gpu: _number(gpu.clock_sm_mhz),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).",
+        lambda gpu: _number(gpu.clock_memory_mhz),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
+        lambda gpu: _number(gpu.temperature_c),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
+        lambda gpu: _number(gpu.power_draw_w),
+    ),
+    # dcgm-exporter types this a counter. In OpenMetrics (which Prometheus asks for first) a
+    # counter's samples must end in _total, which would rename the series dashboards query;
+    # untyped keeps the name, and rate() works on it all the same.
+    DcgmField(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "unknown",
+        "Total energy consumption since the driver was loaded (in mJ).",
+        lambda gpu: None if gpu.energy_j is None else round(gpu.energy_j * 1000.0),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).",
+        lambda gpu: _number(gpu.utilization_gpu_pct),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
+        lambda gpu: _number(gpu.utilization_memory_pct),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _free_mib,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
+        lambda gpu: _mib(gpu.memory_used_bytes),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).",
+        lambda gpu: _mib(gpu.memory_reserved_bytes),
+    ),
+)  # fmt: skip
+
+
+def dcgm_families(sample: Sample, note: str, label_value: Callable[[str | None], str]) -> list[Any]:
+    """dcgm-exporter's families for ``sample``; a lost GPU and an N/A reading have no series.
+
+    Args:
+        sample: the sample gpumon's own metrics come from.
+        note: appended to every help text (the DEMO note for simulated data).
+        label_value: makes a label value safe (``""`` for unknown).
+    """
+    from prometheus_client.metrics_core import Metric
+
+    readable = [gpu for gpu in sample.gpus if not gpu.lost]
+    host = label_value(sample.host.hostname)
+    families: list[Any] = []
+    for field in DCGM_FIELDS:
+        family = Metric(field.name, field.help + note, field.kind)
+        for gpu in readable:
+            value = field.read(gpu)
+            if value is not None:
+                family.add_sample(field.name, _labels(gpu, host, label_value), value)
+        families.append(family)
+    return families
+
+
+def _labels(gpu: GpuStats, host: str, label_value: Callable[[str | None], str]) -> dict[str, str]:
+    values = (
+        str(gpu.index),
+        label_value(gpu.uuid),
+        label_value(gpu.pci_bus_id),
+        f"nvidia{gpu.index}",  # as dcgm-exporter names the device node of GPU N
+        label_value(gpu.name),
+        host,
+    )
+    return dict(zip(DCGM_LABELS, values, strict=True))

@@ -1,0 +1,225 @@
+"""``gpumon status``: one short line for a tmux (or any other) status bar.
+
+Run every few seconds by tmux, so it must start fast: one sample, no psutil, no textual, no
+colours (tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``). The
+default is one compact cell per GPU, ``GPU 0:87/26% 1:FREE ...`` (utilisation / memory used,
+in percent; ``FREE`` for a GPU with no process and less than ``free_threshold_mib`` in use):
+8 GPUs fit in under 100 columns, leaving room for a clock in tmux's 120.
+
+To tell FREE, the line reads NVML's process lists, and nothing about the processes from the
+host (no psutil, no /proc reads of other users' processes); a ``--format`` without
+``{free}`` reads no process list at all. A GPU whose process list is unknown (NVML refused
+it) is never FREE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Set
+from typing import TYPE_CHECKING
+
+from gpumon.data import format as fmt
+from gpumon.data.fields import FIELDS as TABLE
+from gpumon.data.model import GpuStats, Sample
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
+
+DEFAULT_FORMAT = "{index}:{util_num}/{mem_pct_num}%"
+#: What the default format shows for a FREE GPU, in place of ``0/0%``.
+FREE_CELL = "{index}:FREE"
+FREE = "FREE"
+DEFAULT_SEPARATOR = " "
+DEFAULT_PREFIX = "GPU "
+#: What the line says when there is no GPU data (no driver): never a blank status bar.
+NO_DATA = "GPU N/A"
+
+#: The fields ``--format`` may use, with what they hold. All are strings; N/A is "N/A":
+#: the GPU's identity, every field of the field table (:mod:`gpumon.data.fields`) by its key, and
+#: a few derived from them.
+FIELDS: dict[str, str] = {
+    "index": "NVML index (0, 1, ...)",
+    "name": "product name",
+    "uuid": "full GPU UUID",
+    "short_uuid": "GPU-1a2b3c4d",
+    **{field.key: field.help for field in TABLE},
+    "util_num": "GPU utilisation without the % sign (87)",
+    "mem_pct": "memory used, percent of total (26%)",
+    "mem_pct_num": "memory used, percent of total, without the % sign (26)",
+    "free": "FREE when the GPU has no process and less memory in use than free_threshold_mib, "
+    "else empty (also when its processes are unknown)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    fields = ", ".join(f"{{{name}}}" for name in FIELDS)
+    parser.add_argument(
+        "--format",
+        default=DEFAULT_FORMAT,
+        metavar="TEMPLATE",
+        # argparse %-formats help texts: the default's "%" must be doubled.
+        help=f"Python format string applied to each GPU (default: {DEFAULT_FORMAT!r}, and "
+        f"{FREE_CELL!r} for a FREE GPU); fields: {fields}".replace("%", "%%"),
+    )
+    parser.add_argument(
+        "--separator",
+        default=DEFAULT_SEPARATOR,
+        metavar="TEXT",
+        help=f"text between GPUs (default: {DEFAULT_SEPARATOR!r})",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        metavar="TEXT",
+        help=f"text before the first GPU (default: {DEFAULT_PREFIX!r} with the default "
+        "format, nothing with your own --format)",
+    )
+
+
+def run(settings: Settings, *, format: str, separator: str, prefix: str | None) -> int:
+    """``gpumon status``: print the line (exit 0), or ``GPU N/A`` without GPU data (exit 1)."""
+    template = format
+    problem = None if template == DEFAULT_FORMAT else check_template(template)
+    if problem is not None:
+        shown = fmt.safe_text(template, 80)
+        print(f"gpumon status: error: bad --format {shown!r}: {problem}", file=sys.stderr)
+        return 2
+    from gpumon.sampling.snapshot import no_gpu_data, report_unavailable, take_sample
+
+    # NVML's process lists only when the line shows FREE, never the host's per-process reads
+    # (the line shows no process); PCIe only when the template shows it.
+    shows_free = template == DEFAULT_FORMAT or "{free" in template
+    sample = take_sample(
+        settings, processes=shows_free, pcie="{pcie_" in template, host_details=False
+    )
+    if no_gpu_data(sample):
+        assert sample.unavailable is not None
+        print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
+        report_unavailable(sample.unavailable)
+        return 1
+    from gpumon.data.views import free_gpu_indices
+
+    free = free_gpu_indices(sample, settings.free_threshold_mib)
+    line = status_line(sample, template=template, separator=separator, prefix=prefix, free=free)
+    print(line)
+    return 0
+
+
+#: A field's format spec: ``[[fill]align][width][.precision]``, nothing else (no nested
+#: fields, no attribute or index access, no conversion), widths bounded.
+_SPEC = re.compile(
+    r"(?:(?P<fill>[^{}])?[<>^])?(?P<width>[0-9]{1,6})?(?:\.(?P<precision>[0-9]{1,6}))?"
+)
+MAX_WIDTH = 200
+
+
+def check_template(template: str) -> str | None:
+    """Return why ``template`` cannot be used, or ``None``.
+
+    Only the documented field names (:data:`FIELDS`) are allowed, each with at most a
+    ``[[fill]align][width][.precision]`` spec (width and precision up to :data:`MAX_WIDTH`):
+    ``{index.__class__}`` or ``{util:>999999999}`` would print Python internals or build a
+    string of gigabytes.
+    """
+    import string  # only a template of the user's own is checked
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:
+        return str(error)
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name == "" or name.isdigit():
+            return "use named fields such as {util}, not {} or {0}"
+        shown = fmt.safe_text(name, 40)
+        if name not in FIELDS:
+            return f"unknown field {{{shown}}} (known: {', '.join(FIELDS)})"
+        if conversion is not None:
+            return f"{{{shown}!{fmt.safe_text(conversion)}}}: conversions are not supported"
+        match = _SPEC.fullmatch(spec or "")
+        if match is None:
+            return (
+                f"{{{shown}:{fmt.safe_text(spec or '', 40)}}}: a field takes "
+                "[[fill]align][width][.precision], e.g. {util:>4}"
+            )
+        fill = match.group("fill")
+        if fill is not None and not fill.isprintable():
+            return f"{{{shown}}}: the fill character must be printable"
+        for part in ("width", "precision"):
+            value = match.group(part)
+            if value is not None and int(value) > MAX_WIDTH:
+                return f"{{{shown}}}: {part} {value} is more than {MAX_WIDTH}"
+    try:
+        template.format(**dict.fromkeys(FIELDS, fmt.NA))
+    except (ValueError, IndexError, KeyError, AttributeError, TypeError) as error:
+        return str(error)
+    return None
+
+
+def gpu_fields(gpu: GpuStats, ascii_only: bool = False, free: bool = False) -> dict[str, str]:
+    """The ``--format`` fields of one GPU, as strings (N/A when not known); ``free`` says
+    whether the GPU is FREE (:func:`gpumon.data.views.free_gpu_indices`)."""
+    fraction = gpu.memory_used_fraction
+    values = {field.key: field.show(gpu) for field in TABLE}
+    if ascii_only:
+        values = {key: text.replace("°C", "C") for key, text in values.items()}
+    return {
+        **values,
+        "index": str(gpu.index),
+        "name": gpu.name or fmt.NA,
+        "uuid": gpu.uuid or fmt.NA,
+        "short_uuid": gpu.short_uuid,
+        "util_num": _number(gpu.utilization_gpu_pct),
+        "mem_pct": fmt.percent(None if fraction is None else 100 * fraction),
+        "mem_pct_num": _number(None if fraction is None else 100 * fraction),
+        "free": FREE if free else "",
+    }
+
+
+def _cell(gpu: GpuStats, template: str, ascii_only: bool, free: bool) -> str:
+    if gpu.lost:
+        return f"{gpu.index}:LOST"
+    if free and template == DEFAULT_FORMAT:
+        return FREE_CELL.format(index=gpu.index)
+    return template.format(**gpu_fields(gpu, ascii_only, free))
+
+
+def _number(value: float | None) -> str:
+    return fmt.NA if value is None else f"{value:.0f}"
+
+
+def status_line(
+    sample: Sample,
+    *,
+    template: str = DEFAULT_FORMAT,
+    separator: str = DEFAULT_SEPARATOR,
+    prefix: str | None = None,
+    ascii_only: bool | None = None,
+    free: Set[int] = frozenset(),
+) -> str:
+    """One line for every GPU in ``sample``.
+
+    Args:
+        sample: what to show.
+        template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
+        separator: placed between GPUs.
+        prefix: placed before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
+            template, nothing with another (a custom template is exactly what it says).
+        ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
+        free: NVML indices of the FREE GPUs (:func:`gpumon.data.views.free_gpu_indices`): the
+            default template shows them as ``3:FREE``; any template's ``{free}`` says FREE.
+
+    Returns:
+        The line without a newline; a lost GPU shows as ``2:LOST``, and simulated data
+        starts with ``DEMO ``.
+    """
+    if ascii_only is None:
+        ascii_only = not fmt.locale_is_utf8()
+    parts = [_cell(gpu, template, ascii_only, gpu.index in free) for gpu in sample.gpus]
+    if prefix is None:
+        prefix = DEFAULT_PREFIX if template == DEFAULT_FORMAT else ""
+    line = prefix + separator.join(parts)
+    return f"DEMO {line}" if sample.simulated else line

@@ -1,0 +1,168 @@
+"""A cluster as Prometheus sees it: nodes, each one scrape target with its own :class:`Sample`.
+
+The Prometheus source (:mod:`gpumon.sources.prometheus.source`) builds a :class:`ClusterSample`
+from a handful of PromQL queries (one per metric for the whole cluster, never one per node);
+the node list, ``once --prometheus`` and ``pick --prometheus`` read it. Pure data and pure
+functions here: no HTTP, no Textual.
+
+Honest staleness: a node whose target is down (``up == 0``) or whose series are older than
+three scrape intervals is DOWN or STALE with the time it was last seen, never a node of idle
+GPUs. Its last known GPUs are kept (``sample``) but no view may count them as free.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpumon.data.model import GpuStats, Sample
+from gpumon.data.views import free_gpu_indices, user_summary
+
+#: Series older than this many scrape intervals make a node STALE.
+STALE_AFTER_INTERVALS = 3
+
+
+class NodeState(str, enum.Enum):
+    UP = "up"
+    DOWN = "down"  # Prometheus scraped it and failed (up == 0)
+    STALE = "stale"  # no fresh series: the target is gone from Prometheus, or scrapes stopped
+
+
+class ExporterKind(str, enum.Enum):
+    GPUMON = "gpumon"  # gpumon's own exporter: GPUs and processes
+    DCGM = "dcgm"  # NVIDIA's dcgm-exporter: GPUs only, fewer fields
+    UNKNOWN = "unknown"  # a target with an ``up`` series and no GPU metric known here
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One scrape target.
+
+    ``name`` is its host label (gpumon's ``gpumon_host_info{hostname}``, dcgm-exporter's
+    ``Hostname``), else Prometheus' ``instance``; ``host (instance)`` when two targets share
+    a host label: two exporters are never merged into one node. ``sample`` holds its GPUs
+    (and processes, from gpumon's exporter), fields the exporter lacks as ``None`` (N/A).
+    ``last_seen_s`` is the newest sample time of its series (seconds since the epoch);
+    ``down_since_s`` when ``up`` turned 0, where Prometheus can tell.
+    """
+
+    name: str
+    instance: str
+    job: str | None
+    exporter: ExporterKind
+    state: NodeState
+    sample: Sample
+    last_seen_s: float | None = None
+    down_since_s: float | None = None
+
+    @property
+    def gpus(self) -> tuple[GpuStats, ...]:
+        return self.sample.gpus
+
+    @property
+    def usable(self) -> bool:
+        """Its data is current: UP. A DOWN or STALE node's GPUs are never free."""
+        return self.state is NodeState.UP
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSample:
+    """Everything the Prometheus server told at one instant.
+
+    ``error`` says why the last query failed (unreachable, 401, timeout): then ``nodes`` are
+    the last ones that were read, ``stale`` is True, and the views show a banner. ``url`` is
+    the server's address without credentials.
+    """
+
+    timestamp_s: float
+    url: str
+    nodes: tuple[Node, ...]
+    scrape_interval_s: float | None = None
+    error: str | None = None
+    stale: bool = False
+
+    @property
+    def simulated(self) -> bool:
+        """Any node serves simulated data (``gpumon export --demo``): labelled everywhere."""
+        return any(node.sample.simulated for node in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """One row of the node list."""
+
+    name: str
+    state: NodeState
+    gpu_count: int
+    free_gpus: int | None  # None: cannot tell (not UP, or processes unknown everywhere)
+    mean_utilization_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    hottest_c: int | None
+    top_user: str | None  # by GPU memory; None without process data (dcgm-exporter)
+    last_seen_s: float | None
+    down_since_s: float | None
+    exporter: ExporterKind
+
+
+def summarize(node: Node, free_threshold_mib: int) -> NodeSummary:
+    """The node list's row for ``node``. A node that is not UP has no free GPUs to offer."""
+    gpus = [gpu for gpu in node.gpus if not gpu.lost]
+    utils = [gpu.utilization_gpu_pct for gpu in gpus if gpu.utilization_gpu_pct is not None]
+    used = _sum(gpu.memory_used_bytes for gpu in gpus)
+    total = _sum(gpu.memory_total_bytes for gpu in gpus)
+    temps = [gpu.temperature_c for gpu in gpus if gpu.temperature_c is not None]
+    free: int | None = None
+    if node.usable and node.sample.processes_read:
+        free = len(free_gpu_indices(node.sample, free_threshold_mib))
+    users = user_summary(node.sample.processes) if node.sample.processes_read else ()
+    return NodeSummary(
+        name=node.name,
+        state=node.state,
+        gpu_count=len(node.gpus),
+        free_gpus=free,
+        mean_utilization_pct=sum(utils) / len(utils) if utils else None,
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        hottest_c=max(temps) if temps else None,
+        top_user=users[0].user if users else None,
+        last_seen_s=node.last_seen_s,
+        down_since_s=node.down_since_s,
+        exporter=node.exporter,
+    )
+
+
+def node_names(targets: Sequence[tuple[str | None, str]]) -> list[str]:
+    """Names for targets given as (host label or None, instance), in order: the host label,
+    else the instance; ``host (instance)`` for every target whose host label another target
+    shares."""
+    counts: dict[str, int] = {}
+    for host, _ in targets:
+        if host:
+            counts[host] = counts.get(host, 0) + 1
+    names = []
+    for host, instance in targets:
+        if not host:
+            names.append(instance)
+        elif counts[host] > 1:
+            names.append(f"{host} ({instance})")
+        else:
+            names.append(host)
+    return names
+
+
+def classify(
+    up: float | None, last_seen_s: float | None, now_s: float, scrape_interval_s: float
+) -> NodeState:
+    """UP, DOWN (``up == 0``) or STALE (no series newer than three scrape intervals)."""
+    if up is not None and up == 0:
+        return NodeState.DOWN
+    if last_seen_s is None or now_s - last_seen_s > STALE_AFTER_INTERVALS * scrape_interval_s:
+        return NodeState.STALE
+    return NodeState.UP
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None

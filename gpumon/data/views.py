@@ -1,0 +1,170 @@
+"""Who uses what, as pure functions of a sample: filters, the per-user summary, FREE GPUs.
+
+The dashboard's process table, ``gpumon once`` and ``gpumon pick`` all use these, so a filter
+or a FREE mark means the same everywhere. No Textual, no NVML, no psutil here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpumon.data.model import GpuProcess, GpuStats, MigInstance, Sample
+
+MIB = 1024**2
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessFilter:
+    """What the process table shows: all processes, or those that pass every part.
+
+    ``gpu_index``: only that GPU's; ``mine``: only the current user's; ``text``: only those
+    whose user, command or PID contains it (case-insensitive).
+    """
+
+    gpu_index: int | None = None
+    mine: bool = False
+    text: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.gpu_index is not None or self.mine or bool(self.text)
+
+    def matches(self, process: GpuProcess) -> bool:
+        if self.gpu_index is not None and process.gpu_index != self.gpu_index:
+            return False
+        if self.mine and not process.is_current_user:
+            return False
+        if self.text:
+            needle = self.text.casefold()
+            haystacks = (process.user or "", process.command or "", str(process.pid))
+            if not any(needle in haystack.casefold() for haystack in haystacks):
+                return False
+        return True
+
+    def describe(self) -> str:
+        """The active parts in words (``GPU 3 · mine · "train"``); empty when none."""
+        parts = []
+        if self.gpu_index is not None:
+            parts.append(f"GPU {self.gpu_index}")
+        if self.mine:
+            parts.append("mine")
+        if self.text:
+            parts.append(f'"{self.text}"')
+        return " · ".join(parts)
+
+
+def filter_processes(
+    processes: Iterable[GpuProcess], process_filter: ProcessFilter
+) -> tuple[GpuProcess, ...]:
+    if not process_filter.active:
+        return tuple(processes)
+    return tuple(p for p in processes if process_filter.matches(p))
+
+
+def shorten_command(command: str) -> str:
+    """The program's path becomes its basename, the rest is kept:
+    ``/opt/conda/bin/python3 train.py --lr 3e-4`` reads ``python3 train.py --lr 3e-4``."""
+    program, space, rest = command.partition(" ")
+    if "/" not in program:
+        return command
+    name = os.path.basename(program.rstrip("/")) or program
+    return name + space + rest
+
+
+@dataclass(frozen=True, slots=True)
+class UserUsage:
+    """One user's share of the GPUs. ``gpu_memory_bytes`` sums the memory NVML reports for
+    the user's processes (``None`` when it reports none of them); ``memory_partial`` is True
+    when some of them had memory N/A, so the sum is a lower bound."""
+
+    user: str
+    gpu_indices: tuple[int, ...]
+    gpu_memory_bytes: int | None
+    process_count: int
+    memory_partial: bool = False
+    is_current_user: bool = False
+
+
+#: The summary's name for processes whose owner cannot be read here.
+UNKNOWN_USER = "?"
+#: And for processes outside this PID namespace (another container).
+OTHER_NAMESPACE = "(other namespace)"
+
+
+def user_summary(processes: Iterable[GpuProcess]) -> tuple[UserUsage, ...]:
+    """Per user: GPUs used, GPU memory, process count; most memory first, then by name."""
+    groups: dict[str, list[GpuProcess]] = {}
+    for process in processes:
+        name = (process.user or UNKNOWN_USER) if process.visible else OTHER_NAMESPACE
+        groups.setdefault(name, []).append(process)
+    usages = []
+    for name, group in groups.items():
+        known = [p.gpu_memory_bytes for p in group if p.gpu_memory_bytes is not None]
+        usages.append(
+            UserUsage(
+                user=name,
+                gpu_indices=tuple(sorted({p.gpu_index for p in group})),
+                gpu_memory_bytes=sum(known) if known else None,
+                process_count=len(group),
+                memory_partial=bool(known) and len(known) < len(group),
+                is_current_user=any(p.is_current_user for p in group),
+            )
+        )
+    # Known memory first, most first; unknown (N/A) after a known 0 B.
+    usages.sort(key=lambda u: (u.gpu_memory_bytes is None, -(u.gpu_memory_bytes or 0), u.user))
+    return tuple(usages)
+
+
+def processes_known(gpu: GpuStats, sample: Sample) -> bool:
+    """True when ``gpu``'s process list was read: not lost, not refused, asked for."""
+    return sample.processes_read and not gpu.lost and gpu.processes_error is None
+
+
+def is_free(
+    gpu: GpuStats, processes: Sequence[GpuProcess], threshold_bytes: int, *, known: bool
+) -> bool:
+    """A GPU is FREE when its process list is ``known`` and empty and its memory in use is
+    below ``threshold_bytes``. Unknown is never free: a lost GPU, a refused process list, a
+    memory reading N/A."""
+    if not known or gpu.lost or gpu.processes_error is not None:
+        return False
+    if processes or gpu.memory_used_bytes is None:
+        return False
+    if gpu.mig_instances is None:  # MIG on, instances unreadable: memory per instance unknown
+        return False
+    return gpu.memory_used_bytes < threshold_bytes
+
+
+def free_gpu_indices(sample: Sample | None, threshold_mib: int) -> frozenset[int]:
+    """The NVML indices of the FREE GPUs of ``sample`` (none before the first sample)."""
+    if sample is None:
+        return frozenset()
+    by_gpu: dict[int, list[GpuProcess]] = {}
+    for process in sample.processes:
+        by_gpu.setdefault(process.gpu_index, []).append(process)
+    threshold = threshold_mib * MIB
+    return frozenset(
+        gpu.index
+        for gpu in sample.gpus
+        if is_free(gpu, by_gpu.get(gpu.index, ()), threshold, known=processes_known(gpu, sample))
+    )
+
+
+def instance_processes(
+    instance: MigInstance, processes: Iterable[GpuProcess]
+) -> tuple[GpuProcess, ...]:
+    """The processes that run in MIG ``instance`` (same GPU, GPU and compute instance)."""
+    return tuple(
+        p
+        for p in processes
+        if p.gpu_index == instance.gpu_index
+        and p.gpu_instance_id is not None
+        and p.gpu_instance_id == instance.gpu_instance_id
+        and (
+            instance.compute_instance_id is None
+            or p.compute_instance_id is None
+            or p.compute_instance_id == instance.compute_instance_id
+        )
+    )

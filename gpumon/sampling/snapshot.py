@@ -1,0 +1,246 @@
+"""One sample for the headless modes, and that sample as plain JSON-able data.
+
+``gpumon once``, ``gpumon once --json``, ``gpumon status`` and ``gpumon export`` share this
+module: how a single sample is taken, what "no driver" looks like to a script, and the JSON
+shape documented in ``docs/json-schema.md`` and ``gpumon/schema/once.schema.json``.
+
+Kept light (stdlib, gpumon.data.model and gpumon.data.views only): the sources, and with them psutil
+and pynvml, are imported inside :func:`take_sample`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from gpumon import __version__
+from gpumon.data.model import (
+    GpuProcess,
+    GpuStats,
+    GpuUnavailable,
+    MigInstance,
+    Sample,
+    unlisted_memory_bytes,
+)
+from gpumon.data.views import (
+    OTHER_NAMESPACE,
+    UNKNOWN_USER,
+    UserUsage,
+    free_gpu_indices,
+    processes_known,
+    user_summary,
+)
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
+
+#: Bumped only for breaking changes (a field removed, renamed, or changing type, unit or
+#: meaning). New fields may appear without a bump; consumers ignore keys they do not know.
+SCHEMA_VERSION = 1
+
+#: ``Settings.free_threshold_mib``'s default, for callers without settings (a test checks
+#: that the two agree): less memory in use than this, and no process, is FREE.
+DEFAULT_FREE_THRESHOLD_MIB = 1024
+
+# A plain path: pathlib costs `gpumon status` milliseconds on every call.
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema", "once.schema.json")
+
+# Every GpuStats field goes into the JSON under its own name: a field added to the model
+# shows up here at once, and the strict schema test then asks for it to be documented.
+_GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuStats))
+
+
+def take_sample(
+    settings: Settings, *, processes: bool = True, pcie: bool = True, host_details: bool = True
+) -> Sample:
+    """Open the source the settings ask for, read it once, close it.
+
+    Never sleeps: NVML values are instantaneous (utilisation is already an average kept by
+    the driver); only per-process CPU % needs a second reading, and it stays N/A here.
+
+    Args:
+        settings: which source (``--demo`` and its sizes).
+        processes: False for a mode that shows no process and no FREE mark: no process
+            calls at all.
+        pcie: False for a mode that does not show PCIe throughput (a slow NVML call).
+        host_details: False for a mode that needs NVML's process lists (to tell FREE) but
+            shows no process: no psutil, no reads of other users' processes.
+
+    Returns:
+        The sample; ``sample.unavailable`` is set when there is no usable driver.
+    """
+    from gpumon.sources.base import source_for
+
+    source = source_for(settings, processes=processes, pcie=pcie, host_details=host_details)
+    try:
+        return source.sample()
+    finally:
+        source.close()
+
+
+def no_gpu_data(sample: Sample) -> bool:
+    """True when the sample carries no GPU data because NVML could not be used."""
+    return sample.unavailable is not None and not sample.simulated
+
+
+def report_unavailable(unavailable: GpuUnavailable, stream: TextIO | None = None) -> None:
+    """Say on stderr, in one line plus an optional hint line, why there is no GPU data."""
+    stream = stream if stream is not None else sys.stderr
+    detail = f" ({unavailable.detail})" if unavailable.detail else ""
+    print(f"gpumon: no NVIDIA GPU data: {unavailable.headline}{detail}", file=stream)
+    if unavailable.hint:
+        print(f"gpumon: hint: {unavailable.hint}", file=stream)
+
+
+def iso_timestamp(timestamp_s: float) -> str:
+    """``2024-06-10T12:00:00.123Z``: ISO 8601 / RFC 3339 in UTC, millisecond precision."""
+    from datetime import datetime, timezone  # only the JSON output needs it
+
+    moment = datetime.fromtimestamp(timestamp_s, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def error_to_dict(unavailable: GpuUnavailable | None) -> dict[str, str] | None:
+    """The ``error`` object of the JSON output; ``None`` when GPU data could be read."""
+    if unavailable is None:
+        return None
+    return {
+        "reason": unavailable.reason.value,
+        "headline": unavailable.headline,
+        "detail": unavailable.detail,
+        "hint": unavailable.hint,
+    }
+
+
+def process_to_dict(process: GpuProcess) -> dict[str, Any]:
+    """One entry of a GPU's ``processes`` array."""
+    return {
+        "pid": process.pid,
+        "user": process.user,
+        "command": process.command,
+        "gpu_memory_bytes": process.gpu_memory_bytes,
+        "type": process.kind.value,
+        "cpu_pct": process.cpu_pct,
+        "rss_bytes": process.rss_bytes,
+        "elapsed_s": process.elapsed_s,
+        "visible": process.visible,
+        "sm_utilization_pct": process.sm_utilization_pct,
+        "job_id": process.job_id,
+        "container_id": process.container_id,
+        "gpu_instance_id": process.gpu_instance_id,
+        "compute_instance_id": process.compute_instance_id,
+    }
+
+
+def mig_instance_to_dict(instance: MigInstance) -> dict[str, Any]:
+    """One entry of a GPU's ``mig_instances`` array (its GPU is the one it is listed under)."""
+    return {
+        "index": instance.index,
+        "gpu_instance_id": instance.gpu_instance_id,
+        "compute_instance_id": instance.compute_instance_id,
+        "profile": instance.profile,
+        "uuid": instance.uuid,
+        "memory_used_bytes": instance.memory_used_bytes,
+        "memory_total_bytes": instance.memory_total_bytes,
+    }
+
+
+def gpu_to_dict(
+    gpu: GpuStats, processes: tuple[GpuProcess, ...] | None, *, free: bool = False
+) -> dict[str, Any]:
+    """One entry of ``gpus``: every model field, the memory its listed processes do not
+    account for, whether it is FREE, and its processes.
+
+    ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU, a GPU whose process
+    list NVML refused, or when the caller did not ask for processes, and a list (maybe empty)
+    otherwise. ``free`` is forced to False whenever the processes are not known.
+    """
+    data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
+    if gpu.lost or gpu.mig_instances is None:  # a lost GPU's instances are unknown too
+        data["mig_instances"] = None
+    else:
+        data["mig_instances"] = [mig_instance_to_dict(m) for m in gpu.mig_instances]
+    data["memory_unlisted_bytes"] = (
+        None if processes is None else unlisted_memory_bytes(gpu, processes)
+    )
+    known = not gpu.lost and gpu.processes_error is None and processes is not None
+    data["free"] = free and known
+    data["processes"] = [process_to_dict(p) for p in processes or ()] if known else None
+    return data
+
+
+def user_summary_of(sample: Sample) -> tuple[tuple[UserUsage, ...], tuple[int, ...]]:
+    """Per user, what the GPUs whose process lists are known hold; and the NVML indices of
+    the GPUs left out because theirs are not (lost, refused; every GPU when the sample
+    carries no process lists)."""
+    known = {gpu.index for gpu in sample.gpus if processes_known(gpu, sample)}
+    usages = user_summary(p for p in sample.processes if p.gpu_index in known)
+    left_out = tuple(gpu.index for gpu in sample.gpus if gpu.index not in known)
+    return usages, left_out
+
+
+def usage_to_dict(usage: UserUsage) -> dict[str, Any]:
+    """One entry of ``users``: an unknown owner and another PID namespace are ``null``
+    users (``visible`` tells them apart), never a made-up name."""
+    named = usage.user not in (UNKNOWN_USER, OTHER_NAMESPACE)
+    return {
+        "user": usage.user if named else None,
+        "visible": usage.user != OTHER_NAMESPACE,
+        "current_user": usage.is_current_user,
+        "gpus": list(usage.gpu_indices),
+        "gpu_memory_bytes": usage.gpu_memory_bytes,
+        "gpu_memory_partial": usage.memory_partial,
+        "process_count": usage.process_count,
+    }
+
+
+def sample_to_dict(
+    sample: Sample,
+    *,
+    include_processes: bool = True,
+    free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
+) -> dict[str, Any]:
+    """The whole sample as JSON-able data, following ``gpumon/schema/once.schema.json``.
+
+    Args:
+        sample: what to convert.
+        include_processes: when False every GPU's ``processes`` is ``null``, no GPU is
+            ``free`` and ``users`` is ``null``.
+        free_threshold_mib: a GPU with no process and less memory in use than this is free
+            (``Settings.free_threshold_mib``).
+
+    Returns:
+        A dict of str, int, float, bool, None, lists and dicts only.
+    """
+    include_processes = include_processes and sample.processes_read
+    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
+    for process in sample.processes:
+        by_gpu.setdefault(process.gpu_index, []).append(process)
+    free = free_gpu_indices(sample, free_threshold_mib) if include_processes else frozenset()
+    users = None
+    if include_processes and sample.unavailable is None:
+        users = [usage_to_dict(usage) for usage in user_summary_of(sample)[0]]
+    driver = sample.driver
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "gpumon_version": __version__,
+        "simulated": sample.simulated,
+        "hostname": sample.host.hostname,
+        "driver_version": driver.driver_version if driver else None,
+        "cuda_driver_version": driver.cuda_driver_version if driver else None,
+        "nvml_version": driver.nvml_version if driver else None,
+        "timestamp": iso_timestamp(sample.timestamp_s),
+        "timestamp_s": sample.timestamp_s,
+        "error": error_to_dict(sample.unavailable),
+        "gpus": [
+            gpu_to_dict(
+                gpu,
+                tuple(by_gpu[gpu.index]) if include_processes else None,
+                free=gpu.index in free,
+            )
+            for gpu in sample.gpus
+        ],
+        "users": users,
+    }

@@ -1,0 +1,340 @@
+"""What the host knows: CPU/RAM for the host strip, and per-PID details via psutil.
+
+psutil's NoSuchProcess, AccessDenied and ZombieProcess never escape this module. Text that
+comes from other users (command lines, user names) is made safe here, once, for every output
+(:func:`gpumon.data.format.safe_text`).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from gpumon.data.format import safe_text
+from gpumon.data.model import HostStats
+from gpumon.sources.host import cgroup
+from gpumon.sources.host.cgroup import NO_IDS, CgroupIds
+
+_cpu_primed = False
+
+
+def sample_host(hostname: str | None = None) -> HostStats:
+    """Read the host strip. ``cpu_percent(None)`` is a delta since the previous call, so
+    the very first reading is meaningless and shown as N/A, not as 0 %."""
+    try:
+        load: tuple[float, float, float] | None = tuple(os.getloadavg())  # type: ignore[assignment]
+    except (OSError, AttributeError):
+        load = None
+    memory = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+    return HostStats(
+        hostname=safe_text(hostname or socket.gethostname()),
+        cpu_pct=_host_cpu_pct(),
+        load_average=load,
+        memory_used_bytes=memory.total - memory.available,
+        memory_total_bytes=memory.total,
+        swap_used_bytes=swap.used,
+        swap_total_bytes=swap.total,
+        cpu_count=psutil.cpu_count(),
+    )
+
+
+def _host_cpu_pct() -> float | None:
+    global _cpu_primed
+    value = psutil.cpu_percent(interval=None)
+    if not _cpu_primed:
+        _cpu_primed = True
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class HostProcessInfo:
+    """What psutil could read about one PID. Unreadable fields are ``None``."""
+
+    visible: bool
+    user: str | None = None
+    command: str | None = None
+    cpu_pct: float | None = None
+    rss_bytes: int | None = None
+    elapsed_s: float | None = None
+    is_current_user: bool = False
+    create_time_s: float | None = None
+    job_id: str | None = None
+    container_id: str | None = None
+
+
+NOT_VISIBLE = HostProcessInfo(visible=False)
+
+_PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """What ``/proc/PID/stat`` says of a process: the part that changes every tick."""
+
+    zombie: bool
+    cpu_ticks: int  # user + system time, in clock ticks
+    start_ticks: int  # start time since boot: with the PID, the identity of a process
+    rss_bytes: int
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def read_proc_stat(pid: int) -> ProcStat | None:
+    """One read of ``/proc/PID/stat`` (Linux); ``None`` when no such process is visible here.
+
+    psutil reads the same file, and ``statm`` besides, behind several layers per call: with
+    hundreds of GPU processes this single read per PID per tick is most of the saving.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # Field 2, the command name, is in parentheses and may itself hold spaces and ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return ProcStat(
+            zombie=fields[0] == b"Z",
+            cpu_ticks=int(fields[11]) + int(fields[12]),  # utime, stime (fields 14, 15)
+            start_ticks=int(fields[19]),  # starttime (field 22)
+            rss_bytes=int(fields[21]) * _PAGE_BYTES,  # rss in pages (field 24)
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def _proc_is_readable() -> bool:
+    return read_proc_stat(os.getpid()) is not None
+
+
+@dataclass(slots=True)
+class _Tracked:
+    process: psutil.Process
+    create_time: float
+    user: str | None
+    uid: int | None
+    command: str | None
+    ids: CgroupIds = NO_IDS  # Slurm job and container: read once, as the rest above
+    primed: bool = False
+    # The /proc way: identity and the previous CPU reading.
+    start_ticks: int | None = None
+    cpu_ticks: int | None = None
+    read_at_s: float = 0.0
+
+
+class ProcessInspector:
+    """Joins NVML's PIDs with host details.
+
+    What never changes for a live process (user, command line, start time, and its Slurm job
+    and container from ``/proc/PID/cgroup``) is read once, with psutil, when its PID first
+    appears. What changes (CPU, RSS, zombie state) is read
+    every tick: on Linux with one read of ``/proc/PID/stat`` per PID (see
+    :func:`read_proc_stat`), elsewhere (and with an injected ``process_factory``) through
+    psutil. Either way a process is known by (PID, start time), so ``cpu_pct`` is a real
+    delta between two samples and a reused PID is never mistaken for the old process.
+
+    Args:
+        process_factory: ``psutil.Process`` or a look-alike (tests).
+        current_uid: whose processes are "mine" (default: this process's real uid).
+        clock: wall clock, for elapsed times.
+        read_stat: the per-tick reader; default :func:`read_proc_stat` on Linux when
+            ``process_factory`` is psutil's, else ``None`` (psutil for everything).
+        monotonic: clock for CPU percentages with ``read_stat``.
+        read_cgroup: reads a new PID's Slurm job and container ids; default
+            :func:`gpumon.sources.host.cgroup.read_cgroup_ids` when ``process_factory`` is
+            psutil's, else none (a look-alike's PIDs are not this host's).
+    """
+
+    def __init__(
+        self,
+        *,
+        process_factory: Callable[[int], psutil.Process] = psutil.Process,
+        current_uid: int | None = None,
+        clock: Callable[[], float] = time.time,
+        read_stat: Callable[[int], ProcStat | None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        read_cgroup: Callable[[int], CgroupIds] | None = None,
+    ) -> None:
+        self._process_factory = process_factory
+        self._current_uid = os.getuid() if current_uid is None else current_uid
+        self._clock = clock
+        if read_stat is None and process_factory is psutil.Process and _proc_is_readable():
+            read_stat = read_proc_stat
+        self._read_stat = read_stat
+        self._monotonic = monotonic
+        if read_cgroup is None:
+            real = process_factory is psutil.Process
+            read_cgroup = cgroup.read_cgroup_ids if real else _no_cgroup_ids
+        self._read_cgroup = read_cgroup
+        self._tracked: dict[int, _Tracked] = {}
+        self._user_names: dict[int, str] = {}
+
+    def inspect(self, pids: Iterable[int]) -> dict[int, HostProcessInfo]:
+        """Return details for each PID; forget PIDs not asked about (bounded memory)."""
+        wanted = set(pids)
+        for gone in self._tracked.keys() - wanted:
+            del self._tracked[gone]
+        now = self._clock()
+        if self._read_stat is not None:
+            read_at = self._monotonic()
+            return {pid: self._inspect_by_stat(pid, now, read_at) for pid in wanted}
+        return {pid: self._inspect_one(pid, now) for pid in wanted}
+
+    def _inspect_by_stat(self, pid: int, now: float, read_at: float) -> HostProcessInfo:
+        assert self._read_stat is not None
+        stat = self._read_stat(pid)
+        tracked = self._tracked.get(pid)
+        if tracked is not None and (stat is None or stat.start_ticks != tracked.start_ticks):
+            del self._tracked[pid]  # gone, or its PID now belongs to a new process
+            tracked = None
+        if stat is None:
+            return NOT_VISIBLE
+        if tracked is None:
+            tracked = self._discover(pid)
+            if tracked is None:
+                return NOT_VISIBLE
+            tracked.start_ticks = stat.start_ticks
+        cpu_pct: float | None = None
+        if tracked.cpu_ticks is not None and read_at > tracked.read_at_s:
+            used_s = (stat.cpu_ticks - tracked.cpu_ticks) / _CLOCK_TICKS
+            cpu_pct = max(0.0, 100.0 * used_s / (read_at - tracked.read_at_s))
+        tracked.cpu_ticks, tracked.read_at_s = stat.cpu_ticks, read_at
+        return self._info(tracked, now, cpu_pct, stat.rss_bytes, stat.zombie)
+
+    def _info(
+        self, tracked: _Tracked, now: float, cpu_pct: float | None, rss: int | None, zombie: bool
+    ) -> HostProcessInfo:
+        return HostProcessInfo(
+            visible=True,
+            user=tracked.user,
+            command=_defunct(tracked.command) if zombie else tracked.command,
+            cpu_pct=cpu_pct,
+            rss_bytes=rss,
+            elapsed_s=max(0.0, now - tracked.create_time),
+            is_current_user=tracked.uid is not None and tracked.uid == self._current_uid,
+            create_time_s=tracked.create_time,
+            job_id=tracked.ids.job_id,
+            container_id=tracked.ids.container_id,
+        )
+
+    def _inspect_one(self, pid: int, now: float) -> HostProcessInfo:
+        tracked = self._track(pid)
+        if tracked is None:
+            return NOT_VISIBLE
+        process = tracked.process
+        cpu_pct: float | None = None
+        rss: int | None = None
+        zombie = False
+        try:
+            with process.oneshot():
+                try:
+                    # An exited process its parent never reaped: NVML may still list it.
+                    zombie = process.status() == psutil.STATUS_ZOMBIE
+                except psutil.AccessDenied:
+                    pass
+                try:
+                    value = process.cpu_percent(interval=None)
+                    # The first call only primes the counter: its 0.0 is not a measurement.
+                    cpu_pct = value if tracked.primed else None
+                    tracked.primed = True
+                except psutil.AccessDenied:
+                    pass
+                try:
+                    rss = process.memory_info().rss
+                except psutil.AccessDenied:
+                    pass
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            self._tracked.pop(pid, None)
+            return NOT_VISIBLE
+        except OSError:
+            pass
+        return self._info(tracked, now, cpu_pct, rss, zombie)
+
+    def _track(self, pid: int) -> _Tracked | None:
+        tracked = self._tracked.get(pid)
+        if tracked is not None:
+            try:
+                # is_running() compares create time: catches a PID reused by a new process.
+                if tracked.process.is_running():
+                    return tracked
+            except _PSUTIL_ERRORS:
+                pass
+            del self._tracked[pid]
+        return self._discover(pid)
+
+    def _discover(self, pid: int) -> _Tracked | None:
+        """Read what never changes about a new PID, once; ``None`` when it is not here."""
+        try:
+            process = self._process_factory(pid)
+            create_time = process.create_time()
+        except _PSUTIL_ERRORS:
+            # Not in this PID namespace (container) or already gone.
+            return None
+        uid = _read_uid(process)
+        tracked = _Tracked(
+            process=process,
+            create_time=create_time,
+            uid=uid,
+            user=self._user_name(process, uid),
+            command=_read_command(process),
+            ids=self._read_cgroup(pid),
+        )
+        self._tracked[pid] = tracked
+        return tracked
+
+    def _user_name(self, process: psutil.Process, uid: int | None) -> str | None:
+        if uid is not None:
+            if uid not in self._user_names:
+                try:
+                    self._user_names[uid] = safe_text(pwd.getpwuid(uid).pw_name)
+                except KeyError:
+                    self._user_names[uid] = str(uid)
+            return self._user_names[uid]
+        try:
+            return safe_text(str(process.username()))
+        except (*_PSUTIL_ERRORS, KeyError):
+            return None
+
+
+def _no_cgroup_ids(pid: int) -> CgroupIds:
+    return NO_IDS
+
+
+def _defunct(command: str | None) -> str:
+    """How ps shows a zombie: the name it had, marked defunct."""
+    return f"{command or '?'} <defunct>"
+
+
+def _read_uid(process: psutil.Process) -> int | None:
+    try:
+        return int(process.uids().real)
+    except (*_PSUTIL_ERRORS, AttributeError):
+        return None
+
+
+def _read_command(process: psutil.Process) -> str | None:
+    try:
+        parts = process.cmdline()
+        if parts:
+            return safe_text(" ".join(parts))
+    except _PSUTIL_ERRORS:
+        pass
+    try:
+        return safe_text(str(process.name()))
+    except _PSUTIL_ERRORS:
+        return None

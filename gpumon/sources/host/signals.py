@@ -1,0 +1,191 @@
+"""Signals to a GPU process, sent only where it is safe: the dashboard's T, K and I.
+
+gpumon is a good citizen on a shared server: it signals only the current user's own
+processes (root: any), never in read-only mode, and never a PID that now names another
+process. A process is known by its PID *and* its create time (``GpuProcess.create_time_s``,
+psutil's ``create_time``): when the two no longer match, the PID was recycled and nothing is
+sent. On Linux the check and the signal go through a pidfd, which pins the process the PID
+named when it was opened: a signal through it can never reach a later process with the same
+number (see :func:`send_signal`). No Textual here: the dialog is :mod:`gpumon.ui.dashboard.signal_dialog`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import signal
+from dataclasses import dataclass
+from typing import Literal
+
+import psutil
+
+from gpumon.data.format import safe_text
+from gpumon.data.model import GpuProcess
+
+#: psutil's create time is the kernel's start time in clock ticks (1/100 s) plus the boot
+#: time: the same process always gives the same float. Half a tick absorbs rounding and still
+#: tells apart two processes started one tick apart.
+CREATE_TIME_TOLERANCE_S = 0.005
+
+Outcome = Literal["sent", "gone", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class SignalResult:
+    """What became of a signal: ``outcome`` for code, ``message`` for a notification.
+
+    ``outcome`` is ``"sent"`` (the kernel accepted it), ``"gone"`` (the process had exited, or
+    its PID now names another process) or ``"refused"`` (gpumon or the kernel would not send
+    it). ``message`` is one line naming the signal and the PID.
+    """
+
+    outcome: Outcome
+    message: str
+
+
+class _Stop(Exception):
+    """A check failed: nothing is sent. ``reason`` is said before "nothing sent"."""
+
+    def __init__(self, outcome: Outcome, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+def refusal(process: GpuProcess, *, readonly: bool, current_uid: int | None = None) -> str | None:
+    """Why no signal may be sent to ``process``, before even asking the user; else ``None``.
+
+    Refused: read-only mode; a PID that is not a process of this PID namespace (not visible
+    here, gpumon itself, or not a positive number); a process whose create time is unknown
+    (simulated, or unreadable), so a recycled PID could not be told apart; a process that has
+    exited or whose PID now names another process; and a process whose live owner (its real
+    uid, read now, not only ``is_current_user``) is neither the current user nor, when the
+    current user is root, anyone.
+
+    Args:
+        process: the process as the monitor saw it.
+        readonly: ``Settings.readonly``: refuse everything.
+        current_uid: the user signals are sent for; ``os.getuid()`` by default.
+
+    Returns:
+        One line ending in "nothing sent", or ``None`` when the user may be asked.
+    """
+    try:
+        seen_create_time_s = _check_before_asking(process, readonly=readonly)
+        _check_live(process.pid, seen_create_time_s, current_uid=current_uid)
+    except _Stop as stop:
+        return f"{stop.reason}: nothing sent"
+    except (OSError, psutil.Error) as error:
+        return f"PID {process.pid} could not be checked ({_describe(error)}): nothing sent"
+    return None
+
+
+def send_signal(
+    process: GpuProcess,
+    sig: signal.Signals,
+    *,
+    readonly: bool,
+    current_uid: int | None = None,
+) -> SignalResult:
+    """Send ``sig`` to ``process`` if :func:`refusal` allows it and it is still that process.
+
+    On Linux a pidfd is opened first; then the create time of the PID is read and compared
+    with ``process.create_time_s``, then its owner, then the signal goes through the pidfd.
+    The pidfd pins the process it was opened on, not the number: if that process ends and
+    the number is reused, either the create time read after the open no longer matches, or
+    the signal through the pidfd finds its process gone (ESRCH). Either way a recycled PID is
+    never signalled. Without pidfds (not Linux, kernel before 5.3) the same checks run and
+    ``os.kill`` follows, leaving only the moment between the check and the kill.
+
+    Never raises: every failure is a :class:`SignalResult`.
+    """
+    name = sig.name
+    pid = process.pid
+    pidfd: int | None = None
+    try:
+        seen_create_time_s = _check_before_asking(process, readonly=readonly)
+        pidfd = _open_pidfd(pid)
+        _check_live(pid, seen_create_time_s, current_uid=current_uid)
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+    except _Stop as stop:
+        return SignalResult(stop.outcome, f"{stop.reason}: {name} not sent")
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        return SignalResult("gone", f"PID {pid} has already exited: {name} not sent")
+    except (PermissionError, psutil.AccessDenied) as error:
+        return SignalResult(
+            "refused", f"Not permitted to signal PID {pid} ({_describe(error)}): {name} not sent"
+        )
+    except (OSError, psutil.Error) as error:
+        return SignalResult("refused", f"PID {pid}: {_describe(error)}: {name} not sent")
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    return SignalResult("sent", f"{name} sent to PID {pid}")
+
+
+def _check_before_asking(process: GpuProcess, *, readonly: bool) -> float:
+    """Raise :class:`_Stop` when what the monitor saw already rules a signal out; else
+    return the create time the monitor saw."""
+    pid = process.pid
+    if readonly:
+        raise _Stop("refused", "Read-only mode (--readonly)")
+    if pid <= 0:  # os.kill(0 or -1) would signal a process group or every process
+        raise _Stop("refused", f"PID {pid} is not a process")
+    if not process.visible:
+        raise _Stop("refused", f"PID {pid} is not visible in this PID namespace")
+    if pid == os.getpid():
+        raise _Stop("refused", f"PID {pid} is gpumon itself")
+    if process.create_time_s is None:
+        raise _Stop("refused", f"The start time of PID {pid} is unknown (simulated or unreadable)")
+    return process.create_time_s
+
+
+def _check_live(pid: int, seen_create_time_s: float, *, current_uid: int | None) -> None:
+    """Raise :class:`_Stop` when the PID is gone, names another process, or is not the
+    user's. The uid is read first and the create time last: a create time that still matches
+    proves the uid read before it was the same process's."""
+    try:
+        uid = psutil.Process(pid).uids().real
+        create_time_s = psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        raise _Stop("gone", f"PID {pid} has already exited") from None
+    if abs(create_time_s - seen_create_time_s) > CREATE_TIME_TOLERANCE_S:
+        raise _Stop("gone", f"PID {pid} now belongs to another process")
+    me = os.getuid() if current_uid is None else current_uid
+    if me != 0 and uid != me:
+        raise _Stop("refused", f"PID {pid} belongs to {_user_name(uid)}, not to you")
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``, or ``None`` where this system has none (then ``os.kill``).
+    ``ProcessLookupError`` when no process has this PID."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or not hasattr(signal, "pidfd_send_signal"):
+        return None
+    try:
+        return int(pidfd_open(pid))
+    except OSError as error:
+        # ENOSYS: a kernel before 5.3. EPERM: a seccomp filter (older container runtimes)
+        # that blocks the call; pidfd_open itself checks no permission.
+        if error.errno in (errno.ENOSYS, errno.EPERM):
+            return None
+        raise
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"{safe_text(pwd.getpwuid(uid).pw_name)} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _describe(error: BaseException) -> str:
+    """The system's words for an error (``Operation not permitted``), else its text."""
+    strerror = getattr(error, "strerror", None)
+    if isinstance(strerror, str) and strerror:
+        return strerror
+    return str(error) or type(error).__name__

@@ -1,0 +1,421 @@
+"""One NVIDIA GPU as NVML sees it: a cached handle behind a single choke point.
+
+Every NVML call on a device goes through :meth:`Device.read`, which turns an ``NVMLError`` into
+``None``, remembers NOT_SUPPORTED per device and field so it is not asked again every tick, and
+turns ``NVML_ERROR_GPU_IS_LOST`` into a LOST GPU while the others keep updating.
+
+This module never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource` (the only module
+that does) hands each device the loaded binding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from gpumon.data.format import safe_text
+from gpumon.data.model import GpuStats, MigInstance
+
+if TYPE_CHECKING:
+    from gpumon.sources.nvml.mig import MigReader
+
+
+def log_debug(message: str, *args: object) -> None:
+    """Log at debug level; ``logging`` is imported only when there is something to log
+    (it costs a one-shot `gpumon status` milliseconds)."""
+    import logging
+
+    logging.getLogger(__name__).debug(message, *args)
+
+
+# NVML return codes (nvml.h); spelled out so this module works with any binding version.
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+
+# Asking again will not help: remember and stop asking.
+_PERMANENT = frozenset(
+    {NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_ARGUMENT_VERSION_MISMATCH}
+)
+
+# Linux pid_max can be at most 2**22; anything outside (0, 2**22] is a binding/driver ABI
+# mismatch reading garbage (nvitop #75), not a process.
+MAX_PID = 1 << 22
+_PSTATE_UNKNOWN = 32
+
+#: nvmlDeviceGetPcieThroughput measures a counter for 20 ms per call (two calls per GPU), so
+#: it is read at most once per this many seconds per GPU; samples in between repeat the last
+#: reading, which is therefore up to this old.
+PCIE_REFRESH_S = 5.0
+# NVML reports PCIe throughput in KB/s at 1 KB granularity; nvidia-smi and nvitop read KiB.
+_PCIE_UNIT_BYTES = 1024
+
+#: Clock event (throttle) reason bits (nvmlClocksEventReason*, nvml.h), lowest bit first. The
+#: older nvmlClocksThrottleReason* bits have the same values.
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+_CLOCK_EVENT_NAMES = dict(CLOCK_EVENT_REASONS)
+_COMPUTE_MODES = {0: "Default", 1: "Exclusive Thread", 2: "Prohibited", 3: "Exclusive Process"}
+
+
+class GpuLost(Exception):
+    """Raised inside a device read when NVML says the GPU fell off the bus."""
+
+
+FELL_OFF_THE_BUS = "fell off the bus (NVML: GPU is lost); check dmesg for Xid 79"
+
+
+PROCESSES_NOT_SUPPORTED = "not supported: this GPU or driver does not list its processes"
+
+
+def unopened(error: BaseException) -> str:
+    """Why a GPU whose handle NVML refused (for a reason other than GPU_IS_LOST) is LOST."""
+    return f"NVML cannot open this GPU: {error}"
+
+
+def clock_event_names(mask: int) -> tuple[str, ...]:
+    """The names of the bits set in a clock event reasons bitmask, lowest bit first.
+
+    A bit gpumon does not know (a newer driver's) is named ``unknown_0x...`` with its value,
+    so that it is shown rather than dropped. ``()`` when no bit is set.
+    """
+    names: list[str] = []
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            names.append(_CLOCK_EVENT_NAMES.get(bit, f"unknown_{bit:#x}"))
+        bit <<= 1
+    return tuple(names)
+
+
+def error_code(error: BaseException) -> int | None:
+    """The NVML return code an ``NVMLError`` carries, if any."""
+    value = getattr(error, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def nvml_text(value: Any) -> str:
+    """A string NVML returned: ``str`` from nvidia-ml-py >= 11.5, ``bytes`` from older ones;
+    made safe like any text gpumon shows (a driver is not hostile, but a broken one may say
+    anything)."""
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return safe_text(text, 256)
+
+
+class Device:
+    """A cached handle plus what this GPU has said it does not support."""
+
+    def __init__(
+        self,
+        nvml: ModuleType,
+        index: int,
+        handle: Any,
+        lost_reason: str | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        read_pcie: bool = True,
+    ) -> None:
+        self.nvml = nvml
+        # nvidia-ml-py raises this (not an NVMLError) when an unversioned call such as
+        # nvmlDeviceGetComputeRunningProcesses (the R535 _v3 ABI) is missing from an older
+        # driver. An empty tuple catches nothing, for bindings that predate it.
+        self._version_mismatch: type[Exception] | tuple[()] = getattr(
+            nvml, "NVMLLibraryMismatchError", ()
+        )
+        self.index = index
+        self.handle = handle
+        self.lost = handle is None
+        self.lost_reason = lost_reason if self.lost else None
+        self.unsupported: set[str] = set()
+        # NVML's text and code for the last failure of a field that may answer later (not
+        # remembered as unsupported); cleared when it answers.
+        self.errors: dict[str, str] = {}
+        self._error_codes: dict[str, int | None] = {}
+        self.processes_error: str | None = None
+        self.uuid: str | None = None  # until NVML tells it: a placeholder is not a UUID
+        self.name: str | None = None
+        self.pci_bus_id: str | None = None
+        self.slowdown_c: int | None = None
+        self.shutdown_c: int | None = None
+        self._identity_missing = {"uuid", "name", "pci", "slowdown", "shutdown"}
+        self.monotonic = monotonic
+        self._read_pcie = read_pcie
+        self._pcie_read_at: float | None = None
+        self._pcie: tuple[int | None, int | None] = (None, None)
+        # NVML's timestamp (microseconds) of the newest per-process sample seen so far.
+        self._process_samples_seen = 0
+        # The current MIG mode as last read, and this GPU's MIG devices while it is on.
+        self.mig_enabled = False
+        self.mig_reader: MigReader | None = None
+        if not self.lost:
+            self._read_identity()
+
+    def read(self, field: str, call: Callable[..., Any], *args: Any) -> Any:
+        """The choke point: every NVML call on this device (and on its MIG devices: see
+        :func:`gpumon.sources.nvml.mig.on_mig_device`) goes through here."""
+        if self.lost:
+            raise GpuLost
+        if field in self.unsupported:
+            return None
+        try:
+            value = call(self.handle, *args)
+        except self._version_mismatch as error:
+            log_debug("GPU %d %s: %s", self.index, field, error)
+            self.unsupported.add(field)  # the driver lacks this ABI: as FUNCTION_NOT_FOUND
+            self.errors.pop(field, None)
+            return None
+        except self.nvml.NVMLError as error:
+            code = error_code(error)
+            if code == NVML_ERROR_GPU_IS_LOST:
+                self.lost = True
+                self.lost_reason = FELL_OFF_THE_BUS
+                raise GpuLost from error
+            if code in _PERMANENT:
+                self.unsupported.add(field)
+                self.errors.pop(field, None)
+            else:
+                log_debug("GPU %d %s: %s", self.index, field, error)
+                self.errors[field] = str(error)
+                self._error_codes[field] = code
+            return None
+        self.errors.pop(field, None)
+        return value
+
+    def failure_code(self, field: str) -> int | None:
+        """NVML's return code when the last read of ``field`` failed and may answer later;
+        ``None`` when it answered, or is remembered as unsupported."""
+        return self._error_codes.get(field) if field in self.errors else None
+
+    def read_newest(
+        self, versions: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...]]]
+    ) -> Any:
+        """Read through the newest version of a call that this driver answers.
+
+        ``versions`` are (field, call or None when the binding lacks it, arguments), newest
+        first. A version the driver lacks is remembered as unsupported and skipped from then
+        on; a transient error gives ``None`` without trying an older version.
+        """
+        for field, call, args in versions:
+            if call is None or field in self.unsupported:
+                continue
+            value = self.read(field, call, *args)
+            if value is not None or field not in self.unsupported:
+                return value
+        return None
+
+    def _read_identity(self) -> None:
+        """Read what never changes, once. A field that failed transiently is read again on
+        the next tick, and only that field: a value already read is never replaced."""
+        nvml = self.nvml
+        calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+            "uuid": (nvml.nvmlDeviceGetUUID, ()),
+            "name": (nvml.nvmlDeviceGetName, ()),
+            "pci": (nvml.nvmlDeviceGetPciInfo, ()),
+            "slowdown": (
+                nvml.nvmlDeviceGetTemperatureThreshold,
+                (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,),
+            ),
+            "shutdown": (
+                nvml.nvmlDeviceGetTemperatureThreshold,
+                (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,),
+            ),
+        }
+        try:
+            for field in [field for field in calls if field in self._identity_missing]:
+                call, args = calls[field]
+                value = self.read(field, call, *args)
+                if value is None:
+                    if field in self.unsupported:
+                        self._identity_missing.discard(field)
+                    continue
+                self._identity_missing.discard(field)
+                if field == "uuid":
+                    self.uuid = nvml_text(value)
+                elif field == "name":
+                    self.name = nvml_text(value)
+                elif field == "pci":
+                    self.pci_bus_id = nvml_text(getattr(value, "busId", None) or value.busIdLegacy)
+                elif field == "slowdown":
+                    self.slowdown_c = int(value)
+                else:
+                    self.shutdown_c = int(value)
+        except GpuLost:
+            pass
+
+    def lost_stats(self) -> GpuStats:
+        return GpuStats(
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            pci_bus_id=self.pci_bus_id,
+            lost=True,
+            lost_reason=self.lost_reason or FELL_OFF_THE_BUS,
+            mig_instances=None,
+        )
+
+    def stats(self) -> GpuStats:
+        """Read the per-tick fields. Raises :class:`GpuLost`."""
+        nvml = self.nvml
+        if self._identity_missing:
+            self._read_identity()
+        mig = self.read("mig", nvml.nvmlDeviceGetMigMode)
+        # The current mode: a pending one takes effect only after a GPU reset.
+        self.mig_enabled = mig is not None and bool(mig[0])
+        mig_instances: tuple[MigInstance, ...] | None = ()
+        if self.mig_enabled:
+            from gpumon.sources.nvml.mig import read_mig_instances
+
+            mig_instances = read_mig_instances(self)
+        else:
+            self.mig_reader = None  # MIG mode on again later: enumerate afresh
+        used, total, free, reserved = self._memory()
+        # No device-level utilisation under MIG: not asked (a driver answering 0 would show a
+        # busy GPU idle; NOT_SUPPORTED, remembered, would outlive MIG mode).
+        utilization = None
+        if not self.mig_enabled:
+            utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
+        encoder = self.read("encoder", nvml.nvmlDeviceGetEncoderUtilization)
+        decoder = self.read("decoder", nvml.nvmlDeviceGetDecoderUtilization)
+        pcie_rx, pcie_tx = self._pcie_throughput()
+        power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
+        energy_mj = self.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
+        limit_mw = self.read("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
+        persistence = self.read("persistence", nvml.nvmlDeviceGetPersistenceMode)
+        display = self.read("display", nvml.nvmlDeviceGetDisplayActive)
+        pstate = self.read("pstate", nvml.nvmlDeviceGetPerformanceState)
+        compute_mode = self.read("compute_mode", nvml.nvmlDeviceGetComputeMode)
+        return GpuStats(
+            index=self.index,
+            uuid=self.uuid,
+            name=self.name,
+            pci_bus_id=self.pci_bus_id,
+            persistence_mode=None if persistence is None else bool(persistence),
+            display_active=None if display is None else bool(display),
+            performance_state=None if pstate in (None, _PSTATE_UNKNOWN) else int(pstate),
+            fan_pct=self.read("fan", nvml.nvmlDeviceGetFanSpeed),
+            temperature_c=self._temperature(),
+            temperature_slowdown_c=self.slowdown_c,
+            temperature_shutdown_c=self.shutdown_c,
+            power_draw_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            energy_j=None if energy_mj is None else energy_mj / 1000.0,
+            memory_used_bytes=used,
+            memory_total_bytes=total,
+            memory_free_bytes=free,
+            memory_reserved_bytes=reserved,
+            utilization_gpu_pct=None if utilization is None else int(utilization.gpu),
+            utilization_memory_pct=None if utilization is None else int(utilization.memory),
+            # Both answer (utilisation, sampling period in microseconds).
+            utilization_encoder_pct=None if encoder is None else int(encoder[0]),
+            utilization_decoder_pct=None if decoder is None else int(decoder[0]),
+            pcie_rx_bytes_per_s=pcie_rx,
+            pcie_tx_bytes_per_s=pcie_tx,
+            clock_graphics_mhz=self.read(
+                "clock_graphics", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS
+            ),
+            clock_sm_mhz=self.read("clock_sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
+            clock_memory_mhz=self.read(
+                "clock_memory", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM
+            ),
+            clock_event_reasons=self._clock_event_reasons(),
+            compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
+            ecc_errors_uncorrected_volatile=self.read(
+                "ecc_volatile",
+                nvml.nvmlDeviceGetTotalEccErrors,
+                nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                nvml.NVML_VOLATILE_ECC,
+            ),
+            mig_mode=None if mig is None else self.mig_enabled,
+            mig_instances=mig_instances,
+        )
+
+    def _memory(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """(used, total, free, reserved) bytes."""
+        nvml = self.nvml
+        # v2 separates reserved memory; v1 counts it as used on R510+ (disagrees with nvidia-smi).
+        # A transient v2 error is N/A for this tick, not a reason to fall back to v1 for good.
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        info = self.read_newest(
+            [
+                ("memory_v2", nvml.nvmlDeviceGetMemoryInfo if v2 else None, (v2,)),
+                ("memory", nvml.nvmlDeviceGetMemoryInfo, ()),
+            ]
+        )
+        if info is None:
+            return None, None, None, None
+        used, total = int(info.used), int(info.total)
+        reserved = getattr(info, "reserved", None)
+        if reserved is None:  # v1: used includes reserved, so what is not used is free
+            return used, total, max(0, total - used), None
+        return used, total, int(info.free), int(reserved)
+
+    def _pcie_throughput(self) -> tuple[int | None, int | None]:
+        """(received, transmitted) bytes/s over PCIe, read at most every PCIE_REFRESH_S.
+
+        Each NVML call blocks about 20 ms while it samples the counter: reading both every
+        tick would cost 40 ms per GPU per tick. Between readings the last one is repeated.
+        """
+        if not self._read_pcie:
+            return None, None
+        now = self.monotonic()
+        last = self._pcie_read_at
+        if last is not None and 0 <= now - last < PCIE_REFRESH_S:
+            return self._pcie
+        self._pcie_read_at = now
+        nvml = self.nvml
+        rx = self.read("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = self.read("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        self._pcie = (
+            None if rx is None else int(rx) * _PCIE_UNIT_BYTES,
+            None if tx is None else int(tx) * _PCIE_UNIT_BYTES,
+        )
+        return self._pcie
+
+    def _clock_event_reasons(self) -> tuple[str, ...] | None:
+        # "Throttle reasons" were renamed "clock event reasons" (R535); the old call is
+        # deprecated. A driver without the new call answers FUNCTION_NOT_FOUND, once.
+        nvml = self.nvml
+        mask = self.read_newest(
+            [
+                (
+                    "clock_events",
+                    getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),
+                    (),
+                ),
+                (
+                    "clock_throttle",
+                    getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+                    (),
+                ),
+            ]
+        )
+        return None if mask is None else clock_event_names(int(mask))
+
+    def _temperature(self) -> int | None:
+        # nvmlDeviceGetTemperature is deprecated (to be removed in CUDA 14): ask the versioned
+        # call first; a driver without it answers FUNCTION_NOT_FOUND, and a binding without
+        # either call is asked nothing.
+        sensor = self.nvml.NVML_TEMPERATURE_GPU
+        value = self.read_newest(
+            [
+                ("temperature_v", getattr(self.nvml, "nvmlDeviceGetTemperatureV", None), (sensor,)),
+                ("temperature", getattr(self.nvml, "nvmlDeviceGetTemperature", None), (sensor,)),
+            ]
+        )
+        return None if value is None else int(value)

@@ -1,0 +1,126 @@
+"""The processes NVML lists on one GPU (compute and graphics, v3 and v2 ABIs, MIG)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from gpumon.data.model import ProcessKind
+from gpumon.sources.nvml.device import MAX_PID, PROCESSES_NOT_SUPPORTED
+
+if TYPE_CHECKING:
+    from gpumon.sources.nvml.device import Device
+
+#: What NVML puts in a process's instance ids when it runs outside MIG (``0xFFFFFFFF``).
+INSTANCE_ID_NOT_SET = 0xFFFFFFFF
+
+
+#: One PID as a GPU's process lists give it: (kind, GPU memory, GPU instance id, compute
+#: instance id); the instance ids name the MIG instance it runs in (``None`` without MIG). A
+#: plain tuple: one is built per process per sample.
+ListedProcess = tuple[ProcessKind, int | None, int | None, int | None]
+
+
+def read_processes(device: Device) -> dict[int, ListedProcess] | None:
+    """PID -> its kind, GPU memory and MIG instance. A PID in both lists is C+G, counted once.
+
+    ``None`` when the processes are unknown, with the reason in :attr:`Device.processes_error`:
+    a list failed (for example NO_PERMISSION with MIG), or neither list is supported by
+    this GPU or driver. One unsupported list alone (no graphics list on a compute board)
+    leaves the other's answer. Unknown is never shown as "no processes".
+    """
+    nvml = device.nvml
+    device.processes_error = None
+    found: dict[int, ListedProcess] = {}
+    mig = device.mig_enabled  # without MIG, NVML sets no instance id: not even looked at
+    unsupported = 0
+    for field, function, kind in (
+        ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
+        ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
+    ):
+        # The unversioned call is the R535+ (_v3) ABI; drivers before R535 answer _v2.
+        entries = device.read_newest(
+            [
+                (field, getattr(nvml, function, None), ()),
+                (f"{field}_v2", getattr(nvml, f"{function}_v2", None), ()),
+            ]
+        )
+        if entries is None:
+            error = device.errors.get(field) or device.errors.get(f"{field}_v2")
+            if error is not None:
+                device.processes_error = f"NVML: {error}"
+                return None
+            unsupported += 1
+        for entry in entries or ():
+            pid = int(entry.pid)
+            if not 0 < pid <= MAX_PID:
+                continue
+            memory = getattr(entry, "usedGpuMemory", None)
+            memory = int(memory) if isinstance(memory, int) and memory < (1 << 62) else None
+            previous = found.get(pid)
+            if previous is None:
+                if mig:
+                    found[pid] = (
+                        kind,
+                        memory,
+                        _instance_id(getattr(entry, "gpuInstanceId", None)),
+                        _instance_id(getattr(entry, "computeInstanceId", None)),
+                    )
+                else:
+                    found[pid] = (kind, memory, None, None)
+                continue
+            previous_kind, previous_memory, gpu_instance, compute_instance = previous
+            if previous_kind is kind:
+                # Listed twice in one list: one process on several MIG instances. The model
+                # holds one instance per process: the first listed is kept.
+                total = _add_known(previous_memory, memory)
+                found[pid] = (kind, total, gpu_instance, compute_instance)
+            else:
+                # In both lists (C+G): the same memory reported twice, count it once.
+                both = max((m for m in (previous_memory, memory) if m is not None), default=None)
+                found[pid] = (ProcessKind.BOTH, both, gpu_instance, compute_instance)
+    if unsupported == 2:
+        device.processes_error = PROCESSES_NOT_SUPPORTED
+        return None
+    return found
+
+
+def read_sm_utilization(device: Device, pids: Collection[int]) -> dict[int, int]:
+    """PID -> SM utilisation % from NVML's newest sample for it since the last call.
+
+    NVML keeps per-process samples and returns those newer than the timestamp passed:
+    the newest one seen is passed next time, so every call reports only new samples.
+    A PID with no new sample (idle, or NVML has nothing: NOT_FOUND) is left out, as is one
+    not in ``pids`` (the running-process list), rather than shown as 0 %. Values are
+    clamped to 0-100 (drivers have reported thousands). Under MIG NVML does not support it:
+    it is not asked (every process reads N/A, never 0 %). Raises
+    :class:`~gpumon.sources.nvml.device.GpuLost`.
+    """
+    if not pids or device.mig_enabled:
+        return {}
+    seen = device._process_samples_seen
+    samples = device.read("process_utilization", device.nvml.nvmlDeviceGetProcessUtilization, seen)
+    newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
+    for sample in samples or ():
+        timestamp = int(sample.timeStamp)
+        if timestamp <= seen:
+            continue  # older than asked for: a driver that ignores the timestamp
+        device._process_samples_seen = max(device._process_samples_seen, timestamp)
+        pid = int(sample.pid)
+        if pid in pids and (pid not in newest or timestamp >= newest[pid][0]):
+            newest[pid] = (timestamp, max(0, min(100, int(sample.smUtil))))
+    return {pid: utilization for pid, (_, utilization) in newest.items()}
+
+
+def _instance_id(value: object) -> int | None:
+    """A MIG instance id from a process entry; ``None`` when not set (no MIG) or absent (a
+    binding whose struct lacks the field)."""
+    if not isinstance(value, int) or value == INSTANCE_ID_NOT_SET or value < 0:
+        return None
+    return value
+
+
+def _add_known(first: int | None, second: int | None) -> int | None:
+    if first is None or second is None:
+        return first if second is None else second
+    return first + second

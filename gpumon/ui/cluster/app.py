@@ -1,0 +1,253 @@
+"""The cluster dashboard (``gpumon --prometheus URL``): keys, polling with backoff, screens.
+
+A separate app from the one-machine dashboard (:mod:`gpumon.ui.app`): it shares the widgets
+(the GPU cards, the process table) and the poller, not the screens. Data flows one way: the
+poller runs the source's blocking ``sample()`` on its thread, one poll at a time, and hands
+each :class:`~gpumon.data.cluster.ClusterSample` to the app on the event loop; the app hands it
+down to the screen on top (the node list, :mod:`gpumon.ui.cluster.screen`; a node,
+:mod:`gpumon.ui.cluster.node_screen`), and a screen under another catches up when it is shown again.
+
+When Prometheus does not answer, the source says why (``error``) and keeps the last nodes
+(``stale``): the screens show them marked stale under a banner, and the next poll waits as
+long as the source's backoff says (``next_retry_s``: 1, 2, 4 ... 60 s), until an answer
+comes; then the usual interval again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol, cast
+
+from textual.binding import Binding
+from textual.screen import Screen
+
+from gpumon.data.cluster import ClusterSample
+from gpumon.sampling.poller import Poller
+from gpumon.sources.prometheus.source import Backoff
+from gpumon.ui import exact_updates
+from gpumon.ui.app import MonitorApp, wants_ascii
+from gpumon.ui.cluster.screen import ClusterScreen, ClusterView
+from gpumon.ui.widgets.lines import Glyphs
+
+if TYPE_CHECKING:
+    from gpumon.data.model import Sample
+    from gpumon.settings import Settings
+    from gpumon.sources.base import GpuSource
+
+#: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
+#: interval, the cluster is read this often, not every second.
+DEFAULT_CLUSTER_INTERVAL_S = 5.0
+
+
+class ClusterSource(Protocol):
+    """What the cluster dashboard reads (:class:`gpumon.sources.prometheus.source.PrometheusSource`).
+
+    ``sample()`` blocks (HTTP) and never raises: an unreachable server gives a sample with
+    ``error`` set and the last nodes marked ``stale``, and ``next_retry_s`` says how long to
+    wait before the next try (``None`` after a success). ``history()`` blocks, and may raise
+    (one line saying why).
+    """
+
+    @property
+    def next_retry_s(self) -> float | None: ...
+
+    def sample(self) -> ClusterSample: ...
+
+    def history(
+        self, node: str, gpu_index: int, field_key: str, seconds: float = 3600.0
+    ) -> Sequence[tuple[float, float | None]]: ...
+
+    def close(self) -> None: ...
+
+
+class _Timed:
+    """The source as the poller samples it, remembering when each poll started: the backoff
+    counts from there, so a poll that timed out after 5 s is not followed by 5 s more."""
+
+    simulated = False
+
+    def __init__(self, source: ClusterSource, clock: Callable[[], float]) -> None:
+        self.source = source
+        self._clock = clock
+        self.started = clock()
+
+    def sample(self) -> ClusterSample:
+        self.started = self._clock()
+        return self.source.sample()
+
+    def close(self) -> None:
+        self.source.close()
+
+
+class ClusterApp(MonitorApp):
+    """gpumon's cluster dashboard."""
+
+    CSS_PATH = ["../app.tcss", "cluster.tcss"]
+    TITLE = "gpumon cluster"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit", tooltip="quit"),
+        # As in the one-machine dashboard: Ctrl+C copies text selected with the mouse, else
+        # quits, also from the help screen (priority bindings reach modal screens).
+        Binding("ctrl+c", "screen.copy_text", "Copy", show=False, priority=True,
+                tooltip="quit (copies instead while text is selected with the mouse)"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
+        Binding("question_mark", "help", "Help", tooltip="this help"),
+        Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
+    ]  # fmt: skip
+
+    def __init__(
+        self,
+        source: ClusterSource,
+        *,
+        settings: Settings | None = None,
+        interval_s: float | None = None,
+        ascii_only: bool | None = None,
+        autostart: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        from gpumon.settings import Settings
+
+        exact_updates.install()
+        self.settings = settings or Settings()
+        self.source = source
+        self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
+        self.autostart = autostart
+        self.clock = clock
+        #: Seconds since the epoch: where a GPU's last hour ends.
+        self.wall_clock = wall_clock
+        if interval_s is None:
+            chosen = self.settings.origins.get("interval_s", "default") != "default"
+            interval_s = self.settings.interval_s if chosen else DEFAULT_CLUSTER_INTERVAL_S
+        self.interval_s = interval_s
+        # Polls that raised (a bug in the source: it should not): the same growing waits.
+        self._raised = Backoff()
+        #: The latest answer (or the last nodes, marked stale, with why Prometheus failed).
+        self.cluster: ClusterSample | None = None
+        #: When the latest good answer was read (seconds since the epoch).
+        self.last_answer_s: float | None = None
+        #: When the next try starts after a failure (``clock()`` time), else ``None``.
+        self.retry_at: float | None = None
+        self._timed = _Timed(source, clock)
+        # The poller hands on whatever sample() returns: a ClusterSample here.
+        self.poller = Poller(
+            cast("GpuSource", self._timed),
+            interval_s,
+            cast("Callable[[Sample], None]", self._on_cluster),
+            on_error=self._on_poll_error,
+            clock=clock,
+        )
+
+    # -- screens ---------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen[None]:
+        self.node_list_screen = ClusterScreen()
+        return self.node_list_screen
+
+    def on_mount(self) -> None:
+        if self.autostart:
+            self.run_worker(self.poller.run(), group="poller", exclusive=True)
+        # The banner's "retrying in N s" counts down.
+        self.set_interval(1.0, self._tick)
+        self.start_common()
+
+    # -- samples in ------------------------------------------------------------------
+
+    def receive_cluster(self, cluster: ClusterSample) -> None:
+        """Show ``cluster`` now (tests, snapshots): the path the poller's samples take."""
+        self._timed.started = self.clock()
+        self._on_cluster(cluster)
+
+    def _on_cluster(self, cluster: ClusterSample) -> None:
+        previous = self.cluster
+        if cluster.error is None:
+            self._raised.succeeded()
+            self.retry_at = None
+            self.poller.interval_s = self.interval_s
+            self.last_answer_s = cluster.timestamp_s
+        else:
+            delay = self.source.next_retry_s or self._raised.delay_s or self._raised.initial_s
+            self.retry_at = self._timed.started + delay
+            self.poller.interval_s = delay
+            if not cluster.nodes and previous is not None and previous.nodes:
+                # Never lose what was known: the last nodes stay, marked stale.
+                cluster = replace(cluster, nodes=previous.nodes, stale=True)
+            elif not cluster.stale:
+                cluster = replace(cluster, stale=True)
+        self.cluster = cluster
+        if not self.is_running:
+            return
+        screen = self.screen
+        if isinstance(screen, ClusterView):
+            with self.batch_update():
+                screen.show_cluster(cluster)
+
+    def _on_poll_error(self, error: BaseException) -> None:
+        # The source should never raise; if it does, it reads as Prometheus failing.
+        self._raised.failed()
+        cluster = self.cluster
+        url = cluster.url if cluster is not None else ""
+        nodes = cluster.nodes if cluster is not None else ()
+        self._on_cluster(
+            ClusterSample(self.wall_clock(), url, nodes, error=str(error) or type(error).__name__)
+        )
+
+    def retry_in_s(self) -> int | None:
+        """Whole seconds to the next try after a failure (0: trying now), else ``None``."""
+        if self.retry_at is None:
+            return None
+        return max(0, math.ceil(self.retry_at - self.clock()))
+
+    def _tick(self) -> None:
+        screen = self.screen
+        if self.retry_at is not None and isinstance(screen, ClusterView):
+            screen.show_banner()
+
+    # -- actions ---------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        from gpumon.ui.cluster.screen import ClusterHelpScreen
+
+        self.push_screen(ClusterHelpScreen(self.glyphs.ascii_only))
+
+    def action_toggle_pause(self) -> None:
+        self.poller.paused = not self.poller.paused
+        screen = self.screen
+        if isinstance(screen, ClusterView) and self.cluster is not None:
+            screen.show_cluster(self.cluster)
+
+
+def create_cluster_app(
+    settings: Settings,
+    source: ClusterSource | None = None,
+    *,
+    ascii_only: bool | None = None,
+    autostart: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+) -> ClusterApp:
+    """The cluster dashboard for ``settings.prometheus_url``: the one way the CLI, the tests
+    and the screenshot script build it (``source`` given: tests, recorded answers).
+
+    Raises:
+        SettingsError: from :func:`~gpumon.sources.cluster_base.open_cluster_source` (no
+            ``prometheus_url``, an unreadable CA file): one line; the CLI exits 2.
+    """
+    if source is None:
+        from gpumon.sources.cluster_base import open_cluster_source
+
+        source = open_cluster_source(settings)
+    return ClusterApp(
+        source,
+        settings=settings,
+        ascii_only=ascii_only,
+        autostart=autostart,
+        clock=clock,
+        wall_clock=wall_clock,
+    )

@@ -1,0 +1,254 @@
+"""The node list's rows, columns, filter and sort orders (pure: no Textual).
+
+One row per node of a :class:`~gpumon.data.cluster.ClusterSample`, from
+:func:`gpumon.data.cluster.summarize`. A node that is not UP (DOWN, stale; every node while
+Prometheus does not answer) never reads like a node of idle GPUs: its free count reads ``-``,
+its last readings are drawn dimmed (the list's style), and on the reading columns it sorts
+after every UP node, whichever the direction.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.data import format as fmt
+from gpumon.data.cluster import ExporterKind, Node, NodeState, NodeSummary, summarize
+from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER
+
+#: What a node that is not UP shows for its free GPUs (and a node with no top user).
+NOT_CURRENT = "-"
+
+EMPTY_WAITING = "Waiting for the first answer from Prometheus."
+EMPTY_NONE = "Prometheus lists no node with GPU metrics."
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node as the list shows it; ``users`` are everyone with a process on it (the
+    text filter matches them, not only the top user)."""
+
+    summary: NodeSummary
+    users: frozenset[str]
+    instance: str
+
+    @property
+    def name(self) -> str:
+        return self.summary.name
+
+    @property
+    def current(self) -> bool:
+        return self.summary.state is NodeState.UP
+
+
+def node_rows(nodes: Iterable[Node], free_threshold_mib: int) -> list[NodeRow]:
+    """The rows for ``nodes``, in their order."""
+    rows = []
+    for node in nodes:
+        users = frozenset(
+            (p.user or UNKNOWN_USER) if p.visible else OTHER_NAMESPACE
+            for p in node.sample.processes
+        )
+        rows.append(NodeRow(summarize(node, free_threshold_mib), users, node.instance))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterCounts:
+    """The header's numbers."""
+
+    nodes: int
+    down: int
+    stale: int
+    gpus: int
+    free_gpus: int
+    #: UP nodes whose free GPUs cannot be told (dcgm-exporter lists no processes).
+    free_unknown: int
+
+
+def cluster_counts(rows: Sequence[NodeRow]) -> ClusterCounts:
+    """Counts over every node (not only the filtered ones): free GPUs only on UP nodes."""
+    states = [row.summary.state for row in rows]
+    return ClusterCounts(
+        nodes=len(rows),
+        down=states.count(NodeState.DOWN),
+        stale=states.count(NodeState.STALE),
+        gpus=sum(row.summary.gpu_count for row in rows),
+        free_gpus=sum(row.summary.free_gpus or 0 for row in rows if row.current),
+        free_unknown=sum(1 for row in rows if row.current and row.summary.free_gpus is None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFilter:
+    """``text``: nodes whose name, or a user on them, contains it (case-insensitive);
+    ``free_only``: nodes with a FREE GPU now."""
+
+    text: str = ""
+    free_only: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.text) or self.free_only
+
+    def matches(self, row: NodeRow) -> bool:
+        if self.free_only and not (row.current and (row.summary.free_gpus or 0) > 0):
+            return False
+        if self.text:
+            needle = self.text.casefold()
+            haystacks = (row.name, row.instance, *row.users)
+            if not any(needle in haystack.casefold() for haystack in haystacks):
+                return False
+        return True
+
+    def describe(self) -> str:
+        parts = []
+        if self.free_only:
+            parts.append("free GPUs")
+        if self.text:
+            parts.append(f'"{self.text}"')
+        return " · ".join(parts)
+
+
+def natural_key(name: str) -> list[Any]:
+    """``node2`` before ``node10``: digit runs compare as numbers."""
+    # re.split with a group alternates text and digits, so equal positions hold equal types.
+    return [int(part) if part.isdigit() else part.casefold() for part in re.split(r"(\d+)", name)]
+
+
+_STATE_ORDER = {NodeState.DOWN: 0, NodeState.STALE: 1, NodeState.UP: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeColumn:
+    key: str
+    title: str
+    width: int  # 0: takes the remaining width
+    right: bool
+    #: The sort value; ``None`` sorts last in both directions.
+    value: Callable[[NodeRow], Any]
+    descending_first: bool = False
+    min_terminal_width: int = 0  # hidden below this table width
+    #: A reading of the GPUs: old ones (a node not UP) sort after every current one.
+    reading: bool = False
+
+
+def _free(row: NodeRow) -> int | None:
+    return row.summary.free_gpus if row.current else None
+
+
+# Every column is at least one cell wider than its title: the sort arrow never cuts it.
+COLUMNS: tuple[NodeColumn, ...] = (
+    NodeColumn("node", "NODE", 0, False, lambda row: natural_key(row.name)),
+    NodeColumn("gpus", "GPUS", 5, True, lambda row: row.summary.gpu_count, True),
+    NodeColumn("free", "FREE", 5, True, _free, True, reading=True),
+    NodeColumn("util", "UTIL", 5, True, lambda row: row.summary.mean_utilization_pct, True,
+               reading=True),
+    NodeColumn("memory", "MEMORY", 13, True, lambda row: row.summary.memory_used_bytes, True,
+               72, reading=True),
+    NodeColumn("hot", "HOT", 5, True, lambda row: row.summary.hottest_c, True, 86, reading=True),
+    NodeColumn("user", "TOP USER", 12, False, lambda row: row.summary.top_user, False, 96),
+    NodeColumn("state", "STATE", 23, False, lambda row: _STATE_ORDER[row.summary.state]),
+    NodeColumn("exporter", "EXPORTER", 9, False, lambda row: row.summary.exporter.value, False,
+               112),
+)  # fmt: skip
+COLUMN_KEYS = tuple(column.key for column in COLUMNS)
+
+
+def sort_rows(rows: Iterable[NodeRow], key: str, reverse: bool) -> list[NodeRow]:
+    """Rows by column ``key`` (its natural direction, or the other with ``reverse``); on a
+    reading column, old readings after current ones; rows without a value last, by name;
+    ties by name."""
+    column = next(c for c in COLUMNS if c.key == key)
+    current: list[tuple[Any, NodeRow]] = []
+    old: list[tuple[Any, NodeRow]] = []
+    unknown: list[NodeRow] = []
+    for row in rows:
+        value = column.value(row)
+        if value is None:
+            unknown.append(row)
+        else:
+            (old if column.reading and not row.current else current).append((value, row))
+    descending = reverse != column.descending_first
+    ordered = []
+    for group in (current, old):
+        by_name = sorted(group, key=lambda pair: natural_key(pair[1].name))
+        ordered += sorted(by_name, key=lambda pair: pair[0], reverse=descending)  # stable
+    return [row for _, row in ordered] + sorted(unknown, key=lambda row: natural_key(row.name))
+
+
+def clock_text(seconds: float, now_s: float) -> str:
+    """``14:02`` today, ``Mar 03 14:02`` on another day (local time)."""
+    when = time.localtime(seconds)
+    if time.localtime(now_s)[:3] == when[:3]:
+        return time.strftime("%H:%M", when)
+    return time.strftime("%b %d %H:%M", when)
+
+
+def state_text(summary: NodeSummary | Node, now_s: float) -> str:
+    """``UP``, ``DOWN since 14:02``, ``stale, last seen 14:02``."""
+    if summary.state is NodeState.UP:
+        return "UP"
+    if summary.state is NodeState.DOWN:
+        if summary.down_since_s is not None:
+            return f"DOWN since {clock_text(summary.down_since_s, now_s)}"
+        if summary.last_seen_s is not None:
+            return f"DOWN, last seen {clock_text(summary.last_seen_s, now_s)}"
+        return "DOWN"
+    if summary.last_seen_s is not None:
+        return f"stale, last seen {clock_text(summary.last_seen_s, now_s)}"
+    return "stale, never seen"
+
+
+_EXPORTER_NAMES = {
+    ExporterKind.GPUMON: "gpumon",
+    ExporterKind.DCGM: "dcgm",
+    ExporterKind.UNKNOWN: "?",
+}
+
+
+def cell_text(key: str, row: NodeRow, now_s: float, ascii_only: bool = False) -> str:
+    """Column ``key`` of ``row`` as shown."""
+    summary = row.summary
+    if key == "node":
+        return row.name
+    if key == "gpus":
+        return str(summary.gpu_count)
+    if key == "state":
+        return state_text(summary, now_s)
+    if key == "exporter":
+        return _EXPORTER_NAMES[summary.exporter]
+    if key == "user":
+        return summary.top_user or NOT_CURRENT
+    if key == "free":
+        if not row.current:
+            return NOT_CURRENT  # old readings offer no free GPU
+        return fmt.NA if summary.free_gpus is None else str(summary.free_gpus)
+    if key == "util":
+        return fmt.percent(summary.mean_utilization_pct)
+    if key == "memory":
+        return fmt.memory_pair(summary.memory_used_bytes, summary.memory_total_bytes)
+    if key == "hot":
+        return fmt.celsius(summary.hottest_c, ascii_only)
+    raise KeyError(key)
+
+
+def header_counts(counts: ClusterCounts) -> tuple[str, str, str]:
+    """The header's words: ``100 nodes (2 DOWN, 1 stale)``, ``37 GPUs free in the cluster``
+    and, where some UP nodes cannot tell (dcgm-exporter), ``(+10 nodes unknown)``."""
+    problems = []
+    if counts.down:
+        problems.append(f"{counts.down} DOWN")
+    if counts.stale:
+        problems.append(f"{counts.stale} stale")
+    nodes = f"{counts.nodes} node{'s' if counts.nodes != 1 else ''}"
+    if problems:
+        nodes += f" ({', '.join(problems)})"
+    free = f"{counts.free_gpus} GPU{'s' if counts.free_gpus != 1 else ''} free in the cluster"
+    unknown = ""
+    if counts.free_unknown:
+        unknown = f"(+{counts.free_unknown} node{'s' if counts.free_unknown != 1 else ''} unknown)"
+    return nodes, free, unknown

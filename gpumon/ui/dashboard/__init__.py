@@ -1,0 +1,7 @@
+"""The one-machine dashboard (``gpumon``): its app, the main screen, the GPU and process
+details, help, the signal dialog, the per-user summary and the probe panel.
+
+May import: :mod:`gpumon.ui.widgets`, :mod:`gpumon.ui` (the shared app base),
+:mod:`gpumon.probe`, :mod:`gpumon.sampling`, :mod:`gpumon.sources`, :mod:`gpumon.data`;
+never :mod:`gpumon.ui.cluster`.
+"""

@@ -1,0 +1,269 @@
+"""``Enter`` on a process: who and what it is, where it came from, and how it behaved.
+
+The full command line (wrapped, never cut below 64k characters), user, PID, the Slurm job and
+container it runs in (from the sample: read once per process), start time, the parent chain up
+to the launcher, GPU memory, host CPU and per-process SM utilisation over time (from the
+store), and for the user's own processes the ``CUDA_VISIBLE_DEVICES`` / ``CUDA_DEVICE_ORDER``
+it runs with. The host reads happen once, in a thread, when the screen opens
+(:mod:`gpumon.sources.host.details`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
+
+from gpumon.data import format as fmt
+from gpumon.data.model import GpuProcess, Sample
+from gpumon.sources.host.details import CUDA_VARIABLES, ProcessDetails
+from gpumon.sampling.store import Store
+from gpumon.ui.widgets.graphs import bucketed, chart
+from gpumon.ui.dashboard.store_screen import StoreScreen
+from gpumon.ui.widgets.text_lines import TextLines
+
+ProcessKey = tuple[int, int]
+_LEFT = 8
+
+
+def find(sample: Sample | None, key: ProcessKey) -> GpuProcess | None:
+    if sample is None:
+        return None
+    return next((process for process in sample.processes if process.key == key), None)
+
+
+def wrap_cells(text: str, width: int) -> list[str]:
+    """``text`` in pieces of at most ``width`` terminal cells, breaking at spaces where it
+    can and inside a word where it must: every character is kept, in order."""
+    pieces: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        candidate = word if not line else f"{line} {word}"
+        if fmt.cell_len(candidate) <= width:
+            line = candidate
+            continue
+        if line:
+            pieces.append(line)
+        line = word
+        while fmt.cell_len(line) > width:  # a word longer than the line: break inside it
+            cut = width
+            while cut > 1 and fmt.cell_len(line[:cut]) > width:
+                cut -= 1
+            pieces.append(line[:cut])
+            line = line[cut:]
+    pieces.append(line)
+    return pieces
+
+
+def render_identity(
+    key: ProcessKey,
+    process: GpuProcess | None,
+    details: ProcessDetails | None,
+    now_s: float,
+    simulated: bool = False,
+    width: int = 80,
+) -> Text:
+    """Command, user, start time, parents, CUDA variables: what the host says of the PID.
+    The command line is wrapped at ``width`` cells, never cut."""
+    gpu_index, pid = key
+    text = Text()
+    if details is None:
+        text.append("Reading /proc ...\n", "dim")
+    elif simulated:
+        text.append("A simulated process (DEMO): there is no host process to read.\n", "bold")
+    elif not details.visible:
+        reason = "not visible here" if process is not None and not process.visible else "gone"
+        text.append(
+            f"PID {pid} is {reason}: NVML reports it, but this PID namespace has no such "
+            "process (gpumon in a container without --pid=host), or it has ended.\n",
+            "bold",
+        )
+    command = (details.command if details and details.visible else None) or (
+        process.command if process else None
+    )
+    text.append("Command\n", "bold")
+    for part in wrap_cells(command or fmt.NA, max(10, width - 2)):
+        text.append(f"  {part}\n")
+    user = (details.user if details and details.visible else None) or (
+        process.user if process else None
+    )
+    text.append("User     ", "bold")
+    text.append(f"{user or fmt.NA}    ")
+    text.append("PID ", "bold")
+    text.append(f"{pid}    ")
+    text.append("GPU ", "bold")
+    text.append(f"{gpu_index}\n")
+    _append_placement(text, process)
+    if details is not None and details.visible and details.started_at_s is not None:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(details.started_at_s))
+        text.append("Started  ", "bold")
+        text.append(f"{started}  ({fmt.duration(now_s - details.started_at_s)} ago)\n")
+    if details is not None and details.visible:
+        text.append("Launched by\n", "bold")
+        if not details.ancestors:
+            text.append("  (no parent but init)\n", "dim")
+        for depth, ancestor in enumerate(reversed(details.ancestors)):
+            who = ancestor.user or fmt.NA
+            text.append(f"  {'  ' * depth}{ancestor.pid} ({who}) {ancestor.command or fmt.NA}\n")
+        text.append(f"  {'  ' * len(details.ancestors)}{pid}: this process\n", "dim")
+        text.append("CUDA     ", "bold")
+        if details.cuda_environment is None:
+            what = "environment not readable" if details.own else "another user's process"
+            text.append(f"not shown ({what})\n", "dim")
+        else:
+            parts = [
+                f"{name}={value if value is not None else '(not set)'}"
+                for name, value in details.cuda_environment.items()
+                if name in CUDA_VARIABLES
+            ]
+            text.append("  ".join(parts) + "\n")
+    return text
+
+
+def _append_placement(text: Text, process: GpuProcess | None) -> None:
+    """``Slurm job 4812345    Container 3f2a9c1b7d4e``: ``none`` when the process is in
+    none, N/A when its ``/proc/PID/cgroup`` is not here to read (not visible, or unknown)."""
+    for label, value, gap in (
+        ("Slurm job ", process.job_id if process else None, "    "),
+        ("Container ", process.container_id if process else None, "\n"),
+    ):
+        text.append(label, "bold")
+        if process is None or not process.visible:
+            text.append(fmt.NA)
+        elif value is None:
+            text.append("none", "dim")
+        else:
+            text.append(value)
+        text.append(gap)
+
+
+def render_history(
+    store: Store, key: ProcessKey, width: int, ascii_only: bool = False, color: str = "green"
+) -> Text:
+    """GPU memory, SM utilisation and host CPU over the time the process has been seen
+    (``color``: the charts', the theme's success colour)."""
+    text = Text(no_wrap=True, overflow="crop")  # a chart row never wraps
+    chart_width = max(10, width - _LEFT - 1)
+    graphs: tuple[tuple[str, str, Callable[[float], str], float | None], ...] = (
+        ("GPU memory", "gpu_memory_bytes", lambda v: fmt.bytes_short(int(v)), None),
+        ("SM utilisation", "sm_utilization_pct", lambda v: f"{v:.0f}%", 100.0),
+        ("Host CPU", "cpu_pct", lambda v: f"{v:.0f}%", None),  # may pass 100 % (cores)
+    )
+    for title, field, show, fixed_top in graphs:
+        values = store.process_history(key, field)
+        known = [value for value in values if value is not None]
+        now = fmt.NA if not values or values[-1] is None else show(values[-1])
+        text.append(f"{title}  ", "bold")
+        text.append(now)
+        if known:
+            text.append(f"   max {show(max(known))}   ({len(values)} samples)", "dim")
+        text.append("\n")
+        top = fixed_top if fixed_top is not None else (max(known, default=0.0) or 1.0)
+        if field == "cpu_pct":
+            top = max(top, 100.0)
+        # Whole buckets of samples, fixed to the sample numbers (see the GPU detail).
+        per_column = max(1, -(-store.capacity // chart_width))
+        columns = bucketed(values, store.sequence, per_column, chart_width)
+        for number, row in enumerate(
+            chart(columns, chart_width, 2, 0.0, top, ascii_only=ascii_only)
+        ):
+            label = show(top) if number == 0 else "0"
+            text.append(f"{label:>{_LEFT}} ", "dim")
+            text.append(row + "\n", style=color)
+        text.append("\n")
+    return text
+
+
+class ProcessDetailScreen(StoreScreen):
+    """One GPU process. ``Escape`` goes back."""
+
+    TITLE_ID = "process-detail-title"
+
+    def __init__(
+        self,
+        store: Store,
+        key: ProcessKey,
+        *,
+        ascii_only: bool = False,
+        read_details: Callable[[int, float | None], ProcessDetails] | None = None,
+    ) -> None:
+        super().__init__(store)
+        self.key = key
+        self.ascii_only = ascii_only
+        self.details: ProcessDetails | None = None
+        # The process as last listed: what the identity shows once it has left the GPU.
+        self._last_seen: GpuProcess | None = None
+        self._read_details = read_details
+        self.ended = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="process-detail-title")
+        with VerticalScroll():
+            yield TextLines(id="process-detail-identity")
+            yield TextLines(id="process-detail-history")
+        yield Footer()
+
+    def before_first_draw(self) -> None:
+        latest = self.store.latest
+        if latest is not None and latest.simulated:
+            # A simulated PID is not a process here: never show a real one's details for it.
+            self.details = ProcessDetails(self.key[1], visible=False)
+            return
+        process = find(latest, self.key)
+        started = None
+        if process is not None and process.elapsed_s is not None and self.store.latest:
+            started = self.store.latest.timestamp_s - process.elapsed_s
+        self.run_worker(
+            lambda: self._reader()(self.key[1], started), thread=True, group="process-details"
+        )
+
+    def _reader(self) -> Callable[[int, float | None], ProcessDetails]:
+        if self._read_details is not None:
+            return self._read_details
+        from gpumon.sources.host.details import read_process_details
+
+        return read_process_details
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "process-details" and event.state is WorkerState.SUCCESS:
+            self.details = event.worker.result
+            self.refresh_from_store()
+
+    def refresh_from_store(self) -> None:
+        sample = self.store.latest
+        process = find(sample, self.key)
+        # Gone from this sample (the last data is kept); NVML may list it again later.
+        self.ended = sample is not None and process is None
+        if process is not None:
+            self._last_seen = process
+        gpu_index, pid = self.key
+        state = "  (no longer on the GPU: last data kept)" if self.ended else ""
+        demo = "  DEMO (simulated)" if sample is not None and sample.simulated else ""
+        self.show_title(f" Process {pid} on GPU {gpu_index}{demo}{state}")
+        now_s = sample.timestamp_s if sample is not None else time.time()
+        width = max(40, self.size.width - 5)
+        self.query_one("#process-detail-identity", TextLines).update(
+            render_identity(
+                self.key,
+                self._last_seen,
+                self.details,
+                now_s,
+                sample is not None and sample.simulated,
+                width,
+            )
+        )
+        if not self.ended:
+            self.query_one("#process-detail-history", TextLines).update(
+                render_history(
+                    self.store,
+                    self.key,
+                    width,
+                    self.ascii_only,
+                    self.app.get_css_variables().get("success", "green"),
+                )
+            )

@@ -1,0 +1,280 @@
+"""The dashboard screen: header, GPU panel, process table, host strip, footer.
+
+It subscribes to the app's :class:`~gpumon.sampling.store.Store` and hands each sample's pieces down to
+its widgets ("attributes down"). It lays out for the terminal: which GPU layout fits, how much
+room the process table keeps, where the probe panel goes, and a one-line message below the
+minimum size. Sizes come from the stylesheet (``app.tcss`` and the widgets' CSS), read off
+the widgets, never mirrored here. The app keeps the bindings, the poller and the screens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from textual import events
+from textual.app import ComposeResult
+from textual.css.scalar import Unit
+from textual.geometry import Size
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Input, Static
+
+from gpumon.data.model import Sample
+from gpumon.ui.widgets.bars import HeaderBar, HostStrip
+from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
+from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.process_table import ProcessTable, table_messages
+from gpumon.data.views import ProcessFilter, free_gpu_indices, processes_known
+
+if TYPE_CHECKING:
+    from gpumon.ui.app import GpumonApp
+
+MIN_WIDTH, MIN_HEIGHT = 40, 10
+#: The process table keeps at least this share of the screen: the GPU panel falls back to
+#: two-line, then one-line rows (and scrolls) before it takes more.
+TABLE_MIN_SHARE = 1 / 3
+#: Below this width the probe panel goes under the dashboard, not beside it.
+PROBE_RIGHT_MIN_WIDTH = 160
+
+
+def fixed_cells(widget: Widget, axis: str) -> int:
+    """A widget's height or width as its stylesheet fixes it in cells (0 when it does not)."""
+    scalar = widget.styles.height if axis == "height" else widget.styles.width
+    if scalar is None or scalar.unit is not Unit.CELLS:
+        return 0
+    return int(scalar.value)
+
+
+class SearchInput(Input):
+    """The ``/`` box: the table follows each key in the same frame as its echo (reacting to
+    ``Input.Changed``, which bubbles up after the box repainted, drew the table one frame
+    later: about 35 ms per typed character)."""
+
+    def watch_value(self, value: str) -> None:
+        screen = self.screen
+        if isinstance(screen, DashboardScreen) and screen.has_class("-searching"):
+            screen.set_filter(dataclasses.replace(screen.process_filter, text=value.strip()))
+
+
+def mig_process_counts(sample: Sample | None) -> dict[tuple[int, int | None], int]:
+    """Processes per MIG instance, (GPU index, GPU instance id) -> count; only for GPUs
+    whose process lists were read (unknown is not zero)."""
+    if sample is None:
+        return {}
+    known = {gpu.index for gpu in sample.gpus if processes_known(gpu, sample)}
+    counts: dict[tuple[int, int | None], int] = {}
+    for gpu in sample.gpus:
+        if gpu.index in known and gpu.mig_instances:
+            for instance in gpu.mig_instances:
+                counts[(gpu.index, instance.gpu_instance_id)] = 0
+    for process in sample.processes:
+        key = (process.gpu_index, process.gpu_instance_id)
+        if key in counts:
+            counts[key] += 1
+    return counts
+
+
+class DashboardScreen(Screen[None]):
+    """The default screen: everything gpumon shows at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._terminal_size: Size | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        #: ``z``: the process table takes the whole screen (the GPU panel hides).
+        self.zoomed = False
+
+    @property
+    def gpumon(self) -> GpumonApp:
+        return cast("GpumonApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        glyphs = self.gpumon.glyphs
+        yield HeaderBar(glyphs, id="header")
+        yield GpuPanel(glyphs, id="gpus")
+        yield ProcessTable(glyphs, id="processes")
+        yield SearchInput(placeholder="filter: user, command or PID (Enter keeps, Esc clears)",
+                          id="process-search")  # fmt: skip
+        yield HostStrip(glyphs, id="host")
+        yield Static("", id="too-small")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.gpumon
+        panel = self.query_one(GpuPanel)
+        panel.history = app.store
+        panel.settings = app.settings
+        panel.focus()
+        self._unsubscribe = app.store.subscribe(self._on_sample)
+        self.refresh_all()
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _on_sample(self, sample: Sample) -> None:
+        if not self.app.is_running or self.app.screen is not self:
+            # Shutting down (its widgets are gone), or under another screen (its scroll
+            # updates would make Textual lay that screen out again, every sample): it catches
+            # up when it is shown again (on_screen_resume).
+            return
+        with self.app.batch_update():
+            self.refresh_all()
+
+    def on_screen_resume(self) -> None:
+        self.refresh_all()
+
+    # -- filters and zoom (the app's keys call these) ---------------------------------
+
+    @property
+    def process_filter(self) -> ProcessFilter:
+        return self.query_one(ProcessTable).process_filter
+
+    def set_filter(self, process_filter: ProcessFilter) -> None:
+        self.query_one(ProcessTable).set_filter(process_filter)
+
+    def toggle_gpu_filter(self) -> None:
+        """``f``: only the selected GPU's processes, or all again."""
+        current = self.process_filter
+        gpu = self.query_one(GpuPanel).selected_gpu
+        if current.gpu_index is not None or gpu is None:
+            self.set_filter(dataclasses.replace(current, gpu_index=None))
+        else:
+            self.set_filter(dataclasses.replace(current, gpu_index=gpu.index))
+
+    def toggle_mine(self) -> None:
+        """``m``: only the current user's processes, or everyone's again."""
+        current = self.process_filter
+        self.set_filter(dataclasses.replace(current, mine=not current.mine))
+
+    def open_search(self) -> None:
+        """``/``: type to filter by user, command or PID; the table follows each key."""
+        search = self.query_one("#process-search", Input)
+        self.add_class("-searching")
+        search.value = self.process_filter.text
+        search.focus()
+        self.refresh_all()  # the GPU panel gives the box its line now, not at the next sample
+
+    def clear_filters(self) -> bool:
+        """Escape: drop every filter; False when there was none."""
+        searching = self.has_class("-searching")
+        if not self.process_filter.active and not searching:
+            return False
+        self._close_search()
+        self.set_filter(ProcessFilter())
+        return True
+
+    def _close_search(self) -> None:
+        if self.has_class("-searching"):
+            self.remove_class("-searching")
+            self.query_one(ProcessTable).focus()
+            self.refresh_all()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "process-search":
+            text = event.value.strip()
+            self.set_filter(dataclasses.replace(self.process_filter, text=text))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "process-search":
+            self._close_search()
+
+    def on_key(self, event: events.Key) -> None:
+        # Escape in the search box: clear the text filter and close it.
+        if event.key == "escape" and self.has_class("-searching"):
+            event.stop()
+            self.set_filter(dataclasses.replace(self.process_filter, text=""))
+            self._close_search()
+
+    def toggle_zoom(self) -> None:
+        """``z``: the process table on the whole screen, and back."""
+        self.zoomed = not self.zoomed
+        self.set_class(self.zoomed, "-zoom")
+        if self.zoomed:
+            self.query_one(ProcessTable).focus()
+        self.refresh_all()
+
+    def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
+        table = self.query_one(ProcessTable)
+        table.select_gpu(message.gpu_index)
+        # "Only the selected GPU" follows the selection.
+        if table.process_filter.gpu_index is not None:
+            table.set_filter(dataclasses.replace(table.process_filter, gpu_index=message.gpu_index))
+
+    def on_resize(self, event: events.Resize) -> None:
+        # This runs before the new size is applied, so lay out for the event's size.
+        self._terminal_size = event.size
+        self.refresh_all()
+
+    def refresh_all(self) -> None:
+        """Hand the latest sample down and lay out for the terminal."""
+        app = self.gpumon
+        if not app.is_running or not self.is_attached:
+            return
+        width, height = self._terminal_size or self.size
+        probe = self.query("#probe").first() if app.probing else None
+        # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
+        probe_right = probe is not None and width >= PROBE_RIGHT_MIN_WIDTH
+        self.set_class(probe_right, "-probe-right")
+        self.set_class(probe is not None and not probe_right, "-probe-bottom")
+        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.set_class(too_small, "-too-small")
+        if too_small:
+            self.query_one("#too-small", Static).update(
+                f"Terminal too small ({width}x{height}): gpumon needs at least "
+                f"{MIN_WIDTH}x{MIN_HEIGHT}."
+            )
+            return
+        if probe is not None and probe_right:
+            width -= fixed_cells(probe, "width")
+        elif probe is not None:
+            height -= height * 55 // 100  # its stylesheet height: 55 %
+        sample = app.sample
+        header = self.query_one(HeaderBar)
+        header.show(
+            sample,
+            app.poller.interval_s,
+            app.poller.paused,
+            polling=app.autostart,
+            stalled_s=app.stalled_s,
+        )
+        host = self.query_one(HostStrip)
+        host.show(sample.host if sample else None, sample.simulated if sample else False)
+        panel = self.query_one(GpuPanel)
+        gpus = sample.gpus if sample else ()
+        chrome = sum(fixed_cells(w, "height") for w in (header, host, self.query_one(Footer)))
+        if self.has_class("-searching"):
+            chrome += fixed_cells(self.query_one("#process-search", Input), "height")
+        available = height - chrome
+        table_min = max(4, int(height * TABLE_MIN_SHARE))
+        budget = available - table_min
+        extra = [mig_lines(gpu) for gpu in gpus]
+        layout, columns = choose_layout(len(gpus), width, max(1, budget), extra)
+        if gpus:
+            panel_height = min(
+                layout_height(layout, len(gpus), columns, extra), max(1, available - table_min)
+            )
+        elif sample is not None and sample.unavailable is not None:
+            panel_height = 4 if sample.unavailable.hint else 3
+        else:
+            panel_height = 1
+        if panel.styles.height is None or panel.styles.height.value != panel_height:
+            panel.styles.height = panel_height
+        panel.interval_s = app.poller.interval_s
+        panel.free = free_gpu_indices(sample, app.settings.free_threshold_mib)
+        panel.mig_process_counts = mig_process_counts(sample)
+        if not self.zoomed:
+            panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
+        notices, empty_text = table_messages(sample)
+        table = self.query_one(ProcessTable)
+        selected = panel.selected_gpu
+        table.select_gpu(None if selected is None or len(gpus) < 2 else selected.index)
+        unknown = {
+            gpu.index: gpu.processes_error or ("lost" if gpu.lost else "not read")
+            for gpu in gpus
+            if sample is not None and not processes_known(gpu, sample)
+        }
+        table.show(sample.processes if sample else (), notices, empty_text, unknown)

@@ -1,0 +1,61 @@
+"""A screen that draws from the app's store: on opening, on every new sample and on resize."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Static
+
+from gpumon.data.model import Sample
+from gpumon.sampling.store import Store
+
+
+class StoreScreen(Screen[None]):
+    """Subclasses draw in :meth:`refresh_from_store`; ``Escape`` goes back."""
+
+    BINDINGS = [Binding("escape", "back", "Back", tooltip="back to the dashboard")]
+    #: The id of the subclass's one-line title (a Static).
+    TITLE_ID = ""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+        self._unsubscribe: Callable[[], None] | None = None
+        self._title: str | None = None
+
+    def show_title(self, text: str) -> None:
+        """Set the title, only when it changed: a Static's update lays the whole screen out
+        again, which repaints every cell (14 kB per sample at 200x50)."""
+        if text != self._title:
+            self._title = text
+            self.query_one(f"#{self.TITLE_ID}", Static).update(text)
+
+    def on_mount(self) -> None:
+        self.before_first_draw()
+        self._unsubscribe = self.store.subscribe(self._on_sample)
+        self.refresh_from_store()
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _on_sample(self, sample: Sample) -> None:
+        if self.is_attached:
+            self.refresh_from_store()
+
+    def on_resize(self) -> None:
+        # Drawn for a width: redraw now, not at the next sample (paused, or a 60 s interval).
+        self.refresh_from_store()
+
+    def before_first_draw(self) -> None:
+        """Called once when the screen opens, before it subscribes and draws."""
+
+    def refresh_from_store(self) -> None:
+        """Redraw everything from the store's history and latest sample."""
+        raise NotImplementedError
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

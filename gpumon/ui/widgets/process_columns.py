@@ -1,0 +1,118 @@
+"""The process table's columns, how a cell reads, and what an empty table says (no Textual)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpumon.data import format as fmt
+from gpumon.data.model import GpuProcess, Sample, notable_unlisted_memory_bytes
+from gpumon.data.views import shorten_command
+
+ProcessKey = tuple[int, int]  # (GPU index, PID)
+
+# What an empty table says. "None" is a claim: only made when every GPU's list was read.
+EMPTY_WAITING = "Waiting for the first sample: processes not known yet."
+EMPTY_NONE = "No processes on any GPU."
+EMPTY_NONE_ON_THE_OTHERS = "No processes listed on the GPUs whose lists could be read."
+EMPTY_UNKNOWN = "Processes unknown: no GPU data (see above)."
+EMPTY_ALL_UNKNOWN = "Processes unknown: no GPU's process list could be read."
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    title: str
+    width: int  # 0: takes the remaining width
+    right: bool
+    sort: Callable[[GpuProcess], Any]
+    min_terminal_width: int = 0  # hidden below this table width
+    #: Shown only while some process has a value for it (a Slurm job, a container).
+    optional: bool = False
+
+
+def _none_last(value: Any) -> tuple[bool, Any]:
+    return (value is None, value if value is not None else 0)
+
+
+# Every column is at least one cell wider than its title: the sort arrow never cuts it.
+COLUMNS: tuple[Column, ...] = (
+    Column("gpu", "GPU", 4, True, lambda p: (p.gpu_index, p.gpu_instance_id or 0, p.pid)),
+    Column("pid", "PID", 8, True, lambda p: p.pid),
+    Column("user", "USER", 10, False, lambda p: _none_last(p.user)),
+    Column("job", "JOB", 9, True, lambda p: _none_last(_job_number(p.job_id)), 100, True),
+    Column("container", "CONTAINER", 12, False, lambda p: _none_last(p.container_id), 130, True),
+    Column("type", "TYPE", 5, False, lambda p: p.kind.value, 72),
+    Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
+    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
+    Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
+    Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), 80),
+    Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
+)
+# Descending first for these: the biggest users are what people look for.
+DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
+
+
+def _job_number(job_id: str | None) -> int | None:
+    return int(job_id) if job_id is not None and job_id.isdigit() else None
+
+
+def table_messages(sample: Sample | None) -> tuple[list[str], str]:
+    """The notice lines below the rows, and the text of an empty table, for ``sample``.
+
+    A GPU whose process list is unknown (refused by NVML) gets a notice, and so does one
+    whose memory is held mostly by processes NVML does not list here. "No processes" is said
+    only when every GPU's list was read.
+    """
+    if sample is None:
+        return [], EMPTY_WAITING
+    if not sample.gpus:
+        return [], EMPTY_UNKNOWN if sample.unavailable is not None else EMPTY_NONE
+    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
+    for process in sample.processes:
+        by_gpu.setdefault(process.gpu_index, []).append(process)
+    notices: list[str] = []
+    unknown = 0
+    for gpu in sample.gpus:
+        if gpu.lost:
+            unknown += 1
+        elif gpu.processes_error is not None:
+            unknown += 1
+            notices.append(f"GPU {gpu.index}: processes N/A ({gpu.processes_error})")
+        else:
+            unlisted = notable_unlisted_memory_bytes(gpu, by_gpu[gpu.index])
+            if unlisted is not None:
+                notices.append(f"GPU {gpu.index}: {fmt.unlisted_memory(unlisted)}")
+    if unknown == len(sample.gpus):
+        return notices, EMPTY_ALL_UNKNOWN
+    return notices, EMPTY_NONE_ON_THE_OTHERS if unknown else EMPTY_NONE
+
+
+def cell_text(column: Column, process: GpuProcess) -> str:
+    key = column.key
+    if key == "gpu":
+        if process.gpu_instance_id is not None:  # MIG: GPU / GPU instance
+            return f"{process.gpu_index}/{process.gpu_instance_id}"
+        return str(process.gpu_index)
+    if key == "job":
+        return process.job_id or "-"
+    if key == "container":
+        return process.container_id or "-"
+    if key == "pid":
+        return str(process.pid)
+    if key == "user":
+        return process.user or ("?" if process.visible else "-")
+    if key == "type":
+        return process.kind.value
+    if key == "gpu_memory":
+        return fmt.bytes_short(process.gpu_memory_bytes)
+    if key == "cpu":
+        return fmt.NA if process.cpu_pct is None else f"{process.cpu_pct:.0f}"
+    if key == "rss":
+        return fmt.bytes_short(process.rss_bytes)
+    if key == "time":
+        return fmt.duration(process.elapsed_s)
+    if not process.visible:
+        return "(not visible here: outside this PID namespace - see ?)"
+    return shorten_command(process.command) if process.command else "?"

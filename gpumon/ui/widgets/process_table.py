@@ -1,0 +1,500 @@
+"""The process table: who uses which GPU, updated in place.
+
+Rows are keyed by (GPU index, PID): the cursor stays on the same process across refreshes and
+only the cells that changed are repainted (no clear-and-refill every tick). A title line says
+how many processes are shown of how many and which filters are on (:class:`ProcessFilter`,
+the same filter ``gpumon once`` could use); the selected GPU's processes are highlighted.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gpumon.data.model import GpuProcess
+from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, changed_runs
+from gpumon.ui.widgets.process_columns import (
+    COLUMNS,
+    DESCENDING_FIRST,
+    EMPTY_ALL_UNKNOWN,
+    EMPTY_NONE,
+    EMPTY_NONE_ON_THE_OTHERS,
+    EMPTY_UNKNOWN,
+    EMPTY_WAITING,
+    Column,
+    ProcessKey,
+    cell_text,
+    table_messages,
+)
+from gpumon.data.views import ProcessFilter, filter_processes
+
+__all__ = [
+    "COLUMNS",
+    "EMPTY_ALL_UNKNOWN",
+    "EMPTY_NONE",
+    "EMPTY_NONE_ON_THE_OTHERS",
+    "EMPTY_UNKNOWN",
+    "EMPTY_WAITING",
+    "Column",
+    "ProcessKey",
+    "ProcessTable",
+    "table_messages",
+]
+
+
+class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
+    """Scrollable, sortable process table with a row cursor that follows its process."""
+
+    STYLE_PREFIX = "process-table"
+
+    COMPONENT_CLASSES = {
+        "process-table--header",
+        "process-table--sorted",
+        "process-table--mine",
+        "process-table--hidden",
+        "process-table--cursor",
+        "process-table--probe",
+        "process-table--empty",
+        "process-table--title",
+        "process-table--filter",
+        "process-table--selected-gpu",
+    }
+
+    DEFAULT_CSS = """
+    ProcessTable {
+        height: 1fr;
+        min-height: 3;
+        scrollbar-size-vertical: 1;
+        overflow-x: hidden;
+    }
+    ProcessTable > .process-table--header { color: $text; background: $panel; text-style: bold; }
+    ProcessTable > .process-table--sorted { color: $accent; background: $panel; text-style: bold; }
+    ProcessTable > .process-table--mine { color: $text-accent; text-style: bold; }
+    ProcessTable > .process-table--hidden { color: $text-muted; text-style: italic; }
+    ProcessTable > .process-table--cursor { background: $surface-lighten-2; }
+    ProcessTable:focus > .process-table--cursor {
+        background: $block-cursor-blurred-background;
+        text-style: bold;
+    }
+    ProcessTable > .process-table--probe { background: $warning-muted; }
+    ProcessTable > .process-table--empty { color: $text-muted; }
+    ProcessTable > .process-table--title { color: $text; text-style: bold; }
+    ProcessTable > .process-table--filter { color: $warning; text-style: bold; }
+    ProcessTable > .process-table--selected-gpu { background: $primary-muted; }
+    """
+
+    BINDINGS = [
+        Binding("up,k", "cursor(-1)", "Up", show=False, tooltip="previous process"),
+        Binding("down,j", "cursor(1)", "Down", show=False, tooltip="next process"),
+        Binding("pageup", "page(-1)", "Page up", show=False, tooltip="a page up"),
+        Binding("pagedown", "page(1)", "Page down", show=False, tooltip="a page down"),
+        Binding("home,g", "edge(-1)", "First", show=False, tooltip="first process"),
+        Binding("end,G", "edge(1)", "Last", show=False, tooltip="last process"),
+        Binding("left,h", "scroll_command(-1)", "Left", show=False, tooltip="scroll commands left"),
+        Binding(
+            "right,l", "scroll_command(1)", "Right", show=False, tooltip="scroll commands right"
+        ),
+    ]
+
+    #: The title line and the column headers stay on top while the rows scroll.
+    TOP_LINES = 2
+    #: Cells Left/Right scroll the command column by.
+    COMMAND_STEP = 8
+
+    class SortChanged(Message):
+        def __init__(self, column: str, reverse: bool) -> None:
+            super().__init__()
+            self.column = column
+            self.reverse = reverse
+
+    def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.glyphs = glyphs
+        self.rows: list[GpuProcess] = []
+        self.cursor_key: ProcessKey | None = None
+        self.sort_key = "gpu"
+        self.sort_reverse = False
+        self.highlighted_pids: frozenset[int] = frozenset()
+        self.process_filter = ProcessFilter()
+        #: The GPU selected in the GPU panel: its processes are highlighted.
+        self.selected_gpu: int | None = None
+        #: Cells cut off the start of every command (Left/Right).
+        self.command_offset = 0
+        self._processes: tuple[GpuProcess, ...] = ()
+        # Until the user moves the cursor, it stays on the top row rather than following the
+        # process that happened to be first: an untouched table shows the top of the list.
+        self.cursor_chosen = False
+        self.notices: tuple[str, ...] = ()
+        #: GPU index -> why its processes are unknown (refused list, lost GPU).
+        self.unknown_gpus: dict[int, str] = {}
+        self.empty_text = EMPTY_WAITING
+        self._optional: frozenset[str] = frozenset()
+        self._painted: dict[int, Strip] = {}
+        self._fresh: dict[int, Strip] = {}
+
+    # -- data in ---------------------------------------------------------------------
+
+    def show(
+        self,
+        processes: Sequence[GpuProcess],
+        notices: Sequence[str] = (),
+        empty_text: str = EMPTY_NONE,
+        unknown_gpus: Mapping[int, str] | None = None,
+    ) -> None:
+        """Attributes down: the new processes, notice lines shown below them (a GPU whose
+        process list could not be read), and what to say when no process is listed: "none"
+        only when every GPU's list was read. Repaints only what changed.
+
+        A cursor row on screen stays on screen when its process moves (the view follows
+        it); one the user scrolled out of view (mouse wheel) is left there.
+        """
+        self._processes = tuple(processes)
+        self.notices = tuple(notices)
+        self.empty_text = empty_text
+        self.unknown_gpus = dict(unknown_gpus or {})
+        old_row = self.cursor_row
+        self._resort(old_row, follow=self._row_on_screen(old_row))
+
+    def set_filter(self, process_filter: ProcessFilter) -> None:
+        """Show only the processes ``process_filter`` passes; the cursor stays on its process
+        when it still passes, else goes to the top."""
+        if process_filter == self.process_filter:
+            return
+        self.process_filter = process_filter
+        self._resort(0, follow=True)
+
+    def select_gpu(self, gpu_index: int | None) -> None:
+        if gpu_index != self.selected_gpu:
+            self.selected_gpu = gpu_index
+            self._repaint_changes()
+
+    @property
+    def total(self) -> int:
+        """Processes listed before filtering."""
+        return len(self._processes)
+
+    def title_text(self) -> str:
+        """The title line's words: ``Processes 12 of 64  filter: GPU 3 · mine``."""
+        count = (
+            f"{len(self.rows)} of {len(self._processes)}"
+            if self.process_filter.active
+            else str(len(self._processes))
+        )
+        text = f" Processes {count}"
+        if self.process_filter.active:
+            text += f"  filter: {self.process_filter.describe()}"
+        if self.command_offset:
+            text += f"  commands scrolled {self.command_offset} cells (left/right)"
+        return text
+
+    def highlight(self, pids: frozenset[int]) -> None:
+        if pids != self.highlighted_pids:
+            self.highlighted_pids = pids
+            self._repaint_changes()
+
+    @property
+    def cursor_row(self) -> int:
+        if self.cursor_key is None:
+            return 0
+        for index, process in enumerate(self.rows):
+            if process.key == self.cursor_key:
+                return index
+        return 0
+
+    @property
+    def cursor_process(self) -> GpuProcess | None:
+        if not self.rows:
+            return None
+        return self.rows[self.cursor_row]
+
+    def _resort(self, old_row: int, *, follow: bool) -> None:
+        """Sort the rows again, the cursor on the same process (or, if that one ended, at
+        ``old_row``); ``follow`` scrolls the view, as little as it can, to show it."""
+        column = next(c for c in COLUMNS if c.key == self.sort_key)
+        reverse = self.sort_reverse != (self.sort_key in DESCENDING_FIRST)
+        shown = filter_processes(self._processes, self.process_filter)
+        self.rows = sorted(shown, key=column.sort, reverse=reverse)
+        self.command_offset = min(self.command_offset, self._command_scroll_limit())
+        self._optional = frozenset(
+            key
+            for key, value in (("job", "job_id"), ("container", "container_id"))
+            if any(getattr(p, value) is not None for p in self.rows)
+        )
+        keys = [p.key for p in self.rows]
+        if not self.cursor_chosen:
+            row = 0
+            self.cursor_key = keys[0] if keys else None
+        elif self.cursor_key is not None and self.cursor_key in keys:
+            row = keys.index(self.cursor_key)
+        else:
+            # The process under the cursor ended: stay at the same height.
+            row = min(old_row, len(keys) - 1)
+            self.cursor_key = keys[row] if keys else None
+        if self.virtual_size.height != self._content_height:
+            self.virtual_size = Size(self._width, self._content_height)
+        if follow and keys:
+            self._scroll_to_row(row)
+        self._repaint_changes()
+
+    @property
+    def _content_height(self) -> int:
+        return self.TOP_LINES + max(1, len(self.rows)) + len(self.notices)
+
+    def _repaint_changes(self) -> None:
+        if not self.is_mounted:
+            return
+        regions: list[Region] = []
+        self._fresh.clear()
+        for y in range(self.size.height):
+            new = self._fresh[y] = self._line(y)
+            old = self._painted.get(y)
+            if old is None:
+                regions.append(Region(0, y, self._width, 1))
+                continue
+            regions.extend(
+                Region(start, y, end - start, 1) for start, end in changed_runs(old, new)
+            )
+        if regions:
+            self.refresh(*regions)
+
+    # -- keys and mouse --------------------------------------------------------------
+
+    def cycle_sort(self) -> None:
+        keys = [c.key for c in self._visible_columns(self.size.width or 200, self._optional)]
+        index = keys.index(self.sort_key) if self.sort_key in keys else -1
+        self.sort_by(keys[(index + 1) % len(keys)])
+
+    def sort_by(self, key: str, reverse: bool = False) -> None:
+        """Sort as the user asked; the view goes to the top, the cursor to the first row
+        (what a new sort is for: the biggest, the oldest, the first GPU's)."""
+        self.sort_key = key
+        self.sort_reverse = reverse
+        self.cursor_chosen = False
+        self._resort(0, follow=True)
+        if self.is_mounted:
+            self.scroll_to(y=0, animate=False)
+        self.refresh()
+        self.post_message(self.SortChanged(key, reverse))
+
+    def reverse_sort(self) -> None:
+        self.sort_by(self.sort_key, not self.sort_reverse)
+
+    def action_cursor(self, step: int) -> None:
+        if not self.rows:
+            return
+        row = max(0, min(len(self.rows) - 1, self.cursor_row + step))
+        self._move_to(row)
+
+    def action_page(self, direction: int) -> None:
+        self.action_cursor(direction * max(1, self.size.height - 2))
+
+    def action_edge(self, direction: int) -> None:
+        if self.rows:
+            self._move_to(0 if direction < 0 else len(self.rows) - 1)
+
+    def action_scroll_command(self, direction: int) -> None:
+        """Left/Right: see the rest of long command lines."""
+        limit = self._command_scroll_limit()
+        offset = max(0, min(limit, self.command_offset + direction * self.COMMAND_STEP))
+        if offset != self.command_offset:
+            self.command_offset = offset
+            self._repaint_changes()
+
+    def _command_scroll_limit(self) -> int:
+        longest = max((len(cell_text(COLUMNS[-1], p)) for p in self.rows), default=0)
+        return max(0, longest - self.COMMAND_STEP)
+
+    def _move_to(self, row: int) -> None:
+        self.cursor_chosen = True
+        self.cursor_key = self.rows[row].key
+        self._scroll_to_row(row)
+        self._repaint_changes()
+
+    @property
+    def _visible_rows(self) -> int:
+        """How many process rows fit below the title and the header."""
+        return max(1, self.size.height - self.TOP_LINES)
+
+    def _row_on_screen(self, row: int) -> bool:
+        top = int(self.scroll_y)
+        return top <= row < top + self._visible_rows
+
+    def _scroll_to_row(self, row: int) -> None:
+        """Scroll as little as needed to show ``row`` (ScrollView scrolls at once)."""
+        if not self.is_mounted or not self.size.height:
+            return
+        visible = self._visible_rows
+        top = int(self.scroll_y)
+        if row < top:
+            self.scroll_to(y=row, animate=False)
+        elif row >= top + visible:
+            self.scroll_to(y=row - visible + 1, animate=False)
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y < self.TOP_LINES - 1:
+            return
+        if event.y == self.TOP_LINES - 1:
+            column = self._column_at(event.x)
+            if column is not None:
+                if column == self.sort_key:
+                    self.reverse_sort()
+                else:
+                    self.sort_by(column)
+            return
+        row = int(self.scroll_y) + event.y - self.TOP_LINES
+        if 0 <= row < len(self.rows):
+            self._move_to(row)
+
+    def _column_at(self, x: int) -> str | None:
+        position = 0
+        for column, width in self._layout(self._width, self.size.width, self._optional):
+            if position <= x < position + width + 1:
+                return column.key
+            position += width + 1
+        return None
+
+    # -- drawing ---------------------------------------------------------------------
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._fresh.clear()
+
+    def on_resize(self) -> None:
+        self._painted.clear()
+        self._fresh.clear()
+        self.virtual_size = Size(self._width, self._content_height)
+        self.refresh()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        self._painted.clear()
+        self._fresh.clear()
+        super().watch_scroll_y(old, new)
+
+    @staticmethod
+    def _visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
+        """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
+        column does not come and go with the scrollbar when the rows outgrow the table)."""
+        return [
+            c
+            for c in COLUMNS
+            if width >= c.min_terminal_width and (not c.optional or c.key in optional)
+        ]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=16)
+    def _layout(
+        width: int, full_width: int, optional: frozenset[str] = frozenset()
+    ) -> list[tuple[Column, int]]:
+        """Each shown column and its width in ``width`` cells (left of the scrollbar)."""
+        columns = ProcessTable._visible_columns(max(width, full_width), optional)
+        fixed = sum(c.width + 1 for c in columns if c.width)
+        return [(c, c.width or max(8, width - fixed)) for c in columns]
+
+    def render_line(self, y: int) -> Strip:
+        # Lines built for the diff in _repaint_changes are reused, not rendered twice.
+        strip = self._fresh.pop(y, None)
+        if strip is None or strip.cell_length != self._width:  # a scrollbar came or went
+            strip = self._line(y)
+        self._painted[y] = strip
+        return strip
+
+    @property
+    def _width(self) -> int:
+        """Columns left for the table: the vertical scrollbar takes the last one."""
+        return self.scrollable_content_region.width
+
+    def _line(self, y: int) -> Strip:
+        width = self._width
+        if y == 0:
+            return self._title(width)
+        if y == 1:
+            return self._header(width)
+        row = int(self.scroll_y) + y - self.TOP_LINES
+        if not self.rows and row == 0:
+            text = self._empty_line()
+            text = self.glyphs.truncate(" " + text, width)
+            return Line().add(text, self.style("empty")).strip(width)
+        notice = row - max(1, len(self.rows))
+        if 0 <= notice < len(self.notices):
+            text = self.glyphs.truncate(" " + self.notices[notice], width)
+            return Line().add(text, self.style("empty")).strip(width)
+        if not 0 <= row < len(self.rows):
+            # Style(), not None: Textual's NO_COLOR filter cannot handle a style of None.
+            return Strip.blank(width, Style())
+        process = self.rows[row]
+        style = Style()
+        if not process.visible:
+            style = self.style("hidden")
+        elif process.is_current_user:
+            style = self.style("mine")
+        if (
+            self.selected_gpu is not None
+            and process.gpu_index == self.selected_gpu
+            and self.process_filter.gpu_index is None
+        ):
+            style = style + self.style("selected-gpu")
+        if process.pid in self.highlighted_pids:
+            style = style + self.style("probe")
+        if process.key == self.cursor_key:
+            style = style + self.style("cursor")
+        line = Line()
+        fit = self.glyphs.fit
+        layout = self._layout(width, self.size.width, self._optional)
+        for index, (column, column_width) in enumerate(layout):
+            # In terminal cells: a wide user name or command keeps the columns aligned.
+            text = cell_text(column, process)
+            if self.command_offset and column.key == "command":
+                text = self.glyphs.ellipsis + text[self.command_offset + 1 :]
+            text = fit(text, column_width, column.right)
+            # A space between columns, none after the last: the row is exactly as wide as
+            # the table, so nothing has to be cropped off it on every refresh.
+            line.add(text + " " if index < len(layout) - 1 else text, style)
+        return line.strip(width, style)
+
+    def _empty_line(self) -> str:
+        """What an empty table says: never "none" where the processes are unknown."""
+        wanted = self.process_filter.gpu_index
+        if wanted is not None and wanted in self.unknown_gpus:
+            return f"GPU {wanted}: processes unknown ({self.unknown_gpus[wanted]})."
+        if not self._processes or not self.process_filter.active:
+            return self.empty_text
+        text = (
+            f"No process matches the filter ({self.process_filter.describe()}): "
+            f"0 of {len(self._processes)}"
+        )
+        if self.unknown_gpus and wanted is None:
+            unknown = ", ".join(str(index) for index in sorted(self.unknown_gpus))
+            text += f" listed (GPU {unknown}: processes unknown)"
+        return text + "."
+
+    def _title(self, width: int) -> Strip:
+        style = self.style("filter" if self.process_filter.active else "title")
+        return Line().add(self.glyphs.truncate(self.title_text(), width), style).strip(width, style)
+
+    def _header(self, width: int) -> Strip:
+        line = Line()
+        header = self.style("header")
+        layout = self._layout(width, self.size.width, self._optional)
+        for index, (column, column_width) in enumerate(layout):
+            title = column.title[:column_width]
+            style = header
+            if column.key == self.sort_key:
+                descending = self.sort_reverse != (column.key in DESCENDING_FIRST)
+                arrow = self.glyphs.down if descending else self.glyphs.up
+                # The arrow always shows, even when the title must give up a letter for it.
+                title = column.title[: column_width - 1] + arrow
+                style = self.style("sorted")
+            line.add(
+                title.rjust(column_width) if column.right else title.ljust(column_width), style
+            )
+            if index < len(layout) - 1:
+                line.add(" ", header)
+        return line.strip(width, header)
