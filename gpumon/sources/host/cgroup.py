@@ -2,20 +2,30 @@
 
 Every user may read any process's ``/proc/PID/cgroup``. Slurm puts each job's processes in a
 cgroup named after the job, container engines each container's in one named after its id,
-on cgroup v1 (one ``N:controllers:/path`` line per hierarchy) and v2 (one ``0::/path`` line):
+on cgroup v1 (one ``N:controllers:/path`` line per hierarchy) and v2 (one ``0::/path`` line).
+Only these layouts are read, each anchored at the root of the hierarchy, where the tool that
+makes it puts it:
 
-- Slurm v1: ``/slurm/uid_1000/job_12345/step_0/task_0`` (``/slurm_<node>/...`` with several
-  slurmd on one host); v2: ``/system.slice/slurmstepd.scope/job_12345/step_batch/user/task_0``
-  (``<node>_slurmstepd.scope`` with several slurmd).
-- Containers: ``/docker/<id>``, ``docker-<id>.scope``, ``/kubepods/.../pod<uid>/<id>``,
-  ``cri-containerd-<id>.scope``, ``crio-<id>.scope``, ``libpod-<id>.scope``,
-  ``nerdctl-<id>.scope``, or a bare ``<id>`` under any parent (``docker --cgroup-parent``,
-  containerd's namespaces), where ``<id>`` is 64 lowercase hex digits. ``libpod-conmon-`` and
-  ``crio-conmon-`` scopes hold the engine's monitor, not the container, and never match.
+- Slurm v1: ``/slurm/uid_1000/job_12345/...`` (``/slurm_<node>/...`` with several slurmd on
+  one host); v2: ``/system.slice/slurmstepd.scope/job_12345/...`` (``<node>_slurmstepd.scope``
+  with several slurmd; ``/slurmstepd.scope/...`` without systemd).
+- Docker: ``/docker/<id>``, ``/system.slice/docker-<id>.scope``; nerdctl and containerd:
+  ``/system.slice/nerdctl-<id>.scope``, ``/system.slice/cri-containerd-<id>.scope``,
+  ``/<namespace>/<id>``; Podman: ``/machine.slice/libpod-<id>.scope``,
+  ``/libpod_parent/libpod-<id>``; Kubernetes: ``/kubepods[/<qos>]/pod<uid>/<id>`` and
+  ``/kubepods.slice[/kubepods-<qos>.slice]/kubepods-...-pod<uid>.slice/<engine>-<id>.scope``
+  (``cri-containerd``, ``crio``, ``docker``); a container placed in a Slurm job
+  (``docker run --cgroup-parent`` under the job's step). ``<id>`` is 64 lowercase hex
+  digits. ``libpod-conmon-`` and ``crio-conmon-`` scopes hold the engine's monitor, not the
+  container, and never match.
 
-Path text comes from whoever named the cgroup: every pattern matches one whole path
-component, a job id is ASCII digits only and a container id ``[0-9a-f]{64}`` only, so what
-comes out is safe to print anywhere and no other text can pose as an id.
+Path text comes from whoever named the cgroup, and a user may name cgroups inside the
+subtree delegated to them: their systemd user manager's (``user@UID.service``, where rootless
+Docker and Podman put their containers) and a Slurm step's ``user`` subtree. Nothing at or
+below such a component is read, so no user can make a process of theirs pose as another
+job or container (``.../user@1000.service/app.slice/x_slurmstepd.scope/job_31337`` is no
+job). A job id is ASCII digits only and a container id ``[0-9a-f]{64}`` only, so what comes
+out is safe to print anywhere.
 """
 
 from __future__ import annotations
@@ -31,14 +41,22 @@ _MAX_BYTES = 64 * 1024
 
 _HEX64 = "[0-9a-f]{64}"
 # Digits are spelled [0-9] (re.ASCII besides): \d would match other scripts ("job_١٢٣").
-_CONTAINER = re.compile(
-    rf"(?:(?:docker|cri-containerd|crio|libpod|nerdctl)-)?({_HEX64})(?:\.scope)?", re.ASCII
-)
+_BARE_ID = re.compile(f"({_HEX64})", re.ASCII)
+_SYSTEMD_SCOPE = re.compile(rf"(?:docker|nerdctl|cri-containerd)-({_HEX64})\.scope", re.ASCII)
+_PODMAN_SCOPE = re.compile(rf"libpod-({_HEX64})\.scope", re.ASCII)
+_PODMAN_CGROUPFS = re.compile(rf"libpod-({_HEX64})", re.ASCII)
+_KUBE_POD_V1 = re.compile(r"pod[0-9a-f-]{1,64}", re.ASCII)
+_KUBE_POD_V2 = re.compile(r"kubepods(?:-[a-z]+)?-pod[0-9a-f_]{1,64}\.slice", re.ASCII)
+_KUBE_SCOPE = re.compile(rf"(?:cri-containerd|crio|docker)-({_HEX64})\.scope", re.ASCII)
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
 _SLURM_V1_ROOT = re.compile(r"slurm(?:_[^/]+)?", re.ASCII)
-_SLURM_V2_ROOT = re.compile(r"(?:[^/]+_)?slurmstepd\.scope", re.ASCII)
+_SLURM_V2_SCOPE = re.compile(r"(?:[^/]+_)?slurmstepd\.scope", re.ASCII)
 _SLURM_UID = re.compile(r"uid_[0-9]+", re.ASCII)
+_SLURM_STEP = re.compile(r"step_[A-Za-z0-9_]{1,32}", re.ASCII)
 # Slurm job ids are 32-bit; 20 digits bounds the width whatever a future Slurm does.
 _SLURM_JOB = re.compile(r"job_([0-9]{1,20})", re.ASCII)
+# A systemd user manager: everything below it is the user's to name.
+_USER_MANAGER = re.compile(r"user@[0-9]+\.service", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +73,8 @@ NO_IDS = CgroupIds()
 def parse_cgroup(text: str) -> CgroupIds:
     """Read the ids out of the text of a ``/proc/PID/cgroup`` file (v1, v2 or both).
 
-    The first match wins, line by line and outermost component first: on v1 every
-    controller's line names the same job and container.
+    The first line that gives an id wins: on v1 every controller's line names the same job
+    and container.
     """
     job_id: str | None = None
     container_id: str | None = None
@@ -65,43 +83,101 @@ def parse_cgroup(text: str) -> CgroupIds:
         if len(parts) != 3:
             continue
         path = parts[2]
-        components = path.split("/")
-        # Cheap tests first: most lines of a v1 file name neither.
-        if job_id is None and "job_" in path:
+        # Cheap test first: most lines of a v1 file name neither.
+        if "job_" not in path and len(path) < 64:
+            continue
+        components = _trusted(path)
+        if job_id is None:
             job_id = _slurm_job(components)
-        if container_id is None and len(path) > 64:
+        if container_id is None:
             container_id = _container(components)
         if job_id is not None and container_id is not None:
             break
     return CgroupIds(job_id, container_id)
 
 
-def _slurm_job(components: list[str]) -> str | None:
-    for index, component in enumerate(components):
-        if _SLURM_V2_ROOT.fullmatch(component):
-            job = _component(components, index + 1)
-        elif _SLURM_V1_ROOT.fullmatch(component) and _SLURM_UID.fullmatch(
-            _component(components, index + 1)
-        ):
-            job = _component(components, index + 2)
-        else:
-            continue
-        match = _SLURM_JOB.fullmatch(job)
-        if match:
-            return match.group(1)
-    return None
+def _trusted(path: str) -> list[str]:
+    """The path's components from the root of the hierarchy down to (not including) the
+    first one a user may have named.
+
+    Leading ``..`` components are what a process outside gpumon's own cgroup namespace shows:
+    the layouts are then matched from the first real component.
+    """
+    components = path.split("/")
+    start = 1 if components and components[0] == "" else 0
+    while start < len(components) and components[start] == "..":
+        start += 1
+    trusted: list[str] = []
+    for index in range(start, len(components)):
+        component = components[index]
+        if _USER_MANAGER.fullmatch(component):
+            break
+        # A Slurm step's "user" child is where the job's user may create cgroups (v2).
+        if component == "user" and trusted and _SLURM_STEP.fullmatch(trusted[-1]):
+            break
+        trusted.append(component)
+    return trusted
 
 
-def _component(components: list[str], index: int) -> str:
+def _at(components: list[str], index: int) -> str:
     return components[index] if index < len(components) else ""
 
 
+def _slurm_job(components: list[str]) -> str | None:
+    """The job of ``/slurm[_<node>]/uid_U/job_J`` (v1) or
+    ``[/system.slice]/[<node>_]slurmstepd.scope/job_J`` (v2), anchored at the root."""
+    first = _at(components, 0)
+    if _SLURM_V1_ROOT.fullmatch(first) and _SLURM_UID.fullmatch(_at(components, 1)):
+        job = _at(components, 2)
+    elif first == "system.slice" and _SLURM_V2_SCOPE.fullmatch(_at(components, 1)):
+        job = _at(components, 2)
+    elif _SLURM_V2_SCOPE.fullmatch(first):
+        job = _at(components, 1)
+    else:
+        return None
+    match = _SLURM_JOB.fullmatch(job)
+    return match.group(1) if match else None
+
+
 def _container(components: list[str]) -> str | None:
-    for component in components:
-        match = _CONTAINER.fullmatch(component)
-        if match:
-            return match.group(1)[:CONTAINER_ID_CHARS]
+    """The 12-digit id of a container in one of the layouts above, or None."""
+    full = _container_id(components)
+    return full[:CONTAINER_ID_CHARS] if full else None
+
+
+def _container_id(components: list[str]) -> str | None:
+    first, second = _at(components, 0), _at(components, 1)
+    if first == "system.slice":
+        return _match(_SYSTEMD_SCOPE, second)
+    if first == "machine.slice":
+        return _match(_PODMAN_SCOPE, second)
+    if first == "libpod_parent":
+        return _match(_PODMAN_CGROUPFS, second)
+    if first == "kubepods":  # v1: /kubepods[/<qos>]/pod<uid>/<id>
+        for index in (1, 2):
+            if _KUBE_POD_V1.fullmatch(_at(components, index)):
+                return _match(_BARE_ID, _at(components, index + 1))
+        return None
+    if first == "kubepods.slice":  # v2: .../kubepods-<qos>-pod<uid>.slice/<engine>-<id>.scope
+        for index in (1, 2):
+            if _KUBE_POD_V2.fullmatch(_at(components, index)):
+                return _match(_KUBE_SCOPE, _at(components, index + 1))
+        return None
+    if _slurm_job(components) is not None:
+        # docker run --cgroup-parent=<the job's step>: .../job_J/step_S/<id>
+        step = 2 if _SLURM_V2_SCOPE.fullmatch(first) else 3
+        if _SLURM_STEP.fullmatch(_at(components, step)):
+            return _match(_BARE_ID, _at(components, step + 1))
+        return None
+    # /docker/<id> and containerd's /<namespace>/<id>: a cgroup at the root is root's.
+    if len(components) == 2 and _NAMESPACE.fullmatch(first) and first != "user.slice":
+        return _match(_BARE_ID, second)
     return None
+
+
+def _match(pattern: re.Pattern[str], component: str) -> str | None:
+    match = pattern.fullmatch(component)
+    return match.group(1) if match else None
 
 
 def read_cgroup_ids(pid: int, proc: str = "/proc") -> CgroupIds:
