@@ -4,52 +4,22 @@
 argparse namespace. No Textual, no psutil, no pynvml here: ``gpumon status`` builds settings on
 every call, and reads the config file (with ``tomllib``) only when there is one.
 
-The config file is ``$XDG_CONFIG_HOME/gpumon/config.toml`` (else
-``~/.config/gpumon/config.toml``), or the file ``--config PATH`` names. A bad file is one line
-naming the file, the key and what was expected (:class:`SettingsError`, exit 2): gpumon never
-starts with half a config.
+Where the config file is and how it is read: :mod:`gpumon.config_file`. A bad file is one
+line naming the file, the key and what was expected (:class:`SettingsError`, exit 2): gpumon
+never starts with half a config.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon import setting_checks as checks
+from gpumon.config_file import SettingsError, default_config_path, read_config, toml_value
 from gpumon.data.format import HOT_MARGIN_C, WARM_MARGIN_C
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
-
-#: Textual's built-in themes (checked in the tests against Textual's own list, so settings
-#: need not import Textual to validate a name).
-THEMES = (
-    "textual-dark",
-    "textual-light",
-    "nord",
-    "gruvbox",
-    "catppuccin-mocha",
-    "dracula",
-    "tokyo-night",
-    "monokai",
-    "flexoki",
-    "catppuccin-latte",
-    "catppuccin-frappe",
-    "catppuccin-macchiato",
-    "solarized-light",
-    "solarized-dark",
-    "rose-pine",
-    "rose-pine-moon",
-    "rose-pine-dawn",
-    "atom-one-dark",
-    "atom-one-light",
-    "ansi-dark",
-    "ansi-light",
-)
-
-
-class SettingsError(ValueError):
-    """A setting that cannot be used; ``str()`` is the one line to print."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,122 +75,6 @@ class Settings:
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
-def _number(kind: type, low: float, high: float, what: str) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        # bool is an int in Python, never a number here; integers are fine for floats.
-        wrong_type = isinstance(value, bool) or not isinstance(value, (int, float))
-        if wrong_type or (kind is int and isinstance(value, float)):
-            raise SettingsError(f"expected {what}, got {_shown(value)}")
-        if not low <= value <= high:  # NaN fails this too
-            raise SettingsError(f"expected {what}, got {_shown(value)}")
-        return kind(value)
-
-    return check
-
-
-def _theme(value: Any) -> str:
-    if not isinstance(value, str) or value not in THEMES:
-        raise SettingsError(f"expected one of {', '.join(THEMES)}; got {_shown(value)}")
-    return value
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise SettingsError(f"expected true or false, got {_shown(value)}")
-    return value
-
-
-def _path(value: Any) -> str:
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise SettingsError(f"expected the path of a Python interpreter, got {_shown(value)}")
-    return os.path.expanduser(value)
-
-
-def _file(value: Any) -> str:
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise SettingsError(f"expected the path of a file, got {_shown(value)}")
-    return os.path.expanduser(value)
-
-
-def _url(value: Any) -> str:
-    """An http:// or https:// URL with a host and no credentials in it."""
-    from urllib.parse import urlsplit  # here: only a cluster's settings need it
-
-    if not isinstance(value, str):
-        raise SettingsError(f"expected an http:// or https:// URL, got {_shown(value)}")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port that is no number
-    except ValueError:
-        parts = None
-    # The text before "@" may be a password: never shown, whatever else is wrong.
-    if parts is not None and ("@" in parts.netloc):
-        raise SettingsError(
-            "credentials in the URL are refused (they would be shown and logged): set "
-            "prometheus_user and prometheus_password in the config file, or "
-            "GPUMON_PROMETHEUS_USER and GPUMON_PROMETHEUS_PASSWORD"
-        )
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        shown = _shown(value.partition("@")[2] if "@" in value else value)
-        raise SettingsError(f"expected an http:// or https:// URL, got {shown}")
-    if any(ord(character) < 0x21 or ord(character) == 0x7F for character in value):
-        raise SettingsError("expected a URL without spaces or control characters")
-    return value
-
-
-#: An HTTP header's name: RFC 9110's token characters.
-_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-
-
-def _headers(value: Any) -> tuple[str, ...]:
-    """``"Name: value"`` strings. Errors name the header, never show its value."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise SettingsError('expected a list of "Name: value" strings')
-    headers = []
-    for number, header in enumerate(value, 1):
-        if not isinstance(header, str):
-            raise SettingsError(f'header {number}: expected a "Name: value" string')
-        name, colon, text = header.partition(":")
-        name, text = name.strip(), text.strip()
-        if not colon or not name or not set(name) <= _TOKEN:
-            raise SettingsError(
-                f'header {number}: expected "Name: value" with a name of letters, digits '
-                "and hyphens (the value is not shown)"
-            )
-        if not text or any(_control(character) for character in text):
-            raise SettingsError(
-                f"header {name}: expected a value without line breaks or control "
-                "characters (not shown)"
-            )
-        headers.append(f"{name}: {text}")
-    return tuple(headers)
-
-
-def _control(character: str) -> bool:
-    # A line break in a header value would start a header of the attacker's choosing.
-    return (ord(character) < 0x20 and character != "\t") or ord(character) == 0x7F
-
-
-def _user(value: Any) -> str:
-    # RFC 7617: the user-id cannot contain a colon.
-    if not isinstance(value, str) or not value or ":" in value or not value.isprintable():
-        raise SettingsError(f"expected a user name without a colon, got {_shown(value)}")
-    return value
-
-
-def _password(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise SettingsError("expected a non-empty string (the value is not shown)")
-    if any(_control(character) for character in value):
-        raise SettingsError("expected no control characters (the value is not shown)")
-    return value
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
 @dataclass(frozen=True, slots=True)
 class _Key:
     """A setting the config file and the environment may give."""
@@ -248,37 +102,46 @@ def _decimal_text(text: str) -> Any:
 KEYS: dict[str, _Key] = {
     "interval": _Key(
         "interval_s",
-        _number(float, MIN_INTERVAL_S, MAX_INTERVAL_S, "seconds from 0.25 to 60"),
+        checks.number(float, MIN_INTERVAL_S, MAX_INTERVAL_S, "seconds from 0.25 to 60"),
         "GPUMON_INTERVAL",
         "--interval",
         _decimal_text,
     ),
-    "theme": _Key("theme", _theme, "GPUMON_THEME", "--theme"),
-    "probe_python": _Key("probe_python", _path, "GPUMON_PROBE_PYTHON", "--probe-python"),
+    "theme": _Key("theme", checks.theme, "GPUMON_THEME", "--theme"),
+    "probe_python": _Key("probe_python", checks.path, "GPUMON_PROBE_PYTHON", "--probe-python"),
     "temperature_hot_margin_c": _Key(
-        "temperature_hot_margin_c", _number(int, 0, 50, "degrees from 0 to 50")
+        "temperature_hot_margin_c", checks.number(int, 0, 50, "degrees from 0 to 50")
     ),
     "temperature_warm_margin_c": _Key(
-        "temperature_warm_margin_c", _number(int, 0, 80, "degrees from 0 to 80")
+        "temperature_warm_margin_c", checks.number(int, 0, 80, "degrees from 0 to 80")
     ),
-    "load_warn_pct": _Key("load_warn_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
-    "load_hot_pct": _Key("load_hot_pct", _number(int, 1, 100, "a percentage from 1 to 100")),
+    "load_warn_pct": _Key(
+        "load_warn_pct", checks.number(int, 1, 100, "a percentage from 1 to 100")
+    ),
+    "load_hot_pct": _Key("load_hot_pct", checks.number(int, 1, 100, "a percentage from 1 to 100")),
     # At most 2,400 points per reading are kept: 40 minutes at 1 s, 10 at 0.25 s.
-    "history_minutes": _Key("history_minutes", _number(int, 1, 40, "whole minutes from 1 to 40")),
-    "free_threshold_mib": _Key(
-        "free_threshold_mib", _number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576")
+    "history_minutes": _Key(
+        "history_minutes", checks.number(int, 1, 40, "whole minutes from 1 to 40")
     ),
-    "readonly": _Key("readonly", _bool, flag="--readonly"),
-    "prometheus_url": _Key("prometheus_url", _url, "GPUMON_PROMETHEUS_URL", "--prometheus"),
-    "prometheus_headers": _Key("prometheus_headers", _headers, flag="--prometheus-header"),
-    "prometheus_user": _Key("prometheus_user", _user, "GPUMON_PROMETHEUS_USER"),
-    "prometheus_password": _Key("prometheus_password", _password, "GPUMON_PROMETHEUS_PASSWORD"),
+    "free_threshold_mib": _Key(
+        "free_threshold_mib", checks.number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576")
+    ),
+    "readonly": _Key("readonly", checks.boolean, flag="--readonly"),
+    "prometheus_url": _Key("prometheus_url", checks.url, "GPUMON_PROMETHEUS_URL", "--prometheus"),
+    "prometheus_headers": _Key("prometheus_headers", checks.headers, flag="--prometheus-header"),
+    "prometheus_user": _Key("prometheus_user", checks.user, "GPUMON_PROMETHEUS_USER"),
+    "prometheus_password": _Key(
+        "prometheus_password", checks.password, "GPUMON_PROMETHEUS_PASSWORD"
+    ),
     "prometheus_ca_file": _Key(
-        "prometheus_ca_file", _file, "GPUMON_PROMETHEUS_CA_FILE", "--prometheus-ca-file"
+        "prometheus_ca_file",
+        checks.readable_file,
+        "GPUMON_PROMETHEUS_CA_FILE",
+        "--prometheus-ca-file",
     ),
     "prometheus_timeout_s": _Key(
         "prometheus_timeout_s",
-        _number(float, 0.5, 120, "seconds from 0.5 to 120"),
+        checks.number(float, 0.5, 120, "seconds from 0.5 to 120"),
         "GPUMON_PROMETHEUS_TIMEOUT",
         "--prometheus-timeout",
         _decimal_text,
@@ -287,35 +150,6 @@ KEYS: dict[str, _Key] = {
 
 #: Never printed: --print-config shows ``(set)``, errors never quote them.
 SECRET_KEYS = frozenset({"prometheus_password", "prometheus_headers"})
-
-
-def default_config_path(environ: Mapping[str, str]) -> str:
-    """``$XDG_CONFIG_HOME/gpumon/config.toml``, else ``~/.config/gpumon/config.toml``."""
-    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "gpumon", "config.toml")
-
-
-def read_config(path: str, *, required: bool) -> dict[str, Any]:
-    """The config file's table; ``{}`` when there is none (and none was asked for)."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        if required:
-            raise SettingsError(f"{path}: no such file") from None
-        return {}
-    except OSError as error:
-        raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10: the same parser, from PyPI
-        import tomli as tomllib
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise SettingsError(f"{path}: not valid TOML: the file is not UTF-8") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SettingsError(f"{path}: not valid TOML: {error}") from None
 
 
 def load_settings(
@@ -342,7 +176,7 @@ def load_settings(
         spec = KEYS.get(key)
         if spec is None:
             known = ", ".join(KEYS)
-            raise SettingsError(f"{path}: unknown key {_shown(key)} (known: {known})")
+            raise SettingsError(f"{path}: unknown key {checks.shown(key)} (known: {known})")
         try:
             values[spec.attribute] = spec.check(value)
         except SettingsError as error:
@@ -426,24 +260,13 @@ def describe(settings: Settings) -> str:
             # Commented out: pasted into a config file, "(set)" must not become a password.
             lines.append(f"# {key} = {_redacted(value)}  # {origin}")
             continue
-        lines.append(f"{key} = {_toml(value)}  # {origin}")
+        lines.append(f"{key} = {toml_value(value)}  # {origin}")
     return "\n".join(lines)
 
 
 def _redacted(value: Any) -> str:
     """A secret as --print-config shows it: ``(set)``; headers by name only."""
     if isinstance(value, tuple):
-        names = ", ".join(_toml(header.partition(":")[0] + ": (set)") for header in value)
+        names = ", ".join(toml_value(header.partition(":")[0] + ": (set)") for header in value)
         return f"[{names}]"
     return "(set)"
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_toml(item) for item in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'

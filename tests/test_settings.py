@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from gpumon import setting_checks
 from gpumon import settings as S
 from gpumon.cli import main
 
@@ -145,7 +146,7 @@ def test_the_config_interval_reaches_the_command(tmp_path: Path) -> None:
 def test_themes_are_textuals_own() -> None:
     from textual.theme import BUILTIN_THEMES
 
-    assert set(S.THEMES) == set(BUILTIN_THEMES)
+    assert set(setting_checks.THEMES) == set(BUILTIN_THEMES)
 
 
 def test_settings_module_stays_light() -> None:

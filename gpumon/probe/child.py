@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpumon.probe import child_io
 from gpumon.probe import steps as S
 from gpumon.probe.child_io import (
     EXIT_BAD_REQUEST,
@@ -35,31 +36,6 @@ from gpumon.probe.child_io import (
 )
 from gpumon.probe.protocol import Done, Hello, Holding, ProtocolError, Request, decode_request
 from gpumon.probe.steps import uuid_key
-
-
-def _driver_cuda_version() -> tuple[str | None, str]:
-    """The CUDA version the installed driver supports, read from libcuda (not NVML)."""
-    import ctypes
-
-    names = ["nvcuda.dll"] if os.name == "nt" else ["libcuda.so.1", "libcuda.so"]
-    for name in names:
-        try:
-            library = ctypes.CDLL(name)
-        except OSError:
-            continue
-        version = ctypes.c_int(0)
-        code = library.cuDriverGetVersion(ctypes.byref(version))
-        if code != 0:
-            return None, f"cuDriverGetVersion failed with CUDA error {code}"
-        return f"{version.value // 1000}.{(version.value % 1000) // 10}", ""
-    return None, f"no NVIDIA driver ({names[0]} not found)"
-
-
-def _major(version: str) -> int:
-    try:
-        return int(version.split(".")[0])
-    except ValueError:
-        return 0
 
 
 def _is_device_mismatch(text: str) -> bool:
@@ -102,7 +78,7 @@ class Probe:
     def step_build(self) -> Outcome:
         torch = self.torch
         build = getattr(torch.version, "cuda", None)
-        driver, driver_problem = _driver_cuda_version()
+        driver, driver_problem = child_io.driver_cuda_version()
         driver_text = f"driver supports CUDA {driver}" if driver else driver_problem
         help_url = "https://pytorch.org/get-started/locally/"
         if getattr(torch.version, "hip", None):
@@ -116,7 +92,7 @@ class Probe:
             )
         if driver is None:
             return Outcome(S.FAIL, f"CUDA {build} build, but {driver_text}", "")
-        if _major(build) > _major(driver):
+        if child_io.major_version(build) > child_io.major_version(driver):
             return Outcome(
                 S.FAIL,
                 f"CUDA {build} build, but the driver only supports CUDA {driver}",
@@ -388,33 +364,6 @@ class Probe:
         return Outcome(S.PASS, value)
 
 
-def run_steps(probe: Probe, runner: StepRunner, watch: ParentWatch) -> None:
-    """Run the nine steps in order; a step whose prerequisite failed is skipped."""
-    order = list(S.STEPS)
-
-    def skip_rest(after: S.Step, reason: str, keep: tuple[S.Step, ...] = ()) -> None:
-        for step in order[order.index(after) + 1 :]:
-            if step not in keep:
-                runner.skip(step, reason)
-
-    if not runner.run(S.PYTHON, probe.step_python):
-        return skip_rest(S.PYTHON, "skipped: torch could not be imported")
-    runner.run(S.BUILD, probe.step_build)
-    if not runner.run(S.CUDA, probe.step_cuda):
-        return skip_rest(S.CUDA, "skipped: CUDA is not available")
-    if not runner.run(S.MAPPING, probe.step_mapping):
-        return skip_rest(S.MAPPING, "skipped: no cuda:N to probe")
-    if not runner.run(S.TENSORS, probe.step_tensors):
-        skip_rest(S.TENSORS, "skipped: step 5 did not pass", keep=(S.CLEANUP,))
-        runner.run(S.CLEANUP, probe.step_cleanup)
-        return None
-    probe.hold(watch)
-    runner.run(S.CROSS_DEVICE, probe.step_cross_device)
-    runner.run(S.BANDWIDTH, probe.step_bandwidth)
-    runner.run(S.CLEANUP, probe.step_cleanup)
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the probe; the results go to stdout as protocol lines. Exit 0 unless the request
     itself was bad (the verdict is in the ``done`` line)."""
@@ -436,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_REQUEST
     if args.standalone:
         request = dataclasses.replace(request, hold_timeout_s=0.0)
-    run_steps(Probe(request, runner, channel), runner, watch)
+    child_io.run_steps(Probe(request, runner, channel), runner, watch)
     failed = [step for step, status in runner.results.items() if status == S.FAIL]
     summary = f"step {failed[0]} failed" if failed else "every step passed"
     channel.send(Done(not failed, summary))

@@ -1,4 +1,5 @@
-"""The probe child's plumbing: the protocol stream, the watch on the parent, step timing.
+"""The probe child's plumbing: the protocol stream, the watch on the parent, step timing and
+order, and the driver's CUDA version.
 
 Loaded by the probe child inside the user's interpreter (see :mod:`gpumon.probe.child`): keep
 it to Python 3.8 syntax and the standard library.
@@ -12,10 +13,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import StepEvent, encode, is_continue
+
+if TYPE_CHECKING:
+    from gpumon.probe.child import Probe
 
 # Exit status when stdin reaches end of file: the parent died, so nobody reads our results.
 EXIT_PARENT_GONE = 3
@@ -127,3 +131,56 @@ def error_text(error: BaseException) -> str:
 
 def mib(value: float) -> str:
     return f"{value / 2**20:.0f} MiB" if value >= 2**20 else f"{value:.0f} bytes"
+
+
+def driver_cuda_version() -> tuple[str | None, str]:
+    """The CUDA version the installed driver supports, read from libcuda (not NVML)."""
+    import ctypes
+
+    names = ["nvcuda.dll"] if os.name == "nt" else ["libcuda.so.1", "libcuda.so"]
+    for name in names:
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int(0)
+        code = library.cuDriverGetVersion(ctypes.byref(version))
+        if code != 0:
+            return None, f"cuDriverGetVersion failed with CUDA error {code}"
+        return f"{version.value // 1000}.{(version.value % 1000) // 10}", ""
+    return None, f"no NVIDIA driver ({names[0]} not found)"
+
+
+def major_version(version: str) -> int:
+    """``12`` of ``"12.4"``; 0 where there is no number."""
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return 0
+
+
+def run_steps(probe: Probe, runner: StepRunner, watch: ParentWatch) -> None:
+    """Run the nine steps in order; a step whose prerequisite failed is skipped."""
+    order = list(S.STEPS)
+
+    def skip_rest(after: S.Step, reason: str, keep: tuple[S.Step, ...] = ()) -> None:
+        for step in order[order.index(after) + 1 :]:
+            if step not in keep:
+                runner.skip(step, reason)
+
+    if not runner.run(S.PYTHON, probe.step_python):
+        return skip_rest(S.PYTHON, "skipped: torch could not be imported")
+    runner.run(S.BUILD, probe.step_build)
+    if not runner.run(S.CUDA, probe.step_cuda):
+        return skip_rest(S.CUDA, "skipped: CUDA is not available")
+    if not runner.run(S.MAPPING, probe.step_mapping):
+        return skip_rest(S.MAPPING, "skipped: no cuda:N to probe")
+    if not runner.run(S.TENSORS, probe.step_tensors):
+        skip_rest(S.TENSORS, "skipped: step 5 did not pass", keep=(S.CLEANUP,))
+        runner.run(S.CLEANUP, probe.step_cleanup)
+        return None
+    probe.hold(watch)
+    runner.run(S.CROSS_DEVICE, probe.step_cross_device)
+    runner.run(S.BANDWIDTH, probe.step_bandwidth)
+    runner.run(S.CLEANUP, probe.step_cleanup)
+    return None

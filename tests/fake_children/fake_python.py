@@ -13,7 +13,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "fake_torch"))
 arguments = sys.argv[sys.argv.index("--request") :] if "--request" in sys.argv else []
 
-from gpumon.probe import child  # noqa: E402
+from gpumon.probe import child, child_io  # noqa: E402
 
-child._driver_cuda_version = lambda: ("12.4", "")
+child_io.driver_cuda_version = lambda: ("12.4", "")
 sys.exit(child.main(arguments))

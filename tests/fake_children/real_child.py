@@ -16,8 +16,8 @@ if "--torch" in sys.argv:
     del sys.argv[position : position + 2]
     sys.path.insert(0, os.path.join(here, f"{choice}_torch"))
 
-from gpumon.probe import child  # noqa: E402
+from gpumon.probe import child, child_io  # noqa: E402
 
 if choice == "fake":
-    child._driver_cuda_version = lambda: ("12.4", "")
+    child_io.driver_cuda_version = lambda: ("12.4", "")
 sys.exit(child.main(sys.argv[1:]))

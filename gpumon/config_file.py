@@ -1,0 +1,162 @@
+"""The config file: where it is, reading it, and TOML values written back (``--print-config``).
+
+The file is ``$XDG_CONFIG_HOME/gpumon/config.toml`` (else ``~/.config/gpumon/config.toml``),
+or the file ``--config PATH`` names. It is parsed with ``tomllib`` only when there is one:
+``gpumon status`` builds its settings on every call. What its keys mean and how each is
+checked: :mod:`gpumon.settings`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; ``str()`` is the one line to print."""
+
+
+def default_config_path(environ: Mapping[str, str]) -> str:
+    """``$XDG_CONFIG_HOME/gpumon/config.toml``, else ``~/.config/gpumon/config.toml``."""
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "gpumon", "config.toml")
+
+
+#: A config file is a few hundred bytes; a bound so that /dev/zero or a huge file is one line.
+MAX_CONFIG_BYTES = 256 * 1024
+
+
+def read_config(path: str, *, required: bool) -> dict[str, Any]:
+    """The config file's table; ``{}`` when there is none (and none was asked for).
+
+    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read (a FIFO, a device or a
+    directory is refused without blocking), and only one that no other user controls: it and
+    every directory above it must belong to this user or root and be writable by no one else,
+    as ssh asks of its files. The config names programs gpumon runs (``probe_python``).
+
+    Raises:
+        SettingsError: the file cannot be used; its text names the file and why.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if required:
+            raise SettingsError(f"{path}: no such file") from None
+        return {}
+    except OSError as error:
+        raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
+    try:
+        data = _read_regular(path, fd)
+    finally:
+        os.close(fd)
+    return _parse(path, data)
+
+
+def _read_regular(path: str, fd: int) -> bytes:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise SettingsError(f"{path}: not a regular file")
+    _check_owner(path, info, "the file")
+    _check_directories(path)
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise SettingsError(f"{path}: too large ({info.st_size} bytes; at most {MAX_CONFIG_BYTES})")
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_CONFIG_BYTES:
+        try:
+            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+        except OSError as error:
+            raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > MAX_CONFIG_BYTES:  # it grew while being read
+        raise SettingsError(f"{path}: too large (more than {MAX_CONFIG_BYTES} bytes)")
+    return b"".join(chunks)
+
+
+def _check_owner(path: str, info: os.stat_result, what: str) -> None:
+    """Refuse ``what`` when another user owns it or anyone but its owner may write it."""
+    uid = os.geteuid()
+    if info.st_uid not in (uid, 0):
+        raise SettingsError(
+            f"{path}: refused: {what} belongs to another user (uid {info.st_uid}); a config "
+            "file must be yours or root's"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if what != "the file" and info.st_mode & stat.S_ISVTX and info.st_uid == 0:
+            return  # /tmp and the like: others cannot replace what is yours there
+        raise SettingsError(
+            f"{path}: refused: {what} is writable by other users (chmod go-w fixes it)"
+        )
+
+
+def _check_directories(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            info = os.stat(directory)
+        except OSError:
+            return  # it was just opened: what cannot be looked at is not ours to judge
+        _check_owner(path, info, f"its directory {directory}")
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return
+        directory = parent
+
+
+def _parse(path: str, data: bytes) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, from PyPI
+        import tomli as tomllib
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SettingsError(f"{path}: not valid TOML: the file is not UTF-8") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(f"{path}: not valid TOML: {error}") from None
+    except RecursionError:
+        raise SettingsError(f"{path}: not valid TOML: values nested too deeply") from None
+
+
+#: TOML's short escapes; every other character that is not printable is written ``\\uXXXX``.
+_TOML_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value: a string is a basic string with every control, bidi and
+    other unprintable character escaped, so ``--print-config`` is valid TOML and safe on a
+    terminal."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + "".join(_toml_character(character) for character in str(value)) + '"'
+
+
+def _toml_character(character: str) -> str:
+    escaped = _TOML_ESCAPES.get(character)
+    if escaped is not None:
+        return escaped
+    code = ord(character)
+    if 0xD800 <= code <= 0xDFFF:  # a byte that was not UTF-8: TOML has no escape for it
+        return "\\uFFFD"
+    if character.isprintable():
+        return character
+    return f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}"

@@ -1,0 +1,164 @@
+"""How each setting's value is checked: one function per kind, each returning the value to
+use or raising :class:`~gpumon.config_file.SettingsError` with what was expected.
+
+The table of keys that uses them is :data:`gpumon.settings.KEYS`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from gpumon.config_file import SettingsError
+
+#: Textual's built-in themes (checked in the tests against Textual's own list, so settings
+#: need not import Textual to validate a name).
+THEMES = (
+    "textual-dark",
+    "textual-light",
+    "nord",
+    "gruvbox",
+    "catppuccin-mocha",
+    "dracula",
+    "tokyo-night",
+    "monokai",
+    "flexoki",
+    "catppuccin-latte",
+    "catppuccin-frappe",
+    "catppuccin-macchiato",
+    "solarized-light",
+    "solarized-dark",
+    "rose-pine",
+    "rose-pine-moon",
+    "rose-pine-dawn",
+    "atom-one-dark",
+    "atom-one-light",
+    "ansi-dark",
+    "ansi-light",
+)
+
+
+def number(kind: type, low: float, high: float, what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        # bool is an int in Python, never a number here; integers are fine for floats.
+        wrong_type = isinstance(value, bool) or not isinstance(value, (int, float))
+        if wrong_type or (kind is int and isinstance(value, float)):
+            raise SettingsError(f"expected {what}, got {shown(value)}")
+        if not low <= value <= high:  # NaN fails this too
+            raise SettingsError(f"expected {what}, got {shown(value)}")
+        return kind(value)
+
+    return check
+
+
+def theme(value: Any) -> str:
+    if not isinstance(value, str) or value not in THEMES:
+        raise SettingsError(f"expected one of {', '.join(THEMES)}; got {shown(value)}")
+    return value
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"expected true or false, got {shown(value)}")
+    return value
+
+
+def path(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise SettingsError(f"expected the path of a Python interpreter, got {shown(value)}")
+    return os.path.expanduser(value)
+
+
+def readable_file(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise SettingsError(f"expected the path of a file, got {shown(value)}")
+    return os.path.expanduser(value)
+
+
+def url(value: Any) -> str:
+    """An http:// or https:// URL with a host and no credentials in it."""
+    from urllib.parse import urlsplit  # here: only a cluster's settings need it
+
+    if not isinstance(value, str):
+        raise SettingsError(f"expected an http:// or https:// URL, got {shown(value)}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        parts = None
+    # The text before "@" may be a password: never shown, whatever else is wrong.
+    if parts is not None and ("@" in parts.netloc):
+        raise SettingsError(
+            "credentials in the URL are refused (they would be shown and logged): set "
+            "prometheus_user and prometheus_password in the config file, or "
+            "GPUMON_PROMETHEUS_USER and GPUMON_PROMETHEUS_PASSWORD"
+        )
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        safe = shown(value.partition("@")[2] if "@" in value else value)
+        raise SettingsError(f"expected an http:// or https:// URL, got {safe}")
+    if any(ord(character) < 0x21 or ord(character) == 0x7F for character in value):
+        raise SettingsError("expected a URL without spaces or control characters")
+    return value
+
+
+#: An HTTP header's name: RFC 9110's token characters.
+HEADER_NAME_CHARACTERS = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+
+
+def headers(value: Any) -> tuple[str, ...]:
+    """``"Name: value"`` strings. Errors name the header, never show its value."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SettingsError('expected a list of "Name: value" strings')
+    headers = []
+    for number, header in enumerate(value, 1):
+        if not isinstance(header, str):
+            raise SettingsError(f'header {number}: expected a "Name: value" string')
+        name, colon, text = header.partition(":")
+        name, text = name.strip(), text.strip()
+        if not colon or not name or not set(name) <= HEADER_NAME_CHARACTERS:
+            raise SettingsError(
+                f'header {number}: expected "Name: value" with a name of letters, digits '
+                "and hyphens (the value is not shown)"
+            )
+        if not text or any(control(character) for character in text):
+            raise SettingsError(
+                f"header {name}: expected a value without line breaks or control "
+                "characters (not shown)"
+            )
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError:
+            # HTTP sends header values as Latin-1: refused here, not on every request.
+            raise SettingsError(
+                f"header {name}: expected a value of Latin-1 characters (not shown)"
+            ) from None
+        headers.append(f"{name}: {text}")
+    return tuple(headers)
+
+
+def control(character: str) -> bool:
+    # A line break in a header value would start a header of the attacker's choosing.
+    return (ord(character) < 0x20 and character != "\t") or ord(character) == 0x7F
+
+
+def user(value: Any) -> str:
+    # RFC 7617: the user-id cannot contain a colon.
+    if not isinstance(value, str) or not value or ":" in value or not value.isprintable():
+        raise SettingsError(f"expected a user name without a colon, got {shown(value)}")
+    return value
+
+
+def password(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise SettingsError("expected a non-empty string (the value is not shown)")
+    if any(control(character) for character in value):
+        raise SettingsError("expected no control characters (the value is not shown)")
+    return value
+
+
+def shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
