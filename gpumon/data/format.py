@@ -96,6 +96,24 @@ def pstate(value: int | None) -> str:
     return NA if value is None else f"P{value}"
 
 
+#: 9999-12-31T23:59:59Z: the last moment ISO 8601 and strftime write with a 4-digit year.
+LAST_KNOWN_TIME_S = 253402300799.0
+
+
+def known_time(timestamp_s: object) -> float | None:
+    """``timestamp_s`` when it is a Unix time that can be a real moment: a finite number after
+    1970-01-01 and before the year 10000; else None, *unknown*.
+
+    Timestamps from another machine (a Prometheus answer, a scrape) may be anything: NaN,
+    Inf, 1e300 or negative. Every output that shows a time passes it through here first.
+    """
+    if isinstance(timestamp_s, bool) or not isinstance(timestamp_s, (int, float)):
+        return None
+    if not 0 < timestamp_s <= LAST_KNOWN_TIME_S:  # also False for NaN
+        return None
+    return float(timestamp_s)
+
+
 def duration(seconds: float | None) -> str:
     """``42s``, ``17m``, ``5h17m``, ``3d04h``: elapsed time, as precise as is useful.
 
