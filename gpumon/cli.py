@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 SUBCOMMANDS: dict[str, str] = {
     "once": "gpumon.commands.once",
     "status": "gpumon.commands.status",
-    "export": "gpumon.commands.export.collector",
+    "export": "gpumon.commands.export.command",
     "probe": "gpumon.probe.cli",
     "pick": "gpumon.commands.pick",
 }

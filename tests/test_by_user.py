@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from gpumon.commands import once
-from gpumon.sampling import snapshot
 from gpumon.cli import main
+from gpumon.commands import once
+from gpumon.data import painting
 from gpumon.data.model import GpuStats, Sample
+from gpumon.sampling import snapshot
 from tests.test_once import GIB, gpu, process, troubled_sample, validate
 
 HEADER = ["USER", "GPUS", "GPU-MEM", "PROCS"]
@@ -121,7 +122,7 @@ def test_no_processes_has_no_summary_and_excludes_by_user(
 def test_the_current_users_row_is_bold_and_ascii_marks_a_lower_bound() -> None:
     text = once.render_users(shared_server(), color=True, ascii_only=True)
     alice = next(line for line in text.splitlines() if "alice" in line)
-    assert alice.startswith(f"\x1b[{once.BOLD}m")
+    assert alice.startswith(f"\x1b[{painting.BOLD}m")
     assert ">=10.0G" in text and "≥" not in text
 
 

@@ -16,8 +16,9 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from gpumon.commands import cluster_output as co
 from gpumon.cli import main
+from gpumon.commands import cluster_output as co
+from gpumon.commands import cluster_pick as cp
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sources import cluster_base
@@ -130,7 +131,7 @@ def test_the_summary_line_counts_nodes_by_state_and_free_gpus() -> None:
 
 
 def test_gpu_lines_are_onces_own_and_free_only_on_an_up_node_with_processes() -> None:
-    from gpumon.commands.once import gpu_lines
+    from gpumon.data.text_table import gpu_lines
 
     found = blocks(co.render_cluster(mixed()))
     node10 = busy_node("node10").sample
@@ -281,7 +282,7 @@ def test_every_cluster_field_is_described_in_the_docs() -> None:
 # --- pick -----------------------------------------------------------------------------------
 
 
-def values(picked: tuple[co.ClusterCandidate, ...], output_format: str = "index") -> list[str]:
+def values(picked: tuple[cp.ClusterCandidate, ...], output_format: str = "index") -> list[str]:
     return [candidate.value(output_format) for candidate in picked]
 
 
@@ -289,15 +290,15 @@ def test_the_freest_gpus_of_the_cluster_rank_as_picks_then_by_node_and_index() -
     a = node("node10", make_sample((idle(0), idle(1, memory_used_bytes=0))))
     b = node("node9", make_sample((idle(0), idle(1, utilization_gpu_pct=30))))
     c = busy_node("node1")
-    picked, reasons = co.rank_cluster(cluster(a, b, c), n=5)
+    picked, reasons = cp.rank_cluster(cluster(a, b, c), n=5)
     assert values(picked) == ["node10:1", "node1:1", "node9:0", "node10:0", "node9:1"]
     assert reasons == ()
-    picked, _ = co.rank_cluster(cluster(a, b, c), n=6)
+    picked, _ = cp.rank_cluster(cluster(a, b, c), n=6)
     assert values(picked)[-1] == "node1:0"  # the one with a process comes last
 
 
 def test_down_stale_and_dcgm_nodes_are_never_picked_and_say_why() -> None:
-    picked, reasons = co.rank_cluster(mixed(), n=8)
+    picked, reasons = cp.rank_cluster(mixed(), n=8)
     assert values(picked) == ["node10:1", "node10:0"]
     assert reasons == (
         "node2 processes unknown (dcgm-exporter)",
@@ -307,7 +308,7 @@ def test_down_stale_and_dcgm_nodes_are_never_picked_and_say_why() -> None:
 
 
 def test_thresholds_apply_per_gpu_with_the_nodes_name() -> None:
-    picked, reasons = co.rank_cluster(
+    picked, reasons = cp.rank_cluster(
         cluster(busy_node("node1")), n=1, min_free_bytes=20 * GIB, max_utilization_pct=50
     )
     assert values(picked) == ["node1:1"]
@@ -315,7 +316,7 @@ def test_thresholds_apply_per_gpu_with_the_nodes_name() -> None:
 
 
 def test_uuid_format_names_node_and_uuid() -> None:
-    picked, _ = co.rank_cluster(cluster(busy_node("node1")), n=1, output_format="uuid")
+    picked, _ = cp.rank_cluster(cluster(busy_node("node1")), n=1, output_format="uuid")
     assert values(picked, "uuid") == ["node1:GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"]
 
 
@@ -336,8 +337,8 @@ def test_uuid_format_names_node_and_uuid() -> None:
 def test_the_failure_line_says_how_many_and_why(nodes: tuple[str, ...], n: int, line: str) -> None:
     makers = {"busy": busy_node, "dcgm": dcgm_node, "down": down_node}
     sample = cluster(*(makers[name](name) for name in nodes))
-    picked, reasons = co.rank_cluster(sample, n=n)
-    assert co.cluster_failure_line(sample, picked, reasons, n) == line
+    picked, reasons = cp.rank_cluster(sample, n=n)
+    assert cp.cluster_failure_line(sample, picked, reasons, n) == line
 
 
 # --- through the command line ---------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.model import GpuProcess, GpuStats, HostStats, ProcessKind, Sample
 from gpumon.settings import Settings
-from gpumon.sources.prometheus.source import Backoff
+from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui.cluster.app import ClusterApp, create_cluster_app
 from gpumon.ui.cluster.node_columns import NodeFilter, natural_key, node_rows, sort_rows, state_text
 from gpumon.ui.cluster.node_history import NodeGpuScreen, time_columns

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.commands.export import collector as export
 from gpumon.cli import main
+from gpumon.commands.export import listen
 from tests.test_export import FakeSource, fetch, no_driver_sample, scrape
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
     ],
 )
 def test_listen_address_parses(text: str, expected: tuple[str, int]) -> None:
-    assert export.listen_address(text) == expected
+    assert listen.listen_address(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_malformed_listen_is_one_line_and_exit_2(
     text: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        export.listen_address(text)
+        listen.listen_address(text)
     with pytest.raises(SystemExit) as exited:
         main(["export", "--demo", "--listen", text])
     assert exited.value.code == 2
@@ -112,9 +112,9 @@ def test_an_address_in_use_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[
 
 
 def test_loopback_detection() -> None:
-    assert export.is_loopback("127.0.0.1") and export.is_loopback("::1")
-    assert export.is_loopback("localhost")
-    assert not export.is_loopback("0.0.0.0")
+    assert listen.is_loopback("127.0.0.1") and listen.is_loopback("::1")
+    assert listen.is_loopback("localhost")
+    assert not listen.is_loopback("0.0.0.0")
 
 
 def test_missing_prometheus_client_says_how_to_install(

@@ -6,9 +6,9 @@ import dataclasses
 import json
 from pathlib import Path
 
+from gpumon.commands import status
 from gpumon.commands.export import collector as export
 from gpumon.data import fields
-from gpumon.commands import status
 from gpumon.data.model import GpuStats
 from gpumon.sampling.snapshot import SCHEMA_PATH
 from gpumon.sources.demo import DemoSource

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from gpumon.commands.export import collector as export
-from gpumon.commands import once
-from gpumon.sampling import snapshot
-from gpumon.commands import status
 from gpumon.cli import main
+from gpumon.commands import once, status
+from gpumon.commands.export import collector as export
+from gpumon.data import painting
 from gpumon.data.model import GpuStats, MigInstance, Sample
+from gpumon.data.views import free_gpu_indices
+from gpumon.sampling import snapshot
 from gpumon.settings import Settings
 from gpumon.sources import base
-from gpumon.data.views import free_gpu_indices
 from tests.test_once import GIB, MIB, gpu, process, troubled_sample, validate
 
 IDLE = {"memory_used_bytes": 3 * MIB, "utilization_gpu_pct": 0}
@@ -114,7 +114,7 @@ def test_the_demo_without_processes_marks_nothing_free_either(
 def test_free_is_green_on_a_terminal() -> None:
     sample = shared_server()
     table = once.render_table(sample, color=True, free=free_gpu_indices(sample, 1024))
-    assert f"\x1b[{once.BOLD};{once.GREEN}mFREE\x1b[0m" in table
+    assert f"\x1b[{painting.BOLD};{painting.GREEN}mFREE\x1b[0m" in table
 
 
 # --- once --json ----------------------------------------------------------------------------

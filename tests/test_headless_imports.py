@@ -86,7 +86,8 @@ def test_status_loads_only_what_its_line_needs(argv: list[str]) -> None:
     body = f"""
 from gpumon.cli import main
 main({argv!r})
-loaded = [name for name in ("psutil", "gpumon.sources.host.inspector", "gpumon.commands.export.collector", "gpumon.probe",
+loaded = [name for name in ("psutil", "gpumon.sources.host.inspector",
+          "gpumon.commands.export.collector", "gpumon.probe",
           "gpumon.probe.cli", "logging", "json") if name in sys.modules]
 assert not loaded, loaded
 """
@@ -128,7 +129,8 @@ def test_top_level_value_options_are_all_known() -> None:
 def test_the_store_poller_and_exporter_import_no_ui() -> None:
     """The data layers below the UI: the exporter runs them with no terminal at all."""
     body = """
-import gpumon.sampling.store, gpumon.sampling.poller, gpumon.commands.export.http, gpumon.data.fields, gpumon.settings
+import gpumon.sampling.store, gpumon.sampling.poller, gpumon.commands.export.http
+import gpumon.data.fields, gpumon.settings
 """
     result = run_clean(body)
     assert result.returncode == 0, result.stderr

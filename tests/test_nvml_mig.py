@@ -10,8 +10,8 @@ import pytest
 
 from gpumon.data.model import GpuProcess, MigInstance, ProcessKind, Sample
 from gpumon.sources.host.inspector import ProcessInspector
-from gpumon.sources.nvml.source import NvmlSource
 from gpumon.sources.nvml.mig import MIG_RESCAN_S, mig_profile
+from gpumon.sources.nvml.source import NvmlSource
 from tests.fake_nvml import (
     A100_40GB,
     GIB,

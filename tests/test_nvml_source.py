@@ -12,8 +12,8 @@ import pytest
 
 from gpumon.data.model import GpuStats, HostStats, ProcessKind, UnavailableReason
 from gpumon.sources.host.inspector import ProcessInspector
+from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
 from gpumon.sources.nvml.source import NvmlSource
-from gpumon.sources.nvml.device import PROCESSES_NOT_SUPPORTED
 from tests.fake_nvml import (
     GIB,
     MIB,

@@ -15,9 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from gpumon.commands import once
-from gpumon.sampling import snapshot
 from gpumon.cli import main
+from gpumon.commands import once
+from gpumon.data import painting
 from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
@@ -29,6 +29,7 @@ from gpumon.data.model import (
     Sample,
     UnavailableReason,
 )
+from gpumon.sampling import snapshot
 
 GIB = 1024**3
 MIB = 1024**2
@@ -252,25 +253,25 @@ def test_no_color_set_to_anything_turns_colours_off(
 
 
 def test_empty_no_color_does_not_count() -> None:
-    assert once.use_color("auto", FakeTty(), {"NO_COLOR": "", "TERM": "xterm"})
-    assert not once.use_color("auto", FakeTty(), {"TERM": "dumb"})
-    assert not once.use_color("auto", io.StringIO(), {})
+    assert painting.use_color("auto", FakeTty(), {"NO_COLOR": "", "TERM": "xterm"})
+    assert not painting.use_color("auto", FakeTty(), {"TERM": "dumb"})
+    assert not painting.use_color("auto", io.StringIO(), {})
 
 
 def test_color_always_and_never_override_the_guess() -> None:
     result = run_gpumon("once", "--demo", "--color", "always", env={"NO_COLOR": "1"})
     assert result.returncode == 0
     assert ANSI.search(result.stdout)
-    assert not once.use_color("never", FakeTty(), {"TERM": "xterm"})
+    assert not painting.use_color("never", FakeTty(), {"TERM": "xterm"})
 
 
 def test_temperature_colour_follows_the_gpus_slowdown_threshold() -> None:
-    assert once.RED in once.temperature_codes(86, 90)
-    assert once.YELLOW in once.temperature_codes(75, 90)
-    assert once.GREEN in once.temperature_codes(60, 90)
+    assert painting.RED in painting.temperature_codes(86, 90)
+    assert painting.YELLOW in painting.temperature_codes(75, 90)
+    assert painting.GREEN in painting.temperature_codes(60, 90)
     # The same 86 °C is fine on a GPU that slows down at 110 °C.
-    assert once.temperature_codes(86, 110) == (once.GREEN,)
-    assert once.temperature_codes(None, 90) == ()
+    assert painting.temperature_codes(86, 110) == (painting.GREEN,)
+    assert painting.temperature_codes(None, 90) == ()
 
 
 def test_no_processes_prints_one_line_per_gpu() -> None:

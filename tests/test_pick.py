@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
-from gpumon.commands import pick
-from gpumon.sampling import snapshot
 from gpumon.arguments import percentage, size_bytes
 from gpumon.cli import main
+from gpumon.commands import pick
+from gpumon.commands.pick import failure_line, indices_match_cuda, resolve_format
+from gpumon.data import ranking
 from gpumon.data.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
-from gpumon.commands.pick import failure_line, indices_match_cuda, rank, resolve_format
+from gpumon.data.ranking import rank
+from gpumon.sampling import snapshot
 from tests.test_cli import run_gpumon
 from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
@@ -49,7 +51,7 @@ def instance(gpu_index: int, index: int, *, used_gib: float = 0, **fields: Any) 
     return MigInstance(**values)
 
 
-def labels(picked: tuple[pick.Candidate, ...]) -> list[str]:
+def labels(picked: tuple[ranking.Candidate, ...]) -> list[str]:
     return [candidate.label for candidate in picked]
 
 

@@ -24,20 +24,15 @@ from typing import Any
 
 import pytest
 
+from gpumon.commands.export.dcgm import DCGM_FIELDS
 from gpumon.data import cluster
 from gpumon.data.cluster import ExporterKind, NodeState
-from gpumon.commands.export.dcgm import DCGM_FIELDS
 from gpumon.data.fields import FIELDS
-from gpumon.sources.prometheus import source as prometheus
-from gpumon.sources.prometheus.source import (
-    DATA_QUERY,
-    DCGM_READINGS,
-    QUERIES,
-    Backoff,
-    PrometheusError,
-    PrometheusSource,
-)
 from gpumon.data.views import free_gpu_indices
+from gpumon.sources.prometheus import source as prometheus
+from gpumon.sources.prometheus.client import Backoff, PrometheusError
+from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES
+from gpumon.sources.prometheus.source import PrometheusSource
 from tests.hostile import unsafe_characters
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"

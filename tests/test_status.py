@@ -11,10 +11,17 @@ from typing import Any
 
 import pytest
 
-from gpumon.sampling import snapshot
-from gpumon.commands import status
 from gpumon.cli import main
-from gpumon.data.model import DriverInfo, GpuStats, GpuUnavailable, HostStats, Sample, UnavailableReason
+from gpumon.commands import status
+from gpumon.data.model import (
+    DriverInfo,
+    GpuStats,
+    GpuUnavailable,
+    HostStats,
+    Sample,
+    UnavailableReason,
+)
+from gpumon.sampling import snapshot
 
 GIB = 1024**3
 ROOT = Path(__file__).resolve().parent.parent

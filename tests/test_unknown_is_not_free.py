@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from gpumon.data import format as fmt
 from gpumon.commands import once
-from gpumon.sampling import snapshot
+from gpumon.data import format as fmt
 from gpumon.data.model import (
     GpuStats,
     GpuUnavailable,
@@ -23,6 +22,7 @@ from gpumon.data.model import (
     notable_unlisted_memory_bytes,
     unlisted_memory_bytes,
 )
+from gpumon.sampling import snapshot
 from gpumon.ui.app import create_app
 from tests.test_once import validate
 from tests.ui_helpers import (
@@ -242,8 +242,8 @@ def test_an_idle_gpu_whose_processes_are_unknown_is_free_in_no_headless_output()
     """Idle by every reading (0 %, 10 MiB in use, none listed), but its process list was
     refused, or it is lost: once, once --json, status and export never call it FREE; the
     readable idle GPU beside it is FREE in all four."""
-    from gpumon.commands.export import collector as export
     from gpumon.commands import status
+    from gpumon.commands.export import collector as export
     from gpumon.data.views import free_gpu_indices
 
     idle = {"memory_used_bytes": 10 * MIB, "utilization_gpu_pct": 0}

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from rich.cells import cell_len
 
-from gpumon.data import format as fmt
 from gpumon.commands.once import render_table
+from gpumon.data import format as fmt
 from gpumon.ui.widgets.lines import Glyphs, Line
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text

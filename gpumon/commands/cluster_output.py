@@ -1,4 +1,5 @@
-"""A cluster for the headless modes: ``once --prometheus`` text and JSON, ``pick``'s ranking.
+"""A cluster for the headless modes: ``once --prometheus`` text and JSON (``pick``'s ranking
+is :mod:`gpumon.commands.cluster_pick`).
 
 Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: no HTTP, no Textual, no clock
 but the one passed in. One node's GPUs print as ``gpumon once`` prints a machine's (its own
@@ -11,21 +12,18 @@ Which headless run reads a cluster: :func:`gpumon.sources.cluster_base.cluster_r
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.model import GpuProcess
+from gpumon.data.painting import BOLD, DIM, GREEN, RED, REVERSE, YELLOW, Painter
+from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 from gpumon.data.views import UserUsage, free_gpu_indices, processes_known, user_summary
-
-if TYPE_CHECKING:
-    from gpumon.commands.once import Painter
-    from gpumon.commands.pick import Candidate
 
 EXPORTER_LABELS = {
     ExporterKind.GPUMON: "gpumon",
@@ -119,8 +117,6 @@ def render_cluster(
     Returns:
         The text, each line ending with a newline.
     """
-    from gpumon.commands.once import DIM, Painter, gpu_lines
-
     paint = Painter(color)
     nodes = ordered(cluster.nodes)
     free = [
@@ -157,8 +153,6 @@ def processes_shown(node: Node) -> bool:
 def _summary_line(
     cluster: ClusterSample, nodes: Sequence[Node], free_count: int | None, paint: Painter
 ) -> str:
-    from gpumon.commands.once import BOLD, DEMO_MARKER, RED, REVERSE, YELLOW
-
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cluster.timestamp_s))
     counts = {state: sum(node.state is state for node in nodes) for state in NodeState}
     states = [f"{counts[NodeState.UP]} up"]
@@ -180,8 +174,6 @@ def _summary_line(
 
 
 def _node_line(node: Node, now_s: float, paint: Painter) -> str:
-    from gpumon.commands.once import BOLD, DEMO_MARKER, GREEN, RED, REVERSE, YELLOW
-
     codes = {NodeState.UP: (GREEN,), NodeState.DOWN: (BOLD, RED), NodeState.STALE: (YELLOW,)}
     exporter = EXPORTER_LABELS[node.exporter]
     if node.exporter is ExporterKind.DCGM:
@@ -252,8 +244,6 @@ def render_cluster_users(
 ) -> str:
     """The cluster's who-uses-what table (USER, GPUS, GPU-MEM, PROCS), as ``gpumon once``
     prints a machine's; ``""`` when no process runs (unless ``always``)."""
-    from gpumon.commands.once import BOLD, USER_COLUMNS, YELLOW, Painter, column_widths, user_line
-
     paint = Painter(color)
     users, left_out = cluster_users(nodes)
     if not (users or left_out or always):
@@ -347,103 +337,3 @@ def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict
             for gpu in sample.gpus
         ],
     }
-
-
-# --- pick -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterCandidate:
-    """A GPU (or MIG instance) of one node that ``gpumon pick --prometheus`` could name."""
-
-    node: str
-    candidate: Candidate
-
-    @property
-    def label(self) -> str:
-        """``node1:GPU 2``."""
-        return f"{self.node}:{self.candidate.label}"
-
-    def value(self, output_format: str) -> str:
-        """``node1:2``, or ``node1:GPU-...`` with ``--format uuid``."""
-        return f"{self.node}:{self.candidate.value(output_format)}"
-
-    def sort_key(self) -> tuple[Any, ...]:
-        """Freest first, as ``gpumon pick`` ranks one machine's GPUs; ties by node name,
-        then index."""
-        own = self.candidate
-        return (
-            own.process_count,
-            math.inf if own.memory_used_bytes is None else own.memory_used_bytes,
-            math.inf if own.utilization_pct is None else own.utilization_pct,
-            natural_key(self.node),
-            own.gpu_index,
-            -1 if own.mig_index is None else own.mig_index,
-        )
-
-
-def rank_cluster(
-    cluster: ClusterSample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-) -> tuple[tuple[ClusterCandidate, ...], tuple[str, ...]]:
-    """The ``n`` freest GPUs of the cluster's UP nodes whose process lists are known, and
-    why the others do not qualify (``node3 DOWN since 14:03``, ``node1: GPU 0 LOST``).
-
-    A node that is not UP offers nothing (its GPUs' state is not known now), and neither
-    does one whose exporter gives no process lists (dcgm-exporter): unknown is never free.
-    Within a node, :func:`gpumon.commands.pick.rank` decides, with the same thresholds.
-    """
-    from gpumon.commands.pick import rank
-
-    qualifying: list[ClusterCandidate] = []
-    reasons: list[str] = []
-    for node in ordered(cluster.nodes):
-        if not node.usable:
-            reasons.append(f"{node.name} {state_text(node, cluster.timestamp_s)}")
-            continue
-        if not node.sample.processes_read:
-            exporter = EXPORTER_LABELS[node.exporter]
-            reasons.append(f"{node.name} processes unknown ({exporter})")
-            continue
-        picked, why = rank(
-            node.sample,
-            n=n,
-            min_free_bytes=min_free_bytes,
-            max_utilization_pct=max_utilization_pct,
-            output_format=output_format,
-        )
-        qualifying += [ClusterCandidate(node.name, candidate) for candidate in picked]
-        reasons += [f"{node.name}: {reason}" for reason in why]
-    qualifying.sort(key=ClusterCandidate.sort_key)
-    return tuple(qualifying[:n]), tuple(reasons)
-
-
-def cluster_failure_line(
-    cluster: ClusterSample,
-    picked: Sequence[ClusterCandidate],
-    reasons: Sequence[str],
-    n: int,
-    *,
-    max_reasons: int = 12,
-) -> str:
-    """The one stderr line for "fewer than ``n`` qualify" in the cluster, with why."""
-    prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
-    nodes = len(cluster.nodes)
-    if nodes == 0:
-        return f"{prefix}Prometheus at {cluster.url} knows no GPU node (need {n})"
-    where = f"on {nodes} node" + ("" if nodes == 1 else "s")
-    if picked:
-        verb = "qualifies" if len(picked) == 1 else "qualify"
-        head = f"only {len(picked)} GPU{'' if len(picked) == 1 else 's'} {where} {verb}"
-    else:
-        head = f"no GPU {where} qualifies"
-    if not reasons:
-        return f"{prefix}{head} (need {n})"
-    shown = list(reasons[:max_reasons])
-    if len(reasons) > max_reasons:
-        shown.append(f"{len(reasons) - max_reasons} more")
-    return f"{prefix}{head} (need {n}): {', '.join(shown)}"

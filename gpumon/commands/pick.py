@@ -21,17 +21,14 @@ are offered for ``-n 1`` only, and only as UUIDs: no index names one.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpumon.data import format as fmt
 from gpumon.arguments import percentage, size_bytes, whole_number
-from gpumon.data.model import GpuStats, Sample
-from gpumon.data.views import instance_processes, processes_known
+from gpumon.data.model import Sample
+from gpumon.data.ranking import Candidate, mig_on, rank
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
@@ -102,53 +99,6 @@ def _count(text: str) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A whole GPU, or one MIG instance of a GPU in MIG mode, that a process could be given.
-
-    ``utilization_pct`` is ``None`` for a MIG instance (NVML has no reading for one) and
-    for a GPU whose reading is N/A.
-    """
-
-    gpu_index: int
-    mig_index: int | None
-    uuid: str | None
-    process_count: int
-    memory_used_bytes: int | None
-    memory_free_bytes: int | None
-    utilization_pct: int | None
-
-    @property
-    def label(self) -> str:
-        """``GPU 2``, or ``GPU 3 MIG 1`` for a MIG instance."""
-        mig = "" if self.mig_index is None else f" MIG {self.mig_index}"
-        return f"GPU {self.gpu_index}{mig}"
-
-    def sort_key(self) -> tuple[float, float, float, int, int]:
-        """Freest first: fewer processes, less memory used, less busy (N/A after any
-        reading), then the lower NVML index."""
-        return (
-            self.process_count,
-            math.inf if self.memory_used_bytes is None else self.memory_used_bytes,
-            math.inf if self.utilization_pct is None else self.utilization_pct,
-            self.gpu_index,
-            -1 if self.mig_index is None else self.mig_index,
-        )
-
-    def value(self, output_format: str) -> str:
-        """What goes into ``CUDA_VISIBLE_DEVICES`` for this candidate."""
-        if output_format == "index" and self.mig_index is None:
-            return str(self.gpu_index)
-        if self.uuid is None:  # rank() never picks one for a format that needs its UUID
-            raise ValueError(f"{self.label} has no known UUID")
-        return self.uuid
-
-
-def mig_on(gpu: GpuStats) -> bool:
-    """True for a GPU in MIG mode (instances read or not)."""
-    return gpu.mig_mode is True or gpu.mig_instances is None or bool(gpu.mig_instances)
-
-
 def indices_match_cuda(sample: Sample, environ: Mapping[str, str]) -> bool:
     """True when CUDA numbers this machine's GPUs as NVML (and nvidia-smi) do.
 
@@ -170,124 +120,6 @@ def resolve_format(requested: str, sample: Sample, environ: Mapping[str, str]) -
     if requested != "auto":
         return requested
     return "index" if indices_match_cuda(sample, environ) else "uuid"
-
-
-def rank(
-    sample: Sample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
-    """The ``n`` freest candidates of ``sample`` that qualify, and why the others do not.
-
-    Args:
-        sample: one sample, read with processes.
-        n: how many are wanted; MIG instances are candidates only for 1.
-        min_free_bytes: a candidate needs at least this much memory free (N/A fails).
-        max_utilization_pct: a candidate may be at most this busy (N/A fails, but a MIG
-            instance that runs no process passes: it has no reading by design and nothing
-            that could keep it busy).
-        output_format: ``index`` or ``uuid``: a MIG instance needs ``uuid``, and with
-            ``uuid`` a candidate whose UUID is not known does not qualify.
-
-    Returns:
-        ``(picked, reasons)``: at most ``n`` candidates, freest first, and one short phrase
-        (``GPU 1 LOST``) per GPU or MIG instance that does not qualify, in NVML order.
-    """
-    qualifying: list[Candidate] = []
-    reasons: list[str] = []
-    for gpu in sample.gpus:
-        candidates, reason = _candidates(gpu, sample, n=n, output_format=output_format)
-        if reason is not None:
-            reasons.append(reason)
-        for candidate in candidates:
-            problem = _threshold_problem(candidate, min_free_bytes, max_utilization_pct)
-            if problem is not None:
-                reasons.append(problem)
-            elif output_format == "uuid" and candidate.uuid is None:
-                reasons.append(f"{candidate.label} UUID unknown")
-            else:
-                qualifying.append(candidate)
-    qualifying.sort(key=Candidate.sort_key)
-    return tuple(qualifying[:n]), tuple(reasons)
-
-
-def _candidates(
-    gpu: GpuStats, sample: Sample, *, n: int, output_format: str
-) -> tuple[list[Candidate], str | None]:
-    """What ``gpu`` offers: itself, its MIG instances, or nothing and why."""
-    label = f"GPU {gpu.index}"
-    if gpu.lost:
-        return [], f"{label} LOST"
-    if not processes_known(gpu, sample):
-        return [], f"{label} process list unknown"
-    processes = sample.processes_on(gpu.index)
-    if not mig_on(gpu):
-        whole = Candidate(
-            gpu_index=gpu.index,
-            mig_index=None,
-            uuid=gpu.uuid,
-            process_count=len(processes),
-            memory_used_bytes=gpu.memory_used_bytes,
-            memory_free_bytes=gpu.memory_free_bytes,
-            utilization_pct=gpu.utilization_gpu_pct,
-        )
-        return [whole], None
-    if gpu.mig_instances is None:
-        return [], f"{label} MIG instances unreadable"
-    if not gpu.mig_instances:
-        return [], f"{label} in MIG mode without instances"
-    if output_format == "index":
-        return [], f"{label} in MIG mode (its instances need --format uuid)"
-    if n > 1:
-        return [], f"{label} in MIG mode (a CUDA process uses one MIG instance: -n 1)"
-    if any(process.gpu_instance_id is None for process in processes):
-        # A process not placed in an instance could be in any: none of them is known idle.
-        return [], f"{label} processes not matched to MIG instances"
-    instances = []
-    for instance in gpu.mig_instances:
-        used, total = instance.memory_used_bytes, instance.memory_total_bytes
-        instances.append(
-            Candidate(
-                gpu_index=gpu.index,
-                mig_index=instance.index,
-                uuid=instance.uuid,
-                process_count=len(instance_processes(instance, processes)),
-                memory_used_bytes=used,
-                memory_free_bytes=None if used is None or total is None else total - used,
-                utilization_pct=None,
-            )
-        )
-    return instances, None
-
-
-def _threshold_problem(
-    candidate: Candidate, min_free_bytes: int | None, max_utilization_pct: float | None
-) -> str | None:
-    """Why ``candidate`` misses a threshold (``GPU 0 has 2.0G free (need 20.0G)``), or None."""
-    problems = []
-    if min_free_bytes is not None:
-        free = candidate.memory_free_bytes
-        if free is None:
-            problems.append("memory free N/A")
-        elif free < min_free_bytes:
-            shown = fmt.bytes_short(min_free_bytes)
-            problems.append(f"has {fmt.bytes_short(free)} free (need {shown})")
-    if max_utilization_pct is not None:
-        busy = candidate.utilization_pct
-        limit = f"max {max_utilization_pct:g}%"
-        if candidate.mig_index is not None:
-            if candidate.process_count:
-                problems.append(f"runs processes, utilisation N/A under MIG ({limit})")
-        elif busy is None:
-            problems.append("utilisation N/A")
-        elif busy > max_utilization_pct:
-            problems.append(f"is {busy}% busy ({limit})")
-    if not problems:
-        return None
-    return f"{candidate.label} {' and '.join(problems)}"
 
 
 def failure_line(
@@ -415,6 +247,7 @@ def run_cluster(
 ) -> int:
     """``gpumon pick --prometheus URL``: ``node:index,...`` of the cluster's freest GPUs."""
     from gpumon.commands import cluster_output as co
+    from gpumon.commands import cluster_pick
     from gpumon.settings import SettingsError
     from gpumon.sources.cluster_base import take_cluster_sample
 
@@ -427,7 +260,7 @@ def run_cluster(
     if failure is not None:
         print(f"gpumon pick: {failure}", file=sys.stderr)
         return 1
-    picked, reasons = co.rank_cluster(
+    picked, reasons = cluster_pick.rank_cluster(
         cluster,
         n=n,
         min_free_bytes=min_free_bytes,
@@ -435,7 +268,7 @@ def run_cluster(
         output_format=output_format,
     )
     if len(picked) < n:
-        print(co.cluster_failure_line(cluster, picked, reasons, n), file=sys.stderr)
+        print(cluster_pick.cluster_failure_line(cluster, picked, reasons, n), file=sys.stderr)
         return 1
     if cluster.simulated:
         print("gpumon pick: simulated GPUs (a node serves gpumon export --demo)", file=sys.stderr)

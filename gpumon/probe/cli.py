@@ -199,8 +199,8 @@ async def _probe(
 ) -> ProbeOutcome:
     import asyncio
 
-    from gpumon.sampling.poller import Poller
     from gpumon.probe.runner import run_probe
+    from gpumon.sampling.poller import Poller
     from gpumon.sampling.store import Store
 
     # The dashboard's poller and store: steps 6 and 9 await the store's next sample.

@@ -7,32 +7,24 @@ and the sampling thread are in :mod:`gpumon.commands.export.http`.
 
 A value that is N/A, and every reading of a lost GPU, is left out rather than exported as a
 fake 0; ``gpumon_gpu_up`` says which GPUs answered. prometheus_client is an optional extra
-and is imported only when the exporter runs.
+and is imported only when the exporter runs. The command line (options, ``run``) is
+:mod:`gpumon.commands.export.command`; ``--listen`` is :mod:`gpumon.commands.export.listen`.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import ipaddress
 import os
-import re
-import socket
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpumon.data.fields import FIELDS, Field
 from gpumon.data.format import safe_text
 from gpumon.data.model import DriverInfo, GpuProcess, GpuStats, HostStats, MigInstance, Sample
-from gpumon.sampling.snapshot import DEFAULT_FREE_THRESHOLD_MIB
 from gpumon.data.views import free_gpu_indices, processes_known
+from gpumon.sampling.snapshot import DEFAULT_FREE_THRESHOLD_MIB
 
-if TYPE_CHECKING:
-    from gpumon.settings import Settings
-
-DEFAULT_LISTEN = "127.0.0.1:9402"
 GPU_LABELS = ("gpu", "uuid", "name")
 PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process", "job_id", "container_id")
 #: A MIG instance's series: its GPU's index, its own MIG UUID, its ids and profile.
@@ -81,95 +73,6 @@ def _metric(field: Field) -> GpuMetric:
 GPU_METRICS: tuple[GpuMetric, ...] = tuple(
     _metric(field) for field in FIELDS if field.prometheus is not None
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpumon.arguments import interval_seconds
-
-    parser.add_argument(
-        "--listen",
-        type=listen_address,
-        default=listen_address(DEFAULT_LISTEN),
-        metavar="HOST:PORT",
-        help=f"address to serve /metrics on (default: {DEFAULT_LISTEN}, loopback only)",
-    )
-    parser.add_argument(
-        "--interval",
-        type=interval_seconds,
-        default=argparse.SUPPRESS,  # keeps `gpumon --interval N export` working
-        metavar="SECONDS",
-        help="seconds between samples (default: 1); scrapes read the latest sample",
-    )
-    parser.add_argument(
-        "--dcgm-compat",
-        action="store_true",
-        help="also serve the DCGM_FI_DEV_* series of NVIDIA's dcgm-exporter (its names, units "
-        "and labels), for dashboards made for it such as Grafana 12239",
-    )
-
-
-def listen_address(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[::1]:9402`` for IPv6); port 0 picks a free port.
-
-    The port is ASCII digits; the host an IPv4 address, an IPv6 address in brackets, or a
-    host name of ASCII letters, digits, hyphens and dots (at most 253 characters, labels at
-    most 63). Anything else is an ``ArgumentTypeError`` (one line, exit 2); whether a name
-    resolves is only known when the exporter binds (exit 1).
-    """
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
-        raise _bad_listen(text, "expected HOST:PORT with a port of ASCII digits")
-    if int(port_text) > 65535:
-        raise _bad_listen(text, "the port must be from 0 to 65535")
-    return _listen_host(text, host), int(port_text)
-
-
-_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-def _listen_host(text: str, host: str) -> str:
-    if not host:
-        raise _bad_listen(text, "expected HOST:PORT; the host is missing")
-    if not (host.isascii() and host.isprintable()):
-        raise _bad_listen(text, "the host must be ASCII (an IP address or a host name)")
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise _bad_listen(text, "not an IPv6 address in the brackets") from None
-        return host[1:-1]
-    if ":" in host:
-        raise _bad_listen(text, "an IPv6 address goes in brackets, as in [::1]:9402")
-    labels = host.split(".")
-    if labels[-1].isdigit():  # no top-level domain is all digits: this is meant as IPv4
-        try:
-            return str(ipaddress.IPv4Address(host))
-        except ValueError:
-            raise _bad_listen(text, "not an IPv4 address (four numbers 0-255)") from None
-    if len(host) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
-        raise _bad_listen(
-            text,
-            "a host name is letters, digits and hyphens in labels of at most 63 characters "
-            "joined by dots, at most 253 characters in all",
-        )
-    return host
-
-
-def _bad_listen(text: str, reason: str) -> argparse.ArgumentTypeError:
-    shown = repr(text if len(text) <= 60 else text[:60] + "…")  # one line, controls escaped
-    return argparse.ArgumentTypeError(f"{shown}: {reason} (e.g. {DEFAULT_LISTEN} or [::1]:9402)")
-
-
-def is_loopback(host: str) -> bool:
-    """True when every address ``host`` resolves to is a loopback address."""
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError:
-        return False
-    addresses = {info[4][0] for info in infos}
-    return bool(addresses) and all(
-        ipaddress.ip_address(str(address).split("%")[0]).is_loopback for address in addresses
-    )
 
 
 def process_name(command: str | None) -> str:
@@ -427,34 +330,3 @@ class SampleCollector:
 
     def collect(self) -> Iterator[Any]:
         yield from self._state[1]
-
-
-def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> int:
-    """``gpumon export``: serve /metrics until a signal, sampling every ``interval_s``."""
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        print(
-            "gpumon export: error: prometheus_client is not installed: "
-            "pip install 'gpumon-tui[export]' (pipx: pipx install --force 'gpumon-tui[export]')",
-            file=sys.stderr,
-        )
-        return 1
-    from gpumon.commands.export.http import Exporter, serve_until_signalled
-    from gpumon.sources.base import source_for
-
-    host, port = listen
-    # Cheap: NVML is initialised by the first sample, on the sampling thread.
-    source = source_for(settings)
-    try:  # listens at once; /metrics answers 503 until the first sample
-        collector = SampleCollector(
-            dcgm_compat=dcgm_compat, free_threshold_mib=settings.free_threshold_mib
-        )
-        exporter = Exporter(source, collector, host, port, settings.interval_s)
-    except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
-        source.close()
-        reason = getattr(error, "strerror", None) or error
-        shown = f"[{host}]" if ":" in host else host
-        print(f"gpumon export: error: cannot listen on {shown}:{port}: {reason}", file=sys.stderr)
-        return 1
-    return serve_until_signalled(exporter, host)

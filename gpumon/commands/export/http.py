@@ -1,4 +1,5 @@
-"""The exporter's HTTP side and its sampling thread (``gpumon export``; see gpumon/commands/export/collector.py).
+"""The exporter's HTTP side and its sampling thread (``gpumon export``; see
+gpumon/commands/export/collector.py).
 
 The sampling thread runs the same :class:`~gpumon.sampling.poller.Poller` as the dashboard, into a
 :class:`~gpumon.sampling.store.Store` that the metrics collector follows.
@@ -36,7 +37,8 @@ from wsgiref.simple_server import ServerHandler, WSGIRequestHandler
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
-from gpumon.commands.export.collector import SampleCollector, is_loopback
+from gpumon.commands.export.collector import SampleCollector
+from gpumon.commands.export.listen import is_loopback
 from gpumon.data.model import GpuUnavailable, Sample
 from gpumon.sampling.poller import Poller, PollerThread, clamp_interval
 from gpumon.sampling.snapshot import no_gpu_data, report_unavailable

@@ -3,8 +3,10 @@
 
 What lives here: :mod:`~gpumon.sources.nvml.source` (``NvmlSource``),
 :mod:`~gpumon.sources.nvml.device` (one GPU behind one choke point),
-:mod:`~gpumon.sources.nvml.mig` (MIG instances) and :mod:`~gpumon.sources.nvml.processes`
-(NVML's process lists).
+:mod:`~gpumon.sources.nvml.mig` (MIG instances), :mod:`~gpumon.sources.nvml.processes`
+(NVML's process lists) and :mod:`~gpumon.sources.nvml.errors` (NVML's return codes,
+``GpuLost`` and the low-level helpers the others share). Imports run one way: source ->
+device -> mig -> errors (mig names ``Device`` only for type checking).
 
 May import: :mod:`gpumon.data`, :mod:`gpumon.sources.host`.
 """

@@ -4,8 +4,10 @@ Every NVML call on a device goes through :meth:`Device.read`, which turns an ``N
 ``None``, remembers NOT_SUPPORTED per device and field so it is not asked again every tick, and
 turns ``NVML_ERROR_GPU_IS_LOST`` into a LOST GPU while the others keep updating.
 
-This module never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource` (the only module
-that does) hands each device the loaded binding.
+This module never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource` (the
+only module that does) hands each device the loaded binding. NVML's return codes,
+:class:`~gpumon.sources.nvml.errors.GpuLost` and the helpers it shares with the other NVML
+modules are in :mod:`gpumon.sources.nvml.errors`.
 """
 
 from __future__ import annotations
@@ -15,30 +17,22 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from gpumon.data.format import safe_text
 from gpumon.data.model import GpuStats, MigInstance
+from gpumon.sources.nvml.errors import (
+    FELL_OFF_THE_BUS,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    GpuLost,
+    error_code,
+    log_debug,
+    nvml_text,
+)
 
 if TYPE_CHECKING:
     from gpumon.sources.nvml.mig import MigReader
 
-
-def log_debug(message: str, *args: object) -> None:
-    """Log at debug level; ``logging`` is imported only when there is something to log
-    (it costs a one-shot `gpumon status` milliseconds)."""
-    import logging
-
-    logging.getLogger(__name__).debug(message, *args)
-
-
-# NVML return codes (nvml.h); spelled out so this module works with any binding version.
-NVML_ERROR_NO_PERMISSION = 4
-NVML_ERROR_NOT_SUPPORTED = 3
-NVML_ERROR_DRIVER_NOT_LOADED = 9
-NVML_ERROR_LIBRARY_NOT_FOUND = 12
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_ERROR_GPU_IS_LOST = 15
-NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
-NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 # Asking again will not help: remember and stop asking.
 _PERMANENT = frozenset(
@@ -74,21 +68,6 @@ _CLOCK_EVENT_NAMES = dict(CLOCK_EVENT_REASONS)
 _COMPUTE_MODES = {0: "Default", 1: "Exclusive Thread", 2: "Prohibited", 3: "Exclusive Process"}
 
 
-class GpuLost(Exception):
-    """Raised inside a device read when NVML says the GPU fell off the bus."""
-
-
-FELL_OFF_THE_BUS = "fell off the bus (NVML: GPU is lost); check dmesg for Xid 79"
-
-
-PROCESSES_NOT_SUPPORTED = "not supported: this GPU or driver does not list its processes"
-
-
-def unopened(error: BaseException) -> str:
-    """Why a GPU whose handle NVML refused (for a reason other than GPU_IS_LOST) is LOST."""
-    return f"NVML cannot open this GPU: {error}"
-
-
 def clock_event_names(mask: int) -> tuple[str, ...]:
     """The names of the bits set in a clock event reasons bitmask, lowest bit first.
 
@@ -102,20 +81,6 @@ def clock_event_names(mask: int) -> tuple[str, ...]:
             names.append(_CLOCK_EVENT_NAMES.get(bit, f"unknown_{bit:#x}"))
         bit <<= 1
     return tuple(names)
-
-
-def error_code(error: BaseException) -> int | None:
-    """The NVML return code an ``NVMLError`` carries, if any."""
-    value = getattr(error, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def nvml_text(value: Any) -> str:
-    """A string NVML returned: ``str`` from nvidia-ml-py >= 11.5, ``bytes`` from older ones;
-    made safe like any text gpumon shows (a driver is not hostile, but a broken one may say
-    anything)."""
-    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-    return safe_text(text, 256)
 
 
 class Device:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpumon.data.model import MigInstance
-from gpumon.sources.nvml.device import nvml_text
+from gpumon.sources.nvml.errors import nvml_text
 
 if TYPE_CHECKING:
     from gpumon.sources.nvml.device import Device
@@ -78,7 +78,7 @@ class MigReader:
     def instances(self) -> tuple[MigInstance, ...] | None:
         """The MIG devices in NVML's order with their memory now; ``None`` when they cannot
         be told (NVML refuses or does not support enumerating them). A field that fails
-        reads ``None``. Raises :class:`~gpumon.sources.nvml.device.GpuLost`."""
+        reads ``None``. Raises :class:`~gpumon.sources.nvml.errors.GpuLost`."""
         now = self._monotonic()
         if self._slots is not None and not 0 <= now - self._enumerated_at < MIG_RESCAN_S:
             self._slots = None

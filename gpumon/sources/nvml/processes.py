@@ -6,7 +6,8 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from gpumon.data.model import ProcessKind
-from gpumon.sources.nvml.device import MAX_PID, PROCESSES_NOT_SUPPORTED
+from gpumon.sources.nvml.device import MAX_PID
+from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
 
 if TYPE_CHECKING:
     from gpumon.sources.nvml.device import Device
@@ -94,7 +95,7 @@ def read_sm_utilization(device: Device, pids: Collection[int]) -> dict[int, int]
     not in ``pids`` (the running-process list), rather than shown as 0 %. Values are
     clamped to 0-100 (drivers have reported thousands). Under MIG NVML does not support it:
     it is not asked (every process reads N/A, never 0 %). Raises
-    :class:`~gpumon.sources.nvml.device.GpuLost`.
+    :class:`~gpumon.sources.nvml.errors.GpuLost`.
     """
     if not pids or device.mig_enabled:
         return {}

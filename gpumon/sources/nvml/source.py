@@ -25,14 +25,14 @@ from gpumon.data.model import (
     Sample,
     UnavailableReason,
 )
-from gpumon.sources.nvml.device import (
+from gpumon.sources.nvml.device import Device
+from gpumon.sources.nvml.errors import (
     FELL_OFF_THE_BUS,
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH,
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_NO_PERMISSION,
-    Device,
     GpuLost,
     error_code,
     log_debug,

@@ -1,0 +1,154 @@
+"""The plain-text GPU table of the headless modes: ``gpumon once``, and per node the cluster
+view of ``gpumon once --prometheus`` (:mod:`gpumon.commands.cluster_output`).
+
+What lives here: :func:`gpu_lines` (one line per GPU, FREE on the free ones, its processes
+indented below), the cells and column helpers it is built from, and :func:`user_line`, the
+row of the per-user table (USER, GPUS, GPU-MEM, PROCS). Pure functions of a sample; colours
+come from :mod:`gpumon.data.painting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+
+from gpumon.data import format as fmt
+from gpumon.data.model import GpuProcess, GpuStats, Sample, notable_unlisted_memory_bytes
+from gpumon.data.painting import (
+    BLUE,
+    BOLD,
+    CYAN,
+    DIM,
+    GREEN,
+    MAGENTA,
+    RED,
+    YELLOW,
+    Painter,
+    temperature_codes,
+)
+
+DEMO_MARKER = "DEMO (simulated data)"
+
+_MIN_COMMAND_WIDTH = 10
+#: The mark of a GPU with no process and (almost) no memory in use.
+FREE = "FREE"
+USER_COLUMNS = ("USER", "GPUS", "GPU-MEM", "PROCS")
+
+
+def _gpu_cells(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
+    return {
+        "index": f"[{gpu.index}]",
+        "name": gpu.name or fmt.NA,
+        "temperature": fmt.celsius(gpu.temperature_c, ascii_only),
+        "utilization": fmt.percent(gpu.utilization_gpu_pct),
+        "memory_used": fmt.bytes_short(gpu.memory_used_bytes),
+        "memory_total": fmt.bytes_short(gpu.memory_total_bytes),
+        "power": fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w),
+    }
+
+
+def _process_cells(process: GpuProcess) -> dict[str, str]:
+    if process.visible:
+        command = process.command or "?"
+    else:
+        command = "(not visible here: another PID namespace?)"
+    return {
+        "user": process.user or "?",
+        "pid": str(process.pid),
+        "memory": fmt.bytes_short(process.gpu_memory_bytes),
+        "command": command,
+    }
+
+
+def column_widths(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
+    widths: dict[str, int] = {}
+    for row in rows:
+        for key, text in row.items():
+            widths[key] = max(widths.get(key, 0), fmt.cell_len(text))
+    return widths
+
+
+def gpu_lines(
+    sample: Sample,
+    *,
+    show_processes: bool = True,
+    color: bool = False,
+    width: int | None = None,
+    ascii_only: bool | None = None,
+    free: Set[int] = frozenset(),
+) -> list[str]:
+    """The table's lines below its header: one per GPU, its processes indented below.
+
+    The cluster view (:mod:`gpumon.commands.cluster_output`) prints these under each node's header;
+    the arguments are :func:`gpumon.commands.once.render_table`'s.
+    """
+    paint = Painter(color)
+    if ascii_only is None:
+        ascii_only = not fmt.locale_is_utf8()
+    ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
+    gpu_rows = [_gpu_cells(gpu, ascii_only) for gpu in sample.gpus]
+    gpu_widths = column_widths(gpu_rows)
+    process_rows = [_process_cells(process) for process in sample.processes]
+    process_widths = column_widths(process_rows)
+    by_gpu: dict[int, list[tuple[GpuProcess, dict[str, str]]]] = {
+        gpu.index: [] for gpu in sample.gpus
+    }
+    for process, cells in zip(sample.processes, process_rows, strict=True):
+        by_gpu.setdefault(process.gpu_index, []).append((process, cells))
+
+    lines = []
+    for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
+        line = _gpu_line(gpu, cells, gpu_widths, paint)
+        lines.append(f"{line} | {paint(FREE, BOLD, GREEN)}" if gpu.index in free else line)
+        if not show_processes or gpu.lost:
+            continue
+        if gpu.processes_error is not None:
+            lines.append(f"    processes: N/A ({gpu.processes_error})")
+            continue
+        listed = by_gpu[gpu.index]
+        lines.extend(
+            _process_line(row, process_widths, paint, width, ellipsis) for _, row in listed
+        )
+        unlisted = notable_unlisted_memory_bytes(gpu, [process for process, _ in listed])
+        if unlisted is not None:
+            lines.append(f"    {paint(fmt.unlisted_memory(unlisted), YELLOW)}")
+    return lines
+
+
+def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], paint: Painter) -> str:
+    def cell(key: str, *codes: str, left: bool = False) -> str:
+        pad = fmt.ljust_cells if left else fmt.rjust_cells
+        return paint(pad(cells[key], widths[key]), *codes)
+
+    identity = f"{cell('index', CYAN, left=True)} {cell('name', BLUE, left=True)}"
+    if gpu.lost:
+        reason = gpu.lost_reason or "no readings from this GPU"
+        return f"{identity} | {paint('LOST', BOLD, RED)} ({reason})"
+    temperature = cell(
+        "temperature", *temperature_codes(gpu.temperature_c, gpu.temperature_slowdown_c)
+    )
+    utilization = cell("utilization", GREEN)
+    memory = f"{cell('memory_used', YELLOW)} / {cell('memory_total', YELLOW)}"
+    power = cell("power", MAGENTA)
+    return f"{identity} | {temperature} {utilization} | {memory} | {power}"
+
+
+def _process_line(
+    row: dict[str, str], widths: dict[str, int], paint: Painter, width: int | None, ellipsis: str
+) -> str:
+    # Widths are terminal cells: a CJK user name or command keeps the columns aligned.
+    user = fmt.ljust_cells(row["user"], widths["user"])
+    pid = fmt.rjust_cells(row["pid"], widths["pid"])
+    memory = fmt.rjust_cells(row["memory"], widths["memory"])
+    command = row["command"]
+    if width is not None:
+        prefix = fmt.cell_len(f"    {user}  {pid}  {memory}  ")
+        command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - prefix), ellipsis)
+    return f"    {paint(user, DIM)}  {paint(pid, DIM)}  {paint(memory, YELLOW)}  {command}"
+
+
+def user_line(row: Mapping[str, str], widths: Mapping[str, int]) -> str:
+    user = fmt.ljust_cells(row["user"], widths["user"])
+    gpus = fmt.ljust_cells(row["gpus"], widths["gpus"])
+    memory = fmt.rjust_cells(row["memory"], widths["memory"])
+    processes = fmt.rjust_cells(row["processes"], widths["processes"])
+    return f"{user}  {gpus}  {memory}  {processes}".rstrip()

@@ -1,0 +1,89 @@
+"""The PromQL the Prometheus source sends, and the series it reads.
+
+The three instant queries one refresh runs (:data:`QUERIES`: :data:`TARGETS_QUERY`,
+:data:`DATA_QUERY`, :data:`IDENTITY_QUERY`; see "Queries" in
+:mod:`gpumon.sources.prometheus.source`), the gpumon series names taken from the field table
+(:data:`GPUMON_READINGS`), dcgm-exporter's series with their units (:data:`DCGM_READINGS`),
+and quoting a PromQL string. No HTTP, no parsing.
+"""
+
+from __future__ import annotations
+
+from gpumon.data.fields import FIELDS, Field
+
+#: How far back a node that is down is remembered (its identity, when it was last up).
+LOOKBACK = "1h"
+_MIB = 1024 * 1024
+
+_FACT = "gpumon_fact"
+TARGETS_QUERY = " or ".join(
+    f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
+    for fact, expression in (
+        ("up", "up"),
+        ("scraped", "timestamp(up)"),
+        ("last_up", f"max_over_time((timestamp(up) and up == 1)[{LOOKBACK}:15s])"),
+        ("scrapes_5m", "count_over_time(up[5m])"),
+        ("first_5m", "min_over_time(timestamp(up)[5m:1s])"),
+    )
+)
+
+
+def _series_name(name: str, kind: str) -> str:
+    # prometheus_client serves a counter family as NAME_total.
+    return f"{name}_total" if kind == "counter" else name
+
+
+#: gpumon series name -> the GpuStats field it holds, from the field table (never a copy).
+GPUMON_READINGS: dict[str, Field] = {
+    _series_name(spec.name, spec.kind): item
+    for item in FIELDS
+    if (spec := item.prometheus) is not None
+}
+_GPUMON_OTHERS = (
+    "gpumon_host_info",
+    "gpumon_gpu_info",
+    "gpumon_gpu_up",
+    "gpumon_gpu_processes",
+    "gpumon_process_gpu_memory_bytes",
+    "gpumon_mig_memory_used_bytes",
+    "gpumon_mig_memory_total_bytes",
+    "gpumon_simulated",
+    "gpumon_driver_info",
+    "gpumon_sample_timestamp_seconds",
+)
+
+#: dcgm-exporter series -> (GpuStats field, factor to the model's unit).
+DCGM_READINGS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu_pct", 1.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("utilization_memory_pct", 1.0),
+    "DCGM_FI_DEV_ENC_UTIL": ("utilization_encoder_pct", 1.0),
+    "DCGM_FI_DEV_DEC_UTIL": ("utilization_decoder_pct", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("memory_used_bytes", _MIB),
+    "DCGM_FI_DEV_FB_FREE": ("memory_free_bytes", _MIB),
+    "DCGM_FI_DEV_FB_RESERVED": ("memory_reserved_bytes", _MIB),
+    "DCGM_FI_DEV_FB_TOTAL": ("memory_total_bytes", _MIB),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", 1.0),
+    "DCGM_FI_DEV_SLOWDOWN_TEMP": ("temperature_slowdown_c", 1.0),
+    "DCGM_FI_DEV_SHUTDOWN_TEMP": ("temperature_shutdown_c", 1.0),
+    "DCGM_FI_DEV_FAN_SPEED": ("fan_pct", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_draw_w", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", 1.0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 0.001),
+    "DCGM_FI_DEV_SM_CLOCK": ("clock_sm_mhz", 1.0),
+    "DCGM_FI_DEV_MEM_CLOCK": ("clock_memory_mhz", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_errors_uncorrected_volatile", 1.0),
+}
+#: The dcgm-exporter series whose labels name a GPU of a node that is down now.
+DCGM_IDENTITY = "DCGM_FI_DEV_GPU_TEMP"
+
+DATA_METRICS: tuple[str, ...] = (*_GPUMON_OTHERS, *GPUMON_READINGS, *DCGM_READINGS)
+DATA_QUERY = '{__name__=~"' + "|".join(DATA_METRICS) + '"}'
+IDENTITY_QUERY = (
+    f'last_over_time({{__name__=~"gpumon_host_info|gpumon_gpu_info|{DCGM_IDENTITY}"}}[{LOOKBACK}])'
+)
+#: Every query one refresh runs, in order.
+QUERIES = (TARGETS_QUERY, DATA_QUERY, IDENTITY_QUERY)
+
+
+def _promql_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

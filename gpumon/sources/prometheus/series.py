@@ -1,0 +1,318 @@
+"""Prometheus' answers turned into gpumon's model.
+
+An instant query's result becomes :class:`_Series` (labels made safe when read, NaN and
+infinite values ``None``); a target's series become a :class:`~gpumon.data.model.Sample`:
+:func:`_gpumon_sample` for gpumon's exporter (GpuStats, MIG instances, GpuProcess,
+DriverInfo), :func:`_dcgm_sample` for dcgm-exporter's, :func:`_identity_sample` for the GPUs
+a down node's identity series named. :func:`_kind` tells the exporter, :func:`_host` its host
+name. See "What a node holds" in :mod:`gpumon.sources.prometheus.source`.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.data.cluster import ExporterKind
+from gpumon.data.format import safe_text
+from gpumon.data.model import (
+    DriverInfo,
+    GpuProcess,
+    GpuStats,
+    HostStats,
+    MigInstance,
+    ProcessKind,
+    Sample,
+)
+from gpumon.sources.prometheus.queries import DCGM_IDENTITY, DCGM_READINGS, GPUMON_READINGS
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    name: str | None
+    labels: dict[str, str]  # as Prometheus gave them, ``__name__`` included
+    value: float | None
+    time_s: float
+
+    def label(self, name: str) -> str | None:
+        """The label's value made safe, or None when absent or empty."""
+        value = self.labels.get(name)
+        return safe_text(value) if value else None
+
+
+def _number(text: Any) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _vector(data: Any) -> list[_Series]:
+    """An instant query's result as series; malformed entries are skipped."""
+    found = []
+    for item in data.get("result", ()):
+        try:
+            labels, (time_s, text) = item["metric"], item["value"]
+            moment = float(time_s)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if type(labels) is dict:  # label values are strings in every answer Prometheus gives
+            found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
+    return found
+
+
+def _kind(series: Iterable[_Series]) -> ExporterKind:
+    names = {item.name or _identity_name(item) for item in series}
+    if any(name.startswith("gpumon_") for name in names):
+        return ExporterKind.GPUMON
+    if any(name.startswith("DCGM_") for name in names):
+        return ExporterKind.DCGM
+    return ExporterKind.UNKNOWN
+
+
+def _identity_name(item: _Series) -> str:
+    """The metric an identity series came from, where the server dropped its name."""
+    if "UUID" in item.labels or "modelName" in item.labels:
+        return DCGM_IDENTITY
+    return "gpumon_gpu_info" if "gpu" in item.labels else "gpumon_host_info"
+
+
+def _host(series: Iterable[_Series]) -> str | None:
+    for item in series:
+        name = item.name or _identity_name(item)
+        host = item.label("hostname" if name == "gpumon_host_info" else "Hostname")
+        if host and (name == "gpumon_host_info" or name.startswith("DCGM_")):
+            return host
+    return None
+
+
+def _gpu_index(item: _Series) -> int | None:
+    text = item.labels.get("gpu", "")
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+
+
+_TYPES = typing.get_type_hints(GpuStats)
+
+
+def _as_model(attribute: str, value: float) -> Any:
+    """A reading in the model's type: ints rounded, booleans from 1/0."""
+    kind = str(_TYPES[attribute])
+    if kind.startswith("bool") or "bool |" in kind:
+        return value != 0
+    if kind.startswith("int") or "int |" in kind:
+        return round(value)
+    return value
+
+
+@dataclass(slots=True)
+class _Gpu:
+    index: int
+    values: dict[str, Any] = field(default_factory=dict)
+    states: dict[str, list[str]] = field(default_factory=dict)
+    processes: float | None = None
+    lost: bool = False
+    mig: list[_Series] = field(default_factory=list)
+
+    def identify(self, item: _Series, uuid: str, name: str) -> None:
+        if "pci_bus_id" in self.values and "name" in self.values and "uuid" in self.values:
+            return
+        for attribute, label in (("uuid", uuid), ("name", name), ("pci_bus_id", "pci_bus_id")):
+            if attribute not in self.values and item.label(label):
+                self.values[attribute] = item.label(label)
+
+
+def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
+    gpus: dict[int, _Gpu] = {}
+    for item in series:
+        index = _gpu_index(item)
+        if index is None or item.name in ("gpumon_process_gpu_memory_bytes", None):
+            continue
+        gpu = gpus.setdefault(index, _Gpu(index))
+        if item.name.startswith("gpumon_mig_"):
+            gpu.mig.append(item)
+            continue
+        gpu.identify(item, "uuid", "name")
+        if item.name == "gpumon_gpu_up":
+            gpu.lost = item.value == 0
+        elif item.name == "gpumon_gpu_processes":
+            gpu.processes = item.value
+        elif (reading := GPUMON_READINGS.get(item.name)) is not None:
+            spec = reading.prometheus
+            assert spec is not None  # GPUMON_READINGS holds only exported fields
+            if spec.kind == "state":
+                state = item.label(spec.label or "")
+                if state is not None and item.value:
+                    gpu.states.setdefault(reading.attribute, []).append(state)
+            elif item.value is not None:
+                gpu.values[reading.attribute] = _as_model(
+                    reading.attribute, item.value / spec.scale
+                )
+    return gpus
+
+
+def _gpumon_sample(series: list[_Series], host: str, when: float) -> Sample:
+    gpus = _gpumon_gpus(series)
+    processes = _processes(series)
+    listed: dict[int, int] = {}
+    for process in processes:
+        listed[process.gpu_index] = listed.get(process.gpu_index, 0) + 1
+    stats = tuple(_gpumon_stats(gpus[index], listed.get(index, 0)) for index in sorted(gpus))
+    scalars = {item.name: item for item in series if "gpu" not in item.labels}
+    stamp = scalars.get("gpumon_sample_timestamp_seconds")
+    simulated = scalars.get("gpumon_simulated")
+    return Sample(
+        timestamp_s=stamp.value if stamp is not None and stamp.value is not None else when,
+        host=_host_stats(host),
+        driver=_driver(series),
+        gpus=stats,
+        processes=tuple(p for p in processes if p.gpu_index in gpus),
+        simulated=simulated is not None and bool(simulated.value),
+        processes_read=any(gpu.processes is not None for gpu in gpus.values()),
+    )
+
+
+def _gpumon_stats(gpu: _Gpu, listed: int) -> GpuStats:
+    values = dict(gpu.values)
+    for attribute, states in gpu.states.items():
+        ordered = tuple(sorted(set(states)))
+        values[attribute] = ordered if "tuple" in str(_TYPES[attribute]) else ordered[0]
+    if gpu.lost:
+        identity = {key: values.get(key) for key in ("uuid", "name", "pci_bus_id")}
+        reason = "lost: the exporter reports that it stopped answering (gpumon_gpu_up 0)"
+        return GpuStats(gpu.index, lost=True, lost_reason=reason, **identity)
+    if gpu.processes is None:
+        values["processes_error"] = "the exporter does not report this GPU's processes"
+    elif gpu.processes > listed:
+        values["processes_error"] = (
+            f"the exporter counts {gpu.processes:.0f} processes and lists {listed} "
+            "(a process's GPU memory is not reported)"
+        )
+    values["mig_instances"] = _mig(gpu) if values.get("mig_mode") else ()
+    uuid = values.pop("uuid", None)
+    return GpuStats(gpu.index, uuid, **values)
+
+
+def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
+    """MIG instances in (GPU instance, compute instance) order; None when none is served."""
+    instances: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for item in gpu.mig:
+        labels = item.labels
+        key = (
+            labels.get("gpu_instance_id", ""),
+            labels.get("compute_instance_id", ""),
+            labels.get("uuid", ""),
+        )
+        entry = instances.setdefault(
+            key, {"uuid": item.label("uuid"), "profile": item.label("profile")}
+        )
+        if item.value is not None and item.name is not None:
+            entry[item.name] = round(item.value)
+    if not instances:
+        return None
+    ordered = sorted(
+        instances.items(), key=lambda pair: (_int(pair[0][0]) or 0, _int(pair[0][1]) or 0)
+    )
+    return tuple(
+        MigInstance(
+            gpu.index,
+            number,
+            _int(key[0]),
+            _int(key[1]),
+            entry["profile"],
+            entry["uuid"],
+            entry.get("gpumon_mig_memory_used_bytes"),
+            entry.get("gpumon_mig_memory_total_bytes"),
+        )
+        for number, (key, entry) in enumerate(ordered)
+    )
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
+def _processes(series: list[_Series]) -> list[GpuProcess]:
+    found = []
+    for item in series:
+        if item.name != "gpumon_process_gpu_memory_bytes":
+            continue
+        index, pid = _gpu_index(item), _int(item.labels.get("pid", ""))
+        if index is None or not pid:
+            continue  # not a process gpumon's exporter would serve
+        found.append(
+            GpuProcess(
+                gpu_index=index,
+                gpu_uuid=item.label("uuid"),
+                pid=pid,
+                kind=ProcessKind.COMPUTE,  # the exporter does not say
+                gpu_memory_bytes=None if item.value is None else round(item.value),
+                user=item.label("user"),
+                command=item.label("process"),  # the executable's base name only
+                job_id=item.label("job_id"),
+                container_id=item.label("container_id"),
+            )
+        )
+    return sorted(found, key=lambda process: (process.gpu_index, process.pid))
+
+
+def _driver(series: list[_Series]) -> DriverInfo | None:
+    for item in series:
+        if item.name == "gpumon_driver_info":
+            names = ("driver_version", "cuda_driver_version", "nvml_version")
+            return DriverInfo(*(item.label(name) for name in names))
+    return None
+
+
+def _host_stats(host: str) -> HostStats:
+    return HostStats(host, None, None, None, None, None, None)
+
+
+def _dcgm_sample(series: list[_Series], host: str, when: float) -> Sample:
+    gpus: dict[int, _Gpu] = {}
+    for item in series:
+        index = _gpu_index(item)
+        reading = DCGM_READINGS.get(item.name or "")
+        if index is None or reading is None:
+            continue
+        gpu = gpus.setdefault(index, _Gpu(index))
+        gpu.identify(item, "UUID", "modelName")
+        attribute, factor = reading
+        if item.value is not None:
+            gpu.values[attribute] = _as_model(attribute, item.value * factor)
+    return Sample(
+        timestamp_s=when,
+        host=_host_stats(host),
+        driver=None,
+        gpus=tuple(_dcgm_stats(gpus[index]) for index in sorted(gpus)),
+        processes_read=False,
+    )
+
+
+def _dcgm_stats(gpu: _Gpu) -> GpuStats:
+    values = dict(gpu.values)
+    used, free = values.get("memory_used_bytes"), values.get("memory_free_bytes")
+    if "memory_total_bytes" not in values and used is not None and free is not None:
+        values["memory_total_bytes"] = used + free + (values.get("memory_reserved_bytes") or 0)
+    uuid = values.pop("uuid", None)
+    return GpuStats(gpu.index, uuid, **values)
+
+
+def _identity_sample(series: list[_Series], host: str, when: float) -> Sample:
+    """The GPUs a node's identity series named, without readings (the node is down)."""
+    gpus: dict[int, _Gpu] = {}
+    for item in series:
+        index = _gpu_index(item)
+        if index is not None:
+            dcgm = (item.name or _identity_name(item)).startswith("DCGM_")
+            gpus.setdefault(index, _Gpu(index)).identify(
+                item, *(("UUID", "modelName") if dcgm else ("uuid", "name"))
+            )
+    stats = []
+    for index in sorted(gpus):
+        values = gpus[index].values
+        stats.append(GpuStats(index, values.pop("uuid", None), **values))
+    return Sample(when, _host_stats(host), None, tuple(stats), processes_read=False)
