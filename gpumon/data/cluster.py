@@ -17,10 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpumon.data.model import GpuStats, Sample
-from gpumon.data.views import free_gpu_indices, user_summary
-
-#: Series older than this many scrape intervals make a node STALE.
-STALE_AFTER_INTERVALS = 3
+from gpumon.data.views import free_gpu_indices, is_stale, user_summary
 
 
 class NodeState(str, enum.Enum):
@@ -158,7 +155,7 @@ def classify(
     """UP, DOWN (``up == 0``) or STALE (no series newer than three scrape intervals)."""
     if up is not None and up == 0:
         return NodeState.DOWN
-    if last_seen_s is None or now_s - last_seen_s > STALE_AFTER_INTERVALS * scrape_interval_s:
+    if is_stale(last_seen_s, now_s, scrape_interval_s):
         return NodeState.STALE
     return NodeState.UP
 

@@ -117,6 +117,17 @@ def user_summary(processes: Iterable[GpuProcess]) -> tuple[UserUsage, ...]:
     return tuple(usages)
 
 
+#: Data older than this many intervals is stale: never shown, exported or picked as current,
+#: locally (a sampler stuck in a driver call) or in the cluster (a node's last scrape).
+STALE_AFTER_INTERVALS = 3
+
+
+def is_stale(timestamp_s: float | None, now_s: float, interval_s: float) -> bool:
+    """True when data read at ``timestamp_s`` (None: never) is older than
+    :data:`STALE_AFTER_INTERVALS` intervals of ``interval_s`` at ``now_s``."""
+    return timestamp_s is None or now_s - timestamp_s > STALE_AFTER_INTERVALS * interval_s
+
+
 def processes_known(gpu: GpuStats, sample: Sample) -> bool:
     """True when ``gpu``'s process list was read: not lost, not refused, asked for."""
     return sample.processes_read and not gpu.lost and gpu.processes_error is None
