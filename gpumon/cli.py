@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from gpumon.settings import Settings
-    from gpumon.ui.app import GpumonApp
     from gpumon.ui.cluster.app import ClusterApp
+    from gpumon.ui.dashboard.app import GpumonApp
 
 # Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
 # ``run(args) -> int`` and keeps heavy imports inside ``run``.
@@ -352,7 +352,7 @@ def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
     """The node list where a Prometheus server is set (and no --demo), else this machine's
     dashboard; None, after one line on stderr, for a cluster source that cannot be opened."""
     if settings.prometheus_url is None or settings.demo:
-        from gpumon.ui.app import create_app
+        from gpumon.ui.dashboard.app import create_app
 
         return create_app(settings=settings)
     from gpumon.settings import SettingsError

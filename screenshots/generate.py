@@ -28,7 +28,7 @@ from gpumon.data.model import (
     UnavailableReason,
 )
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the tests' stand-in torch, for the probe shot

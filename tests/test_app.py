@@ -10,7 +10,8 @@ import pytest
 
 from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import create_app, wants_ascii
+from gpumon.ui.app import wants_ascii
+from gpumon.ui.dashboard.app import create_app
 from gpumon.ui.widgets.gpu_layout import Layout, choose_layout
 from gpumon.ui.widgets.help import HelpScreen
 from gpumon.ui.widgets.process_table import ProcessTable

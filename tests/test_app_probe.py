@@ -12,7 +12,7 @@ from textual.pilot import Pilot
 
 from gpumon.data.model import Sample
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.probe_panel import ProbePanel
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script

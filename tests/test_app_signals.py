@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from gpumon.settings import Settings
-from gpumon.ui.app import GpumonApp
+from gpumon.ui.dashboard.app import GpumonApp
+from gpumon.ui.dashboard.signal_dialog import SignalDialog
 from gpumon.ui.widgets.help import HelpScreen
 from gpumon.ui.widgets.process_table import ProcessTable
-from gpumon.ui.dashboard.signal_dialog import SignalDialog
 from tests.test_process_signals import Children, assert_alive, ended_by, process_of
 from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
 

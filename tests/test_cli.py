@@ -240,8 +240,8 @@ def test_the_dashboard_opens_the_node_list_where_a_prometheus_server_is_set(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from gpumon.cli import _dashboard_app
-    from gpumon.ui.app import GpumonApp
     from gpumon.ui.cluster.app import ClusterApp
+    from gpumon.ui.dashboard.app import GpumonApp
 
     environ = {"XDG_CONFIG_HOME": str(tmp_path), "GPUMON_PROMETHEUS_URL": "http://p:9090"}
     cluster = _dashboard_app(load_settings({}, environ))

@@ -20,10 +20,10 @@ from textual.pilot import Pilot
 from gpumon.data.fields import FIELDS
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sources.host import details as process_details
-from gpumon.ui.app import GpumonApp
+from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
-from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
+from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.text_lines import TextLines
 from tests.ui_helpers import (

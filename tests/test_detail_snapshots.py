@@ -16,7 +16,7 @@ from typing import Any
 from textual.pilot import Pilot
 
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from tests.ui_helpers import FIXED_TIME
 
 

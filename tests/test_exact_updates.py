@@ -14,7 +14,7 @@ from textual.strip import Strip
 
 from gpumon.sources.demo import DemoSource
 from gpumon.ui import exact_updates
-from gpumon.ui.app import create_app
+from gpumon.ui.dashboard.app import create_app
 from gpumon.ui.widgets.lines import changed_runs
 from tests.ui_helpers import FIXED_TIME, record_terminal_writes, screen_text
 

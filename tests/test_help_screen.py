@@ -6,8 +6,9 @@ import pytest
 from textual.binding import Binding
 
 from gpumon.data.fields import FIELDS
-from gpumon.ui.app import GpumonApp
-from gpumon.ui.widgets.help import WIDTH, binding_groups, help_text, key_text
+from gpumon.ui.dashboard.app import GpumonApp
+from gpumon.ui.dashboard.help import binding_groups, help_text
+from gpumon.ui.widgets.help import WIDTH, key_text
 
 
 @pytest.mark.parametrize("ascii_only", [False, True])

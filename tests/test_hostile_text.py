@@ -22,7 +22,7 @@ import pytest
 
 from gpumon.data import format as fmt
 from gpumon.ui import exact_updates
-from gpumon.ui.app import create_app
+from gpumon.ui.dashboard.app import create_app
 from tests.hostile import HOSTILE_ARGV, HOSTILE_USER, hostile_source, unsafe_characters
 from tests.ui_helpers import record_terminal_writes
 

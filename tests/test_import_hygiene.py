@@ -48,7 +48,7 @@ def test_starting_the_dashboard_never_imports_torch() -> None:
     script = textwrap.dedent(
         """
         import asyncio, sys
-        from gpumon.ui.app import create_app
+        from gpumon.ui.dashboard.app import create_app
 
         async def main():
             app = create_app(demo=True, demo_gpus=2, interval_s=0.25, ascii_only=False)

@@ -15,7 +15,7 @@ from typing import Any
 from textual.pilot import Pilot
 
 from gpumon.data.model import GpuStats, MigInstance, Sample
-from gpumon.ui.app import GpumonApp
+from gpumon.ui.dashboard.app import GpumonApp
 from tests.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from textual.pilot import Pilot
 
 from gpumon.data.model import GpuProcess, Sample
-from gpumon.ui.app import GpumonApp
+from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.text_lines import TextLines

@@ -16,11 +16,11 @@ from textual.widgets import Input
 from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.settings import Settings
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.screen import DashboardScreen
+from gpumon.ui.dashboard.user_summary import UserSummaryScreen
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
-from gpumon.ui.dashboard.user_summary import UserSummaryScreen
 from tests.ui_helpers import (
     FIXED_TIME,
     GIB,

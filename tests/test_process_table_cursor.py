@@ -11,7 +11,7 @@ from textual import events
 from textual.pilot import Pilot
 
 from gpumon.data.model import GpuProcess, Sample
-from gpumon.ui.app import GpumonApp
+from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 

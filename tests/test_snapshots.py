@@ -10,7 +10,7 @@ from textual.pilot import Pilot
 
 from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from tests.ui_helpers import FIXED_TIME, StaticSource, make_sample
 
 

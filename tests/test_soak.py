@@ -33,12 +33,12 @@ from unittest import mock
 import psutil
 import pytest
 
-import gpumon.ui.app as app_module
+import gpumon.ui.dashboard.app as app_module
 from gpumon.data.model import MAX_INTERVAL_S, Sample
 from gpumon.sampling.poller import Poller
 from gpumon.sources.base import GpuSource
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.ui_helpers import FIXED_TIME, screen_text
 

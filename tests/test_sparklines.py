@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpumon.data.model import GpuStats, Sample
-from gpumon.ui.app import GpumonApp
+from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, Layout
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.graphs import BLOCKS, bucketed, history_sparkline

@@ -23,7 +23,7 @@ from gpumon.data.model import (
     unlisted_memory_bytes,
 )
 from gpumon.sampling import snapshot
-from gpumon.ui.app import create_app
+from gpumon.ui.dashboard.app import create_app
 from tests.test_once import validate
 from tests.ui_helpers import (
     GIB,

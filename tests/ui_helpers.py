@@ -17,7 +17,7 @@ from gpumon.data.model import (
     Sample,
 )
 from gpumon.sources.demo import DemoSource
-from gpumon.ui.app import GpumonApp, create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 
 GIB = 1024**3
 MIB = 1024**2

@@ -163,7 +163,7 @@ class ChildReading:
 
 
 LAUNCHER = (
-    "from gpumon.sources.demo import DemoSource; from gpumon.ui.app import create_app; "
+    "from gpumon.sources.demo import DemoSource; from gpumon.ui.dashboard.app import create_app; "
     "raise SystemExit(create_app(DemoSource({gpus}, process_count={processes}, "
     "churn={churn!r}), interval_s={interval!r}).run() or 0)"
 )

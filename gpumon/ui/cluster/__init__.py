@@ -3,5 +3,5 @@ screen and one GPU's last hour.
 
 May import: :mod:`gpumon.ui.widgets`, :mod:`gpumon.ui` (the shared app base),
 :mod:`gpumon.sampling`, :mod:`gpumon.sources`, :mod:`gpumon.data`; never
-:mod:`gpumon.ui.dashboard`.
+the one-machine dashboard (``ui.dashboard``).
 """

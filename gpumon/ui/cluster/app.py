@@ -1,11 +1,12 @@
 """The cluster dashboard (``gpumon --prometheus URL``): keys, polling with backoff, screens.
 
-A separate app from the one-machine dashboard (:mod:`gpumon.ui.app`): it shares the widgets
-(the GPU cards, the process table) and the poller, not the screens. Data flows one way: the
-poller runs the source's blocking ``sample()`` on its thread, one poll at a time, and hands
-each :class:`~gpumon.data.cluster.ClusterSample` to the app on the event loop; the app hands it
-down to the screen on top (the node list, :mod:`gpumon.ui.cluster.screen`; a node,
-:mod:`gpumon.ui.cluster.node_screen`), and a screen under another catches up when it is shown again.
+A separate app from the one-machine dashboard (``ui.dashboard.app``): it shares the
+widgets (the GPU cards, the process table), the app base (:mod:`gpumon.ui.app`) and the poller,
+not the screens. Data flows one way: the poller runs the source's blocking ``sample()`` on its
+thread, one poll at a time, and hands each :class:`~gpumon.data.cluster.ClusterSample` to the
+app on the event loop; the app hands it down to the screen on top (the node list,
+:mod:`gpumon.ui.cluster.screen`; a node, :mod:`gpumon.ui.cluster.node_screen`), and a screen
+under another catches up when it is shown again.
 
 When Prometheus does not answer, the source says why (``error``) and keeps the last nodes
 (``stale``): the screens show them marked stale under a banner, and the next poll waits as
@@ -26,10 +27,11 @@ from textual.screen import Screen
 
 from gpumon.data.cluster import ClusterSample
 from gpumon.sampling.poller import Poller
-from gpumon.sources.prometheus.source import Backoff
+from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
-from gpumon.ui.cluster.screen import ClusterScreen, ClusterView
+from gpumon.ui.cluster.screen import ClusterScreen
+from gpumon.ui.cluster.view import ClusterView
 from gpumon.ui.widgets.lines import Glyphs
 
 if TYPE_CHECKING:
@@ -43,7 +45,8 @@ DEFAULT_CLUSTER_INTERVAL_S = 5.0
 
 
 class ClusterSource(Protocol):
-    """What the cluster dashboard reads (:class:`gpumon.sources.prometheus.source.PrometheusSource`).
+    """What the cluster dashboard reads
+    (:class:`gpumon.sources.prometheus.source.PrometheusSource`).
 
     ``sample()`` blocks (HTTP) and never raises: an unreachable server gives a sample with
     ``error`` set and the last nodes marked ``stale``, and ``next_retry_s`` says how long to
@@ -212,7 +215,7 @@ class ClusterApp(MonitorApp):
     # -- actions ---------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from gpumon.ui.cluster.screen import ClusterHelpScreen
+        from gpumon.ui.cluster.help import ClusterHelpScreen
 
         self.push_screen(ClusterHelpScreen(self.glyphs.ascii_only))
 

@@ -4,7 +4,7 @@ The graphs (utilisation, memory, power, temperature) come from range queries
 (:meth:`PrometheusSource.history <gpumon.sources.prometheus.source.PrometheusSource.history>`), run
 on a worker thread when the screen opens and once a minute after: the last hour shows at
 once, whenever gpumon was started. Drawn on the one-machine detail screen's fixed scales
-(:data:`gpumon.ui.dashboard.gpu_detail.GRAPHS`), by time: a point holds for one step of the query, and
+(:data:`gpumon.ui.widgets.gpu_fields.GRAPHS`), by time: a point holds for one step of the query, and
 a time with no value (the node was down) stays a gap.
 """
 
@@ -26,10 +26,16 @@ from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, NodeState
 from gpumon.data.fields import FIELDS
 from gpumon.data.model import GpuStats
-from gpumon.ui.cluster.screen import ClusterBanner, ClusterView
-from gpumon.ui.dashboard.gpu_detail import GRAPHS, Graph, render_fields, render_processes
+from gpumon.ui.cluster.view import (
+    NO_PROCESSES_DCGM,
+    NO_PROCESSES_UNKNOWN,
+    ClusterBanner,
+    ClusterView,
+    find_node,
+    node_state,
+)
+from gpumon.ui.widgets.gpu_fields import GRAPHS, Graph, render_fields, render_processes
 from gpumon.ui.widgets.graphs import chart
-from gpumon.ui.cluster.node_screen import NO_PROCESSES_DCGM, NO_PROCESSES_UNKNOWN, find_node, node_state
 from gpumon.ui.widgets.text_lines import TextLines
 
 HISTORY_S = 3600.0

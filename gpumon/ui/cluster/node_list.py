@@ -1,6 +1,7 @@
 """The node list: one row per node of the cluster, sortable and filterable.
 
-Built like the process table (:mod:`gpumon.ui.widgets.process_table`): a ScrollView that draws only
+Built like the process table, on the same base
+(:class:`~gpumon.ui.widgets.scrolled_table.ScrolledTable`): a ScrollView that draws only
 the lines on screen (``render_line``), keyed by node name so the cursor stays on its node
 across refreshes, and that marks only the cells that changed dirty. A hundred nodes cost what
 the forty rows on screen cost. The title line counts the nodes shown (``Nodes 12 of 100``)
@@ -15,13 +16,11 @@ from collections.abc import Sequence
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gpumon.data.cluster import NodeState
-from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, changed_runs
 from gpumon.ui.cluster.node_columns import (
     COLUMN_KEYS,
     COLUMNS,
@@ -32,6 +31,8 @@ from gpumon.ui.cluster.node_columns import (
     cell_text,
     sort_rows,
 )
+from gpumon.ui.widgets.lines import Glyphs, Line
+from gpumon.ui.widgets.scrolled_table import ScrolledTable
 
 __all__ = ["NodeFilter", "NodeList", "NodeRow"]
 
@@ -39,7 +40,17 @@ __all__ = ["NodeFilter", "NodeList", "NodeRow"]
 _STATE_STYLES = {NodeState.UP: "up", NodeState.DOWN: "down", NodeState.STALE: "stale"}
 
 
-class NodeList(ComponentStyles, ScrollView, can_focus=True):
+@functools.lru_cache(maxsize=16)
+def _layout(width: int, full_width: int) -> list[tuple[NodeColumn, int]]:
+    """Each shown column and its width in ``width`` cells (left of the scrollbar); which
+    columns show follows the full width, so they do not come and go with the
+    scrollbar."""
+    columns = [c for c in COLUMNS if max(width, full_width) >= c.min_terminal_width]
+    fixed = sum(c.width + 1 for c in columns if c.width)
+    return [(c, c.width or max(8, width - fixed)) for c in columns]
+
+
+class NodeList(ScrolledTable, can_focus=True):
     """Scrollable, sortable node list with a row cursor that follows its node."""
 
     STYLE_PREFIX = "node-list"
@@ -94,9 +105,6 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
         Binding("enter", "open", "Open", tooltip="the node under the cursor: GPUs, processes"),
     ]  # fmt: skip
 
-    #: The title line and the column headers stay on top while the rows scroll.
-    TOP_LINES = 2
-
     class Opened(Message):
         """Enter (or a double click) on a node: show it."""
 
@@ -119,8 +127,6 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
         self._all: tuple[NodeRow, ...] = ()
         # Until the user moves the cursor it stays on the top row, whichever node that is.
         self.cursor_chosen = False
-        self._painted: dict[int, Strip] = {}
-        self._fresh: dict[int, Strip] = {}
         # Node name -> (what its line shows, the line): an unchanged node is not redrawn.
         self._lines: dict[str, tuple[tuple[object, ...], Strip]] = {}
 
@@ -194,26 +200,10 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
     def _content_height(self) -> int:
         return self.TOP_LINES + max(1, len(self.rows))
 
-    def _repaint_changes(self) -> None:
-        if not self.is_mounted:
-            return
-        regions: list[Region] = []
-        self._fresh.clear()
-        for y in range(self.size.height):
-            new = self._fresh[y] = self._line(y)
-            old = self._painted.get(y)
-            if old is None:
-                regions.append(Region(0, y, self._width, 1))
-            elif old is not new:
-                runs = changed_runs(old, new)
-                regions.extend(Region(start, y, end - start, 1) for start, end in runs)
-        if regions:
-            self.refresh(*regions)
-
     # -- keys and mouse --------------------------------------------------------------
 
     def cycle_sort(self) -> None:
-        keys = [c.key for c, _ in self._layout(self._width or 200, self.size.width or 200)]
+        keys = [c.key for c, _ in _layout(self._width or 200, self.size.width or 200)]
         index = keys.index(self.sort_key) if self.sort_key in keys else -1
         self.sort_by(keys[(index + 1) % len(keys)])
 
@@ -254,25 +244,6 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
         self._scroll_to_row(row)
         self._repaint_changes()
 
-    @property
-    def _visible_rows(self) -> int:
-        return max(1, self.size.height - self.TOP_LINES)
-
-    def _row_on_screen(self, row: int) -> bool:
-        top = int(self.scroll_y)
-        return top <= row < top + self._visible_rows
-
-    def _scroll_to_row(self, row: int) -> None:
-        """Scroll as little as needed to show ``row``."""
-        if not self.is_mounted or not self.size.height:
-            return
-        visible = self._visible_rows
-        top = int(self.scroll_y)
-        if row < top:
-            self.scroll_to(y=row, animate=False)
-        elif row >= top + visible:
-            self.scroll_to(y=row - visible + 1, animate=False)
-
     def on_click(self, event: events.Click) -> None:
         if event.y == self.TOP_LINES - 1:
             column = self._column_at(event.x)
@@ -288,54 +259,14 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
             if event.chain == 2:
                 self.action_open()
 
-    def _column_at(self, x: int) -> str | None:
-        position = 0
-        for column, width in self._layout(self._width, self.size.width):
-            if position <= x < position + width + 1:
-                return column.key
-            position += width + 1
-        return None
-
     # -- drawing ---------------------------------------------------------------------
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._fresh.clear()
         self._lines.clear()
 
-    def on_resize(self) -> None:
-        self._painted.clear()
-        self._fresh.clear()
-        self.virtual_size = Size(self._width, self._content_height)
-        self.refresh()
-
-    def watch_scroll_y(self, old: float, new: float) -> None:
-        self._painted.clear()
-        self._fresh.clear()
-        super().watch_scroll_y(old, new)
-
-    @staticmethod
-    @functools.lru_cache(maxsize=16)
-    def _layout(width: int, full_width: int) -> list[tuple[NodeColumn, int]]:
-        """Each shown column and its width in ``width`` cells (left of the scrollbar); which
-        columns show follows the full width, so they do not come and go with the
-        scrollbar."""
-        columns = [c for c in COLUMNS if max(width, full_width) >= c.min_terminal_width]
-        fixed = sum(c.width + 1 for c in columns if c.width)
-        return [(c, c.width or max(8, width - fixed)) for c in columns]
-
-    def render_line(self, y: int) -> Strip:
-        # Lines built for the diff in _repaint_changes are reused, not built twice.
-        strip = self._fresh.pop(y, None)
-        if strip is None or strip.cell_length != self._width:
-            strip = self._line(y)
-        self._painted[y] = strip
-        return strip
-
-    @property
-    def _width(self) -> int:
-        """Columns left for the list: the vertical scrollbar takes the last one."""
-        return self.scrollable_content_region.width
+    def _columns(self, width: int) -> list[tuple[NodeColumn, int]]:
+        return _layout(width, self.size.width)
 
     def _line(self, y: int) -> Strip:
         width = self._width
@@ -363,7 +294,7 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
         if self.stale or not row.current:
             base = self.style("old") + base
         line = Line()
-        layout = self._layout(width, self.size.width)
+        layout = self._columns(width)
         for index, (column, column_width) in enumerate(layout):
             text = cell_text(column.key, row, self.now_s, self.glyphs.ascii_only)
             text = self.glyphs.fit(text, column_width, column.right)
@@ -387,25 +318,6 @@ class NodeList(ComponentStyles, ScrollView, can_focus=True):
         if not self._all or not self.node_filter.active:
             return self.empty_text
         return f"No node matches the filter ({self.node_filter.describe()}): 0 of {len(self._all)}."
-
-    def _header(self, width: int) -> Strip:
-        line = Line()
-        header = self.style("header")
-        layout = self._layout(width, self.size.width)
-        for index, (column, column_width) in enumerate(layout):
-            title = column.title[:column_width]
-            style = header
-            if column.key == self.sort_key:
-                descending = self.sort_reverse != column.descending_first
-                arrow = self.glyphs.down if descending else self.glyphs.up
-                title = column.title[: column_width - 1] + arrow
-                style = self.style("sorted")
-            line.add(
-                title.rjust(column_width) if column.right else title.ljust(column_width), style
-            )
-            if index < len(layout) - 1:
-                line.add(" ", header)
-        return line.strip(width, header)
 
     def _forget_gone_nodes(self) -> None:
         """Drop the lines of nodes no longer listed (a cluster whose nodes change)."""

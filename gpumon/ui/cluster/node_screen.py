@@ -1,10 +1,10 @@
 """One node of the cluster (``Enter`` on the node list).
 
-:class:`NodeScreen` shows the node as the one-machine dashboard shows a machine: its GPU
-cards (:class:`~gpumon.ui.widgets.gpu_panel.GpuPanel`) and, where gpumon's exporter runs there, its
-processes (:class:`~gpumon.ui.widgets.process_table.ProcessTable`); dcgm-exporter lists no processes,
-and the screen says so. A node that is not UP keeps its last readings on screen, dimmed, and
-never marks a GPU FREE.
+:class:`NodeScreen` shows the node as the one-machine dashboard shows a machine: its GPU cards
+(:class:`~gpumon.ui.widgets.gpu_panel.GpuPanel`) and, where gpumon's exporter runs there, its
+processes (:class:`~gpumon.ui.widgets.process_table.ProcessTable`); dcgm-exporter lists no
+processes, and the screen says so. A node that is not UP keeps its last readings on screen,
+dimmed, and never marks a GPU FREE.
 
 ``Enter`` on a GPU opens its last hour (:mod:`gpumon.ui.cluster.node_history`).
 """
@@ -17,20 +17,21 @@ from textual.binding import Binding
 from textual.widgets import Footer, Static
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
-from gpumon.ui.cluster.screen import ClusterBanner, ClusterView
-from gpumon.ui.dashboard.screen import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
+from gpumon.data.views import free_gpu_indices, processes_known
+from gpumon.ui.cluster.node_columns import clock_text
+from gpumon.ui.cluster.view import (
+    NO_PROCESSES_DCGM,
+    NO_PROCESSES_UNKNOWN,
+    ClusterBanner,
+    ClusterView,
+    find_node,
+    node_state,
+)
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.widgets.gpu_panel import GpuPanel
-from gpumon.ui.cluster.node_columns import clock_text, state_text
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages
-from gpumon.data.views import free_gpu_indices, processes_known
+from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
 
-#: What a node screen says in place of the process table.
-NO_PROCESSES_DCGM = (
-    "Processes: not available from dcgm-exporter (it exports GPU readings only). "
-    "Run gpumon's exporter (gpumon export) on this node to see who uses its GPUs."
-)
-NO_PROCESSES_UNKNOWN = "Processes: unknown (no GPU exporter gpumon knows answers on this target)."
 EXPORTER_NAMES = {
     ExporterKind.GPUMON: "gpumon exporter",
     ExporterKind.DCGM: "dcgm-exporter",
@@ -48,21 +49,6 @@ def node_title(node: Node, now_s: float) -> str:
         f" {node.name}  {state}{demo}  {EXPORTER_NAMES[node.exporter]}  "
         f"{node.instance}{job}  {len(node.gpus)} GPUs"
     )
-
-
-def node_state(node: Node, now_s: float) -> str:
-    """``UP``, or ``DOWN since 14:02: readings as last seen at 14:01``."""
-    text = state_text(node, now_s)
-    if node.state is NodeState.UP:
-        return text
-    seen = node.last_seen_s
-    return text + (f": readings as last seen at {clock_text(seen, now_s)}" if seen else "")
-
-
-def find_node(cluster: ClusterSample | None, name: str) -> Node | None:
-    if cluster is None:
-        return None
-    return next((node for node in cluster.nodes if node.name == name), None)
 
 
 class NodeScreen(ClusterView):

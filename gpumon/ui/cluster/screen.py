@@ -1,90 +1,38 @@
-"""The cluster dashboard's node list screen, its header and banner, and its help.
+"""The cluster dashboard's node list screen and its header.
 
-:class:`ClusterView` is what every cluster screen is: the app hands it each new
-:class:`~gpumon.data.cluster.ClusterSample` while it is on top (``show_cluster``), and it catches
-up when it is shown again. :class:`ClusterScreen` is the default one: a header (the server,
-node and free-GPU counts, DEMO), a banner while Prometheus does not answer, and the node list.
+:class:`ClusterScreen` is the default screen (a :class:`~gpumon.ui.cluster.view.ClusterView`):
+a header (the server, node and free-GPU counts, DEMO), a banner while Prometheus does not
+answer (:class:`~gpumon.ui.cluster.view.ClusterBanner`), and the node list.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any, cast
 
 from rich.style import Style
-from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from gpumon.data.cluster import ClusterSample
-from gpumon.ui.widgets.help import TEXTUAL_BINDINGS, HelpScreen, fields_section, keys_section
-from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget
 from gpumon.ui.cluster.node_columns import (
     EMPTY_NONE,
     EMPTY_WAITING,
     NodeFilter,
-    clock_text,
     cluster_counts,
     header_counts,
     node_rows,
 )
 from gpumon.ui.cluster.node_list import NodeList
-
-if TYPE_CHECKING:
-    from gpumon.ui.cluster.app import ClusterApp
+from gpumon.ui.cluster.view import ClusterBanner, ClusterBar, ClusterView
+from gpumon.ui.widgets.lines import Line
 
 EMPTY_UNREACHABLE = "No data: Prometheus has not answered yet (see above)."
 
 
-class ClusterView(Screen[None]):
-    """A screen of the cluster dashboard: shows each new cluster sample while on top."""
-
-    @property
-    def cluster_app(self) -> ClusterApp:
-        return cast("ClusterApp", self.app)
-
-    def show_cluster(self, cluster: ClusterSample) -> None:
-        """Hand ``cluster``'s pieces down to the widgets."""
-        raise NotImplementedError
-
-    def show_banner(self) -> None:
-        """The banner while Prometheus does not answer (and its countdown), else nothing."""
-        app = self.cluster_app
-        cluster = app.cluster
-        failing = cluster is not None and cluster.error is not None
-        self.set_class(failing, "-unreachable")
-        if failing:
-            self.query_one(ClusterBanner).show(
-                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused
-            )
-
-    def on_screen_resume(self) -> None:
-        # Skipped while under another screen: catch up now.
-        cluster = self.cluster_app.cluster
-        if cluster is not None:
-            self.show_cluster(cluster)
-
-
-class _Bar(ComponentStyles, LinesWidget):
-    def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.glyphs = glyphs
-        self._shown: tuple[Any, ...] | None = None
-
-    def on_resize(self) -> None:
-        if self._shown is not None:
-            self.show(*self._shown)
-
-    def show(self, *args: Any) -> None:
-        raise NotImplementedError
-
-
-class ClusterHeader(_Bar):
+class ClusterHeader(ClusterBar):
     """One line: which server, how many nodes, how many GPUs free, DEMO, how fresh."""
 
     STYLE_PREFIX = "cluster-header"
@@ -178,49 +126,6 @@ class ClusterHeader(_Bar):
 def _append(line: Line, other: Line) -> None:
     for segment in other.strip(other.width):
         line.add(segment.text, segment.style or Style())
-
-
-class ClusterBanner(_Bar):
-    """While Prometheus does not answer: why, how old the data shown is, when the next try
-    starts. One line, repainted only where it changes (the countdown)."""
-
-    STYLE_PREFIX = "cluster-banner"
-    COMPONENT_CLASSES = {"cluster-banner--text"}
-    DEFAULT_CSS = """
-    ClusterBanner { height: 1; }
-    ClusterBanner > .cluster-banner--text {
-        background: $error-muted; color: $text-error; text-style: bold;
-    }
-    """
-
-    def show(
-        self,
-        cluster: ClusterSample | None,
-        answered_s: float | None,
-        retry_in_s: int | None,
-        paused: bool,
-    ) -> None:
-        self._shown = (cluster, answered_s, retry_in_s, paused)
-        error = (cluster.error if cluster is not None else None) or "no answer"
-        now = cluster.timestamp_s if cluster is not None else time.time()
-        data = (
-            "no data yet"
-            if answered_s is None
-            else f"showing data from {clock_text(answered_s, now)}"
-        )
-        if paused:
-            retry = "paused (space resumes)"
-        elif retry_in_s is None or retry_in_s <= 0:
-            retry = "retrying now"
-        else:
-            retry = f"retrying in {retry_in_s} s"
-        width = self.size.width or 80
-        tail = f"; {data}, {retry}"
-        head = f" Prometheus unreachable: {error}"
-        # The reason is cut before the age of the data and the countdown.
-        head = self.glyphs.truncate(head, max(24, width - len(tail)))
-        style = self.style("text")
-        self.set_lines([Line().add(head + tail, style).strip(width, style)])
 
 
 class ClusterScreen(ClusterView):
@@ -328,60 +233,3 @@ class ClusterScreen(ClusterView):
         from gpumon.ui.cluster.node_screen import NodeScreen
 
         self.app.push_screen(NodeScreen(message.name))
-
-
-CLUSTER_NOTES = """\
-The node list
-  STATE           UP: Prometheus scraped the node's exporter on time.
-                  DOWN since HH:MM: the scrape fails (up == 0).
-                  stale, last seen HH:MM: no series newer than three scrape
-                  intervals (the target is gone, or scrapes stopped).
-                  A DOWN or stale node's readings are old: dimmed, sorted
-                  after current ones, and its GPUs never count as free
-                  (FREE reads "-").
-  FREE            GPUs with no process and almost no memory in use; N/A
-                  where the exporter lists no processes (dcgm-exporter)
-  UTIL / MEMORY   mean utilisation of the node's GPUs; memory used / total
-  HOT             the hottest GPU's temperature
-  TOP USER        the user holding the most GPU memory on the node
-  EXPORTER        gpumon (gpumon export: GPUs and processes) or dcgm
-                  (NVIDIA's dcgm-exporter: GPUs only, fewer fields)
-
-Header and banner
-  DEMO            some node serves simulated data (gpumon export --demo)
-  Prometheus unreachable: the last data stays on screen, dimmed and
-  stale (no GPU counts as free), and the server is asked again with a
-  growing pause between tries (1, 2, 4 ... 60 s).
-"""
-
-
-class ClusterHelpScreen(HelpScreen):
-    """The cluster dashboard's keys and what its columns mean."""
-
-    def compose(self) -> ComposeResult:
-        from gpumon.ui.cluster.app import ClusterApp
-        from gpumon.ui.widgets.gpu_panel import GpuPanel
-        from gpumon.ui.cluster.node_history import NodeGpuScreen
-        from gpumon.ui.cluster.node_screen import NodeScreen
-        from gpumon.ui.widgets.process_table import ProcessTable
-
-        groups = [
-            ("Keys", [*ClusterApp.BINDINGS, *TEXTUAL_BINDINGS]),
-            ("Node list", [*ClusterScreen.BINDINGS, *NodeList.BINDINGS]),
-            ("A node (Enter on the node list)", [*NodeScreen.BINDINGS, *GpuPanel.BINDINGS]),
-            ("Its processes (gpumon's exporter only)", ProcessTable.BINDINGS),
-            ("A GPU's last hour (Enter on a node's GPU)", NodeGpuScreen.BINDINGS),
-        ]
-        lines = ["gpumon cluster: every node Prometheus scrapes.  Press Esc, q or ? to close.", ""]
-        lines += keys_section(groups, self._ascii_only)
-        lines += [*CLUSTER_NOTES.splitlines(), ""]
-        lines += fields_section()
-        text = "\n".join(lines) + "\n"
-        if self._ascii_only:
-            text = text.replace("°C", " C")
-        content = Text()
-        for line in text.splitlines(keepends=True):
-            heading = bool(line.strip()) and not line.startswith(" ")
-            content.append(line, style="bold" if heading else "")
-        with VerticalScroll():
-            yield Static(content, id="help-text")

@@ -3,5 +3,5 @@ details, help, the signal dialog, the per-user summary and the probe panel.
 
 May import: :mod:`gpumon.ui.widgets`, :mod:`gpumon.ui` (the shared app base),
 :mod:`gpumon.probe`, :mod:`gpumon.sampling`, :mod:`gpumon.sources`, :mod:`gpumon.data`;
-never :mod:`gpumon.ui.cluster`.
+never the cluster dashboard (``ui.cluster``).
 """

@@ -7,70 +7,21 @@ sample (the store keeps at least the last ten minutes). Graphs are drawn on a fi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from gpumon.data import format as fmt
-from gpumon.data.fields import FIELDS
-from gpumon.data.model import GpuStats, Sample
+from gpumon.data.model import GpuStats
 from gpumon.sampling.store import Store
-from gpumon.ui.widgets.graphs import bucketed, chart
 from gpumon.ui.dashboard.store_screen import StoreScreen
+from gpumon.ui.widgets.gpu_fields import GRAPHS, ascii_text, render_fields, render_processes
+from gpumon.ui.widgets.graphs import bucketed, chart
 from gpumon.ui.widgets.text_lines import TextLines
 
 CHART_ROWS = 3
 _LEFT = 8  # the scale's labels left of a chart
-
-
-@dataclass(frozen=True, slots=True)
-class Graph:
-    """One graph of the detail screen: a reading on a fixed scale."""
-
-    title: str
-    field: str
-    text: Callable[[float], str]
-    #: The top of the scale from the latest GPU reading (``None``: the largest value seen).
-    top: Callable[[GpuStats], float | None] = lambda gpu: None
-    threshold: Callable[[GpuStats], float | None] = lambda gpu: None
-    threshold_name: str = ""
-
-
-def _temperature_top(gpu: GpuStats) -> float | None:
-    limit = gpu.temperature_shutdown_c or gpu.temperature_slowdown_c
-    return None if limit is None else float(limit + 5)
-
-
-GRAPHS: tuple[Graph, ...] = (
-    Graph("Utilisation", "utilization_gpu_pct", lambda v: f"{v:.0f}%", lambda gpu: 100.0),
-    Graph(
-        "Memory used",
-        "memory_used_bytes",
-        lambda v: fmt.bytes_short(int(v)),
-        lambda gpu: None if gpu.memory_total_bytes is None else float(gpu.memory_total_bytes),
-    ),
-    Graph(
-        "Power",
-        "power_draw_w",
-        lambda v: f"{v:.0f}W",
-        lambda gpu: gpu.power_limit_w,
-    ),
-    Graph(
-        "Temperature",
-        "temperature_c",
-        lambda v: f"{v:.0f}°C",
-        _temperature_top,
-        lambda gpu: None if gpu.temperature_slowdown_c is None else gpu.temperature_slowdown_c,
-        "slowdown",
-    ),
-    Graph("SM clock", "clock_sm_mhz", lambda v: f"{v:.0f}MHz"),
-    Graph("PCIe rx", "pcie_rx_bytes_per_s", lambda v: f"{fmt.bytes_short(int(v))}/s"),
-    Graph("PCIe tx", "pcie_tx_bytes_per_s", lambda v: f"{fmt.bytes_short(int(v))}/s"),
-)
 
 
 def _span(timestamps: list[float]) -> str:
@@ -109,7 +60,7 @@ def render_graphs(
         if threshold is not None:
             line.append(f"   {graph.threshold_name} {graph.text(threshold)}", "dim")
         line.append(f"   ({span})", "dim")
-        text.append_text(_ascii(line, ascii_only))
+        text.append_text(ascii_text(line, ascii_only))
         text.append("\n")
         # Columns of whole buckets of samples, fixed to the sample numbers: the chart moves one
         # column per bucket, and in between only its newest column changes.
@@ -119,54 +70,11 @@ def render_graphs(
                      ascii_only=ascii_only)  # fmt: skip
         for number, row in enumerate(rows):
             label = graph.text(top) if number == 0 else ("0" if number == len(rows) - 1 else "")
-            text.append(_ascii(Text(f"{label:>{_LEFT}} ", "dim"), ascii_only))
+            text.append(ascii_text(Text(f"{label:>{_LEFT}} ", "dim"), ascii_only))
             text.append(row, style=colors[1] if graph.field == "temperature_c" else colors[0])
             text.append("\n")
         text.append("\n")
     return text
-
-
-def render_fields(gpu: GpuStats, ascii_only: bool = False) -> Text:
-    """Every field of the field table: label, value, what it is."""
-    text = Text("Fields\n", style="bold")
-    for field in FIELDS:
-        value = field.show(gpu)
-        if ascii_only:
-            value = value.replace("°C", "C")
-        text.append(f"  {field.label:<10} ", "bold")
-        text.append(f"{value:<16} ")
-        text.append(field.help + "\n", "dim")
-    return _ascii(text, ascii_only)
-
-
-def render_processes(sample: Sample, index: int, width: int = 120) -> Text:
-    """The GPU's processes, biggest GPU memory first (unknown is said, never "none")."""
-    gpu = next((gpu for gpu in sample.gpus if gpu.index == index), None)
-    text = Text("Processes\n", style="bold")
-    if gpu is None or gpu.lost:
-        return text.append("  unknown: the GPU is lost\n")
-    if gpu.processes_error is not None:
-        return text.append(f"  unknown: {gpu.processes_error}\n")
-    processes = sorted(sample.processes_on(index), key=lambda p: -(p.gpu_memory_bytes or 0))
-    if not processes:
-        return text.append("  none\n")
-    for process in processes:
-        sm = fmt.NA if process.sm_utilization_pct is None else f"{process.sm_utilization_pct}%"
-        user = process.user or ("not visible here" if not process.visible else fmt.NA)
-        memory = fmt.bytes_short(process.gpu_memory_bytes)
-        text.append(f"  {process.pid:>7} {user:<12.12} {memory:>6}")
-        text.append(f"  SM {sm:>4}  ", "dim")
-        text.append(fmt.truncate(process.command or "", max(10, width - 40)) + "\n")
-    return text
-
-
-def _ascii(text: Text, ascii_only: bool) -> Text:
-    if not ascii_only:
-        return text
-    plain = text.plain.replace("°C", "C").replace("…", "~")
-    if plain == text.plain:
-        return text
-    return Text(plain, style=text.style)
 
 
 class GpuDetailScreen(StoreScreen):

@@ -21,10 +21,10 @@ from textual.worker import Worker, WorkerState
 
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuProcess, Sample
-from gpumon.sources.host.details import CUDA_VARIABLES, ProcessDetails
 from gpumon.sampling.store import Store
-from gpumon.ui.widgets.graphs import bucketed, chart
+from gpumon.sources.host.details import CUDA_VARIABLES, ProcessDetails
 from gpumon.ui.dashboard.store_screen import StoreScreen
+from gpumon.ui.widgets.graphs import bucketed, chart
 from gpumon.ui.widgets.text_lines import TextLines
 
 ProcessKey = tuple[int, int]

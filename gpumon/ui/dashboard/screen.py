@@ -1,9 +1,9 @@
 """The dashboard screen: header, GPU panel, process table, host strip, footer.
 
-It subscribes to the app's :class:`~gpumon.sampling.store.Store` and hands each sample's pieces down to
-its widgets ("attributes down"). It lays out for the terminal: which GPU layout fits, how much
-room the process table keeps, where the probe panel goes, and a one-line message below the
-minimum size. Sizes come from the stylesheet (``app.tcss`` and the widgets' CSS), read off
+It subscribes to the app's :class:`~gpumon.sampling.store.Store` and hands each sample's pieces
+down to its widgets ("attributes down"). It lays out for the terminal: which GPU layout fits,
+how much room the process table keeps, where the probe panel goes, and a one-line message below
+the minimum size. Sizes come from the stylesheet (``app.tcss`` and the widgets' CSS), read off
 the widgets, never mirrored here. The app keeps the bindings, the poller and the screens.
 """
 
@@ -15,36 +15,24 @@ from typing import TYPE_CHECKING, cast
 
 from textual import events
 from textual.app import ComposeResult
-from textual.css.scalar import Unit
 from textual.geometry import Size
 from textual.screen import Screen
-from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from gpumon.data.model import Sample
+from gpumon.data.views import ProcessFilter, free_gpu_indices, processes_known
 from gpumon.ui.widgets.bars import HeaderBar, HostStrip
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages
-from gpumon.data.views import ProcessFilter, free_gpu_indices, processes_known
+from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
 
 if TYPE_CHECKING:
-    from gpumon.ui.app import GpumonApp
+    from gpumon.ui.dashboard.app import GpumonApp
 
 MIN_WIDTH, MIN_HEIGHT = 40, 10
-#: The process table keeps at least this share of the screen: the GPU panel falls back to
-#: two-line, then one-line rows (and scrolls) before it takes more.
-TABLE_MIN_SHARE = 1 / 3
 #: Below this width the probe panel goes under the dashboard, not beside it.
 PROBE_RIGHT_MIN_WIDTH = 160
-
-
-def fixed_cells(widget: Widget, axis: str) -> int:
-    """A widget's height or width as its stylesheet fixes it in cells (0 when it does not)."""
-    scalar = widget.styles.height if axis == "height" else widget.styles.width
-    if scalar is None or scalar.unit is not Unit.CELLS:
-        return 0
-    return int(scalar.value)
 
 
 class SearchInput(Input):
@@ -56,24 +44,6 @@ class SearchInput(Input):
         screen = self.screen
         if isinstance(screen, DashboardScreen) and screen.has_class("-searching"):
             screen.set_filter(dataclasses.replace(screen.process_filter, text=value.strip()))
-
-
-def mig_process_counts(sample: Sample | None) -> dict[tuple[int, int | None], int]:
-    """Processes per MIG instance, (GPU index, GPU instance id) -> count; only for GPUs
-    whose process lists were read (unknown is not zero)."""
-    if sample is None:
-        return {}
-    known = {gpu.index for gpu in sample.gpus if processes_known(gpu, sample)}
-    counts: dict[tuple[int, int | None], int] = {}
-    for gpu in sample.gpus:
-        if gpu.index in known and gpu.mig_instances:
-            for instance in gpu.mig_instances:
-                counts[(gpu.index, instance.gpu_instance_id)] = 0
-    for process in sample.processes:
-        key = (process.gpu_index, process.gpu_instance_id)
-        if key in counts:
-            counts[key] += 1
-    return counts
 
 
 class DashboardScreen(Screen[None]):

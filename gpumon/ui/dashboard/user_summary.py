@@ -14,9 +14,9 @@ from textual.widgets import Footer, Static
 
 from gpumon.data import format as fmt
 from gpumon.data.model import Sample
+from gpumon.data.views import UserUsage, processes_known, user_summary
 from gpumon.ui.dashboard.store_screen import StoreScreen
 from gpumon.ui.widgets.text_lines import TextLines
-from gpumon.data.views import UserUsage, processes_known, user_summary
 
 HEADER = f"{'USER':<20} {'GPUS':<16} {'GPU-MEM':>9} {'PROCS':>6}"
 

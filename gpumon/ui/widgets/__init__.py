@@ -1,6 +1,8 @@
-"""Widgets both dashboards use: bars, graphs, line widgets, the GPU panel and its rows, the
-process table and its columns, and the help screen's frame.
+"""Widgets both dashboards use: bars, graphs, line widgets, the GPU panel (its cards and
+rows), a GPU's readings as its screens show them, the process table (on the scrolled table the
+cluster's node list shares) and its columns, how a screen shares its room, and the help
+screen's frame.
 
 May import: :mod:`gpumon.data`, :mod:`gpumon.sampling`, textual and rich; never
-:mod:`gpumon.ui.dashboard` or :mod:`gpumon.ui.cluster`.
+either dashboard (``ui.dashboard``, ``ui.cluster``).
 """

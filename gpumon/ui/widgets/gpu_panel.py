@@ -1,8 +1,11 @@
-"""Every GPU at a glance: cards, two lines, or one line per GPU, whatever fits."""
+"""Every GPU at a glance: cards, two lines, or one line per GPU, whatever fits.
+
+The panel keeps the selection, the scrolling and the styles; the cards are drawn by
+:mod:`gpumon.ui.widgets.gpu_cards`, the line layouts by :mod:`gpumon.ui.widgets.gpu_rows`.
+"""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 
 from rich.style import Style
@@ -15,16 +18,10 @@ from textual.strip import Strip
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats, GpuUnavailable
 from gpumon.settings import Settings
+from gpumon.ui.widgets.gpu_cards import card_sparks, draw_card
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, mig_lines
-from gpumon.ui.widgets.gpu_rows import (
-    count_text,
-    lost_reason,
-    mig_rows,
-    one_line,
-    short_bus,
-    two_lines,
-)
-from gpumon.ui.widgets.graphs import HistorySource, history_sparkline
+from gpumon.ui.widgets.gpu_rows import mig_rows, one_line, two_lines
+from gpumon.ui.widgets.graphs import HistorySource
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 # The component style (``gpu-panel--<name>``) of each temperature level but "normal".
@@ -265,7 +262,8 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         return lines
 
     def temperature_style(self, gpu: GpuStats) -> Style:
-        """Colour of :func:`gpumon.data.format.temperature_level`: red near slowdown, then yellow."""
+        """Colour of :func:`gpumon.data.format.temperature_level`: red near slowdown, then
+        yellow."""
         limits = self.settings
         level = fmt.temperature_level(
             gpu.temperature_c,
@@ -318,133 +316,15 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self, gpu: GpuStats, selected: bool, width: int, extra: int = 0
     ) -> list[Strip]:
         # GpuStats is frozen and hashable: an unchanged GPU (idle, lost) is not redrawn.
-        sparks = self._sparks(gpu, width - 4)
+        sparks = card_sparks(self, gpu, width - 4)
         free = gpu.index in self.free
         key = (gpu, selected, width, sparks, free, extra)
         cached = self._cards.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        lines = self._card(gpu, selected, width, sparks, free, extra)
+        lines = draw_card(self, gpu, selected, width, sparks, free, extra)
         self._cards[gpu.index] = (key, lines)
         return lines
-
-    def _sparks(self, gpu: GpuStats, inner: int) -> tuple[str, str]:
-        """Utilisation and memory sparklines for a card ``inner`` cells wide: only where
-        the bars keep at least 12 cells (never crowding out numbers), and never for a lost
-        GPU."""
-        width = min(24, (inner - 28) // 3)
-        if self.history is None or gpu.lost or width < 6:
-            return ("", "")
-        ascii_only = self.glyphs.ascii_only
-        total = gpu.memory_total_bytes
-        return (
-            history_sparkline(
-                self.history, gpu.index, "utilization_gpu_pct", width, 100.0,
-                self.interval_s, ascii_only,
-            ),
-            history_sparkline(
-                self.history, gpu.index, "memory_used_bytes", width,
-                None if total is None else float(total), self.interval_s, ascii_only,
-            ),
-        )  # fmt: skip
-
-    def _card(
-        self,
-        gpu: GpuStats,
-        selected: bool,
-        width: int,
-        sparks: tuple[str, str] = ("", ""),
-        free: bool = False,
-        extra: int = 0,
-    ) -> list[Strip]:
-        g = self.glyphs
-        border = self.style("border-selected" if selected else "border")
-        inner = width - 4
-        title = Line().add(g.tl + g.h, border)
-        title.add(f" GPU {gpu.index} ", self.style("selected") if selected else self.style("title"))
-        if free:
-            title.add(" FREE ", self.style("free")).add(" ", border)
-        room = inner - 26 - (7 if free else 0)  # " FREE " and its space
-        title.add(g.truncate(f" {gpu.name or fmt.NA} ", max(0, room)), self.style("title"))
-        right = f" {gpu.short_uuid} "
-        title.add(g.h * max(0, width - title.width - len(right) - 2), border)
-        title.add(right, self.style("dim")).add(g.h + g.tr, border)
-        body = self._card_body(gpu, inner, sparks)
-        body += mig_rows(self, gpu, inner)
-        # A row of cards is as tall as its tallest card (one with MIG instances).
-        body += [Line() for _ in range(CARD_HEIGHT - 2 + extra - len(body))]
-        lines = [title.strip(width)]
-        for content in body:
-            line = Line().add(g.v + " ", border).extend(content, inner)
-            lines.append(line.add(" " + g.v, border).strip(width))
-        lines.append(Line().add(g.bl + g.h * (width - 2) + g.br, border).strip(width))
-        return lines
-
-    def _card_body(
-        self, gpu: GpuStats, inner: int, sparks: tuple[str, str] = ("", "")
-    ) -> list[Line]:
-        label = self.style("label")
-        if gpu.lost:
-            lost = Line().add(" LOST ", self.style("lost"))
-            lost.add(" no readings; the others keep updating", label)
-            reason = textwrap.wrap(lost_reason(gpu), inner) or [""]
-            if len(reason) > 2:
-                reason = [reason[0], self.glyphs.truncate(" ".join(reason[1:]), inner)]
-            return [
-                lost,
-                *(Line().add(text) for text in reason),
-                *([Line()] * (3 - len(reason))),
-                Line().add("PCI ", label).add(gpu.pci_bus_id or fmt.NA),
-            ]
-        spark = self.style("spark")
-        spark_width = len(sparks[0]) + 1 if sparks[0] else 0
-        bar_width = max(6, inner - 28 - spark_width)
-        first = Line().add("Fan ", label)
-        self._value(first, fmt.percent(gpu.fan_pct).rjust(4))
-        first.add("  Temp ", label)
-        self._value(
-            first,
-            fmt.celsius(gpu.temperature_c, self.glyphs.ascii_only).rjust(5),
-            self.temperature_style(gpu),
-        )
-        first.add("  ", label)
-        self._value(first, fmt.pstate(gpu.performance_state))
-        first.add("  Persist ", label)
-        self._value(first, fmt.on_off(gpu.persistence_mode))
-        first.add("  PCI ", label).add(short_bus(gpu.pci_bus_id), self.style("dim"))
-
-        util = Line().add("GPU ", label)
-        fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
-        self._bar(util, fraction, bar_width)
-        if sparks[0]:  # right of the bar, as the memory's below: the two line up
-            util.add(" " + sparks[0], spark)
-        self._value(util, " " + fmt.percent(gpu.utilization_gpu_pct).rjust(4))
-        util.add("  MemBW ", label)
-        self._value(util, fmt.percent(gpu.utilization_memory_pct).rjust(4))
-
-        memory = Line().add("MEM ", label)
-        self._bar(memory, gpu.memory_used_fraction, bar_width)
-        if sparks[1]:
-            memory.add(" " + sparks[1].ljust(len(sparks[0])), spark)
-        self._value(memory, " " + fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes))
-        if gpu.memory_reserved_bytes:
-            memory.add(" rsv ", label).add(fmt.bytes_short(gpu.memory_reserved_bytes))
-
-        power = Line().add("PWR ", label)
-        self._bar(power, gpu.power_fraction, bar_width)
-        self._value(power, " " + fmt.watts_pair(gpu.power_draw_w, gpu.power_limit_w))
-
-        clocks = Line().add("SM ", label)
-        self._value(clocks, fmt.mhz(gpu.clock_sm_mhz))
-        clocks.add(" Mem ", label)
-        self._value(clocks, fmt.mhz(gpu.clock_memory_mhz))
-        clocks.add("  ECC ", label)
-        self._value(clocks, count_text(gpu.ecc_errors_uncorrected_volatile), self._ecc_style(gpu))
-        clocks.add("  MIG ", label)
-        self._value(clocks, fmt.on_off(gpu.mig_mode))
-        clocks.add("  ", label)
-        self._value(clocks, gpu.compute_mode or fmt.NA)
-        return [first, util, memory, power, clocks]
 
     def _ecc_style(self, gpu: GpuStats) -> Style:
         return self.style("hot") if gpu.ecc_errors_uncorrected_volatile else Style()

@@ -1,10 +1,11 @@
 """Sparklines and small charts as text, on a fixed scale.
 
 Drawn here rather than with Textual's ``Sparkline`` widget for two reasons: the GPU cards are
-rendered as lines (:mod:`gpumon.ui.widgets.lines`, repainted cell by cell), where a widget cannot sit
-inside a line; and Textual's sparkline scales every graph to its own minimum and maximum, so
-a GPU at 50 % with a 2 % wobble would fill the whole height. A monitor's graphs need a fixed
-scale (0 to 100 % for utilisation, 0 to the total for memory) and gaps where a reading was N/A.
+rendered as lines (:mod:`gpumon.ui.widgets.lines`, repainted cell by cell), where a widget
+cannot sit inside a line; and Textual's sparkline scales every graph to its own minimum and
+maximum, so a GPU at 50 % with a 2 % wobble would fill the whole height. A monitor's graphs
+need a fixed scale (0 to 100 % for utilisation, 0 to the total for memory) and gaps where a
+reading was N/A.
 
 Pure functions of numbers: no Textual, tested directly.
 """

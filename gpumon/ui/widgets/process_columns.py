@@ -1,7 +1,9 @@
-"""The process table's columns, how a cell reads, and what an empty table says (no Textual)."""
+"""The process table's columns (which show at a width, and how wide), how a cell reads, and
+what an empty table says (no Textual)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,10 @@ class Column:
     #: Shown only while some process has a value for it (a Slurm job, a container).
     optional: bool = False
 
+    @property
+    def descending_first(self) -> bool:
+        return self.key in DESCENDING_FIRST
+
 
 def _none_last(value: Any) -> tuple[bool, Any]:
     return (value is None, value if value is not None else 0)
@@ -52,6 +58,26 @@ COLUMNS: tuple[Column, ...] = (
 )
 # Descending first for these: the biggest users are what people look for.
 DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
+
+
+def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
+    """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
+    column does not come and go with the scrollbar when the rows outgrow the table)."""
+    return [
+        c
+        for c in COLUMNS
+        if width >= c.min_terminal_width and (not c.optional or c.key in optional)
+    ]
+
+
+@functools.lru_cache(maxsize=16)
+def column_layout(
+    width: int, full_width: int, optional: frozenset[str] = frozenset()
+) -> list[tuple[Column, int]]:
+    """Each shown column and its width in ``width`` cells (left of the scrollbar)."""
+    columns = visible_columns(max(width, full_width), optional)
+    fixed = sum(c.width + 1 for c in columns if c.width)
+    return [(c, c.width or max(8, width - fixed)) for c in columns]
 
 
 def _job_number(job_id: str | None) -> int | None:

@@ -8,19 +8,18 @@ the same filter ``gpumon once`` could use); the selected GPU's processes are hig
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from gpumon.data.model import GpuProcess
-from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, changed_runs
+from gpumon.data.views import ProcessFilter, filter_processes
+from gpumon.ui.widgets.lines import Glyphs, Line
 from gpumon.ui.widgets.process_columns import (
     COLUMNS,
     DESCENDING_FIRST,
@@ -32,9 +31,11 @@ from gpumon.ui.widgets.process_columns import (
     Column,
     ProcessKey,
     cell_text,
+    column_layout,
     table_messages,
+    visible_columns,
 )
-from gpumon.data.views import ProcessFilter, filter_processes
+from gpumon.ui.widgets.scrolled_table import ScrolledTable
 
 __all__ = [
     "COLUMNS",
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
+class ProcessTable(ScrolledTable, can_focus=True):
     """Scrollable, sortable process table with a row cursor that follows its process."""
 
     STYLE_PREFIX = "process-table"
@@ -104,8 +105,6 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         ),
     ]
 
-    #: The title line and the column headers stay on top while the rows scroll.
-    TOP_LINES = 2
     #: Cells Left/Right scroll the command column by.
     COMMAND_STEP = 8
 
@@ -137,8 +136,6 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self.unknown_gpus: dict[int, str] = {}
         self.empty_text = EMPTY_WAITING
         self._optional: frozenset[str] = frozenset()
-        self._painted: dict[int, Strip] = {}
-        self._fresh: dict[int, Strip] = {}
 
     # -- data in ---------------------------------------------------------------------
 
@@ -248,27 +245,10 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     def _content_height(self) -> int:
         return self.TOP_LINES + max(1, len(self.rows)) + len(self.notices)
 
-    def _repaint_changes(self) -> None:
-        if not self.is_mounted:
-            return
-        regions: list[Region] = []
-        self._fresh.clear()
-        for y in range(self.size.height):
-            new = self._fresh[y] = self._line(y)
-            old = self._painted.get(y)
-            if old is None:
-                regions.append(Region(0, y, self._width, 1))
-                continue
-            regions.extend(
-                Region(start, y, end - start, 1) for start, end in changed_runs(old, new)
-            )
-        if regions:
-            self.refresh(*regions)
-
     # -- keys and mouse --------------------------------------------------------------
 
     def cycle_sort(self) -> None:
-        keys = [c.key for c in self._visible_columns(self.size.width or 200, self._optional)]
+        keys = [c.key for c in visible_columns(self.size.width or 200, self._optional)]
         index = keys.index(self.sort_key) if self.sort_key in keys else -1
         self.sort_by(keys[(index + 1) % len(keys)])
 
@@ -318,26 +298,6 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         self._scroll_to_row(row)
         self._repaint_changes()
 
-    @property
-    def _visible_rows(self) -> int:
-        """How many process rows fit below the title and the header."""
-        return max(1, self.size.height - self.TOP_LINES)
-
-    def _row_on_screen(self, row: int) -> bool:
-        top = int(self.scroll_y)
-        return top <= row < top + self._visible_rows
-
-    def _scroll_to_row(self, row: int) -> None:
-        """Scroll as little as needed to show ``row`` (ScrollView scrolls at once)."""
-        if not self.is_mounted or not self.size.height:
-            return
-        visible = self._visible_rows
-        top = int(self.scroll_y)
-        if row < top:
-            self.scroll_to(y=row, animate=False)
-        elif row >= top + visible:
-            self.scroll_to(y=row - visible + 1, animate=False)
-
     def on_click(self, event: events.Click) -> None:
         if event.y < self.TOP_LINES - 1:
             return
@@ -353,63 +313,10 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
         if 0 <= row < len(self.rows):
             self._move_to(row)
 
-    def _column_at(self, x: int) -> str | None:
-        position = 0
-        for column, width in self._layout(self._width, self.size.width, self._optional):
-            if position <= x < position + width + 1:
-                return column.key
-            position += width + 1
-        return None
-
     # -- drawing ---------------------------------------------------------------------
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._fresh.clear()
-
-    def on_resize(self) -> None:
-        self._painted.clear()
-        self._fresh.clear()
-        self.virtual_size = Size(self._width, self._content_height)
-        self.refresh()
-
-    def watch_scroll_y(self, old: float, new: float) -> None:
-        self._painted.clear()
-        self._fresh.clear()
-        super().watch_scroll_y(old, new)
-
-    @staticmethod
-    def _visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
-        """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
-        column does not come and go with the scrollbar when the rows outgrow the table)."""
-        return [
-            c
-            for c in COLUMNS
-            if width >= c.min_terminal_width and (not c.optional or c.key in optional)
-        ]
-
-    @staticmethod
-    @functools.lru_cache(maxsize=16)
-    def _layout(
-        width: int, full_width: int, optional: frozenset[str] = frozenset()
-    ) -> list[tuple[Column, int]]:
-        """Each shown column and its width in ``width`` cells (left of the scrollbar)."""
-        columns = ProcessTable._visible_columns(max(width, full_width), optional)
-        fixed = sum(c.width + 1 for c in columns if c.width)
-        return [(c, c.width or max(8, width - fixed)) for c in columns]
-
-    def render_line(self, y: int) -> Strip:
-        # Lines built for the diff in _repaint_changes are reused, not rendered twice.
-        strip = self._fresh.pop(y, None)
-        if strip is None or strip.cell_length != self._width:  # a scrollbar came or went
-            strip = self._line(y)
-        self._painted[y] = strip
-        return strip
-
-    @property
-    def _width(self) -> int:
-        """Columns left for the table: the vertical scrollbar takes the last one."""
-        return self.scrollable_content_region.width
+    def _columns(self, width: int) -> list[tuple[Column, int]]:
+        return column_layout(width, self.size.width, self._optional)
 
     def _line(self, y: int) -> Strip:
         width = self._width
@@ -447,7 +354,7 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
             style = style + self.style("cursor")
         line = Line()
         fit = self.glyphs.fit
-        layout = self._layout(width, self.size.width, self._optional)
+        layout = self._columns(width)
         for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
             text = cell_text(column, process)
@@ -478,23 +385,3 @@ class ProcessTable(ComponentStyles, ScrollView, can_focus=True):
     def _title(self, width: int) -> Strip:
         style = self.style("filter" if self.process_filter.active else "title")
         return Line().add(self.glyphs.truncate(self.title_text(), width), style).strip(width, style)
-
-    def _header(self, width: int) -> Strip:
-        line = Line()
-        header = self.style("header")
-        layout = self._layout(width, self.size.width, self._optional)
-        for index, (column, column_width) in enumerate(layout):
-            title = column.title[:column_width]
-            style = header
-            if column.key == self.sort_key:
-                descending = self.sort_reverse != (column.key in DESCENDING_FIRST)
-                arrow = self.glyphs.down if descending else self.glyphs.up
-                # The arrow always shows, even when the title must give up a letter for it.
-                title = column.title[: column_width - 1] + arrow
-                style = self.style("sorted")
-            line.add(
-                title.rjust(column_width) if column.right else title.ljust(column_width), style
-            )
-            if index < len(layout) - 1:
-                line.add(" ", header)
-        return line.strip(width, header)

@@ -1,0 +1,116 @@
+"""The one-machine dashboard's help: its keys (the app's and each panel's), the prose the
+bindings and the field table cannot give (what N/A, LOST, DEMO and the process notes mean),
+and the read-only note. The dialog and its sections are the shared frame,
+:mod:`gpumon.ui.widgets.help`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+
+from textual.binding import Binding, BindingType
+
+from gpumon.ui.widgets.help import (
+    TEXTUAL_BINDINGS,
+    WIDTH,
+    HelpScreen,
+    fields_section,
+    keys_section,
+)
+
+NOTES = """\
+Colours and marks
+  Temp            yellow within 15 °C, red within 5 °C of the GPU's own
+                  slowdown threshold (temperature_warm/hot_margin_c)
+  Bars            green below 50 %, yellow below 80 %, red above
+                  (load_warn_pct, load_hot_pct)
+  N/A             this GPU or driver does not report the field (never 0)
+  LOST            no readings: the GPU fell off the bus (Xid 79) or NVML
+                  cannot open it (the reason is shown); the others go on
+
+Processes (nvidia-smi's Processes table, plus host details)
+  TYPE            C compute, G graphics, C+G both
+  GPU-MEM         GPU memory used by the process (N/A where the driver does
+                  not say)
+  CPU% / RSS      host CPU (of one core) and resident memory, from psutil
+  TIME            time since the process started
+  Bold rows are your own processes. Other users' processes show what is
+  readable. "not visible here": NVML reports a PID that does not exist in
+  this PID namespace, typically because gpumon runs in a container without
+  --pid=host. Its GPU memory is real; its owner and command line can only be
+  seen from the host. <defunct>: a process that exited but was not reaped by
+  its parent.
+  "GPU n: processes N/A": NVML refused that GPU's process list (with MIG on,
+  it lists processes only to root), or the GPU or driver lists none; its
+  processes are unknown, not none.
+  "GPU n: 22.0G used by processes not listed": most of that GPU's memory is
+  held by processes NVML does not list here (another container or PID
+  namespace): it is not free.
+  Other users' commands are shown safely: control characters read "?", bytes
+  that are not UTF-8 read \\xff, and invisible or text-reversing characters
+  read \\u202e.
+
+Header
+  DEMO            simulated data (gpumon --demo), never a real GPU
+  NVML not answering for N s: the driver has not returned a sample for three
+  refresh intervals; the screen shows the last sample until it does. Keys
+  keep working. Mouse: click a GPU, a row or a column title.
+"""
+
+
+READONLY_NOTE = (
+    "Read-only (--readonly, or readonly = true in the config): T, K and I, which signal "
+    "your processes, are off."
+)
+
+
+def help_text(
+    groups: Sequence[tuple[str, Iterable[BindingType]]],
+    ascii_only: bool,
+    readonly: bool = False,
+) -> str:
+    """The whole help, as plain text."""
+    lines = ["gpumon: live NVIDIA GPU monitor.  Press Esc, q or ? to close.", ""]
+    if readonly:
+        lines += [*textwrap.wrap(READONLY_NOTE, WIDTH), ""]
+    lines += keys_section(groups, ascii_only)
+    lines += fields_section()
+    lines += NOTES.splitlines()
+    text = "\n".join(lines) + "\n"
+    if ascii_only:
+        text = text.replace("°C", " C")
+    return text
+
+
+def binding_groups(
+    app_bindings: Iterable[BindingType], readonly: bool = False
+) -> list[tuple[str, Iterable[BindingType]]]:
+    """The app's keys and each panel's, as the help lists them; read-only leaves out the
+    keys that signal processes."""
+    from gpumon.ui.dashboard.probe_panel import ProbePanel
+    from gpumon.ui.widgets.gpu_panel import GpuPanel
+    from gpumon.ui.widgets.process_table import ProcessTable
+
+    if readonly:
+        app_bindings = [
+            b
+            for b in app_bindings
+            if not (isinstance(b, Binding) and b.action.startswith("signal"))
+        ]
+    return [
+        ("Keys", [*app_bindings, *TEXTUAL_BINDINGS]),
+        ("GPU panel", GpuPanel.BINDINGS),
+        ("Process table", ProcessTable.BINDINGS),
+        ("Probe panel (P)", ProbePanel.BINDINGS),
+    ]
+
+
+class DashboardHelpScreen(HelpScreen):
+    """The one-machine dashboard's keys and field meanings (``?``)."""
+
+    def build_text(self) -> str:
+        settings = getattr(self.app, "settings", None)
+        readonly = bool(getattr(settings, "readonly", False))
+        groups = binding_groups(type(self.app).BINDINGS, readonly)
+        return help_text(groups, self._ascii_only, readonly)

@@ -1,0 +1,105 @@
+"""A GPU's readings as both dashboards' GPU screens show them (the one-machine GPU detail, a
+cluster node's GPU): the graphs drawn and their fixed scales (:data:`GRAPHS`), every field of
+the field table, and the GPU's processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from gpumon.data import format as fmt
+from gpumon.data.fields import FIELDS
+from gpumon.data.model import GpuStats, Sample
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """One graph of a GPU screen: a reading on a fixed scale."""
+
+    title: str
+    field: str
+    text: Callable[[float], str]
+    #: The top of the scale from the latest GPU reading (``None``: the largest value seen).
+    top: Callable[[GpuStats], float | None] = lambda gpu: None
+    threshold: Callable[[GpuStats], float | None] = lambda gpu: None
+    threshold_name: str = ""
+
+
+def _temperature_top(gpu: GpuStats) -> float | None:
+    limit = gpu.temperature_shutdown_c or gpu.temperature_slowdown_c
+    return None if limit is None else float(limit + 5)
+
+
+GRAPHS: tuple[Graph, ...] = (
+    Graph("Utilisation", "utilization_gpu_pct", lambda v: f"{v:.0f}%", lambda gpu: 100.0),
+    Graph(
+        "Memory used",
+        "memory_used_bytes",
+        lambda v: fmt.bytes_short(int(v)),
+        lambda gpu: None if gpu.memory_total_bytes is None else float(gpu.memory_total_bytes),
+    ),
+    Graph(
+        "Power",
+        "power_draw_w",
+        lambda v: f"{v:.0f}W",
+        lambda gpu: gpu.power_limit_w,
+    ),
+    Graph(
+        "Temperature",
+        "temperature_c",
+        lambda v: f"{v:.0f}°C",
+        _temperature_top,
+        lambda gpu: None if gpu.temperature_slowdown_c is None else gpu.temperature_slowdown_c,
+        "slowdown",
+    ),
+    Graph("SM clock", "clock_sm_mhz", lambda v: f"{v:.0f}MHz"),
+    Graph("PCIe rx", "pcie_rx_bytes_per_s", lambda v: f"{fmt.bytes_short(int(v))}/s"),
+    Graph("PCIe tx", "pcie_tx_bytes_per_s", lambda v: f"{fmt.bytes_short(int(v))}/s"),
+)
+
+
+def render_fields(gpu: GpuStats, ascii_only: bool = False) -> Text:
+    """Every field of the field table: label, value, what it is."""
+    text = Text("Fields\n", style="bold")
+    for field in FIELDS:
+        value = field.show(gpu)
+        if ascii_only:
+            value = value.replace("°C", "C")
+        text.append(f"  {field.label:<10} ", "bold")
+        text.append(f"{value:<16} ")
+        text.append(field.help + "\n", "dim")
+    return ascii_text(text, ascii_only)
+
+
+def render_processes(sample: Sample, index: int, width: int = 120) -> Text:
+    """The GPU's processes, biggest GPU memory first (unknown is said, never "none")."""
+    gpu = next((gpu for gpu in sample.gpus if gpu.index == index), None)
+    text = Text("Processes\n", style="bold")
+    if gpu is None or gpu.lost:
+        return text.append("  unknown: the GPU is lost\n")
+    if gpu.processes_error is not None:
+        return text.append(f"  unknown: {gpu.processes_error}\n")
+    processes = sorted(sample.processes_on(index), key=lambda p: -(p.gpu_memory_bytes or 0))
+    if not processes:
+        return text.append("  none\n")
+    for process in processes:
+        sm = fmt.NA if process.sm_utilization_pct is None else f"{process.sm_utilization_pct}%"
+        user = process.user or ("not visible here" if not process.visible else fmt.NA)
+        memory = fmt.bytes_short(process.gpu_memory_bytes)
+        text.append(f"  {process.pid:>7} {user:<12.12} {memory:>6}")
+        text.append(f"  SM {sm:>4}  ", "dim")
+        text.append(fmt.truncate(process.command or "", max(10, width - 40)) + "\n")
+    return text
+
+
+def ascii_text(text: Text, ascii_only: bool) -> Text:
+    """``text`` as an ASCII terminal shows it: °C reads C, an ellipsis ~ (unchanged otherwise)."""
+    if not ascii_only:
+        return text
+    plain = text.plain.replace("°C", "C").replace("…", "~")
+    if plain == text.plain:
+        return text
+    return Text(plain, style=text.style)
