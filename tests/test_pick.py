@@ -65,10 +65,10 @@ def test_identical_gpus_are_picked_by_nvml_index() -> None:
     assert reasons == ()
 
 
-def test_fewer_processes_first_then_less_memory_then_less_busy() -> None:
+def test_emptier_memory_first_then_less_busy_then_fewer_processes() -> None:
     gpus = (
         idle_gpu(0, memory_used_bytes=1 * GIB),  # one process
-        idle_gpu(1, memory_used_bytes=8 * GIB),  # no process, more memory
+        idle_gpu(1, memory_used_bytes=8 * GIB),  # no process, a third of its memory used
         idle_gpu(2, memory_used_bytes=2 * GIB, utilization_gpu_pct=40),
         idle_gpu(3, memory_used_bytes=2 * GIB, utilization_gpu_pct=10),
         idle_gpu(4, memory_used_bytes=0),  # two processes
@@ -79,7 +79,43 @@ def test_fewer_processes_first_then_less_memory_then_less_busy() -> None:
         make_process(gpus[4], 102),
     )
     picked, _ = rank(make_sample(gpus, processes), n=5)
-    assert labels(picked) == ["GPU 3", "GPU 2", "GPU 1", "GPU 0", "GPU 4"]
+    assert labels(picked) == ["GPU 0", "GPU 4", "GPU 3", "GPU 2", "GPU 1"]
+
+
+def test_a_full_busy_gpu_without_listed_processes_comes_after_an_idle_one_with_a_process() -> None:
+    """Another container's job holds 75 of 79.6 GB at 100 %: NVML lists no process of it
+    here. The GPU beside it runs one small process and is idle: that one is the freer."""
+    total = int(79.6 * GIB)
+    gpus = (
+        idle_gpu(2, memory_used_bytes=75 * GIB, memory_free_bytes=total - 75 * GIB,
+                 utilization_gpu_pct=100),
+        idle_gpu(3, memory_used_bytes=600 * MIB, memory_free_bytes=total - 600 * MIB,
+                 utilization_gpu_pct=0),
+    )  # fmt: skip
+    picked, reasons = rank(make_sample(gpus, (make_process(gpus[1], 4242),)), n=1)
+    assert labels(picked) == ["GPU 3"]
+    assert reasons == ()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_gpu_with_most_of_its_memory_used_never_comes_before_an_emptier_one(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    total = 80 * GIB
+    gpus = []
+    processes = []
+    for index in range(8):
+        used = rng.randrange(0, total)
+        gpu = idle_gpu(index, memory_used_bytes=used, memory_free_bytes=total - used,
+                       utilization_gpu_pct=rng.randrange(0, 101))  # fmt: skip
+        gpus.append(gpu)
+        processes += [make_process(gpu, 1000 * index + n) for n in range(rng.randrange(0, 4))]
+    picked, _ = rank(make_sample(tuple(gpus), tuple(processes)), n=8)
+    shares = [candidate.memory_used_share() or 0.0 for candidate in picked]
+    for position, share in enumerate(shares):
+        if share > 0.5:
+            assert all(later >= share - 0.1 for later in shares[position + 1 :]), shares
 
 
 def test_a_busy_gpu_is_still_picked_when_it_is_among_the_freest() -> None:

@@ -41,8 +41,9 @@ MAX_REASONS = 12
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "Picks the GPUs with the fewest processes, then the least memory used, then the "
-        "least busy (ties: the lowest index), among those whose process list could be read: "
+        "Picks the emptiest GPUs by what each GPU reports (memory in use, in tenths of its "
+        "total; then utilisation, in steps of 10%), then the fewest processes (ties: the "
+        "lowest index), among those whose process list could be read: "
         "a lost GPU, or one whose processes NVML will not list, is never picked. Prints them "
         "comma-separated, freest first. When fewer than N qualify it prints nothing, says "
         "why on stderr and exits 1. A GPU in MIG mode offers its MIG instances instead, as "

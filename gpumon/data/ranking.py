@@ -7,9 +7,12 @@ What lives here: :class:`Candidate` (a whole GPU, or one MIG instance of a GPU i
 Which GPUs qualify: a GPU whose process list was read (not lost, not refused by NVML:
 unknown is never free), with at least ``--min-free-memory`` free and at most
 ``--max-utilization`` busy when those are given (a reading that is N/A does not pass). A GPU
-with processes still qualifies: the N *freest* are picked, by number of processes, then
-memory used, then utilisation, ties by NVML index. A GPU in MIG mode offers its MIG
-instances instead of itself, for ``-n 1`` only and only as UUIDs.
+with processes still qualifies: the N *freest* are picked by what the GPU itself reports
+first, since processes NVML does not list (another container's) hold memory and keep it busy
+all the same: memory used in steps of a tenth of its total (a GPU with most of its memory
+used never comes before an emptier one), then utilisation in steps of 10 %, then the number
+of processes, the exact memory used and utilisation, ties by NVML index. A GPU in MIG mode
+offers its MIG instances instead of itself, for ``-n 1`` only and only as UUIDs.
 """
 
 from __future__ import annotations
@@ -44,16 +47,30 @@ class Candidate:
         mig = "" if self.mig_index is None else f" MIG {self.mig_index}"
         return f"GPU {self.gpu_index}{mig}"
 
-    def sort_key(self) -> tuple[float, float, float, int, int]:
-        """Freest first: fewer processes, less memory used, less busy (N/A after any
-        reading), then the lower NVML index."""
+    def sort_key(self) -> tuple[float, ...]:
+        """Freest first: the share of memory in use (in tenths), how busy (in tens of
+        percent), fewer processes, less memory used, less busy, then the lower NVML index.
+        N/A sorts after every reading."""
+        share = self.memory_used_share()
+        busy: float | None = self.utilization_pct
+        if busy is None and self.mig_index is not None and not self.process_count:
+            busy = 0  # NVML reads none under MIG, and nothing runs there to keep it busy
         return (
+            math.inf if share is None else math.floor(share * 10),
+            math.inf if busy is None else busy // 10,
             self.process_count,
             math.inf if self.memory_used_bytes is None else self.memory_used_bytes,
-            math.inf if self.utilization_pct is None else self.utilization_pct,
+            math.inf if busy is None else busy,
             self.gpu_index,
             -1 if self.mig_index is None else self.mig_index,
         )
+
+    def memory_used_share(self) -> float | None:
+        """Memory in use as a share of the total (0 to 1), by whoever holds it; None: N/A."""
+        used, free = self.memory_used_bytes, self.memory_free_bytes
+        if used is None or free is None or used < 0 or free < 0 or used + free <= 0:
+            return None
+        return min(1.0, used / (used + free))
 
     def value(self, output_format: str) -> str:
         """What goes into ``CUDA_VISIBLE_DEVICES`` for this candidate."""
