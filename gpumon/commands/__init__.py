@@ -1,6 +1,7 @@
-"""The headless modes: ``once``, ``status``, ``pick`` (and their cluster output) and ``export``.
+"""The headless modes: ``once``, ``status``, ``pick`` (with ``cluster_output`` and
+``cluster_pick`` for ``--prometheus``) and ``export/``.
 
 May import: :mod:`gpumon.sampling`, :mod:`gpumon.sources`, :mod:`gpumon.data`,
-:mod:`gpumon.settings`, :mod:`gpumon.arguments`. Never textual or rich: ``gpumon status``
-runs every few seconds in a status bar and must start light.
+:mod:`gpumon.settings`, :mod:`gpumon.arguments`; never :mod:`gpumon.ui`, and never textual or
+rich: ``gpumon status`` runs every few seconds in a status bar and must start light.
 """

@@ -3,7 +3,7 @@ per-user summary, and MIG instance lines.
 
 Built from hand-made samples (no demo source, a fixed clock) so that they change only when
 the views do. Regenerate after an intended change with:
-pytest tests/test_issue10_snapshots.py --snapshot-update
+pytest tests/test_who_uses_what_snapshots.py --snapshot-update
 Each docstring below appears in the snapshot report next to the diff.
 """
 
