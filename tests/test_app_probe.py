@@ -234,3 +234,32 @@ async def test_the_probe_panel_border_is_ascii_without_a_utf8_locale() -> None:
         assert panel.has_focus
         assert panel.styles.border_top[0] == "ascii"
         assert "╭" not in screen_text(app)
+
+
+async def test_a_redraw_while_the_probe_panel_is_being_removed_never_crashes() -> None:
+    """Escape's handler awaits the panel out of the DOM; a sample arriving meanwhile redraws
+    the dashboard. That redraw crashed the app (NoMatches '#probe'), full-screen traceback."""
+    app = probe_app(real_child("fake"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        await pilot.press("P")
+        await until(pilot, lambda: bool(app.query(ProbePanel)))
+        await app.query_one(ProbePanel).remove()
+        app.dashboard.refresh_all()  # what the next sample does while Closed is handled
+        await pilot.pause(0.3)
+        assert app.is_running and not app.probing
+        assert not app.dashboard.has_class("-probe-right")
+
+
+async def test_probe_escape_and_the_command_palette_in_a_loop_leave_the_app_running() -> None:
+    app = probe_app(real_child("fake"))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await until(pilot, lambda: app.sample is not None)
+        for _ in range(5):
+            await pilot.press("P")
+            await until(pilot, lambda: bool(app.query(ProbePanel)))
+            await pilot.press("escape", "ctrl+p")
+            await pilot.pause(0.25)
+            await pilot.press("escape")
+        await pilot.pause(0.3)
+        assert app.is_running

@@ -141,7 +141,6 @@ class GpumonApp(MonitorApp):
         #: Seconds the poll in flight has taken when NVML is not answering, else ``None``.
         self.stalled_s: int | None = None
         self._probe_child_command = probe_child_command
-        self.probing = False
 
     # -- screens ---------------------------------------------------------------------
 
@@ -323,9 +322,13 @@ class GpumonApp(MonitorApp):
             child_command=self._probe_child_command,
         )
         panel.id = "probe"
-        self.probing = True
         await self.dashboard.mount(panel, before=self.dashboard.query_one(Footer))
         self._refresh_all()
+
+    @property
+    def probing(self) -> bool:
+        """True while a probe panel is on the dashboard."""
+        return self.is_running and bool(self.dashboard.query("#probe"))
 
     def _sample_now(self) -> Awaitable[Sample]:
         """The first sample after this call (the probe's NVML check), taken now."""
@@ -351,7 +354,6 @@ class GpumonApp(MonitorApp):
         if not self.is_running:
             return
         # Escape then P typed ahead: a new panel may already run; this is only the old one.
-        self.probing = bool(self.dashboard.query("#probe"))
         if not self.probing:
             self.dashboard.query_one(ProcessTable).highlight(frozenset())
             self.dashboard.query_one(GpuPanel).focus()

@@ -185,7 +185,9 @@ class DashboardScreen(Screen[None]):
         if not app.is_running or not self.is_attached:
             return
         width, height = self._terminal_size or self.size
-        probe = self.query("#probe").first() if app.probing else None
+        # Asked of the DOM, never of a flag: a redraw can come (a new sample) while a closing
+        # panel is awaited out of it, or a replacing one into it.
+        probe = next(iter(self.query("#probe")), None)
         # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
         probe_right = probe is not None and width >= PROBE_RIGHT_MIN_WIDTH
         self.set_class(probe_right, "-probe-right")
