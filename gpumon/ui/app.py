@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from textual.app import App
+from textual.command import CommandPalette
 
 from gpumon.data import format as fmt
 
@@ -26,6 +27,22 @@ if TYPE_CHECKING:
 def wants_ascii(environ: Mapping[str, str] = os.environ) -> bool:
     """True when the locale is not UTF-8 (bars and borders then fall back to ASCII)."""
     return not fmt.locale_is_utf8(environ)
+
+
+class CommandPaletteTypedAhead(CommandPalette):
+    """Textual's command palette, safe against keys typed ahead of its first layout.
+
+    Ctrl+P and PageDown in one read (a laggy SSH link, ``tmux send-keys C-p PageDown``) reach
+    the palette before its option list has laid out its lines, and Textual 8.2's
+    ``OptionList._move_page`` then raises ``KeyError`` and ends the app. Such a key does what
+    it does on an empty list: nothing.
+    """
+
+    def _action_command_list(self, action: str) -> None:
+        try:
+            super()._action_command_list(action)
+        except KeyError:
+            pass
 
 
 class MonitorApp(App[int]):
@@ -50,6 +67,11 @@ class MonitorApp(App[int]):
 
             self.quit_signals = QuitOnSignals(self)
         self.quit_signals.install()
+
+    def action_command_palette(self) -> None:
+        """Ctrl+P: the command palette (:class:`CommandPaletteTypedAhead`)."""
+        if self.use_command_palette and not isinstance(self.screen, CommandPalette):
+            self.push_screen(CommandPaletteTypedAhead(id="--command-palette"))
 
     def on_unmount(self) -> None:
         self.poller.close()
