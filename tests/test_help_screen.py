@@ -29,7 +29,7 @@ def test_every_key_and_field_is_in_the_help_and_it_fits_80_columns(ascii_only: b
         assert text.isascii(), sorted({c for c in text if not c.isascii()})
 
 
-def test_keys_the_issue_found_missing_are_listed() -> None:
+def test_navigation_keys_are_listed() -> None:
     """`i`, PgUp/PgDn, Home/End, g/G and h/l were missing from the help."""
     text = help_text(binding_groups(GpumonApp.BINDINGS), ascii_only=False)
     for keys in ("i ", "PgUp", "PgDn", "Home / g", "End / G", "← / h", "→ / l", "Tab", "Ctrl+P"):
@@ -41,3 +41,15 @@ def test_key_names() -> None:
     assert key_text(Binding("up,k", "x", "Up"), ascii_only=True) == "Up / k"
     assert key_text(Binding("ctrl+c", "x", "Quit"), ascii_only=True) == "Ctrl+C"
     assert key_text(Binding("plus,equals_sign", "x", "Slower", key_display="+"), True) == "+"
+
+
+def test_no_key_says_the_same_thing_twice_in_either_help() -> None:
+    """Ctrl+C read "quit (copies instead ...); quit" in both dashboards."""
+    from gpumon.ui.cluster.app import ClusterApp
+    from gpumon.ui.widgets.help import keys_section
+
+    for bindings in (GpumonApp.BINDINGS, ClusterApp.BINDINGS):
+        text = " ".join(" ".join(keys_section([("Keys", bindings)])).split())
+        assert "; quit" not in text
+        assert text.count("quit (copies instead") == 1
+

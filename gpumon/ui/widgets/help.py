@@ -81,7 +81,8 @@ def keys_section(
                 continue
             what = binding.tooltip or binding.description
             described = rows.setdefault(key_text(binding, ascii_only), [])
-            if what not in described:
+            # Ctrl+C's "quit (copies instead ...)" already says its fallback's "quit".
+            if not any(other == what or other.startswith(what + " ") for other in described):
                 described.append(what)
         for keys, described in rows.items():
             lines.extend(_row(keys, "; ".join(described)))
