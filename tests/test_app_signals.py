@@ -1,16 +1,17 @@
 """T, K and I through the real dashboard: the selected row's process, confirmed, ended; and
-``--readonly`` (``readonly = true``) takes the keys away and says so in the help."""
+``--readonly`` (``readonly = true``): the keys say read-only, and the help says so."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from gpumon.settings import Settings
 from gpumon.ui.dashboard.app import GpumonApp
-from gpumon.ui.dashboard.signal_dialog import SignalDialog
+from gpumon.ui.dashboard.signal_dialog import READONLY_NOTICE, SignalDialog
 from gpumon.ui.widgets.help import HelpScreen
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.test_process_signals import Children, assert_alive, ended_by, process_of
@@ -68,17 +69,28 @@ async def test_escape_in_the_dialog_sends_nothing(children: Children) -> None:
         assert_alive(child)
 
 
-async def test_readonly_removes_the_keys_and_the_help_says_so(children: Children) -> None:
+async def test_readonly_keys_say_read_only_and_send_nothing(children: Children) -> None:
+    """--readonly: T, K and I open no dialog and send nothing, but say why in one line
+    (a key that does nothing seems lost); the help says so too."""
     child = children.own()
     process = process_of(child)
     app = _app((process,), readonly=True)
+    notes: list[str] = []
     async with app.run_test(size=(120, 40)) as pilot:
         app.receive_sample(make_sample((make_gpu(0),), (process,)))
         await pilot.pause()
+        original = app.notify
+
+        def notify(message: str, **kwargs: Any) -> None:
+            notes.append(message)
+            original(message, **kwargs)
+
+        app.notify = notify  # type: ignore[method-assign]
         for key in ("T", "K", "I"):
             await pilot.press(key)
             await pilot.pause()
             assert not isinstance(app.screen, SignalDialog)
+        assert notes == [READONLY_NOTICE] * 3
         assert_alive(child)
         await pilot.press("question_mark")
         await pilot.pause()

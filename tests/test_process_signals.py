@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 import psutil
@@ -197,6 +198,24 @@ def test_a_process_that_has_exited_is_gone(children: Children) -> None:
     assert refusal(process, readonly=False) == f"PID {child.pid} has already exited: nothing sent"
     result = send_signal(process, signal.SIGTERM, readonly=False)
     assert result == SignalResult("gone", f"PID {child.pid} has already exited: SIGTERM not sent")
+
+
+def test_a_zombie_has_already_exited_and_is_not_reported_as_signalled(
+    children: Children,
+) -> None:
+    """A child that exited but is not reaped yet: kill() "succeeds" on it and does nothing."""
+    child = children.own()
+    process = process_of(child)
+    child.kill()
+    for _ in range(200):  # not waited for: it stays a zombie until the fixture reaps it
+        if psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.01)
+    assert psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE
+    result = send_signal(process, signal.SIGTERM, readonly=False)
+    assert result.outcome == "gone"
+    assert "has already exited" in result.message and "not sent" in result.message
+    assert "not reaped" in result.message
 
 
 @pytest.mark.parametrize("shift_s", [-3600.0, -0.02, 0.02, 5.0])

@@ -149,12 +149,17 @@ def _check_live(pid: int, seen_create_time_s: float, *, current_uid: int | None)
     user's. The uid is read first and the create time last: a create time that still matches
     proves the uid read before it was the same process's."""
     try:
-        uid = psutil.Process(pid).uids().real
+        live = psutil.Process(pid)
+        uid = live.uids().real
+        zombie = live.status() == psutil.STATUS_ZOMBIE
+        # A new object: psutil caches a Process's create time from when it was made.
         create_time_s = psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, ProcessLookupError):
         raise _Stop("gone", f"PID {pid} has already exited") from None
     if abs(create_time_s - seen_create_time_s) > CREATE_TIME_TOLERANCE_S:
         raise _Stop("gone", f"PID {pid} now belongs to another process")
+    if zombie:  # a signal to it "succeeds" and does nothing
+        raise _Stop("gone", f"PID {pid} has already exited (its parent has not reaped it yet)")
     me = os.getuid() if current_uid is None else current_uid
     if me != 0 and uid != me:
         raise _Stop("refused", f"PID {pid} belongs to {_user_name(uid)}, not to you")

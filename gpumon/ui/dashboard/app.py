@@ -206,8 +206,6 @@ class GpumonApp(MonitorApp):
     )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "signal" and self.settings.readonly:
-            return False  # --readonly: the keys are gone (the help says so)
         return not (action in self._DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
 
     def action_gpu_filter(self) -> None:

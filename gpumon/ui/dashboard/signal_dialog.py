@@ -120,6 +120,10 @@ class SignalDialog(ModalScreen[bool]):
         self.dismiss(True)
 
 
+#: What T, K and I say under --readonly (the help says it too).
+READONLY_NOTICE = "Read-only mode (--readonly): nothing sent"
+
+
 def request_signal(
     app: App[Any],
     process: GpuProcess | None,
@@ -138,6 +142,9 @@ def request_signal(
         readonly: ``Settings.readonly``: refuse everything.
         current_uid: the user signals are sent for; ``os.getuid()`` by default (tests).
     """
+    if readonly:
+        app.notify(READONLY_NOTICE, severity="warning")
+        return
     if process is None:
         app.notify("No process selected", severity="warning")
         return
