@@ -1,9 +1,9 @@
 """Shared fakes: an NVML module driven by per-GPU dicts, and psutil processes.
 
-The fake NVML exposes the ``pynvml`` names that ``gpumon.sources.nvml.source`` uses. Its error class,
-error codes and constants are the real ``pynvml`` ones, so ``FakeNvml(...).NVMLError(3)`` is a
-real ``pynvml.NVMLError_NotSupported`` and a wrong constant in the code under test shows up as
-a wrong answer here.
+The fake NVML exposes the ``pynvml`` names that ``gpumon.sources.nvml.source`` uses. Its error
+class, error codes and constants are the real ``pynvml`` ones, so
+``FakeNvml(...).NVMLError(3)`` is a real ``pynvml.NVMLError_NotSupported`` and a wrong constant
+in the code under test shows up as a wrong answer here.
 
 A GPU is a dict from field name (see :data:`DEVICE_FIELDS`) to the value NVML returns. A value
 may instead be :class:`Fail` (raise ``NVMLError(code)``) or an exception instance (raised as is).

@@ -179,7 +179,11 @@ def test_a_real_interpreter_started_without_a_locale_draws_ascii() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG"))}
     env.pop("GPUMON_ASCII", None)
     result = subprocess.run(
-        [sys.executable, "-c", "from gpumon.data.format import locale_is_utf8; print(locale_is_utf8())"],
+        [
+            sys.executable,
+            "-c",
+            "from gpumon.data.format import locale_is_utf8; print(locale_is_utf8())",
+        ],
         env=env,
         capture_output=True,
         text=True,

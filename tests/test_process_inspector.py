@@ -12,7 +12,12 @@ import pytest
 from gpumon.sources.host import cgroup
 from gpumon.sources.host import inspector as host
 from gpumon.sources.host.cgroup import NO_IDS, CgroupIds
-from gpumon.sources.host.inspector import NOT_VISIBLE, HostProcessInfo, ProcessInspector, sample_host
+from gpumon.sources.host.inspector import (
+    NOT_VISIBLE,
+    HostProcessInfo,
+    ProcessInspector,
+    sample_host,
+)
 from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
 
 MY_UID = 1000
@@ -518,3 +523,55 @@ def test_read_proc_stat_of_a_real_busy_child() -> None:
     assert stat is not None and stat.zombie is False and stat.rss_bytes > 0
     assert info.cpu_pct is not None and 20.0 < info.cpu_pct < 150.0  # a loaded CI box shares it
     assert host.read_proc_stat(child.pid) is None  # reaped: gone
+
+
+# --- a PID NVML lists that /proc lacks: exited, or outside this namespace -------------------
+
+
+def test_a_missing_pid_has_exited_where_gpumon_sees_every_pid() -> None:
+    table = FakeProcessTable()
+    factory = table  # type: ignore[assignment]
+    seeing = ProcessInspector(process_factory=factory, current_uid=MY_UID, sees_every_pid=True)
+    blind = ProcessInspector(process_factory=factory, current_uid=MY_UID, sees_every_pid=False)
+    assert seeing.inspect({4242})[4242] == host.EXITED
+    assert blind.inspect({4242})[4242] == NOT_VISIBLE
+    assert host.EXITED.exited and not host.EXITED.visible
+
+
+def test_a_reaped_child_reads_exited_in_the_host_namespace() -> None:
+    """The real thing: psutil and /proc, a PID that was a process a moment ago."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)
+    info = ProcessInspector().inspect({child.pid})[child.pid]
+    in_host_namespace = os.readlink("/proc/self/ns/pid") == "pid:[4026531836]"
+    if not in_host_namespace:
+        assert not host.sees_every_host_pid()
+    assert info.exited is host.sees_every_host_pid()
+    assert not info.visible
+
+
+@pytest.mark.parametrize(
+    ("options", "hides"),
+    [
+        ("rw", False),
+        ("rw,hidepid=0", False),
+        ("rw,hidepid=1", False),
+        ("rw,hidepid=noaccess", False),
+        ("rw,hidepid=2", True),
+        ("rw,hidepid=invisible", True),
+        ("rw,hidepid=ptraceable", True),
+        ("rw,subset=pid", True),
+    ],
+)
+def test_proc_mounted_to_hide_pids_means_a_missing_pid_may_be_alive(
+    options: str, hides: bool
+) -> None:
+    mountinfo = (
+        "21 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"22 27 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc {options}\n"
+        "23 22 0:22 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw,hidepid=2\n"
+    )
+    assert host.proc_hides_pids(mountinfo) is hides

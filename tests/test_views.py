@@ -363,3 +363,26 @@ def test_instance_processes_match_gpu_and_instance_ids() -> None:
     # An instance whose GPU instance id is unknown cannot be matched to any process.
     unknown_gi = dataclasses.replace(instance, gpu_instance_id=None)
     assert instance_processes(unknown_gi, processes) == ()
+
+
+def test_an_exited_process_is_counted_as_of_an_unknown_owner_not_another_namespace() -> None:
+    """NVML still lists a PID that has exited (gpumon sees every host PID): its owner can no
+    longer be read, but it was never another container's."""
+    gpu = make_gpu(0)
+    exited = make_process(gpu, 7, user=None, command=None, visible=False, exited=True)
+    outside = make_process(gpu, 8, user=None, command=None, visible=False)
+    names = [usage.user for usage in user_summary((exited, outside))]
+    assert sorted(names) == sorted([UNKNOWN_USER, OTHER_NAMESPACE])
+
+
+def test_the_text_table_tells_an_exited_process_from_one_outside_this_namespace() -> None:
+    from gpumon.commands.once import render_table
+
+    gpu = make_gpu(0)
+    processes = (
+        make_process(gpu, 7, user=None, command=None, visible=False, exited=True),
+        make_process(gpu, 8, user=None, command=None, visible=False),
+    )
+    text = render_table(make_sample((gpu,), processes), width=200)
+    assert "(exited: NVML still lists it)" in text
+    assert "(not visible here: another PID namespace?)" in text

@@ -19,11 +19,16 @@ MAX_INTERVAL_S = 60.0
 
 
 class ProcessKind(str, enum.Enum):
-    """How a process uses a GPU, as in nvidia-smi's "Type" column."""
+    """How a process uses a GPU, as in nvidia-smi's "Type" column.
+
+    UNKNOWN where the source cannot tell (a cluster node whose exporter does not say): shown
+    as ``?``, ``null`` in JSON. NVML always tells.
+    """
 
     COMPUTE = "C"
     GRAPHICS = "G"
     BOTH = "C+G"
+    UNKNOWN = "?"
 
 
 class UnavailableReason(str, enum.Enum):
@@ -176,8 +181,10 @@ class GpuStats:
 class GpuProcess:
     """A process using a GPU, joined with what the host can tell about it.
 
-    ``visible`` is False when NVML reports a PID that does not exist in this PID namespace
-    (a container without ``--pid=host``): its GPU memory is real, its host details are not here.
+    ``visible`` is False when NVML reports a PID that is not on this host's ``/proc``: either
+    gpumon runs outside the host's PID namespace (a container without ``--pid=host``) or, when
+    ``exited`` is True, gpumon sees every PID of the host and the process has exited (NVML
+    still lists it for a moment). Its GPU memory is real; its host details are not here.
     ``sm_utilization_pct`` is the share of the GPU's SMs this process kept busy in NVML's
     latest sample for it; ``None`` when NVML has no sample for it since the previous reading
     (normal for an idle process: not 0 %), or does not support it (MIG).
@@ -209,6 +216,7 @@ class GpuProcess:
     container_id: str | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    exited: bool = False
 
     @property
     def key(self) -> tuple[int, int]:

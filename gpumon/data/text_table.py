@@ -49,6 +49,8 @@ def _gpu_cells(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
 def _process_cells(process: GpuProcess) -> dict[str, str]:
     if process.visible:
         command = process.command or "?"
+    elif process.exited:
+        command = "(exited: NVML still lists it)"
     else:
         command = "(not visible here: another PID namespace?)"
     return {

@@ -97,7 +97,8 @@ def user_summary(processes: Iterable[GpuProcess]) -> tuple[UserUsage, ...]:
     """Per user: GPUs used, GPU memory, process count; most memory first, then by name."""
     groups: dict[str, list[GpuProcess]] = {}
     for process in processes:
-        name = (process.user or UNKNOWN_USER) if process.visible else OTHER_NAMESPACE
+        outside = not process.visible and not process.exited  # an exited one was ours
+        name = OTHER_NAMESPACE if outside else (process.user or UNKNOWN_USER)
         groups.setdefault(name, []).append(process)
     usages = []
     for name, group in groups.items():

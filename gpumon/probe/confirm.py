@@ -66,7 +66,7 @@ def _why_pids_cannot_match(gpu: GpuStats, sample: Sample) -> str:
     """Why NVML's PIDs on ``gpu`` cannot be matched with the child's, or "" when they can."""
     if gpu.processes_error is not None:
         return f"NVML did not list GPU {gpu.index}'s processes ({gpu.processes_error})"
-    if any(not process.visible for process in sample.processes_on(gpu.index)):
+    if any(not p.visible and not p.exited for p in sample.processes_on(gpu.index)):
         return (
             "NVML lists PIDs from another PID namespace (a container without --pid=host), "
             "so the probe's PID cannot be matched"

@@ -16,11 +16,13 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpumon import __version__
+from gpumon.data.format import known_time
 from gpumon.data.model import (
     GpuProcess,
     GpuStats,
     GpuUnavailable,
     MigInstance,
+    ProcessKind,
     Sample,
     unlisted_memory_bytes,
 )
@@ -94,11 +96,16 @@ def report_unavailable(unavailable: GpuUnavailable, stream: TextIO | None = None
         print(f"gpumon: hint: {unavailable.hint}", file=stream)
 
 
-def iso_timestamp(timestamp_s: float) -> str:
-    """``2024-06-10T12:00:00.123Z``: ISO 8601 / RFC 3339 in UTC, millisecond precision."""
+def iso_timestamp(timestamp_s: float | None) -> str | None:
+    """``2024-06-10T12:00:00.123Z``: ISO 8601 / RFC 3339 in UTC, millisecond precision;
+    ``None`` (JSON ``null``: not known) for ``None`` and for a number that is not a real
+    moment (:func:`gpumon.data.format.known_time`: NaN, Inf, negative, past the year 9999)."""
     from datetime import datetime, timezone  # only the JSON output needs it
 
-    moment = datetime.fromtimestamp(timestamp_s, tz=timezone.utc)
+    known = known_time(timestamp_s)
+    if known is None:
+        return None
+    moment = datetime.fromtimestamp(known, tz=timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -121,11 +128,12 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "user": process.user,
         "command": process.command,
         "gpu_memory_bytes": process.gpu_memory_bytes,
-        "type": process.kind.value,
+        "type": None if process.kind is ProcessKind.UNKNOWN else process.kind.value,
         "cpu_pct": process.cpu_pct,
         "rss_bytes": process.rss_bytes,
         "elapsed_s": process.elapsed_s,
         "visible": process.visible,
+        "exited": process.exited,
         "sm_utilization_pct": process.sm_utilization_pct,
         "job_id": process.job_id,
         "container_id": process.container_id,

@@ -44,7 +44,8 @@ def request_headers(settings: Settings) -> dict[str, str]:
 
 
 def open_cluster_source(settings: Settings) -> PrometheusSource:
-    """A :class:`~gpumon.sources.prometheus.source.PrometheusSource` for ``settings.prometheus_url``.
+    """A :class:`~gpumon.sources.prometheus.source.PrometheusSource` for
+    ``settings.prometheus_url``.
 
     Raises:
         SettingsError: no ``prometheus_url``, or a ``prometheus_ca_file`` that cannot be read

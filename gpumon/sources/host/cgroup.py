@@ -127,9 +127,9 @@ def _slurm_job(components: list[str]) -> str | None:
     """The job of ``/slurm[_<node>]/uid_U/job_J`` (v1) or
     ``[/system.slice]/[<node>_]slurmstepd.scope/job_J`` (v2), anchored at the root."""
     first = _at(components, 0)
-    if _SLURM_V1_ROOT.fullmatch(first) and _SLURM_UID.fullmatch(_at(components, 1)):
-        job = _at(components, 2)
-    elif first == "system.slice" and _SLURM_V2_SCOPE.fullmatch(_at(components, 1)):
+    v1 = _SLURM_V1_ROOT.fullmatch(first) and _SLURM_UID.fullmatch(_at(components, 1))
+    v2 = first == "system.slice" and _SLURM_V2_SCOPE.fullmatch(_at(components, 1))
+    if v1 or v2:
         job = _at(components, 2)
     elif _SLURM_V2_SCOPE.fullmatch(first):
         job = _at(components, 1)

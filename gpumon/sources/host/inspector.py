@@ -68,9 +68,49 @@ class HostProcessInfo:
     create_time_s: float | None = None
     job_id: str | None = None
     container_id: str | None = None
+    exited: bool = False
 
 
 NOT_VISIBLE = HostProcessInfo(visible=False)
+#: A PID that is not on this host although gpumon sees every PID of it: the process exited
+#: (NVML's list lags, or the driver still tears its context down).
+EXITED = HostProcessInfo(visible=False, exited=True)
+
+#: The inode Linux gives the initial PID namespace (PROC_PID_INIT_INO in the kernel).
+_INITIAL_PID_NAMESPACE_INODE = 0xEFFFFFFC
+
+
+def sees_every_host_pid(proc: str = "/proc") -> bool:
+    """True when a PID NVML lists but ``/proc`` lacks can only have exited: gpumon runs in
+    the host's PID namespace (NVML's PIDs are the host's) and ``/proc`` hides no one's
+    processes."""
+    try:
+        if os.stat(f"{proc}/self/ns/pid").st_ino != _INITIAL_PID_NAMESPACE_INODE:
+            return False
+        with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as file:
+            mounts = file.read(1 << 20)
+    except OSError:
+        return False
+    return not proc_hides_pids(mounts, proc)
+
+
+def proc_hides_pids(mountinfo: str, proc: str = "/proc") -> bool:
+    """True when ``mountinfo`` (``/proc/self/mountinfo``'s text) mounts ``proc`` with an
+    option that hides other users' PIDs (``hidepid=2``, ``invisible``, ``ptraceable``) or
+    shows no PIDs at all (``subset=pid``)."""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or fields[4] != proc or " - " not in line:
+            continue
+        super_options = line.partition(" - ")[2].split()
+        for option in (super_options[-1] if super_options else "").split(","):
+            name, _, value = option.partition("=")
+            if name == "subset" or (
+                name == "hidepid" and value not in ("0", "1", "off", "noaccess")
+            ):
+                return True
+    return False
+
 
 _PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 
@@ -158,6 +198,9 @@ class ProcessInspector:
         read_cgroup: reads a new PID's Slurm job and container ids; default
             :func:`gpumon.sources.host.cgroup.read_cgroup_ids` when ``process_factory`` is
             psutil's, else none (a look-alike's PIDs are not this host's).
+        sees_every_pid: whether a PID missing here has exited (True) or may be outside this
+            PID namespace (False); default :func:`sees_every_host_pid` with psutil's
+            ``Process``, else False.
     """
 
     def __init__(
@@ -169,8 +212,13 @@ class ProcessInspector:
         read_stat: Callable[[int], ProcStat | None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         read_cgroup: Callable[[int], CgroupIds] | None = None,
+        sees_every_pid: bool | None = None,
     ) -> None:
         self._process_factory = process_factory
+        if sees_every_pid is None:  # a look-alike's PIDs are not this host's
+            sees_every_pid = process_factory is psutil.Process and sees_every_host_pid()
+        # What a PID missing here means: it exited, or it is outside this namespace.
+        self._missing = EXITED if sees_every_pid else NOT_VISIBLE
         self._current_uid = os.getuid() if current_uid is None else current_uid
         self._clock = clock
         if read_stat is None and process_factory is psutil.Process and _proc_is_readable():
@@ -203,11 +251,11 @@ class ProcessInspector:
             del self._tracked[pid]  # gone, or its PID now belongs to a new process
             tracked = None
         if stat is None:
-            return NOT_VISIBLE
+            return self._missing
         if tracked is None:
             tracked = self._discover(pid)
             if tracked is None:
-                return NOT_VISIBLE
+                return self._missing
             tracked.start_ticks = stat.start_ticks
         cpu_pct: float | None = None
         if tracked.cpu_ticks is not None and read_at > tracked.read_at_s:
@@ -235,7 +283,7 @@ class ProcessInspector:
     def _inspect_one(self, pid: int, now: float) -> HostProcessInfo:
         tracked = self._track(pid)
         if tracked is None:
-            return NOT_VISIBLE
+            return self._missing
         process = tracked.process
         cpu_pct: float | None = None
         rss: int | None = None
@@ -260,7 +308,7 @@ class ProcessInspector:
                     pass
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             self._tracked.pop(pid, None)
-            return NOT_VISIBLE
+            return self._missing
         except OSError:
             pass
         return self._info(tracked, now, cpu_pct, rss, zombie)

@@ -6,7 +6,8 @@ process. A process is known by its PID *and* its create time (``GpuProcess.creat
 psutil's ``create_time``): when the two no longer match, the PID was recycled and nothing is
 sent. On Linux the check and the signal go through a pidfd, which pins the process the PID
 named when it was opened: a signal through it can never reach a later process with the same
-number (see :func:`send_signal`). No Textual here: the dialog is :mod:`gpumon.ui.dashboard.signal_dialog`.
+number (see :func:`send_signal`). No Textual here: the dialog is
+:mod:`gpumon.ui.dashboard.signal_dialog`.
 """
 
 from __future__ import annotations

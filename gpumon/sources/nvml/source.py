@@ -289,6 +289,7 @@ class NvmlSource:
                         create_time_s=host.create_time_s,
                         job_id=host.job_id,
                         container_id=host.container_id,
+                        exited=host.exited,
                     )
                 processes.append(process)
         return tuple(processes)

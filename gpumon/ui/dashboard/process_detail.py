@@ -76,6 +76,12 @@ def render_identity(
         text.append("Reading /proc ...\n", "dim")
     elif simulated:
         text.append("A simulated process (DEMO): there is no host process to read.\n", "bold")
+    elif process is not None and process.exited:
+        text.append(
+            f"PID {pid} has exited: NVML still lists it (its list lags, or the driver is "
+            "still freeing its memory).\n",
+            "bold",
+        )
     elif not details.visible:
         reason = "not visible here" if process is not None and not process.visible else "gone"
         text.append(

@@ -87,7 +87,8 @@ def render_processes(sample: Sample, index: int, width: int = 120) -> Text:
         return text.append("  none\n")
     for process in processes:
         sm = fmt.NA if process.sm_utilization_pct is None else f"{process.sm_utilization_pct}%"
-        user = process.user or ("not visible here" if not process.visible else fmt.NA)
+        hidden = "exited" if process.exited else "not visible here"
+        user = process.user or (hidden if not process.visible else fmt.NA)
         memory = fmt.bytes_short(process.gpu_memory_bytes)
         text.append(f"  {process.pid:>7} {user:<12.12} {memory:>6}")
         text.append(f"  SM {sm:>4}  ", "dim")

@@ -139,6 +139,8 @@ def cell_text(column: Column, process: GpuProcess) -> str:
         return fmt.bytes_short(process.rss_bytes)
     if key == "time":
         return fmt.duration(process.elapsed_s)
+    if process.exited:
+        return "(exited: NVML still lists it)"
     if not process.visible:
         return "(not visible here: outside this PID namespace - see ?)"
     return shorten_command(process.command) if process.command else "?"
