@@ -238,6 +238,48 @@ async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answer
         gate.set()
 
 
+async def test_a_stuck_driver_leaves_no_gpu_free_on_the_dashboard() -> None:
+    """The last sample said FREE; three intervals later NVML has still not answered: that
+    sample is stale, and stale is not free (the header says the driver is not answering)."""
+    gate = threading.Event()
+    samples = 0
+
+    class Stuck:
+        simulated = False
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            nonlocal samples
+            samples += 1
+            if samples == 2:
+                gate.wait(30)
+            return make_sample((make_gpu(0, memory_used_bytes=0, utilization_gpu_pct=0),))
+
+        def close(self) -> None:
+            gate.set()
+
+    app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 20
+            while app.samples_received < 1:
+                assert time.monotonic() < deadline
+                await pilot.pause(0.05)
+            await pilot.pause(0.1)
+            assert "FREE" in screen_text(app)
+            while "NVML not answering for" not in screen_text(app):
+                assert time.monotonic() < deadline, "no banner"
+                await pilot.pause(0.1)
+            assert "FREE" not in screen_text(app)
+            gate.set()
+            while app.samples_received < 3:
+                assert time.monotonic() < deadline
+                await pilot.pause(0.1)
+            await pilot.pause(0.1)
+            assert "FREE" in screen_text(app)
+    finally:
+        gate.set()
+
+
 def test_an_idle_gpu_whose_processes_are_unknown_is_free_in_no_headless_output() -> None:
     """Idle by every reading (0 %, 10 MiB in use, none listed), but its process list was
     refused, or it is lost: once, once --json, status and export never call it FREE; the

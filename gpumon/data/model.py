@@ -40,6 +40,7 @@ class UnavailableReason(str, enum.Enum):
     NO_PERMISSION = "no_permission"
     SHADOWED_BINDING = "shadowed_binding"
     NO_DEVICES = "no_devices"
+    NOT_ANSWERING = "not_answering"
     OTHER = "other"
 
 

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S, Sample
+from gpumon.data.views import STALE_AFTER_INTERVALS
 from gpumon.sources.base import GpuSource
 
 __all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "PollerThread", "clamp_interval"]
@@ -29,7 +30,7 @@ __all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "PollerThread", "clamp_
 T = TypeVar("T")
 
 #: A sample that has taken this many intervals means the driver is not answering.
-STALLED_INTERVALS = 3
+STALLED_INTERVALS = STALE_AFTER_INTERVALS
 
 
 class _DaemonThread:

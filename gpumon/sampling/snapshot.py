@@ -21,9 +21,11 @@ from gpumon.data.model import (
     GpuProcess,
     GpuStats,
     GpuUnavailable,
+    HostStats,
     MigInstance,
     ProcessKind,
     Sample,
+    UnavailableReason,
     unlisted_memory_bytes,
 )
 from gpumon.data.views import (
@@ -54,8 +56,19 @@ SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "schema",
 _GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuStats))
 
 
+#: How long a one-shot command waits for its sample. Far beyond a healthy read (NVML's first
+#: init on a server without persistence mode can take seconds per GPU), and finite: a stuck
+#: driver must not hang a script's ``CUDA_VISIBLE_DEVICES=$(gpumon pick)`` for ever.
+SAMPLE_TIMEOUT_S = 30.0
+
+
 def take_sample(
-    settings: Settings, *, processes: bool = True, pcie: bool = True, host_details: bool = True
+    settings: Settings,
+    *,
+    processes: bool = True,
+    pcie: bool = True,
+    host_details: bool = True,
+    timeout_s: float | None = None,
 ) -> Sample:
     """Open the source the settings ask for, read it once, close it.
 
@@ -69,17 +82,65 @@ def take_sample(
         pcie: False for a mode that does not show PCIe throughput (a slow NVML call).
         host_details: False for a mode that needs NVML's process lists (to tell FREE) but
             shows no process: no psutil, no reads of other users' processes.
+        timeout_s: how long to wait for the read (default :data:`SAMPLE_TIMEOUT_S`); past it
+            the driver is *not answering*.
 
     Returns:
-        The sample; ``sample.unavailable`` is set when there is no usable driver.
+        The sample; ``sample.unavailable`` is set when there is no usable driver, or when it
+        did not answer within ``timeout_s`` (then no GPU reading at all: nothing stale, nothing
+        free).
     """
     from gpumon.sources.base import source_for
 
     source = source_for(settings, processes=processes, pcie=pcie, host_details=host_details)
-    try:
-        return source.sample()
-    finally:
-        source.close()
+    if source.simulated:  # nothing to get stuck in
+        try:
+            return source.sample()
+        finally:
+            source.close()
+    import threading  # pynvml has imported it already
+
+    outcome: list[Sample] = []
+    failure: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            outcome.append(source.sample())
+        except BaseException as error:  # handed to the caller's thread
+            failure.append(error)
+
+    wait_s = SAMPLE_TIMEOUT_S if timeout_s is None else timeout_s
+    reader = threading.Thread(target=read, name="gpumon-sample", daemon=True)
+    reader.start()
+    reader.join(wait_s)
+    if reader.is_alive():
+        # Stuck in a driver call: closing NVML under it is not safe; the daemon thread ends
+        # with the process.
+        return not_answering(source.simulated, wait_s)
+    source.close()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+def not_answering(simulated: bool, timeout_s: float) -> Sample:
+    """A sample with no GPU data: the driver did not answer within ``timeout_s``."""
+    import socket
+    import time
+
+    return Sample(
+        timestamp_s=time.time(),
+        host=HostStats(socket.gethostname(), None, None, None, None, None, None),
+        driver=None,
+        gpus=(),
+        simulated=simulated,
+        unavailable=GpuUnavailable(
+            UnavailableReason.NOT_ANSWERING,
+            f"NVML did not answer within {timeout_s:g} s",
+            "a driver call is stuck",
+            "check dmesg for Xid errors and nvidia-smi; a GPU may need a reset",
+        ),
+    )
 
 
 def no_gpu_data(sample: Sample) -> bool:

@@ -236,7 +236,11 @@ class DashboardScreen(Screen[None]):
         if panel.styles.height is None or panel.styles.height.value != panel_height:
             panel.styles.height = panel_height
         panel.interval_s = app.poller.interval_s
-        panel.free = free_gpu_indices(sample, app.settings.free_threshold_mib)
+        # A driver stuck for three intervals: the last sample is stale, and stale is not free.
+        stale = app.poller.stalled_s() is not None
+        panel.free = (
+            frozenset() if stale else free_gpu_indices(sample, app.settings.free_threshold_mib)
+        )
         panel.mig_process_counts = mig_process_counts(sample)
         if not self.zoomed:
             panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
