@@ -171,12 +171,13 @@ async def test_two_line_rows_too_narrow_for_a_sparkline_have_none() -> None:
 
 
 async def test_only_the_newest_column_changes_until_the_sparkline_shifts() -> None:
-    """11 cells at 1 s: 27 samples a column (300 s / 11). Within a column's samples, every
-    column left of the newest stays as drawn; the next sample shifts them all left by one."""
+    """11 cells at 1 s, once five minutes fill them: 27 samples a column (300 s / 11).
+    Within a column's samples, every column left of the newest stays as drawn; the next
+    sample shifts them all left by one."""
     app, source = demo_app(8)
     async with app.run_test(size=(200, 50)) as pilot:
         per_column = round(300 / 11)
-        await push(pilot, source, 4 * per_column + 1)  # a new column just started
+        await push(pilot, source, 12 * per_column + 1)  # full, and a new column just started
         assert app.store.sequence % per_column == 1
         drawn = [line_of(card(app, 0), "GPU")]
         values: set[float | None] = set()
@@ -252,3 +253,16 @@ def test_ascii_sparkline_from_history() -> None:
     history = FakeHistory([100.0, 0.0, None])
     line = history_sparkline(history, 0, "utilization_gpu_pct", 6, 100.0, 50.0, True)
     assert line == "   #_ "  # full, zero (a reading), N/A (a gap)
+
+
+async def test_the_first_seconds_show_at_once_in_finer_columns() -> None:
+    """A new user sees the samples there are: one a cell until 11 cells are filled, then
+    more a cell, up to 27 once five minutes have been read (a whole 27-sample bucket per
+    cell left them with one cell for the first 27 s)."""
+    app, source = demo_app(8)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await push(pilot, source, 5)
+        util = sparks(app, 0, 11)[0]
+        assert len(util.strip()) == 5
+        await push(pilot, source, 20)
+        assert len(sparks(app, 0, 11)[0].strip()) >= 8  # 3 a cell: 25 samples fill 9

@@ -155,10 +155,14 @@ def history_sparkline(
     ascii_only: bool = False,
 ) -> str:
     """A GPU card's sparkline: about the last five minutes of ``field`` of GPU ``index`` in
-    ``width`` cells, on the scale 0 .. ``top`` (``""`` without a top or a width)."""
+    ``width`` cells, on the scale 0 .. ``top`` (``""`` without a top or a width); fewer
+    samples per cell until five minutes have been read."""
     if width <= 0 or not top or top <= 0:
         return ""
-    per_column = max(1, round(SPARK_SPAN_S / max(interval_s, 0.25) / width))
+    full_window = max(1, round(SPARK_SPAN_S / max(interval_s, 0.25) / width))
+    # Until five minutes of samples fill the width, finer columns: the first seconds show
+    # as they come instead of as one cell per whole bucket.
+    per_column = max(1, min(full_window, math.ceil(store.sequence / width)))
     values = store.gpu_history(index, field, per_column * (width + 1))
     return sparkline(bucketed(values, store.sequence, per_column, width), width, 0.0, top,
                      ascii_only)  # fmt: skip
