@@ -111,8 +111,32 @@ async def test_an_interpreter_without_torch_gets_the_exact_install_command(
     step1 = outcome.steps[1]
     assert step1.status == S.FAIL
     assert step1.value.startswith(f"torch is not installed for {bare_python}")
-    assert step1.detail == f"Install it with: {bare_python} -m pip install torch"
+    # The command on a line of its own: a panel folds only a line longer than its width.
+    assert step1.detail == f"Install it with:\n{bare_python} -m pip install torch"
     assert all(outcome.steps[i].status == S.SKIP for i in range(2, 10))
+
+
+def test_a_system_python_that_refuses_pip_gets_a_virtual_environment_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PEP 668: Debian's python3 refuses `pip install torch`; the advice is a venv, whose
+    interpreter the probe then runs in."""
+    import sysconfig
+
+    from gpumon.probe import child_io
+
+    (tmp_path / "EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path))
+    monkeypatch.setattr(sys, "base_prefix", sys.prefix)  # not in a venv
+    advice = child_io.install_advice("/usr/bin/python3")
+    assert "pip install torch\n" not in advice.splitlines()[0]
+    assert "/usr/bin/python3 -m venv ~/.venvs/torch" in advice.splitlines()
+    assert "~/.venvs/torch/bin/pip install torch" in advice.splitlines()
+    assert "gpumon --probe-python ~/.venvs/torch/bin/python" in advice.splitlines()
+    monkeypatch.setattr(sys, "base_prefix", "/usr")  # in a venv: pip is fine
+    assert child_io.install_advice("/v/bin/python") == (
+        "Install it with:\n/v/bin/python -m pip install torch"
+    )
 
 
 def test_gpumon_probe_python_points_the_probe_at_another_interpreter(bare_python: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.message import Message
 from textual.pilot import Pilot
@@ -227,3 +228,22 @@ def test_snapshot_finished(snap_compare) -> None:  # type: ignore[no-untyped-def
         await pilot.pause()
 
     assert snap_compare(_snapshot_app(), terminal_size=(110, 24), run_before=wait)
+
+
+async def test_c_copies_every_step_whole_for_pasting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A narrow panel folds a long path or URL: `c` puts the steps on the clipboard as
+    text, each path, command and URL on one line."""
+    copied: list[str] = []
+    panel = make_panel([*script("slow"), "--delay", "0"])
+    app = PanelApp(panel)
+    monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: panel.outcome is not None)
+        panel.focus()
+        await pilot.press("c")
+        await pilot.pause()
+    assert copied, "nothing copied"
+    lines = copied[0].splitlines()
+    assert lines[0].startswith("Torch probe - GPU 0")
+    assert lines[1].startswith("[PASS] 1. ")
+    assert any(line.startswith("[PASS] 4. ") and "is cuda:0" in line for line in lines)

@@ -65,12 +65,11 @@ class Probe:
         try:
             import torch
         except ImportError as error:
-            install = f"{python} -m pip install torch"
             if getattr(error, "name", None) == "torch":
                 value = f"torch is not installed for {python} (Python {version})"
             else:
                 value = f"import torch failed: {error_text(error)}"
-            return Outcome(S.FAIL, value, f"Install it with: {install}")
+            return Outcome(S.FAIL, value, child_io.install_advice(python))
         self.torch = torch
         return Outcome(S.PASS, f"Python {version} ({python}), torch {torch.__version__}")
 

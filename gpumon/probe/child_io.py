@@ -184,3 +184,24 @@ def run_steps(probe: Probe, runner: StepRunner, watch: ParentWatch) -> None:
     runner.run(S.BANDWIDTH, probe.step_bandwidth)
     runner.run(S.CLEANUP, probe.step_cleanup)
     return None
+
+
+def install_advice(python: str) -> str:
+    """How to get torch for ``python``: pip where it may install, else a virtual environment.
+
+    A system Python marked EXTERNALLY-MANAGED (PEP 668: Debian, Ubuntu, Fedora) refuses
+    ``pip install``; the way there is a venv, and the probe then runs in its interpreter.
+    """
+    import sysconfig
+
+    in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
+    marker = os.path.join(sysconfig.get_path("stdlib") or "", "EXTERNALLY-MANAGED")
+    if in_venv or not os.path.exists(marker):
+        return f"Install it with:\n{python} -m pip install torch"
+    return (
+        "This Python is managed by the system (pip refuses to install into it). Make a "
+        "virtual environment, install torch there, and probe with its Python (key i):\n"
+        f"{python} -m venv ~/.venvs/torch\n"
+        "~/.venvs/torch/bin/pip install torch\n"
+        "gpumon --probe-python ~/.venvs/torch/bin/python"
+    )

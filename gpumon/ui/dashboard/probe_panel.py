@@ -112,6 +112,12 @@ class ProbePanel(Vertical, can_focus=True):
         Binding("escape", "close", "Close probe", tooltip="close the probe panel"),
         Binding("r", "rerun", "Rerun probe", tooltip="run the probe again"),
         Binding(
+            "c",
+            "copy_report",
+            "Copy",
+            tooltip="copy every step, with its paths, commands and URLs whole, to the clipboard",
+        ),
+        Binding(
             "i",
             "edit_python",
             "Interpreter",
@@ -208,7 +214,7 @@ class ProbePanel(Vertical, can_focus=True):
         for step in S.STEPS:
             yield StepRow(step)
         yield Static("", id="probe-verdict", markup=False)
-        yield Static("r rerun  i interpreter  Esc close", id="probe-keys", markup=False)
+        yield Static("r rerun  i interpreter  c copy  Esc close", id="probe-keys", markup=False)
 
     def _header(self) -> str:
         parts = ["Torch probe"]
@@ -328,6 +334,24 @@ class ProbePanel(Vertical, can_focus=True):
 
     def action_rerun(self) -> None:
         self.start()
+
+    def action_copy_report(self) -> None:
+        """``c``: every step as plain text on the clipboard (OSC 52: also over SSH and in
+        tmux with set-clipboard), since a narrow panel folds a long path or URL."""
+        self.app.copy_to_clipboard(self.report())
+        self.app.notify("Probe steps copied to the clipboard", timeout=3)
+
+    def report(self) -> str:
+        """The probe's steps as plain text: one line per step, its detail indented below."""
+        lines = [self._header()]
+        for row in self.query(StepRow):
+            event = row.event
+            label = S.PENDING_LABEL if event is None else S.STATUS_LABELS[event.status]
+            value = "" if event is None else event.value
+            lines.append(f"[{label}] {row.step.id}. {row.step.title}: {value}".rstrip(": "))
+            if event is not None and event.detail:
+                lines.extend(f"    {line}" for line in event.detail.splitlines())
+        return "\n".join(lines) + "\n"
 
     def action_edit_python(self) -> None:
         self.query_one("#probe-python", Input).focus()
