@@ -609,7 +609,24 @@ async def test_a_down_node_shows_its_last_readings_and_no_free_gpu() -> None:
         text = screen_text(app)
         assert f"node{DOWN_NODE}  DOWN since 22:03: readings as last seen at 22:13" in text
         assert "FREE" not in text
-        assert "DOWN: processes as last seen at 22:13." in text
+        # Only an UP node's processes are shown, as once --prometheus and the docs say.
+        assert "Processes: not shown while the node is DOWN (last seen 22:13)" in " ".join(
+            text.split()
+        )
+        assert "processes as last seen" not in text
+
+
+async def test_a_gpus_current_reading_is_never_outside_its_own_min_and_max() -> None:
+    """The range covered the hour's history but not the reading just taken: "Memory used
+    32.1G min 29.8G max 31.1G". The latest reading is part of the hour."""
+    from gpumon.data.model import GpuStats
+    from gpumon.ui.cluster.node_history import History, render_history
+
+    gpu = GpuStats(index=0, uuid=None, utilization_gpu_pct=95)
+    series = {"util": [(FIXED_TIME - 600.0, 40.0), (FIXED_TIME - 60.0, 50.0)]}
+    history = History(series=series, end_s=FIXED_TIME, error=None)  # type: ignore[arg-type]
+    text = render_history(history, gpu, 100, False, "green").plain
+    assert "Utilisation  95%   min 40%  max 95%" in text
 
 
 async def test_a_gpu_shows_its_last_hour_read_off_the_event_loop() -> None:

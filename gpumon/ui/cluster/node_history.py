@@ -32,6 +32,7 @@ from gpumon.ui.cluster.view import (
     ClusterBanner,
     ClusterView,
     find_node,
+    no_current_processes,
     node_state,
 )
 from gpumon.ui.widgets.gpu_fields import GRAPHS, Graph, render_fields, render_processes
@@ -110,7 +111,9 @@ def render_history(
         line = Text(f"{graph.title}  ", style="bold")
         line.append(fmt.NA if latest is None else graph.text(latest))
         if known:
-            line.append(f"   min {graph.text(min(known))}  max {graph.text(max(known))}", "dim")
+            # The latest reading belongs to the hour too: the range never leaves it outside.
+            seen = known if latest is None else [*known, latest]
+            line.append(f"   min {graph.text(min(seen))}  max {graph.text(max(seen))}", "dim")
         elif not series:
             line.append("   no history: the node's exporter does not serve it", "dim")
         else:
@@ -221,8 +224,11 @@ class NodeGpuScreen(ClusterView):
             render_history(self.history, gpu, width, ascii_only, color)
         )
         self.query_one("#node-gpu-fields", TextLines).update(render_fields(gpu, ascii_only))
-        if node.exporter is ExporterKind.GPUMON:
+        if node.exporter is ExporterKind.GPUMON and node.usable and not cluster.stale:
             processes = render_processes(node.sample, gpu.index, width)
+        elif node.exporter is ExporterKind.GPUMON:
+            why = no_current_processes(node, cluster.timestamp_s)
+            processes = Text("Processes\n", style="bold").append(f"  {why}\n")
         else:
             why = NO_PROCESSES_DCGM if node.exporter is ExporterKind.DCGM else NO_PROCESSES_UNKNOWN
             processes = Text("Processes\n", style="bold").append(f"  {why}\n")

@@ -25,6 +25,7 @@ from gpumon.ui.cluster.view import (
     ClusterBanner,
     ClusterView,
     find_node,
+    no_current_processes,
     node_state,
 )
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
@@ -113,10 +114,12 @@ class NodeScreen(ClusterView):
         self.set_class(node.state is NodeState.DOWN, "-down")
         self.set_class(node.state is NodeState.STALE, "-stale")
         self._set_title(node_title(node, cluster.timestamp_s))
-        has_table = node.exporter is ExporterKind.GPUMON
+        has_table = node.exporter is ExporterKind.GPUMON and current
         self.set_class(not has_table, "-no-processes")
         note = ""
-        if node.exporter is ExporterKind.DCGM:
+        if node.exporter is ExporterKind.GPUMON and not current:
+            note = no_current_processes(node, cluster.timestamp_s)
+        elif node.exporter is ExporterKind.DCGM:
             note = NO_PROCESSES_DCGM
         elif node.exporter is ExporterKind.UNKNOWN:
             note = NO_PROCESSES_UNKNOWN

@@ -31,6 +31,16 @@ NO_PROCESSES_DCGM = (
 NO_PROCESSES_UNKNOWN = "Processes: unknown (no GPU exporter gpumon knows answers on this target)."
 
 
+def no_current_processes(node: Node, now_s: float) -> str:
+    """Why a node that is not UP shows no process: only an UP node's processes are shown
+    (``once --prometheus`` and the docs say so), since the last known ones may have ended."""
+    seen = "" if node.last_seen_s is None else f" (last seen {clock_text(node.last_seen_s, now_s)})"
+    return (
+        f"Processes: not shown while the node is {node.state.value.upper()}{seen}: "
+        "the last known ones may have ended."
+    )
+
+
 def node_state(node: Node, now_s: float) -> str:
     """``UP``, or ``DOWN since 14:02: readings as last seen at 14:01``."""
     text = state_text(node, now_s)
