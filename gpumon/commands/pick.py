@@ -10,8 +10,8 @@ simulated data and notes go to stderr, and the exit status tells a script which 
 Which GPUs qualify: a GPU whose process list was read (not lost, not refused by NVML:
 unknown is never free), with at least ``--min-free-memory`` free and at most
 ``--max-utilization`` busy when those are given (a reading that is N/A does not pass). A GPU
-with processes still qualifies: the N *freest* are picked, by number of processes, then
-memory used, then utilisation, ties by NVML index.
+with processes still qualifies: the N *freest* are picked, by what each GPU reports (memory
+in use, then utilisation), then its number of processes (:mod:`gpumon.data.ranking`).
 
 MIG: a GPU in MIG mode offers its MIG instances instead of itself, each by its ``MIG-...``
 UUID. A CUDA process uses one MIG instance at most (the first it is shown), so instances
