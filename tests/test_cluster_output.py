@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -196,6 +197,48 @@ def test_down_on_another_day_shows_the_date() -> None:
     assert co.state_text(old, FIXED_TIME) == "DOWN since 2023-11-13 22:13"
     unknown = node("x", make_sample(()), state=NodeState.DOWN, last_seen_s=None)
     assert co.state_text(unknown, FIXED_TIME) == "DOWN"
+    assert co.clock(FIXED_TIME, math.nan) == "2023-11-14 22:13"  # today? not known: the date
+
+
+NOT_MOMENTS = [None, math.nan, math.inf, -math.inf, 1e300, -5.0, 0.0, 1e12]
+
+
+@pytest.mark.parametrize("value", NOT_MOMENTS)
+def test_a_time_that_is_not_a_real_moment_reads_unknown_everywhere(value: float | None) -> None:
+    """NaN, Inf, 1e300, negative, the year 33658: "unknown" in text, null in JSON, and the
+    other nodes are read and picked as ever."""
+    from gpumon.sampling.snapshot import iso_timestamp
+
+    assert co.clock(value, FIXED_TIME) == "unknown"
+    assert iso_timestamp(value) is None
+    odd = node(
+        "odd", make_sample((idle(0),)), state=NodeState.DOWN, last_seen_s=value, down_since_s=value
+    )
+    assert co.state_text(odd, FIXED_TIME) == "DOWN"
+    sample = dataclasses.replace(cluster(odd, busy_node("node1")), timestamp_s=value)
+    assert co.render_cluster(sample).startswith(f"{URL}  unknown  2 nodes (1 up, 1 DOWN)")
+    document = co.cluster_to_dict(sample)
+    validator().validate(json.loads(json.dumps(document, allow_nan=False)))
+    assert (document["timestamp"], document["timestamp_s"]) == (None, None)
+    (entry,) = [entry for entry in document["nodes"] if entry["name"] == "odd"]
+    assert (entry["last_seen"], entry["down_since"]) == (None, None)
+    picked, reasons = cp.rank_cluster(sample, n=1)
+    assert values(picked) == ["node1:1"] and reasons == ("odd DOWN",)
+
+
+def test_a_nodes_problem_is_said_with_its_state() -> None:
+    stuck = dataclasses.replace(
+        stale_node("node4"), problem="the exporter's sampler is stalled: its last sample is 7m old"
+    )
+    expected = (
+        "stale, last seen 22:06 (the exporter's sampler is stalled: its last sample is 7m old)"
+    )
+    assert co.state_text(stuck, FIXED_TIME) == expected
+    assert blocks(co.render_cluster(cluster(stuck)))["node4"][0].startswith(f"node4  {expected}")
+    _, reasons = cp.rank_cluster(cluster(stuck), n=1)
+    assert reasons == (f"node4 {expected}",)
+    (entry,) = co.cluster_to_dict(cluster(stuck))["nodes"]
+    assert entry["problem"] == stuck.problem
 
 
 # --- JSON and its schema ---------------------------------------------------------------------

@@ -60,28 +60,38 @@ def ordered(nodes: Sequence[Node]) -> list[Node]:
     return sorted(nodes, key=lambda node: (natural_key(node.name), node.instance))
 
 
-def clock(timestamp_s: float, now_s: float) -> str:
-    """``14:03`` today (local time), ``2024-06-09 14:03`` on another day."""
-    moment = time.localtime(timestamp_s)
-    if time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d", time.localtime(now_s)):
-        return time.strftime("%H:%M", moment)
-    return time.strftime("%Y-%m-%d %H:%M", moment)
+#: What a time that is not known reads as.
+UNKNOWN_TIME = "unknown"
+
+
+def clock(timestamp_s: float | None, now_s: float | None) -> str:
+    """``14:03`` today (local time), ``2024-06-09 14:03`` on another day; ``unknown`` for
+    ``None`` or a number that is not a real moment (:func:`gpumon.data.format.known_time`)."""
+    known = fmt.known_time(timestamp_s)
+    if known is None:
+        return UNKNOWN_TIME
+    moment = time.localtime(known)
+    now = fmt.known_time(now_s)
+    today = now is not None and time.localtime(now)[:3] == moment[:3]
+    return time.strftime("%H:%M" if today else "%Y-%m-%d %H:%M", moment)
 
 
 def state_text(node: Node, now_s: float) -> str:
     """``UP``, ``DOWN since 14:03`` (else ``DOWN, last seen 14:01``) or
-    ``stale, last seen 14:01``."""
+    ``stale, last seen 14:01``; then the node's problem, if it has one (``stale, last seen
+    14:01 (the exporter's sampler is stalled)``)."""
+    problem = f" ({node.problem})" if node.problem else ""
     if node.state is NodeState.UP:
-        return "UP"
+        return "UP" + problem
     if node.state is NodeState.DOWN:
-        if node.down_since_s is not None:
-            return f"DOWN since {clock(node.down_since_s, now_s)}"
+        if fmt.known_time(node.down_since_s) is not None:
+            return f"DOWN since {clock(node.down_since_s, now_s)}{problem}"
         head = "DOWN"
     else:
         head = "stale"
-    if node.last_seen_s is None:
-        return head
-    return f"{head}, last seen {clock(node.last_seen_s, now_s)}"
+    if fmt.known_time(node.last_seen_s) is None:
+        return head + problem
+    return f"{head}, last seen {clock(node.last_seen_s, now_s)}{problem}"
 
 
 def node_free(node: Node, threshold_mib: int) -> frozenset[int]:
@@ -153,7 +163,12 @@ def processes_shown(node: Node) -> bool:
 def _summary_line(
     cluster: ClusterSample, nodes: Sequence[Node], free_count: int | None, paint: Painter
 ) -> str:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(cluster.timestamp_s))
+    read_s = fmt.known_time(cluster.timestamp_s)
+    stamp = (
+        UNKNOWN_TIME
+        if read_s is None
+        else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(read_s))
+    )
     counts = {state: sum(node.state is state for node in nodes) for state in NodeState}
     states = [f"{counts[NodeState.UP]} up"]
     if counts[NodeState.DOWN]:
@@ -294,7 +309,7 @@ def cluster_to_dict(
         "prometheus_url": cluster.url,
         "simulated": cluster.simulated,
         "timestamp": iso_timestamp(cluster.timestamp_s),
-        "timestamp_s": cluster.timestamp_s,
+        "timestamp_s": fmt.known_time(cluster.timestamp_s),
         "scrape_interval_s": cluster.scrape_interval_s,
         "stale": cluster.stale,
         "error": cluster.error,
@@ -308,9 +323,6 @@ def cluster_to_dict(
 def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict[str, Any]:
     """One entry of ``nodes``."""
     from gpumon.sampling.snapshot import gpu_to_dict, iso_timestamp
-
-    def when(timestamp_s: float | None) -> str | None:
-        return None if timestamp_s is None else iso_timestamp(timestamp_s)
 
     sample = node.sample
     with_processes = include_processes and processes_shown(node)
@@ -326,8 +338,9 @@ def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict
         "state": node.state.value,
         "up": node.state is NodeState.UP,
         "simulated": sample.simulated,
-        "last_seen": when(node.last_seen_s),
-        "down_since": when(node.down_since_s),
+        "last_seen": iso_timestamp(node.last_seen_s),
+        "down_since": iso_timestamp(node.down_since_s),
+        "problem": node.problem,
         "gpus": [
             gpu_to_dict(
                 gpu,

@@ -5,9 +5,10 @@ from a handful of PromQL queries (one per metric for the whole cluster, never on
 the node list, ``once --prometheus`` and ``pick --prometheus`` read it. Pure data and pure
 functions here: no HTTP, no Textual.
 
-Honest staleness: a node whose target is down (``up == 0``) or whose series are older than
-three scrape intervals is DOWN or STALE with the time it was last seen, never a node of idle
-GPUs. Its last known GPUs are kept (``sample``) but no view may count them as free.
+Honest staleness: a node whose target is down (``up == 0``), whose series are older than
+three scrape intervals, or whose exporter answers with an old sample (a sampler stuck in the
+driver) is DOWN or STALE with the time it was last seen, never a node of idle GPUs. Its last
+known GPUs are kept (``sample``) but no view may count them as free.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpumon.data.views import free_gpu_indices, is_stale, user_summary
 class NodeState(str, enum.Enum):
     UP = "up"
     DOWN = "down"  # Prometheus scraped it and failed (up == 0)
-    STALE = "stale"  # no fresh series: the target is gone from Prometheus, or scrapes stopped
+    STALE = "stale"  # no fresh data: the target is gone, scrapes stopped, the sampler is stuck
 
 
 class ExporterKind(str, enum.Enum):
@@ -40,8 +41,12 @@ class Node:
     ``Hostname``), else Prometheus' ``instance``; ``host (instance)`` when two targets share
     a host label: two exporters are never merged into one node. ``sample`` holds its GPUs
     (and processes, from gpumon's exporter), fields the exporter lacks as ``None`` (N/A).
-    ``last_seen_s`` is the newest sample time of its series (seconds since the epoch);
-    ``down_since_s`` when ``up`` turned 0, where Prometheus can tell.
+    ``last_seen_s`` is the newest sample time of its series (seconds since the epoch; for an
+    exporter that serves an old sample, that sample's time); ``down_since_s`` when ``up``
+    turned 0, where Prometheus can tell; both ``None`` when not known, never a time that is
+    not a real moment. ``problem`` says, in one line, why a node that answers is not UP or
+    was refused (the exporter's sampler is stalled, it serves no GPU series, it claims more
+    GPUs than a machine has); ``None`` otherwise.
     """
 
     name: str
@@ -52,6 +57,7 @@ class Node:
     sample: Sample
     last_seen_s: float | None = None
     down_since_s: float | None = None
+    problem: str | None = None
 
     @property
     def gpus(self) -> tuple[GpuStats, ...]:

@@ -1,34 +1,42 @@
 """The Prometheus source's HTTP client: standard library urllib only.
 
-:class:`_Client` POSTs forms to ``/api/v1/...`` and returns the answer's ``data``: it sends
-the headers and basic auth (pre-emptively, never on to a redirect), verifies TLS against the
-system's or a given CA file, bounds each request by a timeout and each answer by
-:data:`MAX_ANSWER_BYTES` (gzip included), and turns every failure into a
-:class:`PrometheusError` of one line that never shows a credential. :class:`Backoff` spaces
-the retries after failures.
+:class:`_Client` POSTs forms to ``/api/v1/...`` and returns the answer's ``data``. It sends
+the headers and basic auth pre-emptively; verifies TLS against the system's or a given CA
+file; ends every request within its timeout however the bytes arrive (connecting, TLS,
+status line, headers, body, error bodies: :mod:`~gpumon.sources.prometheus.deadline`);
+follows no redirect (one line says where it pointed); refuses an answer over
+:data:`MAX_ANSWER_BYTES` (by its ``Content-Length`` before reading it, else when the bytes
+read pass it; gzip included); and turns every failure into a :class:`PrometheusError` of one
+line that never shows a credential (:mod:`~gpumon.sources.prometheus.redaction`): no text of
+a 401 or 403 answer at all. :class:`Backoff` spaces the retries after failures.
 """
 
 from __future__ import annotations
 
 import base64
-import gzip
 import http.client
 import json
 import ssl
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from gpumon import __version__
 from gpumon.data.format import safe_text
+from gpumon.sources.prometheus.deadline import Deadline, deadline_opener, tls_context
+from gpumon.sources.prometheus.redaction import HIDDEN, Redactor
 
-#: The most an answer may hold, decompressed: a misdirected URL must not fill the memory.
-MAX_ANSWER_BYTES = 256 * 1024 * 1024
+#: The most an answer may hold (decompressed). Parsing JSON costs about six times its size
+#: in memory: an answer of 61 MB took 420 MiB of RSS and 4 s (measured), so this bounds a
+#: refresh below 450 MiB. A cluster of 1,000 nodes of 8 GPUs with a few processes each
+#: answers about 50 MB.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_ERROR_BODY_BYTES = 65536
 _ERROR_MAX_CHARS = 300
+_READ_BYTES = 1 << 16
 
 
 class PrometheusError(Exception):
@@ -36,7 +44,7 @@ class PrometheusError(Exception):
 
 
 class _BadAnswer(Exception):
-    """An answer that arrived and cannot be used (too large, broken encoding)."""
+    """An answer that arrived and cannot be used (too large, broken encoding, a redirect)."""
 
 
 class Opener(Protocol):
@@ -78,13 +86,16 @@ class _Client:
         self.base, self.shown, url_auth = _split_url(url)
         auth = basic_auth or url_auth
         self.headers = dict(headers)
-        self.secrets = [value for value in self.headers.values() if len(value) >= 4]
+        self.redactor = Redactor(self.headers, auth)
         if auth is not None:
-            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
+            token = _basic_token(auth)
             self.headers["Authorization"] = f"Basic {token}"
-            self.secrets += [token, auth[1]] if len(auth[1]) >= 4 else [token]
         self.timeout_s = timeout_s
-        self.opener = opener if opener is not None else _default_opener(ca_file)
+        self.opener = opener
+        try:
+            self.context = tls_context(ca_file)
+        except (OSError, ssl.SSLError) as error:
+            raise ValueError(f"cannot use the CA file {ca_file!r}: {_describe(error)}") from None
 
     def post(self, path: str, form: Mapping[str, str]) -> Any:
         request = urllib.request.Request(
@@ -95,45 +106,99 @@ class _Client:
         request.add_header("Accept-Encoding", "gzip")
         request.add_header("User-Agent", f"gpumon/{__version__}")
         for name, value in self.headers.items():
-            request.add_unredirected_header(name, value)  # never sent on to a redirect
-        try:
-            body = self._fetch(request)
-        except _BadAnswer as error:
-            raise self.error(str(error)) from None
-        except urllib.error.HTTPError as error:
-            raise self.error(_http_error_text(error)) from None
-        except TimeoutError:
-            raise self.error(f"no answer within {self.timeout_s:g} s") from None
-        except urllib.error.URLError as error:
-            raise self.error(_url_error_text(error.reason, self.timeout_s)) from None
-        except (OSError, http.client.HTTPException) as error:
-            raise self.error(f"connection failed: {_describe(error)}") from None
-        return _api_data(body, self.error)
+            request.add_unredirected_header(name, value)
+        with Deadline(self.timeout_s) as deadline:
+            try:
+                body = self._fetch(request, deadline)
+            except Exception as error:  # each becomes one safe line (a bug: re-raised)
+                if deadline.expired:  # whatever broke when the sockets were shut down
+                    raise self.error(f"no answer within {self.timeout_s:g} s") from None
+                raise self.error(self._failure_text(error)) from None
+        return _api_data(body, self)
 
-    def _fetch(self, request: urllib.request.Request) -> bytes:
-        deadline = time.monotonic() + self.timeout_s
-        with self.opener.open(request, timeout=self.timeout_s) as response:
-            chunks, size = [], 0
-            while chunk := response.read(1 << 16):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_ANSWER_BYTES:
-                    raise _BadAnswer("the answer is too large")
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-            body = b"".join(chunks)
+    def _fetch(self, request: urllib.request.Request, deadline: Deadline) -> bytes | bytearray:
+        opener = self.opener or deadline_opener(deadline, self.context)
+        try:
+            response = opener.open(request, timeout=self.timeout_s)
+        except urllib.error.HTTPError as error:
+            try:  # its body is read here, within the deadline, or not at all
+                text = self._http_error_text(error)
+            finally:
+                error.close()
+            raise _BadAnswer(text) from None
+        with response:
+            length = _content_length(response.headers)
+            if length is not None and length > MAX_ANSWER_BYTES:
+                raise _BadAnswer(f"the answer is too large ({length:,} bytes; {_LIMIT})")
+            body = bytearray()  # grown in place: the answer is held once, not twice
+            while chunk := response.read(min(_READ_BYTES, MAX_ANSWER_BYTES + 1 - len(body))):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise _BadAnswer(f"the answer is too large ({_LIMIT})")
+                deadline.left()  # for an opener that does not bound its sockets
             if (response.headers.get("Content-Encoding") or "").lower() == "gzip":
-                body = _gunzip(body)
+                return _gunzip(body)
             return body
+
+    def _failure_text(self, error: Exception) -> str:
+        if isinstance(error, _BadAnswer):
+            return str(error)
+        if isinstance(error, TimeoutError):
+            return f"no answer within {self.timeout_s:g} s"
+        if isinstance(error, urllib.error.URLError):
+            return _url_error_text(error.reason, self.timeout_s)
+        if isinstance(error, (OSError, http.client.HTTPException)):
+            return f"connection failed: {_describe(error)}"
+        raise error  # a bug: the source's own handler says it
+
+    def _http_error_text(self, error: urllib.error.HTTPError) -> str:
+        code = error.code
+        if code in (401, 403):
+            # Neither body nor reason phrase: a proxy's page may quote the header it refused.
+            return f"HTTP {code} (credentials missing or refused)"
+        if 300 <= code < 400:
+            where = _redirect_target(self.base, error.headers.get("Location"))
+            if self.redactor.hides_server_text:
+                where = "an address not shown (it could contain a credential)"
+            return (
+                f"HTTP {code}: the server redirects to {self.redact(where)}; redirects "
+                "are not followed (use that address as the Prometheus URL if it is right)"
+            )
+        reason = str(error.reason or "").strip()
+        try:
+            answer = json.loads(error.read(_ERROR_BODY_BYTES) or b"null")
+        except (ValueError, OSError, http.client.HTTPException, RecursionError):
+            answer = None
+        detail = answer.get("error") if isinstance(answer, dict) else None
+        detail = detail.strip() if isinstance(detail, str) else ""
+        if self.redactor.hides_server_text and (reason or detail):
+            return f"HTTP {code} ({HIDDEN})"
+        text = f"HTTP {code} {self.redact(reason)}".rstrip()
+        return f"{text}: {self.redact(detail)}" if detail else text
+
+    def server_text(self, text: str) -> str:
+        """Text from the server, fit for an error line: redacted, or hidden."""
+        return self.redactor.server_text(text)
 
     def error(self, reason: str) -> PrometheusError:
         return PrometheusError(self.redact(f"Prometheus at {self.shown}: {reason}"))
 
     def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        text = " ".join(safe_text(text, _ERROR_MAX_CHARS).split())  # one safe line
-        return text
+        """One safe line: credentials replaced, controls escaped, whitespace collapsed."""
+        text = self.redactor.redact(text)
+        return " ".join(safe_text(text, _ERROR_MAX_CHARS).split())
+
+
+_LIMIT = f"gpumon reads at most {MAX_ANSWER_BYTES // 2**20} MiB"
+
+
+def _content_length(headers: Any) -> int | None:
+    text = (headers.get("Content-Length") or "").strip() if headers is not None else ""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _basic_token(auth: tuple[str, str]) -> str:
+    return base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
 
 
 def _split_url(url: str) -> tuple[str, str, tuple[str, str] | None]:
@@ -154,41 +219,36 @@ def _split_url(url: str) -> tuple[str, str, tuple[str, str] | None]:
     return base, base, auth
 
 
-def _default_opener(ca_file: str | None) -> Opener:
+def _redirect_target(base: str, location: str | None) -> str:
+    """Where a redirect pointed: ``scheme://host[:port]/path``, no query, no credentials."""
+    if not location:
+        return "nowhere (no Location)"
     try:
-        context = ssl.create_default_context(cafile=ca_file)
-    except (OSError, ssl.SSLError) as error:
-        raise ValueError(f"cannot use the CA file {ca_file!r}: {_describe(error)}") from None
-    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        parts = urllib.parse.urlsplit(urllib.parse.urljoin(base + "/", location.strip()))
+        port = parts.port
+    except ValueError:
+        return "an address that is not a URL"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    where = f"{parts.scheme}://{host}{'' if port is None else f':{port}'}{parts.path}"
+    return safe_text(where, 200)
 
 
-def _gunzip(body: bytes) -> bytes:
+def _gunzip(body: bytes | bytearray) -> bytes:
     decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         data = decompressor.decompress(body, MAX_ANSWER_BYTES + 1)
-    except (zlib.error, gzip.BadGzipFile):
+    except zlib.error:
         raise _BadAnswer("the answer's gzip encoding is broken") from None
     if len(data) > MAX_ANSWER_BYTES:
-        raise _BadAnswer("the answer is too large")
+        raise _BadAnswer(f"the answer is too large ({_LIMIT})")
     return data
 
 
 def _describe(error: BaseException) -> str:
     text = getattr(error, "strerror", None) or str(error) or type(error).__name__
     return str(text)
-
-
-def _http_error_text(error: urllib.error.HTTPError) -> str:
-    text = f"HTTP {error.code} {error.reason or ''}".rstrip()
-    if error.code in (401, 403):
-        text += " (credentials missing or refused)"
-    try:
-        detail = json.loads(error.read(65536) or b"null")
-    except (ValueError, OSError, http.client.HTTPException):
-        detail = None
-    if isinstance(detail, dict) and isinstance(detail.get("error"), str):
-        text += f": {detail['error']}"
-    return text
 
 
 def _url_error_text(reason: Any, timeout_s: float) -> str:
@@ -203,16 +263,17 @@ def _url_error_text(reason: Any, timeout_s: float) -> str:
     return f"cannot connect: {reason}"
 
 
-def _api_data(body: bytes, error: Callable[[str], PrometheusError]) -> Any:
+def _api_data(body: bytes | bytearray, client: _Client) -> Any:
     try:
         answer = json.loads(body)
-    except ValueError:
-        raise error("the answer is not JSON (is this Prometheus' address?)") from None
+    except (ValueError, RecursionError):
+        raise client.error("the answer is not JSON (is this Prometheus' address?)") from None
     if not isinstance(answer, dict) or answer.get("status") not in ("success", "error"):
-        raise error("the answer is not Prometheus' API JSON (is this its address?)")
+        raise client.error("the answer is not Prometheus' API JSON (is this its address?)")
     if answer["status"] == "error":
-        raise error(f"query failed: {answer.get('errorType', '')}: {answer.get('error', '')}")
+        said = f"{answer.get('errorType', '')}: {answer.get('error', '')}"
+        raise client.error(f"query failed: {client.server_text(said)}")
     data = answer.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
-        raise error("the answer is not Prometheus' API JSON (no result)")
+        raise client.error("the answer is not Prometheus' API JSON (no result)")
     return data

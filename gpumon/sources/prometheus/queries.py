@@ -50,6 +50,8 @@ _GPUMON_OTHERS = (
     "gpumon_simulated",
     "gpumon_driver_info",
     "gpumon_sample_timestamp_seconds",
+    "gpumon_sample_age_seconds",  # with the next: the exporter says its sampler is stuck
+    "gpumon_sampler_stalled",
 )
 
 #: dcgm-exporter series -> (GpuStats field, factor to the model's unit).

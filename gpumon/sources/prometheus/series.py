@@ -1,11 +1,16 @@
 """Prometheus' answers turned into gpumon's model.
 
 An instant query's result becomes :class:`_Series` (labels made safe when read, NaN and
-infinite values ``None``); a target's series become a :class:`~gpumon.data.model.Sample`:
+infinite values ``None``, a time that is not a real moment ``None``; a series whose labels
+are not all text is dropped); a target's series become a :class:`~gpumon.data.model.Sample`:
 :func:`_gpumon_sample` for gpumon's exporter (GpuStats, MIG instances, GpuProcess,
 DriverInfo), :func:`_dcgm_sample` for dcgm-exporter's, :func:`_identity_sample` for the GPUs
 a down node's identity series named. :func:`_kind` tells the exporter, :func:`_host` its host
 name. See "What a node holds" in :mod:`gpumon.sources.prometheus.source`.
+
+One bad series spoils only itself: a reading that no GPU can give (negative, or beyond
+:data:`_LARGEST_READING`) is ``None`` (N/A), a process count that is not a count leaves that
+GPU's processes unknown (never FREE), a process's memory that is not a size is N/A.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.data.cluster import ExporterKind
-from gpumon.data.format import safe_text
+from gpumon.data.format import known_time, safe_text
 from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
@@ -35,7 +40,7 @@ class _Series:
     name: str | None
     labels: dict[str, str]  # as Prometheus gave them, ``__name__`` included
     value: float | None
-    time_s: float
+    time_s: float | None  # when Prometheus evaluated it; None: not a real moment
 
     def label(self, name: str) -> str | None:
         """The label's value made safe, or None when absent or empty."""
@@ -51,16 +56,39 @@ def _number(text: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+#: No NVML reading is negative or this large (an unsigned 64-bit counter at most).
+_LARGEST_READING = 2.0**64
+
+
+def _reading(value: float | None) -> float | None:
+    """A reading as a GPU could give it, else None: no count, size, clock or temperature
+    NVML reports is negative or beyond 2**64."""
+    if value is None or not 0 <= value < _LARGEST_READING:
+        return None
+    return value
+
+
+def _count(value: float | None) -> int | None:
+    """A count of processes (a whole number from 0 to a million), else None."""
+    if value is None or not 0 <= value <= 1_000_000 or value != int(value):
+        return None
+    return int(value)
+
+
 def _vector(data: Any) -> list[_Series]:
     """An instant query's result as series; malformed entries are skipped."""
     found = []
     for item in data.get("result", ()):
         try:
             labels, (time_s, text) = item["metric"], item["value"]
-            moment = float(time_s)
         except (KeyError, TypeError, ValueError):
             continue
-        if type(labels) is dict:  # label values are strings in every answer Prometheus gives
+        # Label names and values are text in every answer Prometheus gives: a series with
+        # anything else is not one, and only it is dropped.
+        if type(labels) is dict and all(
+            type(key) is str and type(value) is str for key, value in labels.items()
+        ):
+            moment = known_time(_number(time_s))
             found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
     return found
 
@@ -97,9 +125,22 @@ def _gpu_index(item: _Series) -> int | None:
 
 _TYPES = typing.get_type_hints(GpuStats)
 
+#: Readings with a ceiling NVML never passes (the JSON schema's too).
+_HIGHEST = {
+    "utilization_gpu_pct": 100.0,
+    "utilization_memory_pct": 100.0,
+    "utilization_encoder_pct": 100.0,
+    "utilization_decoder_pct": 100.0,
+    "performance_state": 15.0,
+}
 
-def _as_model(attribute: str, value: float) -> Any:
-    """A reading in the model's type: ints rounded, booleans from 1/0."""
+
+def _as_model(attribute: str, value: float | None) -> Any:
+    """A reading in the model's type (ints rounded, booleans from 1/0); None for one that
+    no GPU gives."""
+    value = _reading(value)
+    if value is None or value > _HIGHEST.get(attribute, value):
+        return None
     kind = str(_TYPES[attribute])
     if kind.startswith("bool") or "bool |" in kind:
         return value != 0
@@ -113,7 +154,8 @@ class _Gpu:
     index: int
     values: dict[str, Any] = field(default_factory=dict)
     states: dict[str, list[str]] = field(default_factory=dict)
-    processes: float | None = None
+    processes: int | None = None
+    processes_bad: bool = False  # served, and not a count
     lost: bool = False
     mig: list[_Series] = field(default_factory=list)
 
@@ -139,7 +181,8 @@ def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
         if item.name == "gpumon_gpu_up":
             gpu.lost = item.value == 0
         elif item.name == "gpumon_gpu_processes":
-            gpu.processes = item.value
+            gpu.processes = _count(item.value)
+            gpu.processes_bad = gpu.processes is None
         elif (reading := GPUMON_READINGS.get(item.name)) is not None:
             spec = reading.prometheus
             assert spec is not None  # GPUMON_READINGS holds only exported fields
@@ -148,9 +191,9 @@ def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
                 if state is not None and item.value:
                     gpu.states.setdefault(reading.attribute, []).append(state)
             elif item.value is not None:
-                gpu.values[reading.attribute] = _as_model(
-                    reading.attribute, item.value / spec.scale
-                )
+                value = _as_model(reading.attribute, item.value / spec.scale)
+                if value is not None:
+                    gpu.values[reading.attribute] = value
     return gpus
 
 
@@ -162,10 +205,10 @@ def _gpumon_sample(series: list[_Series], host: str, when: float) -> Sample:
         listed[process.gpu_index] = listed.get(process.gpu_index, 0) + 1
     stats = tuple(_gpumon_stats(gpus[index], listed.get(index, 0)) for index in sorted(gpus))
     scalars = {item.name: item for item in series if "gpu" not in item.labels}
-    stamp = scalars.get("gpumon_sample_timestamp_seconds")
+    stamp = sample_time(series)
     simulated = scalars.get("gpumon_simulated")
     return Sample(
-        timestamp_s=stamp.value if stamp is not None and stamp.value is not None else when,
+        timestamp_s=stamp if stamp is not None else when,
         host=_host_stats(host),
         driver=_driver(series),
         gpus=stats,
@@ -184,11 +227,13 @@ def _gpumon_stats(gpu: _Gpu, listed: int) -> GpuStats:
         identity = {key: values.get(key) for key in ("uuid", "name", "pci_bus_id")}
         reason = "lost: the exporter reports that it stopped answering (gpumon_gpu_up 0)"
         return GpuStats(gpu.index, lost=True, lost_reason=reason, **identity)
-    if gpu.processes is None:
+    if gpu.processes_bad:
+        values["processes_error"] = "the exporter's process count for this GPU is not a count"
+    elif gpu.processes is None:
         values["processes_error"] = "the exporter does not report this GPU's processes"
     elif gpu.processes > listed:
         values["processes_error"] = (
-            f"the exporter counts {gpu.processes:.0f} processes and lists {listed} "
+            f"the exporter counts {gpu.processes} processes and lists {listed} "
             "(a process's GPU memory is not reported)"
         )
     values["mig_instances"] = _mig(gpu) if values.get("mig_mode") else ()
@@ -209,8 +254,9 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
         entry = instances.setdefault(
             key, {"uuid": item.label("uuid"), "profile": item.label("profile")}
         )
-        if item.value is not None and item.name is not None:
-            entry[item.name] = round(item.value)
+        size = _reading(item.value)
+        if size is not None and item.name is not None:
+            entry[item.name] = round(size)
     if not instances:
         return None
     ordered = sorted(
@@ -235,6 +281,19 @@ def _int(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
+#: The ``type`` label of a process series: nvidia-smi's Type column. Absent: not known.
+_PROCESS_KINDS = {kind.value: kind for kind in ProcessKind if kind is not ProcessKind.UNKNOWN}
+
+
+def sample_time(series: list[_Series]) -> float | None:
+    """When the exporter read the sample it serves (``gpumon_sample_timestamp_seconds``), if
+    it says so with a real moment."""
+    for item in series:
+        if item.name == "gpumon_sample_timestamp_seconds" and "gpu" not in item.labels:
+            return known_time(item.value)
+    return None
+
+
 def _processes(series: list[_Series]) -> list[GpuProcess]:
     found = []
     for item in series:
@@ -243,13 +302,14 @@ def _processes(series: list[_Series]) -> list[GpuProcess]:
         index, pid = _gpu_index(item), _int(item.labels.get("pid", ""))
         if index is None or not pid:
             continue  # not a process gpumon's exporter would serve
+        memory = _reading(item.value)
         found.append(
             GpuProcess(
                 gpu_index=index,
                 gpu_uuid=item.label("uuid"),
                 pid=pid,
-                kind=ProcessKind.COMPUTE,  # the exporter does not say
-                gpu_memory_bytes=None if item.value is None else round(item.value),
+                kind=_PROCESS_KINDS.get(item.labels.get("type", ""), ProcessKind.UNKNOWN),
+                gpu_memory_bytes=None if memory is None else round(memory),
                 user=item.label("user"),
                 command=item.label("process"),  # the executable's base name only
                 job_id=item.label("job_id"),
@@ -281,8 +341,9 @@ def _dcgm_sample(series: list[_Series], host: str, when: float) -> Sample:
         gpu = gpus.setdefault(index, _Gpu(index))
         gpu.identify(item, "UUID", "modelName")
         attribute, factor = reading
-        if item.value is not None:
-            gpu.values[attribute] = _as_model(attribute, item.value * factor)
+        value = None if item.value is None else _as_model(attribute, item.value * factor)
+        if value is not None:
+            gpu.values[attribute] = value
     return Sample(
         timestamp_s=when,
         host=_host_stats(host),

@@ -15,14 +15,22 @@ clock=time.time, opener=None)``
     string is dropped). Credentials in the URL (``https://user:pass@host``) become basic auth
     and are removed from it. ``headers`` are sent with every request (``{"Authorization":
     "Bearer …"}``, ``{"X-Scope-OrgID": "team"}`` for Mimir); ``basic_auth`` is ``(user,
-    password)``. Both are sent pre-emptively and never follow a redirect to another address.
-    HTTPS verifies the certificate and the host name; ``ca_file`` names a PEM bundle of a
-    private CA. ``timeout_s`` bounds each request (connecting and the whole answer).
-    ``clock`` is only used where the server gives no time. ``opener`` replaces urllib's
-    (anything with ``open(request, timeout=...)``, as :class:`urllib.request.OpenerDirector`):
-    for tests. Raises :class:`ValueError` for a URL that is not ``http(s)://host...`` and for a
-    CA file that cannot be read. ``repr()`` shows header names only, never values or
-    passwords; so does every error text.
+    password)``. Both are sent pre-emptively. No redirect is followed: a 3xx answer is a
+    failure whose line says where it pointed (``scheme://host[:port]/path``). HTTPS verifies
+    the certificate and the host name; ``ca_file`` names a PEM bundle of a private CA.
+    ``timeout_s`` bounds each request as a whole, however slowly the bytes arrive: name
+    lookup, connecting, the TLS handshake, the status line, headers and body (an error's
+    too); then it fails with ``no answer within N s``. A refresh is three requests. Proxies
+    from the environment (``http_proxy``, ``https_proxy``, ``no_proxy``) are used as by
+    urllib. An answer larger than :data:`~gpumon.sources.prometheus.client.MAX_ANSWER_BYTES`
+    (64 MiB) is refused, by its ``Content-Length`` before it is read. ``clock`` is only used
+    where the server gives no time that is a real moment. ``opener`` replaces urllib's
+    (anything with ``open(request, timeout=...)``, as :class:`urllib.request.OpenerDirector`;
+    then only the reads of the body are bounded): for tests. Raises :class:`ValueError` for a
+    URL that is not ``http(s)://host...`` and for a CA file that cannot be read. ``repr()``
+    shows header names only, never values or passwords. No error text holds a credential in
+    any form the server may echo it (:mod:`~gpumon.sources.prometheus.redaction`), and none
+    holds the text of a 401 or 403 answer.
 
 ``PrometheusSource.sample() -> ClusterSample``
     Blocks (HTTP; call it off the event loop), never raises. Runs the same three instant
@@ -66,11 +74,12 @@ What a node holds
   percent, hertz to MHz) and to the model's type (ints rounded); ``gpumon_gpu_up 0`` is a lost
   GPU; MIG instances from ``gpumon_mig_memory_*`` (indices in instance-id order, the exporter
   does not serve NVML's); processes from ``gpumon_process_gpu_memory_bytes``: ``command`` is
-  the ``process`` label, the executable's base name only; ``kind`` is COMPUTE (the exporter
-  does not say); ``visible`` True, ``is_current_user`` False; host details (CPU, RSS, elapsed)
-  ``None``. A GPU without ``gpumon_gpu_processes`` (the exporter leaves it out when the list is
-  unknown) gets ``processes_error``, as does one whose count exceeds the listed processes (a
-  process whose memory is N/A has no series): unknown, never free. ``processes_read`` is True
+  the ``process`` label, the executable's base name only; ``kind`` from the ``type`` label
+  (``C``, ``G``, ``C+G``), UNKNOWN where the exporter does not say; ``visible`` True,
+  ``is_current_user`` False; host details (CPU, RSS, elapsed) ``None``. A GPU without
+  ``gpumon_gpu_processes`` (the exporter leaves it out when the list is unknown) gets
+  ``processes_error``, as does one whose count exceeds the listed processes (a process whose
+  memory is N/A has no series): unknown, never free. ``processes_read`` is True
   when some GPU's count is served. Absent ``gpumon_gpu_clock_event_reason`` series read
   ``None`` (the exporter serves none both when nothing holds the clocks and when it cannot
   tell).
@@ -78,7 +87,14 @@ What a node holds
   total memory from ``DCGM_FI_DEV_FB_TOTAL`` where served, else used + free (+ reserved);
   everything else ``None``; ``processes_read`` False (dcgm-exporter lists no process).
 - Every label value is other machines' text and passes :func:`gpumon.data.format.safe_text`.
-  NaN and infinite values are ``None``.
+  NaN and infinite values are ``None``; so is a reading no GPU gives (negative, past 2**64,
+  a utilisation past 100 %); every time from an answer that is not a real moment
+  (:func:`gpumon.data.format.known_time`) is not known. One bad series spoils only itself
+  (a series whose labels are not all text is dropped); a process count that is not a count
+  leaves that GPU's processes unknown, never free.
+- A node whose series name more than :data:`~gpumon.sources.prometheus.nodes.MAX_GPUS_PER_NODE`
+  (64) GPUs, or a GPU index of 64 or more, is refused: STALE with its last known GPUs and
+  ``problem`` saying why.
 
 Staleness
 =========
@@ -86,12 +102,17 @@ Staleness
 State per node by :func:`gpumon.data.cluster.classify`, against the server's evaluation time
 (not this machine's clock, which may be skewed): DOWN when ``up == 0``; STALE when its
 latest scrape is older than three scrape intervals, or when it has no ``up`` series any
-more (removed from the scrape config or service discovery: listed for an hour after); STALE
-too when its exporter answers but serves no GPU series (gpumon's exporter drops them when a
-sample fails). A DOWN or STALE node keeps the last GPUs this source read for it (or, on a
-first sample, the GPUs its identity series named in the last hour, without readings).
+more (removed from the scrape config or service discovery: listed for an hour after). STALE
+too when gpumon's exporter answers but its data are not current (a driver call stuck behind
+a live exporter): it serves no GPU series (it drops them when a sample fails), or
+``gpumon_sampler_stalled 1``, or a ``gpumon_sample_age_seconds`` or a
+``gpumon_sample_timestamp_seconds`` older than three scrape intervals (the timestamp by the
+server's clock: the nodes' clocks must be synchronised); ``Node.problem`` says which. A DOWN
+or STALE node keeps the last GPUs this source read for it (or, on a first sample, the GPUs
+its identity series named in the last hour, without readings), and no view counts them free.
 
-``last_seen_s`` is its latest successful scrape. ``down_since_s`` is the scrape after the last
+``last_seen_s`` is its latest successful scrape (for an exporter serving an old sample, that
+sample's time). ``down_since_s`` is the scrape after the last
 successful one within the hour (found with 15 s resolution, so it is within one scrape
 interval or 15 s of the real moment); ``None`` when it has not been up for an hour.
 
@@ -127,46 +148,24 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
-from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState, classify, node_names
+from gpumon.data.cluster import ClusterSample, ExporterKind, node_names
 from gpumon.data.fields import BY_KEY
-from gpumon.data.format import safe_text
-from gpumon.data.model import Sample
+from gpumon.data.format import known_time
 from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client, _describe
+from gpumon.sources.prometheus.nodes import DEFAULT_SCRAPE_INTERVAL_S, _build_node, _Known
 from gpumon.sources.prometheus.queries import DCGM_READINGS, QUERIES, _promql_string, _series_name
-from gpumon.sources.prometheus.series import (
-    _dcgm_sample,
-    _gpu_index,
-    _gpumon_sample,
-    _host,
-    _identity_sample,
-    _kind,
-    _number,
-    _Series,
-    _vector,
-)
+from gpumon.sources.prometheus.series import _number, _Series, _vector
 from gpumon.sources.prometheus.targets import (
     Target,
     _by_target,
-    _Facts,
     _facts,
     _no_longer_current,
     _node_targets,
     _unique,
 )
 
-#: Used where fewer than two scrapes of a target were seen in five minutes.
-DEFAULT_SCRAPE_INTERVAL_S = 15.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """What was last read of a target while it served data."""
-
-    host: str | None
-    kind: ExporterKind
-    sample: Sample
+__all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 
 
 class PrometheusSource:
@@ -223,7 +222,8 @@ class PrometheusSource:
         except PrometheusError as error:
             return self._failed(str(error))
         except Exception as error:  # a bug must not take the dashboard down: say it
-            return self._failed(self._client.redact(f"unexpected answer: {_describe(error)}"))
+            said = self._client.server_text(_describe(error))  # it may quote the answer
+            return self._failed(str(self._client.error(f"unexpected answer: {said}")))
         self._backoff.succeeded()
         self.last = sample
         return sample
@@ -244,18 +244,27 @@ class PrometheusSource:
     def _build(
         self, facts_series: list[_Series], data: list[_Series], identity: list[_Series]
     ) -> ClusterSample:
-        times = [item.time_s for item in (*facts_series, *data, *identity)]
+        times = [t for item in (*facts_series, *data, *identity) if (t := item.time_s) is not None]
         now = max(times) if times else self._clock() + self._clock_offset_s
         if times:
             self._clock_offset_s = now - self._clock()
         facts, by_target, identities = _facts(facts_series), _by_target(data), _by_target(identity)
         targets = _node_targets(facts, by_target, identities)
         intervals = [f.interval_s for t in targets if (f := facts.get(t)) and f.interval_s]
-        built = [
-            self._node(t, facts.get(t), by_target.get(t, []), identities.get(t, []), now)
-            for t in targets
-        ]
-        self._known = {target: self._known[target] for target in targets if target in self._known}
+        built, known = [], {}
+        for target in targets:
+            host, node, remembered = _build_node(
+                target,
+                facts.get(target),
+                by_target.get(target, []),
+                identities.get(target, []),
+                now,
+                self._known.get(target),
+            )
+            built.append((host, node))
+            if (kept := remembered or self._known.get(target)) is not None:
+                known[target] = kept
+        self._known = known
         names = _unique(node_names([(host, node.instance) for host, node in built]), built)
         nodes = tuple(
             dataclasses.replace(node, name=name)
@@ -267,46 +276,6 @@ class PrometheusSource:
             nodes=tuple(sorted(nodes, key=lambda node: (node.name, node.instance))),
             scrape_interval_s=statistics.median(intervals) if intervals else None,
         )
-
-    def _node(
-        self,
-        target: Target,
-        facts: _Facts | None,
-        data: list[_Series],
-        identity: list[_Series],
-        now: float,
-    ) -> tuple[str | None, Node]:
-        facts = facts or _Facts()
-        state, last_seen, down_since = _state(facts, now)
-        known = self._known.get(target)
-        host = _host(data) or _host(identity) or (known.host if known else None)
-        shown = host or safe_text(target[0])
-        kind = _kind(data)
-        if kind is not ExporterKind.UNKNOWN and any(_gpu_index(item) is not None for item in data):
-            build = _gpumon_sample if kind is ExporterKind.GPUMON else _dcgm_sample
-            sample = build(data, shown, last_seen or now)
-            self._known[target] = _Known(host, kind, sample)
-        else:
-            # Nothing about its GPUs now: down, gone, or an exporter that could not read them
-            # (gpumon's drops its GPU series when a sample fails). The last known GPUs.
-            if known is not None:
-                kind, sample = known.kind, known.sample
-            else:
-                kind = _kind(identity) if kind is ExporterKind.UNKNOWN else kind
-                sample = _identity_sample(identity, shown, last_seen or now)
-            if state is NodeState.UP and kind is not ExporterKind.UNKNOWN:
-                state = NodeState.STALE
-        node = Node(
-            name=shown,
-            instance=safe_text(target[0]),
-            job=safe_text(target[1]) or None,
-            exporter=kind,
-            state=state,
-            sample=sample,
-            last_seen_s=last_seen,
-            down_since_s=down_since,
-        )
-        return host, node
 
     # --- history ----------------------------------------------------------------------------
 
@@ -352,7 +321,8 @@ class PrometheusSource:
         values: dict[float, float | None] = {}
         for item in data.get("result", ())[:1]:
             for pair in item.get("values", ()) if isinstance(item, dict) else ():
-                with_time = _number(pair[0]) if isinstance(pair, list) and len(pair) == 2 else None
+                pair_ok = isinstance(pair, list) and len(pair) == 2
+                with_time = known_time(_number(pair[0])) if pair_ok else None
                 if with_time is not None:
                     value = _number(pair[1])
                     values[round(with_time, 3)] = None if value is None else value * factor
@@ -366,19 +336,3 @@ class PrometheusSource:
             if node in (candidate.name, candidate.instance):
                 return candidate.instance, candidate.job, candidate.exporter
         return node, None, ExporterKind.UNKNOWN
-
-
-def _state(facts: _Facts, now: float) -> tuple[NodeState, float | None, float | None]:
-    """(state, last seen, down since) of a target. No ``up`` series: gone from Prometheus."""
-    interval = facts.interval_s or DEFAULT_SCRAPE_INTERVAL_S
-    last_seen = facts.scraped_s if facts.up else facts.last_up_s
-    if facts.up is None:
-        return NodeState.STALE, last_seen, None
-    state = classify(facts.up, last_seen, now, interval)
-    down_since = None
-    if state is NodeState.DOWN and facts.last_up_s is not None:
-        # The scrape after the last good one (found at 15 s steps), not after the latest.
-        down_since = facts.last_up_s + interval
-        if facts.scraped_s is not None:
-            down_since = min(down_since, facts.scraped_s)
-    return state, last_seen, down_since

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpumon.data.cluster import ExporterKind, Node, NodeState
+from gpumon.data.format import known_time
 from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _kind, _Series
 
@@ -71,8 +72,11 @@ def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
         target, slot = _target(item), slots.get(item.labels.get(_FACT, ""))
         if target is not None and slot is not None:
             target_facts = facts.setdefault(target, _Facts())
-            setattr(target_facts, slot, item.value)
-            target_facts.evaluated_s = item.time_s
+            # A time that is not a real moment is not known (None), as Prometheus' own.
+            value = known_time(item.value) if slot.endswith("_s") else item.value
+            setattr(target_facts, slot, value)
+            if item.time_s is not None:
+                target_facts.evaluated_s = item.time_s
     return facts
 
 
