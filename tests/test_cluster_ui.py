@@ -720,3 +720,39 @@ def test_the_quiet_interval_unless_one_was_chosen() -> None:
     assert app.interval_s == 5.0
     chosen = Settings(prometheus_url=URL, interval_s=2.0, origins={"interval_s": "--interval"})
     assert create_cluster_app(chosen, source).interval_s == 2.0
+
+
+@pytest.mark.parametrize("absurd", [float("nan"), float("inf"), 1e300, -5.0, 1e12])
+def test_a_time_that_is_no_real_moment_reads_unknown_in_the_cluster_view(absurd: float) -> None:
+    """Such times crashed all four cluster dashboards (OverflowError, ValueError)."""
+    from gpumon.ui.cluster.node_columns import clock_text
+
+    assert clock_text(absurd, FIXED_TIME) == "unknown"
+    assert clock_text(FIXED_TIME, absurd) == "unknown"
+
+
+async def test_absurd_server_times_leave_every_cluster_screen_drawn() -> None:
+    import dataclasses
+
+    base = make_cluster(6)
+    nodes = tuple(
+        dataclasses.replace(node, last_seen_s=float("nan"), down_since_s=1e300)
+        for node in base.nodes
+    )
+    cluster = dataclasses.replace(base, nodes=nodes, timestamp_s=float("inf"))
+    app = cluster_app(cluster)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await shown(app, pilot, cluster)
+        for keys in (("enter",), ("right", "enter"), ("escape", "escape")):
+            await pilot.press(*keys)
+            await pilot.pause(0.2)
+            assert app.is_running
+        assert app.is_running
+
+
+def test_a_process_type_a_node_does_not_say_reads_na() -> None:
+    from gpumon.data.model import ProcessKind
+    from gpumon.ui.widgets.process_columns import kind_text
+
+    assert kind_text(ProcessKind.UNKNOWN) == "N/A"
+    assert kind_text(ProcessKind.GRAPHICS) == "G"

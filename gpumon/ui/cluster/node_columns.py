@@ -17,6 +17,7 @@ from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ExporterKind, Node, NodeState, NodeSummary, summarize
+from gpumon.data.format import known_time
 from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER
 
 #: What a node that is not UP shows for its free GPUs (and a node with no top user).
@@ -180,8 +181,12 @@ def sort_rows(rows: Iterable[NodeRow], key: str, reverse: bool) -> list[NodeRow]
     return [row for _, row in ordered] + sorted(unknown, key=lambda row: natural_key(row.name))
 
 
-def clock_text(seconds: float, now_s: float) -> str:
-    """``14:02`` today, ``Mar 03 14:02`` on another day (local time)."""
+def clock_text(seconds: float | None, now_s: float) -> str:
+    """``14:02`` today, ``Mar 03 14:02`` on another day (local time); ``unknown`` for a time a
+    server gave that is no real moment (NaN, Inf, 1e300, negative: see format.known_time)."""
+    if known_time(seconds) is None or known_time(now_s) is None:
+        return "unknown"
+    assert seconds is not None
     when = time.localtime(seconds)
     if time.localtime(now_s)[:3] == when[:3]:
         return time.strftime("%H:%M", when)

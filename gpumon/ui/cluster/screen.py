@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Input
 
 from gpumon.data.cluster import ClusterSample
+from gpumon.data.format import known_time
 from gpumon.ui.cluster.node_columns import (
     EMPTY_NONE,
     EMPTY_WAITING,
@@ -118,7 +119,8 @@ class ClusterHeader(ClusterBar):
             right.add("waiting for Prometheus  ", self.style("label"))
         if every:
             right.add("every ", self.style("label")).add(f"{interval_s:g}s  ")
-        if answered_s is not None:
+        if known_time(answered_s) is not None:
+            assert answered_s is not None
             right.add(time.strftime("%H:%M:%S", time.localtime(answered_s)) + " ")
         return right
 

@@ -44,10 +44,13 @@ def no_current_processes(node: Node, now_s: float) -> str:
 def node_state(node: Node, now_s: float) -> str:
     """``UP``, or ``DOWN since 14:02: readings as last seen at 14:01``."""
     text = state_text(node, now_s)
+    problem = f" ({node.problem})" if node.problem else ""
     if node.state is NodeState.UP:
-        return text
+        return text + problem
     seen = node.last_seen_s
-    return text + (f": readings as last seen at {clock_text(seen, now_s)}" if seen else "")
+    return (
+        text + problem + (f": readings as last seen at {clock_text(seen, now_s)}" if seen else "")
+    )
 
 
 def find_node(cluster: ClusterSample | None, name: str) -> Node | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.data import format as fmt
-from gpumon.data.model import GpuProcess, Sample, notable_unlisted_memory_bytes
+from gpumon.data.model import GpuProcess, ProcessKind, Sample, notable_unlisted_memory_bytes
 from gpumon.data.views import shorten_command
 
 ProcessKey = tuple[int, int]  # (GPU index, PID)
@@ -42,6 +42,11 @@ def _none_last(value: Any) -> tuple[bool, Any]:
     return (value is None, value if value is not None else 0)
 
 
+def kind_text(kind: ProcessKind) -> str:
+    """``C``, ``G``, ``C+G``; N/A where a node's exporter did not say (the cluster)."""
+    return fmt.NA if kind is ProcessKind.UNKNOWN else kind.value
+
+
 # Every column is at least one cell wider than its title: the sort arrow never cuts it.
 COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 4, True, lambda p: (p.gpu_index, p.gpu_instance_id or 0, p.pid)),
@@ -49,7 +54,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("user", "USER", 10, False, lambda p: _none_last(p.user)),
     Column("job", "JOB", 9, True, lambda p: _none_last(_job_number(p.job_id)), 100, True),
     Column("container", "CONTAINER", 12, False, lambda p: _none_last(p.container_id), 130, True),
-    Column("type", "TYPE", 5, False, lambda p: p.kind.value, 72),
+    Column("type", "TYPE", 5, False, lambda p: kind_text(p.kind), 72),
     Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
     Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
     Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
@@ -130,7 +135,7 @@ def cell_text(column: Column, process: GpuProcess) -> str:
     if key == "user":
         return process.user or ("?" if process.visible else "-")
     if key == "type":
-        return process.kind.value
+        return kind_text(process.kind)
     if key == "gpu_memory":
         return fmt.bytes_short(process.gpu_memory_bytes)
     if key == "cpu":
