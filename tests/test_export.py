@@ -269,9 +269,22 @@ def test_process_memory_series_use_short_labels(serve: Serve) -> None:
         "process": "python3",
         "job_id": "",  # none: Prometheus reads an empty label as no label
         "container_id": "",
+        "type": "C",
     }
     assert value == 11 * GIB
     assert by_pid["99999"][0]["user"] == "" and by_pid["99999"][0]["process"] == ""
+
+
+def test_process_series_say_how_the_process_uses_the_gpu(serve: Serve) -> None:
+    """The ``type`` label is nvidia-smi's Type column: a display server is G, not C, in the
+    cluster view too (it reads this label)."""
+    sample = make_sample()
+    xorg = GpuProcess(0, UUID0, 2113, ProcessKind.GRAPHICS, 64 * 1024**2, "root", "/usr/lib/Xorg")
+    both = GpuProcess(0, UUID0, 3131, ProcessKind.BOTH, GIB, "carol", "blender")
+    sample = dataclasses.replace(sample, processes=(*sample.processes, xorg, both))
+    series = scrape(serve(FakeSource(sample)).port)["gpumon_process_gpu_memory_bytes"]
+    types = {dict(labels)["pid"]: dict(labels)["type"] for labels in series}
+    assert types == {"4242": "C", "99999": "C", "2113": "G", "3131": "C+G"}
 
 
 def test_every_scraped_metric_is_documented(serve: Serve) -> None:

@@ -306,6 +306,8 @@ def test_take_sample_hands_host_details_to_the_source(monkeypatch: pytest.Monkey
     asked: dict[str, Any] = {}
 
     class Source:
+        simulated = False  # GpuSource's attribute: a real driver's read is bounded in time
+
         def sample(self) -> Sample:
             return shared_server()
 

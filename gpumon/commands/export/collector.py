@@ -1,9 +1,12 @@
 """``gpumon export``: a read-only Prometheus exporter (metrics: docs/prometheus.md).
 
 One background thread samples the source every ``--interval`` seconds and hands each sample
-to :class:`SampleCollector`, which turns it into metric families once; a scrape only yields
-those, so scrapes never call NVML and concurrent scrapes cost next to nothing. The HTTP server
-and the sampling thread are in :mod:`gpumon.commands.export.http`.
+to :class:`SampleCollector`, which turns it into metric families once: the sample's own
+(:func:`sample_families`, its series in :mod:`gpumon.commands.export.series`) and, for the
+time the sample gets too old, its identity only. The exporter's health
+(:func:`exporter_families`: errors, the sample's age, whether sampling stalled) depends on
+the time of the scrape and is made for each. :mod:`gpumon.commands.export.exposition`
+renders the families as text once per sample, :mod:`gpumon.commands.export.http` serves them.
 
 A value that is N/A, and every reading of a lost GPU, is left out rather than exported as a
 fake 0; ``gpumon_gpu_up`` says which GPUs answered. prometheus_client is an optional extra
@@ -13,83 +16,39 @@ and is imported only when the exporter runs. The command line (options, ``run``)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.data.fields import FIELDS, Field
-from gpumon.data.format import safe_text
-from gpumon.data.model import DriverInfo, GpuProcess, GpuStats, HostStats, MigInstance, Sample
-from gpumon.data.views import free_gpu_indices, processes_known
+from gpumon.commands.export.series import (
+    GPU_METRICS,
+    add_gpu_series,
+    add_mig_series,
+    add_usage_series,
+    label_value,
+    process_name,
+)
+from gpumon.data.model import DriverInfo, HostStats, Sample
 from gpumon.sampling.snapshot import DEFAULT_FREE_THRESHOLD_MIB
 
-GPU_LABELS = ("gpu", "uuid", "name")
-PROCESS_LABELS = ("gpu", "uuid", "pid", "user", "process", "job_id", "container_id")
-#: A MIG instance's series: its GPU's index, its own MIG UUID, its ids and profile.
-MIG_LABELS = ("gpu", "uuid", "gpu_instance_id", "compute_instance_id", "profile")
-_PROCESS_NAME_MAX = 64
+# Re-exported: what the exporter serves is asked of this module.
+__all__ = [
+    "GPU_METRICS",
+    "WAITING",
+    "Latest",
+    "SampleCollector",
+    "build_families",
+    "exporter_families",
+    "label_value",
+    "process_name",
+    "sample_families",
+]
+
 _DEMO_NOTE = " [DEMO: simulated data from gpumon --demo]"
 #: What /metrics answers (503) before the first sample has been read.
 WAITING = "waiting for the first sample\n"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuMetric:
-    """One per-GPU metric: the :class:`GpuStats` field it reads, times ``scale``.
-
-    A ``state`` metric has one series per GPU and state, value 1, the state in ``label``.
-    """
-
-    name: str
-    help: str
-    field: str
-    scale: float = 1.0
-    kind: str = "gauge"
-    label: str | None = None
-
-    def read(self, gpu: GpuStats) -> float | None:
-        """The value to export, or ``None`` (N/A: no series)."""
-        value = getattr(gpu, self.field)
-        return None if value is None else float(value) * self.scale
-
-    def states(self, gpu: GpuStats) -> tuple[str, ...]:
-        """A ``state`` metric's states now (none when N/A)."""
-        value = getattr(gpu, self.field)
-        if value is None:
-            return ()
-        return tuple(value) if isinstance(value, tuple) else (str(value),)
-
-
-def _metric(field: Field) -> GpuMetric:
-    spec = field.prometheus
-    assert spec is not None
-    text = field.help[0].upper() + field.help[1:] + "."
-    return GpuMetric(spec.name, text, field.attribute, spec.scale, spec.kind, spec.label)
-
-
-#: Every field of the field table that the exporter serves, in its order.
-GPU_METRICS: tuple[GpuMetric, ...] = tuple(
-    _metric(field) for field in FIELDS if field.prometheus is not None
-)
-
-
-def process_name(command: str | None) -> str:
-    """The executable's base name (``python``), not the full command line: keeps labels short."""
-    if not command:
-        return ""
-    return os.path.basename(command.split()[0])[:_PROCESS_NAME_MAX]
-
-
-def label_value(text: str | None) -> str:
-    """Every label value passes here: ``""`` for unknown, and text that is always valid UTF-8.
-
-    Other users' text is made safe where it is read (:func:`gpumon.data.format.safe_text`); this
-    applies it again (a no-op on safe text) so that no text, whatever its way in, can make
-    prometheus_client fail to encode a scrape (a lone surrogate used to answer HTTP 500).
-    """
-    return "" if text is None else safe_text(text)
 
 
 def build_families(
@@ -99,7 +58,8 @@ def build_families(
     dcgm_compat: bool = False,
     free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
 ) -> list[Any]:
-    """Turn one sample into prometheus_client metric families.
+    """Turn one sample into prometheus_client metric families: :func:`exporter_families`
+    then :func:`sample_families`.
 
     Args:
         sample: the latest sample, or ``None`` when the latest attempt to read failed.
@@ -111,41 +71,89 @@ def build_families(
     Returns:
         The families to expose; N/A values and lost GPUs' readings have no series.
     """
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    simulated = sample is not None and sample.simulated
+    families = exporter_families(simulated, sampling_errors)
+    if sample is not None:
+        families += sample_families(
+            sample, dcgm_compat=dcgm_compat, free_threshold_mib=free_threshold_mib
+        )
+    return families
 
-    note = _DEMO_NOTE if sample is not None and sample.simulated else ""
-    families: list[Any] = []
 
-    def gauge(name: str, text: str, labels: Iterable[str] = ()) -> Any:
-        family = GaugeMetricFamily(name, text + note, labels=list(labels))
-        families.append(family)
-        return family
+def exporter_families(
+    simulated: bool,
+    sampling_errors: int,
+    *,
+    age_s: float | None = None,
+    stalled: bool | None = None,
+) -> list[Any]:
+    """The exporter's own health, served whatever state sampling is in.
 
-    def counter(name: str, text: str, labels: Iterable[str] = ()) -> Any:
-        family = CounterMetricFamily(name, text + note, labels=list(labels))
-        families.append(family)
-        return family
+    Args:
+        simulated: the data is the demo's.
+        sampling_errors: failed samples plus stalls since the exporter started.
+        age_s: seconds since the latest good sample was read; ``None``: no series (no good
+            sample yet, or the caller does not know the time).
+        stalled: whether the latest good sample is too old to serve; ``None``: no series.
+    """
+    families = _Families(_DEMO_NOTE if simulated else "")
+    families.gauge("gpumon_simulated", "1 when the data is simulated (gpumon --demo).")
+    families[-1].add_metric([], 1.0 if simulated else 0.0)
+    families.counter(
+        "gpumon_sampling_errors",
+        "Samples that failed, plus one per stall (no good sample for over 3 intervals), "
+        "since the exporter started.",
+    )
+    families[-1].add_metric([], float(sampling_errors))
+    if age_s is not None:
+        families.gauge(
+            "gpumon_sample_age_seconds", "Seconds since the latest good sample was read."
+        )
+        families[-1].add_metric([], max(0.0, age_s))
+    if stalled is not None:
+        families.gauge(
+            "gpumon_sampler_stalled",
+            "1 when no good sample was read for over 3 sampling intervals: GPU, process and "
+            "MIG series are left out until sampling recovers.",
+        )
+        families[-1].add_metric([], 1.0 if stalled else 0.0)
+    return list(families)
 
-    simulated = gauge("gpumon_simulated", "1 when the data is simulated (gpumon --demo).")
-    simulated.add_metric([], 1.0 if sample is not None and sample.simulated else 0.0)
-    errors = counter("gpumon_sampling_errors", "Samples that failed since the exporter started.")
-    errors.add_metric([], float(sampling_errors))
-    if sample is None:
-        return families
 
-    host = gauge(
+def sample_families(
+    sample: Sample,
+    *,
+    readings: bool = True,
+    dcgm_compat: bool = False,
+    free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
+) -> list[Any]:
+    """What one sample says, as metric families.
+
+    Args:
+        sample: a sample that was read (not a failed read).
+        readings: False for the sample's identity only (host name, when it was read, how
+            long that took): what is served once the sample is too old to be current.
+        dcgm_compat: also dcgm-exporter's series.
+        free_threshold_mib: the FREE threshold of ``gpumon_gpu_free``.
+    """
+    families = _Families(_DEMO_NOTE if sample.simulated else "")
+    host = families.gauge(
         "gpumon_host_info",
         "The machine's host name, as gpumon shows it (value always 1): cluster views name "
         "the node by it.",
         ("hostname",),
     )
     host.add_metric([label_value(sample.host.hostname)], 1.0)
-    gauge("gpumon_sample_timestamp_seconds", "When the exported sample was taken (Unix time).")
+    families.gauge(
+        "gpumon_sample_timestamp_seconds", "When the exported sample was taken (Unix time)."
+    )
     families[-1].add_metric([], sample.timestamp_s)
-    gauge("gpumon_sample_duration_seconds", "How long reading the exported sample took.")
+    families.gauge("gpumon_sample_duration_seconds", "How long reading the exported sample took.")
     families[-1].add_metric([], sample.duration_s)
+    if not readings:
+        return list(families)
     if sample.driver is not None:
-        info = gauge(
+        info = families.gauge(
             "gpumon_driver_info",
             "Driver, CUDA driver and NVML versions (value always 1).",
             ("driver_version", "cuda_driver_version", "nvml_version"),
@@ -153,143 +161,80 @@ def build_families(
         driver = sample.driver
         versions = (driver.driver_version, driver.cuda_driver_version, driver.nvml_version)
         info.add_metric([label_value(version) for version in versions], 1.0)
-    _add_gpu_series(sample, gauge, counter)
-    _add_usage_series(sample, gauge, free_threshold_mib)
-    _add_mig_series(sample, gauge)
+    add_gpu_series(sample, families.gauge, families.counter)
+    add_usage_series(sample, families.gauge, free_threshold_mib)
+    add_mig_series(sample, families.gauge)
     if dcgm_compat:
         from gpumon.commands.export.dcgm import dcgm_families
 
-        families.extend(dcgm_families(sample, note, label_value))
-    return families
+        families.extend(dcgm_families(sample, families.note, label_value))
+    return list(families)
 
 
-#: Makes a family (name, help, label names), adds it to the scrape, returns it.
-_NewFamily = Callable[[str, str, Iterable[str]], Any]
+class _Families(list[Any]):
+    """Families in the order they are made; every help text ends with ``note``."""
 
+    def __init__(self, note: str) -> None:
+        super().__init__()
+        self.note = note
 
-def _add_gpu_series(sample: Sample, gauge: _NewFamily, counter: _NewFamily) -> None:
-    """Identity and up for every GPU; every field table reading of the GPUs that answered."""
-    gpu_info = gauge(
-        "gpumon_gpu_info", "GPU identity (value always 1).", (*GPU_LABELS, "pci_bus_id")
-    )
-    up = gauge("gpumon_gpu_up", "1 when the GPU answered, 0 when it is lost.", GPU_LABELS)
-    for gpu in sample.gpus:
-        labels = _gpu_labels(gpu)
-        gpu_info.add_metric([*labels, label_value(gpu.pci_bus_id)], 1.0)
-        up.add_metric(labels, 0.0 if gpu.lost else 1.0)
-    readable = [gpu for gpu in sample.gpus if not gpu.lost]
-    for metric in GPU_METRICS:
-        if metric.kind == "state":
-            assert metric.label is not None
-            family = gauge(metric.name, metric.help, (*GPU_LABELS, metric.label))
-            for gpu in readable:
-                for state in metric.states(gpu):
-                    family.add_metric([*_gpu_labels(gpu), label_value(state)], 1.0)
-            continue
-        make = counter if metric.kind == "counter" else gauge
-        family = make(metric.name, metric.help, GPU_LABELS)
-        for gpu in readable:
-            value = metric.read(gpu)
-            if value is not None:
-                family.add_metric(_gpu_labels(gpu), value)
+    def gauge(self, name: str, text: str, labels: Iterable[str] = ()) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
 
+        self.append(GaugeMetricFamily(name, text + self.note, labels=list(labels)))
+        return self[-1]
 
-def _add_usage_series(sample: Sample, gauge: _NewFamily, free_threshold_mib: int) -> None:
-    """Who uses the GPUs: process counts, FREE, each process's GPU memory."""
-    count = gauge("gpumon_gpu_processes", "Processes using the GPU.", GPU_LABELS)
-    free = gauge(
-        "gpumon_gpu_free",
-        f"1 when the GPU has no process and less than {free_threshold_mib} MiB of memory in "
-        "use, 0 when it is in use; no series when its processes are unknown.",
-        GPU_LABELS,
-    )
-    free_indices = free_gpu_indices(sample, free_threshold_mib)
-    for gpu in sample.gpus:
-        if not processes_known(gpu, sample):  # unknown is no series, never a fake 0
-            continue
-        on_gpu = sample.processes_on(gpu.index)
-        count.add_metric(_gpu_labels(gpu), float(len(on_gpu)))
-        if on_gpu or (gpu.memory_used_bytes is not None and gpu.mig_instances is not None):
-            free.add_metric(_gpu_labels(gpu), 1.0 if gpu.index in free_indices else 0.0)
-    memory = gauge(
-        "gpumon_process_gpu_memory_bytes", "GPU memory used by one process.", PROCESS_LABELS
-    )
-    lost = {gpu.index for gpu in sample.gpus if gpu.lost}  # joined by index: a UUID may be None
-    for process in sample.processes:
-        if process.gpu_memory_bytes is not None and process.gpu_index not in lost:
-            memory.add_metric(_process_labels(process), process.gpu_memory_bytes)
+    def counter(self, name: str, text: str, labels: Iterable[str] = ()) -> Any:
+        from prometheus_client.core import CounterMetricFamily
 
-
-def _add_mig_series(sample: Sample, gauge: _NewFamily) -> None:
-    """Each MIG instance's memory; none where the instances are unknown."""
-    used = gauge(
-        "gpumon_mig_memory_used_bytes",
-        "GPU memory in use in a MIG instance (its GPU instance's).",
-        MIG_LABELS,
-    )
-    total = gauge(
-        "gpumon_mig_memory_total_bytes",
-        "GPU memory of a MIG instance (its GPU instance's).",
-        MIG_LABELS,
-    )
-    for gpu in sample.gpus:
-        if gpu.lost:
-            continue
-        for instance in gpu.mig_instances or ():  # None: MIG on, instances unknown
-            labels = _mig_labels(instance)
-            if instance.memory_used_bytes is not None:
-                used.add_metric(labels, instance.memory_used_bytes)
-            if instance.memory_total_bytes is not None:
-                total.add_metric(labels, instance.memory_total_bytes)
-
-
-def _gpu_labels(gpu: GpuStats) -> list[str]:
-    # An unknown UUID (a GPU lost before NVML told it) is "": join on gpu and instance then.
-    return [str(gpu.index), label_value(gpu.uuid), label_value(gpu.name)]
-
-
-def _process_labels(process: GpuProcess) -> list[str]:
-    # No job or container is "", which Prometheus reads as no label at all.
-    return [
-        str(process.gpu_index),
-        label_value(process.gpu_uuid),
-        str(process.pid),
-        label_value(process.user),
-        label_value(process_name(process.command)),
-        label_value(process.job_id),
-        label_value(process.container_id),
-    ]
-
-
-def _mig_labels(instance: MigInstance) -> list[str]:
-    return [
-        str(instance.gpu_index),
-        label_value(instance.uuid),
-        _id_label(instance.gpu_instance_id),
-        _id_label(instance.compute_instance_id),
-        label_value(instance.profile),
-    ]
-
-
-def _id_label(value: int | None) -> str:
-    return "" if value is None else str(value)
+        self.append(CounterMetricFamily(name, text + self.note, labels=list(labels)))
+        return self[-1]
 
 
 @functools.cache
 def _every_family(dcgm_compat: bool) -> tuple[Any, ...]:
-    """One empty family of each name build_families can yield, for ``describe()``."""
+    """One empty family of each name the collector can yield, for ``describe()``."""
     host = HostStats("", None, None, None, None, None, None)
     empty = Sample(0.0, host, DriverInfo(None, None, None), gpus=())
-    return tuple(build_families(empty, dcgm_compat=dcgm_compat))
+    return (
+        *exporter_families(False, 0, age_s=0.0, stalled=False),
+        *sample_families(empty, dcgm_compat=dcgm_compat),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """What the reads so far give, as metric families: replaced, never changed, by each read.
+
+    Attributes:
+        not_ready: why there is nothing to serve yet (one line), or ``None``.
+        sample: the latest sample read, kept through failed reads (its identity is served).
+        current: the latest read gave :attr:`sample` (False once a read failed after it).
+        families: :func:`sample_families` of :attr:`sample`; empty when not current.
+        identity: the same with ``readings=False``: served when the sample is too old.
+        sampling_errors: reads that failed since the exporter started.
+    """
+
+    not_ready: str | None = WAITING
+    sample: Sample | None = None
+    current: bool = False
+    families: tuple[Any, ...] = ()
+    identity: tuple[Any, ...] = ()
+    sampling_errors: int = 0
+
+    @property
+    def simulated(self) -> bool:
+        """The data is the demo's."""
+        return self.sample is not None and self.sample.simulated
 
 
 class SampleCollector:
     """A prometheus_client collector that yields the families of the latest sample.
 
-    :meth:`update` builds the families once per sample (in the sampling thread); ``collect``
-    only hands out that immutable list, so scrapes are cheap and never touch NVML. Until the
-    first sample, and while the latest says there is no driver, :attr:`not_ready` says why
-    (the HTTP side answers 503 with it).
+    :meth:`update` builds the families once per sample (in the sampling thread) into one
+    :class:`Latest`; ``collect`` only hands them out, so scrapes are cheap and never touch
+    NVML. Until the first sample, and while the latest says there is no driver,
+    :attr:`not_ready` says why (the HTTP side answers 503 with it).
     """
 
     def __init__(
@@ -297,36 +242,52 @@ class SampleCollector:
     ) -> None:
         self._dcgm_compat = dcgm_compat
         self._free_threshold_mib = free_threshold_mib
-        self._sampling_errors = 0
-        # (why not ready or None, families): one reference, so a scrape sees one state.
-        self._state: tuple[str | None, list[Any]] = (WAITING, [])
+        #: One reference, replaced by each read: a scrape sees one state.
+        self.latest = Latest()
 
     @property
     def not_ready(self) -> str | None:
         """Why there is nothing to expose yet (one line), or ``None``."""
-        return self._state[0]
+        return self.latest.not_ready
 
-    def update(self, sample: Sample) -> None:
-        """Expose ``sample`` from the next scrape on."""
+    def update(self, sample: Sample) -> Latest:
+        """Expose ``sample`` from the next scrape on; returns the new :attr:`latest`."""
+        errors = self.latest.sampling_errors
         if sample.unavailable is not None and not sample.simulated:
-            self._state = (f"no NVIDIA GPU data: {sample.unavailable.headline}\n", [])
+            reason = f"no NVIDIA GPU data: {sample.unavailable.headline}\n"
+            self.latest = Latest(reason, sampling_errors=errors)
         else:
-            families = build_families(
+            build = functools.partial(
+                sample_families,
                 sample,
-                self._sampling_errors,
                 dcgm_compat=self._dcgm_compat,
                 free_threshold_mib=self._free_threshold_mib,
             )
-            self._state = (None, families)
+            families, identity = build(), build(readings=False)
+            self.latest = Latest(None, sample, True, tuple(families), tuple(identity), errors)
+        return self.latest
 
-    def sampling_failed(self) -> None:
+    def sampling_failed(self) -> Latest:
         """The latest read failed: expose no GPU series rather than stale ones."""
-        self._sampling_errors += 1
-        self._state = (None, build_families(None, self._sampling_errors))
+        latest = self.latest
+        self.latest = dataclasses.replace(
+            latest,
+            not_ready=None,
+            current=False,
+            families=(),
+            sampling_errors=latest.sampling_errors + 1,
+        )
+        return self.latest
 
     def describe(self) -> Iterator[Any]:
         """Every family name :meth:`collect` can yield: lets ``/metrics?name[]=`` filter."""
         yield from _every_family(self._dcgm_compat)
 
     def collect(self) -> Iterator[Any]:
-        yield from self._state[1]
+        """The exporter's families (without the scrape's time: no age or stall flag) and the
+        latest sample's, or only its identity after a failed read."""
+        latest = self.latest
+        if latest.not_ready is not None:
+            return
+        yield from exporter_families(latest.simulated, latest.sampling_errors)
+        yield from latest.families if latest.current else latest.identity

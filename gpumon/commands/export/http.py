@@ -2,219 +2,94 @@
 gpumon/commands/export/collector.py).
 
 The sampling thread runs the same :class:`~gpumon.sampling.poller.Poller` as the dashboard, into a
-:class:`~gpumon.sampling.store.Store` that the metrics collector follows.
+:class:`~gpumon.sampling.store.Store`; each sample is rendered once, on that thread, by
+:class:`~gpumon.commands.export.exposition.Exposition`, which also says at each scrape whether
+the sample is still current (stale data is never served as current).
 
-The server is prometheus_client's own ``ThreadingWSGIServer`` (what ``start_http_server``
-runs), with three things added so that no client can hurt the exporter or the machine:
-
-- **A bound.** At most ``max_connections`` connections are handled at once, each on a daemon
-  thread. One more is answered ``503`` and closed at once on the accepting thread: idle or
-  hostile clients can hold neither threads nor file descriptors beyond the bound, so the
-  sampling thread (which opens /proc files) never runs out of descriptors.
-- **A deadline.** Each connection has ``timeout_s`` from its accept to send its request and
-  read the answer. The serving loop shuts late sockets down, so a client that trickles a byte
-  every few seconds (slowloris) or never reads its answer is cut off all the same.
-- **Quiet errors.** A client that leaves or runs out of time is no news: no traceback.
-
-The WSGI app is read-only: ``GET`` and ``HEAD`` (the same answer without its body) on
-``/metrics`` and ``/``; ``405`` for any other method, ``404`` for any other path, and ``503``
-on ``/metrics`` until the first sample has been read.
+The server is :class:`~gpumon.commands.export.server.HttpServer`: asyncio on one thread, with
+deadlines, size limits and a connection cap, so that no client can hurt the exporter or the
+machine (idle, slow or hostile connections cost no thread, and the sampling thread never runs
+out of descriptors). It is read-only: ``GET`` and ``HEAD`` (the same answer without its body)
+on ``/metrics`` and ``/``; ``405`` for any other method, ``404`` for any other path, and
+``503`` on ``/metrics`` until the first sample has been read. ``/metrics`` is gzipped when the
+client accepts it, and ``?name[]=`` keeps only the named series.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import socket
-import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+import urllib.parse
 from typing import Any
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 
 from gpumon.commands.export.collector import SampleCollector
+from gpumon.commands.export.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Exposition
 from gpumon.commands.export.listen import is_loopback
+from gpumon.commands.export.messages import Request, Response, plain
+from gpumon.commands.export.server import HttpServer, Limits
 from gpumon.data.model import GpuUnavailable, Sample
 from gpumon.sampling.poller import Poller, PollerThread, clamp_interval
 from gpumon.sampling.snapshot import no_gpu_data, report_unavailable
 from gpumon.sampling.store import Store
 
-#: Connections handled at once. Prometheus scrapes one at a time per server; 16 leaves room
-#: for several servers, curl and a browser, and bounds threads and descriptors.
-MAX_CONNECTIONS = 16
-#: From accept to the last byte of the answer. A scrape takes milliseconds.
-CONNECTION_TIMEOUT_S = 5.0
-#: How often the serving loop checks deadlines and a shutdown request.
-_POLL_S = 0.2
 #: How long ``stop()`` waits for a sample in progress (a slow driver call is not waited for).
 STOP_WAIT_S = 0.5
 #: Without a driver the exporter ends within this long; a slow first sample gets the banner.
 _QUIET_START_S = 1.0
 
-_TEXT = ("Content-Type", "text/plain; charset=utf-8")
-_BUSY = b"too many connections\n"
-_BUSY_REPLY = (
-    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY), _BUSY)
-)
 
-Headers = list[tuple[str, str]]
-App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-class MetricsServer(ThreadingWSGIServer):
-    """prometheus_client's threading WSGI server with a connection bound and deadlines."""
-
-    daemon_threads = True
-    block_on_close = False  # stop() must not wait for a slow client
-    request_queue_size = 64  # a burst waits in the kernel's queue, not in threads
-
-    def __init__(
-        self, address: tuple[Any, ...], family: int, *, max_connections: int, timeout_s: float
-    ) -> None:
-        self.address_family = family
-        self.max_connections = max_connections
-        self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._deadlines: dict[socket.socket, float] = {}
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # As HTTPServer.server_bind, without its reverse DNS lookup of the host's full name
-        # (seconds with a slow resolver, and only used in a CGI variable).
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = str(self.server_address[0])
-        self.server_port = int(self.server_address[1])
-        self.setup_environ()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            busy = len(self._deadlines) >= self.max_connections
-            if not busy:
-                self._deadlines[request] = time.monotonic() + self.timeout_s
-        if busy:
-            _refuse(request)
-            self.shutdown_request(request)
-            return
-        request.settimeout(self.timeout_s)  # no single read or write waits longer
-        super().process_request(request, client_address)  # a daemon thread
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._lock:  # forgotten before it is closed: service_actions never sees it closed
-            self._deadlines.pop(request, None)
-        super().shutdown_request(request)
-
-    def service_actions(self) -> None:
-        """Called by the serving loop every poll: end connections past their deadline."""
-        now = time.monotonic()
-        with self._lock:
-            for request, deadline in self._deadlines.items():
-                if deadline <= now:
-                    # Wakes the handler's blocked read or write; the handler then closes it.
-                    with contextlib.suppress(OSError):
-                        request.shutdown(socket.SHUT_RDWR)
-
-    @property
-    def connections(self) -> int:
-        """Connections being handled now."""
-        with self._lock:
-            return len(self._deadlines)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], OSError):
-            return  # the client left, or ran out of time
-        super().handle_error(request, client_address)
+def respond(exposition: Exposition, request: Request) -> Response:
+    """The answer to one request: read-only, ``/metrics`` from the latest sample."""
+    if request.method not in ("GET", "HEAD"):
+        return plain(405, "read-only: only GET and HEAD\n", ("Allow", "GET, HEAD"))
+    target = urllib.parse.urlsplit(request.target)  # also the absolute form, http://host/...
+    path = urllib.parse.unquote(target.path)
+    if path == "/":
+        return plain(200, "gpumon exporter: metrics at /metrics\n")
+    if path != "/metrics":
+        return plain(404, "not found: metrics are at /metrics\n")
+    waiting = exposition.not_ready
+    if waiting is not None:
+        return plain(503, waiting, ("Retry-After", "1"))
+    names = urllib.parse.parse_qs(target.query).get("name[]")
+    openmetrics = _asks_for_openmetrics(request.headers.get("accept", ""))
+    metrics = exposition.metrics(
+        gzip=_accepts_gzip(request.headers.get("accept-encoding", "")),
+        openmetrics=openmetrics,
+        names=None if names is None else frozenset(names),
+    )
+    headers = [("Content-Type", OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE)]
+    if metrics.gzipped:
+        headers.append(("Content-Encoding", "gzip"))
+    headers.append(("Vary", "Accept, Accept-Encoding"))
+    return Response(200, tuple(headers), metrics.parts)
 
 
-def _refuse(request: socket.socket) -> None:
-    """Answer 503 without a thread and without waiting: best effort, then the caller closes."""
-    with contextlib.suppress(OSError):
-        request.setblocking(False)
-        request.send(_BUSY_REPLY)
+def _accepts_gzip(accept_encoding: str) -> bool:
+    return any(name in ("gzip", "x-gzip") for name, _ in _choices(accept_encoding))
 
 
-class _QuietServerHandler(ServerHandler):
-    def log_exception(self, exc_info: Any) -> None:
-        if not isinstance(exc_info[1], OSError):  # a client that left is not a bug
-            super().log_exception(exc_info)
+def _asks_for_openmetrics(accept: str) -> bool:
+    """As prometheus_client decides: OpenMetrics when it is listed with no version or 1.x."""
+    return any(
+        name == "application/openmetrics-text" and version.split(".")[0] in ("", "1")
+        for name, version in _choices(accept)
+    )
 
 
-class _Handler(WSGIRequestHandler):
-    """One request per connection (HTTP/1.0), no access log, quiet when the client leaves."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # a scrape every 15 s is not news
-
-    def handle(self) -> None:
-        # WSGIRequestHandler.handle, with _QuietServerHandler.
-        self.raw_requestline = self.rfile.readline(65537)
-        if len(self.raw_requestline) > 65536:
-            self.requestline = self.request_version = self.command = ""
-            self.send_error(414)
-            return
-        if not self.parse_request():  # an error has been sent
-            return
-        handler = _QuietServerHandler(
-            self.rfile,
-            self.wfile,  # type: ignore[arg-type]  # a socket file, as in wsgiref
-            self.get_stderr(),
-            self.get_environ(),
-            multithread=False,
-        )
-        handler.request_handler = self  # type: ignore[attr-defined]  # as wsgiref does
-        handler.run(self.server.get_app())  # type: ignore[attr-defined]
-
-
-def make_app(collector: SampleCollector) -> App:
-    """The read-only WSGI app around prometheus_client's own ``make_wsgi_app``.
-
-    The collector's ``describe()`` names every family, so ``/metrics?name[]=...`` filters.
-    """
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    metrics_app = make_wsgi_app(registry)
-
-    def route(environ: dict[str, Any]) -> tuple[str, Headers, bytes]:
-        path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
-            waiting = collector.not_ready
-            if waiting is not None:
-                return "503 Service Unavailable", [_TEXT, ("Retry-After", "1")], waiting.encode()
-            return _call(metrics_app, {**environ, "REQUEST_METHOD": "GET"})
-        if path == "/":
-            return "200 OK", [_TEXT], b"gpumon exporter: metrics at /metrics\n"
-        return "404 Not Found", [_TEXT], b"not found: metrics are at /metrics\n"
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        method = environ.get("REQUEST_METHOD", "")
-        if method in ("GET", "HEAD"):
-            status, headers, body = route(environ)
-        else:
-            status = "405 Method Not Allowed"
-            headers = [_TEXT, ("Allow", "GET, HEAD")]
-            body = b"read-only: only GET and HEAD\n"
-        # HEAD: the same status and headers, Content-Length included, and no body.
-        start_response(status, [*headers, ("Content-Length", str(len(body)))])
-        return [] if method == "HEAD" else [body]
-
-    return app
-
-
-def _call(app: App, environ: dict[str, Any]) -> tuple[str, Headers, bytes]:
-    """Run a WSGI app to completion: its status, headers and whole body."""
-    answer: dict[str, Any] = {}
-
-    def start_response(status: str, headers: Headers, exc_info: Any = None) -> None:
-        answer.update(status=status, headers=headers)
-
-    body = b"".join(app(environ, start_response))
-    headers = [(k, v) for k, v in answer["headers"] if k.lower() != "content-length"]
-    return answer["status"], headers, body
+def _choices(header: str) -> list[tuple[str, str]]:
+    """(media type or coding, its version parameter) of each choice of an Accept or
+    Accept-Encoding header that is not refused (``q=0``)."""
+    found = []
+    for choice in header.split(","):
+        name, *parameters = (part.strip().lower() for part in choice.split(";"))
+        values = dict(part.partition("=")[::2] for part in parameters)
+        if values.get("q", "1").strip("0. ") != "":
+            found.append((name, values.get("version", "")))
+    return found
 
 
 class Exporter:
@@ -223,7 +98,9 @@ class Exporter:
     Listens at once; ``/metrics`` answers 503 until the first sample has been read (seconds
     with a slow driver). The sampling thread is the dashboard's :class:`Poller` (on a
     :class:`PollerThread`): it reads the source every ``interval_s`` seconds, starting at
-    once, whatever the clients do, into :attr:`store`; the collector follows the store.
+    once, whatever the clients do, into :attr:`store`; :attr:`exposition` renders each
+    sample once, on that thread, and the server's one thread only hands the bytes out.
+    ``limits`` (connections, deadlines, sizes) default to :class:`Limits`' own.
     """
 
     def __init__(
@@ -234,8 +111,7 @@ class Exporter:
         port: int,
         interval_s: float,
         *,
-        max_connections: int = MAX_CONNECTIONS,
-        timeout_s: float = CONNECTION_TIMEOUT_S,
+        limits: Limits | None = None,
     ) -> None:
         """Bind and start serving and sampling; raises OSError when it cannot listen."""
         self.source = source
@@ -244,23 +120,28 @@ class Exporter:
         #: Set once the first sample attempt has ended (read, or failed with an error).
         self.first_sample = threading.Event()
         self.first: Sample | None = None
-        #: The latest sample; scrapes read the collector's families, built once per sample.
+        #: What /metrics serves: each sample rendered once, on the sampling thread.
+        self.exposition = Exposition(collector, self.interval_s)
         self.store = Store(history=False)
         self.store.subscribe(self._sampled)
         self._last_error = ""
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
-        self.server = MetricsServer(
-            address, family, max_connections=max_connections, timeout_s=timeout_s
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # As http.server: a restarted exporter can listen again at once.
+            listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listening.bind(address)
+            listening.listen(64)  # connections queue until the server thread accepts them
+        except BaseException:
+            listening.close()
+            raise
+        self.address = str(listening.getsockname()[0])
+        self.port = int(listening.getsockname()[1])
+        self.server = HttpServer(
+            listening, lambda request: respond(self.exposition, request), limits
         )
-        self.server.set_app(make_app(collector))
-        self.address = str(self.server.server_address[0])
-        self.port = int(self.server.server_address[1])
-        self._http = threading.Thread(
-            target=self.server.serve_forever, args=(_POLL_S,), name="gpumon-http", daemon=True
-        )
-        self._http.start()
         poller = Poller(source, self.interval_s, self.store.push, on_error=self._sampling_failed)
         self._sampler = PollerThread(poller, name="gpumon-sampler")
 
@@ -268,7 +149,7 @@ class Exporter:
 
     def _sampled(self, sample: Sample) -> None:
         self._last_error = ""
-        self.collector.update(sample)
+        self.exposition.sampled(sample)
         if not self.first_sample.is_set():
             self.first = sample
             self.first_sample.set()
@@ -277,20 +158,18 @@ class Exporter:
         if str(error) != self._last_error:  # once per distinct error, not every interval
             print(f"gpumon export: warning: sampling failed: {error}", file=sys.stderr)
         self._last_error = str(error)
-        self.collector.sampling_failed()
+        self.exposition.failed()
         self.first_sample.set()
 
     def stop(self, timeout_s: float = STOP_WAIT_S) -> bool:
-        """Stop serving and sampling, and close the source, within about ``timeout_s`` plus
-        one poll (0.2 s).
+        """Stop serving and sampling, and close the source, within about ``timeout_s``.
 
         Returns:
             True when sampling ended and the source is closed; False while a read is still
             stuck in the driver: the source is closed when that read returns, never under
             it (process exit ends the daemon threads first).
         """
-        self.server.shutdown()  # the serving loop notices within one poll
-        self.server.server_close()  # connections in progress end at their deadline
+        self.server.stop()  # no longer listening once it returns; connections closed
         return self._sampler.stop(timeout_s)
 
 
