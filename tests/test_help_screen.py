@@ -52,4 +52,3 @@ def test_no_key_says_the_same_thing_twice_in_either_help() -> None:
         text = " ".join(" ".join(keys_section([("Keys", bindings)])).split())
         assert "; quit" not in text
         assert text.count("quit (copies instead") == 1
-
