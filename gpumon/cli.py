@@ -12,11 +12,11 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpumon import __version__
-from gpumon.arguments import decimal_number, interval_seconds, whole_number
+from gpumon import __version__, options
+from gpumon.arguments import interval_seconds
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -48,28 +48,11 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2) python train.py",
 }
 
-# Top-level options that take a value: a subcommand's name after one of them is its value.
-_TOP_LEVEL_VALUE_OPTIONS = frozenset(
-    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
-    | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
-)
-
-# Options every mode shares: they go into Settings; the rest are the subcommand's own.
-_SHARED = frozenset(
-    {"command", "interval", "probe_python", "theme", "config", "print_config", "readonly"}
-    | {"demo", "demo_gpus", "demo_processes"}
-    | {"prometheus", "prometheus_header", "prometheus_header_after"}
-    | {"prometheus_ca_file", "prometheus_timeout"}
-)
-
 #: The subcommands that read a cluster with --prometheus; status, export and probe are about
 #: this machine.
 CLUSTER_SUBCOMMANDS = frozenset({"once", "pick"})
-
-
-# NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
-MAX_DEMO_GPUS = 64
-MAX_DEMO_PROCESSES = 4096
+#: The subcommands that take the dashboard's start-up filters (--only, --only-visible, --user).
+FILTERED_SUBCOMMANDS = frozenset({"once"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,92 +62,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def bounded_int(highest: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from 1 to ``highest``."""
-
-    def parse(text: str) -> int:
-        value = whole_number(text)
-        if not 1 <= value <= highest:
-            raise argparse.ArgumentTypeError(f"must be from 1 to {highest} (got {value})")
-        return value
-
-    return parse
-
-
-def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--demo and friends, accepted before or after a subcommand."""
-    # In a subparser, SUPPRESS keeps an unset option from overwriting the top-level value.
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
-    parser.add_argument(
-        "--demo",
-        action="store_true",
-        default=default(False),
-        help="use a simulated GPU server (always labelled DEMO)",
-    )
-    parser.add_argument(
-        "--demo-gpus",
-        type=bounded_int(MAX_DEMO_GPUS),
-        metavar="N",
-        default=default(4),
-        help="number of simulated GPUs with --demo (default: 4)",
-    )
-    parser.add_argument(
-        "--demo-processes",
-        type=bounded_int(MAX_DEMO_PROCESSES),
-        metavar="N",
-        default=default(None),
-        help="number of simulated GPU processes with --demo (default: 1.5 per GPU)",
-    )
-
-
-def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--prometheus and its access options, accepted before or after ``once`` and ``pick``."""
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
-    parser.add_argument(
-        "--prometheus",
-        metavar="URL",
-        default=default(None),
-        help="read a whole cluster from this Prometheus server (or Thanos, VictoriaMetrics, "
-        "Mimir): http:// or https://, no credentials in it (config: prometheus_url)",
-    )
-    # A subcommand's headers go to their own list: argparse would replace the top level's.
-    parser.add_argument(
-        "--prometheus-header",
-        dest="prometheus_header" if top_level else "prometheus_header_after",
-        action="append",
-        metavar="'NAME: VALUE'",
-        default=default(None),
-        help="an HTTP header for the Prometheus server, e.g. 'Authorization: Bearer TOKEN' "
-        "(repeatable; never printed; other users can read a command line: the config "
-        "file's prometheus_headers is safer)",
-    )
-    parser.add_argument(
-        "--prometheus-ca-file",
-        metavar="PATH",
-        default=default(None),
-        help="verify the Prometheus server's HTTPS certificate with the CA certificates "
-        "in this PEM file (default: the system's)",
-    )
-    parser.add_argument(
-        "--prometheus-timeout",
-        type=_timeout_seconds,
-        metavar="SECONDS",
-        default=default(None),
-        help="give up on a request to the Prometheus server after this long (default: 5)",
-    )
-
-
-def _timeout_seconds(text: str) -> float:
-    return decimal_number(text, "a number of seconds such as 5 or 2.5")
-
-
 def chosen_subcommand(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` runs, or ``None`` (the dashboard, or no valid subcommand)."""
     previous = ""
     for word in argv:
         if word == "--":
             return None
-        if word in SUBCOMMANDS and previous not in _TOP_LEVEL_VALUE_OPTIONS:
+        if word in SUBCOMMANDS and previous not in options.TOP_LEVEL_VALUE_OPTIONS:
             return word
         previous = word
     return None
@@ -220,8 +124,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="print the effective settings, and where each came from, and exit",
     )
-    add_source_arguments(parser, top_level=True)
-    add_prometheus_arguments(parser, top_level=True)
+    options.add_source_arguments(parser, top_level=True)
+    options.add_prometheus_arguments(parser, top_level=True)
+    options.add_sharing_arguments(parser, top_level=True)
+    options.add_filter_arguments(parser, top_level=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         text = SUBCOMMAND_HELP[name]
@@ -229,9 +135,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
         if only is not None and name != only:
             continue
-        add_source_arguments(sub, top_level=False)
+        options.add_source_arguments(sub, top_level=False)
+        options.add_sharing_arguments(sub, top_level=False)
         if name in CLUSTER_SUBCOMMANDS:
-            add_prometheus_arguments(sub, top_level=False)
+            options.add_prometheus_arguments(sub, top_level=False)
+        if name in FILTERED_SUBCOMMANDS:
+            options.add_filter_arguments(sub, top_level=False)
         importlib.import_module(module_name).add_arguments(sub)
     return parser
 
@@ -242,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpumon.settings import SettingsError, describe, load_settings
 
     try:
-        settings = load_settings(_flags(args), config=args.config)
+        settings = load_settings(options.settings_flags(args), config=args.config)
     except SettingsError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 2
@@ -256,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         return run_dashboard(settings)
     module = importlib.import_module(SUBCOMMANDS[args.command])
-    own = {name: value for name, value in vars(args).items() if name not in _SHARED}
+    own = {name: value for name, value in vars(args).items() if name not in options.SHARED}
     # In a locale that cannot encode a character (a CJK command in the C locale), print "?"
     # rather than fail: the text is already free of controls and surrogates.
     with contextlib.suppress(AttributeError, ValueError):
@@ -273,34 +182,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpumon: error: cannot write output: {error.strerror or error}", file=sys.stderr)
         return 1
     return status
-
-
-def _flags(args: argparse.Namespace) -> dict[str, object]:
-    """The shared options given on the command line, as Settings attributes (argparse has
-    checked them; the theme is checked with the config file's rules)."""
-    flags: dict[str, object] = {
-        "demo": args.demo,
-        "demo_gpus": args.demo_gpus,
-        "demo_processes": args.demo_processes,
-    }
-    if args.interval is not None:
-        flags["interval_s"] = args.interval
-    if args.probe_python is not None:
-        flags["probe_python"] = args.probe_python
-    if args.theme is not None:
-        flags["theme"] = args.theme
-    if args.readonly:
-        flags["readonly"] = True
-    cluster = {
-        "prometheus_url": args.prometheus,
-        "prometheus_ca_file": args.prometheus_ca_file,
-        "prometheus_timeout_s": args.prometheus_timeout,
-    }
-    flags.update({name: value for name, value in cluster.items() if value is not None})
-    headers = [*(args.prometheus_header or ()), *getattr(args, "prometheus_header_after", ())]
-    if headers:
-        flags["prometheus_headers"] = tuple(headers)
-    return flags
 
 
 def _misplaced_prometheus(args: argparse.Namespace, settings: Settings) -> str | None:

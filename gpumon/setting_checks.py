@@ -70,6 +70,13 @@ def path(value: Any) -> str:
     return os.path.expanduser(value)
 
 
+def directory(value: Any) -> str:
+    """A directory's path (it need not exist yet: gpumon may create it)."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise SettingsError(f"expected the path of a directory, got {shown(value)}")
+    return os.path.expanduser(value)
+
+
 def readable_file(value: Any) -> str:
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a file, got {shown(value)}")

@@ -39,7 +39,18 @@ class Settings:
         free_threshold_mib: a GPU with no process and less memory in use than this is FREE
             (never one whose process list is unknown).
         readonly: no signals to processes: the dashboard's T, K and I are gone.
+        claim_seconds: how long ``gpumon pick``'s advisory claim on a GPU it printed lasts
+            (time for the job to start on it).
+        claims_dir: the shared directory of claims, one file per GPU UUID.
+        idle_min_memory_mib, idle_below_pct, idle_after_minutes: a process holding at least
+            this much GPU memory whose SM utilisation stayed at or below this percentage for
+            at least this long is idle (held idle).
         demo, demo_gpus, demo_processes: the simulated server (command line only).
+        only_gpus: NVML indices (``0``), GPU UUIDs or MIG UUIDs to show, ``()`` for all
+            (``--only``; command line only).
+        only_visible: show only the GPUs ``CUDA_VISIBLE_DEVICES`` names (command line only).
+        user_filter: show only this user's processes at start (``--user``; command line
+            only).
         prometheus_url: the Prometheus server (or Thanos, VictoriaMetrics, Mimir) to read a
             cluster from; http:// or https://, never with credentials in it.
         prometheus_headers: extra HTTP headers, each ``"Name: value"`` (a bearer token).
@@ -61,9 +72,17 @@ class Settings:
     history_minutes: int = 10
     free_threshold_mib: int = 1024
     readonly: bool = False
+    claim_seconds: int = 120
+    claims_dir: str = "/dev/shm/gpumon-claims"
+    idle_min_memory_mib: int = 1024
+    idle_below_pct: int = 5
+    idle_after_minutes: float = 15.0
     demo: bool = False
     demo_gpus: int = 4
     demo_processes: int | None = None
+    only_gpus: tuple[str, ...] = ()
+    only_visible: bool = False
+    user_filter: str | None = None
     prometheus_url: str | None = None
     # Secrets: never in repr() (a traceback, a log line), never in --print-config or errors.
     prometheus_headers: tuple[str, ...] = field(default=(), repr=False)
@@ -98,6 +117,12 @@ def _decimal_text(text: str) -> Any:
         return text  # the check then says what was expected
 
 
+def _whole_text(text: str) -> Any:
+    """An environment variable's whole number, or the text (the check says what was due)."""
+    stripped = text.strip()
+    return int(stripped) if stripped.isascii() and stripped.isdigit() else text
+
+
 #: Config-file key -> how to check it. The order is --print-config's.
 KEYS: dict[str, _Key] = {
     "interval": _Key(
@@ -124,9 +149,42 @@ KEYS: dict[str, _Key] = {
         "history_minutes", checks.number(int, 1, 40, "whole minutes from 1 to 40")
     ),
     "free_threshold_mib": _Key(
-        "free_threshold_mib", checks.number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576")
+        "free_threshold_mib",
+        checks.number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
+        "GPUMON_FREE_THRESHOLD_MIB",
+        "--free-threshold",
+        _whole_text,
     ),
     "readonly": _Key("readonly", checks.boolean, flag="--readonly"),
+    "claim_seconds": _Key(
+        "claim_seconds",
+        checks.number(int, 1, 600, "whole seconds from 1 to 600"),
+        "GPUMON_CLAIM_SECONDS",
+        "--claim-seconds",
+        _whole_text,
+    ),
+    "claims_dir": _Key("claims_dir", checks.directory, "GPUMON_CLAIMS_DIR", "--claims-dir"),
+    "idle_min_memory_mib": _Key(
+        "idle_min_memory_mib",
+        checks.number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
+        "GPUMON_IDLE_MIN_MEMORY_MIB",
+        "--idle-min-memory",
+        _whole_text,
+    ),
+    "idle_below_pct": _Key(
+        "idle_below_pct",
+        checks.number(int, 0, 100, "a whole percentage from 0 to 100"),
+        "GPUMON_IDLE_BELOW_PCT",
+        "--idle-below",
+        _whole_text,
+    ),
+    "idle_after_minutes": _Key(
+        "idle_after_minutes",
+        checks.number(float, 0.01, 10080, "minutes from 0.01 to 10080 (0.1 is 6 s)"),
+        "GPUMON_IDLE_AFTER_MINUTES",
+        "--idle-after",
+        _decimal_text,
+    ),
     "prometheus_url": _Key("prometheus_url", checks.url, "GPUMON_PROMETHEUS_URL", "--prometheus"),
     "prometheus_headers": _Key("prometheus_headers", checks.headers, flag="--prometheus-header"),
     "prometheus_user": _Key("prometheus_user", checks.user, "GPUMON_PROMETHEUS_USER"),

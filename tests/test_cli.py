@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpumon import __version__
-from gpumon.cli import _flags, build_parser, main
+from gpumon.cli import build_parser, main
+from gpumon.options import settings_flags
 from gpumon.settings import load_settings
 
 
@@ -52,7 +53,7 @@ def test_interval_below_the_floor_is_one_clear_line(value: str) -> None:
 @pytest.mark.parametrize("argv", [["--readonly"], ["--readonly", "once"], ["once", "--demo"]])
 def test_readonly_flag_lands_in_settings(argv: list[str], tmp_path: Path) -> None:
     args = build_parser().parse_args(argv)
-    settings = load_settings(_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    settings = load_settings(settings_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
     assert settings.readonly is ("--readonly" in argv)
     if settings.readonly:
         assert settings.origins["readonly"] == "--readonly"
@@ -62,7 +63,7 @@ def test_readonly_in_the_config_file_lands_in_settings(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("readonly = true\n")
     args = build_parser().parse_args(["--config", str(config)])
-    settings = load_settings(_flags(args), environ={}, config=args.config)
+    settings = load_settings(settings_flags(args), environ={}, config=args.config)
     assert settings.readonly is True
     assert settings.origins["readonly"] == str(config)
 
@@ -188,7 +189,7 @@ def test_prometheus_options_work_before_or_after_once_and_pick(
     argv: list[str], tmp_path: Path
 ) -> None:
     args = build_parser().parse_args([*argv, "--prometheus-timeout", "2.5"])
-    settings = load_settings(_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    settings = load_settings(settings_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
     assert settings.prometheus_url == "http://p:9090"
     assert settings.prometheus_ca_file == "/ca.pem"
     assert settings.prometheus_timeout_s == 2.5
@@ -202,7 +203,7 @@ def test_prometheus_headers_repeat_and_add_up_across_the_subcommand(tmp_path: Pa
             *("once", "--prometheus-header", "C:3"),
         ]
     )
-    settings = load_settings(_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    settings = load_settings(settings_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
     assert settings.prometheus_headers == ("A: 1", "B: 2", "C: 3")
 
 
@@ -254,3 +255,54 @@ def test_the_dashboard_opens_the_node_list_where_a_prometheus_server_is_set(
     assert capsys.readouterr().err == (
         f"gpumon: error: --prometheus-ca-file: {missing}: no such file\n"
     )
+
+
+def test_sharing_options_land_in_settings_from_flag_environment_and_file(
+    tmp_path: Path,
+) -> None:
+    """free_threshold_mib, claim_seconds, claims_dir and the idle rule: a config key, a
+    GPUMON_ variable and a flag each; idle_after_minutes takes fractions (0.1 = 6 s)."""
+    config = tmp_path / "config.toml"
+    config.write_text("claim_seconds = 300\nidle_below_pct = 2\n")
+    config.chmod(0o600)
+    environ = {"GPUMON_IDLE_AFTER_MINUTES": "0.5", "GPUMON_FREE_THRESHOLD_MIB": "2048"}
+    argv = ["--config", str(config), "--idle-min-memory", "512", "--claims-dir", "/tmp/c"]
+    args = build_parser().parse_args(argv)
+    settings = load_settings(settings_flags(args), environ=environ, config=args.config)
+    assert settings.claim_seconds == 300 and settings.origins["claim_seconds"] == str(config)
+    assert settings.idle_below_pct == 2
+    assert settings.idle_after_minutes == 0.5
+    assert settings.origins["idle_after_minutes"] == "GPUMON_IDLE_AFTER_MINUTES"
+    assert settings.free_threshold_mib == 2048
+    assert settings.idle_min_memory_mib == 512
+    assert settings.origins["idle_min_memory_mib"] == "--idle-min-memory"
+    assert settings.claims_dir == "/tmp/c"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--claim-seconds", "601"], "must be from 1 to 600"),
+        (["--idle-after", "0"], "must be from 0.01 to 10080 minutes"),
+        (["--idle-below", "101"], "must be from 0 to 100"),
+        (["--only", "0,;rm"], "expected NVML indices"),
+        (["--user", "a b"], "not a user name"),
+    ],
+)
+def test_bad_sharing_and_filter_options_are_one_line_and_exit_2(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_start_up_filters_land_in_settings_before_or_after_once(tmp_path: Path) -> None:
+    for argv in (["--only", "0,3", "--user", "alice", "once"], ["once", "--only", "0,3"]):
+        args = build_parser().parse_args(argv)
+        settings = load_settings(settings_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+        assert settings.only_gpus == ("0", "3")
+    args = build_parser().parse_args(["--only-visible"])
+    settings = load_settings(settings_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert settings.only_visible and settings.user_filter is None

@@ -114,7 +114,7 @@ def test_the_subcommand_is_found_before_parsing(argv: list[str], expected: str |
 
 def test_top_level_value_options_are_all_known() -> None:
     """chosen_subcommand must know every top-level option that takes a value."""
-    from gpumon import cli
+    from gpumon import cli, options
 
     parser = cli.build_parser(only="status")
     taking_values = {
@@ -123,7 +123,7 @@ def test_top_level_value_options_are_all_known() -> None:
         if action.option_strings and action.nargs != 0
         for option in action.option_strings
     }
-    assert taking_values == cli._TOP_LEVEL_VALUE_OPTIONS
+    assert taking_values == options.TOP_LEVEL_VALUE_OPTIONS
 
 
 def test_the_store_poller_and_exporter_import_no_ui() -> None:
