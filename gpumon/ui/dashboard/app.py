@@ -33,6 +33,7 @@ from gpumon.ui.widgets.process_table import ProcessTable
 if TYPE_CHECKING:
     from gpumon.settings import Settings
     from gpumon.ui.dashboard.probe_panel import ProbePanel
+    from gpumon.ui.widgets.gpu_notes import NoteSource
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -140,6 +141,8 @@ class GpumonApp(MonitorApp):
         self.autostart = autostart
         #: Seconds the poll in flight has taken when NVML is not answering, else ``None``.
         self.stalled_s: int | None = None
+        #: What is said of each GPU beside its readings (claims, idle holders, watches).
+        self.note_sources: list[NoteSource] = []
         self._probe_child_command = probe_child_command
 
     # -- screens ---------------------------------------------------------------------

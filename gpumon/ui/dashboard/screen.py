@@ -23,6 +23,7 @@ from gpumon.data.model import Sample
 from gpumon.data.views import ProcessFilter, free_gpu_indices, processes_known
 from gpumon.ui.widgets.bars import HeaderBar, HostStrip
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
+from gpumon.ui.widgets.gpu_notes import gather_notes
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages
 from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
@@ -241,6 +242,7 @@ class DashboardScreen(Screen[None]):
         panel.free = (
             frozenset() if stale else free_gpu_indices(sample, app.settings.free_threshold_mib)
         )
+        panel.notes = gather_notes(app.note_sources, sample)
         panel.mig_process_counts = mig_process_counts(sample)
         if not self.zoomed:
             panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)

@@ -17,6 +17,7 @@ from gpumon.ui.widgets.graphs import history_sparkline
 from gpumon.ui.widgets.lines import Line
 
 if TYPE_CHECKING:
+    from gpumon.ui.widgets.gpu_notes import GpuNote
     from gpumon.ui.widgets.gpu_panel import GpuPanel
 
 
@@ -49,9 +50,11 @@ def draw_card(
     sparks: tuple[str, str] = ("", ""),
     free: bool = False,
     extra: int = 0,
+    notes: tuple[GpuNote, ...] = (),
 ) -> list[Strip]:
     """One GPU's card, ``width`` cells wide: a border with its index, name (FREE) and UUID
-    around :func:`card_body` and its MIG instances, ``extra`` lines taller for MIG."""
+    around :func:`card_body` and its MIG instances, ``extra`` lines taller for MIG; its
+    ``notes`` in the bottom border."""
     g = panel.glyphs
     border = panel.style("border-selected" if selected else "border")
     inner = width - 4
@@ -72,7 +75,14 @@ def draw_card(
     for content in body:
         line = Line().add(g.v + " ", border).extend(content, inner)
         lines.append(line.add(" " + g.v, border).strip(width))
-    lines.append(Line().add(g.bl + g.h * (width - 2) + g.br, border).strip(width))
+    bottom = Line().add(g.bl + g.h, border)
+    for note in notes:
+        room = width - bottom.width - 3
+        if room < 8:
+            break
+        bottom.add(g.truncate(f" {note.text} ", room), panel.style(note.style)).add(g.h, border)
+    bottom.add(g.h * max(0, width - bottom.width - 1), border).add(g.br, border)
+    lines.append(bottom.strip(width))
     return lines
 
 

@@ -6,7 +6,7 @@ The panel keeps the selection, the scrolling and the styles; the cards are drawn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.style import Style
 from textual import events
@@ -20,6 +20,7 @@ from gpumon.data.model import GpuStats, GpuUnavailable
 from gpumon.settings import Settings
 from gpumon.ui.widgets.gpu_cards import card_sparks, draw_card
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, mig_lines
+from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_rows import mig_rows, one_line, two_lines
 from gpumon.ui.widgets.graphs import HistorySource
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
@@ -46,6 +47,8 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         "gpu-panel--title",
         "gpu-panel--spark",
         "gpu-panel--free",
+        "gpu-panel--note-warn",
+        "gpu-panel--note-info",
     }
 
     DEFAULT_CSS = """
@@ -65,6 +68,8 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
     GpuPanel > .gpu-panel--title { text-style: bold; }
     GpuPanel > .gpu-panel--spark { color: $secondary; }
     GpuPanel > .gpu-panel--free { color: $success; text-style: bold reverse; }
+    GpuPanel > .gpu-panel--note-warn { color: $warning; text-style: bold; }
+    GpuPanel > .gpu-panel--note-info { color: $accent; }
     GpuPanel:focus > .gpu-panel--border-selected { color: $accent; text-style: bold; }
     """
 
@@ -98,6 +103,9 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         self._cards: dict[int, tuple[tuple[object, ...], list[Strip]]] = {}
         #: The NVML indices of the GPUs marked FREE (the dashboard hands them down).
         self.free: frozenset[int] = frozenset()
+        #: What else is said of a GPU (claimed, held idle, watched): NVML index -> notes,
+        #: drawn in a card's bottom border or at a row's end (the dashboard hands them down).
+        self.notes: Mapping[int, tuple[GpuNote, ...]] = {}
         #: Processes per MIG instance: (GPU index, GPU instance id) -> count.
         self.mig_process_counts: dict[tuple[int, int | None], int] = {}
         self._row_heights: list[int] = []
@@ -318,11 +326,12 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         # GpuStats is frozen and hashable: an unchanged GPU (idle, lost) is not redrawn.
         sparks = card_sparks(self, gpu, width - 4)
         free = gpu.index in self.free
-        key = (gpu, selected, width, sparks, free, extra)
+        notes = self.notes.get(gpu.index, ())
+        key = (gpu, selected, width, sparks, free, extra, notes)
         cached = self._cards.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        lines = draw_card(self, gpu, selected, width, sparks, free, extra)
+        lines = draw_card(self, gpu, selected, width, sparks, free, extra, notes)
         self._cards[gpu.index] = (key, lines)
         return lines
 

@@ -28,6 +28,15 @@ def name_cell(panel: GpuPanel, line: Line, gpu: GpuStats, width: int) -> None:
     line.add(panel.glyphs.fit(short_name(gpu.name), width - 1) + " ", panel.style("title"))
 
 
+def notes_cell(panel: GpuPanel, line: Line, gpu: GpuStats, width: int) -> None:
+    """The GPU's notes (claimed, held idle, watched) at the end of a row, as far as they fit."""
+    for note in panel.notes.get(gpu.index, ()):
+        room = width - line.width - 1
+        if room < 8:
+            return
+        line.add(" ").add(panel.glyphs.truncate(note.text, room), panel.style(note.style))
+
+
 def mig_rows(panel: GpuPanel, gpu: GpuStats, width: int, indent: int = 0) -> list[Line]:
     """A GPU in MIG mode: one line per MIG instance (GPU and compute instance ids, profile,
     memory, its own UUID, its process count), or one line saying why there is none."""
@@ -87,6 +96,8 @@ def two_lines(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> lis
     )
     top.add(" Fan ", label)
     panel._value(top, fmt.percent(gpu.fan_pct).rjust(4))
+    # Notes before the P-state and flags: on a short line, those are what is cut.
+    notes_cell(panel, top, gpu, width)
     top.add(" ", label)
     panel._value(top, fmt.pstate(gpu.performance_state))
     top.add(" Pers ", label)
@@ -143,7 +154,10 @@ def one_line(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> Stri
         panel.temperature_style(gpu),
     )
     line.add(" ")
+    # Notes at the end: the bars give up room for them, down to 3 cells each.
+    wanted = sum(len(note.text) + 1 for note in panel.notes.get(gpu.index, ()))
     rest = width - line.width - 22
+    rest -= min(wanted, max(0, rest - 6))
     bar_width = max(3, rest // 2)
     fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
     panel._bar(line, fraction, bar_width)
@@ -151,6 +165,7 @@ def one_line(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> Stri
     line.add(" ")
     panel._bar(line, gpu.memory_used_fraction, max(3, rest - bar_width))
     panel._value(line, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(11))
+    notes_cell(panel, line, gpu, width)
     return line.strip(width)
 
 

@@ -1,0 +1,37 @@
+"""What is said of a GPU beside its readings: claimed by a user's pick, held idle, watched.
+
+The dashboard hands :class:`GpuNote` objects down to the GPU panel (``GpuPanel.notes``), which
+draws them in a card's bottom border or at the end of a row. No Textual here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpumon.data.model import Sample
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNote:
+    """One note on one GPU: ``claimed by alice 40 s ago``, ``held idle by bob 2h13m``."""
+
+    text: str
+    #: The panel's style: ``note-warn`` (needs a look: claimed, held idle) or ``note-info``.
+    style: str = "note-info"
+
+
+#: Where notes come from: a function of the latest sample (None before the first) giving
+#: NVML index -> notes. The dashboard asks each of its sources on every redraw.
+NoteSource = Callable[[Sample | None], Mapping[int, Sequence[GpuNote]]]
+
+
+def gather_notes(
+    sources: Iterable[NoteSource], sample: Sample | None
+) -> dict[int, tuple[GpuNote, ...]]:
+    """Every source's notes, per GPU, in the sources' order."""
+    gathered: dict[int, list[GpuNote]] = {}
+    for source in sources:
+        for index, notes in source(sample).items():
+            gathered.setdefault(index, []).extend(notes)
+    return {index: tuple(notes) for index, notes in gathered.items() if notes}
