@@ -2,10 +2,11 @@
 
 A field's key (``status --format``), label and unit (the dashboard, the detail screen), how
 to read it from :class:`~gpumon.data.model.GpuStats` (its attribute, which is also its JSON name
-in ``once --json``), how to show it, its help line (the help screen), nvidia-smi's name for it,
-and how the exporter serves it. Adding a metric is: the model, the source (and the demo), and
-one :class:`Field` here; the tests check that every descriptor is exported, in the JSON schema
-and in the help.
+in ``once --json``), how to show it, its help line (the help screen), nvidia-smi's name for it
+(as its table or ``-q`` shows it, and its ``--query-gpu`` property), and how the exporter serves
+it. Adding a metric is: the model, the source (and the demo), and one :class:`Field` here; the
+tests check that every descriptor is exported, in the JSON schema and in the help, and
+``tests/gpu_check`` compares it with nvidia-smi on a real GPU.
 
 No Textual, no psutil, no pynvml: ``gpumon status`` imports this.
 """
@@ -37,7 +38,12 @@ class Prometheus:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One GPU field."""
+    """One GPU field.
+
+    ``smi`` is the reading's name where nvidia-smi shows it (a column of its table, or
+    ``-q: <label>`` for a line of ``nvidia-smi -q``); ``query`` its ``--query-gpu`` property,
+    ``""`` where nvidia-smi has none. tests/gpu_check compares the two tools through them.
+    """
 
     key: str
     attribute: str
@@ -47,6 +53,7 @@ class Field:
     text: Callable[[Any], str]
     smi: str = ""
     prometheus: Prometheus | None = None
+    query: str = ""
 
     def read(self, gpu: GpuStats) -> Any:
         """The reading (``None``: N/A)."""
@@ -88,49 +95,58 @@ FIELDS: tuple[Field, ...] = (
         "utilisation: share of the last sample period (1/6 s to 1 s) a kernel ran; N/A with MIG",
         _percent, "GPU-Util",
         Prometheus("gpumon_gpu_utilization_ratio", scale=_PCT),
+        query="utilization.gpu",
     ),
     Field(
         "mem_util", "utilization_memory_pct", "MemBW", "%",
         "memory-controller utilisation: share of that period memory was read or written",
         _percent, "-q: Memory Util",
         Prometheus("gpumon_gpu_memory_utilization_ratio", scale=_PCT),
+        query="utilization.memory",
     ),
     Field(
         "enc", "utilization_encoder_pct", "Enc", "%", "video encoder utilisation",
         _percent, "-q: Encoder Util",
         Prometheus("gpumon_gpu_encoder_utilization_ratio", scale=_PCT),
+        query="utilization.encoder",
     ),
     Field(
         "dec", "utilization_decoder_pct", "Dec", "%", "video decoder utilisation",
         _percent, "-q: Decoder Util",
         Prometheus("gpumon_gpu_decoder_utilization_ratio", scale=_PCT),
+        query="utilization.decoder",
     ),
     Field(
         "mem_used", "memory_used_bytes", "MEM used", "bytes",
         "memory in use; NVML's memory info v2, as nvidia-smi on R510+ (reserved not counted)",
         _bytes, "Memory-Usage",
         Prometheus("gpumon_gpu_memory_used_bytes"),
+        query="memory.used",
     ),
     Field(
         "mem_total", "memory_total_bytes", "MEM total", "bytes", "total memory",
         _bytes, "Memory-Usage",
         Prometheus("gpumon_gpu_memory_total_bytes"),
+        query="memory.total",
     ),
     Field(
         "mem_free", "memory_free_bytes", "MEM free", "bytes",
         "memory free: total - used - reserved", _bytes, "-q: Free",
         Prometheus("gpumon_gpu_memory_free_bytes"),
+        query="memory.free",
     ),
     Field(
         "mem_reserved", "memory_reserved_bytes", "rsv", "bytes",
         "memory reserved by the driver and firmware", _bytes, "-q: Reserved",
         Prometheus("gpumon_gpu_memory_reserved_bytes"),
+        query="memory.reserved",
     ),
     Field(
         "temp", "temperature_c", "Temp", "°C",
         "GPU core temperature",
         lambda value: f"{value}°C", "Temp",
         Prometheus("gpumon_gpu_temperature_celsius"),
+        query="temperature.gpu",
     ),
     Field(
         "temp_slowdown", "temperature_slowdown_c", "Slowdown", "°C",
@@ -149,16 +165,19 @@ FIELDS: tuple[Field, ...] = (
         "fan speed, % of maximum (may exceed 100); N/A on boards without a fan (SXM)",
         _percent, "Fan",
         Prometheus("gpumon_gpu_fan_speed_ratio", scale=_PCT),
+        query="fan.speed",
     ),
     Field(
         "power", "power_draw_w", "PWR", "W", "power draw",
         lambda value: f"{value:.0f}W", "Pwr:Usage",
         Prometheus("gpumon_gpu_power_draw_watts"),
+        query="power.draw",
     ),
     Field(
         "power_limit", "power_limit_w", "Cap", "W", "enforced power limit",
         lambda value: f"{value:.0f}W", "Pwr:Cap",
         Prometheus("gpumon_gpu_power_limit_watts"),
+        query="enforced.power.limit",
     ),
     Field(
         "energy", "energy_j", "Energy", "J",
@@ -170,22 +189,26 @@ FIELDS: tuple[Field, ...] = (
         "sm_clock", "clock_sm_mhz", "SM", "MHz", "SM clock",
         lambda value: f"{value}MHz", "-q: Clocks SM",
         Prometheus("gpumon_gpu_clock_sm_hertz", scale=_MHZ),
+        query="clocks.current.sm",
     ),
     Field(
         "mem_clock", "clock_memory_mhz", "Mem", "MHz", "memory clock",
         lambda value: f"{value}MHz", "-q: Clocks Memory",
         Prometheus("gpumon_gpu_clock_memory_hertz", scale=_MHZ),
+        query="clocks.current.memory",
     ),
     Field(
         "gr_clock", "clock_graphics_mhz", "Gr", "MHz", "graphics clock",
         lambda value: f"{value}MHz", "-q: Clocks Graphics",
         Prometheus("gpumon_gpu_clock_graphics_hertz", scale=_MHZ),
+        query="clocks.current.graphics",
     ),
     Field(
         "clock_events", "clock_event_reasons", "Held", "",
         "why the clocks are held down (gpu_idle, sw_power_cap, hw_thermal_slowdown...)",
         _reasons, "-q: Clocks Event Reasons",
         Prometheus("gpumon_gpu_clock_event_reason", kind="state", label="reason"),
+        query="clocks_event_reasons.active",
     ),
     Field(
         "pcie_rx", "pcie_rx_bytes_per_s", "PCIe rx", "bytes/s",
@@ -203,32 +226,38 @@ FIELDS: tuple[Field, ...] = (
         "pstate", "performance_state", "P", "", "performance state, P0 (fastest) to P15",
         fmt.pstate, "Perf",
         Prometheus("gpumon_gpu_performance_state"),
+        query="pstate",
     ),
     Field(
         "ecc", "ecc_errors_uncorrected_volatile", "ECC", "errors",
         "uncorrected ECC errors since the driver was loaded; N/A with ECC off",
         str, "Volatile Uncorr. ECC",
         Prometheus("gpumon_gpu_ecc_errors_uncorrected_volatile", kind="counter"),
+        query="ecc.errors.uncorrected.volatile.total",
     ),
     Field(
         "persistence", "persistence_mode", "Persist", "", "persistence mode",
         fmt.on_off, "Persistence-M",
         Prometheus("gpumon_gpu_persistence_mode"),
+        query="persistence_mode",
     ),
     Field(
         "display", "display_active", "Disp", "", "a display is active on this GPU",
         fmt.on_off, "Disp.A",
         Prometheus("gpumon_gpu_display_active"),
+        query="display_active",
     ),
     Field(
         "compute_mode", "compute_mode", "Compute", "", "compute mode",
         str, "Compute M.",
         Prometheus("gpumon_gpu_compute_mode", kind="state", label="mode"),
+        query="compute_mode",
     ),
     Field(
         "mig", "mig_mode", "MIG", "", "MIG mode; with MIG on, utilisation is N/A by design",
         fmt.on_off, "MIG M.",
         Prometheus("gpumon_gpu_mig_mode"),
+        query="mig.mode.current",
     ),
 )  # fmt: skip
 
