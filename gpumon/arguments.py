@@ -97,3 +97,29 @@ def percentage(text: str) -> float:
     if value > 100:
         raise argparse.ArgumentTypeError(f"must be from 0 to 100 (got {text})")
     return value
+
+
+#: A wait longer than a year is a typo.
+MAX_DURATION_S = 366 * 86_400.0
+_DURATION = re.compile(r"(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)[smhd])+", re.ASCII)
+_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)([smhd])", re.ASCII)
+_DURATION_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """A length of time in seconds: ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``; a bare
+    number is seconds. More than zero, at most a year."""
+    stripped = text.strip()
+    expected = "a duration such as 90s, 30m, 2h or 1h30m (a bare number is seconds)"
+    if _DECIMAL.fullmatch(stripped):
+        seconds = float(stripped)
+    elif _DURATION.fullmatch(stripped):
+        seconds = sum(
+            float(number) * _DURATION_UNITS_S[unit]
+            for number, unit in _DURATION_PART.findall(stripped)
+        )
+    else:
+        raise argparse.ArgumentTypeError(f"not {expected}: {text!r}")
+    if not 0 < seconds <= MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 366d (got {text})")
+    return seconds

@@ -44,8 +44,8 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "export": "serve Prometheus metrics over HTTP (needs: pip install 'gpumon-tui[export]')",
     "probe": "check that torch can use a GPU from a Python environment: is_available, which "
     "cuda:N it is, tensors on it, NVML sees it (runs in a child process)",
-    "pick": "print the freest GPUs for CUDA_VISIBLE_DEVICES, e.g. "
-    "CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2) python train.py",
+    "pick": "print FREE GPUs for CUDA_VISIBLE_DEVICES (waiting for them with --wait), e.g. "
+    "CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py",
 }
 
 #: The subcommands that read a cluster with --prometheus; status, export and probe are about
@@ -236,6 +236,11 @@ def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
         from gpumon.ui.dashboard.app import create_app
 
         return create_app(settings=settings)
+    if settings.only_gpus or settings.only_visible or settings.user_filter:
+        from gpumon.commands.once import FILTERS_NOT_FOR_CLUSTER
+
+        print(f"gpumon: error: {FILTERS_NOT_FOR_CLUSTER}", file=sys.stderr)
+        return None
     from gpumon.settings import SettingsError
     from gpumon.ui.cluster.app import create_cluster_app
 

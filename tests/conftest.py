@@ -32,3 +32,7 @@ def no_user_config(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-config"))
     for name in ("GPUMON_INTERVAL", "GPUMON_THEME", "GPUMON_PROBE_PYTHON"):
         monkeypatch.delenv(name, raising=False)
+    # `gpumon pick` claims what it prints: never in the machine's shared /dev/shm directory,
+    # and never seen by the next test.
+    claims = tmp_path_factory.mktemp("claims", numbered=True) / "gpumon-claims"
+    monkeypatch.setenv("GPUMON_CLAIMS_DIR", str(claims))

@@ -455,14 +455,16 @@ def test_pick_prometheus_prints_node_index(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     answering(monkeypatch, mixed())
-    code, out, err = run(["pick", "--prometheus", URL, "-n", "2"], capsys)
+    argv = ["pick", "--prometheus", URL, "-n", "2", "--across-nodes", "--busy-ok"]
+    code, out, err = run(argv, capsys)
     assert (code, out) == (0, "node10:1,node10:0\n")
     assert (
         err == "gpumon pick: note: node10:GPU 0 runs 1 process (too few GPUs without processes)\n"
     )
-    code, out, err = run(["pick", "--prometheus", URL, "-n", "3"], capsys)
+    code, out, err = run(["pick", "--prometheus", URL, "-n", "3", "--across-nodes"], capsys)
     assert (code, out) == (1, "")
-    assert err.startswith("gpumon pick: only 2 GPUs on 4 nodes qualify (need 3): node2 ")
+    assert err.startswith("gpumon pick: only 1 GPU on 4 nodes qualifies (need 3): node2 ")
+    assert err.endswith(", node10: GPU 0: 1 process (alice)\n")
 
 
 def test_a_configured_url_alone_leaves_once_and_pick_on_this_machine(
@@ -476,7 +478,7 @@ def test_a_configured_url_alone_leaves_once_and_pick_on_this_machine(
     code, out, _ = run(["--config", str(config), "pick", "--demo"], capsys)
     assert code == 0 and ":" not in out and opened == []
     code, out, _ = run(["--config", str(config), "pick", "--cluster", "-n", "1"], capsys)
-    assert (code, out) == (0, "node10:1\n")
+    assert (code, out) == (0, "node10 1\n")  # HOST GPUS
     code, out, _ = run(["--config", str(config), "once", "--cluster"], capsys)
     assert code == 0 and out.startswith(URL)
 

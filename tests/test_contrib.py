@@ -297,3 +297,53 @@ def test_promtool_finds_no_lint_problem_in_the_exposition(ecc: bool) -> None:
     problems = (result.stdout + result.stderr).strip()
     assert result.returncode == 0, problems
     assert problems == ""
+
+
+# --- Held idle (issue 18) ------------------------------------------------------------------
+
+IDLE_PANEL = "Idle-held GPU memory by user"
+
+
+def test_dashboard_shows_the_gpu_memory_each_user_holds_idle() -> None:
+    panel = next(p for p in all_panels(load_dashboard()) if p["title"] == IDLE_PANEL)
+    (expr,) = panel_exprs(panel)
+    assert {"gpumon_process_idle_seconds", "gpumon_process_gpu_memory_bytes"} <= names_in([expr])
+    assert panel["fieldConfig"]["defaults"]["unit"] == "bytes"
+
+
+def test_the_idle_panel_sums_only_idle_processes_by_user(tmp_path: Path) -> None:
+    """The panel's query on a Prometheus (promtool's): alice's idle 10 GiB and her busy 4 GiB,
+    bob's busy job, an owner gpumon could not read holding 2 GiB idle."""
+    panel = next(p for p in all_panels(load_dashboard()) if p["title"] == IDLE_PANEL)
+    (expr,) = panel_exprs(panel)
+    expr = expr.replace("$instance", ".*").replace("$gpu", ".*")
+    processes = [  # gpu, pid, user, memory in GiB, idle seconds
+        ("0", "100", "alice", 10, "0 0 1200x4"),
+        ("1", "101", "alice", 4, "0x6"),
+        ("1", "200", "bob", 20, "0x6"),
+        ("2", "300", "", 2, "0 900x5"),
+    ]
+    series = []
+    for gpu, pid, user, memory, idle in processes:
+        labels = f'job="gpumon", instance="n1:9402", gpu="{gpu}", pid="{pid}", user="{user}"'
+        series.append(
+            f"      - series: 'gpumon_process_gpu_memory_bytes{{{labels}}}'\n"
+            f"        values: '{memory * 1024**3}x6'\n"
+            f"      - series: 'gpumon_process_idle_seconds{{{labels}}}'\n"
+            f"        values: '{idle}'\n"
+        )
+    test = tmp_path / "idle-panel.test.yml"
+    test.write_text(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+        + "".join(series)
+        + "    promql_expr_test:\n"
+        + f"      - expr: {json.dumps(expr)}\n"
+        + "        eval_time: 3m\n        exp_samples:\n"
+        + '          - labels: \'{instance="n1:9402", user="alice"}\'\n'
+        + f"            value: {10 * 1024**3}\n"
+        + '          - labels: \'{instance="n1:9402", user="(unknown)"}\'\n'
+        + f"            value: {2 * 1024**3}\n",
+        encoding="utf-8",
+    )
+    result = run_promtool("test", "rules", str(test))
+    assert result.returncode == 0, result.stdout + result.stderr

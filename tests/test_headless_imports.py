@@ -36,6 +36,8 @@ def run_clean(body: str) -> subprocess.CompletedProcess[str]:
         ["status", "--demo"],
         ["once"],  # no driver here: the failure path must stay light too
         ["status"],
+        ["pick", "--demo", "--wait", "1s"],
+        ["pick"],  # no driver here; and claims (the dashboard's notes read them too)
     ],
 )
 def test_headless_commands_import_no_ui_or_torch(argv: list[str]) -> None:

@@ -340,7 +340,7 @@ def sm(processes: tuple[GpuProcess, ...]) -> dict[int, int | None]:
     return {process.pid: process.sm_utilization_pct for process in processes}
 
 
-def test_the_latest_sample_per_pid_is_shown_and_pids_without_one_are_na() -> None:
+def test_the_latest_sample_per_pid_is_shown() -> None:
     fake, table = busy_gpu(
         [
             ProcessUtilizationSample(pid=100, timeStamp=2_000, smUtil=55),
@@ -352,7 +352,7 @@ def test_the_latest_sample_per_pid_is_shown_and_pids_without_one_are_na() -> Non
 
     processes = make_source(fake, table).sample().processes
 
-    assert sm(processes) == {100: 55, 101: 70, 102: None}  # 102: no sample, N/A not 0 %
+    assert sm(processes) == {100: 55, 101: 70, 102: None}  # 102: graphics, no sample: N/A
     assert fake.count("nvmlDeviceGetProcessUtilization", 0, 0) == 1  # every sample, first
 
 
@@ -368,9 +368,9 @@ def test_each_call_asks_only_for_samples_newer_than_the_newest_seen() -> None:
     ]
     third = source.sample().processes
 
-    assert sm(first) == {100: 55, 101: None, 102: None}
-    assert sm(second) == {100: None, 101: None, 102: None}  # no new sample: not the old one
-    assert sm(third) == {100: None, 101: 12, 102: None}
+    assert sm(first) == {100: 55, 101: 0, 102: None}
+    assert sm(second) == {100: 0, 101: 0, 102: None}  # no new sample: idle, not the old one
+    assert sm(third) == {100: 0, 101: 12, 102: None}
     assert fake.count("nvmlDeviceGetProcessUtilization", 0, 0) == 1
     assert fake.count("nvmlDeviceGetProcessUtilization", 0, 2_000) == 2
     assert fake.count("nvmlDeviceGetProcessUtilization", 0, 3_000) == 0
@@ -387,7 +387,7 @@ def test_samples_older_than_asked_for_are_ignored() -> None:
     first, second = source.sample().processes, source.sample().processes
 
     assert sm(first)[100] == 55
-    assert sm(second)[100] is None
+    assert sm(second)[100] == 0
 
 
 @pytest.mark.parametrize(("reported", "shown"), [(371, 100), (100, 100), (0, 0)])

@@ -15,7 +15,7 @@ from gpumon.commands.pick import failure_line, indices_match_cuda, resolve_forma
 from gpumon.data import ranking
 from gpumon.data.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
 from gpumon.data.ranking import rank
-from gpumon.sampling import snapshot
+from tests.pick_helpers import serve
 from tests.test_cli import run_gpumon
 from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
@@ -343,17 +343,13 @@ def run_pick(
     environ: dict[str, str] | None = None,
 ) -> tuple[int, str, str]:
     """``gpumon pick ARGV`` over ``sample``: exit status, stdout, stderr."""
-    asked: list[dict[str, object]] = []
-
-    def take_sample(settings: object, **options: object) -> Sample:
-        asked.append(options)
-        return sample
-
-    monkeypatch.setattr(snapshot, "take_sample", take_sample)
+    opened = serve(monkeypatch, sample)
     monkeypatch.setattr(pick.os, "environ", environ or {})
-    code = main(["pick", *argv])
+    # --no-claim: a GPU one run printed is not ranked last in the next (claims have tests).
+    code = main(["pick", "--no-claim", *argv])
     # The freest GPU is the one with no process: pick must read the process lists.
-    assert asked and all(options["processes"] for options in asked)
+    assert opened and all(source.options["processes"] for source in opened)
+    assert all(source.closed for source in opened)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -363,7 +359,7 @@ def four_gpus() -> Sample:
         idle_gpu(0, memory_used_bytes=9 * GIB),
         idle_gpu(1, processes_error="Insufficient Permissions"),
         idle_gpu(2),
-        idle_gpu(3, memory_used_bytes=1 * GIB),
+        idle_gpu(3, memory_used_bytes=512 * MIB),
     )
     return make_sample(gpus, (make_process(gpus[0], 42),))
 
@@ -385,7 +381,7 @@ def test_prints_uuids_when_asked(
 def test_a_picked_gpu_with_processes_is_noted_on_stderr(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_pick(monkeypatch, capsys, ["-n", "3"], four_gpus())
+    code, out, err = run_pick(monkeypatch, capsys, ["-n", "3", "--busy-ok"], four_gpus())
     assert (code, out) == (0, "2,3,0\n")
     assert err == (
         "gpumon pick: note: GPU 0 runs 1 process (fewer than 3 GPUs without processes qualify)\n"
@@ -397,7 +393,7 @@ def test_a_lone_busy_gpu_is_noted_in_words_for_one(
 ) -> None:
     gpu = idle_gpu(0)
     sample = make_sample((gpu,), (make_process(gpu, 1), make_process(gpu, 2)))
-    code, out, err = run_pick(monkeypatch, capsys, [], sample)
+    code, out, err = run_pick(monkeypatch, capsys, ["--busy-ok"], sample)
     assert (code, out) == (0, "0\n")
     assert err == "gpumon pick: note: GPU 0 runs 2 processes (no GPU without processes qualifies)\n"
 
@@ -433,7 +429,7 @@ def test_auto_on_mixed_models_prints_uuids(
 def test_too_few_exits_1_with_one_line_and_nothing_on_stdout(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_pick(monkeypatch, capsys, ["-n", "4"], four_gpus())
+    code, out, err = run_pick(monkeypatch, capsys, ["-n", "4", "--busy-ok"], four_gpus())
     assert (code, out) == (1, "")
     assert err == "gpumon pick: only 3 of 4 GPUs qualify (need 4): GPU 1 process list unknown\n"
 
@@ -524,7 +520,7 @@ def test_percentages() -> None:
 
 
 def test_demo_pick_two_is_a_cuda_visible_devices_value() -> None:
-    result = run_gpumon("pick", "--demo", "-n", "2")
+    result = run_gpumon("pick", "--demo", "-n", "2", "--busy-ok")
     assert result.returncode == 0, result.stderr
     assert re.fullmatch(r"\d+,\d+\n", result.stdout)
     assert "simulated GPUs (--demo)" in result.stderr

@@ -913,12 +913,12 @@ async def test_u_opens_the_user_summary_and_escape_goes_back() -> None:
         assert isinstance(app.screen, UserSummaryScreen)
         text = screen_text(app)
         assert "Users of the GPUs" in text
-        assert re.search(r"USER\s+GPUS\s+GPU-MEM\s+PROCS", text)
-        assert summary_rows(app) == [
-            ["bob", "1", ">=10.0G", "2"],
-            ["alice", "0,1", "6.0G", "2"],
-            ["(other namespace)", "1", "3.0G", "1"],
-            ["?", "0", "1.0G", "1"],
+        assert re.search(r"USER\s+GPUS\s+GPU-MEM\s+PROCS\s+IDLE-MEM", text)
+        assert summary_rows(app) == [  # no process idle yet: IDLE-MEM reads "-"
+            ["bob", "1", ">=10.0G", "2", "-"],
+            ["alice", "0,1", "6.0G", "2", "-"],
+            ["(other namespace)", "1", "3.0G", "1", "-"],
+            ["?", "0", "1.0G", "1", "-"],
         ]
         assert "Not counted: GPU 2" in text
         assert ">=: some of the user's processes have GPU memory N/A." in text
@@ -942,7 +942,7 @@ async def test_user_summary_updates_with_new_samples() -> None:
         await pilot.pause()
         assert "chen" not in screen_text(app)
         await start(app, pilot, later)
-        assert summary_rows(app)[0] == ["chen", "0", "20.0G", "1"]
+        assert summary_rows(app)[0] == ["chen", "0", "20.0G", "1", "-"]
 
 
 async def test_user_summary_counts_every_process_whatever_the_table_filter() -> None:

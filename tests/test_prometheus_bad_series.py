@@ -307,7 +307,7 @@ def test_absurd_times_are_unknown_and_crash_nothing(
     validator().validate(document)
     (entry,) = [entry for entry in document["nodes"] if entry["instance"] != SECOND]
     assert (entry["last_seen"], entry["down_since"]) == (None, None)
-    code, out, _ = run(["pick", "--prometheus", prom.url, "-n", "1"], capsys)
+    code, out, _ = run(["pick", "--prometheus", prom.url, "-n", "1", "--across-nodes"], capsys)
     if not everywhere:  # the other node is current: its idle GPU is picked
         assert (code, out) == (0, f"demo-gpu-server ({SECOND}):{IDLE_GPU}\n")
 

@@ -1,21 +1,29 @@
 """``gpumon pick --prometheus``'s ranking: the freest GPUs of a cluster's UP nodes.
 
 Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: within a node,
-:func:`gpumon.data.ranking.rank` decides, as for one machine; across nodes the freest come
-first, ties by node name (as a person counts), then index. Only an UP node whose process
-lists are known offers GPUs: unknown is never free.
+:func:`gpumon.data.ranking.rank` decides, as for one machine. By default N GPUs of one node
+(:func:`pick_one_node`): among the nodes with N that qualify, the one whose N are the freest,
+ties by node name (as a person counts); only a node whose name is a host name one can ssh to
+(:func:`safe_host_name`). With ``--across-nodes`` (:func:`rank_cluster`) the freest of all
+nodes come first, ties by node name, then index. Only an UP node whose process lists are
+known offers GPUs: unknown is never free.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpumon.commands.cluster_output import EXPORTER_LABELS, natural_key, ordered, state_text
-from gpumon.data.cluster import ClusterSample
-from gpumon.data.ranking import Candidate, rank
+from gpumon.data.cluster import ClusterSample, Node
+from gpumon.data.ranking import Candidate, qualify, rank
+
+#: A host name as ssh takes it: letters, digits, dots, hyphens and underscores, never
+#: starting with a hyphen (ssh would read it as an option), no spaces, no port.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9_])?", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,23 +63,22 @@ def rank_cluster(
     min_free_bytes: int | None = None,
     max_utilization_pct: float | None = None,
     output_format: str = "index",
+    free_below_bytes: int | None = None,
 ) -> tuple[tuple[ClusterCandidate, ...], tuple[str, ...]]:
     """The ``n`` freest GPUs of the cluster's UP nodes whose process lists are known, and
     why the others do not qualify (``node3 DOWN since 14:03``, ``node1: GPU 0 LOST``).
 
     A node that is not UP offers nothing (its GPUs' state is not known now), and neither
     does one whose exporter gives no process lists (dcgm-exporter): unknown is never free.
-    Within a node, :func:`gpumon.data.ranking.rank` decides, with the same thresholds.
+    Within a node, :func:`gpumon.data.ranking.rank` decides, with the same thresholds (and
+    ``free_below_bytes``: only FREE GPUs).
     """
     qualifying: list[ClusterCandidate] = []
     reasons: list[str] = []
     for node in ordered(cluster.nodes):
-        if not node.usable:
-            reasons.append(f"{node.name} {state_text(node, cluster.timestamp_s)}")
-            continue
-        if not node.sample.processes_read:
-            exporter = EXPORTER_LABELS[node.exporter]
-            reasons.append(f"{node.name} processes unknown ({exporter})")
+        unusable = node_problem(node, cluster.timestamp_s)
+        if unusable is not None:
+            reasons.append(unusable)
             continue
         picked, why = rank(
             node.sample,
@@ -79,11 +86,115 @@ def rank_cluster(
             min_free_bytes=min_free_bytes,
             max_utilization_pct=max_utilization_pct,
             output_format=output_format,
+            free_below_bytes=free_below_bytes,
         )
         qualifying += [ClusterCandidate(node.name, candidate) for candidate in picked]
         reasons += [f"{node.name}: {reason}" for reason in why]
     qualifying.sort(key=ClusterCandidate.sort_key)
     return tuple(qualifying[:n]), tuple(reasons)
+
+
+def node_problem(node: Node, now_s: float) -> str | None:
+    """Why ``node`` offers no GPU at all (``node3 DOWN since 14:03``), or None."""
+    if not node.usable:
+        return f"{node.name} {state_text(node, now_s)}"
+    if not node.sample.processes_read:
+        return f"{node.name} processes unknown ({EXPORTER_LABELS[node.exporter]})"
+    return None
+
+
+def safe_host_name(name: str) -> bool:
+    """True for a node name a script can hand to ssh as it is (``gpu-node3``,
+    ``node3.cluster.local``, ``10.0.0.5``); False for ``host (instance)``, ``host:9400``."""
+    return _HOST_NAME.fullmatch(name) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NodePick:
+    """N GPUs of one node: printed as ``HOST GPUS`` (``node3 0,2``)."""
+
+    node: str
+    picked: tuple[Candidate, ...]
+
+    def line(self, output_format: str) -> str:
+        values = ",".join(candidate.value(output_format) for candidate in self.picked)
+        return f"{self.node} {values}"
+
+
+@dataclass(frozen=True, slots=True)
+class OneNodeResult:
+    """What :func:`pick_one_node` found: the pick (None: no node has N), why nodes and GPUs
+    do not qualify, and the node with the most that do (None: none has any)."""
+
+    pick: NodePick | None
+    reasons: tuple[str, ...]
+    best_node: str | None
+    best_count: int
+
+
+def pick_one_node(
+    cluster: ClusterSample,
+    *,
+    n: int = 1,
+    min_free_bytes: int | None = None,
+    max_utilization_pct: float | None = None,
+    output_format: str = "index",
+    free_below_bytes: int | None = None,
+) -> OneNodeResult:
+    """``n`` GPUs of one node: of the nodes with ``n`` that qualify, the one whose ``n`` are
+    the freest (then by name). A node whose name is no safe host name is skipped."""
+    reasons: list[str] = []
+    offers: list[tuple[Any, NodePick]] = []
+    counts: list[tuple[int, str]] = []
+    for node in ordered(cluster.nodes):
+        unusable = node_problem(node, cluster.timestamp_s)
+        if unusable is None and not safe_host_name(node.name):
+            unusable = f"{node.name!r} is no host name to ssh to"
+        if unusable is not None:
+            reasons.append(unusable)
+            continue
+        qualifying, why = qualify(
+            node.sample,
+            n=n,
+            min_free_bytes=min_free_bytes,
+            max_utilization_pct=max_utilization_pct,
+            output_format=output_format,
+            free_below_bytes=free_below_bytes,
+        )
+        reasons += [f"{node.name}: {reason}" for reason in why]
+        if qualifying:
+            counts.append((len(qualifying), node.name))
+        if len(qualifying) >= n:
+            chosen = qualifying[:n]
+            key = (tuple(c.sort_key() for c in chosen), natural_key(node.name))
+            offers.append((key, NodePick(node.name, chosen)))
+    pick = min(offers, key=lambda offer: offer[0])[1] if offers else None
+    best = min(counts, key=lambda count: (-count[0], natural_key(count[1])), default=(0, None))
+    return OneNodeResult(pick=pick, reasons=tuple(reasons), best_node=best[1], best_count=best[0])
+
+
+def one_node_failure_line(cluster: ClusterSample, result: OneNodeResult, n: int) -> str:
+    """The one stderr line for "no node has ``n``", with the best node's count and why."""
+    prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
+    if not cluster.nodes:
+        return f"{prefix}Prometheus at {cluster.url} knows no GPU node (need {n})"
+    if result.best_node is None:
+        head = f"no node has a GPU that qualifies (need {n} on one node)"
+    else:
+        head = (
+            f"no node has {n} GPUs that qualify; the best, {result.best_node}, has "
+            f"{result.best_count} (--across-nodes picks from several)"
+        )
+    return _with_reasons(prefix + head, result.reasons)
+
+
+def _with_reasons(head: str, reasons: Sequence[str], max_reasons: int = 12) -> str:
+    if not reasons:
+        return head
+    shown = list(reasons[:max_reasons])
+    if len(reasons) > max_reasons:
+        shown.append(f"{len(reasons) - max_reasons} more")
+    return f"{head}: {', '.join(shown)}"
 
 
 def cluster_failure_line(

@@ -20,6 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Set
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpumon.data import format as fmt
@@ -28,8 +29,14 @@ from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, use_color
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 
 if TYPE_CHECKING:
-    from gpumon.data.views import UserUsage
+    from gpumon.data.views import ProcessFilter, UserUsage
     from gpumon.settings import Settings
+
+#: The start-up filters choose among this machine's GPUs; the cluster view is another matter.
+FILTERS_NOT_FOR_CLUSTER = (
+    "--only, --only-visible and --user choose this machine's GPUs and processes, not a "
+    "cluster's (--prometheus, or prometheus_url in the config)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,10 +86,13 @@ def run(
     from gpumon.sources.cluster_base import cluster_requested
 
     if cluster_requested(settings, cluster):
+        if settings.only_gpus or settings.only_visible or settings.user_filter:
+            print(f"gpumon: error: {FILTERS_NOT_FOR_CLUSTER}", file=sys.stderr)
+            return 2
         return run_cluster(
             settings, as_json=as_json, no_processes=no_processes, color=color, by_user=by_user
         )
-    from gpumon.data.views import free_gpu_indices
+    from gpumon.data.views import ProcessFilter, filter_processes, free_gpu_indices
     from gpumon.sampling.snapshot import (
         no_gpu_data,
         report_unavailable,
@@ -93,10 +103,20 @@ def run(
     # The table shows no PCIe throughput: skip NVML's slow call for it (JSON has it).
     sample = take_sample(settings, processes=not no_processes, pcie=as_json)
     failed = no_gpu_data(sample)
+    if not failed:
+        selected = select_gpus(settings, sample)
+        if selected is None:
+            return 2
+        sample = selected
+    # --user: only that user's process lines (and users row); FREE counts every process.
+    process_filter = ProcessFilter(user=settings.user_filter)
     threshold = settings.free_threshold_mib
     if as_json:
         data = sample_to_dict(
-            sample, include_processes=not no_processes, free_threshold_mib=threshold
+            sample,
+            include_processes=not no_processes,
+            free_threshold_mib=threshold,
+            process_filter=process_filter,
         )
         import json  # here: `once` without --json does not need it
 
@@ -113,15 +133,32 @@ def run(
             color=painted,
             width=width,
             free=free,
+            process_filter=process_filter,
         )
         if not no_processes:
-            table += render_users(sample, color=painted, always=by_user)
+            shown = replace(sample, processes=filter_processes(sample.processes, process_filter))
+            table += render_users(shown, color=painted, always=by_user)
         stdout.write(table)
     if failed:
         assert sample.unavailable is not None
         report_unavailable(sample.unavailable)
         return 1
     return 0
+
+
+def select_gpus(settings: Settings, sample: Sample) -> Sample | None:
+    """``sample`` with only the GPUs ``--only`` and ``--only-visible`` name (as the dashboard
+    shows them: :mod:`gpumon.data.selection`), what to know about them on stderr; ``None``
+    after one line per ``--only`` GPU that is not here (exit 2)."""
+    from gpumon.data import selection
+
+    chosen = selection.selection_from(settings.only_gpus, settings.only_visible, os.environ)
+    if not chosen.active:
+        return sample
+    selected = selection.select_gpus(sample, chosen)
+    for line in (*selected.missing, *selected.notes):
+        print(f"gpumon: {'error: ' if line in selected.missing else ''}{line}", file=sys.stderr)
+    return None if selected.missing else selected.sample
 
 
 def run_cluster(
@@ -184,6 +221,7 @@ def render_table(
     width: int | None = None,
     ascii_only: bool | None = None,
     free: Set[int] = frozenset(),
+    process_filter: ProcessFilter | None = None,
 ) -> str:
     """The ``gpumon once`` table.
 
@@ -195,6 +233,7 @@ def render_table(
         ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
             the locale (:func:`gpumon.data.format.locale_is_utf8`).
         free: NVML indices of the GPUs to mark FREE (:func:`gpumon.data.views.free_gpu_indices`).
+        process_filter: list only the processes it passes (``--user``).
 
     Returns:
         The table, one line per GPU and process, ending with a newline.
@@ -207,6 +246,7 @@ def render_table(
         width=width,
         ascii_only=ascii_only,
         free=free,
+        process_filter=process_filter,
     )
     return "\n".join(lines) + "\n"
 

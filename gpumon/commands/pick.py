@@ -1,17 +1,20 @@
-"""``gpumon pick``: the freest GPUs, as a value for ``CUDA_VISIBLE_DEVICES``.
+"""``gpumon pick``: free GPUs, as a value for ``CUDA_VISIBLE_DEVICES``; waits, and claims.
 
-    CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2) python train.py
+    CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py
 
-One sample, no sleeping, no Textual. stdout carries the value and nothing else (``2,3`` and
-a newline), so ``$(...)`` is either right or empty; why too few GPUs qualify, the label of
-simulated data and notes go to stderr, and the exit status tells a script which happened:
-0 picked, 1 too few qualify (or no driver), 2 bad arguments.
+No Textual. stdout carries the value and nothing else (``2,3`` and a newline), so ``$(...)``
+is either right or empty; why too few GPUs qualify, the label of simulated data and notes go
+to stderr, and the exit status tells a script which happened: 0 picked, 1 too few qualify
+(or no driver, or the wait ran out), 2 bad arguments, 130 interrupted.
 
-Which GPUs qualify: a GPU whose process list was read (not lost, not refused by NVML:
-unknown is never free), with at least ``--min-free-memory`` free and at most
-``--max-utilization`` busy when those are given (a reading that is N/A does not pass). A GPU
-with processes still qualifies: the N *freest* are picked, by what each GPU reports (memory
-in use, then utilisation), then its number of processes (:mod:`gpumon.data.ranking`).
+Which GPUs qualify (:mod:`gpumon.data.ranking`): by default only FREE ones (no process, less
+memory in use than ``free_threshold_mib``); with ``--min-free-memory`` or
+``--max-utilization`` those thresholds decide instead, and ``--busy-ok`` ranks every GPU whose
+process list is known, the freest first. Never a lost GPU, never one whose processes are
+unknown. ``--wait`` looks again every interval until enough qualify
+(:mod:`gpumon.commands.pick_wait`); each GPU printed is claimed for ``claim_seconds``, and
+another pick skips it (:mod:`gpumon.commands.pick_claims`). ``--prometheus`` picks in a
+cluster instead (:mod:`gpumon.commands.pick_cluster`).
 
 MIG: a GPU in MIG mode offers its MIG instances instead of itself, each by its ``MIG-...``
 UUID. A CUDA process uses one MIG instance at most (the first it is shown), so instances
@@ -21,16 +24,29 @@ are offered for ``-n 1`` only, and only as UUIDs: no index names one.
 from __future__ import annotations
 
 import argparse
+import io
+import math
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpumon.arguments import percentage, size_bytes, whole_number
+from gpumon.arguments import (
+    duration_seconds,
+    interval_seconds,
+    percentage,
+    size_bytes,
+    whole_number,
+)
+from gpumon.commands.pick_wait import Attempt, attempts, waiting_text
 from gpumon.data.model import Sample
-from gpumon.data.ranking import Candidate, mig_on, rank
+from gpumon.data.ranking import Candidate, mig_on, qualify
+from gpumon.data.views import MIB
 
 if TYPE_CHECKING:
+    from gpumon.commands.pick_claims import PickClaims
+    from gpumon.sampling.snapshot import SampleReader
     from gpumon.settings import Settings
 
 FORMATS = ("auto", "index", "uuid")
@@ -41,13 +57,16 @@ MAX_REASONS = 12
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
-        "Picks the emptiest GPUs by what each GPU reports (memory in use, in tenths of its "
-        "total; then utilisation, in steps of 10%), then the fewest processes (ties: the "
-        "lowest index), among those whose process list could be read: "
-        "a lost GPU, or one whose processes NVML will not list, is never picked. Prints them "
-        "comma-separated, freest first. When fewer than N qualify it prints nothing, says "
-        "why on stderr and exits 1. A GPU in MIG mode offers its MIG instances instead, as "
-        "MIG-... UUIDs and for -n 1 only: a CUDA process uses one MIG instance."
+        "Picks FREE GPUs (no process, less memory in use than --free-threshold), or, with "
+        "--min-free-memory or --max-utilization, those the thresholds let through; "
+        "--busy-ok ranks every GPU. Among them the emptiest by what each GPU reports (memory "
+        "in use, in tenths of its total; then utilisation, in steps of 10%), then the fewest "
+        "processes (ties: the lowest index). A lost GPU, or one whose processes NVML will "
+        "not list, is never picked. Prints them comma-separated, freest first, and claims "
+        "each for --claim-seconds: another pick skips a GPU claimed by someone else. When "
+        "fewer than N qualify it prints nothing, says why on stderr and exits 1 (--wait: "
+        "looks again every --interval). A GPU in MIG mode offers its MIG instances instead, "
+        "as MIG-... UUIDs and for -n 1 only: a CUDA process uses one MIG instance."
     )
     parser.add_argument(
         "-n",
@@ -63,16 +82,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=size_bytes,
         default=None,
         metavar="SIZE",
-        help="only GPUs with at least this much memory free: 20G, 20GiB, 512M "
-        "(K, M, G, T are powers of 1024, as GPU memory is sold)",
+        help="GPUs with at least this much memory free qualify, processes or not (instead "
+        "of only FREE ones): 20G, 20GiB, 512M (K, M, G, T are powers of 1024, as GPU memory "
+        "is sold)",
     )
     parser.add_argument(
         "--max-utilization",
         type=percentage,
         default=None,
         metavar="PCT",
-        help="only GPUs at most this busy (0 to 100); a MIG instance has no utilisation "
-        "reading and passes only when it runs no process",
+        help="GPUs at most this busy (0 to 100) qualify, processes or not (instead of only "
+        "FREE ones); a MIG instance has no utilisation reading and passes only when it runs "
+        "no process",
     )
     parser.add_argument(
         "--format",
@@ -85,11 +106,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(a cluster: index)",
     )
     parser.add_argument(
+        "--busy-ok",
+        action="store_true",
+        help="rank every GPU whose processes are known, busy ones too (the freest first), "
+        "instead of only FREE ones",
+    )
+    parser.add_argument(
+        "--wait",
+        nargs="?",
+        const=math.inf,
+        default=None,
+        type=duration_seconds,
+        metavar="DURATION",
+        help="wait until N GPUs qualify, looking every --interval: for at most DURATION "
+        "(90s, 30m, 2h; a bare number is seconds), without a limit when none is given; "
+        "then exit 1",
+    )
+    parser.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=argparse.SUPPRESS,
+        metavar="SECONDS",
+        help="with --wait: look again this often (default: 1)",
+    )
+    parser.add_argument(
+        "--no-claim",
+        action="store_true",
+        help="leave no claim on the GPUs printed (claims: see --claims-dir)",
+    )
+    parser.add_argument(
         "--cluster",
         action="store_true",
         help="pick from the whole cluster at the configured Prometheus server "
-        "(prometheus_url), as --prometheus URL does: prints node:index,... from UP nodes "
+        "(prometheus_url), as --prometheus URL does: prints HOST GPUS, N GPUs of one UP node "
         "whose process lists are known (never a dcgm-exporter node's)",
+    )
+    parser.add_argument(
+        "--across-nodes",
+        action="store_true",
+        help="in a cluster, pick from several nodes: prints node:index,...",
     )
 
 
@@ -196,90 +251,138 @@ def run(
     max_utilization: float | None,
     format: str,
     cluster: bool = False,
+    busy_ok: bool = False,
+    wait: float | None = None,
+    no_claim: bool = False,
+    across_nodes: bool = False,
 ) -> int:
     """``gpumon pick``: print the picked GPUs (exit 0), or why too few qualify (exit 1)."""
     from gpumon.sources.cluster_base import cluster_requested
 
+    free_below_bytes = None
+    if not busy_ok and min_free_memory is None and max_utilization is None:
+        free_below_bytes = settings.free_threshold_mib * MIB
     if cluster_requested(settings, cluster):
+        from gpumon.commands.pick_cluster import run_cluster
+
         return run_cluster(
             settings,
             n=n,
             min_free_bytes=min_free_memory,
             max_utilization_pct=max_utilization,
+            free_below_bytes=free_below_bytes,
             output_format="uuid" if format == "uuid" else "index",
+            across_nodes=across_nodes,
+            wait_s=wait,
         )
-    from gpumon.sampling.snapshot import no_gpu_data, report_unavailable, take_sample
+    from gpumon.sampling.snapshot import SampleReader
+    from gpumon.sources.base import source_for
 
-    # Process counts and MIG placement come from NVML: no psutil reads of users or commands.
-    sample = take_sample(settings, processes=True, pcie=False, host_details=False)
-    if no_gpu_data(sample):
-        assert sample.unavailable is not None
-        report_unavailable(sample.unavailable)
-        return 1
-    output_format = resolve_format(format, sample, os.environ)
-    picked, reasons = rank(
-        sample,
-        n=n,
-        min_free_bytes=min_free_memory,
-        max_utilization_pct=max_utilization,
-        output_format=output_format,
-    )
-    if len(picked) < n:
-        line = failure_line(
+    started_s = time.time()
+    # Users and process ages name who holds a GPU; PCIe throughput is not needed.
+    reader = SampleReader(source_for(settings, processes=True, pcie=False, host_details=True))
+    claims = None
+    try:
+        if not reader.simulated:  # nobody shares a simulated GPU
+            from gpumon.commands.pick_claims import PickClaims
+
+            claims = PickClaims(
+                settings.claims_dir,
+                claim_seconds=settings.claim_seconds,
+                started_s=started_s,
+                stderr=sys.stderr,
+                claim=not no_claim,
+            )
+        look = Look(
+            reader,
+            claims,
+            n=n,
+            min_free_bytes=min_free_memory,
+            max_utilization_pct=max_utilization,
+            free_below_bytes=free_below_bytes,
+            requested_format=format,
+        )
+        result = attempts(look, wait_s=wait, interval_s=settings.interval_s, stderr=sys.stderr)
+        if isinstance(result, int):
+            if claims is not None:
+                claims.release()  # interrupted right after claiming: nobody got them
+            return result
+        return hand_over(result, claims)
+    finally:
+        if claims is not None:
+            claims.close()
+        reader.close()
+
+
+def hand_over(result: Attempt, claims: PickClaims | None) -> int:
+    """Print the picked GPUs; when they cannot reach the user, take their claims back."""
+    try:
+        print(result.output)
+        sys.stdout.flush()
+    except BaseException:
+        if claims is not None:
+            claims.release()
+        raise
+    for line in result.notes:
+        print(line, file=sys.stderr)
+    return 0
+
+
+class Look:
+    """One look at this machine's GPUs, for :func:`~gpumon.commands.pick_wait.attempts`."""
+
+    def __init__(
+        self,
+        reader: SampleReader,
+        claims: PickClaims | None,
+        *,
+        n: int,
+        min_free_bytes: int | None,
+        max_utilization_pct: float | None,
+        free_below_bytes: int | None,
+        requested_format: str,
+    ) -> None:
+        self.reader = reader
+        self.claims = claims
+        self.n = n
+        self.min_free_bytes = min_free_bytes
+        self.max_utilization_pct = max_utilization_pct
+        self.free_below_bytes = free_below_bytes
+        self.requested_format = requested_format
+
+    def __call__(self) -> Attempt:
+        from gpumon.sampling.snapshot import no_gpu_data, report_unavailable
+
+        sample = self.reader.read()
+        if no_gpu_data(sample):
+            assert sample.unavailable is not None
+            said = io.StringIO()
+            report_unavailable(sample.unavailable, said)
+            return Attempt(fatal=tuple(said.getvalue().splitlines()))
+        n = self.n
+        output_format = resolve_format(self.requested_format, sample, os.environ)
+        qualifying, reasons = qualify(
+            sample,
+            n=n,
+            min_free_bytes=self.min_free_bytes,
+            max_utilization_pct=self.max_utilization_pct,
+            output_format=output_format,
+            free_below_bytes=self.free_below_bytes,
+        )
+        claimed: dict[int, str] = {}
+        if self.claims is None:
+            picked = list(qualifying[:n])
+        else:
+            picked, skipped, claimed = self.claims.take(qualifying, n, sample)
+            reasons += tuple(skipped)
+        if len(picked) >= n:
+            lines = [f"gpumon pick: {DEMO_LABEL}"] if sample.simulated else []
+            lines += notes(picked, n, sample, output_format, os.environ)
+            value = ",".join(candidate.value(output_format) for candidate in picked)
+            return Attempt(output=value, notes=tuple(lines))
+        failure = failure_line(
             picked, reasons, n, gpu_count=len(sample.gpus), simulated=sample.simulated
         )
-        print(line, file=sys.stderr)
-        return 1
-    if sample.simulated:
-        print(f"gpumon pick: {DEMO_LABEL}", file=sys.stderr)
-    for line in notes(picked, n, sample, output_format, os.environ):
-        print(line, file=sys.stderr)
-    print(",".join(candidate.value(output_format) for candidate in picked))
-    return 0
-
-
-def run_cluster(
-    settings: Settings,
-    *,
-    n: int,
-    min_free_bytes: int | None,
-    max_utilization_pct: float | None,
-    output_format: str,
-) -> int:
-    """``gpumon pick --prometheus URL``: ``node:index,...`` of the cluster's freest GPUs."""
-    from gpumon.commands import cluster_output as co
-    from gpumon.commands import cluster_pick
-    from gpumon.settings import SettingsError
-    from gpumon.sources.cluster_base import take_cluster_sample
-
-    try:
-        cluster = take_cluster_sample(settings)
-    except SettingsError as error:
-        print(f"gpumon: error: {error}", file=sys.stderr)
-        return 2
-    failure = co.read_failure(cluster)
-    if failure is not None:
-        print(f"gpumon pick: {failure}", file=sys.stderr)
-        return 1
-    picked, reasons = cluster_pick.rank_cluster(
-        cluster,
-        n=n,
-        min_free_bytes=min_free_bytes,
-        max_utilization_pct=max_utilization_pct,
-        output_format=output_format,
-    )
-    if len(picked) < n:
-        print(cluster_pick.cluster_failure_line(cluster, picked, reasons, n), file=sys.stderr)
-        return 1
-    if cluster.simulated:
-        print("gpumon pick: simulated GPUs (a node serves gpumon export --demo)", file=sys.stderr)
-    busy = [c for c in picked if c.candidate.process_count]
-    if busy:
-        listed = ", ".join(
-            f"{c.label} runs {c.candidate.process_count} "
-            + ("process" if c.candidate.process_count == 1 else "processes")
-            for c in busy
-        )
-        print(f"gpumon pick: note: {listed} (too few GPUs without processes)", file=sys.stderr)
-    print(",".join(candidate.value(output_format) for candidate in picked))
-    return 0
+        word = "qualify" if self.free_below_bytes is None else "free"
+        status = waiting_text(sample, picked, n, claimed, word=word)
+        return Attempt(failure=failure, status=status)

@@ -187,8 +187,9 @@ class GpuProcess:
     ``exited`` is True, gpumon sees every PID of the host and the process has exited (NVML
     still lists it for a moment). Its GPU memory is real; its host details are not here.
     ``sm_utilization_pct`` is the share of the GPU's SMs this process kept busy in NVML's
-    latest sample for it; ``None`` when NVML has no sample for it since the previous reading
-    (normal for an idle process: not 0 %), or does not support it (MIG).
+    latest sample for it since the previous reading; 0 for a compute process with no sample
+    in that window (it did no SM work); ``None`` (N/A) when NVML cannot tell: not supported
+    (MIG, some boards), the call failed, or a graphics-only process has no sample.
 
     ``create_time_s`` is when the process started (seconds since the epoch, as psutil's
     ``create_time``): with the PID, its identity; a signal is sent only when the PID's create

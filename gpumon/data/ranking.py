@@ -1,28 +1,34 @@
 """Which GPUs ``gpumon pick`` may name, freest first: pure functions of a :class:`Sample`.
 
 What lives here: :class:`Candidate` (a whole GPU, or one MIG instance of a GPU in MIG mode),
-:func:`mig_on` and :func:`rank`, which ``gpumon pick`` and, per node, the cluster's ranking
-(:mod:`gpumon.commands.cluster_pick`) use.
+:func:`mig_on`, :func:`qualify` and :func:`rank`, which ``gpumon pick`` and, per node, the
+cluster's ranking (:mod:`gpumon.commands.cluster_pick`) use.
 
 Which GPUs qualify: a GPU whose process list was read (not lost, not refused by NVML:
-unknown is never free), with at least ``--min-free-memory`` free and at most
-``--max-utilization`` busy when those are given (a reading that is N/A does not pass). A GPU
-with processes still qualifies: the N *freest* are picked by what the GPU itself reports
-first, since processes NVML does not list (another container's) hold memory and keep it busy
-all the same: memory used in steps of a tenth of its total (a GPU with most of its memory
-used never comes before an emptier one), then utilisation in steps of 10 %, then the number
-of processes, the exact memory used and utilisation, ties by NVML index. A GPU in MIG mode
-offers its MIG instances instead of itself, for ``-n 1`` only and only as UUIDs.
+unknown is never free) and, by default (``free_below_bytes``), that is FREE: no process and
+less memory in use than the FREE threshold. Thresholds given instead (``--min-free-memory``,
+``--max-utilization``) define qualification, and so does ``--busy-ok`` (none given): then a
+GPU with processes qualifies too (a reading that is N/A does not pass a threshold), and the
+N *freest* are picked by what the GPU itself reports first, since processes NVML does not
+list (another container's) hold memory and keep it busy all the same: memory used in steps
+of a tenth of its total (a GPU with most of its memory used never comes before an emptier
+one), then utilisation in steps of 10 %, then the number of processes, the exact memory used
+and utilisation, ties by NVML index. A GPU in MIG mode offers its MIG instances instead of
+itself, for ``-n 1`` only and only as UUIDs.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpumon.data import format as fmt
-from gpumon.data.model import GpuStats, Sample
-from gpumon.data.views import instance_processes, processes_known
+from gpumon.data.model import GpuProcess, GpuStats, Sample
+from gpumon.data.views import instance_processes, processes_known, user_summary
+
+#: A reason names at most this many users of a GPU, then how many more.
+MAX_USERS_NAMED = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +99,7 @@ def rank(
     min_free_bytes: int | None = None,
     max_utilization_pct: float | None = None,
     output_format: str = "index",
+    free_below_bytes: int | None = None,
 ) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
     """The ``n`` freest candidates of ``sample`` that qualify, and why the others do not.
 
@@ -105,19 +112,46 @@ def rank(
             that could keep it busy).
         output_format: ``index`` or ``uuid``: a MIG instance needs ``uuid``, and with
             ``uuid`` a candidate whose UUID is not known does not qualify.
+        free_below_bytes: when given, only a FREE candidate qualifies: no process, and less
+            memory in use than this (``gpumon pick`` without thresholds or ``--busy-ok``).
 
     Returns:
         ``(picked, reasons)``: at most ``n`` candidates, freest first, and one short phrase
-        (``GPU 1 LOST``) per GPU or MIG instance that does not qualify, in NVML order.
+        (``GPU 1 LOST``, ``GPU 4: 2 processes (alice, bob)``) per GPU or MIG instance that
+        does not qualify, in NVML order.
     """
+    qualifying, reasons = qualify(
+        sample,
+        n=n,
+        min_free_bytes=min_free_bytes,
+        max_utilization_pct=max_utilization_pct,
+        output_format=output_format,
+        free_below_bytes=free_below_bytes,
+    )
+    return qualifying[:n], reasons
+
+
+def qualify(
+    sample: Sample,
+    *,
+    n: int = 1,
+    min_free_bytes: int | None = None,
+    max_utilization_pct: float | None = None,
+    output_format: str = "index",
+    free_below_bytes: int | None = None,
+) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
+    """Every candidate that qualifies, freest first, and why the others do not: as
+    :func:`rank` without the cut to ``n`` (a pick that skips claimed GPUs takes the next)."""
     qualifying: list[Candidate] = []
     reasons: list[str] = []
     for gpu in sample.gpus:
         candidates, reason = _candidates(gpu, sample, n=n, output_format=output_format)
         if reason is not None:
             reasons.append(reason)
-        for candidate in candidates:
+        for candidate, processes in candidates:
             problem = _threshold_problem(candidate, min_free_bytes, max_utilization_pct)
+            if problem is None and free_below_bytes is not None:
+                problem = _not_free(candidate, processes, free_below_bytes)
             if problem is not None:
                 reasons.append(problem)
             elif output_format == "uuid" and candidate.uuid is None:
@@ -125,12 +159,41 @@ def rank(
             else:
                 qualifying.append(candidate)
     qualifying.sort(key=Candidate.sort_key)
-    return tuple(qualifying[:n]), tuple(reasons)
+    return tuple(qualifying), tuple(reasons)
+
+
+def users_text(processes: Sequence[GpuProcess], separator: str = ", ") -> str:
+    """``alice, bob``: who runs ``processes``, most GPU memory first, at most
+    :data:`MAX_USERS_NAMED` named (``alice, bob, carol, 2 more``)."""
+    # "(other namespace)" in parentheses of its own would read as a second list.
+    users = [usage.user.strip("()") for usage in user_summary(processes)]
+    named = users[:MAX_USERS_NAMED]
+    if len(users) > MAX_USERS_NAMED:
+        named.append(f"{len(users) - MAX_USERS_NAMED} more")
+    return separator.join(named)
+
+
+def _not_free(
+    candidate: Candidate, processes: Sequence[GpuProcess], free_below_bytes: int
+) -> str | None:
+    """Why ``candidate`` is not FREE (``GPU 4: 2 processes (alice, bob)``), or None."""
+    if processes:
+        count = f"{len(processes)} process" + ("" if len(processes) == 1 else "es")
+        return f"{candidate.label}: {count} ({users_text(processes)})"
+    used = candidate.memory_used_bytes
+    if used is None:
+        return f"{candidate.label}: memory in use N/A"
+    if used >= free_below_bytes:
+        return (
+            f"{candidate.label}: {fmt.bytes_short(used)} in use by no listed process "
+            f"(FREE is under {fmt.bytes_short(free_below_bytes)})"
+        )
+    return None
 
 
 def _candidates(
     gpu: GpuStats, sample: Sample, *, n: int, output_format: str
-) -> tuple[list[Candidate], str | None]:
+) -> tuple[list[tuple[Candidate, tuple[GpuProcess, ...]]], str | None]:
     """What ``gpu`` offers: itself, its MIG instances, or nothing and why."""
     label = f"GPU {gpu.index}"
     if gpu.lost:
@@ -148,7 +211,7 @@ def _candidates(
             memory_free_bytes=gpu.memory_free_bytes,
             utilization_pct=gpu.utilization_gpu_pct,
         )
-        return [whole], None
+        return [(whole, processes)], None
     if gpu.mig_instances is None:
         return [], f"{label} MIG instances unreadable"
     if not gpu.mig_instances:
@@ -163,17 +226,17 @@ def _candidates(
     instances = []
     for instance in gpu.mig_instances:
         used, total = instance.memory_used_bytes, instance.memory_total_bytes
-        instances.append(
-            Candidate(
-                gpu_index=gpu.index,
-                mig_index=instance.index,
-                uuid=instance.uuid,
-                process_count=len(instance_processes(instance, processes)),
-                memory_used_bytes=used,
-                memory_free_bytes=None if used is None or total is None else total - used,
-                utilization_pct=None,
-            )
+        inside = instance_processes(instance, processes)
+        candidate = Candidate(
+            gpu_index=gpu.index,
+            mig_index=instance.index,
+            uuid=instance.uuid,
+            process_count=len(inside),
+            memory_used_bytes=used,
+            memory_free_bytes=None if used is None or total is None else total - used,
+            utilization_pct=None,
         )
+        instances.append((candidate, inside))
     return instances, None
 
 

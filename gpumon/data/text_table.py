@@ -25,10 +25,13 @@ from gpumon.data.painting import (
     Painter,
     temperature_codes,
 )
+from gpumon.data.views import ProcessFilter, filter_processes
 
 DEMO_MARKER = "DEMO (simulated data)"
 
 _MIN_COMMAND_WIDTH = 10
+#: The SM% cell is left out of the process lines rather than cut commands below this width.
+_MIN_COMMAND_WITH_SM = 24
 #: The mark of a GPU with no process and (almost) no memory in use.
 FREE = "FREE"
 USER_COLUMNS = ("USER", "GPUS", "GPU-MEM", "PROCS")
@@ -46,19 +49,23 @@ def _gpu_cells(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
     }
 
 
-def _process_cells(process: GpuProcess) -> dict[str, str]:
+def _process_cells(process: GpuProcess, sm: bool = False) -> dict[str, str]:
+    """A process line's cells; with ``sm``, its SM utilisation over NVML's window (``sm``)."""
     if process.visible:
         command = process.command or "?"
     elif process.exited:
         command = "(exited: NVML still lists it)"
     else:
         command = "(not visible here: another PID namespace?)"
-    return {
+    cells = {
         "user": process.user or "?",
         "pid": str(process.pid),
         "memory": fmt.bytes_short(process.gpu_memory_bytes),
         "command": command,
     }
+    if sm:
+        cells["sm"] = fmt.percent(process.sm_utilization_pct)
+    return cells
 
 
 def column_widths(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
@@ -77,6 +84,7 @@ def gpu_lines(
     width: int | None = None,
     ascii_only: bool | None = None,
     free: Set[int] = frozenset(),
+    process_filter: ProcessFilter | None = None,
 ) -> list[str]:
     """The table's lines below its header: one per GPU, its processes indented below.
 
@@ -89,13 +97,22 @@ def gpu_lines(
     ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
     gpu_rows = [_gpu_cells(gpu, ascii_only) for gpu in sample.gpus]
     gpu_widths = column_widths(gpu_rows)
-    process_rows = [_process_cells(process) for process in sample.processes]
+    # Unlisted memory counts every process; a filter (``--user``) only leaves lines out.
+    every: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
+    for process in sample.processes:
+        every.setdefault(process.gpu_index, []).append(process)
+    shown = filter_processes(sample.processes, process_filter or ProcessFilter())
+    # SM% where some process has one (not under MIG, nor on a cluster node) and room is left.
+    sm = any(process.sm_utilization_pct is not None for process in shown)
+    process_rows = [_process_cells(process, sm) for process in shown]
     process_widths = column_widths(process_rows)
-    by_gpu: dict[int, list[tuple[GpuProcess, dict[str, str]]]] = {
-        gpu.index: [] for gpu in sample.gpus
-    }
-    for process, cells in zip(sample.processes, process_rows, strict=True):
-        by_gpu.setdefault(process.gpu_index, []).append((process, cells))
+    if sm and width is not None and width - _prefix_cells(process_widths) < _MIN_COMMAND_WITH_SM:
+        for row in process_rows:
+            del row["sm"]
+        del process_widths["sm"]
+    by_gpu: dict[int, list[dict[str, str]]] = {gpu.index: [] for gpu in sample.gpus}
+    for process, cells in zip(shown, process_rows, strict=True):
+        by_gpu.setdefault(process.gpu_index, []).append(cells)
 
     lines = []
     for gpu, cells in zip(sample.gpus, gpu_rows, strict=True):
@@ -106,11 +123,10 @@ def gpu_lines(
         if gpu.processes_error is not None:
             lines.append(f"    processes: N/A ({gpu.processes_error})")
             continue
-        listed = by_gpu[gpu.index]
         lines.extend(
-            _process_line(row, process_widths, paint, width, ellipsis) for _, row in listed
+            _process_line(row, process_widths, paint, width, ellipsis) for row in by_gpu[gpu.index]
         )
-        unlisted = notable_unlisted_memory_bytes(gpu, [process for process, _ in listed])
+        unlisted = notable_unlisted_memory_bytes(gpu, every[gpu.index])
         if unlisted is not None:
             lines.append(f"    {paint(fmt.unlisted_memory(unlisted), YELLOW)}")
     return lines
@@ -141,11 +157,19 @@ def _process_line(
     user = fmt.ljust_cells(row["user"], widths["user"])
     pid = fmt.rjust_cells(row["pid"], widths["pid"])
     memory = fmt.rjust_cells(row["memory"], widths["memory"])
+    sm = f"SM {paint(fmt.rjust_cells(row['sm'], widths['sm']), GREEN)}  " if "sm" in row else ""
     command = row["command"]
     if width is not None:
-        prefix = fmt.cell_len(f"    {user}  {pid}  {memory}  ")
-        command = fmt.truncate(command, max(_MIN_COMMAND_WIDTH, width - prefix), ellipsis)
-    return f"    {paint(user, DIM)}  {paint(pid, DIM)}  {paint(memory, YELLOW)}  {command}"
+        command = fmt.truncate(
+            command, max(_MIN_COMMAND_WIDTH, width - _prefix_cells(widths)), ellipsis
+        )
+    return f"    {paint(user, DIM)}  {paint(pid, DIM)}  {paint(memory, YELLOW)}  {sm}{command}"
+
+
+def _prefix_cells(widths: Mapping[str, int]) -> int:
+    """Cells left of a process line's command: user, PID, memory and (when shown) SM%."""
+    sm = 3 + widths["sm"] + 2 if "sm" in widths else 0
+    return 4 + widths["user"] + 2 + widths["pid"] + 2 + widths["memory"] + 2 + sm
 
 
 def user_line(row: Mapping[str, str], widths: Mapping[str, int]) -> str:

@@ -7,7 +7,7 @@ or a FREE mark means the same everywhere. No Textual, no NVML, no psutil here.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpumon.data.model import GpuProcess, GpuStats, MigInstance, Sample
@@ -20,21 +20,25 @@ class ProcessFilter:
     """What the process table shows: all processes, or those that pass every part.
 
     ``gpu_index``: only that GPU's; ``mine``: only the current user's; ``text``: only those
-    whose user, command or PID contains it (case-insensitive).
+    whose user, command or PID contains it (case-insensitive); ``user``: only that user's
+    (``--user``; the name exactly).
     """
 
     gpu_index: int | None = None
     mine: bool = False
     text: str = ""
+    user: str | None = None
 
     @property
     def active(self) -> bool:
-        return self.gpu_index is not None or self.mine or bool(self.text)
+        return self.gpu_index is not None or self.mine or bool(self.text) or bool(self.user)
 
     def matches(self, process: GpuProcess) -> bool:
         if self.gpu_index is not None and process.gpu_index != self.gpu_index:
             return False
         if self.mine and not process.is_current_user:
+            return False
+        if self.user and process.user != self.user:
             return False
         if self.text:
             needle = self.text.casefold()
@@ -44,10 +48,13 @@ class ProcessFilter:
         return True
 
     def describe(self) -> str:
-        """The active parts in words (``GPU 3 · mine · "train"``); empty when none."""
+        """The active parts in words (``GPU 3 · user alice · mine · "train"``); empty when
+        none."""
         parts = []
         if self.gpu_index is not None:
             parts.append(f"GPU {self.gpu_index}")
+        if self.user:
+            parts.append(f"user {self.user}")
         if self.mine:
             parts.append("mine")
         if self.text:
@@ -77,7 +84,9 @@ def shorten_command(command: str) -> str:
 class UserUsage:
     """One user's share of the GPUs. ``gpu_memory_bytes`` sums the memory NVML reports for
     the user's processes (``None`` when it reports none of them); ``memory_partial`` is True
-    when some of them had memory N/A, so the sum is a lower bound."""
+    when some of them had memory N/A, so the sum is a lower bound. ``idle_memory_bytes`` is
+    what the user's IDLE processes hold (:mod:`gpumon.data.idle`; 0 where idleness is not
+    tracked, as in a one-sample mode)."""
 
     user: str
     gpu_indices: tuple[int, ...]
@@ -85,6 +94,7 @@ class UserUsage:
     process_count: int
     memory_partial: bool = False
     is_current_user: bool = False
+    idle_memory_bytes: int = 0
 
 
 #: The summary's name for processes whose owner cannot be read here.
@@ -93,8 +103,11 @@ UNKNOWN_USER = "?"
 OTHER_NAMESPACE = "(other namespace)"
 
 
-def user_summary(processes: Iterable[GpuProcess]) -> tuple[UserUsage, ...]:
-    """Per user: GPUs used, GPU memory, process count; most memory first, then by name."""
+def user_summary(
+    processes: Iterable[GpuProcess], idle: Collection[tuple[int, int]] = frozenset()
+) -> tuple[UserUsage, ...]:
+    """Per user: GPUs used, GPU memory, process count, and the memory of those whose
+    :attr:`GpuProcess.key` is in ``idle``; most memory first, then by name."""
     groups: dict[str, list[GpuProcess]] = {}
     for process in processes:
         outside = not process.visible and not process.exited  # an exited one was ours
@@ -111,6 +124,7 @@ def user_summary(processes: Iterable[GpuProcess]) -> tuple[UserUsage, ...]:
                 process_count=len(group),
                 memory_partial=bool(known) and len(known) < len(group),
                 is_current_user=any(p.is_current_user for p in group),
+                idle_memory_bytes=sum(p.gpu_memory_bytes or 0 for p in group if p.key in idle),
             )
         )
     # Known memory first, most first; unknown (N/A) after a known 0 B.

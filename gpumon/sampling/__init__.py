@@ -1,8 +1,10 @@
 """Sampling: one sampler feeds one store.
 
 What lives here: :mod:`~gpumon.sampling.poller` (``source.sample()`` off the event loop, one
-poll at a time), :mod:`~gpumon.sampling.store` (the latest sample and a bounded history) and
-:mod:`~gpumon.sampling.snapshot` (one sample for the headless modes, and as JSON-able data).
+poll at a time), :mod:`~gpumon.sampling.store` (the latest sample and a bounded history),
+:mod:`~gpumon.sampling.idle` (which processes hold GPU memory idle: a tracker fed every sample)
+and :mod:`~gpumon.sampling.snapshot` (one sample for the headless modes, and as JSON-able
+data).
 
 May import: :mod:`gpumon.sources`, :mod:`gpumon.data`, :mod:`gpumon.settings`; never textual
 or rich.

@@ -31,7 +31,9 @@ from gpumon.data.model import (
 from gpumon.data.views import (
     OTHER_NAMESPACE,
     UNKNOWN_USER,
+    ProcessFilter,
     UserUsage,
+    filter_processes,
     free_gpu_indices,
     processes_known,
     user_summary,
@@ -39,6 +41,7 @@ from gpumon.data.views import (
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
+    from gpumon.sources.base import GpuSource
 
 #: Bumped only for breaking changes (a field removed, renamed, or changing type, unit or
 #: meaning). New fields may appear without a bump; consumers ignore keys they do not know.
@@ -93,34 +96,64 @@ def take_sample(
     from gpumon.sources.base import source_for
 
     source = source_for(settings, processes=processes, pcie=pcie, host_details=host_details)
-    if source.simulated:  # nothing to get stuck in
-        try:
-            return source.sample()
-        finally:
-            source.close()
-    import threading  # pynvml has imported it already
+    reader = SampleReader(source)
+    try:
+        return reader.read(timeout_s)
+    finally:
+        reader.close()
 
-    outcome: list[Sample] = []
-    failure: list[BaseException] = []
 
-    def read() -> None:
-        try:
-            outcome.append(source.sample())
-        except BaseException as error:  # handed to the caller's thread
-            failure.append(error)
+class SampleReader:
+    """One source read again and again, each read bounded: ``gpumon pick --wait`` opens
+    NVML once and polls it, rather than initialising it every second.
 
-    wait_s = SAMPLE_TIMEOUT_S if timeout_s is None else timeout_s
-    reader = threading.Thread(target=read, name="gpumon-sample", daemon=True)
-    reader.start()
-    reader.join(wait_s)
-    if reader.is_alive():
-        # Stuck in a driver call: closing NVML under it is not safe; the daemon thread ends
-        # with the process.
-        return not_answering(source.simulated, wait_s)
-    source.close()
-    if failure:
-        raise failure[0]
-    return outcome[0]
+    A read that does not end within its timeout (a driver call stuck in the kernel) gives
+    a *not answering* sample; the source is then never read or closed again (closing NVML
+    under a stuck call is not safe; the daemon thread ends with the process).
+    """
+
+    def __init__(self, source: GpuSource) -> None:
+        self.source = source
+        self.simulated = source.simulated
+        #: True once a read did not end in time.
+        self.stuck = False
+
+    def read(self, timeout_s: float | None = None) -> Sample:
+        """One sample, within ``timeout_s`` (default :data:`SAMPLE_TIMEOUT_S`).
+
+        Raises:
+            Whatever the source's ``sample()`` raised.
+        """
+        wait_s = SAMPLE_TIMEOUT_S if timeout_s is None else timeout_s
+        if self.stuck:
+            return not_answering(self.simulated, wait_s)
+        if self.simulated:  # nothing to get stuck in
+            return self.source.sample()
+        import threading  # pynvml has imported it already
+
+        outcome: list[Sample] = []
+        failure: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                outcome.append(self.source.sample())
+            except BaseException as error:  # handed to the caller's thread
+                failure.append(error)
+
+        reader = threading.Thread(target=read, name="gpumon-sample", daemon=True)
+        reader.start()
+        reader.join(wait_s)
+        if reader.is_alive():
+            self.stuck = True
+            return not_answering(self.simulated, wait_s)
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    def close(self) -> None:
+        """Release the source, unless a read of it is stuck."""
+        if not self.stuck:
+            self.source.close()
 
 
 def not_answering(simulated: bool, timeout_s: float) -> Sample:
@@ -217,14 +250,20 @@ def mig_instance_to_dict(instance: MigInstance) -> dict[str, Any]:
 
 
 def gpu_to_dict(
-    gpu: GpuStats, processes: tuple[GpuProcess, ...] | None, *, free: bool = False
+    gpu: GpuStats,
+    processes: tuple[GpuProcess, ...] | None,
+    *,
+    free: bool = False,
+    listed: tuple[GpuProcess, ...] | None = None,
 ) -> dict[str, Any]:
     """One entry of ``gpus``: every model field, the memory its listed processes do not
     account for, whether it is FREE, and its processes.
 
     ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU, a GPU whose process
     list NVML refused, or when the caller did not ask for processes, and a list (maybe empty)
-    otherwise. ``free`` is forced to False whenever the processes are not known.
+    otherwise. ``free`` is forced to False whenever the processes are not known. ``listed``:
+    the processes to list when a filter (``--user``) leaves some out; unlisted memory still
+    counts all of ``processes``.
     """
     data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
     if gpu.lost or gpu.mig_instances is None:  # a lost GPU's instances are unknown too
@@ -236,7 +275,8 @@ def gpu_to_dict(
     )
     known = not gpu.lost and gpu.processes_error is None and processes is not None
     data["free"] = free and known
-    data["processes"] = [process_to_dict(p) for p in processes or ()] if known else None
+    shown = processes if listed is None else listed
+    data["processes"] = [process_to_dict(p) for p in shown or ()] if known else None
     return data
 
 
@@ -270,6 +310,7 @@ def sample_to_dict(
     *,
     include_processes: bool = True,
     free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
+    process_filter: ProcessFilter | None = None,
 ) -> dict[str, Any]:
     """The whole sample as JSON-able data, following ``gpumon/schema/once.schema.json``.
 
@@ -279,6 +320,8 @@ def sample_to_dict(
             ``free`` and ``users`` is ``null``.
         free_threshold_mib: a GPU with no process and less memory in use than this is free
             (``Settings.free_threshold_mib``).
+        process_filter: list only the processes it passes (``--user``), and sum up only
+            them in ``users``; FREE and unlisted memory still count every process.
 
     Returns:
         A dict of str, int, float, bool, None, lists and dicts only.
@@ -288,9 +331,16 @@ def sample_to_dict(
     for process in sample.processes:
         by_gpu.setdefault(process.gpu_index, []).append(process)
     free = free_gpu_indices(sample, free_threshold_mib) if include_processes else frozenset()
+    process_filter = process_filter or ProcessFilter()
+    shown = filter_processes(sample.processes, process_filter)
+    listed: dict[int, tuple[GpuProcess, ...]] | None = None
+    if process_filter.active:
+        listed = {gpu.index: tuple(p for p in shown if p.gpu_index == gpu.index)
+                  for gpu in sample.gpus}  # fmt: skip
     users = None
     if include_processes and sample.unavailable is None:
-        users = [usage_to_dict(usage) for usage in user_summary_of(sample)[0]]
+        summed = dataclasses.replace(sample, processes=shown)
+        users = [usage_to_dict(usage) for usage in user_summary_of(summed)[0]]
     driver = sample.driver
     return {
         "schema_version": SCHEMA_VERSION,
@@ -308,6 +358,7 @@ def sample_to_dict(
                 gpu,
                 tuple(by_gpu[gpu.index]) if include_processes else None,
                 free=gpu.index in free,
+                listed=None if listed is None else listed[gpu.index],
             )
             for gpu in sample.gpus
         ],

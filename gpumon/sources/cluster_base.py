@@ -78,6 +78,20 @@ def take_cluster_sample(settings: Settings) -> ClusterSample:
     """Open the cluster source, read it once, close it (``once`` and ``pick``).
 
     Raises:
+        SettingsError: as :func:`open_headless_source`.
+    """
+    source = open_headless_source(settings)
+    try:
+        return source.sample()
+    finally:
+        source.close()
+
+
+def open_headless_source(settings: Settings) -> PrometheusSource:
+    """:func:`open_cluster_source` for a headless run (``pick --wait`` reads it again and
+    again).
+
+    Raises:
         SettingsError: as :func:`open_cluster_source`, and for ``--cluster`` without a
             ``prometheus_url`` or with ``--demo``.
     """
@@ -88,8 +102,4 @@ def take_cluster_sample(settings: Settings) -> ClusterSample:
         )
     if settings.demo:
         raise SettingsError("--demo and --cluster: choose one (the demo is one simulated machine)")
-    source = open_cluster_source(settings)
-    try:
-        return source.sample()
-    finally:
-        source.close()
+    return open_cluster_source(settings)

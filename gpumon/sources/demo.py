@@ -41,6 +41,9 @@ _COMMANDS = (
 # long-running container of its own, never a job.
 _SLURM_USERS = frozenset(("alice", "bob", "chen", "dana", "emre"))
 _NOTEBOOK, _INFERENCE_SERVER = _COMMANDS[3], _COMMANDS[4]
+#: From this sample on (after the detail snapshots' 60), one busy GPU's jobs compute nothing
+#: and keep their memory, as a finished run's notebook would: the demo's idle holder.
+QUIET_FROM_TICK = 61
 
 
 @dataclass(slots=True)
@@ -110,6 +113,8 @@ class DemoSource:
         self._current_user = current_user
         self._users = (*_OTHER_USERS, current_user)
         self._gpus = [self._new_gpu(index) for index in range(gpu_count)]
+        # The last busy GPU but the display's: derived, not drawn (a seed's server stays).
+        self._quiet_gpu = max((g.index for g in self._gpus[1:] if g.load > 0), default=None)
         self._target_processes = 1
         self._processes: list[_SimProcess] = []
         wanted = process_count if process_count is not None else max(1, gpu_count * 3 // 2)
@@ -192,7 +197,8 @@ class DemoSource:
             if rng.random() < 0.0015:
                 gpu.load = 0.0 if gpu.load > 0 else rng.uniform(0.4, 0.98)
             target = 100 * gpu.load
-            gpu.util = min(100.0, max(0.0, target + rng.gauss(0, 6 if gpu.load else 0)))
+            noise = rng.gauss(0, 6 if gpu.load else 0)  # drawn when quiet too: the same stream
+            gpu.util = 0.0 if self._quiet(gpu) else min(100.0, max(0.0, target + noise))
             gpu.temperature += (34.0 + 0.42 * gpu.util - gpu.temperature) * 0.08
             gpu.power += (25.0 + 2.6 * gpu.util - gpu.power) * 0.3
             gpu.energy_j += gpu.power * self._tick_s
@@ -236,6 +242,7 @@ class DemoSource:
             memory_by_gpu[gpu.index] += process.memory_bytes
             busy = gpu.load > 0 and process.kind is ProcessKind.COMPUTE
             cpu = process.cpu_base * (0.85 + 0.3 * rng.random()) if busy else 0.3
+            cpu = 0.3 if self._quiet(gpu) else cpu
             processes.append(
                 GpuProcess(
                     gpu_index=gpu.index,
@@ -279,6 +286,10 @@ class DemoSource:
             processes=tuple(processes),
             simulated=True,
         )
+
+    def _quiet(self, gpu: _SimGpu) -> bool:
+        """The demo's idle holder: its jobs keep their memory and compute nothing."""
+        return gpu.index == self._quiet_gpu and self._ticks >= QUIET_FROM_TICK
 
     def _gpu_stats(self, gpu: _SimGpu, process_memory: int) -> GpuStats:
         busy = gpu.util > 5
@@ -369,11 +380,12 @@ def _process_sm_utilization(
     gpu: _SimGpu, process: _SimProcess, computing_memory: int
 ) -> int | None:
     """A busy GPU's utilisation shared by its compute processes in proportion to their memory;
-    ``None`` (no NVML sample) for a process on an idle GPU, a little for the display server."""
-    if gpu.util <= 5:
-        return None
+    a little for the display server. On an idle GPU, as the NVML source reads it: 0 % for a
+    compute process (no sample in the window), N/A for a graphics-only one."""
     if process.kind is not ProcessKind.COMPUTE:
-        return 1
+        return 1 if gpu.util > 5 else None
+    if gpu.util <= 5:
+        return 0
     return round(gpu.util * process.memory_bytes / max(1, computing_memory))
 
 

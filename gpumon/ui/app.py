@@ -1,5 +1,6 @@
 """What the one-machine and the cluster dashboards share: :class:`MonitorApp` (the ASCII look,
-the theme the user chose, quitting on signals, closing the poller) and :func:`wants_ascii`.
+the theme the user chose, quitting on signals, closing the poller, alerts) and
+:func:`wants_ascii`.
 
 The apps themselves, which this module never imports: ``ui.dashboard.app`` (``gpumon``) and
 ``ui.cluster.app`` (``gpumon --prometheus URL``). Their shared stylesheet is
@@ -16,6 +17,7 @@ from textual.app import App
 from textual.command import CommandPalette
 
 from gpumon.data import format as fmt
+from gpumon.ui.alerts import alert_sequence
 
 if TYPE_CHECKING:
     from gpumon.sampling.poller import Poller
@@ -45,9 +47,14 @@ class CommandPaletteTypedAhead(CommandPalette):
             pass
 
 
+#: How long an alert's notification stays on screen (a click dismisses it sooner).
+ALERT_NOTICE_S = 600.0
+
+
 class MonitorApp(App[int]):
     """What the one-machine and the cluster dashboards share: the ASCII look, the theme the
-    user chose, quitting on SIGTERM/SIGHUP/SIGQUIT, and closing the poller at the end.
+    user chose, quitting on SIGTERM/SIGHUP/SIGQUIT, closing the poller at the end, and
+    alerts (:meth:`alert`: ``w``'s watches).
     Subclasses set ``glyphs``, ``settings`` and ``poller`` and call :meth:`start_common`
     from ``on_mount``."""
 
@@ -67,6 +74,15 @@ class MonitorApp(App[int]):
 
             self.quit_signals = QuitOnSignals(self)
         self.quit_signals.install()
+
+    def alert(self, message: str) -> None:
+        """Tell the user now, also when they look elsewhere: a notification that stays
+        :data:`ALERT_NOTICE_S`, the bell and a desktop notification
+        (:func:`~gpumon.ui.alerts.alert_sequence`), written to the terminal the app draws on
+        (Textual's driver: stderr, never stdout) in one write."""
+        self.notify(message, title="gpumon", timeout=ALERT_NOTICE_S, markup=False)
+        if self.is_running and self._driver is not None:
+            self._driver.write(alert_sequence("gpumon", message, tmux=bool(os.environ.get("TMUX"))))
 
     def action_command_palette(self) -> None:
         """Ctrl+P: the command palette (:class:`CommandPaletteTypedAhead`)."""

@@ -1,7 +1,8 @@
 """``gpumon export``: a read-only Prometheus exporter (metrics: docs/prometheus.md).
 
 One background thread samples the source every ``--interval`` seconds and hands each sample
-to :class:`SampleCollector`, which turns it into metric families once: the sample's own
+to :class:`SampleCollector`, which feeds its idle tracker (held idle:
+:mod:`gpumon.sampling.idle`) and turns the sample into metric families once: the sample's own
 (:func:`sample_families`, its series in :mod:`gpumon.commands.export.series`) and, for the
 time the sample gets too old, its identity only. The exporter's health
 (:func:`exporter_families`: errors, the sample's age, whether sampling stalled) depends on
@@ -18,19 +19,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpumon.commands.export.series import (
     GPU_METRICS,
+    add_activity_series,
     add_gpu_series,
     add_mig_series,
     add_usage_series,
     label_value,
     process_name,
 )
+from gpumon.data.idle import Activity, ProcessKey
 from gpumon.data.model import DriverInfo, HostStats, Sample
+from gpumon.sampling.idle import IdleTracker
 from gpumon.sampling.snapshot import DEFAULT_FREE_THRESHOLD_MIB
 
 # Re-exported: what the exporter serves is asked of this module.
@@ -69,13 +73,19 @@ def build_families(
             (``gpumon_gpu_free``).
 
     Returns:
-        The families to expose; N/A values and lost GPUs' readings have no series.
+        The families to expose; N/A values and lost GPUs' readings have no series. One
+        sample tells no idleness: every ``gpumon_process_idle_seconds`` is 0.
     """
     simulated = sample is not None and sample.simulated
     families = exporter_families(simulated, sampling_errors)
     if sample is not None:
+        tracker = IdleTracker()
+        tracker.observe(sample)
         families += sample_families(
-            sample, dcgm_compat=dcgm_compat, free_threshold_mib=free_threshold_mib
+            sample,
+            dcgm_compat=dcgm_compat,
+            free_threshold_mib=free_threshold_mib,
+            activities=tracker.view.processes,
         )
     return families
 
@@ -126,6 +136,7 @@ def sample_families(
     readings: bool = True,
     dcgm_compat: bool = False,
     free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
+    activities: Mapping[ProcessKey, Activity] | None = None,
 ) -> list[Any]:
     """What one sample says, as metric families.
 
@@ -135,6 +146,8 @@ def sample_families(
             long that took): what is served once the sample is too old to be current.
         dcgm_compat: also dcgm-exporter's series.
         free_threshold_mib: the FREE threshold of ``gpumon_gpu_free``.
+        activities: each process's activity (:class:`~gpumon.sampling.idle.IdleTracker`'s
+            view of ``sample``): ``gpumon_process_idle_seconds``; none without it.
     """
     families = _Families(_DEMO_NOTE if sample.simulated else "")
     host = families.gauge(
@@ -163,6 +176,7 @@ def sample_families(
         info.add_metric([label_value(version) for version in versions], 1.0)
     add_gpu_series(sample, families.gauge, families.counter)
     add_usage_series(sample, families.gauge, free_threshold_mib)
+    add_activity_series(sample, families.gauge, activities or {})
     add_mig_series(sample, families.gauge)
     if dcgm_compat:
         from gpumon.commands.export.dcgm import dcgm_families
@@ -238,10 +252,17 @@ class SampleCollector:
     """
 
     def __init__(
-        self, *, dcgm_compat: bool = False, free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB
+        self,
+        *,
+        dcgm_compat: bool = False,
+        free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
+        idle: IdleTracker | None = None,
     ) -> None:
+        """``idle`` is fed every sample :meth:`update` gets (the exporter's settings; by
+        default gpumon's default rule on a monotonic clock)."""
         self._dcgm_compat = dcgm_compat
         self._free_threshold_mib = free_threshold_mib
+        self.idle = idle or IdleTracker()
         #: One reference, replaced by each read: a scrape sees one state.
         self.latest = Latest()
 
@@ -253,6 +274,7 @@ class SampleCollector:
     def update(self, sample: Sample) -> Latest:
         """Expose ``sample`` from the next scrape on; returns the new :attr:`latest`."""
         errors = self.latest.sampling_errors
+        self.idle.observe(sample)
         if sample.unavailable is not None and not sample.simulated:
             reason = f"no NVIDIA GPU data: {sample.unavailable.headline}\n"
             self.latest = Latest(reason, sampling_errors=errors)
@@ -262,6 +284,7 @@ class SampleCollector:
                 sample,
                 dcgm_compat=self._dcgm_compat,
                 free_threshold_mib=self._free_threshold_mib,
+                activities=self.idle.view.processes,
             )
             families, identity = build(), build(readings=False)
             self.latest = Latest(None, sample, True, tuple(families), tuple(identity), errors)

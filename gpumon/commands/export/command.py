@@ -57,6 +57,7 @@ def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> in
         return 1
     from gpumon.commands.export.collector import SampleCollector
     from gpumon.commands.export.http import Exporter, serve_until_signalled
+    from gpumon.sampling.idle import IdleTracker, idle_rule
     from gpumon.sources.base import source_for
 
     host, port = listen
@@ -64,7 +65,9 @@ def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> in
     source = source_for(settings)
     try:  # listens at once; /metrics answers 503 until the first sample
         collector = SampleCollector(
-            dcgm_compat=dcgm_compat, free_threshold_mib=settings.free_threshold_mib
+            dcgm_compat=dcgm_compat,
+            free_threshold_mib=settings.free_threshold_mib,
+            idle=IdleTracker(idle_rule(settings)),  # --idle-after, --idle-below, ...
         )
         exporter = Exporter(source, collector, host, port, settings.interval_s)
     except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve

@@ -9,12 +9,13 @@ fake 0; ``gpumon_gpu_up`` says which GPUs answered. Every label value passes
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpumon.data.fields import FIELDS, Field
 from gpumon.data.format import safe_text
+from gpumon.data.idle import Activity, ProcessKey
 from gpumon.data.model import GpuProcess, GpuStats, MigInstance, Sample
 from gpumon.data.views import free_gpu_indices, processes_known
 
@@ -138,6 +139,36 @@ def add_usage_series(sample: Sample, gauge: NewFamily, free_threshold_mib: int) 
     for process in sample.processes:
         if process.gpu_memory_bytes is not None and process.gpu_index not in lost:
             memory.add_metric(_process_labels(process), process.gpu_memory_bytes)
+
+
+def add_activity_series(
+    sample: Sample, gauge: NewFamily, activities: Mapping[ProcessKey, Activity]
+) -> None:
+    """Each process's SM utilisation and how long it has held its memory idle; no series where
+    the utilisation is N/A (MIG, not supported, a graphics-only process without a sample)."""
+    utilization = gauge(
+        "gpumon_process_sm_utilization_ratio",
+        "Share of the GPU's SMs the process kept busy over the last sampling interval (NVML's "
+        "per-process utilisation; 0 for a compute process with no sample in it).",
+        PROCESS_LABELS,
+    )
+    idle = gauge(
+        "gpumon_process_idle_seconds",
+        "How long the process has held its GPU memory idle: 0 while it is not idle; once it "
+        "is (see gpumon's --idle-* settings), the seconds since its SM utilisation fell to "
+        "the threshold, counted from when the exporter started for a process already quiet "
+        "then.",
+        PROCESS_LABELS,
+    )
+    lost = {gpu.index for gpu in sample.gpus if gpu.lost}
+    for process in sample.processes:
+        if process.sm_utilization_pct is None or process.gpu_index in lost:
+            continue
+        labels = _process_labels(process)
+        utilization.add_metric(labels, process.sm_utilization_pct / 100.0)
+        activity = activities.get(process.key)
+        if activity is not None:
+            idle.add_metric(labels, activity.idle_s)
 
 
 def add_mig_series(sample: Sample, gauge: NewFamily) -> None:

@@ -26,6 +26,7 @@ def log_debug(message: str, *args: object) -> None:
 # NVML return codes (nvml.h); spelled out so this module works with any binding version.
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13

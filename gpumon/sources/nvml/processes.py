@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gpumon.data.model import ProcessKind
 from gpumon.sources.nvml.device import MAX_PID
-from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
+from gpumon.sources.nvml.errors import NVML_ERROR_NOT_FOUND, PROCESSES_NOT_SUPPORTED
 
 if TYPE_CHECKING:
     from gpumon.sources.nvml.device import Device
@@ -86,21 +86,27 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
     return found
 
 
-def read_sm_utilization(device: Device, pids: Collection[int]) -> dict[int, int]:
-    """PID -> SM utilisation % from NVML's newest sample for it since the last call.
+def read_sm_utilization(device: Device, listed: Mapping[int, ListedProcess]) -> dict[int, int]:
+    """PID -> SM utilisation % over the window since the last call, for the ``listed`` PIDs.
 
     NVML keeps per-process samples and returns those newer than the timestamp passed:
-    the newest one seen is passed next time, so every call reports only new samples.
-    A PID with no new sample (idle, or NVML has nothing: NOT_FOUND) is left out, as is one
-    not in ``pids`` (the running-process list), rather than shown as 0 %. Values are
-    clamped to 0-100 (drivers have reported thousands). Under MIG NVML does not support it:
-    it is not asked (every process reads N/A, never 0 %). Raises
+    the newest one seen is passed next time, so every call reports only new samples, and a
+    PID's newest sample in the window is its value. A compute (or C+G) process with no sample
+    in the window did no SM work in it: 0 %. That is said only when NVML answered for the
+    window (samples, or NOT_FOUND: none at all); a graphics-only process without a sample
+    is left out (N/A: NVML's samples do not follow display work, and a desktop is never
+    called idle), as is every process when the call failed or is not supported (N/A, never
+    0 %). Samples of PIDs not ``listed`` are dropped. Values are clamped to 0-100 (drivers
+    have reported thousands). Under MIG NVML does not support it: it is not asked. Raises
     :class:`~gpumon.sources.nvml.errors.GpuLost`.
     """
-    if not pids or device.mig_enabled:
+    if not listed or device.mig_enabled:
         return {}
     seen = device._process_samples_seen
-    samples = device.read("process_utilization", device.nvml.nvmlDeviceGetProcessUtilization, seen)
+    field = "process_utilization"
+    samples = device.read(field, device.nvml.nvmlDeviceGetProcessUtilization, seen)
+    if samples is None and device.failure_code(field) != NVML_ERROR_NOT_FOUND:
+        return {}  # not supported, or failed: unknown
     newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
     for sample in samples or ():
         timestamp = int(sample.timeStamp)
@@ -108,9 +114,13 @@ def read_sm_utilization(device: Device, pids: Collection[int]) -> dict[int, int]
             continue  # older than asked for: a driver that ignores the timestamp
         device._process_samples_seen = max(device._process_samples_seen, timestamp)
         pid = int(sample.pid)
-        if pid in pids and (pid not in newest or timestamp >= newest[pid][0]):
+        if pid in listed and (pid not in newest or timestamp >= newest[pid][0]):
             newest[pid] = (timestamp, max(0, min(100, int(sample.smUtil))))
-    return {pid: utilization for pid, (_, utilization) in newest.items()}
+    utilization = {pid: value for pid, (_, value) in newest.items()}
+    for pid, (kind, *_) in listed.items():
+        if kind is not ProcessKind.GRAPHICS:
+            utilization.setdefault(pid, 0)
+    return utilization
 
 
 def _instance_id(value: object) -> int | None:

@@ -12,6 +12,9 @@ When Prometheus does not answer, the source says why (``error``) and keeps the l
 (``stale``): the screens show them marked stale under a banner, and the next poll waits as
 long as the source's backoff says (``next_retry_s``: 1, 2, 4 ... 60 s), until an answer
 comes; then the usual interval again.
+
+``w`` on a node's GPU (the node and GPU screens) is watched here, across screens: the first
+answer in which that GPU of that node is FREE (the node UP, the answer current) alerts.
 """
 
 from __future__ import annotations
@@ -25,17 +28,20 @@ from typing import TYPE_CHECKING, Protocol, cast
 from textual.binding import Binding
 from textual.screen import Screen
 
+from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample
+from gpumon.data.views import free_gpu_indices
 from gpumon.sampling.poller import Poller
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
 from gpumon.ui.cluster.screen import ClusterScreen
-from gpumon.ui.cluster.view import ClusterView
+from gpumon.ui.cluster.view import ClusterView, find_node
 from gpumon.ui.widgets.lines import Glyphs
+from gpumon.ui.widgets.watches import Watch, Watches
 
 if TYPE_CHECKING:
-    from gpumon.data.model import Sample
+    from gpumon.data.model import GpuStats, Sample
     from gpumon.settings import Settings
     from gpumon.sources.base import GpuSource
 
@@ -137,6 +143,8 @@ class ClusterApp(MonitorApp):
         self.last_answer_s: float | None = None
         #: When the next try starts after a failure (``clock()`` time), else ``None``.
         self.retry_at: float | None = None
+        #: ``w`` on a node's GPU: tell me when it is FREE.
+        self.watches = Watches()
         self._timed = _Timed(source, clock)
         # The poller hands on whatever sample() returns: a ClusterSample here.
         self.poller = Poller(
@@ -186,6 +194,11 @@ class ClusterApp(MonitorApp):
         self.cluster = cluster
         if not self.is_running:
             return
+        threshold = self.settings.free_threshold_mib
+        for watch in self.watches.finish(
+            lambda watch: watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
+        ):
+            self.alert(watch.done_text(watch.node or "?"))
         screen = self.screen
         if isinstance(screen, ClusterView):
             with self.batch_update():
@@ -219,11 +232,46 @@ class ClusterApp(MonitorApp):
 
         self.push_screen(ClusterHelpScreen(self.glyphs.ascii_only))
 
+    def toggle_watch(self, node_name: str, gpu: GpuStats) -> None:
+        """``w`` on a node's GPU: watch it until it is FREE (the node UP, its processes
+        read), or stop watching it. FREE already, or a node whose exporter lists no
+        processes (dcgm-exporter): said at once, not watched."""
+        watch = Watch(gpu.index, f"GPU {gpu.index} ({gpu.name or fmt.NA})", node=node_name)
+        node = find_node(self.cluster, node_name)
+        refusal = None
+        if node is not None and not self.watches.watching(watch):
+            if not node.sample.processes_read:
+                refusal = (
+                    f"{node_name} lists no processes ({node.exporter.value} exporter): "
+                    "whether its GPUs are FREE cannot be told, so none can be watched."
+                )
+            elif gpu.index in free_gpus(self.cluster, node_name, self.settings.free_threshold_mib):
+                refusal = f"GPU {gpu.index} of {node_name} is FREE now: nothing to wait for."
+        if refusal is not None:
+            self.notify(refusal, markup=False)
+        elif self.watches.toggle(watch):
+            self.notify(f"Watching {watch.name} of {node_name}: you will be told when it is "
+                        "FREE (w again: stop).", markup=False)  # fmt: skip
+        else:
+            self.notify(f"Stopped watching {watch.name} of {node_name}.", markup=False)
+        screen = self.screen
+        if isinstance(screen, ClusterView) and self.cluster is not None:
+            screen.show_cluster(self.cluster)
+
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
         screen = self.screen
         if isinstance(screen, ClusterView) and self.cluster is not None:
             screen.show_cluster(self.cluster)
+
+
+def free_gpus(cluster: ClusterSample | None, node_name: str, threshold_mib: int) -> frozenset[int]:
+    """The FREE GPUs of node ``node_name``, as its screen marks them: only a node that is UP,
+    in an answer that is not stale, can have any."""
+    node = find_node(cluster, node_name)
+    if cluster is None or node is None or not node.usable or cluster.stale:
+        return frozenset()
+    return free_gpu_indices(node.sample, threshold_mib)
 
 
 def create_cluster_app(

@@ -29,6 +29,7 @@ from gpumon.data.model import GpuStats
 from gpumon.ui.cluster.view import (
     NO_PROCESSES_DCGM,
     NO_PROCESSES_UNKNOWN,
+    WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
     find_node,
@@ -138,7 +139,10 @@ def render_history(
 class NodeGpuScreen(ClusterView):
     """One GPU of a node: its last hour from Prometheus, every field, its processes."""
 
-    BINDINGS = [Binding("escape", "back", "Back", tooltip="back to the node")]
+    BINDINGS = [
+        Binding("escape", "back", "Back", tooltip="back to the node"),
+        Binding("w", "watch", "Watch", tooltip=WATCH_TOOLTIP),
+    ]
 
     class HistoryRead(Message):
         """The worker thread read the range queries."""
@@ -214,7 +218,8 @@ class NodeGpuScreen(ClusterView):
         self.set_class(node.state is NodeState.STALE, "-stale")
         self._set_title(
             f" {node.name} · GPU {gpu.index}  {node_state(node, cluster.timestamp_s)}"
-            f"{'  DEMO (simulated)' if node.sample.simulated else ''}  "
+            f"{'  DEMO (simulated)' if node.sample.simulated else ''}"
+            f"{'  watching' if gpu.index in app.watches.notes(node.name) else ''}  "
             f"{gpu.name or fmt.NA}  {gpu.short_uuid}"
         )
         width = max(40, self.size.width - 5)
@@ -238,6 +243,16 @@ class NodeGpuScreen(ClusterView):
         if text != self._title:
             self._title = text
             self.query_one("#node-gpu-title", Static).update(text)
+
+    def action_watch(self) -> None:
+        node = find_node(self.cluster_app.cluster, self.node_name)
+        gpu = (
+            None
+            if node is None
+            else next((g for g in node.gpus if g.index == self.gpu_index), None)
+        )
+        if gpu is not None:
+            self.cluster_app.toggle_watch(self.node_name, gpu)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -6,7 +6,8 @@ processes (:class:`~gpumon.ui.widgets.process_table.ProcessTable`); dcgm-exporte
 processes, and the screen says so. A node that is not UP keeps its last readings on screen,
 dimmed, and never marks a GPU FREE.
 
-``Enter`` on a GPU opens its last hour (:mod:`gpumon.ui.cluster.node_history`).
+``Enter`` on a GPU opens its last hour (:mod:`gpumon.ui.cluster.node_history`); ``w`` watches
+it until it is FREE (a ``watching`` note on its card; the cluster app checks each answer).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpumon.ui.cluster.node_columns import clock_text
 from gpumon.ui.cluster.view import (
     NO_PROCESSES_DCGM,
     NO_PROCESSES_UNKNOWN,
+    WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
     find_node,
@@ -61,6 +63,7 @@ class NodeScreen(ClusterView):
                 tooltip="the selected GPU's last hour (from Prometheus), fields, processes"),
         Binding("s", "sort", "Sort", tooltip="cycle the process table's sort column"),
         Binding("r", "reverse_sort", "Reverse", show=False, tooltip="reverse the sort"),
+        Binding("w", "watch", "Watch", tooltip=WATCH_TOOLTIP),
     ]  # fmt: skip
 
     def __init__(self, name: str) -> None:
@@ -162,6 +165,7 @@ class NodeScreen(ClusterView):
         threshold = self.cluster_app.settings.free_threshold_mib
         panel.free = free_gpu_indices(node.sample, threshold) if current else frozenset()
         panel.mig_process_counts = mig_process_counts(node.sample)
+        panel.notes = self.cluster_app.watches.notes(node.name)
         panel.show(gpus, None, layout, columns, panel_height)
 
     def _show_processes(self, node: Node, now_s: float) -> None:
@@ -193,6 +197,11 @@ class NodeScreen(ClusterView):
             from gpumon.ui.cluster.node_history import NodeGpuScreen
 
             self.app.push_screen(NodeGpuScreen(self.node_name, gpu.index))
+
+    def action_watch(self) -> None:
+        gpu = self.query_one(GpuPanel).selected_gpu
+        if gpu is not None:
+            self.cluster_app.toggle_watch(self.node_name, gpu)
 
     def action_sort(self) -> None:
         self.query_one(ProcessTable).cycle_sort()

@@ -29,6 +29,11 @@ NO_PROCESSES_DCGM = (
     "Run gpumon's exporter (gpumon export) on this node to see who uses its GPUs."
 )
 NO_PROCESSES_UNKNOWN = "Processes: unknown (no GPU exporter gpumon knows answers on this target)."
+#: ``w`` on a node's GPU, in both screens that show one.
+WATCH_TOOLTIP = (
+    "tell me when this GPU is FREE (its node UP): a notification, the bell and a desktop "
+    "notification (again: stop)"
+)
 
 
 def no_current_processes(node: Node, now_s: float) -> str:

@@ -1,5 +1,6 @@
 """The one-machine dashboard (``gpumon``): its app, the main screen, the GPU and process
-details, help, the signal dialog, the per-user summary and the probe panel.
+details, help, the signal dialog, the per-user summary, the probe panel, ``w``'s watches,
+the start-up GPU filter and the held-idle tracker and notes.
 
 May import: :mod:`gpumon.ui.widgets`, :mod:`gpumon.ui` (the shared app base),
 :mod:`gpumon.probe`, :mod:`gpumon.sampling`, :mod:`gpumon.sources`, :mod:`gpumon.data`;

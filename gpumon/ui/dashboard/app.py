@@ -24,8 +24,13 @@ from gpumon.sampling.store import Store
 from gpumon.sources.base import GpuSource, open_source
 from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
+from gpumon.ui.dashboard.claim_notes import ClaimNotes
 from gpumon.ui.dashboard.help import DashboardHelpScreen
+from gpumon.ui.dashboard.idle import watch_idleness
 from gpumon.ui.dashboard.screen import DashboardScreen
+from gpumon.ui.dashboard.shown_gpus import ShownGpus
+from gpumon.ui.dashboard.signal_dialog import SIGNAL_BINDINGS
+from gpumon.ui.dashboard.watch import DashboardWatches
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.lines import Glyphs
 from gpumon.ui.widgets.process_table import ProcessTable
@@ -36,16 +41,6 @@ if TYPE_CHECKING:
     from gpumon.ui.widgets.gpu_notes import NoteSource
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
-
-#: T, K, I on the selected process; gone with --readonly (``readonly = true``).
-SIGNAL_BINDINGS = (
-    Binding("T", "signal('SIGTERM')", "Term", key_display="T", show=False,
-            tooltip="send SIGTERM to the selected process (yours only; asks first)"),
-    Binding("K", "signal('SIGKILL')", "Kill", key_display="K", show=False,
-            tooltip="send SIGKILL to the selected process (yours only; asks first)"),
-    Binding("I", "signal('SIGINT')", "Interrupt", key_display="I", show=False,
-            tooltip="send SIGINT to the selected process (yours only; asks first)"),
-)  # fmt: skip
 
 
 class GpumonApp(MonitorApp):
@@ -137,12 +132,16 @@ class GpumonApp(MonitorApp):
         self.started_at = time.perf_counter()
         self.store = Store(interval_s, history_s=60.0 * self.settings.history_minutes)
         self.store.subscribe(self._on_sample)
-        self.poller = Poller(source, interval_s, self.store.push, on_error=self._on_poll_error)
+        self.poller = Poller(source, interval_s, self.receive_sample, on_error=self._on_poll_error)
         self.autostart = autostart
         #: Seconds the poll in flight has taken when NVML is not answering, else ``None``.
         self.stalled_s: int | None = None
+        self.shown_gpus = ShownGpus(self)  # --only, --only-visible: each sample is cut first
+        self.watches = DashboardWatches(self)  # w: tell me when a GPU is FREE, a process ends
         #: What is said of each GPU beside its readings (claims, idle holders, watches).
-        self.note_sources: list[NoteSource] = []
+        self.note_sources: list[NoteSource] = [self.watches.notes]
+        self.note_sources.append(ClaimNotes(self, self.settings.claims_dir))  # pick's claims
+        self.idle = watch_idleness(self)  # held idle: the SM% cells, GPU notes, idle memory
         self._probe_child_command = probe_child_command
 
     # -- screens ---------------------------------------------------------------------
@@ -189,7 +188,7 @@ class GpumonApp(MonitorApp):
 
     def receive_sample(self, sample: Sample) -> None:
         """Show a sample now (tests, snapshots): the same path the poller uses."""
-        self.store.push(sample)
+        self.store.push(self.shown_gpus.select(sample))
 
     def _refresh_all(self) -> None:
         """Redraw the dashboard (after a key changed what it shows)."""

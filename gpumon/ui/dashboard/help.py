@@ -33,6 +33,15 @@ Processes (nvidia-smi's Processes table, plus host details)
   TYPE            C compute, G graphics, C+G both
   GPU-MEM         GPU memory used by the process (N/A where the driver does
                   not say)
+  SM%             share of the GPU's SMs the process kept busy over the last
+                  interval (0: no SM work in it; N/A under MIG, or where the
+                  driver cannot tell)
+  idle 2h13m      held idle: the process holds at least idle_min_memory_mib
+                  of GPU memory at or below idle_below_pct SM utilisation
+                  for idle_after_minutes or more (--idle-*): how long it has
+                  been quiet; "at least" (>=) when quiet since before gpumon
+                  started. A GPU whose memory is all held idle reads "held
+                  idle by alice 2h13m"; u shows each user's IDLE-MEM.
   CPU% / RSS      host CPU (of one core) and resident memory, from psutil
   TIME            time since the process started
   Bold rows are your own processes. Other users' processes show what is
@@ -53,6 +62,7 @@ Processes (nvidia-smi's Processes table, plus host details)
 
 Header
   DEMO            simulated data (gpumon --demo), never a real GPU
+  GPUs 0,3 of 8   only these GPUs are shown (--only, --only-visible)
   NVML not answering for N s: the driver has not returned a sample for three
   refresh intervals; the screen shows the last sample until it does. Keys
   keep working. Mouse: click a GPU, a row or a column title.
@@ -89,6 +99,7 @@ def binding_groups(
     """The app's keys and each panel's, as the help lists them; read-only leaves out the
     keys that signal processes."""
     from gpumon.ui.dashboard.probe_panel import ProbePanel
+    from gpumon.ui.dashboard.screen import DashboardScreen
     from gpumon.ui.widgets.gpu_panel import GpuPanel
     from gpumon.ui.widgets.process_table import ProcessTable
 
@@ -99,7 +110,7 @@ def binding_groups(
             if not (isinstance(b, Binding) and b.action.startswith("signal"))
         ]
     return [
-        ("Keys", [*app_bindings, *TEXTUAL_BINDINGS]),
+        ("Keys", [*app_bindings, *DashboardScreen.BINDINGS, *TEXTUAL_BINDINGS]),
         ("GPU panel", GpuPanel.BINDINGS),
         ("Process table", ProcessTable.BINDINGS),
         ("Probe panel (P)", ProbePanel.BINDINGS),

@@ -4,7 +4,8 @@ It subscribes to the app's :class:`~gpumon.sampling.store.Store` and hands each 
 down to its widgets ("attributes down"). It lays out for the terminal: which GPU layout fits,
 how much room the process table keeps, where the probe panel goes, and a one-line message below
 the minimum size. Sizes come from the stylesheet (``app.tcss`` and the widgets' CSS), read off
-the widgets, never mirrored here. The app keeps the bindings, the poller and the screens.
+the widgets, never mirrored here. The app keeps the bindings (but ``w``, which watches what
+this screen shows: :mod:`gpumon.ui.dashboard.watch`), the poller and the screens.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
@@ -50,6 +52,13 @@ class SearchInput(Input):
 class DashboardScreen(Screen[None]):
     """The default screen: everything gpumon shows at once."""
 
+    # Out of the footer: a screen's keys come before the app's there, and the line is full.
+    BINDINGS = [
+        Binding("w", "watch", "Watch", show=False,
+                tooltip="tell me when the selected GPU is FREE, or the process under the cursor "
+                "ends: a notification, the bell and a desktop notification (again: stop)"),
+    ]  # fmt: skip
+
     def __init__(self) -> None:
         super().__init__()
         self._terminal_size: Size | None = None
@@ -78,6 +87,8 @@ class DashboardScreen(Screen[None]):
         panel.history = app.store
         panel.settings = app.settings
         panel.focus()
+        if app.settings.user_filter:  # --user NAME: shown in the table's title; Escape clears
+            self.set_filter(ProcessFilter(user=app.settings.user_filter))
         self._unsubscribe = app.store.subscribe(self._on_sample)
         self.refresh_all()
 
@@ -168,6 +179,15 @@ class DashboardScreen(Screen[None]):
             self.query_one(ProcessTable).focus()
         self.refresh_all()
 
+    def action_watch(self) -> None:
+        """``w``: watch the process under the cursor (the table focused), else the selected
+        GPU; again: stop (:mod:`gpumon.ui.dashboard.watch`)."""
+        table = self.query_one(ProcessTable)
+        process = table.cursor_process if self.app.focused is table else None
+        panel = self.query_one(GpuPanel)
+        self.gpumon.watches.toggle(panel.selected_gpu, process, panel.free)
+        self.refresh_all()
+
     def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
         table = self.query_one(ProcessTable)
         table.select_gpu(message.gpu_index)
@@ -213,6 +233,7 @@ class DashboardScreen(Screen[None]):
             app.poller.paused,
             polling=app.autostart,
             stalled_s=app.stalled_s,
+            selection=app.shown_gpus.header_text,
         )
         host = self.query_one(HostStrip)
         host.show(sample.host if sample else None, sample.simulated if sample else False)
@@ -255,4 +276,5 @@ class DashboardScreen(Screen[None]):
             for gpu in gpus
             if sample is not None and not processes_known(gpu, sample)
         }
+        table.activity = app.idle.view.processes  # SM% reads "idle 2h13m" where idle
         table.show(sample.processes if sample else (), notices, empty_text, unknown)

@@ -120,6 +120,17 @@ class SignalDialog(ModalScreen[bool]):
         self.dismiss(True)
 
 
+#: T, K, I on the selected process; under --readonly they only say so.
+SIGNAL_BINDINGS = (
+    Binding("T", "signal('SIGTERM')", "Term", key_display="T", show=False,
+            tooltip="send SIGTERM to the selected process (yours only; asks first)"),
+    Binding("K", "signal('SIGKILL')", "Kill", key_display="K", show=False,
+            tooltip="send SIGKILL to the selected process (yours only; asks first)"),
+    Binding("I", "signal('SIGINT')", "Interrupt", key_display="I", show=False,
+            tooltip="send SIGINT to the selected process (yours only; asks first)"),
+)  # fmt: skip
+
+
 #: What T, K and I say under --readonly (the help says it too).
 READONLY_NOTICE = "Read-only mode (--readonly): nothing sent"
 

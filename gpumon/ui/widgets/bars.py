@@ -1,4 +1,5 @@
-"""The header (host, driver versions, interval, clock, DEMO) and the host strip."""
+"""The header (host, the GPUs shown, driver versions, interval, clock, DEMO) and the host
+strip."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class HeaderBar(_StyledLines):
         "header-bar--paused",
         "header-bar--stale",
         "header-bar--stalled",
+        "header-bar--filter",
     }
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; color: $text; }
@@ -39,6 +41,7 @@ class HeaderBar(_StyledLines):
     HeaderBar > .header-bar--paused { background: $error; color: $text-error; text-style: bold; }
     HeaderBar > .header-bar--stale { color: $warning; }
     HeaderBar > .header-bar--stalled { background: $error; color: $text-error; text-style: bold; }
+    HeaderBar > .header-bar--filter { color: $warning; text-style: bold; }
     """
 
     def on_resize(self) -> None:
@@ -52,10 +55,12 @@ class HeaderBar(_StyledLines):
         paused: bool,
         polling: bool,
         stalled_s: int | None = None,
+        selection: str = "",
     ) -> None:
         """``stalled_s``: seconds the sample in flight has taken, when that is far too long
-        (NVML not answering); the banner goes when samples resume."""
-        self._shown = (sample, interval_s, paused, polling, stalled_s)
+        (NVML not answering); the banner goes when samples resume. ``selection``: which GPUs
+        a start-up filter shows (``GPUs 0,3 of 8``), kept however narrow the terminal."""
+        self._shown = (sample, interval_s, paused, polling, stalled_s, selection)
         width = self.size.width or 80
         right = Line()
         if stalled_s is not None:
@@ -85,6 +90,8 @@ class HeaderBar(_StyledLines):
                 line.add(" DEMO: simulated data " if width >= 70 else " DEMO ", self.style("demo"))
                 line.add(" ")
             line.add(host + "  ")
+            if selection:
+                line.add(selection, self.style("filter")).add("  ")
             for label, value in optional[:keep]:
                 line.add(label, self.style("label")).add(value + "  ")
             return line

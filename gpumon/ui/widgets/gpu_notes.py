@@ -29,9 +29,14 @@ NoteSource = Callable[[Sample | None], Mapping[int, Sequence[GpuNote]]]
 def gather_notes(
     sources: Iterable[NoteSource], sample: Sample | None
 ) -> dict[int, tuple[GpuNote, ...]]:
-    """Every source's notes, per GPU, in the sources' order."""
+    """Every source's notes, per GPU: warnings first (a short line keeps the first notes),
+    then in the sources' order."""
     gathered: dict[int, list[GpuNote]] = {}
     for source in sources:
         for index, notes in source(sample).items():
             gathered.setdefault(index, []).extend(notes)
-    return {index: tuple(notes) for index, notes in gathered.items() if notes}
+    return {
+        index: tuple(sorted(notes, key=lambda note: note.style != "note-warn"))
+        for index, notes in gathered.items()
+        if notes
+    }

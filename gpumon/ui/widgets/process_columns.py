@@ -1,14 +1,22 @@
 """The process table's columns (which show at a width, and how wide), how a cell reads, and
-what an empty table says (no Textual)."""
+what an empty table says (no Textual).
+
+``SM%`` is NVML's per-process SM utilisation over the last interval; it shows only where some
+process has one (not on MIG GPUs, nor in a cluster node's table) and the table is wide
+enough, and reads ``idle 2h13m`` for an IDLE process (:mod:`gpumon.data.idle`): it widens
+then, while some process is idle.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpumon.data import format as fmt
+from gpumon.data.idle import Activity, idle_text
 from gpumon.data.model import GpuProcess, ProcessKind, Sample, notable_unlisted_memory_bytes
 from gpumon.data.views import shorten_command
 
@@ -30,7 +38,7 @@ class Column:
     right: bool
     sort: Callable[[GpuProcess], Any]
     min_terminal_width: int = 0  # hidden below this table width
-    #: Shown only while some process has a value for it (a Slurm job, a container).
+    #: Shown only while some process has a value for it (a Slurm job, a container, SM%).
     optional: bool = False
 
     @property
@@ -40,6 +48,10 @@ class Column:
 
 def _none_last(value: Any) -> tuple[bool, Any]:
     return (value is None, value if value is not None else 0)
+
+
+def _na_lowest(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 def kind_text(kind: ProcessKind) -> str:
@@ -56,23 +68,49 @@ COLUMNS: tuple[Column, ...] = (
     Column("container", "CONTAINER", 12, False, lambda p: _none_last(p.container_id), 130, True),
     Column("type", "TYPE", 5, False, lambda p: kind_text(p.kind), 72),
     Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
+    # N/A below 0 %: busiest first puts it last, as nothing is known of it.
+    Column("sm", "SM%", 4, True, lambda p: _na_lowest(p.sm_utilization_pct), 100, True),
     Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
     Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
     Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), 80),
     Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
 )
 # Descending first for these: the biggest users are what people look for.
-DESCENDING_FIRST = {"gpu_memory", "cpu", "rss", "time"}
+DESCENDING_FIRST = {"gpu_memory", "sm", "cpu", "rss", "time"}
+#: The SM% column's width while some process is idle: ``idle ≥ 2h13m``.
+IDLE_SM_WIDTH = 12
+#: Optional columns and the process field whose value shows them; ``idle`` widens SM%.
+_OPTIONAL_FIELDS = (("job", "job_id"), ("container", "container_id"), ("sm", "sm_utilization_pct"))
+
+
+def optional_columns(
+    processes: Sequence[GpuProcess], activity: Mapping[tuple[int, int], Activity]
+) -> frozenset[str]:
+    """The optional columns some of ``processes`` have a value for, and ``idle`` when one of
+    them is IDLE (``activity``: by :attr:`GpuProcess.key`)."""
+    shown = {
+        key
+        for key, field in _OPTIONAL_FIELDS
+        if any(getattr(p, field) is not None for p in processes)
+    }
+    if activity and any((a := activity.get(p.key)) is not None and a.idle for p in processes):
+        shown.add("idle")
+    return frozenset(shown)
 
 
 def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
     """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
     column does not come and go with the scrollbar when the rows outgrow the table)."""
-    return [
+    columns = [
         c
         for c in COLUMNS
         if width >= c.min_terminal_width and (not c.optional or c.key in optional)
     ]
+    if "idle" in optional:
+        columns = [
+            dataclasses.replace(c, width=IDLE_SM_WIDTH) if c.key == "sm" else c for c in columns
+        ]
+    return columns
 
 
 @functools.lru_cache(maxsize=16)
@@ -120,7 +158,11 @@ def table_messages(sample: Sample | None) -> tuple[list[str], str]:
     return notices, EMPTY_NONE_ON_THE_OTHERS if unknown else EMPTY_NONE
 
 
-def cell_text(column: Column, process: GpuProcess) -> str:
+def cell_text(
+    column: Column, process: GpuProcess, activity: Activity | None = None, ascii_only: bool = False
+) -> str:
+    """What the cell of ``column`` reads for ``process``; ``activity`` is what gpumon has seen
+    of its SM utilisation (an IDLE process's SM% reads ``idle 2h13m``)."""
     key = column.key
     if key == "gpu":
         if process.gpu_instance_id is not None:  # MIG: GPU / GPU instance
@@ -138,6 +180,10 @@ def cell_text(column: Column, process: GpuProcess) -> str:
         return kind_text(process.kind)
     if key == "gpu_memory":
         return fmt.bytes_short(process.gpu_memory_bytes)
+    if key == "sm":
+        if activity is not None and activity.idle:
+            return idle_text(activity, ascii_only)
+        return fmt.NA if process.sm_utilization_pct is None else str(process.sm_utilization_pct)
     if key == "cpu":
         return fmt.NA if process.cpu_pct is None else f"{process.cpu_pct:.0f}"
     if key == "rss":

@@ -17,6 +17,7 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
+from gpumon.data.idle import Activity
 from gpumon.data.model import GpuProcess
 from gpumon.data.views import ProcessFilter, filter_processes
 from gpumon.ui.widgets.lines import Glyphs, Line
@@ -32,6 +33,7 @@ from gpumon.ui.widgets.process_columns import (
     ProcessKey,
     cell_text,
     column_layout,
+    optional_columns,
     table_messages,
     visible_columns,
 )
@@ -135,6 +137,9 @@ class ProcessTable(ScrolledTable, can_focus=True):
         #: GPU index -> why its processes are unknown (refused list, lost GPU).
         self.unknown_gpus: dict[int, str] = {}
         self.empty_text = EMPTY_WAITING
+        #: What gpumon has seen of each process's SM utilisation (its idleness), by key: set
+        #: before :meth:`show` (the cluster's tables have none).
+        self.activity: Mapping[ProcessKey, Activity] = {}
         self._optional: frozenset[str] = frozenset()
 
     # -- data in ---------------------------------------------------------------------
@@ -220,11 +225,7 @@ class ProcessTable(ScrolledTable, can_focus=True):
         shown = filter_processes(self._processes, self.process_filter)
         self.rows = sorted(shown, key=column.sort, reverse=reverse)
         self.command_offset = min(self.command_offset, self._command_scroll_limit())
-        self._optional = frozenset(
-            key
-            for key, value in (("job", "job_id"), ("container", "container_id"))
-            if any(getattr(p, value) is not None for p in self.rows)
-        )
+        self._optional = optional_columns(self.rows, self.activity)
         keys = [p.key for p in self.rows]
         if not self.cursor_chosen:
             row = 0
@@ -355,9 +356,10 @@ class ProcessTable(ScrolledTable, can_focus=True):
         line = Line()
         fit = self.glyphs.fit
         layout = self._columns(width)
+        activity = self.activity.get(process.key)
         for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
-            text = cell_text(column, process)
+            text = cell_text(column, process, activity, self.glyphs.ascii_only)
             if self.command_offset and column.key == "command":
                 text = self.glyphs.ellipsis + text[self.command_offset + 1 :]
             text = fit(text, column_width, column.right)

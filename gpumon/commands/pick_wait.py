@@ -1,0 +1,181 @@
+"""``gpumon pick --wait``: look again every interval until enough GPUs qualify.
+
+    CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py
+
+:func:`attempts` runs one look (an :class:`Attempt`: what to print, or why not yet and who
+holds the rest) until one succeeds, the limit passes (exit 1, one line) or Ctrl+C (exit 130,
+nothing on stdout). While it waits on a terminal, one stderr line is rewritten in place
+(carriage return, erase line, cut to the terminal's width so it never wraps into a scroll):
+``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``. Where stderr is no terminal (a
+log file) nothing is said while waiting, and one final line after. Without ``--wait`` the
+same code looks once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from gpumon.data import format as fmt
+from gpumon.data.model import Sample
+from gpumon.data.ranking import Candidate, users_text
+from gpumon.data.views import processes_known
+
+PREFIX = "gpumon pick: "
+#: Erase the line the cursor is on and go to its start.
+CLEAR_LINE = "\r\x1b[2K"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One look at the GPUs.
+
+    ``output``: the stdout line when enough qualify (then ``notes`` go to stderr after it);
+    otherwise ``failure`` (the one stderr line for giving up now) and ``status`` (the
+    waiting line). ``fatal``: lines to say before exiting 1 at once (no driver: waiting
+    would not bring one).
+    """
+
+    output: str | None = None
+    notes: tuple[str, ...] = ()
+    failure: str = ""
+    status: str = ""
+    fatal: tuple[str, ...] = ()
+
+
+class StatusLine:
+    """The one waiting line on a terminal's stderr, rewritten in place; silent elsewhere."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        try:
+            self.terminal = stream.isatty()
+        except (AttributeError, ValueError):
+            self.terminal = False
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if not self.terminal:
+            return
+        try:
+            width = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError):
+            width = 80
+        # One cell short of the edge: a line that fills it wraps on some terminals, and a
+        # wrapped line is no longer erased by the next carriage return.
+        self.stream.write(CLEAR_LINE + fmt.truncate(text, max(1, width - 1)))
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write(CLEAR_LINE)
+            self.stream.flush()
+            self.shown = False
+
+
+def span(seconds: float) -> str:
+    """``2.5s``, ``42s``, ``3m12s``, ``2h13m``: how long a pick waited."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    if total < 3600:
+        return f"{total // 60}m{total % 60:02d}s"
+    return f"{total // 3600}h{total % 3600 // 60:02d}m"
+
+
+def attempts(
+    attempt: Callable[[], Attempt],
+    *,
+    wait_s: float | None,
+    interval_s: float,
+    stderr: TextIO,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Attempt | int:
+    """Look until an attempt succeeds (returned, for the caller to print) or not: an exit
+    status (1: too few and no ``--wait``, the wait ran out, or fatal; 130: Ctrl+C).
+
+    ``wait_s``: None looks once; ``math.inf`` waits without limit.
+    """
+    status = StatusLine(stderr)
+    started = clock()
+    tries = 0
+    try:
+        while True:
+            tries += 1
+            began = clock()
+            result = attempt()
+            if result.fatal:
+                status.clear()
+                for line in result.fatal:
+                    print(line, file=stderr)
+                return 1
+            waited = clock() - started
+            if result.output is not None:
+                status.clear()
+                if tries > 1:
+                    print(f"{PREFIX}waited {span(waited)}", file=stderr)
+                return result
+            if wait_s is None:
+                print(result.failure, file=stderr)
+                return 1
+            if waited >= wait_s:
+                status.clear()
+                reason = result.failure.removeprefix(PREFIX)
+                print(f"{PREFIX}gave up after waiting {span(waited)}: {reason}", file=stderr)
+                return 1
+            status.show(result.status)
+            pause = interval_s - (clock() - began)
+            if not math.isinf(wait_s):
+                pause = min(pause, wait_s - waited)
+            if pause > 0:
+                sleep(pause)
+    except KeyboardInterrupt:
+        status.clear()
+        return 130
+
+
+def waiting_text(
+    sample: Sample,
+    available: Sequence[Candidate],
+    n: int,
+    claimed: Mapping[int, str],
+    *,
+    word: str = "free",
+) -> str:
+    """``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``: how many qualify, and who
+    holds each other GPU (its users, and for how long its oldest process has run), which
+    pick claimed it, or why else it does not qualify.
+
+    ``claimed``: NVML index -> the owner of the claim that keeps this pick off it.
+    """
+    taken = {candidate.gpu_index for candidate in available}
+    holders = []
+    for gpu in sample.gpus:
+        if gpu.index in taken:
+            continue
+        label = f"GPU {gpu.index}"
+        processes = sample.processes_on(gpu.index)
+        if gpu.lost:
+            holders.append(f"{label} LOST")
+        elif not processes_known(gpu, sample):
+            holders.append(f"{label} unknown")
+        elif gpu.index in claimed:
+            holders.append(f"{label} claimed by {claimed[gpu.index]}")
+        elif processes:
+            ages = [p.elapsed_s for p in processes if p.elapsed_s is not None]
+            since = f" {fmt.duration(max(ages))}" if ages else ""
+            holders.append(f"{label} {users_text(processes, '+')}{since}")
+        elif gpu.memory_used_bytes is not None:
+            holders.append(f"{label} {fmt.bytes_short(gpu.memory_used_bytes)} in use")
+        else:
+            holders.append(f"{label} busy")
+    head = f"waiting: {min(len(available), n)} of {n} {word}"
+    return f"{head}; {', '.join(holders)}" if holders else head

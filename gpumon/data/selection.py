@@ -1,0 +1,206 @@
+"""Which GPUs to show: ``--only`` and ``--only-visible``, as one pure function of a sample.
+
+The dashboard (on every sample, before its store sees it) and ``gpumon once`` both call
+:func:`select_gpus`, so they show the same GPUs: a sample goes in, the same sample with only
+the chosen GPUs and their processes comes out, with what could not be matched said in words.
+
+``--only`` names GPUs by NVML index (``0``), GPU UUID (``GPU-8932f937-...``) or MIG UUID (the
+GPU holding that instance), or a unique prefix of a UUID. ``--only-visible`` reads
+``CUDA_VISIBLE_DEVICES`` as CUDA does (:func:`visible_gpus`). Both given: the GPUs both name.
+No I/O here: the caller hands in the environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gpumon.data.model import GpuStats, Sample
+
+_LEADING_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSelection:
+    """What the user asked to see.
+
+    ``only``: ``--only``'s identifiers; ``only_visible``: ``--only-visible`` was given, and
+    ``visible`` is ``CUDA_VISIBLE_DEVICES`` as it was then (``None``: unset);
+    ``pci_bus_order``: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers the GPUs as NVML does.
+    """
+
+    only: tuple[str, ...] = ()
+    only_visible: bool = False
+    visible: str | None = None
+    pci_bus_order: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.only) or self.only_visible
+
+
+def selection_from(
+    only: Sequence[str], only_visible: bool, environ: Mapping[str, str]
+) -> GpuSelection:
+    """The selection ``--only`` and ``--only-visible`` ask for, in this environment."""
+    return GpuSelection(
+        only=tuple(only),
+        only_visible=only_visible,
+        visible=environ.get("CUDA_VISIBLE_DEVICES") if only_visible else None,
+        pci_bus_order=environ.get("CUDA_DEVICE_ORDER", "").strip() == "PCI_BUS_ID",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """A sample cut to the chosen GPUs.
+
+    ``total``: GPUs before the cut; ``missing``: one line per ``--only`` identifier that names
+    no GPU here, or several; ``notes``: one line per thing to know about
+    ``CUDA_VISIBLE_DEVICES`` (no GPU visible, where CUDA stops reading it, an order that
+    cannot be known).
+    """
+
+    sample: Sample
+    total: int
+    missing: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """``GPUs 0,3 of 8``, ``GPU 2 of 8``, ``GPUs 0-3,6 of 8``, ``no GPU of 8``."""
+        indices = [gpu.index for gpu in self.sample.gpus]
+        if not indices:
+            return f"no GPU of {self.total}"
+        noun = "GPU" if len(indices) == 1 else "GPUs"
+        return f"{noun} {index_ranges(indices)} of {self.total}"
+
+
+def select_gpus(sample: Sample, selection: GpuSelection) -> Selected:
+    """``sample`` with only the GPUs ``selection`` names, and their processes."""
+    gpus = sample.gpus
+    missing: list[str] = []
+    notes: list[str] = []
+    chosen = {gpu.index for gpu in gpus}
+    if selection.only:
+        named, missing = _only(selection.only, gpus)
+        chosen &= named
+    if selection.only_visible:
+        visible, notes = visible_gpus(selection.visible, gpus, selection.pci_bus_order)
+        if visible is not None:
+            chosen &= set(visible)
+    if len(chosen) == len(gpus):
+        return Selected(sample, len(gpus), tuple(missing), tuple(notes))
+    cut = replace(
+        sample,
+        gpus=tuple(gpu for gpu in gpus if gpu.index in chosen),
+        processes=tuple(p for p in sample.processes if p.gpu_index in chosen),
+    )
+    return Selected(cut, len(gpus), tuple(missing), tuple(notes))
+
+
+def matching_gpus(identifier: str, gpus: Iterable[GpuStats]) -> list[GpuStats]:
+    """The GPUs a UUID (or a prefix of one) names: ``GPU-...`` its own UUID, ``MIG-...`` one
+    of its MIG instances' (``MIG-GPU-<uuid>/gi/ci``, the old form, its GPU's). Case is
+    ignored, as UUIDs are hex."""
+    wanted = identifier.casefold()
+    if wanted.startswith("mig-gpu-"):
+        wanted = wanted[4:].split("/")[0]
+    found = []
+    for gpu in gpus:
+        if wanted.startswith("gpu-"):
+            uuids = [gpu.uuid]
+        else:
+            uuids = [instance.uuid for instance in gpu.mig_instances or ()]
+        if any(uuid is not None and uuid.casefold().startswith(wanted) for uuid in uuids):
+            found.append(gpu)
+    return found
+
+
+def _only(only: Sequence[str], gpus: Sequence[GpuStats]) -> tuple[set[int], list[str]]:
+    """The NVML indices ``--only`` names, and a line for each identifier that names none."""
+    named: set[int] = set()
+    missing: list[str] = []
+    here = index_ranges(sorted(gpu.index for gpu in gpus)) or "none"
+    for identifier in only:
+        if identifier.isdigit():
+            found = [gpu for gpu in gpus if gpu.index == int(identifier)]
+        else:
+            found = matching_gpus(identifier, gpus)
+        if len(found) == 1:
+            named.add(found[0].index)
+        elif not found:
+            missing.append(f"--only {identifier}: no such GPU here (GPUs here: {here})")
+        else:
+            several = ", ".join(str(gpu.index) for gpu in found)
+            missing.append(f"--only {identifier}: matches GPUs {several}; give more of the UUID")
+    return named, missing
+
+
+def visible_gpus(
+    value: str | None, gpus: Sequence[GpuStats], pci_bus_order: bool
+) -> tuple[list[int] | None, list[str]]:
+    """The NVML indices of the GPUs ``CUDA_VISIBLE_DEVICES=value`` makes visible, in CUDA's
+    order, and one line for each thing a user should know; ``None`` for all (unset).
+
+    Read as CUDA reads it: comma-separated CUDA indices, or GPU or MIG UUIDs (or unique
+    prefixes), one kind throughout; the first entry that names no GPU ends the list (``-1``
+    hides every GPU, as does an empty value), and a GPU named twice leaves none visible. A
+    CUDA index is the NVML index only when ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or every GPU is
+    the same model (CUDA's default order puts the fastest first); otherwise this says so in
+    one line and takes NVML's order.
+    """
+    if value is None:
+        return None, []
+    by_index = {gpu.index: gpu for gpu in gpus}
+    visible: list[int] = []
+    kind: str | None = None
+    stop: str | None = None
+    for entry in (part.strip() for part in value.split(",")):
+        digits = _LEADING_DIGITS.match(entry)  # "1abc" is 1, as CUDA's strtol reads it
+        gpu: GpuStats | None = None
+        if digits is not None and kind != "uuid":
+            kind = "index"
+            gpu = by_index.get(int(digits.group()))
+        elif entry[:4].casefold() in ("gpu-", "mig-") and kind != "index":
+            kind = "uuid"
+            found = matching_gpus(entry, gpus)
+            gpu = found[0] if len(found) == 1 else None
+        if gpu is None:
+            stop = entry
+            break
+        if gpu.index in visible:
+            twice = f"CUDA_VISIBLE_DEVICES={value!r} names GPU {gpu.index} twice: CUDA sees no GPU"
+            return [], [twice]
+        visible.append(gpu.index)
+    notes = []
+    if stop is not None and not visible:
+        why = "it is empty" if not value.strip() else f"{stop!r} is no GPU here"
+        notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: CUDA sees no GPU ({why})")
+    elif stop is not None:
+        notes.append(
+            f"CUDA_VISIBLE_DEVICES={value!r}: CUDA stops at {stop!r} (no GPU here): "
+            f"it sees only {','.join(map(str, visible))}"
+        )
+    models = {gpu.name for gpu in gpus}
+    if kind == "index" and visible and not pci_bus_order and (len(models) > 1 or None in models):
+        notes.append(
+            "CUDA_VISIBLE_DEVICES: these GPUs differ and CUDA_DEVICE_ORDER is not PCI_BUS_ID, "
+            "so CUDA's indices may not be NVML's; taken in NVML's order (use UUIDs to be sure)"
+        )
+    return visible, notes
+
+
+def index_ranges(indices: Iterable[int]) -> str:
+    """``0,3`` for [0, 3]; ``0-3,6`` for [0, 1, 2, 3, 6]; in the order given."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(
+        str(run[0]) if len(run) == 1 else f"{run[0]},{run[1]}" if len(run) == 2
+        else f"{run[0]}-{run[-1]}"
+        for run in runs
+    )  # fmt: skip

@@ -1,0 +1,321 @@
+"""The shared claims directory: opened and checked, read, locked and written safely.
+
+``gpumon pick`` claims the GPUs it prints here, so that two users waiting for GPUs never get
+the same one; the dashboard reads it to note a claimed GPU. The rules (names, text, expiry)
+are :mod:`gpumon.data.claims`; this module does the file I/O.
+
+The directory (``claims_dir``, default ``/dev/shm/gpumon-claims``) is shared by every user,
+as ``/tmp`` is: created mode 1777 (sticky and world-writable, so nobody removes another's
+files) when missing. It is used only when it is a real directory (opened with
+``O_NOFOLLOW``: a symlink is refused) that is sticky and world-writable; otherwise claims
+are off, and :class:`ClaimsOff` says why in one line. Its owner may be any user: on a server
+where nobody made it, the first user to pick did. That owner could remove others' claims or
+rename the directory, which only takes claims back to none (they are advisory) and never
+makes a pick read or write anything but a claim; root can own it instead
+(``install -d -m 1777 /dev/shm/gpumon-claims``, or a tmpfiles.d line; the README says so).
+
+Why exactly one of two racing picks wins a GPU: a pick decides and writes its claims while
+holding ``flock(LOCK_EX)`` on the directory itself. Every pick, of any user, takes that one
+lock (any user may lock a directory it can read), the kernel drops it when its holder exits
+however it exits, and nobody can swap the directory for another (only its owner, root or the
+user, could rename it in its sticky parent). Inside the lock a pick reads the live claims,
+skips the GPUs another pick holds, writes its own claim files and only then lets go, so the
+next pick to take the lock sees them. Each claim is written under a hidden temporary name
+and renamed into place, so a reader without the lock (the dashboard) sees a whole file or
+none. A pick that cannot get the lock within :data:`LOCK_TIMEOUT_S` (someone holds it for
+ever) carries on without claims and says so. Each user owns their own files
+(``<uuid>.<uid>.<token>``), so an expired claim of one user never stops another, who could
+not remove it from the sticky directory.
+
+What is read is other users' input: a file that is a symlink, a directory or anything but
+a regular file, with other hard links, larger than a claim, not one gpumon writes, naming
+another GPU, owned by someone other than the uid in its name or dated in the future is
+ignored (and reported once by the caller), never followed, never read beyond
+:data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import pwd
+import secrets
+import stat
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+from gpumon.data import claims as rules
+from gpumon.data.format import safe_text
+
+#: How long a pick waits for another pick's lock before it goes on without claims.
+LOCK_TIMEOUT_S = 2.0
+#: A claims directory holding more entries than this is being abused: claims are off.
+MAX_ENTRIES = 10_000
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SHARED_MODE = stat.S_ISVTX | stat.S_IWOTH
+
+
+class ClaimsOff(Exception):
+    """Claims cannot be used here; the text says why in one line (``claims are off: ...``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What the directory holds: the valid claims (live or not), and the files that were
+    ignored, each with why (``GPU-....0.1a2b3c4d: a symbolic link``)."""
+
+    claims: tuple[rules.Claim, ...]
+    ignored: tuple[tuple[str, str], ...]
+
+
+_user_names: dict[int, str] = {}
+
+
+def user_name(uid: int) -> str:
+    """The name of ``uid`` (``uid 1234`` when the system has none); looked up once."""
+    if uid not in _user_names:
+        try:
+            _user_names[uid] = safe_text(pwd.getpwuid(uid).pw_name, 64)
+        except KeyError:
+            _user_names[uid] = f"uid {uid}"
+    return _user_names[uid]
+
+
+class ClaimsDir:
+    """An open, checked claims directory. Close it (or use it as a context manager)."""
+
+    def __init__(self, path: str, fd: int, uid: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.uid = uid
+
+    @classmethod
+    def open(cls, path: str, *, create: bool, uid: int | None = None) -> ClaimsDir:
+        """Open ``path``, creating it (mode 1777) when ``create`` and it is missing.
+
+        Raises:
+            ClaimsOff: it cannot be created or opened, is a symlink or not a directory, or is
+                not sticky and world-writable.
+        """
+        uid = os.geteuid() if uid is None else uid
+        if create:
+            _create(path)
+        try:
+            fd = os.open(path, _DIR_FLAGS)
+        except OSError as error:
+            raise ClaimsOff(_open_failure(path, error)) from None
+        try:
+            info = os.fstat(fd)
+            if info.st_mode & _SHARED_MODE != _SHARED_MODE:
+                raise ClaimsOff(
+                    f"claims are off: {path} is not sticky and world-writable "
+                    f"(mode {stat.S_IMODE(info.st_mode):o}; chmod 1777 {path})"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, uid)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.fd = -1
+
+    def __enter__(self) -> ClaimsDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def scan(self, keys: Collection[str] | None = None, now_s: float | None = None) -> Scan:
+        """Every claim file (of ``keys`` only, when given) checked and read.
+
+        Raises:
+            ClaimsOff: the directory cannot be listed or holds more than MAX_ENTRIES.
+        """
+        now_s = time.time() if now_s is None else now_s
+        found: list[rules.Claim] = []
+        ignored: list[tuple[str, str]] = []
+        try:
+            with os.scandir(self.fd) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= MAX_ENTRIES:
+                        raise ClaimsOff(
+                            f"claims are off: {self.path} holds more than {MAX_ENTRIES} entries"
+                        )
+                    parsed = rules.parse_file_name(entry.name)
+                    if parsed is None or (keys is not None and parsed[0] not in keys):
+                        continue  # hidden temporary files, other names, other GPUs
+                    claim, why = self._read(entry.name, parsed, now_s)
+                    if claim is not None:
+                        found.append(claim)
+                    elif why:  # no why: removed since the listing, as claims are
+                        ignored.append((safe_text(entry.name, 120), why))
+        except OSError as error:
+            raise ClaimsOff(
+                f"claims are off: cannot list {self.path}: {error.strerror or error}"
+            ) from None
+        return Scan(tuple(found), tuple(ignored))
+
+    def _read(
+        self, name: str, parsed: tuple[str, int, str], now_s: float
+    ) -> tuple[rules.Claim | None, str]:
+        key, uid, _ = parsed
+        try:
+            info = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:  # removed since the listing: not a claim any more
+            return None, ""
+        except OSError as error:
+            return None, str(error.strerror)
+        problem = _kind_problem(info, uid)
+        if problem is not None:
+            return None, problem
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        except FileNotFoundError:
+            return None, ""
+        except OSError as error:
+            return None, "a symbolic link" if error.errno == errno.ELOOP else str(error.strerror)
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                return None, "replaced while read"
+            problem = _kind_problem(opened, uid)
+            if problem is not None:
+                return None, problem
+            data = os.read(fd, rules.MAX_CLAIM_FILE_BYTES + 1)
+        except OSError as error:
+            return None, str(error.strerror)
+        finally:
+            os.close(fd)
+        try:
+            claimed_s, stated_s = rules.parse_claim_text(data, key)
+        except ValueError as error:
+            return None, str(error)
+        if rules.from_the_future(opened.st_mtime, now_s):
+            return None, "dated in the future"
+        claim = rules.Claim(
+            key=key,
+            uid=opened.st_uid,
+            owner=user_name(opened.st_uid),
+            file_name=name,
+            made_s=opened.st_mtime,
+            claimed_s=claimed_s,
+            expires_s=rules.expiry(stated_s, opened.st_mtime),
+        )
+        return claim, ""
+
+    # -- writing -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold the directory's lock: one pick at a time decides and writes its claims.
+
+        Raises:
+            ClaimsOff: the lock was not had within ``timeout_s`` (default
+                :data:`LOCK_TIMEOUT_S`), or cannot be taken here.
+        """
+        timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ClaimsOff(
+                        f"claims are off: another process has held {self.path} locked "
+                        f"for {timeout_s:g} s"
+                    ) from None
+                time.sleep(0.02)
+            except OSError as error:
+                raise ClaimsOff(
+                    f"claims are off: cannot lock {self.path}: {error.strerror or error}"
+                ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def write(self, key: str, claimed_s: float, expires_s: float) -> str:
+        """Write this user's claim on ``key``; returns its file name.
+
+        Raises:
+            OSError: it could not be written (nothing is left behind then).
+        """
+        token = secrets.token_hex(8)
+        name = rules.file_name(key, self.uid, token)
+        temporary = f".{name}.tmp"
+        fd = os.open(temporary, _CREATE_FLAGS, 0o644, dir_fd=self.fd)
+        try:
+            try:
+                os.fchmod(fd, 0o644)  # whatever the umask: other users' picks must read it
+                os.write(fd, rules.claim_text(key, claimed_s, expires_s, os.getpid()))
+            finally:
+                os.close(fd)
+            os.rename(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            self.remove(temporary)
+            raise
+        return name
+
+    def remove(self, name: str) -> None:
+        """Remove one of this user's files; gone already, or not removable: nothing."""
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self.fd)
+
+
+def _create(path: str) -> None:
+    """Make ``path`` mode 1777 when it is missing, in one step: a directory that existed
+    with a narrower mode for a moment would turn claims off for a pick started beside this
+    one (it checks the mode), and chmod after the fact could act on whatever another user
+    put at the path in between. The umask is cleared around the mkdir alone (a pick has
+    no other thread then)."""
+    previous = os.umask(0)
+    try:
+        os.mkdir(path, 0o1777)
+    except FileExistsError:
+        return  # another pick made it first, or it is there: checked on opening
+    except OSError as error:
+        raise ClaimsOff(
+            f"claims are off: cannot create {path}: {error.strerror or error}"
+        ) from None
+    finally:
+        os.umask(previous)
+
+
+def _open_failure(path: str, error: OSError) -> str:
+    if error.errno in (errno.ELOOP, errno.ENOTDIR):
+        # O_NOFOLLOW | O_DIRECTORY refuses a symlink with either: say which it was.
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            link = error.errno == errno.ELOOP
+        what = "a symbolic link" if link else "not a directory"
+        return f"claims are off: {path} is {what}"
+    return f"claims are off: cannot open {path}: {error.strerror or error}"
+
+
+def _kind_problem(info: os.stat_result, name_uid: int) -> str | None:
+    """Why a file is not a claim to read, from its ``lstat``; None when it may be one."""
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(info.st_mode):
+        return "a directory"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_uid != name_uid:
+        return f"owned by {user_name(info.st_uid)}, not the uid {name_uid} its name says"
+    if info.st_nlink != 1:
+        return "has other hard links"
+    if info.st_size > rules.MAX_CLAIM_FILE_BYTES:
+        return f"too large ({info.st_size} bytes)"
+    return None

@@ -1,0 +1,239 @@
+"""The claims directory is other users' input: hostile claim files are ignored (said once,
+never followed, never read whole), and a directory pick cannot trust turns claims off with
+one line while pick goes on."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpumon.cli import main
+from gpumon.data import claims as rules
+from gpumon.sources.host import claims as claims_io
+from gpumon.sources.host.claims import ClaimsDir
+from tests.pick_helpers import gpu, job, sample, serve
+
+KEY0 = rules.claim_key(gpu(0).uuid)
+assert KEY0 is not None
+TOKEN = "0123456789abcdef"
+
+
+def pick(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    claims_dir: Path,
+    *argv: str,
+    busy_first: bool = False,
+) -> tuple[int, str, str]:
+    """``gpumon pick`` over one FREE GPU (``busy_first``: busy on the first look)."""
+    busy = gpu(0)
+    samples = [sample((busy,), (job(busy, 7),))] if busy_first else []
+    serve(monkeypatch, *samples, sample((gpu(0),)))
+    code = main(["pick", "--claims-dir", str(claims_dir), *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def own_claim(directory: Path, key: str = KEY0, *, uid: int | None = None) -> Path:
+    """A well-formed live claim file's path (of ``uid``'s name, owned by whoever writes it)."""
+    now = time.time()
+    path = directory / rules.file_name(key, os.geteuid() if uid is None else uid, TOKEN)
+    path.write_bytes(rules.claim_text(key, now, now + 120, 1))
+    return path
+
+
+def symlink(directory: Path, elsewhere: Path) -> str:
+    target = own_claim(elsewhere)
+    name = rules.file_name(KEY0, os.geteuid(), TOKEN)
+    (directory / name).symlink_to(target)
+    return "a symbolic link"
+
+
+def subdirectory(directory: Path, elsewhere: Path) -> str:
+    (directory / rules.file_name(KEY0, os.geteuid(), TOKEN)).mkdir()
+    return "a directory"
+
+
+def huge(directory: Path, elsewhere: Path) -> str:
+    path = own_claim(directory)
+    with path.open("ab") as grown:
+        grown.truncate(64 * 1024 * 1024)  # sparse: 64 MiB that are never read
+    return "too large (67108864 bytes)"
+
+
+def garbage(directory: Path, elsewhere: Path) -> str:
+    (directory / rules.file_name(KEY0, os.geteuid(), TOKEN)).write_bytes(os.urandom(200))
+    return "not "  # not text, or not a gpumon claim
+
+
+def wrong_owner(directory: Path, elsewhere: Path) -> str:
+    own_claim(directory, uid=os.geteuid() + 4242)
+    return f"not the uid {os.geteuid() + 4242} its name says"
+
+
+def fifo(directory: Path, elsewhere: Path) -> str:
+    os.mkfifo(directory / rules.file_name(KEY0, os.geteuid(), TOKEN))
+    return "not a regular file"  # and never opened: that would block
+
+
+def hard_link(directory: Path, elsewhere: Path) -> str:
+    os.link(own_claim(elsewhere), directory / rules.file_name(KEY0, os.geteuid(), TOKEN))
+    return "has other hard links"
+
+
+def future(directory: Path, elsewhere: Path) -> str:
+    path = own_claim(directory)
+    later = time.time() + 3600
+    os.utime(path, (later, later))
+    return "dated in the future"
+
+
+def another_gpu(directory: Path, elsewhere: Path) -> str:
+    now = time.time()
+    name = rules.file_name(KEY0, os.geteuid(), TOKEN)
+    (directory / name).write_bytes(rules.claim_text("GPU-elsewhere", now, now + 120, 1))
+    return "its text names another GPU"
+
+
+HOSTILE = [symlink, subdirectory, huge, garbage, wrong_owner, fifo, hard_link, future, another_gpu]
+
+
+@pytest.mark.parametrize("plant", HOSTILE, ids=[plant.__name__ for plant in HOSTILE])
+def test_a_hostile_claim_file_is_ignored_and_said_once(
+    plant: Callable[[Path, Path], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    claims_dir, elsewhere = tmp_path / "claims", tmp_path / "elsewhere"
+    ClaimsDir.open(str(claims_dir), create=True).close()
+    elsewhere.mkdir()
+    why = plant(claims_dir, elsewhere)
+    # Two looks (the GPU is busy on the first): the file is read twice, said once.
+    code, out, err = pick(
+        monkeypatch, capsys, claims_dir, "--wait", "--interval", "0.25", busy_first=True
+    )
+    assert (code, out) == (0, "0\n")  # the GPU is not claimed by it
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("gpumon pick: waited "), err
+    name = rules.file_name(KEY0, os.geteuid() + (4242 if plant is wrong_owner else 0), TOKEN)
+    assert lines[0].startswith(f"gpumon pick: ignored claim file {name} in {claims_dir}: ")
+    assert why in lines[0]
+    if plant is symlink:  # not followed: its target, a claim, was not tidied away either
+        assert len(list(elsewhere.iterdir())) == 1
+
+
+def test_a_claims_dir_that_cannot_be_made_leaves_pick_working(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("")
+    code, out, err = pick(monkeypatch, capsys, tmp_path / "file" / "claims")
+    assert (code, out) == (0, "0\n")
+    assert err == (
+        f"gpumon pick: claims are off: cannot create {tmp_path}/file/claims: Not a directory\n"
+    )
+
+
+def not_sticky(path: Path) -> str:
+    path.mkdir()
+    path.chmod(0o777)
+    return "is not sticky and world-writable (mode 777; chmod 1777 "
+
+
+def a_symlink(path: Path) -> str:
+    real = path.with_name("real")
+    real.mkdir()
+    real.chmod(0o1777)
+    path.symlink_to(real)
+    return "is a symbolic link"
+
+
+def a_file(path: Path) -> str:
+    path.write_text("")
+    return "is not a directory"
+
+
+UNTRUSTED = [not_sticky, a_symlink, a_file]
+
+
+@pytest.mark.parametrize("make", UNTRUSTED, ids=[make.__name__ for make in UNTRUSTED])
+def test_a_claims_dir_pick_cannot_trust_turns_claims_off_in_one_line(
+    make: Callable[[Path], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "claims"
+    why = make(path)
+    code, out, err = pick(monkeypatch, capsys, path)
+    assert (code, out) == (0, "0\n")
+    assert err.startswith(f"gpumon pick: claims are off: {path} {why}") and err.count("\n") == 1
+    assert not list(Path(os.path.realpath(path)).glob("GPU-*")) if path.is_dir() else True
+
+
+def test_a_shared_directory_another_user_made_first_still_holds_claims(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Nobody set the directory up, so the first user to pick made it: everyone else's picks
+    must still claim there (its owner could only take claims back to none)."""
+    if os.geteuid() != 0:
+        pytest.skip("a directory of another user needs a second uid: run as root")
+    path = tmp_path / "claims"
+    path.mkdir()
+    path.chmod(0o1777)
+    os.chown(path, 65534, 65534)
+    code, out, err = pick(monkeypatch, capsys, path)
+    assert (code, out, err) == (0, "0\n", "")
+    assert len(list(path.glob("GPU-*"))) == 1
+
+
+def test_a_lock_held_for_ever_turns_claims_off(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import fcntl
+
+    path = tmp_path / "claims"
+    holder = ClaimsDir.open(str(path), create=True)
+    fcntl.flock(os.open(path, os.O_RDONLY), fcntl.LOCK_EX)  # another open file: another pick
+    monkeypatch.setattr(claims_io, "LOCK_TIMEOUT_S", 0.2)
+    code, out, err = pick(monkeypatch, capsys, path)
+    holder.close()
+    assert (code, out) == (0, "0\n")
+    assert err == f"gpumon pick: claims are off: another process has held {path} locked for 0.2 s\n"
+
+
+def test_the_directory_is_made_mode_1777_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        ClaimsDir.open(str(tmp_path / "claims"), create=True).close()
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "claims").stat().st_mode & 0o7777 == 0o1777
+
+
+def test_claim_files_are_readable_by_everyone_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        with ClaimsDir.open(str(tmp_path / "claims"), create=True) as directory:
+            name = directory.write(KEY0, time.time(), time.time() + 60)
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "claims" / name).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_claims_dir_that_cannot_be_written_leaves_pick_working(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def read_only(self: ClaimsDir, key: str, claimed_s: float, expires_s: float) -> str:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(ClaimsDir, "write", read_only)
+    code, out, err = pick(monkeypatch, capsys, tmp_path / "claims")
+    assert (code, out) == (0, "0\n")
+    assert err == (
+        f"gpumon pick: claims are off: cannot write in {tmp_path}/claims: Read-only file system\n"
+    )

@@ -1,0 +1,336 @@
+"""`gpumon pick` claims the GPUs it prints: another user's pick skips them and says who has
+them, two picks racing for one GPU never both get it, the claimer's own later pick may take
+it again, and a claims directory that cannot be trusted turns claims off, never pick."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpumon.cli import main
+from gpumon.commands.pick_claims import PickClaims
+from gpumon.data import claims as rules
+from gpumon.data.ranking import qualify
+from gpumon.sources.host.claims import ClaimsDir, user_name
+from tests.pick_helpers import gpu, job, sample, serve
+
+ROOT = Path(__file__).resolve().parent.parent
+OTHER_UID = 65534  # nobody
+UUID0 = gpu(0).uuid
+KEY0 = rules.claim_key(UUID0)
+assert KEY0 is not None
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="a claim of another user needs a second uid: run as root"
+)
+
+
+def pick(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    claims_dir: Path,
+    *argv: str,
+    samples: tuple[object, ...] | None = None,
+) -> tuple[int, str, str]:
+    """``gpumon pick ARGV --claims-dir DIR`` over two FREE GPUs (or ``samples``)."""
+    serve(monkeypatch, *(samples or (sample((gpu(0), gpu(1))),)))  # type: ignore[arg-type]
+    code = main(["pick", *argv, "--claims-dir", str(claims_dir)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def claims_in(claims_dir: Path) -> list[rules.Claim]:
+    with ClaimsDir.open(str(claims_dir), create=False) as directory:
+        return list(directory.scan().claims)
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Iterator[Path]:
+    """A place another uid can reach (the test's tmp_path is root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="gpumon-claims-test-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base / "claims"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def as_user(uid: int, work: Callable[[], object]) -> int:
+    """Run ``work`` in a forked child that became ``uid``; its exit status."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            work()
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def claim_as(uid: int, claims_dir: Path, key: str, *, age_s: float = 0, ttl_s: float = 120) -> None:
+    def write() -> None:
+        now = time.time() - age_s
+        with ClaimsDir.open(str(claims_dir), create=True) as directory:
+            name = directory.write(key, now, now + ttl_s)
+            os.utime(name, (now, now), dir_fd=directory.fd)
+
+    ClaimsDir.open(str(claims_dir), create=True).close()  # root's, mode 1777, as /tmp
+    assert as_user(uid, write) == 0
+
+
+# --- what a user sees ---------------------------------------------------------------------
+
+
+def test_a_pick_claims_what_it_prints_for_claim_seconds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    claims_dir = tmp_path / "claims"
+    before = time.time()
+    assert pick(monkeypatch, capsys, claims_dir, "--claim-seconds", "30") == (0, "0\n", "")
+    (claim,) = claims_in(claims_dir)
+    assert (claim.key, claim.uid, claim.owner) == (KEY0, os.geteuid(), user_name(os.geteuid()))
+    assert before + 30 <= claim.expires_s <= time.time() + 30
+    assert os.stat(claims_dir).st_mode & 0o7777 == 0o1777  # made as /tmp is
+
+
+@needs_root
+def test_another_users_claim_is_skipped_and_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    claim_as(OTHER_UID, shared, KEY0, age_s=40)
+    code, out, err = pick(monkeypatch, capsys, shared)
+    assert (code, out, err) == (0, "1\n", "")  # GPU 0 is the freer, but nobody's claim is on it
+    code, out, err = pick(monkeypatch, capsys, shared, "-n", "2")
+    assert (code, out) == (1, "")
+    assert err.startswith("gpumon pick: only 1 of 2 GPUs qualifies (need 2): GPU 0: claimed by ")
+    assert f"claimed by {user_name(OTHER_UID)} 4" in err and err.endswith(" s ago\n")
+
+
+def test_the_claimers_own_later_pick_takes_its_gpu_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A second job gets another GPU while there is one; then the user's own claims do not
+    keep the user out: taken again, and claimed anew."""
+    claims_dir = tmp_path / "claims"
+    assert pick(monkeypatch, capsys, claims_dir) == (0, "0\n", "")
+    assert pick(monkeypatch, capsys, claims_dir) == (0, "1\n", "")
+    before = {claim.file_name for claim in claims_in(claims_dir)}
+    assert pick(monkeypatch, capsys, claims_dir, "-n", "2") == (0, "0,1\n", "")
+    renewed = claims_in(claims_dir)
+    assert sorted(claim.key for claim in renewed) == sorted([KEY0, rules.claim_key(gpu(1).uuid)])
+    assert not before & {claim.file_name for claim in renewed}  # the earlier claims are gone
+
+
+def test_a_claim_made_while_a_pick_runs_blocks_it_even_if_it_is_the_same_users(
+    tmp_path: Path,
+) -> None:
+    """Two jobs of one user started at once must not share a GPU either."""
+    started = time.time()
+    with ClaimsDir.open(str(tmp_path / "claims"), create=True) as directory:
+        directory.write(KEY0, started + 0.5, started + 120)  # the other pick, beside this one
+    one_gpu = sample((gpu(0),))
+    qualifying, _ = qualify(one_gpu, free_below_bytes=1024**3)
+    claims = PickClaims(str(tmp_path / "claims"), claim_seconds=120, started_s=started,
+                        stderr=sys.stderr)  # fmt: skip
+    picked, reasons, holders = claims.take(qualifying, 1, one_gpu)
+    claims.close()
+    assert picked == [] and holders == {0: user_name(os.geteuid())}
+    assert reasons[0].endswith("s ago (by another pick of yours)")
+
+
+def test_an_expired_claim_does_not_block(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    claims_dir = tmp_path / "claims"
+    with ClaimsDir.open(str(claims_dir), create=True) as directory:
+        now = time.time()
+        stale = directory.write(KEY0, now - 300, now - 180)  # expired three minutes ago
+    assert pick(monkeypatch, capsys, claims_dir, "--no-claim", "-n", "2")[:2] == (0, "0,1\n")
+    assert [claim.file_name for claim in claims_in(claims_dir)] == [stale]  # --no-claim: none
+    assert pick(monkeypatch, capsys, claims_dir)[:2] == (0, "0\n")
+    assert stale not in [claim.file_name for claim in claims_in(claims_dir)]  # mine: tidied
+
+
+def test_no_claim_outlives_its_file_by_ten_minutes_whatever_it_says() -> None:
+    text = rules.claim_text(KEY0, 1000.0, 9e11, 1)
+    claimed, stated = rules.parse_claim_text(text, KEY0)
+    assert (claimed, stated) == (1000.0, 9e11)
+    assert rules.expiry(stated, mtime_s=5000.0) == 5600.0
+
+
+@needs_root
+def test_a_claim_ends_once_its_gpu_runs_the_claimers_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    claim_as(OTHER_UID, shared, KEY0)
+    owner = user_name(OTHER_UID)
+    gpus = (gpu(0), gpu(1))
+    running = sample(gpus, (job(gpus[0], 42, user=owner),))
+    # GPU 0 now runs the claimer's job: not FREE, and not claimed any more either.
+    code, out, _ = pick(monkeypatch, capsys, shared, "--busy-ok", "-n", "2", samples=(running,))
+    assert (code, out) == (0, "1,0\n")
+
+
+@needs_root
+def test_no_claim_leaves_none_and_still_skips_what_others_hold(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    claim_as(OTHER_UID, shared, KEY0)
+    assert pick(monkeypatch, capsys, shared, "--no-claim") == (0, "1\n", "")
+    assert [claim.uid for claim in claims_in(shared)] == [OTHER_UID]
+
+
+def test_the_claims_dir_setting_is_where_pick_claims(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPUMON_CLAIMS_DIR", str(tmp_path / "from-env"))
+    serve(monkeypatch, sample((gpu(0),)))
+    assert main(["pick"]) == 0
+    assert [claim.key for claim in claims_in(tmp_path / "from-env")] == [KEY0]
+
+
+def test_a_mig_instance_is_claimed_by_its_own_uuid(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from gpumon.data.model import MigInstance
+
+    instance = MigInstance(0, 0, 1, 0, "3g.40gb", "MIG-0000aaaa-1111-2222-3333-444444444444",
+                           0, 40 * 1024**3)  # fmt: skip
+    mig = gpu(0, mig_mode=True, mig_instances=(instance,), utilization_gpu_pct=None)
+    code, out, _ = pick(monkeypatch, capsys, tmp_path / "c", "--format", "uuid",
+                        samples=(sample((mig,)),))  # fmt: skip
+    assert (code, out) == (0, f"{instance.uuid}\n")
+    assert [claim.key for claim in claims_in(tmp_path / "c")] == [instance.uuid]
+
+
+def test_gpus_that_never_reach_the_user_are_not_left_claimed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`gpumon pick | true`: stdout is gone before the value is written."""
+
+    class Gone:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    serve(monkeypatch, sample((gpu(0),)))
+    monkeypatch.setattr(sys, "stdout", Gone())
+    monkeypatch.setattr("gpumon.cli._silence_stdout", lambda: None)
+    assert main(["pick", "--claims-dir", str(tmp_path / "claims")]) == 141
+    assert claims_in(tmp_path / "claims") == []
+
+
+# --- racing picks ---------------------------------------------------------------------------
+
+ROUNDS = 20
+
+
+def test_two_picks_racing_for_one_gpu_exactly_one_wins(tmp_path: Path) -> None:
+    """Two real `gpumon pick` processes, released together 20 times: one GPU each time."""
+    gates = [os.pipe() for _ in range(2)]
+    ready_read, ready_write = os.pipe()
+    done_read, done_write = os.pipe()
+    for round_number in range(ROUNDS):
+        (tmp_path / f"round-{round_number}").mkdir()
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.pick_race_child", str(tmp_path), str(ROUNDS),
+             str(go_read), str(ready_write), str(done_write)],
+            cwd=ROOT,
+            pass_fds=(go_read, ready_write, done_write),
+        )
+        for go_read, _ in gates
+    ]  # fmt: skip
+    # Only the children hold these now: a child that dies ends the reads below (b"").
+    for descriptor in (ready_write, done_write, *(go_read for go_read, _ in gates)):
+        os.close(descriptor)
+    try:
+        for _ in range(ROUNDS):
+            assert os.read(ready_read, 1) + os.read(ready_read, 1) == b"rr"  # both have begun
+            for _, go_write in gates:
+                os.write(go_write, b"g")
+            assert os.read(done_read, 1) + os.read(done_read, 1) == b"dd"
+    finally:
+        for descriptor in (ready_read, done_read, *(go_write for _, go_write in gates)):
+            os.close(descriptor)
+        codes = [child.wait(timeout=60) for child in children]
+    assert codes == [0, 0]
+    for round_number in range(ROUNDS):
+        directory = tmp_path / f"round-{round_number}"
+        results = sorted(
+            path.read_text()
+            for path in directory.iterdir()
+            if path.is_file() and path.suffix != ".err"
+        )
+        said = [path.read_text() for path in directory.glob("*.err")]
+        assert results == ["0 0\n", "1 "], (round_number, results, said)
+        assert len(claims_in(directory / "claims")) == 1
+
+
+@needs_root
+def test_two_users_racing_for_one_gpu_exactly_one_wins(shared: Path) -> None:
+    """root and nobody, each in its own process, take the directory's lock 20 times at once."""
+    one_gpu = sample((gpu(0),))
+    qualifying, _ = qualify(one_gpu, free_below_bytes=1024**3)
+    gates = [os.pipe() for _ in range(2)]
+    done_read, done_write = os.pipe()
+    shared.mkdir(mode=0o755)
+
+    def racer(go: int) -> Callable[[], None]:
+        def run() -> None:
+            for round_number in range(ROUNDS):
+                started = time.time()
+                os.read(go, 1)
+                claims = PickClaims(str(shared / str(round_number)), claim_seconds=120,
+                                    started_s=started, stderr=sys.stderr)  # fmt: skip
+                picked, _, _ = claims.take(qualifying, 1, one_gpu)
+                claims.close()
+                os.write(done_write, b"1" if picked else b"0")
+
+        return run
+
+    for round_number in range(ROUNDS):
+        ClaimsDir.open(str(shared / str(round_number)), create=True).close()
+    children = []
+    for (go_read, _), uid in zip(gates, (0, OTHER_UID), strict=True):
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child
+            status = 0
+            try:
+                if uid:
+                    os.setgid(uid)
+                    os.setuid(uid)
+                racer(go_read)()
+            except BaseException:
+                traceback.print_exc()
+                status = 1
+            os._exit(status)
+        children.append(child)
+    for descriptor in (done_write, *(go_read for go_read, _ in gates)):
+        os.close(descriptor)  # the children's now: one that dies ends the reads below
+    winners = []
+    try:
+        for _ in range(ROUNDS):
+            for _, go_write in gates:
+                os.write(go_write, b"g")
+            winners.append(os.read(done_read, 1) + os.read(done_read, 1))
+    finally:
+        for descriptor in (done_read, *(go_write for _, go_write in gates)):
+            os.close(descriptor)
+        statuses = [os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) for child in children]
+    assert statuses == [0, 0]
+    assert all(sorted(result) == [ord("0"), ord("1")] for result in winners), winners
+    owners = {claims_in(shared / str(n))[0].uid for n in range(ROUNDS)}
+    assert owners <= {0, OTHER_UID}
