@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
@@ -182,16 +181,8 @@ class NodeList(ScrolledTable, can_focus=True):
         shown = [row for row in self._all if self.node_filter.matches(row)]
         self.rows = sort_rows(shown, self.sort_key, self.sort_reverse)
         names = [row.name for row in self.rows]
-        if not self.cursor_chosen:
-            row = 0
-        elif self.cursor_name in names:
-            row = names.index(self.cursor_name)
-        else:
-            # The node under the cursor left: stay at the same height.
-            row = min(old_row, len(names) - 1)
+        row = self._follow(names, old_row, self.cursor_name, self.cursor_chosen)
         self.cursor_name = names[row] if names else None
-        if self.virtual_size.height != self._content_height:
-            self.virtual_size = Size(self._width, self._content_height)
         if follow and names:
             self._scroll_to_row(row)
         self._repaint_changes()

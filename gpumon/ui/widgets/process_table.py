@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
@@ -227,17 +226,8 @@ class ProcessTable(ScrolledTable, can_focus=True):
         self.command_offset = min(self.command_offset, self._command_scroll_limit())
         self._optional = optional_columns(self.rows, self.activity)
         keys = [p.key for p in self.rows]
-        if not self.cursor_chosen:
-            row = 0
-            self.cursor_key = keys[0] if keys else None
-        elif self.cursor_key is not None and self.cursor_key in keys:
-            row = keys.index(self.cursor_key)
-        else:
-            # The process under the cursor ended: stay at the same height.
-            row = min(old_row, len(keys) - 1)
-            self.cursor_key = keys[row] if keys else None
-        if self.virtual_size.height != self._content_height:
-            self.virtual_size = Size(self._width, self._content_height)
+        row = self._follow(keys, old_row, self.cursor_key, self.cursor_chosen)
+        self.cursor_key = keys[row] if keys else None
         if follow and keys:
             self._scroll_to_row(row)
         self._repaint_changes()

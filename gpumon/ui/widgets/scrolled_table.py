@@ -63,6 +63,22 @@ class ScrolledTable(ComponentStyles, ScrollView):
         """Each shown column and its width in ``width`` cells (left of the scrollbar)."""
         raise NotImplementedError
 
+    # -- the cursor across a refresh --------------------------------------------------
+
+    def _follow(self, keys: Sequence[object], old_row: int, key: object, chosen: bool) -> int:
+        """The cursor's row after the rows changed: the row of ``key`` (the row under the
+        cursor before), else the same height when that row left; the top until the user
+        moved the cursor. Resizes the scrolled area to the new rows."""
+        if not chosen:
+            row = 0
+        elif key is not None and key in keys:
+            row = keys.index(key)
+        else:
+            row = min(old_row, len(keys) - 1)  # the row under the cursor left
+        if self.virtual_size.height != self._content_height:
+            self.virtual_size = Size(self._width, self._content_height)
+        return row
+
     # -- repainting ------------------------------------------------------------------
 
     def _repaint_changes(self) -> None:
