@@ -25,6 +25,18 @@ def default_config_path(environ: Mapping[str, str]) -> str:
     return os.path.join(base, "gpumon", "config.toml")
 
 
+def default_history_path(environ: Mapping[str, str], uid: int) -> str:
+    """Where the history database lives when ``history_db`` is not set: the system's for
+    root (``/var/lib/gpumon/history.db``, what the systemd unit records), else
+    ``$XDG_STATE_HOME/gpumon/history.db`` (default ``~/.local/state``)."""
+    if uid == 0:
+        return "/var/lib/gpumon/history.db"
+    state = environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):  # the XDG spec: a relative path is to be ignored
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "gpumon", "history.db")
+
+
 #: A config file is a few hundred bytes; a bound so that /dev/zero or a huge file is one line.
 MAX_CONFIG_BYTES = 256 * 1024
 

@@ -25,6 +25,7 @@ TOP_LEVEL_VALUE_OPTIONS = frozenset(
     | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
     | {"--free-threshold", "--claims-dir", "--claim-seconds"}
     | {"--idle-after", "--idle-below", "--idle-min-memory", "--only", "--user"}
+    | {"--db", "--history-days"}
 )
 
 # Options every mode shares: they go into Settings; the rest are the subcommand's own.
@@ -34,7 +35,7 @@ SHARED = frozenset(
     | {"prometheus", "prometheus_header", "prometheus_header_after"}
     | {"prometheus_ca_file", "prometheus_timeout"}
     | {"free_threshold", "claims_dir", "claim_seconds", "idle_after", "idle_below"}
-    | {"idle_min_memory", "only", "only_visible", "user"}
+    | {"idle_min_memory", "only", "only_visible", "user", "db", "history_days"}
 )
 
 #: Shared options given as ``--name VALUE`` -> the Settings attribute they set.
@@ -46,6 +47,8 @@ _SETTING_OPTIONS = {
     "idle_below": "idle_below_pct",
     "idle_min_memory": "idle_min_memory_mib",
     "user": "user_filter",
+    "db": "history_db",
+    "history_days": "history_days",
 }
 
 #: ``--only``: an NVML index, a GPU UUID or a MIG UUID (or a unique prefix of one).
@@ -208,6 +211,20 @@ def add_sharing_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -
         metavar="PCT",
         default=default,
         help="low utilisation: its SM utilisation at or below this (default: 5)",
+    )
+    group.add_argument(
+        "--db",
+        metavar="PATH",
+        default=default,
+        help="the history database (default: /var/lib/gpumon/history.db for root, else "
+        "$XDG_STATE_HOME/gpumon/history.db; history_db)",
+    )
+    group.add_argument(
+        "--history-days",
+        type=_whole(1, 3650),
+        metavar="DAYS",
+        default=default,
+        help="keep per-minute history this long (default: 90; hourly rows: a year)",
     )
     group.add_argument(
         "--idle-min-memory",

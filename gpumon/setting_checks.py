@@ -77,6 +77,13 @@ def directory(value: Any) -> str:
     return os.path.expanduser(value)
 
 
+def directory_or_file(value: Any) -> str:
+    """A file's path that need not exist yet (gpumon may create it)."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise SettingsError(f"expected the path of a file, got {shown(value)}")
+    return os.path.expanduser(value)
+
+
 def readable_file(value: Any) -> str:
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a file, got {shown(value)}")

@@ -45,6 +45,9 @@ class Settings:
         idle_min_memory_mib, idle_below_pct, idle_after_minutes: a process holding at least
             this much GPU memory whose SM utilisation stayed at or below this percentage for
             at least this long is idle (held idle).
+        history_db: the history database ``gpumon record`` writes and every other mode reads
+            (``None``: the default, :func:`gpumon.config_file.default_history_path`).
+        history_days: how long per-minute rows are kept (hourly ones: a year).
         demo, demo_gpus, demo_processes: the simulated server (command line only).
         only_gpus: NVML indices (``0``), GPU UUIDs or MIG UUIDs to show, ``()`` for all
             (``--only``; command line only).
@@ -77,6 +80,8 @@ class Settings:
     idle_min_memory_mib: int = 1024
     idle_below_pct: int = 5
     idle_after_minutes: float = 15.0
+    history_db: str | None = None
+    history_days: int = 90
     demo: bool = False
     demo_gpus: int = 4
     demo_processes: int | None = None
@@ -176,6 +181,14 @@ KEYS: dict[str, _Key] = {
         checks.number(int, 0, 100, "a whole percentage from 0 to 100"),
         "GPUMON_IDLE_BELOW_PCT",
         "--idle-below",
+        _whole_text,
+    ),
+    "history_db": _Key("history_db", checks.directory_or_file, "GPUMON_HISTORY_DB", "--db"),
+    "history_days": _Key(
+        "history_days",
+        checks.number(int, 1, 3650, "whole days from 1 to 3650"),
+        "GPUMON_HISTORY_DAYS",
+        "--history-days",
         _whole_text,
     ),
     "idle_after_minutes": _Key(

@@ -1,0 +1,40 @@
+"""Who used the GPUs over a period: the rows ``gpumon report`` prints, from the history
+database (one server) or from Prometheus (a cluster). Pure data, no I/O.
+
+A GPU counts as *held* by a user while a process of theirs holds memory on it, *used* in
+proportion to that process's SM utilisation, and *held idle* while that process is idle (the
+live view's rule: at least ``idle_min_memory_mib`` held at or below ``idle_below_pct``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: What a report groups by, and the JSON key of each row's group.
+GROUPINGS = ("user", "job", "container", "gpu")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One row of a report: one user (or Slurm job, container, GPU) over the period.
+
+    Attributes:
+        key: the user name, job id, container id or GPU UUID; ``None`` for the row of what
+            has none (processes in no job, or whose owner could not be read).
+        node: the node, in a cluster report; ``None`` on one server.
+        gpu_hours_held: GPU-hours during which the group's processes held memory on a GPU
+            (two processes on one GPU for an hour: one GPU-hour).
+        gpu_hours_used: the same, weighted by the processes' SM utilisation (0 to 1).
+        idle_held_hours: GPU-hours held by processes that were idle.
+        peak_memory_bytes: the most GPU memory one of its processes held at once; ``None``
+            when never known.
+        processes: how many process sessions (PID and start time) it had.
+    """
+
+    key: str | None
+    gpu_hours_held: float
+    gpu_hours_used: float
+    idle_held_hours: float
+    peak_memory_bytes: int | None
+    processes: int
+    node: str | None = None
