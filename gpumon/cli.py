@@ -12,10 +12,10 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from gpumon import __version__, options
+from gpumon import options
 from gpumon.arguments import interval_seconds
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -34,6 +34,8 @@ SUBCOMMANDS: dict[str, str] = {
     "export": "gpumon.commands.export.command",
     "probe": "gpumon.probe.cli",
     "pick": "gpumon.commands.pick",
+    "report": "gpumon.commands.report",
+    "record": "gpumon.commands.record",
 }
 
 # Here, not in the modules: `gpumon status` (run by tmux every few seconds) imports only the
@@ -46,11 +48,15 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "cuda:N it is, tensors on it, NVML sees it (runs in a child process)",
     "pick": "print FREE GPUs for CUDA_VISIBLE_DEVICES (waiting for them with --wait), e.g. "
     "CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py",
+    "report": "who used the GPUs over a period (GPU-hours held, used, held idle; --since 7d) "
+    "and who holds memory idle now, from the history database (or --prometheus)",
+    "record": "record the GPUs' history (per-minute readings, who held which GPU) into the "
+    "history database (--db), for report and the dashboard's graphs",
 }
 
 #: The subcommands that read a cluster with --prometheus; status, export and probe are about
 #: this machine.
-CLUSTER_SUBCOMMANDS = frozenset({"once", "pick"})
+CLUSTER_SUBCOMMANDS = frozenset({"once", "pick", "report"})
 #: The subcommands that take the dashboard's start-up filters (--only, --only-visible, --user).
 FILTERED_SUBCOMMANDS = frozenset({"once"})
 
@@ -60,6 +66,66 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+#: ``--print-completion``'s choices: :data:`gpumon.cli_docs.completion.SHELLS`, written here
+#: so that parsing does not import it.
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+class _PrintAndExit(argparse.Action):
+    """An option that prints ``text(value)`` and exits 0, as ``--version`` does. What it
+    prints is made only when it is given: the version is read from the package metadata and
+    the completions and the man page from the whole parser, none of which ``gpumon status``
+    pays for."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        text: Callable[[Any], str],
+        nargs: int | str | None = 0,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.update(dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=nargs)
+        super().__init__(option_strings, **kwargs)
+        self.text = text
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        try:
+            sys.stdout.write(self.text(values))
+            sys.stdout.flush()
+        except BrokenPipeError:  # `gpumon --print-man | head`: stop quietly
+            _silence_stdout()
+            parser.exit(128 + signal.SIGPIPE)
+        parser.exit()
+
+
+def _version(_: object) -> str:
+    import gpumon
+
+    return f"gpumon {gpumon.__version__}\n"
+
+
+def _completion(shell: str) -> str:
+    from gpumon.cli_docs.completion import script
+    from gpumon.cli_docs.model import read_parser
+
+    return script(shell, read_parser(build_parser()))
+
+
+def _man_page(_: object) -> str:
+    import gpumon
+    from gpumon.cli_docs.man_page import man_page
+    from gpumon.cli_docs.model import read_parser
+
+    return man_page(read_parser(build_parser()), gpumon.__version__)
 
 
 def chosen_subcommand(argv: Sequence[str]) -> str | None:
@@ -84,7 +150,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog="Keys in the dashboard: press ? for help. "
         "Without an NVIDIA driver, try `gpumon --demo`.",
     )
-    parser.add_argument("--version", action="version", version=f"gpumon {__version__}")
+    parser.add_argument(
+        "--version", action=_PrintAndExit, text=_version, help="print the version and exit"
+    )
     parser.add_argument(
         "--interval",
         type=interval_seconds,
@@ -123,6 +191,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "--print-config",
         action="store_true",
         help="print the effective settings, and where each came from, and exit",
+    )
+    parser.add_argument(
+        "--print-completion",
+        action=_PrintAndExit,
+        text=_completion,
+        nargs=None,
+        choices=COMPLETION_SHELLS,
+        metavar="SHELL",
+        help="print a completion script for bash, zsh or fish, and exit (README: Shell completion)",
+    )
+    parser.add_argument(
+        "--print-man", action=_PrintAndExit, text=_man_page, help="print the man page and exit"
     )
     options.add_source_arguments(parser, top_level=True)
     options.add_prometheus_arguments(parser, top_level=True)
@@ -191,7 +271,7 @@ def _misplaced_prometheus(args: argparse.Namespace, settings: Settings) -> str |
     if args.command is not None and args.command not in CLUSTER_SUBCOMMANDS:
         return (
             f"--prometheus: gpumon {args.command} reads this machine's GPUs; the dashboard, "
-            "once and pick read a cluster"
+            "once, pick and report read a cluster"
         )
     if settings.demo:
         return "--demo and --prometheus: choose one (the demo is one simulated machine)"
@@ -213,6 +293,14 @@ def run_dashboard(settings: Settings) -> int:
         print(
             "gpumon: error: the dashboard needs a terminal on stdin and stderr; "
             "use `gpumon once` for a snapshot",
+            file=sys.stderr,
+        )
+        return 2
+    if os.environ.get("TERM") == "dumb":
+        # No cursor movement, no colours: the dashboard would be escape codes on the screen.
+        print(
+            "gpumon: error: the dashboard needs a terminal that can move the cursor "
+            "(TERM=dumb here); use `gpumon once` for a snapshot or `gpumon status` for one line",
             file=sys.stderr,
         )
         return 2

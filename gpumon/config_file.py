@@ -1,9 +1,12 @@
-"""The config file: where it is, reading it, and TOML values written back (``--print-config``).
+"""The config files: where they are, reading them, and TOML values written back
+(``--print-config``).
 
-The file is ``$XDG_CONFIG_HOME/gpumon/config.toml`` (else ``~/.config/gpumon/config.toml``),
-or the file ``--config PATH`` names. It is parsed with ``tomllib`` only when there is one:
-``gpumon status`` builds its settings on every call. What its keys mean and how each is
-checked: :mod:`gpumon.settings`.
+The user's file is ``$XDG_CONFIG_HOME/gpumon/config.toml`` (else
+``~/.config/gpumon/config.toml``), or the file ``--config PATH`` names. Under it lie the
+system-wide files an administrator writes, ``gpumon/config.toml`` in each directory of
+``$XDG_CONFIG_DIRS`` (default ``/etc/xdg``): :func:`system_config_paths`. Each is parsed
+with ``tomllib`` only when there is one: ``gpumon status`` builds its settings on every call.
+What the keys mean, how each is checked and how the layers stack: :mod:`gpumon.settings`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,30 @@ class SettingsError(ValueError):
 
 
 def default_config_path(environ: Mapping[str, str]) -> str:
-    """``$XDG_CONFIG_HOME/gpumon/config.toml``, else ``~/.config/gpumon/config.toml``."""
-    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    """The user's file: ``$XDG_CONFIG_HOME/gpumon/config.toml``, else
+    ``~/.config/gpumon/config.toml`` (also for a relative ``XDG_CONFIG_HOME``, which the XDG
+    Base Directory spec says to ignore)."""
+    base = environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "gpumon", "config.toml")
+
+
+#: ``XDG_CONFIG_DIRS`` when it is unset or empty, as the XDG Base Directory spec says.
+DEFAULT_CONFIG_DIRS = "/etc/xdg"
+
+
+def system_config_paths(environ: Mapping[str, str]) -> list[str]:
+    """The system-wide files, most important first: ``gpumon/config.toml`` in each
+    directory of ``$XDG_CONFIG_DIRS`` (default ``/etc/xdg``), in order; relative entries are
+    ignored, as the spec says, and a directory named twice counts once."""
+    directories = environ.get("XDG_CONFIG_DIRS", "") or DEFAULT_CONFIG_DIRS
+    paths: list[str] = []
+    for directory in directories.split(":"):
+        path = os.path.join(directory, "gpumon", "config.toml")
+        if os.path.isabs(directory) and path not in paths:
+            paths.append(path)
+    return paths
 
 
 def default_history_path(environ: Mapping[str, str], uid: int) -> str:
@@ -52,43 +76,57 @@ def read_config(path: str, *, required: bool) -> dict[str, Any]:
     Raises:
         SettingsError: the file cannot be used; its text names the file and why.
     """
+    data = read_guarded(path, missing_ok=not required)
+    return {} if data is None else _parse(path, data)
+
+
+def read_guarded(
+    path: str, *, max_bytes: int = MAX_CONFIG_BYTES, missing_ok: bool = False
+) -> bytes | None:
+    """The bytes of ``path``, read as a config file is (:func:`read_config`): a regular file
+    of at most ``max_bytes``, opened without blocking, that no other user controls. ``None``
+    for a missing file when ``missing_ok``. Also for other files a config names that another
+    user must not be able to swap (``gpumon export --web-config-file`` and its TLS files).
+
+    Raises:
+        SettingsError: the file cannot be used; its text names the file and why.
+    """
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        if required:
+        if not missing_ok:
             raise SettingsError(f"{path}: no such file") from None
-        return {}
+        return None
     except OSError as error:
         raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
     try:
-        data = _read_regular(path, fd)
+        return _read_regular(path, fd, max_bytes)
     finally:
         os.close(fd)
-    return _parse(path, data)
 
 
-def _read_regular(path: str, fd: int) -> bytes:
+def _read_regular(path: str, fd: int, max_bytes: int) -> bytes:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         raise SettingsError(f"{path}: not a regular file")
     _check_owner(path, info, "the file")
     _check_directories(path)
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise SettingsError(f"{path}: too large ({info.st_size} bytes; at most {MAX_CONFIG_BYTES})")
+    if info.st_size > max_bytes:
+        raise SettingsError(f"{path}: too large ({info.st_size} bytes; at most {max_bytes})")
     chunks: list[bytes] = []
     size = 0
-    while size <= MAX_CONFIG_BYTES:
+    while size <= max_bytes:
         try:
-            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+            chunk = os.read(fd, max_bytes + 1 - size)
         except OSError as error:
             raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
-    if size > MAX_CONFIG_BYTES:  # it grew while being read
-        raise SettingsError(f"{path}: too large (more than {MAX_CONFIG_BYTES} bytes)")
+    if size > max_bytes:  # it grew while being read
+        raise SettingsError(f"{path}: too large (more than {max_bytes} bytes)")
     return b"".join(chunks)
 
 

@@ -26,6 +26,7 @@ TOP_LEVEL_VALUE_OPTIONS = frozenset(
     | {"--free-threshold", "--claims-dir", "--claim-seconds"}
     | {"--idle-after", "--idle-below", "--idle-min-memory", "--only", "--user"}
     | {"--db", "--history-days"}
+    | {"--print-completion"}
 )
 
 # Options every mode shares: they go into Settings; the rest are the subcommand's own.

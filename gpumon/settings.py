@@ -1,4 +1,5 @@
-"""One :class:`Settings` object: defaults ← config file ← environment ← command line.
+"""One :class:`Settings` object: defaults ← system config files ← the user's config file ←
+environment ← command line.
 
 ``cli.py`` builds it (:func:`load_settings`) and hands it down; nothing below ``cli.py`` sees an
 argparse namespace. No Textual, no psutil, no pynvml here: ``gpumon status`` builds settings on
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon import setting_checks as checks
-from gpumon.config_file import SettingsError, default_config_path, read_config, toml_value
+from gpumon.config_file import (
+    SettingsError,
+    default_config_path,
+    read_config,
+    system_config_paths,
+    toml_value,
+)
 from gpumon.data.format import HOT_MARGIN_C, WARM_MARGIN_C
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -60,7 +67,9 @@ class Settings:
         prometheus_user, prometheus_password: HTTP basic auth, both or neither.
         prometheus_ca_file: a PEM file of CA certificates to verify the server's (HTTPS).
         prometheus_timeout_s: seconds one request to the server may take.
-        config_path: the config file that was read, or ``None``.
+        config_path: the user's config file (or ``--config``'s) that was read, or ``None``.
+        system_config_paths: the system-wide files that were read ($XDG_CONFIG_DIRS), the
+            most important first.
         origins: setting name -> where its value came from ("default", the config file's
             path, ``GPUMON_...`` or ``--flag``).
     """
@@ -96,6 +105,7 @@ class Settings:
     prometheus_ca_file: str | None = None
     prometheus_timeout_s: float = 5.0
     config_path: str | None = None
+    system_config_paths: tuple[str, ...] = ()
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -228,31 +238,29 @@ def load_settings(
     environ: Mapping[str, str] = os.environ,
     config: str | None = None,
 ) -> Settings:
-    """Defaults, then the config file, then ``GPUMON_*`` variables, then ``flags``.
+    """Defaults, then the system-wide files (:func:`system_config_paths`: the first
+    directory of ``$XDG_CONFIG_DIRS`` wins over the later ones), then the user's file (or
+    ``config``), then ``GPUMON_*`` variables, then ``flags``.
 
     Args:
         flags: setting attribute -> value, for the options given on the command line only
             (already checked by argparse).
         environ: the environment.
-        config: ``--config PATH``; ``None`` reads the default file if it exists.
+        config: ``--config PATH``, read in place of the user's file (the system-wide files
+            still lie under it); ``None`` reads the user's file if it exists.
 
     Raises:
         SettingsError: a bad file, key or value; its text names which.
     """
     path = config if config is not None else default_config_path(environ)
-    table = read_config(path, required=config is not None)
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    for key, value in table.items():
-        spec = KEYS.get(key)
-        if spec is None:
-            known = ", ".join(KEYS)
-            raise SettingsError(f"{path}: unknown key {checks.shown(key)} (known: {known})")
-        try:
-            values[spec.attribute] = spec.check(value)
-        except SettingsError as error:
-            raise SettingsError(f"{path}: {key}: {error}") from None
-        origins[spec.attribute] = path
+    system_read: list[str] = []
+    # The least important first: each file overrides the ones before it.
+    for system_path in reversed(system_config_paths(environ)):
+        if system_path != path and _apply_file(system_path, False, values, origins):
+            system_read.insert(0, system_path)
+    table = _apply_file(path, config is not None, values, origins)
     for key, spec in KEYS.items():
         text = environ.get(spec.env) if spec.env else None
         if text is None or text == "":
@@ -263,17 +271,41 @@ def load_settings(
             raise SettingsError(f"{spec.env}: {error}") from None
         origins[spec.attribute] = spec.env or key
     for attribute, value in flags.items():
-        spec = next((spec for spec in KEYS.values() if spec.attribute == attribute), None)
-        if spec is not None:
+        flag_spec = next((spec for spec in KEYS.values() if spec.attribute == attribute), None)
+        if flag_spec is not None:
             try:
-                value = spec.check(value)
+                value = flag_spec.check(value)
             except SettingsError as error:
                 raise SettingsError(f"{_flag_of(attribute)}: {error}") from None
             origins[attribute] = _flag_of(attribute)
         values[attribute] = value
-    settings = Settings(**values, config_path=path if table else None, origins=origins)
+    settings = Settings(
+        **values,
+        config_path=path if table else None,
+        system_config_paths=tuple(system_read),
+        origins=origins,
+    )
     _check_together(settings)
     return settings
+
+
+def _apply_file(
+    path: str, required: bool, values: dict[str, Any], origins: dict[str, str]
+) -> dict[str, Any]:
+    """Check the config file at ``path`` and put its values into ``values`` (and ``path``
+    into ``origins``); its table, ``{}`` when there is no file."""
+    table = read_config(path, required=required)
+    for key, value in table.items():
+        spec = KEYS.get(key)
+        if spec is None:
+            known = ", ".join(KEYS)
+            raise SettingsError(f"{path}: unknown key {checks.shown(key)} (known: {known})")
+        try:
+            values[spec.attribute] = spec.check(value)
+        except SettingsError as error:
+            raise SettingsError(f"{path}: {key}: {error}") from None
+        origins[spec.attribute] = path
+    return table
 
 
 def _flag_of(attribute: str) -> str:
@@ -320,7 +352,10 @@ def _origin(settings: Settings, attribute: str) -> str:
 
 def describe(settings: Settings) -> str:
     """``--print-config``: the effective settings as TOML, each with where it came from."""
-    lines = [f"# gpumon settings (config file: {settings.config_path or 'none'})"]
+    system = ", ".join(settings.system_config_paths) or "none"
+    lines = [
+        f"# gpumon settings (config file: {settings.config_path or 'none'}; system-wide: {system})"
+    ]
     for key, spec in KEYS.items():
         value = getattr(settings, spec.attribute)
         origin = settings.origins.get(spec.attribute, "default")

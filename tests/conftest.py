@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -28,11 +29,25 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 def no_user_config(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Tests never read the developer's ~/.config/gpumon/config.toml or GPUMON_* settings."""
+    """Tests never read the developer's ~/.config/gpumon/config.toml, the machine's
+    /etc/xdg/gpumon/config.toml or GPUMON_* settings, nor colour because CI forces it."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "no-config"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path_factory.getbasetemp() / "no-config"))
+    # Nor the developer's history database (gpumon record's, under $XDG_STATE_HOME).
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "no-state"))
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
     for name in ("GPUMON_INTERVAL", "GPUMON_THEME", "GPUMON_PROBE_PYTHON"):
         monkeypatch.delenv(name, raising=False)
     # `gpumon pick` claims what it prints: never in the machine's shared /dev/shm directory,
     # and never seen by the next test.
     claims = tmp_path_factory.mktemp("claims", numbered=True) / "gpumon-claims"
     monkeypatch.setenv("GPUMON_CLAIMS_DIR", str(claims))
+
+
+@pytest.fixture(scope="session")
+def distributions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist and the wheel built from this tree, once per test run (the packaging
+    tests: tests/test_packaging.py, tests/test_install_commands.py)."""
+    from tests.packaging_helpers import build
+
+    return build(tmp_path_factory.mktemp("dist"))

@@ -82,6 +82,15 @@ DEVICE_FIELDS = {
     # Slots below mig_max_count: a MIG device dict, None (empty: NOT_FOUND) or a Fail; past
     # mig_max_count, INVALID_ARGUMENT.
     "mig_devices": "nvmlDeviceGetMigDeviceHandleByIndex(index)",
+    # Health readings; make_gpu leaves them out, so they answer NOT_SUPPORTED unless a test
+    # sets them. The memory temperature is answered as NVML does for a GDDR board: the call
+    # succeeds, the field says NOT_SUPPORTED (a Fail there fails the whole call).
+    "memory_temperature": "nvmlDeviceGetFieldValues([NVML_FI_DEV_MEMORY_TEMP])",
+    "pcie_replays": "nvmlDeviceGetPcieReplayCounter",
+    # (correctable rows, uncorrectable rows, remapping pending, remapping failed)
+    "remapped_rows": "nvmlDeviceGetRemappedRows",
+    # Any value: registering for Xid events answers (see FakeNvml.xid_events).
+    "xid_events": "nvmlDeviceRegisterEvents(XidCriticalError, set)",
 }
 
 # The fields a MIG device dict may hold (calls on a MIG device handle).
@@ -148,6 +157,32 @@ class MemoryV2:
     free: int
     used: int
     version: int = pynvml.nvmlMemory_v2
+
+
+@dataclass
+class FieldValue:
+    """``nvmlFieldValue_t``: ``value`` holds the member of the union ``valueType`` names."""
+
+    fieldId: int
+    nvmlReturn: int
+    valueType: int = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+    value: Any = None
+
+
+@dataclass
+class _FieldUnion:
+    uiVal: int = 0
+
+
+@dataclass
+class EventData:
+    """``nvmlEventData_t``: for an Xid error, ``eventData`` is the Xid."""
+
+    device: Any
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = NO_INSTANCE_ID
+    computeInstanceId: int = NO_INSTANCE_ID
 
 
 @dataclass
@@ -322,6 +357,13 @@ class FakeNvml:
         self.non_root = False
         # Keyed by (function, GPU index or (GPU index, MIG slot), arguments).
         self.calls: Counter[tuple[str, Any, tuple[Any, ...]]] = Counter()
+        # Xid events NVML will deliver, (GPU index, Xid), oldest first: only for a GPU
+        # registered in a set that is not freed. A Fail in the list makes that wait fail.
+        self.xid_events: list[tuple[int, int] | Fail] = []
+        self.event_sets_created = 0
+        self.event_sets_freed = 0
+        self.event_waits: list[int] = []  # the timeout (ms) of each wait
+        self._registered: set[int] = set()
 
     # -- what tests ask ----------------------------------------------------------------------
 
@@ -525,6 +567,58 @@ class FakeNvml:
             ): "ecc_uncorrected_volatile"
         }
         return self._device("nvmlDeviceGetTotalEccErrors", handle, fields, error_type, counter_type)
+
+    def nvmlDeviceGetFieldValues(self, handle: _Handle, field_ids: list[int]) -> list[FieldValue]:
+        keys = {pynvml.NVML_FI_DEV_MEMORY_TEMP: "memory_temperature"}
+        answers = []
+        for field_id in field_ids:
+            try:
+                value = self._device("nvmlDeviceGetFieldValues", handle, keys, field_id)
+            except pynvml.NVMLError_NotSupported:
+                answers.append(FieldValue(field_id, pynvml.NVML_ERROR_NOT_SUPPORTED))
+                continue
+            answers.append(FieldValue(field_id, pynvml.NVML_SUCCESS, value=_FieldUnion(value)))
+        return answers
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: _Handle) -> Any:
+        return self._device("nvmlDeviceGetPcieReplayCounter", handle, "pcie_replays")
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> Any:
+        return tuple(self._device("nvmlDeviceGetRemappedRows", handle, "remapped_rows"))
+
+    def nvmlDeviceGetIndex(self, handle: _Handle) -> int:
+        self._check_initialised()
+        return handle.index
+
+    # -- Xid events ----------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> object:
+        self._check_initialised()
+        self.event_sets_created += 1
+        return object()
+
+    def nvmlDeviceRegisterEvents(self, handle: _Handle, event_types: int, event_set: Any) -> None:
+        if event_types != pynvml.nvmlEventTypeXidCriticalError:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._device("nvmlDeviceRegisterEvents", handle, "xid_events")
+        self._registered.add(handle.index)
+
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> EventData:
+        self._check_initialised()
+        self.event_waits.append(timeout_ms)
+        while self.xid_events:
+            event = self.xid_events.pop(0)
+            if isinstance(event, Fail):
+                raise pynvml.NVMLError(event.code)
+            index, xid = event
+            if index in self._registered:
+                return EventData(_Handle(index), pynvml.nvmlEventTypeXidCriticalError, xid)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        self._check_initialised()
+        self.event_sets_freed += 1
+        self._registered.clear()
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> Any:
         with _version_mismatch("nvmlDeviceGetComputeRunningProcesses"):

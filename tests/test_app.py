@@ -324,7 +324,8 @@ async def test_too_small_terminal_says_so() -> None:
 async def test_help_screen_opens_and_closes() -> None:
     sample = make_sample((make_gpu(0),))
     app = app_for(sample)
-    async with app.run_test(size=(120, 40)) as pilot:
+    # Tall enough that the GPU panel's keys, below the app's, are on screen.
+    async with app.run_test(size=(120, 50)) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = screen_text(app)

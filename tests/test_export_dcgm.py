@@ -29,9 +29,22 @@ from tests.test_export_cli import start_process
 MIB = 1024**2
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
-#: The series the issue names, with dcgm-exporter's units.
-COMPAT_NAMES = {
+#: dcgm-exporter's counters that gpumon serves untyped (OpenMetrics would add _total).
+UNTYPED = {
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+}
+#: Every default counter of dcgm-exporter that NVML can tell (issue 20: 18 of its 26), with
+#: dcgm-exporter's units.
+COMPAT_NAMES = UNTYPED | {
     "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_SM_CLOCK",
     "DCGM_FI_DEV_MEM_CLOCK",
@@ -40,8 +53,9 @@ COMPAT_NAMES = {
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
 }
+#: Labels dcgm-exporter adds to one series only.
+XID_LABELS = ("err_code", "err_msg")
 
 #: What Grafana dashboard 12239 ("NVIDIA DCGM Exporter Dashboard") queries, panel by panel,
 #: each filtered by its `instance` and `gpu` variables (both from DCGM_FI_DEV_GPU_TEMP).
@@ -70,6 +84,16 @@ def compat_sample() -> Sample:
         memory_used_bytes=12 * GIB + 300 * MIB + 5,  # not whole MiB: dcgm-exporter floors
         memory_reserved_bytes=512 * MIB,
         energy_j=123_456.789,
+        utilization_encoder_pct=3,
+        utilization_decoder_pct=17,
+        temperature_memory_c=72,
+        pcie_replays=5,
+        remapped_rows_correctable=2,
+        remapped_rows_uncorrectable=1,
+        remapped_rows_pending=False,
+        remapped_rows_failed=True,
+        xid_last=79,
+        xid_count=1,
     )
     return dataclasses.replace(sample, gpus=(gpu0, *sample.gpus[1:]))
 
@@ -140,9 +164,11 @@ def test_compat_series_have_dcgm_exporter_names_units_and_labels(
 
     assert set(series) == COMPAT_NAMES  # the exact names: no _total added to any
     for name in COMPAT_NAMES:
-        assert GPU0 in series[name], name  # every one for the complete GPU
+        extra = XID_LABELS if name == "DCGM_FI_DEV_XID_ERRORS" else ()
         for key in series[name]:
-            assert tuple(name for name, _ in key) == tuple(sorted(DCGM_LABELS))
+            assert tuple(name for name, _ in key) == tuple(sorted((*DCGM_LABELS, *extra)))
+        # every one for the complete GPU
+        assert GPU0 in {tuple(item for item in key if item[0] not in extra) for key in series[name]}
     # dcgm-exporter's units: C, W, MHz, percent, MiB (whole), mJ.
     assert series["DCGM_FI_DEV_GPU_TEMP"][GPU0] == 61
     assert series["DCGM_FI_DEV_POWER_USAGE"][GPU0] == 312.5
@@ -154,9 +180,17 @@ def test_compat_series_have_dcgm_exporter_names_units_and_labels(
     assert series["DCGM_FI_DEV_FB_RESERVED"][GPU0] == 512
     assert series["DCGM_FI_DEV_FB_FREE"][GPU0] == 80 * 1024 - (12 * 1024 + 300) - 512 - 1
     assert series["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][GPU0] == 123_456_789
-    assert {types[name] for name in COMPAT_NAMES - {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}} == {
-        "gauge"
-    }
+    assert series["DCGM_FI_DEV_MEMORY_TEMP"][GPU0] == 72
+    assert series["DCGM_FI_DEV_ENC_UTIL"][GPU0] == 3
+    assert series["DCGM_FI_DEV_DEC_UTIL"][GPU0] == 17
+    assert series["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"][GPU0] == 5
+    assert series["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"][GPU0] == 2
+    assert series["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"][GPU0] == 1
+    assert series["DCGM_FI_DEV_ROW_REMAP_FAILURE"][GPU0] == 1
+    xid = (*GPU0, ("err_code", "79"), ("err_msg", "GPU has fallen off the bus"))
+    assert series["DCGM_FI_DEV_XID_ERRORS"] == {tuple(sorted(xid)): 79}
+    assert {types[name] for name in COMPAT_NAMES - UNTYPED} == {"gauge"}
+    assert {types[name] for name in UNTYPED} == {"unknown"}
 
 
 def test_lost_gpus_and_na_readings_have_no_compat_series(exporter: Exporter) -> None:
@@ -216,7 +250,13 @@ def test_demo_exporter_process_with_dcgm_compat() -> None:
         match = re.search(r"127\.0\.0\.1:(\d+)/metrics", process.stderr.readline())
         assert match
         series, _ = dcgm_series(fetch(int(match.group(1)))[1])
-        assert set(series) == COMPAT_NAMES
+        # The demo's RTX A6000 (GDDR6) has no memory temperature and no row remapping.
+        assert set(series) == COMPAT_NAMES - {
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        }
         assert len(series["DCGM_FI_DEV_GPU_UTIL"]) == 2
         assert {dict(key)["Hostname"] for key in series["DCGM_FI_DEV_GPU_UTIL"]} == {
             "demo-gpu-server"
@@ -228,14 +268,17 @@ def test_demo_exporter_process_with_dcgm_compat() -> None:
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_promtool_accepts_the_compat_exposition(exporter: Exporter) -> None:
-    """promtool's linter on the whole scrape, compat series included: the only complaint is
-    dcgm-exporter's own camelCase label names (``modelName``, ``Hostname``), kept for
-    compatibility; anything else fails."""
+    """promtool's linter on the whole scrape, compat series included: the only complaints are
+    dcgm-exporter's own camelCase label names (``modelName``, ``Hostname``) and its
+    ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` name, kept for compatibility; anything else fails."""
     _, text = fetch(exporter.port)
     done = subprocess.run(
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
     )
-    expected = re.compile(r"DCGM_\w+ label names should be written in 'snake_case' not 'camelCase'")
+    expected = re.compile(
+        r"DCGM_\w+ label names should be written in 'snake_case' not 'camelCase'"
+        r"|DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'"
+    )
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     problems = [line for line in lines if not expected.fullmatch(line)]
     assert not problems, problems

@@ -24,6 +24,11 @@ def every_field_set() -> GpuStats:
         ecc_errors_uncorrected_volatile=1,
         mig_mode=False,
         clock_event_reasons=("sw_power_cap", "hw_thermal_slowdown"),
+        temperature_memory_c=71,
+        remapped_rows_correctable=2,
+        remapped_rows_uncorrectable=0,
+        remapped_rows_pending=False,
+        remapped_rows_failed=False,
     )
 
 

@@ -84,13 +84,15 @@ for name in ("prometheus_client", "psutil", "pynvml", "jsonschema"):
 )
 def test_status_loads_only_what_its_line_needs(argv: list[str]) -> None:
     """tmux runs `gpumon status` every few seconds: no psutil (it shows no process or host
-    reading), no other subcommand's module, no logging or JSON."""
+    reading), no other subcommand's module, no logging or JSON, no package metadata (the
+    version is read where it is shown) and no completion or man page generator."""
     body = f"""
 from gpumon.cli import main
 main({argv!r})
 loaded = [name for name in ("psutil", "gpumon.sources.host.inspector",
           "gpumon.commands.export.collector", "gpumon.probe",
-          "gpumon.probe.cli", "logging", "json") if name in sys.modules]
+          "gpumon.probe.cli", "logging", "json", "importlib.metadata",
+          "gpumon.cli_docs") if name in sys.modules]
 assert not loaded, loaded
 """
     result = run_clean(body)

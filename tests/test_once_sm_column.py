@@ -1,6 +1,7 @@
 """`gpumon once`: each process line carries its SM utilisation where NVML gives one and the
 terminal has room; the JSON keeps 0 % (a compute process that did no SM work) apart from
-null (NVML cannot tell). One sample says nothing of idleness."""
+null (NVML cannot tell). One sample says nothing of idleness: without a history database
+every process's ``idle_s`` is null, never 0."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_a_narrow_terminal_keeps_the_command_rather_than_the_sm_cell() -> None:
     assert all(len(line) <= 48 for line in narrow)
 
 
-def test_json_keeps_no_sm_work_apart_from_unknown_and_has_no_idleness() -> None:
+def test_json_keeps_no_sm_work_apart_from_unknown_and_idleness_unknown_without_history() -> None:
     processes = sample_to_dict(sample())["gpus"][0]["processes"]
     by_pid = {entry["pid"]: entry for entry in processes}
     assert {pid: entry["sm_utilization_pct"] for pid, entry in by_pid.items()} == {
@@ -70,4 +71,4 @@ def test_json_keeps_no_sm_work_apart_from_unknown_and_has_no_idleness() -> None:
         4242: 87,
         4343: 0,
     }
-    assert not any("idle" in key for entry in processes for key in entry)
+    assert all(entry.get("idle_s") is None for entry in processes)

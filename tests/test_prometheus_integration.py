@@ -1,6 +1,8 @@
 """The cluster end to end, with a real Prometheus server: two `gpumon export --demo` processes
 on loopback, scraped every second; `gpumon once --prometheus URL --json` shows both nodes with
-the GPUs each exporter serves on its own /metrics, and a stopped exporter's node turns DOWN.
+the GPUs each exporter serves on its own /metrics, and a stopped exporter's node turns DOWN;
+`gpumon report --prometheus URL` sums who held them, from the contrib recording rules' series
+and from the per-process ones, and names who holds memory idle now.
 
 Needs the `prometheus` server binary (Debian's package `prometheus`; `.ci/run` installs it
 when it runs as root): skips with that reason where it is missing. Everything started here is
@@ -15,8 +17,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +102,11 @@ def fetch(url: str) -> bytes | None:
         return None
 
 
-def start_exporter(started: Started, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_exporter(
+    started: Started, log: Path, interval: str = "1", *more: str
+) -> tuple[subprocess.Popen[bytes], int]:
     """`gpumon export --demo` on a free loopback port (port 0: it says which it got)."""
-    argv = [sys.executable, "-m", "gpumon", "export", "--demo", "--interval", "1"]
+    argv = [sys.executable, "-m", "gpumon", "export", "--demo", "--interval", interval, *more]
     process = started.start([*argv, "--listen", "127.0.0.1:0"], log)
     marker = "serving http://127.0.0.1:"
 
@@ -121,12 +127,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_prometheus(started: Started, tmp_path: Path, targets: list[str]) -> str:
-    """Prometheus scraping ``targets`` every second (job gpumon); its URL. A port taken
-    between choosing and binding it: another one, up to three times."""
+def start_prometheus(
+    started: Started, tmp_path: Path, targets: list[str], rules: tuple[Path, ...] = ()
+) -> str:
+    """Prometheus scraping ``targets`` every second (job gpumon), evaluating ``rules`` every
+    second; its URL. A port taken between choosing and binding it: another one, up to three
+    times."""
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+        f"rule_files: {json.dumps([str(path) for path in rules])}\n"
         "scrape_configs:\n  - job_name: gpumon\n    static_configs:\n"
         f"      - targets: {json.dumps(targets)}\n"
     )
@@ -255,3 +265,94 @@ def test_once_shows_both_exporters_and_a_stopped_one_turns_down(
     assert down["last_seen"] is None or down["last_seen"] < document["timestamp"]
     assert not any(gpu["free"] for gpu in down["gpus"])  # never idle GPUs
     assert alive["state"] == "up" and len(alive["gpus"]) == 4
+
+
+# --- gpumon report --prometheus --------------------------------------------------------------
+
+RECORDING_RULES = ROOT / "contrib" / "prometheus" / "gpumon-recording.yml"
+REPORT_SCHEMA = ROOT / "gpumon" / "schema" / "report.schema.json"
+
+
+def instant(url: str, query: str) -> list[dict[str, Any]]:
+    body = fetch(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}")
+    result: list[dict[str, Any]] = json.loads(body)["data"]["result"] if body else []
+    return result
+
+
+def report(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpumon", "report", "--prometheus", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def report_json(url: str, *args: str) -> dict[str, Any]:
+    import jsonschema
+
+    document: dict[str, Any] = json.loads(report(url, *args, "--json").stdout)
+    jsonschema.Draft202012Validator(json.loads(REPORT_SCHEMA.read_text())).validate(document)
+    return document
+
+
+def held_by_node(document: dict[str, Any]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for row in document["rows"]:
+        totals[row["node"]] = totals.get(row["node"], 0.0) + row["gpu_hours_held"]
+    return totals
+
+
+def test_report_sums_who_held_the_gpus_of_both_nodes(started: Started, tmp_path: Path) -> None:
+    """The demo's GPU 3 goes quiet after 61 samples (15 s at 0.25 s) and its process is IDLE
+    3 s later (--idle-after 0.05): a current idle holder on each node."""
+    ports = [
+        start_exporter(started, tmp_path / f"export-{n}.log", "0.25", "--idle-after", "0.05")[1]
+        for n in (1, 2)
+    ]
+    instances = [f"127.0.0.1:{port}" for port in ports]
+    url = start_prometheus(started, tmp_path, instances, rules=(RECORDING_RULES,))
+    wait_for("both targets up", lambda: targets_up(url, 2))
+    wait_for("the recording rules", lambda: instant(url, "gpumon:usage_rules_loaded"))
+    since = time.time()
+    wait_for("an idle process", lambda: instant(url, "gpumon_process_idle_seconds > 0"), 40)
+    time.sleep(max(0.0, since + 16 - time.time()))  # a whole step (15 s) of recorded series
+    names = {f"demo-gpu-server ({instance})" for instance in instances}
+    start = datetime.fromtimestamp(since, timezone.utc).isoformat()
+
+    by_user = report_json(url, "--from", start)
+    assert by_user["recording_rules"] is True and by_user["simulated"] is True
+    period_h = (by_user["to_s"] - by_user["from_s"]) / 3600
+    assert {row["node"] for row in by_user["rows"]} == names
+    for row in by_user["rows"]:
+        assert 0 < row["gpu_hours_held"] <= 4 * period_h + 1e-9  # 4 GPUs a node at most
+        assert row["gpu_hours_used"] <= row["gpu_hours_held"] + 1e-9
+        assert row["idle_held_hours"] <= row["gpu_hours_held"] + 1e-9
+        assert row["processes"] >= 1 and row["peak_memory_bytes"] > 0
+    holders = by_user["idle_holders"]
+    assert {holder["node"] for holder in holders} == names
+    for holder in holders:
+        assert holder["idle_s"] > 0 and holder["gpu"] == 3 and holder["gpu_memory_bytes"] > 0
+
+    by_gpu = report_json(url, "--from", start, "--by", "gpu")
+    assert by_gpu["recording_rules"] is False  # the rules record per user only
+    assert {row["node"] for row in by_gpu["rows"]} == names
+    # A GPU two users share counts once per GPU, once per user: never more by GPU.
+    for node, held in held_by_node(by_gpu).items():
+        assert 0 < held <= held_by_node(by_user)[node] + 1e-9
+
+    # Two minutes ago the rules were not running yet: the per-process series, by user.
+    raw = report_json(url, "--since", "2m")
+    assert raw["recording_rules"] is False
+    assert {row["node"] for row in raw["rows"]} == names
+    assert {row["user"] for row in by_user["rows"]} <= {row["user"] for row in raw["rows"]}
+
+    text = report(url, "--since", "30s").stdout
+    assert text.startswith("GPU usage by user, ") and "DEMO (simulated data)" in text
+    assert f"from Prometheus at {url} (sampled every " in text
+    assert all(name in text for name in names)
+    assert "Holding GPU memory idle now:" in text

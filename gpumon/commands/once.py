@@ -7,25 +7,26 @@ versioned JSON shape of :mod:`gpumon.sampling.snapshot`. One sample, no sleeping
 8-GPU server.
 
 Colours are raw ANSI SGR codes (importing rich or textual would cost more than the whole
-snapshot): only on a terminal, never when ``NO_COLOR`` is set to anything non-empty, unless
-``--color always`` asks for them. The codes are :mod:`gpumon.data.painting`'s; the GPU and
-process lines, shared with the cluster view, are :mod:`gpumon.data.text_table`'s.
+snapshot): only on a terminal, never when ``NO_COLOR`` is set to anything non-empty, always
+when ``FORCE_COLOR`` is, unless ``--color`` says otherwise. On a terminal, lines fit
+``$COLUMNS``, else its width (:func:`output_width`); piped, nothing is cut. The codes
+are :mod:`gpumon.data.painting`'s; the GPU and process lines, shared with the cluster view,
+are :mod:`gpumon.data.text_table`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from gpumon.data import format as fmt
 from gpumon.data.model import Sample
-from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, use_color
+from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, fit_line, use_color
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--color",
         choices=("auto", "always", "never"),
         default="auto",
-        help="colour the table: auto (default) = on a terminal unless NO_COLOR is set",
+        help="colour the table: auto (default) = on a terminal, or where FORCE_COLOR is "
+        "set, unless NO_COLOR is set",
     )
     parser.add_argument(
         "--cluster",
@@ -117,13 +119,14 @@ def run(
             include_processes=not no_processes,
             free_threshold_mib=threshold,
             process_filter=process_filter,
+            idle_s=None if no_processes or failed else recorded_idle_s(settings, sample),
         )
         import json  # here: `once` without --json does not need it
 
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     elif not failed:
         stdout = sys.stdout
-        width = shutil.get_terminal_size().columns if stdout.isatty() else None
+        width = output_width(stdout, os.environ)
         painted = use_color(color, stdout, os.environ)
         # --no-processes reads none (the demo lists them anyway): then nothing is FREE.
         free = frozenset() if no_processes else free_gpu_indices(sample, threshold)
@@ -137,13 +140,24 @@ def run(
         )
         if not no_processes:
             shown = replace(sample, processes=filter_processes(sample.processes, process_filter))
-            table += render_users(shown, color=painted, always=by_user)
+            table += render_users(shown, color=painted, always=by_user, width=width)
         stdout.write(table)
     if failed:
         assert sample.unavailable is not None
         report_unavailable(sample.unavailable)
         return 1
     return 0
+
+
+def recorded_idle_s(settings: Settings, sample: Sample) -> dict[tuple[int, int], float | None]:
+    """Each process's ``idle_s`` from the history database (none: ``{}``, all null); one
+    warning line on stderr when the database cannot be read."""
+    from gpumon.sampling.usage_history import recorded_idle
+
+    found, error = recorded_idle(settings, sample)
+    if error is not None:
+        print(f"gpumon: warning: idle_s is null: {error}", file=sys.stderr)
+    return found or {}
 
 
 def select_gpus(settings: Settings, sample: Sample) -> Sample | None:
@@ -186,31 +200,76 @@ def run_cluster(
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     elif failure is None:
         stdout = sys.stdout
+        width = output_width(stdout, os.environ)
         text = cluster_output.render_cluster(
             cluster,
             show_processes=not no_processes,
             by_user=by_user,
             color=use_color(color, stdout, os.environ),
-            width=shutil.get_terminal_size().columns if stdout.isatty() else None,
+            width=width,
             free_threshold_mib=threshold,
         )
-        stdout.write(text)
+        stdout.write(fit_lines(text, width))
     if failure is not None:
         print(f"gpumon: {failure}", file=sys.stderr)
         return 1
     return 0
 
 
-def header_line(sample: Sample, paint: Painter) -> str:
-    """Host, local time, driver and CUDA versions; the DEMO marker on simulated data."""
+def output_width(stream: TextIO, environ: Mapping[str, str]) -> int | None:
+    """The columns to fit on a terminal: ``COLUMNS`` where it is a positive whole number,
+    else the terminal's width. ``None`` (nothing is cut) where ``stream`` is no terminal:
+    ``gpumon once | grep`` sees whole lines."""
+    try:
+        if not stream.isatty():
+            return None
+        columns = environ.get("COLUMNS", "").strip()
+        if columns.isascii() and columns.isdigit() and int(columns) > 0:
+            return int(columns)
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # not a file, or no size to ask
+        return None
+
+
+def fit_lines(text: str, width: int | None) -> str:
+    """Every line of ``text`` cut to ``width`` cells (:func:`gpumon.data.painting.fit_line`)."""
+    if width is None:
+        return text
+    ellipsis = fmt.ELLIPSIS if fmt.locale_is_utf8() else fmt.ASCII_ELLIPSIS
+    return "\n".join(fit_line(line, width, ellipsis) for line in text.split("\n"))
+
+
+def header_line(sample: Sample, paint: Painter, width: int | None = None) -> str:
+    """Host, local time, driver and CUDA versions; the DEMO marker on simulated data. Where
+    that is wider than ``width``, the marker is shortened to DEMO, then the CUDA version,
+    the driver version and the date are left out, in that order."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.timestamp_s))
-    parts = [paint(sample.host.hostname, BOLD), stamp]
+    versions = []
     if sample.driver is not None:
-        parts.append(f"driver {sample.driver.driver_version or fmt.NA}")
-        parts.append(f"CUDA {sample.driver.cuda_driver_version or fmt.NA}")
-    if sample.simulated:
-        parts.append(paint(DEMO_MARKER, BOLD, YELLOW, REVERSE))
+        versions.append(f"driver {sample.driver.driver_version or fmt.NA}")
+        versions.append(f"CUDA {sample.driver.cuda_driver_version or fmt.NA}")
+    host, clock = sample.host.hostname, stamp.split(" ")[-1]
+    marker, short = (DEMO_MARKER, "DEMO") if sample.simulated else ("", "")
+    shorter = [
+        [stamp, *versions, marker],
+        [stamp, *versions, short],
+        [stamp, *versions[:1], short],
+        [stamp, short],
+        [clock, short],
+    ]
+    middle = next(
+        (parts for parts in shorter if width is None or _cells(host, *parts) <= width),
+        shorter[-1],
+    )
+    *middle, shown_marker = middle
+    parts = [paint(host, BOLD), *middle]
+    if shown_marker:
+        parts.append(paint(shown_marker, BOLD, YELLOW, REVERSE))
     return "  ".join(parts)
+
+
+def _cells(*parts: str) -> int:
+    return fmt.cell_len("  ".join(part for part in parts if part))
 
 
 def render_table(
@@ -229,7 +288,8 @@ def render_table(
         sample: what to show.
         show_processes: indent each GPU's processes below it.
         color: add ANSI colours.
-        width: terminal width; commands are cut to fit it. ``None`` (piped) cuts nothing.
+        width: terminal width; no line is wider (commands are cut first). ``None``
+            (piped) cuts nothing.
         ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
             the locale (:func:`gpumon.data.format.locale_is_utf8`).
         free: NVML indices of the GPUs to mark FREE (:func:`gpumon.data.views.free_gpu_indices`).
@@ -238,7 +298,7 @@ def render_table(
     Returns:
         The table, one line per GPU and process, ending with a newline.
     """
-    lines = [header_line(sample, Painter(color))]
+    lines = [header_line(sample, Painter(color), width)]
     lines += gpu_lines(
         sample,
         show_processes=show_processes,
@@ -248,11 +308,16 @@ def render_table(
         free=free,
         process_filter=process_filter,
     )
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines), width) + "\n"
 
 
 def render_users(
-    sample: Sample, *, color: bool = False, always: bool = False, ascii_only: bool | None = None
+    sample: Sample,
+    *,
+    color: bool = False,
+    always: bool = False,
+    ascii_only: bool | None = None,
+    width: int | None = None,
 ) -> str:
     """Who uses what: one row per user (GPUs, GPU memory, processes), most memory first.
 
@@ -266,6 +331,7 @@ def render_users(
         always: the table even when no process runs (``--by-user``); else nothing then.
         ascii_only: ``>=`` instead of ``≥`` for a lower bound; ``None`` decides from the
             locale.
+        width: no line is wider (``None``: no limit).
 
     Returns:
         A blank line, then the table and its note, each line ending with a newline; or ``""``.
@@ -293,7 +359,7 @@ def render_users(
         gpus = ", ".join(str(index) for index in left_out)
         noun = "GPU" if len(left_out) == 1 else "GPUs"
         lines.append(paint(f"not counted: {noun} {gpus} (processes unknown)", YELLOW))
-    return "\n".join(lines) + "\n"
+    return fit_lines("\n".join(lines), width) + "\n"
 
 
 def _user_cells(usage: UserUsage, ascii_only: bool) -> dict[str, str]:

@@ -7,7 +7,9 @@ per-user summary, FREE), :mod:`~gpumon.data.idle` (held idle: what IDLE means, p
 and per GPU), :mod:`~gpumon.data.selection` (``--only``, ``--only-visible``),
 :mod:`~gpumon.data.cluster` (nodes and their states),
 :mod:`~gpumon.data.painting` (ANSI colours of the headless text), :mod:`~gpumon.data.text_table`
-(the headless GPU table's lines) and :mod:`~gpumon.data.ranking` (``gpumon pick``'s ranking).
+(the headless GPU table's lines), :mod:`~gpumon.data.ranking` (``gpumon pick``'s ranking),
+:mod:`~gpumon.data.usage` and :mod:`~gpumon.data.report` (``gpumon report``'s rows and the
+whole report) and :mod:`~gpumon.data.periods` (its ``--since``, ``--from`` and ``--to``).
 
 May import: the standard library only. No I/O, no threads, no textual, rich, psutil or pynvml
 (the lowest layer; enforced by the import-linter contracts in pyproject.toml).

@@ -89,6 +89,10 @@ def _reasons(value: tuple[str, ...]) -> str:
     return ", ".join(value) if value else "none"
 
 
+def _xid(value: int) -> str:
+    return "none" if value == 0 else str(value)
+
+
 FIELDS: tuple[Field, ...] = (
     Field(
         "util", "utilization_gpu_pct", "GPU", "%",
@@ -159,6 +163,13 @@ FIELDS: tuple[Field, ...] = (
         "temperature at which the GPU shuts down",
         lambda value: f"{value}°C", "-q: GPU Shutdown Temp",
         Prometheus("gpumon_gpu_temperature_shutdown_celsius"),
+    ),
+    Field(
+        "temp_mem", "temperature_memory_c", "MemTemp", "°C",
+        "memory temperature (HBM boards; N/A on most GDDR ones)",
+        lambda value: f"{value}°C", "-q: Memory Current Temp",
+        Prometheus("gpumon_gpu_memory_temperature_celsius"),
+        query="temperature.memory",
     ),
     Field(
         "fan", "fan_pct", "Fan", "%",
@@ -234,6 +245,52 @@ FIELDS: tuple[Field, ...] = (
         str, "Volatile Uncorr. ECC",
         Prometheus("gpumon_gpu_ecc_errors_uncorrected_volatile", kind="counter"),
         query="ecc.errors.uncorrected.volatile.total",
+    ),
+    Field(
+        "pcie_replays", "pcie_replays", "Replays", "replays",
+        "PCIe replays (link-level retries) since the GPU was reset; read every few seconds",
+        str, "-q: Replays Since Reset",
+        Prometheus("gpumon_gpu_pcie_replays", kind="counter"),
+    ),
+    Field(
+        "rows_corr", "remapped_rows_correctable", "RowsCorr", "rows",
+        "memory rows remapped for correctable errors, over the board's life (Ampere+)",
+        str, "-q: Remapped Rows: Correctable Error",
+        Prometheus("gpumon_gpu_remapped_rows_correctable", kind="counter"),
+        query="remapped_rows.correctable",
+    ),
+    Field(
+        "rows_uncorr", "remapped_rows_uncorrectable", "RowsUncorr", "rows",
+        "memory rows remapped for uncorrectable errors, over the board's life (Ampere+)",
+        str, "-q: Remapped Rows: Uncorrectable Error",
+        Prometheus("gpumon_gpu_remapped_rows_uncorrectable", kind="counter"),
+        query="remapped_rows.uncorrectable",
+    ),
+    Field(
+        "rows_pending", "remapped_rows_pending", "RowsPend", "",
+        "a row remapping waits for a GPU reset",
+        fmt.yes_no, "-q: Remapped Rows: Pending",
+        Prometheus("gpumon_gpu_remapped_rows_pending"),
+        query="remapped_rows.pending",
+    ),
+    Field(
+        "rows_failed", "remapped_rows_failed", "RowsFail", "",
+        "a row remapping failed: the board needs service",
+        fmt.yes_no, "-q: Remapped Rows: Remapping Failure Occurred",
+        Prometheus("gpumon_gpu_remapped_rows_failed"),
+        query="remapped_rows.failure",
+    ),
+    Field(
+        "xid", "xid_last", "Xid", "",
+        "the last Xid error NVML reported since gpumon began watching (none: 0)",
+        _xid, "",
+        Prometheus("gpumon_gpu_xid_last"),
+    ),
+    Field(
+        "xid_count", "xid_count", "Xids", "errors",
+        "Xid errors NVML reported since gpumon began watching",
+        str, "",
+        Prometheus("gpumon_gpu_xid_errors", kind="counter"),
     ),
     Field(
         "persistence", "persistence_mode", "Persist", "", "persistence mode",

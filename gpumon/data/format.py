@@ -92,6 +92,10 @@ def on_off(value: bool | None) -> str:
     return NA if value is None else ("On" if value else "Off")
 
 
+def yes_no(value: bool | None) -> str:
+    return NA if value is None else ("Yes" if value else "No")
+
+
 def pstate(value: int | None) -> str:
     return NA if value is None else f"P{value}"
 

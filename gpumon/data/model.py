@@ -124,6 +124,16 @@ class GpuStats:
     between. ``clock_event_reasons`` names why the clocks are held down (``gpu_idle``,
     ``sw_power_cap``, ``hw_thermal_slowdown``...; ``unknown_0x...`` for a bit gpumon does not
     know): ``()`` when nothing holds them, ``None`` when NVML cannot tell.
+
+    ``temperature_memory_c`` is the memory's own temperature (HBM boards; N/A on most GDDR
+    ones). ``pcie_replays`` counts PCIe replays (retries) since the driver was loaded; the
+    ``remapped_rows_*`` fields are the memory rows remapped for correctable and uncorrectable
+    errors over the board's life, whether a remapping waits for a GPU reset, and whether one
+    failed (Ampere and newer). Those three change rarely: the NVML source reads them every
+    :data:`~gpumon.sources.nvml.health.HEALTH_REFRESH_S` seconds. ``xid_last`` is the code of
+    the last Xid error NVML reported for the GPU since gpumon began watching (``0``: none),
+    ``xid_count`` how many it reported; both ``None`` where Xid events cannot be watched, and
+    in a source's first sample (no time watched yet: a one-shot snapshot cannot tell).
     """
 
     index: int
@@ -140,6 +150,7 @@ class GpuStats:
     temperature_c: int | None = None
     temperature_slowdown_c: int | None = None
     temperature_shutdown_c: int | None = None
+    temperature_memory_c: int | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
     energy_j: float | None = None
@@ -159,6 +170,13 @@ class GpuStats:
     clock_event_reasons: tuple[str, ...] | None = None
     compute_mode: str | None = None
     ecc_errors_uncorrected_volatile: int | None = None
+    pcie_replays: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    xid_last: int | None = None
+    xid_count: int | None = None
     mig_mode: bool | None = None
     mig_instances: tuple[MigInstance, ...] | None = ()
 

@@ -1,13 +1,15 @@
 """ANSI colours for the headless text output (``gpumon once``, ``once --prometheus``).
 
 What lives here: the SGR codes, :func:`use_color` (whether to colour at all), :class:`Painter`
-(wraps text in codes, or not) and :func:`temperature_codes`. Raw SGR codes, because importing
-rich or textual would cost more than the whole snapshot: only on a terminal, never when
-``NO_COLOR`` is set to anything non-empty, unless ``--color always`` asks for them.
+(wraps text in codes, or not), :func:`temperature_codes`, and :func:`fit_line` (a painted line
+cut to the terminal's width). Raw SGR codes, because importing rich or textual would cost more
+than the whole snapshot: only on a terminal, never when ``NO_COLOR`` is set to anything
+non-empty, always when ``FORCE_COLOR`` is (and ``NO_COLOR`` is not), unless ``--color`` says.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TextIO
 
@@ -29,11 +31,17 @@ REVERSE = "7"
 def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
     """Decide whether to write ANSI colours.
 
+    The command line wins, then ``NO_COLOR``, then ``FORCE_COLOR``, then the terminal: as
+    CPython (3.13+) decides for its own tracebacks, and as no-color.org asks (a user's
+    explicit ``--color always`` overrides ``NO_COLOR``).
+
     Args:
         mode: ``always``, ``never`` or ``auto``.
         stream: where the output goes; ``auto`` colours only a terminal.
         environ: the environment; in ``auto`` mode a non-empty ``NO_COLOR`` (no-color.org)
-            or ``TERM=dumb`` turns colours off.
+            turns colours off, else a non-empty ``FORCE_COLOR`` (force-color.org: whatever
+            its value, ``0`` too) turns them on, also into a pipe or on ``TERM=dumb``, which
+            otherwise turns them off.
 
     Returns:
         True to colour.
@@ -44,10 +52,45 @@ def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
         return False
     if environ.get("NO_COLOR", ""):
         return False
+    if environ.get("FORCE_COLOR", ""):
+        return True
     if environ.get("TERM") == "dumb":
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
+
+
+#: Splits a painted line into text (even indices) and the SGR codes between (odd ones): the
+#: only escape sequences :class:`Painter` writes.
+_SGR_PARTS = re.compile(r"(\x1b\[[0-9;]*m)")
+
+
+def fit_line(line: str, width: int, ellipsis: str = fmt.ELLIPSIS) -> str:
+    """``line`` (painted or not) cut to ``width`` terminal cells, its last cell ``ellipsis``;
+    a line that fits is returned as it is. Colour codes are kept whole, and a cut painted
+    line ends with a reset."""
+    if width < 1:
+        return ""
+    parts = _SGR_PARTS.split(line)
+    plain = "".join(parts[::2])
+    if fmt.cell_len(plain) <= width:
+        return line
+    cut = fmt.truncate(plain, width, ellipsis)
+    # truncate() keeps a prefix of the text, then the ellipsis (and a space where it dropped
+    # a wide character that would have straddled the edge): keep that prefix, painted.
+    tail = ellipsis + " " if cut.endswith(ellipsis + " ") else ellipsis
+    left = len(cut) - len(tail)
+    kept: list[str] = []
+    for index, part in enumerate(parts):
+        if index % 2:
+            kept.append(part)
+            continue
+        kept.append(part[:left])
+        left -= len(kept[-1])
+        if left <= 0:
+            break
+    painted = len(kept) > 1
+    return "".join(kept) + tail + (RESET if painted else "")
 
 
 class Painter:

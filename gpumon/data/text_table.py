@@ -23,15 +23,18 @@ from gpumon.data.painting import (
     RED,
     YELLOW,
     Painter,
+    fit_line,
     temperature_codes,
 )
 from gpumon.data.views import ProcessFilter, filter_processes
 
 DEMO_MARKER = "DEMO (simulated data)"
 
-_MIN_COMMAND_WIDTH = 10
 #: The SM% cell is left out of the process lines rather than cut commands below this width.
 _MIN_COMMAND_WITH_SM = 24
+#: Where a GPU line is too wide, its name is cut to no fewer cells than this before its
+#: power column is left out.
+_MIN_NAME_WIDTH = 6
 #: The mark of a GPU with no process and (almost) no memory in use.
 FREE = "FREE"
 USER_COLUMNS = ("USER", "GPUS", "GPU-MEM", "PROCS")
@@ -89,7 +92,9 @@ def gpu_lines(
     """The table's lines below its header: one per GPU, its processes indented below.
 
     The cluster view (:mod:`gpumon.commands.cluster_output`) prints these under each node's header;
-    the arguments are :func:`gpumon.commands.once.render_table`'s.
+    the arguments are :func:`gpumon.commands.once.render_table`'s. With a ``width``, no line
+    is wider: commands are cut first, then the SM% cell goes, then GPU names are cut and the
+    power column goes, and what still does not fit is cut at the edge.
     """
     paint = Painter(color)
     if ascii_only is None:
@@ -97,6 +102,10 @@ def gpu_lines(
     ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
     gpu_rows = [_gpu_cells(gpu, ascii_only) for gpu in sample.gpus]
     gpu_widths = column_widths(gpu_rows)
+    if width is not None:
+        marked = any(gpu.index in free for gpu in sample.gpus)
+        narrower = width - (3 + len(FREE) if marked else 0)
+        _narrow_gpu_columns(gpu_rows, gpu_widths, narrower, ellipsis)
     # Unlisted memory counts every process; a filter (``--user``) only leaves lines out.
     every: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
     for process in sample.processes:
@@ -129,7 +138,35 @@ def gpu_lines(
         unlisted = notable_unlisted_memory_bytes(gpu, every[gpu.index])
         if unlisted is not None:
             lines.append(f"    {paint(fmt.unlisted_memory(unlisted), YELLOW)}")
+    if width is not None:
+        lines = [fit_line(line, width, ellipsis) for line in lines]
     return lines
+
+
+def _narrow_gpu_columns(
+    rows: list[dict[str, str]], widths: dict[str, int], width: int, ellipsis: str
+) -> None:
+    """Make the GPU lines fit ``width``: cut the names (to :data:`_MIN_NAME_WIDTH`), then
+    leave out the power column, then the names (the index still tells the GPUs apart)."""
+    overflow = _gpu_line_cells(widths) - width
+    if overflow > 0 and widths["name"] > _MIN_NAME_WIDTH:
+        widths["name"] = max(_MIN_NAME_WIDTH, widths["name"] - overflow)
+        for row in rows:
+            row["name"] = fmt.truncate(row["name"], widths["name"], ellipsis)
+    for column in ("power", "name"):
+        if _gpu_line_cells(widths) <= width:
+            return
+        for row in rows:
+            del row[column]
+        del widths[column]
+
+
+def _gpu_line_cells(widths: Mapping[str, int]) -> int:
+    """The cells of a GPU line (without FREE) whose cells are ``widths`` wide."""
+    power = 3 + widths["power"] if "power" in widths else 0
+    identity = widths["index"] + (1 + widths["name"] if "name" in widths else 0)
+    readings = widths["temperature"] + 1 + widths["utilization"]
+    return identity + 3 + readings + 3 + widths["memory_used"] + 3 + widths["memory_total"] + power
 
 
 def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], paint: Painter) -> str:
@@ -137,7 +174,9 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
         pad = fmt.ljust_cells if left else fmt.rjust_cells
         return paint(pad(cells[key], widths[key]), *codes)
 
-    identity = f"{cell('index', CYAN, left=True)} {cell('name', BLUE, left=True)}"
+    identity = cell("index", CYAN, left=True)
+    if "name" in cells:
+        identity += f" {cell('name', BLUE, left=True)}"
     if gpu.lost:
         reason = gpu.lost_reason or "no readings from this GPU"
         return f"{identity} | {paint('LOST', BOLD, RED)} ({reason})"
@@ -146,8 +185,8 @@ def _gpu_line(gpu: GpuStats, cells: dict[str, str], widths: dict[str, int], pain
     )
     utilization = cell("utilization", GREEN)
     memory = f"{cell('memory_used', YELLOW)} / {cell('memory_total', YELLOW)}"
-    power = cell("power", MAGENTA)
-    return f"{identity} | {temperature} {utilization} | {memory} | {power}"
+    power = f" | {cell('power', MAGENTA)}" if "power" in cells else ""
+    return f"{identity} | {temperature} {utilization} | {memory}{power}"
 
 
 def _process_line(
@@ -160,9 +199,8 @@ def _process_line(
     sm = f"SM {paint(fmt.rjust_cells(row['sm'], widths['sm']), GREEN)}  " if "sm" in row else ""
     command = row["command"]
     if width is not None:
-        command = fmt.truncate(
-            command, max(_MIN_COMMAND_WIDTH, width - _prefix_cells(widths)), ellipsis
-        )
+        # Down to its ellipsis: the command goes before anything else on the line.
+        command = fmt.truncate(command, max(1, width - _prefix_cells(widths)), ellipsis)
     return f"    {paint(user, DIM)}  {paint(pid, DIM)}  {paint(memory, YELLOW)}  {sm}{command}"
 
 

@@ -10,7 +10,9 @@ of the latest sample are remembered, so memory stays bounded however many come a
 clock is injected (monotonic by default: a wall-clock step must not make a process idle).
 gpumon knows a quiet spell only from when it saw it begin: a process already quiet when
 gpumon started (or when its GPU's process list became readable, or after an N/A reading) is
-quiet for *at least* the time seen (:attr:`Activity.at_least`).
+quiet for *at least* the time seen (:attr:`Activity.at_least`), unless the history database
+knows when it began: the dashboard hands such starts in (:attr:`IdleTracker.recorded_since`)
+and the spell is then timed from there, exactly.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpumon.data.idle import Activity, IdleRule, IdleView, ProcessKey, held_idle_gpus
-from gpumon.data.model import Sample
+from gpumon.data.model import GpuProcess, Sample
 from gpumon.data.views import processes_known
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ _Identity = tuple[int, int, float | None]
 #: What is remembered of one process: when its current quiet spell began (``None``: it is not
 #: quiet), and whether a spell beginning now began at a time gpumon cannot tell.
 _Spell = tuple[float | None, bool]
+#: A process as the history database knows it: (GPU UUID, PID, create time).
+RecordedKey = tuple[str | None, int, float | None]
 
 
 def idle_rule(settings: Settings) -> IdleRule:
@@ -64,6 +68,10 @@ class IdleTracker:
         # GPUs whose process lists were read in the previous sample: a process first listed on
         # one of them has just appeared, so its quiet spell is timed from its start.
         self._listed_gpus: frozenset[int] = frozenset()
+        #: When the history database says a process's quiet spell began (seconds since the
+        #: epoch), by :data:`RecordedKey`: used for a spell whose start gpumon did not see,
+        #: when it is earlier. Kept only for the processes of the latest sample.
+        self.recorded_since: dict[RecordedKey, float] = {}
 
     def observe(self, sample: Sample) -> None:
         """Take in the next sample: update each process's quiet spell and :attr:`view`."""
@@ -92,12 +100,28 @@ class IdleTracker:
                 continue
             if since is None:
                 since = now
+            if unknown_before:
+                since, unknown_before = self._recorded(process, sample, now, since)
             spells[identity] = (since, unknown_before)
             quiet_s = max(0.0, now - since)
             idle = quiet_s >= rule.after_s and rule.holds(process)
             activities[process.key] = Activity(quiet_s, idle, unknown_before)
         self._spells = spells
+        if self.recorded_since:
+            keys = {(p.gpu_uuid, p.pid, p.create_time_s) for p in sample.processes}
+            self.recorded_since = {k: v for k, v in self.recorded_since.items() if k in keys}
         self._listed_gpus = frozenset(
             gpu.index for gpu in sample.gpus if processes_known(gpu, sample)
         )
         self.view = IdleView(activities, held_idle_gpus(sample, activities, rule))
+
+    def _recorded(
+        self, process: GpuProcess, sample: Sample, now: float, since: float
+    ) -> tuple[float, bool]:
+        """(start, still unknown) of a quiet spell gpumon did not see begin: the recorded
+        start, on this tracker's clock, where it is earlier."""
+        recorded = self.recorded_since.get((process.gpu_uuid, process.pid, process.create_time_s))
+        if recorded is None:
+            return since, True
+        start = now - max(0.0, sample.timestamp_s - recorded)
+        return (start, False) if start <= since else (since, True)

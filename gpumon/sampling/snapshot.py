@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gpumon import __version__
+import gpumon  # gpumon.__version__, read when a document is built
 from gpumon.data.format import known_time
 from gpumon.data.model import (
     GpuProcess,
@@ -215,8 +216,9 @@ def error_to_dict(unavailable: GpuUnavailable | None) -> dict[str, str] | None:
     }
 
 
-def process_to_dict(process: GpuProcess) -> dict[str, Any]:
-    """One entry of a GPU's ``processes`` array."""
+def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[str, Any]:
+    """One entry of a GPU's ``processes`` array; ``idle_s``: how long it has held its memory
+    idle, from the history database (``None``: not known)."""
     return {
         "pid": process.pid,
         "user": process.user,
@@ -233,6 +235,7 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "container_id": process.container_id,
         "gpu_instance_id": process.gpu_instance_id,
         "compute_instance_id": process.compute_instance_id,
+        "idle_s": idle_s,
     }
 
 
@@ -255,6 +258,7 @@ def gpu_to_dict(
     *,
     free: bool = False,
     listed: tuple[GpuProcess, ...] | None = None,
+    idle_s: Mapping[tuple[int, int], float | None] | None = None,
 ) -> dict[str, Any]:
     """One entry of ``gpus``: every model field, the memory its listed processes do not
     account for, whether it is FREE, and its processes.
@@ -263,7 +267,7 @@ def gpu_to_dict(
     list NVML refused, or when the caller did not ask for processes, and a list (maybe empty)
     otherwise. ``free`` is forced to False whenever the processes are not known. ``listed``:
     the processes to list when a filter (``--user``) leaves some out; unlisted memory still
-    counts all of ``processes``.
+    counts all of ``processes``. ``idle_s``: per process key, its ``idle_s`` (absent: null).
     """
     data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
     if gpu.lost or gpu.mig_instances is None:  # a lost GPU's instances are unknown too
@@ -276,7 +280,10 @@ def gpu_to_dict(
     known = not gpu.lost and gpu.processes_error is None and processes is not None
     data["free"] = free and known
     shown = processes if listed is None else listed
-    data["processes"] = [process_to_dict(p) for p in shown or ()] if known else None
+    idle = idle_s or {}
+    data["processes"] = (
+        [process_to_dict(p, idle.get(p.key)) for p in shown or ()] if known else None
+    )
     return data
 
 
@@ -311,6 +318,7 @@ def sample_to_dict(
     include_processes: bool = True,
     free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
     process_filter: ProcessFilter | None = None,
+    idle_s: Mapping[tuple[int, int], float | None] | None = None,
 ) -> dict[str, Any]:
     """The whole sample as JSON-able data, following ``gpumon/schema/once.schema.json``.
 
@@ -322,6 +330,9 @@ def sample_to_dict(
             (``Settings.free_threshold_mib``).
         process_filter: list only the processes it passes (``--user``), and sum up only
             them in ``users``; FREE and unlisted memory still count every process.
+        idle_s: per process key, how long it has held its memory idle, from the history
+            database (:func:`gpumon.sampling.usage_history.idle_seconds`); without it, or
+            for a process it does not name, ``idle_s`` is null.
 
     Returns:
         A dict of str, int, float, bool, None, lists and dicts only.
@@ -344,7 +355,7 @@ def sample_to_dict(
     driver = sample.driver
     return {
         "schema_version": SCHEMA_VERSION,
-        "gpumon_version": __version__,
+        "gpumon_version": gpumon.__version__,
         "simulated": sample.simulated,
         "hostname": sample.host.hostname,
         "driver_version": driver.driver_version if driver else None,
@@ -359,6 +370,7 @@ def sample_to_dict(
                 tuple(by_gpu[gpu.index]) if include_processes else None,
                 free=gpu.index in free,
                 listed=None if listed is None else listed[gpu.index],
+                idle_s=idle_s,
             )
             for gpu in sample.gpus
         ],

@@ -115,11 +115,9 @@ class DemoSource:
         self._gpus = [self._new_gpu(index) for index in range(gpu_count)]
         # The last busy GPU but the display's: derived, not drawn (a seed's server stays).
         self._quiet_gpu = max((g.index for g in self._gpus[1:] if g.load > 0), default=None)
-        self._target_processes = 1
         self._processes: list[_SimProcess] = []
         wanted = process_count if process_count is not None else max(1, gpu_count * 3 // 2)
         self._target_processes = wanted
-        self._processes = []
         if wanted:
             # GPU 0 drives a display, as on a workstation: a graphics process.
             self._processes.append(
@@ -327,6 +325,9 @@ class DemoSource:
             clock_event_reasons=_clock_event_reasons(gpu),
             compute_mode="Default",
             ecc_errors_uncorrected_volatile=None,  # ECC off, as on most workstation boards
+            pcie_replays=0,  # no memory temperature nor row remapping on a GDDR6 board
+            xid_last=0,
+            xid_count=0,
             mig_mode=None,  # not a MIG-capable board
         )
 

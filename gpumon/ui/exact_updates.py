@@ -6,9 +6,10 @@ from the first cell of the widget, because Textual merges same-style segments. O
 for a monitor that runs for days, that multiplies the bytes per refresh several times.
 
 This module replaces that one method with an exact, cell-accurate crop. It is applied only to
-the Textual version it was written against (pinned exactly in pyproject.toml); with any other
-version Textual's own method stays, and ``tests/test_exact_updates.py`` fails loudly so the
-override is reviewed, not silently dropped.
+the Textual version it was written against (the test extra's exact pin; gpumon itself takes a
+range of Textual); with any other version Textual's own method stays, and
+``tests/test_exact_updates.py`` fails loudly so the override is reviewed, not silently
+dropped.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Excl
 
 def fake_nvml() -> FakeNvml:
     """One faked H100 whose readings exercise the conversions: a compute mode spelt
-    differently by the two tools, two clock event bits, a fan, no MIG."""
+    differently by the two tools, two clock event bits, a fan, no MIG, its memory temperature,
+    PCIe replays and remapped rows."""
     return FakeNvml(
         [
             make_gpu(
@@ -35,6 +36,10 @@ def fake_nvml() -> FakeNvml:
                 compute_mode=pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
                 clock_events=0x5,
                 clock_throttle=0x5,
+                memory_temperature=58,
+                pcie_replays=3,
+                remapped_rows=(2, 0, 0, 0),
+                xid_events=True,
             )
         ]
     )
@@ -89,9 +94,13 @@ ANSWERS: dict[str, Callable[[Gpu], str]] = {
     "display_active": _text("display", _enabled),
     "compute_mode": _text("compute_mode", lambda mode: _COMPUTE_MODES[mode]),
     "mig.mode.current": _text("mig", lambda modes: _enabled(modes[0])),
+    "temperature.memory": _text("memory_temperature", str),
+    "remapped_rows.correctable": _text("remapped_rows", lambda rows: str(rows[0])),
+    "remapped_rows.uncorrectable": _text("remapped_rows", lambda rows: str(rows[1])),
+    "remapped_rows.pending": _text("remapped_rows", lambda rows: "Yes" if rows[2] else "No"),
+    "remapped_rows.failure": _text("remapped_rows", lambda rows: "Yes" if rows[3] else "No"),
     # What nvidia-smi has and gpumon does not read.
     "utilization.jpeg": lambda gpu: "0",
-    "temperature.memory": lambda gpu: NA,
     "power.default_limit": lambda gpu: "700.00",
     "clocks.max.sm": lambda gpu: "1980",
     "compute_cap": lambda gpu: "9.0",
@@ -191,6 +200,7 @@ class FakeSmi:
                 self._line("Bus Id", bus),
                 self._line("Tx Throughput", _text("pcie_tx", _kb_s)(gpu)),
                 self._line("Rx Throughput", _text("pcie_rx", _kb_s)(gpu)),
+                self._line("Replays Since Reset", _text("pcie_replays", str)(gpu)),
                 "    Temperature",
                 self._line("GPU Current Temp", _text("temperature", _celsius)(gpu)),
                 self._line("GPU Shutdown Temp", _text("temperature_shutdown", _celsius)(gpu)),

@@ -27,14 +27,17 @@ IDENTITY: tuple[tuple[str, str, rules.Rule], ...] = (
     ("pci_bus_id", "pci.bus_id", rules.BUS_ID),
     ("driver_version", "driver_version", rules.TEXT),
 )
+#: Fields nvidia-smi has no reading for: the Xid errors NVML reports as events (nvidia-smi
+#: shows none; the kernel log has them). They read "gpumon only".
+NOT_IN_NVIDIA_SMI = frozenset({"xid", "xid_count"})
 #: Properties of --help-query-gpu that are no GPU reading: never listed as lacking.
 NOT_READINGS = frozenset({"timestamp", "index", "count", "hostname"})
 #: What gpumon lacks when --help-query-gpu cannot be read: a few well-known properties.
 KNOWN_LACKING = (
-    "utilization.jpeg", "utilization.ofa", "temperature.memory", "power.draw.instant",
+    "utilization.jpeg", "utilization.ofa", "power.draw.instant",
     "power.default_limit", "power.max_limit", "clocks.current.video", "clocks.max.sm",
     "pcie.link.gen.current", "pcie.link.width.current", "ecc.mode.current",
-    "ecc.errors.corrected.volatile.total", "retired_pages.pending", "remapped_rows.pending",
+    "ecc.errors.corrected.volatile.total", "retired_pages.pending",
     "compute_cap", "vbios_version",
 )  # fmt: skip
 

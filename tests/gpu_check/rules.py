@@ -65,6 +65,14 @@ def _smi_events(text: str) -> frozenset[str]:
     return frozenset(clock_event_names(int(text.strip(), 16)))
 
 
+def _yes_no(text: str) -> str:
+    # nvidia-smi writes its remapped-rows flags as Yes/No in -q; accept its other spellings.
+    word = text.strip().lower()
+    return {"1": "Yes", "true": "Yes", "yes": "Yes", "0": "No", "false": "No", "no": "No"}.get(
+        word, text.strip()
+    )
+
+
 def _compute_mode(text: Any) -> str:
     # nvidia-smi: Exclusive_Process; gpumon: Exclusive Process.
     return str(text).strip().replace("_", " ")
@@ -123,6 +131,13 @@ PCIE = Rule(
     lambda value: value / KIB, smi_number, absolute=16 * 1024, relative=0.2,
 )  # fmt: skip
 COUNT = Rule("ECC errors", "", "exact", int, lambda text: int(smi_number(text)))
+COUNTER = Rule(
+    "replays, remapped rows", "", "exact", int, lambda text: int(smi_number(text))
+)  # fmt: skip
+YES_NO = Rule(
+    "flags", "", "exact (Yes/No; 1/0 and True/False read as Yes/No)",
+    lambda value: "Yes" if value else "No", _yes_no,
+)  # fmt: skip
 PSTATE = Rule("performance state", "", "exact", int, lambda text: int(text.strip().lstrip("P")))
 ENABLED = Rule("modes", "", "exact (Enabled/Disabled)", _enabled, str.strip)
 COMPUTE_MODE = Rule(
@@ -142,6 +157,7 @@ RULE_BY_ATTRIBUTE: dict[str, Rule] = {
     "temperature_shutdown_c": THRESHOLD,
     "clock_event_reasons": CLOCK_EVENTS,
     "compute_mode": COMPUTE_MODE,
+    "xid_last": COUNTER,
 }
 RULE_BY_UNIT: dict[str, Rule] = {
     "%": PERCENT,
@@ -152,6 +168,8 @@ RULE_BY_UNIT: dict[str, Rule] = {
     "MHz": CLOCK,
     "bytes/s": PCIE,
     "errors": COUNT,
+    "replays": COUNTER,
+    "rows": COUNTER,
 }
 
 
@@ -163,6 +181,8 @@ def rule_for(field: Field) -> Rule | None:
         return ENABLED
     if field.text is fmt.pstate:
         return PSTATE
+    if field.text is fmt.yes_no:
+        return YES_NO
     return RULE_BY_UNIT.get(field.unit)
 
 

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 from gpumon.commands.export.listen import DEFAULT_LISTEN, listen_address
 
 if TYPE_CHECKING:
+    from gpumon.commands.export.web_config import WebConfig
+    from gpumon.sampling.history.recorder import RecorderThread
     from gpumon.settings import Settings
+
+#: With --record, samples are written to the history at most this often (a batch), so
+#: that sampling every second costs the database one transaction per 10 s.
+RECORD_BATCH_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +48,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also serve the DCGM_FI_DEV_* series of NVIDIA's dcgm-exporter (its names, units "
         "and labels), for dashboards made for it such as Grafana 12239",
     )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also record the history (as gpumon record does) from the exporter's own samples, "
+        "into the history database (--db): one sampler per node",
+    )
+    parser.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        default=None,
+        help="TLS (also mutual) and basic auth, in the web config format of Prometheus' "
+        "exporter-toolkit (node_exporter's --web.config.file); see docs/prometheus.md",
+    )
 
 
-def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> int:
-    """``gpumon export``: serve /metrics until a signal, sampling every ``interval_s``."""
+def run(
+    settings: Settings,
+    *,
+    listen: tuple[str, int],
+    dcgm_compat: bool,
+    record: bool = False,
+    web_config_file: str | None = None,
+) -> int:
+    """``gpumon export``: serve /metrics until a signal, sampling every ``interval_s``; with
+    ``record``, the samples also go into the history database."""
+    if record:
+        from gpumon.commands.record import demo_needs_own_file
+
+        refused = demo_needs_own_file(settings)
+        if refused is not None:
+            print(f"gpumon export: error: --record: {refused}", file=sys.stderr)
+            return 2
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
@@ -55,12 +89,16 @@ def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> in
             file=sys.stderr,
         )
         return 1
+    web = None if web_config_file is None else _web_config(web_config_file)
+    if isinstance(web, int):
+        return web
     from gpumon.commands.export.collector import SampleCollector
-    from gpumon.commands.export.http import Exporter, serve_until_signalled
+    from gpumon.commands.export.http import RECORD_STOP_S, Exporter, serve_until_signalled
     from gpumon.sampling.idle import IdleTracker, idle_rule
     from gpumon.sources.base import source_for
 
     host, port = listen
+    recorder = _recorder(settings) if record else None
     # Cheap: NVML is initialised by the first sample, on the sampling thread.
     source = source_for(settings)
     try:  # listens at once; /metrics answers 503 until the first sample
@@ -69,11 +107,56 @@ def run(settings: Settings, *, listen: tuple[str, int], dcgm_compat: bool) -> in
             free_threshold_mib=settings.free_threshold_mib,
             idle=IdleTracker(idle_rule(settings)),  # --idle-after, --idle-below, ...
         )
-        exporter = Exporter(source, collector, host, port, settings.interval_s)
+        exporter = Exporter(
+            source, collector, host, port, settings.interval_s, recorder=recorder, web=web
+        )
     except (OSError, UnicodeError) as error:  # in use, no permission, a name that won't resolve
         source.close()
+        if recorder is not None:
+            recorder.stop(RECORD_STOP_S)
         reason = getattr(error, "strerror", None) or error
         shown = f"[{host}]" if ":" in host else host
         print(f"gpumon export: error: cannot listen on {shown}:{port}: {reason}", file=sys.stderr)
         return 1
     return serve_until_signalled(exporter, host)
+
+
+def _recorder(settings: Settings) -> RecorderThread | None:
+    """The history recorder of ``--record``, on its own thread; ``None`` (after one line)
+    when the database cannot be used: the exporter serves on without it."""
+    from gpumon.commands.record import recorder_for
+    from gpumon.sampling.history.recorder import RecorderThread
+
+    recorder = recorder_for(
+        settings,
+        settings.interval_s,
+        "gpumon export",
+        batch_s=max(RECORD_BATCH_S, settings.interval_s),
+    )
+    if not recorder.open():
+        print("gpumon export: serving without recording", file=sys.stderr)
+        return None
+    return RecorderThread(recorder)
+
+
+def _web_config(path: str) -> WebConfig | int:
+    """``--web-config-file`` read and checked, or the exit code after one line saying why:
+    2 for a file that cannot be used (the line names its key, never a secret), 1 when the
+    export extra's PyYAML or bcrypt is missing."""
+    try:
+        import bcrypt  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError as error:
+        print(
+            f"gpumon export: error: --web-config-file needs {error.name}: "
+            "pip install 'gpumon-tui[export]'",
+            file=sys.stderr,
+        )
+        return 1
+    from gpumon.commands.export.web_config import WebConfigError, load_web_config
+
+    try:
+        return load_web_config(path)
+    except WebConfigError as error:
+        print(f"gpumon export: error: --web-config-file {path}: {error}", file=sys.stderr)
+        return 2

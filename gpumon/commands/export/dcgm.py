@@ -29,9 +29,11 @@ class DcgmField:
     """One dcgm-exporter series: its name, type and help, and how to read it in its unit."""
 
     name: str
-    kind: str  # "gauge", or "unknown" (see DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+    kind: str  # "gauge", or "unknown" for dcgm-exporter's counters (see DCGM_FIELDS)
     help: str
     read: Callable[[GpuStats], float | None]
+    #: Labels of this series only, after dcgm-exporter's own (DCGM_LABELS).
+    extra_labels: Callable[[GpuStats], dict[str, str]] | None = None
 
 
 def _mib(value: int | None) -> float | None:
@@ -50,6 +52,33 @@ def _number(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
+#: What some common Xids mean, in a few words (NVIDIA's Xid catalogue says more); other
+#: codes get an empty ``err_msg``.
+XID_MESSAGES = {
+    0: "No Error",
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "Double Bit ECC Error",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLINK Error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    109: "Context Switch Timeout Error",
+    119: "GSP RPC Timeout",
+    120: "GSP Error",
+}
+
+
+def _xid_labels(gpu: GpuStats) -> dict[str, str]:
+    code = gpu.xid_last or 0
+    return {"err_code": str(code), "err_msg": XID_MESSAGES.get(code, "")}
+
+
 DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField(
         "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
@@ -60,6 +89,10 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         lambda gpu: _number(gpu.clock_memory_mhz),
     ),
     DcgmField(
+        "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).",
+        lambda gpu: _number(gpu.temperature_memory_c),
+    ),
+    DcgmField(
         "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
         lambda gpu: _number(gpu.temperature_c),
     ),
@@ -67,9 +100,10 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
         lambda gpu: _number(gpu.power_draw_w),
     ),
-    # dcgm-exporter types this a counter. In OpenMetrics (which Prometheus asks for first) a
-    # counter's samples must end in _total, which would rename the series dashboards query;
-    # untyped keeps the name, and rate() works on it all the same.
+    # dcgm-exporter types this (and the replay and remapped-rows counts) a counter. In
+    # OpenMetrics (which Prometheus asks for first) a counter's samples must end in _total,
+    # which would rename the series dashboards query; untyped keeps the name, and rate()
+    # works on it all the same.
     DcgmField(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "unknown",
         "Total energy consumption since the driver was loaded (in mJ).",
@@ -80,8 +114,25 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         lambda gpu: _number(gpu.utilization_gpu_pct),
     ),
     DcgmField(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "unknown", "Total number of PCIe retries.",
+        lambda gpu: _number(gpu.pcie_replays),
+    ),
+    DcgmField(
         "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
         lambda gpu: _number(gpu.utilization_memory_pct),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).",
+        lambda gpu: _number(gpu.utilization_encoder_pct),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).",
+        lambda gpu: _number(gpu.utilization_decoder_pct),
+    ),
+    # The last Xid's code, with it in err_code (and err_msg), as dcgm-exporter; 0 when none.
+    DcgmField(
+        "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
+        lambda gpu: _number(gpu.xid_last), _xid_labels,
     ),
     DcgmField(
         "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _free_mib,
@@ -93,6 +144,20 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField(
         "DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).",
         lambda gpu: _mib(gpu.memory_reserved_bytes),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "unknown",
+        "Number of remapped rows for uncorrectable errors",
+        lambda gpu: _number(gpu.remapped_rows_uncorrectable),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "unknown",
+        "Number of remapped rows for correctable errors",
+        lambda gpu: _number(gpu.remapped_rows_correctable),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
+        lambda gpu: _number(gpu.remapped_rows_failed),
     ),
 )  # fmt: skip
 
@@ -115,7 +180,10 @@ def dcgm_families(sample: Sample, note: str, label_value: Callable[[str | None],
         for gpu in readable:
             value = field.read(gpu)
             if value is not None:
-                family.add_sample(field.name, _labels(gpu, host, label_value), value)
+                labels = _labels(gpu, host, label_value)
+                if field.extra_labels is not None:
+                    labels.update(field.extra_labels(gpu))
+                family.add_sample(field.name, labels, value)
         families.append(family)
     return families
 

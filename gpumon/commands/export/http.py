@@ -12,7 +12,9 @@ machine (idle, slow or hostile connections cost no thread, and the sampling thre
 out of descriptors). It is read-only: ``GET`` and ``HEAD`` (the same answer without its body)
 on ``/metrics`` and ``/``; ``405`` for any other method, ``404`` for any other path, and
 ``503`` on ``/metrics`` until the first sample has been read. ``/metrics`` is gzipped when the
-client accepts it, and ``?name[]=`` keeps only the named series.
+client accepts it, and ``?name[]=`` keeps only the named series. ``--web-config-file``
+(:mod:`gpumon.commands.export.web_config`) adds TLS, mutual TLS and basic authentication
+(:mod:`gpumon.commands.export.auth`).
 """
 
 from __future__ import annotations
@@ -25,18 +27,28 @@ import time
 import urllib.parse
 from typing import Any
 
+from gpumon.commands.export.auth import BasicAuth
 from gpumon.commands.export.collector import SampleCollector
 from gpumon.commands.export.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Exposition
 from gpumon.commands.export.listen import is_loopback
 from gpumon.commands.export.messages import Request, Response, plain
-from gpumon.commands.export.server import HttpServer, Limits
+from gpumon.commands.export.server import (
+    MAX_TLS_CONNECTIONS,
+    HttpServer,
+    Limits,
+    connection_cap,
+)
+from gpumon.commands.export.web_config import WebConfig
 from gpumon.data.model import GpuUnavailable, Sample
+from gpumon.sampling.history.recorder import RecorderThread
 from gpumon.sampling.poller import Poller, PollerThread, clamp_interval
 from gpumon.sampling.snapshot import no_gpu_data, report_unavailable
 from gpumon.sampling.store import Store
 
 #: How long ``stop()`` waits for a sample in progress (a slow driver call is not waited for).
 STOP_WAIT_S = 0.5
+#: How long ``stop()`` waits for ``--record``'s last batch to be written.
+RECORD_STOP_S = 2.0
 #: Without a driver the exporter ends within this long; a slow first sample gets the banner.
 _QUIET_START_S = 1.0
 
@@ -112,8 +124,11 @@ class Exporter:
         interval_s: float,
         *,
         limits: Limits | None = None,
+        recorder: RecorderThread | None = None,
+        web: WebConfig | None = None,
     ) -> None:
-        """Bind and start serving and sampling; raises OSError when it cannot listen."""
+        """Bind and start serving and sampling; raises OSError when it cannot listen.
+        ``recorder`` (``--record``) gets every sample, on its own thread."""
         self.source = source
         self.collector = collector
         self.interval_s = clamp_interval(interval_s)
@@ -124,6 +139,9 @@ class Exporter:
         self.exposition = Exposition(collector, self.interval_s)
         self.store = Store(history=False)
         self.store.subscribe(self._sampled)
+        self.recorder = recorder
+        if recorder is not None:
+            self.store.subscribe(recorder.submit)
         self._last_error = ""
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -139,8 +157,17 @@ class Exporter:
             raise
         self.address = str(listening.getsockname()[0])
         self.port = int(listening.getsockname()[1])
+        # --web-config-file: TLS, and basic auth checked by its own thread (export/auth.py).
+        self.web = web or WebConfig()
+        self.auth = BasicAuth(self.web.users) if self.web.users else None
+        if self.web.tls is not None and limits is None:
+            limits = Limits(max_connections=min(connection_cap(), MAX_TLS_CONNECTIONS))
         self.server = HttpServer(
-            listening, lambda request: respond(self.exposition, request), limits
+            listening,
+            lambda request: respond(self.exposition, request),
+            limits,
+            tls=self.web.tls,
+            gate=None if self.auth is None else self.auth.gate,
         )
         poller = Poller(source, self.interval_s, self.store.push, on_error=self._sampling_failed)
         self._sampler = PollerThread(poller, name="gpumon-sampler")
@@ -170,7 +197,12 @@ class Exporter:
             it (process exit ends the daemon threads first).
         """
         self.server.stop()  # no longer listening once it returns; connections closed
-        return self._sampler.stop(timeout_s)
+        if self.auth is not None:
+            self.auth.stop()
+        stopped = self._sampler.stop(timeout_s)
+        if self.recorder is not None:
+            self.recorder.stop(RECORD_STOP_S)  # writes the last batch
+        return stopped
 
 
 def serve_until_signalled(exporter: Exporter, host: str) -> int:
@@ -209,16 +241,32 @@ def serve_until_signalled(exporter: Exporter, host: str) -> int:
 
 
 def _announce(exporter: Exporter, host: str) -> None:
+    web = exporter.web
+    for warning in web.warnings:
+        print(f"gpumon export: warning: --web-config-file: {warning}", file=sys.stderr)
+    open_to_all = not web.users and web.client_auth != "RequireAndVerifyClientCert"
     if not is_loopback(exporter.address):
-        print(
-            f"gpumon export: warning: listening on {host}, not loopback: anyone who can reach "
-            "it can read GPU metrics, user names and PIDs",
-            file=sys.stderr,
-        )
+        if open_to_all:
+            print(
+                f"gpumon export: warning: listening on {host}, not loopback: anyone who can "
+                "reach it can read GPU metrics, user names and PIDs",
+                file=sys.stderr,
+            )
+        if web.users and web.tls is None:
+            print(
+                "gpumon export: warning: basic auth without TLS: passwords cross the network "
+                "in clear text (add tls_server_config to the web config)",
+                file=sys.stderr,
+            )
     shown = f"[{host}]" if ":" in host else host
+    scheme = "http" if web.tls is None else "https"
+    guards = [] if web.tls is None or web.client_auth == "NoClientCert" else [web.client_auth]
+    count = len(web.users)
+    guards += [f"basic auth, {count} user{'' if count == 1 else 's'}"] if count else []
+    guarded = f" ({', '.join(guards)})" if guards else ""
     demo = " (DEMO: simulated data)" if exporter.source.simulated else ""
     print(
-        f"gpumon export: serving http://{shown}:{exporter.port}/metrics{demo}, "
+        f"gpumon export: serving {scheme}://{shown}:{exporter.port}/metrics{guarded}{demo}, "
         f"sampling every {exporter.interval_s:g} s; Ctrl-C to stop",
         file=sys.stderr,
         flush=True,

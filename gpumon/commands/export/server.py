@@ -25,6 +25,12 @@ HTTP/1.1 keep-alive (Prometheus reuses its connection), HTTP/1.0 too. ``HEAD`` g
 ``GET`` answer's status and headers without its body. A request with a body is answered and
 its connection closed (its body is not read). A client that leaves, or runs out of time, is
 no news: no traceback.
+
+With an ``ssl.SSLContext`` every connection is TLS (:mod:`gpumon.commands.export.tls`): the
+handshake counts against the request deadline and the connection against the cap from the
+moment it is accepted, so the guarantees above hold for TLS as well. A ``gate`` (basic
+authentication) may refuse a request before the handler sees it; it runs on the loop but may
+wait, for at most :data:`WRITE_TIMEOUT_S` (then ``503``).
 """
 
 from __future__ import annotations
@@ -36,9 +42,11 @@ import errno
 import http
 import os
 import socket
+import ssl
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +59,10 @@ from gpumon.commands.export.messages import (
     plain,
     read_head,
 )
+from gpumon.commands.export.tls import CLOSE_GRACE_S, open_stream
+
+#: Refuses a request (its answer) or lets it through (``None``), before the handler.
+Gate = Callable[[Request], Awaitable[Response | None]]
 
 #: Request line and headers, in bytes.
 MAX_HEAD_BYTES = 16 * 1024
@@ -64,6 +76,9 @@ WRITE_TIMEOUT_S = 10.0
 #: Connections held at once at most, whatever the descriptor limit allows: an idle one costs
 #: a few KiB, a busy one at most about 3 x _PIECE of buffers.
 MAX_CONNECTIONS = 4096
+#: The same under TLS: asyncio (3.11+) gives every TLS connection a 256 KiB read buffer, so
+#: 4096 would be a gigabyte; 512 is about 150 MiB at worst.
+MAX_TLS_CONNECTIONS = 512
 #: Descriptors left to the rest of the process: NVML's device files (a few per GPU), the
 #: sampler's /proc reads, the event loops' own.
 DESCRIPTOR_RESERVE = 128
@@ -108,9 +123,33 @@ class Limits:
     max_head_bytes: int = MAX_HEAD_BYTES
 
 
+class _Connection:
+    """One accepted connection: its socket, its task, and its transport once it is a stream."""
+
+    __slots__ = ("sock", "started", "task", "transport")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.started = False  # its task has begun: from then on the task closes the socket
+        self.task: asyncio.Task[None] | None = None
+        self.transport: asyncio.BaseTransport | None = None
+
+    def close(self) -> None:
+        """Now, whatever it is doing: a stream's coroutine ends at its next read or write;
+        one still in its TLS handshake is cancelled (which closes it); one whose task has not
+        begun (and never will) is closed here."""
+        if isinstance(self.transport, asyncio.WriteTransport):
+            self.transport.abort()
+            return
+        if self.task is not None:
+            self.task.cancel()
+        if not self.started:
+            self.sock.close()
+
+
 class HttpServer:
     """Serves ``handler``'s answers on ``listening`` (bound and listening) from one thread,
-    started at once.
+    started at once; in TLS with ``tls``, after ``gate`` let each request through.
 
     ``handler`` runs on that thread, once per request: it must answer at once, never block.
     """
@@ -122,14 +161,18 @@ class HttpServer:
         limits: Limits | None = None,
         *,
         name: str = "gpumon-http",
+        tls: ssl.SSLContext | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.limits = limits or Limits()
         listening.setblocking(False)  # accepted by the event loop
         self._listening = listening
         self._handler = handler
+        self._tls = tls
+        self._gate = gate
         self._loop = asyncio.new_event_loop()
         # Every connection, the one whose wait or answer began the longest ago first.
-        self._connections: OrderedDict[asyncio.StreamWriter, None] = OrderedDict()
+        self._connections: OrderedDict[_Connection, None] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references
         self._warned: set[str] = set()
         self._date = (0, "")
@@ -156,8 +199,8 @@ class HttpServer:
         try:
             loop.run_forever()
         finally:
-            for writer in self._connections:
-                writer.transport.abort()
+            for connection in self._connections:
+                connection.close()
             for task in self._tasks:
                 task.cancel()
             loop.run_until_complete(asyncio.gather(*self._tasks, return_exceptions=True))
@@ -165,10 +208,11 @@ class HttpServer:
             self._listening.close()
             loop.close()
 
-    def _start(self, work: Any) -> None:
+    def _start(self, work: Any) -> asyncio.Task[None]:
         task = self._loop.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _quiet(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if not isinstance(context.get("exception"), OSError):
@@ -183,7 +227,7 @@ class HttpServer:
     # -- connections -------------------------------------------------------------------
 
     async def _accept(self) -> None:
-        """Accept connections one at a time, each set up before the next is accepted and
+        """Accept connections one at a time, each counted before the next is accepted and
         closing the oldest first when at the cap: the cap holds at accept (asyncio's own
         server accepts up to its backlog in one go, a descriptor each, before any of those
         connections could close another)."""
@@ -199,31 +243,36 @@ class HttpServer:
                 continue  # else: a client that gave up before it was accepted
             while len(self._connections) >= self.limits.max_connections:
                 self._close_oldest()
-            try:  # as a stream; takes one turn of the loop, no waiting on the client
-                reader, writer = await asyncio.open_connection(
-                    sock=connection, limit=self.limits.max_head_bytes
-                )
-            except OSError:
-                connection.close()
-                continue
-            self._connections[writer] = None
-            self._start(self._connected(reader, writer))
+            # Counted from now, also while its TLS handshake goes on.
+            entry = _Connection(connection)
+            self._connections[entry] = None
+            entry.task = self._start(self._connected(connection, entry))
 
     def _close_oldest(self) -> None:
         if self._connections:
             oldest, _ = self._connections.popitem(last=False)
-            oldest.transport.abort()  # its coroutine ends at its next read or write
+            oldest.close()
 
-    def _busy_since_now(self, writer: asyncio.StreamWriter) -> bool:
+    def _busy_since_now(self, entry: _Connection) -> bool:
         """A wait or an answer begins: the connection goes last in line for closing. False
         when it was closed to make room."""
-        if writer not in self._connections:
+        if entry not in self._connections:
             return False
-        self._connections.move_to_end(writer)
+        self._connections.move_to_end(entry)
         return True
 
-    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        transport = writer.transport
+    async def _connected(self, connection: socket.socket, entry: _Connection) -> None:
+        entry.started = True
+        limits = self.limits
+        deadline = self._loop.time() + limits.request_timeout_s  # for the first request
+        try:  # plain: one turn of the loop; TLS: the handshake, within the deadline
+            reader, writer = await open_stream(
+                connection, self._tls, limit=limits.max_head_bytes, deadline=deadline
+            )
+        except (OSError, asyncio.TimeoutError):
+            self._connections.pop(entry, None)
+            return  # a client that left, ran out of time, or does not speak TLS
+        transport = entry.transport = writer.transport
         # Reads of at most a piece (asyncio's selector transport reads up to 256 KiB at once
         # into each connection's buffer otherwise), writes paused above a piece.
         if hasattr(transport, "max_size"):
@@ -231,32 +280,41 @@ class HttpServer:
         transport.set_write_buffer_limits(high=_PIECE)
         graceful = False
         try:
-            graceful = await self._converse(reader, writer)
+            graceful = await self._converse(reader, writer, entry, deadline)
         except (OSError, EOFError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass  # the client left, or ran out of time
         finally:
-            self._connections.pop(writer, None)
+            self._connections.pop(entry, None)
             if graceful:
-                writer.close()  # after what is still buffered
+                writer.close()  # after what is still buffered (and TLS's close_notify)...
+                self._loop.call_later(CLOSE_GRACE_S, transport.abort)  # ...for so long
             else:
                 transport.abort()
 
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """Answer requests until one asks to close (True), or the client leaves (False)."""
+    async def _converse(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        entry: _Connection,
+        deadline: float,
+    ) -> bool:
+        """Answer requests until one asks to close (True), or the client leaves (False).
+        The first request's line and headers must have arrived by ``deadline``."""
         limits = self.limits
         start = b""
         while True:
             try:
                 head = await asyncio.wait_for(
-                    read_head(reader, start, limits.max_head_bytes), limits.request_timeout_s
+                    read_head(reader, start, limits.max_head_bytes),
+                    max(0.0, deadline - self._loop.time()),
                 )
                 request = parse_request(head)
             except Refused as refused:
                 await self._refuse(reader, writer, refused)
                 return True
-            if not self._busy_since_now(writer):  # the answer begins
+            if not self._busy_since_now(entry):  # the answer begins
                 return False
-            response = self._answer(request)
+            response = await self._let_through(request) or self._answer(request)
             keep = request.keep_alive
             body = () if request.method == "HEAD" else response.parts
             await asyncio.wait_for(
@@ -264,12 +322,22 @@ class HttpServer:
             )
             if not keep:
                 return True
-            if not self._busy_since_now(writer):  # the wait for the next request begins
+            if not self._busy_since_now(entry):  # the wait for the next request begins
                 return False
             try:  # its first byte: the request's own deadline runs from there
                 start = await asyncio.wait_for(reader.readexactly(1), limits.idle_timeout_s)
             except asyncio.IncompleteReadError:
                 return True  # the client closed its kept-alive connection
+            deadline = self._loop.time() + limits.request_timeout_s
+
+    async def _let_through(self, request: Request) -> Response | None:
+        """The gate's refusal, or ``None``: the request may be answered."""
+        if self._gate is None:
+            return None
+        try:
+            return await asyncio.wait_for(self._gate(request), self.limits.write_timeout_s)
+        except asyncio.TimeoutError:
+            return plain(503, "busy: try again\n", ("Retry-After", "1"))
 
     def _answer(self, request: Request) -> Response:
         try:

@@ -29,6 +29,7 @@ from gpumon.sources.nvml.errors import (
     log_debug,
     nvml_text,
 )
+from gpumon.sources.nvml.health import Health
 
 if TYPE_CHECKING:
     from gpumon.sources.nvml.mig import MigReader
@@ -128,6 +129,7 @@ class Device:
         # The current MIG mode as last read, and this GPU's MIG devices while it is on.
         self.mig_enabled = False
         self.mig_reader: MigReader | None = None
+        self.health = Health(self)  # memory temperature, PCIe replays, remapped rows, Xid
         if not self.lost:
             self._read_identity()
 
@@ -308,6 +310,7 @@ class Device:
             ),
             mig_mode=None if mig is None else self.mig_enabled,
             mig_instances=mig_instances,
+            **self.health.read(),
         )
 
     def _memory(self) -> tuple[int | None, int | None, int | None, int | None]:

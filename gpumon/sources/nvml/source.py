@@ -39,6 +39,7 @@ from gpumon.sources.nvml.errors import (
     nvml_text,
     unopened,
 )
+from gpumon.sources.nvml.health import XidWatch
 from gpumon.sources.nvml.processes import ListedProcess, read_processes, read_sm_utilization
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class NvmlSource:
         self._unavailable: GpuUnavailable | None = None
         self._given_nvml = nvml
         self._nvml: ModuleType | None = None
+        self._xid: XidWatch | None = None
         self._started = False
 
     def _start(self) -> None:
@@ -204,6 +206,7 @@ class NvmlSource:
                     read_pcie=self._read_pcie,
                 )
             )
+        self._xid = XidWatch(nvml)
         if not self._devices:
             self._unavailable = GpuUnavailable(
                 UnavailableReason.NO_DEVICES,
@@ -225,6 +228,8 @@ class NvmlSource:
         self._start()
         gpus: list[GpuStats] = []
         raw: list[_DeviceProcesses] = []
+        if self._xid is not None:  # never waits: see gpumon.sources.nvml.health
+            self._xid.drain(self._devices)
         for device in self._devices:
             try:
                 stats = device.stats()
@@ -297,6 +302,8 @@ class NvmlSource:
     def close(self) -> None:
         if self._initialised and self._nvml is not None:
             self._initialised = False
+            if self._xid is not None:
+                self._xid.close()
             try:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError:

@@ -10,8 +10,10 @@ bytes arrive), :mod:`~gpumon.sources.prometheus.redaction` (credentials out of e
 :mod:`~gpumon.sources.prometheus.series` (answers into the model: Sample, GpuStats,
 GpuProcess), :mod:`~gpumon.sources.prometheus.targets` (scrape targets: their facts, which
 are nodes) and :mod:`~gpumon.sources.prometheus.nodes` (one node: its state, its GPUs, why it
-is not current). Imports run one way: source -> client, nodes, queries, series, targets;
-client -> deadline, redaction; nodes -> targets -> series -> queries.
+is not current), :mod:`~gpumon.sources.prometheus.usage` (``gpumon report --prometheus``:
+who held the GPUs over a period, from range queries). Imports run one way: usage -> source
+-> client, nodes, queries, series, targets; client -> deadline, redaction; nodes -> targets
+-> series -> queries.
 
 May import: :mod:`gpumon.data`; the standard library's HTTP client. Never pynvml or psutil.
 """

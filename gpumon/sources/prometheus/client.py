@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from gpumon import __version__
+import gpumon  # gpumon.__version__, read when a request is sent
 from gpumon.data.format import safe_text
 from gpumon.sources.prometheus.deadline import Deadline, deadline_opener, tls_context
 from gpumon.sources.prometheus.redaction import HIDDEN, Redactor
@@ -104,7 +104,7 @@ class _Client:
         request.add_header("Content-Type", "application/x-www-form-urlencoded")
         request.add_header("Accept", "application/json")
         request.add_header("Accept-Encoding", "gzip")
-        request.add_header("User-Agent", f"gpumon/{__version__}")
+        request.add_header("User-Agent", f"gpumon/{gpumon.__version__}")
         for name, value in self.headers.items():
             request.add_unredirected_header(name, value)
         with Deadline(self.timeout_s) as deadline:

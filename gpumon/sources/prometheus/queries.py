@@ -74,6 +74,13 @@ DCGM_READINGS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_SM_CLOCK": ("clock_sm_mhz", 1.0),
     "DCGM_FI_DEV_MEM_CLOCK": ("clock_memory_mhz", 1.0),
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_errors_uncorrected_volatile", 1.0),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("temperature_memory_c", 1.0),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie_replays", 1.0),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows_correctable", 1.0),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows_uncorrectable", 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("remapped_rows_failed", 1.0),
+    # The last Xid's code (its err_code label too); how many there were, DCGM does not say.
+    "DCGM_FI_DEV_XID_ERRORS": ("xid_last", 1.0),
 }
 #: The dcgm-exporter series whose labels name a GPU of a node that is down now.
 DCGM_IDENTITY = "DCGM_FI_DEV_GPU_TEMP"

@@ -55,6 +55,11 @@ clock=time.time, opener=None)``
     :class:`PrometheusError` (one safe line) when the query fails. Blocks; may run on
     another thread while :meth:`sample` runs (it only reads the latest sample).
 
+``PrometheusSource.query(expression, at_s)``, ``.query_range(expression, start_s, end_s,
+step_s)``
+    The answer's ``data`` of one instant or range query, for ``gpumon report``
+    (:mod:`~gpumon.sources.prometheus.usage`); raise :class:`PrometheusError` as ``history``.
+
 ``PrometheusSource.url`` (the address shown: no credentials), ``.last`` (the latest
 ClusterSample or ``None``), ``.close()`` (nothing to release; for symmetry with GpuSource).
 
@@ -148,6 +153,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, node_names
 from gpumon.data.fields import BY_KEY
@@ -329,6 +335,28 @@ class PrometheusSource:
         count = round((end - start) / step_s)
         moments = [round(start + number * step_s, 3) for number in range(count + 1)]
         return [(moment, values.get(moment)) for moment in moments]
+
+    def query(self, expression: str, at_s: float) -> Any:
+        """An instant query's ``data`` at ``at_s`` (for ``gpumon report``).
+
+        Raises:
+            PrometheusError: as :meth:`history`.
+        """
+        return self._client.post("/api/v1/query", {"query": expression, "time": f"{at_s:.3f}"})
+
+    def query_range(self, expression: str, start_s: float, end_s: float, step_s: float) -> Any:
+        """A range query's ``data`` (for ``gpumon report``; the caller bounds the steps).
+
+        Raises:
+            PrometheusError: as :meth:`history`.
+        """
+        form = {
+            "query": expression,
+            "start": f"{start_s:.3f}",
+            "end": f"{end_s:.3f}",
+            "step": f"{step_s:g}",
+        }
+        return self._client.post("/api/v1/query_range", form)
 
     def _resolve(self, node: str) -> tuple[str, str | None, ExporterKind]:
         """(instance, job, exporter) of a node given by name or instance."""

@@ -26,6 +26,8 @@ from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
 from gpumon.ui.dashboard.claim_notes import ClaimNotes
 from gpumon.ui.dashboard.help import DashboardHelpScreen
+from gpumon.ui.dashboard.history import DashboardHistory
+from gpumon.ui.dashboard.history_keys import HISTORY_BINDINGS, HistoryKeys
 from gpumon.ui.dashboard.idle import watch_idleness
 from gpumon.ui.dashboard.screen import DashboardScreen
 from gpumon.ui.dashboard.shown_gpus import ShownGpus
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 
 
-class GpumonApp(MonitorApp):
+class GpumonApp(HistoryKeys, MonitorApp):
     """gpumon's dashboard."""
 
     CSS_PATH = "../app.tcss"  # relative to this file: gpumon/ui/app.tcss
@@ -106,6 +108,7 @@ class GpumonApp(MonitorApp):
             tooltip="torch probe on the selected GPU (needs torch in the probe's Python)",
         ),
         *SIGNAL_BINDINGS,
+        *HISTORY_BINDINGS,
     ]
 
     def __init__(
@@ -142,6 +145,7 @@ class GpumonApp(MonitorApp):
         self.note_sources: list[NoteSource] = [self.watches.notes]
         self.note_sources.append(ClaimNotes(self, self.settings.claims_dir))  # pick's claims
         self.idle = watch_idleness(self)  # held idle: the SM% cells, GPU notes, idle memory
+        self.history = DashboardHistory(self)  # gpumon record's database: idle since, U, [ ]
         self._probe_child_command = probe_child_command
 
     # -- screens ---------------------------------------------------------------------

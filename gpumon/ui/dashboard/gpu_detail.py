@@ -1,8 +1,10 @@
 """``Enter`` on a GPU: its history as graphs, every field, and its processes.
 
 The screen subscribes to the app's :class:`~gpumon.sampling.store.Store` and redraws from it on each
-sample (the store keeps at least the last ten minutes). Graphs are drawn on a fixed scale by
-:mod:`gpumon.ui.widgets.graphs` (see there why not Textual's ``Sparkline``).
+sample (the store keeps at least the last ten minutes); ``[`` and ``]`` step the graphs to
+1 h, 24 h and 7 days from the history database (:mod:`gpumon.ui.dashboard.gpu_history`).
+Graphs are drawn on a fixed scale by :mod:`gpumon.ui.widgets.graphs` (see there why not
+Textual's ``Sparkline``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from textual.widgets import Footer, Static
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats
 from gpumon.sampling.store import Store
+from gpumon.ui.dashboard.gpu_history import SPAN_BINDINGS, GpuSpans, SeriesRead
 from gpumon.ui.dashboard.store_screen import StoreScreen
 from gpumon.ui.widgets.gpu_fields import GRAPHS, ascii_text, render_fields, render_processes
 from gpumon.ui.widgets.graphs import bucketed, chart
@@ -78,11 +81,14 @@ def render_graphs(
 
 
 class GpuDetailScreen(StoreScreen):
-    """One GPU over time. ``Escape`` goes back."""
+    """One GPU over time. ``Escape`` goes back; ``[`` and ``]`` change the graphs' span."""
+
+    BINDINGS = [*StoreScreen.BINDINGS, *SPAN_BINDINGS]
 
     def __init__(self, store: Store, index: int, *, ascii_only: bool = False) -> None:
         super().__init__(store)
         self.index = index
+        self.spans = GpuSpans(self)
         self.ascii_only = ascii_only
         #: The last readings of the GPU while it answered: a lost GPU's graphs keep their scale.
         self._last_known: GpuStats | None = None
@@ -120,10 +126,21 @@ class GpuDetailScreen(StoreScreen):
         width = max(40, self.size.width - 5)
         variables = self.app.get_css_variables()
         colors = (variables.get("success", "green"), variables.get("warning", "yellow"))
-        self.query_one("#gpu-detail-graphs", TextLines).update(
-            render_graphs(self.store, self.index, scale, width, self.ascii_only, colors)
-        )
+        graphs = self.spans.render(scale, width, self.ascii_only, colors)
+        if graphs is None:
+            graphs = render_graphs(self.store, self.index, scale, width, self.ascii_only, colors)
+        self.query_one("#gpu-detail-graphs", TextLines).update(graphs)
         self.query_one("#gpu-detail-fields", TextLines).update(render_fields(gpu, self.ascii_only))
         self.query_one("#gpu-detail-processes", TextLines).update(
             render_processes(sample, self.index, width)
         )
+
+    def action_span(self, direction: int) -> None:
+        sample = self.store.latest
+        gpu = next((g for g in sample.gpus if g.index == self.index), None) if sample else None
+        self.spans.step(direction, None if gpu is None else gpu.uuid)
+        self.refresh_from_store()
+
+    def on_series_read(self, message: SeriesRead) -> None:
+        self.spans.take(message)
+        self.refresh_from_store()

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from textual.binding import Binding, BindingType
 
+from gpumon.ui.dashboard.history import history_help
 from gpumon.ui.widgets.help import (
     TEXTUAL_BINDINGS,
     WIDTH,
@@ -124,4 +125,5 @@ class DashboardHelpScreen(HelpScreen):
         settings = getattr(self.app, "settings", None)
         readonly = bool(getattr(settings, "readonly", False))
         groups = binding_groups(type(self.app).BINDINGS, readonly)
-        return help_text(groups, self._ascii_only, readonly)
+        history = history_help(getattr(self.app, "history", None))
+        return help_text(groups, self._ascii_only, readonly) + "\n" + history

@@ -12,6 +12,7 @@ Pure functions of numbers: no Textual, tested directly.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Protocol
@@ -166,3 +167,29 @@ def history_sparkline(
     values = store.gpu_history(index, field, per_column * (width + 1))
     return sparkline(bucketed(values, store.sequence, per_column, width), width, 0.0, top,
                      ascii_only)  # fmt: skip
+
+
+def time_columns(
+    series: Sequence[tuple[float, float | None]], start_s: float, end_s: float, width: int
+) -> list[float | None]:
+    """``width`` columns over [start, end]: each the maximum of the points in its time
+    slice (a spike stays visible). A point holds until the next one, for at most the
+    series' step (a range query's points are a step apart, often wider than a column);
+    ``None`` (a gap) where nothing was read."""
+    columns: list[float | None] = [None] * width
+    span = end_s - start_s
+    if width <= 0 or span <= 0:
+        return columns
+    points = sorted((when, value) for when, value in series if value is not None and value == value)
+    gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(points))
+    step = gaps[len(gaps) // 2] if gaps else 0.0  # the median: a missing point stays a gap
+    for number, (when, value) in enumerate(points):
+        until = when + step
+        if number + 1 < len(points):
+            until = min(until, points[number + 1][0])
+        first = int((when - start_s) / span * width)
+        last = max(first, math.ceil((until - start_s) / span * width) - 1)
+        for column in range(max(0, first), min(width, last + 1)):
+            best = columns[column]
+            columns[column] = value if best is None or value > best else best
+    return columns

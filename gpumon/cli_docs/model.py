@@ -1,0 +1,136 @@
+"""The command line as data, read off the argparse parser (:func:`read_parser`).
+
+argparse keeps its options in private attributes (``_actions``, ``_choices_actions``); they
+have been stable since Python 3.2, and reading them here, in one place, is what lets the
+completions and the man page never disagree with ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+
+#: Metavars whose values are paths: what the completions offer for them.
+_FILE_METAVARS = frozenset({"PATH", "FILE"})
+_DIRECTORY_METAVARS = frozenset({"DIR"})
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of a command.
+
+    Attributes:
+        flags: its spellings, ``("-n", "--count")``.
+        help: its help text, expanded as ``--help`` shows it.
+        metavar: the name of its value (``SECONDS``); ``None`` for a flag without one.
+        choices: the values it accepts, where argparse lists them.
+        completes: ``"file"``, ``"directory"`` or ``""``: what a shell offers for its value.
+        value_optional: its value may be left out (``--wait`` or ``--wait 10m``).
+        repeatable: it may be given more than once.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    metavar: str | None
+    choices: tuple[str, ...] = ()
+    completes: str = ""
+    value_optional: bool = False
+    repeatable: bool = False
+
+    @property
+    def takes_value(self) -> bool:
+        return self.metavar is not None and not self.value_optional
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """The program or one of its subcommands.
+
+    Attributes:
+        name: ``gpumon``, or the subcommand's name.
+        summary: the one line ``gpumon --help`` gives a subcommand (the program's description
+            for the program).
+        description: what its own ``--help`` says above the options.
+        epilog: what its own ``--help`` says below them.
+        options: its options, in ``--help``'s order.
+        subcommands: the subcommands, in ``--help``'s order.
+    """
+
+    name: str
+    summary: str
+    description: str
+    epilog: str
+    options: tuple[Option, ...]
+    subcommands: tuple[Command, ...] = ()
+
+    def value_options(self) -> tuple[Option, ...]:
+        return tuple(option for option in self.options if option.takes_value)
+
+
+def read_parser(parser: argparse.ArgumentParser, name: str = "", summary: str = "") -> Command:
+    """The command ``parser`` parses, with its subcommands (options with a suppressed help
+    are left out, as ``--help`` leaves them out)."""
+    formatter = parser._get_formatter()
+    options: list[Option] = []
+    subcommands: list[Command] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+            for sub_name, sub_parser in action.choices.items():
+                subcommands.append(read_parser(sub_parser, sub_name, _unescape(helps[sub_name])))
+        elif action.option_strings and action.help != argparse.SUPPRESS:
+            options.append(_option(action, formatter._expand_help(action)))
+    description = parser.description or ""
+    return Command(
+        name=name or parser.prog,
+        summary=summary or description,
+        description=description,
+        epilog=parser.epilog or "",
+        options=tuple(options),
+        subcommands=tuple(subcommands),
+    )
+
+
+def _option(action: argparse.Action, help_text: str) -> Option:
+    choices = tuple(str(choice) for choice in action.choices or ())
+    if action.nargs == 0:
+        metavar = None
+    elif isinstance(action.metavar, str):
+        metavar = action.metavar
+    elif choices:
+        metavar = "{" + ",".join(choices) + "}"
+    else:
+        metavar = action.dest.upper()
+    completes = ""
+    if metavar in _FILE_METAVARS:
+        completes = "file"
+    elif metavar in _DIRECTORY_METAVARS:
+        completes = "directory"
+    return Option(
+        flags=tuple(action.option_strings),
+        help=" ".join(help_text.split()),
+        metavar=metavar,
+        choices=choices,
+        completes=completes,
+        value_optional=action.nargs == argparse.OPTIONAL,
+        repeatable=isinstance(action, argparse._AppendAction),
+    )
+
+
+def _unescape(help_text: str) -> str:
+    """A subparser's help as argparse shows it (``%%`` is a literal ``%``)."""
+    return help_text.replace("%%", "%")
+
+
+_CLAUSE_END = re.compile(r";\s|\s\(")
+
+
+def short_help(text: str, limit: int = 72) -> str:
+    """The first clause of a help text, at most ``limit`` characters: a completion menu's
+    description."""
+    clause = _CLAUSE_END.split(text, maxsplit=1)[0].strip()
+    if len(clause) <= limit:
+        return clause
+    cut = clause[: limit - 3].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + "..."

@@ -1,0 +1,302 @@
+"""``gpumon export --web-config-file FILE``: TLS and basic authentication, written in the web
+configuration format of Prometheus' exporter-toolkit (node_exporter's and dcgm-exporter's
+``--web.config.file``), so one file serves them all.
+
+Read, as the toolkit documents them:
+
+- ``tls_server_config``: ``cert_file`` and ``key_file`` (PEM, unencrypted; relative paths
+  are from the file's directory), ``client_ca_file`` (or ``client_ca``, the PEM inline),
+  ``client_auth_type``, ``min_version`` and ``max_version`` (``TLS10`` to ``TLS13``; default
+  ``TLS12`` to ``TLS13``). ``client_auth_type`` is ``NoClientCert`` (the default),
+  ``VerifyClientCertIfGiven`` or ``RequireAndVerifyClientCert`` (mutual TLS), both of which
+  need the client CA.
+- ``basic_auth_users``: user name -> bcrypt hash (``htpasswd -nBC 10 "" | tr -d ':\\n'``).
+
+Refused, with the reason, rather than ignored (a security setting that silently did nothing
+would be worse than an error): ``RequestClientCert`` and ``RequireAnyClientCert`` (they take
+a client certificate without verifying it, which Python's ``ssl`` cannot do), inline ``cert``
+and ``key``, ``cipher_suites``, ``curve_preferences`` and ``client_allowed_sans``.
+``prefer_server_cipher_suites`` is accepted and has no effect (as in Go since 1.18).
+Accepted but not applied, with a warning at start: ``http_server_config`` (gpumon serves
+HTTP/1.1 and adds no headers) and ``rate_limit``. Any other key is an error.
+
+Unlike the toolkit, the file is read once, at start: a changed file (or certificate) needs a
+restart. It is read as gpumon's own config is (:func:`gpumon.config_file.read_guarded`): a
+regular file, at most :data:`MAX_WEB_CONFIG_BYTES`, that no other user controls; the TLS files
+likewise (at most :data:`MAX_PEM_BYTES`). A problem is one line naming the key, never a value:
+hashes and keys are never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumon.config_file import SettingsError, read_guarded
+from gpumon.data.format import safe_text
+
+MAX_WEB_CONFIG_BYTES = 64 * 1024
+MAX_PEM_BYTES = 1024 * 1024
+#: A bcrypt hash, as htpasswd and Go's bcrypt write it: ``$2y$10$`` + 53 characters.
+BCRYPT_HASH = re.compile(r"\$2[abxy]\$(\d\d)\$[./A-Za-z0-9]{53}")
+
+_TOP = ("tls_server_config", "basic_auth_users", "http_server_config", "rate_limit")
+_TLS_KEYS = (
+    "cert_file", "key_file", "client_ca_file", "client_ca", "client_auth_type", "min_version",
+    "max_version", "prefer_server_cipher_suites",
+)  # fmt: skip
+_NOT_SUPPORTED = {
+    "cert": "an inline certificate is not supported: use cert_file",
+    "key": "an inline key is not supported: use key_file",
+    "cipher_suites": "not supported: gpumon uses OpenSSL's default cipher suites",
+    "curve_preferences": "not supported: gpumon uses OpenSSL's default curves",
+    "client_allowed_sans": "not supported: gpumon checks client certificates against "
+    "client_ca_file only",
+}
+_VERIFY_MODES = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+_UNVERIFIED = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
+_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+
+class WebConfigError(ValueError):
+    """The web config cannot be used; ``str()`` is one line: the key, then why."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}" if key else reason)
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """What ``--web-config-file`` asks for."""
+
+    #: The server's TLS, or ``None`` for plain HTTP.
+    tls: ssl.SSLContext | None = None
+    #: ``client_auth_type`` as written (for the start-up line).
+    client_auth: str = "NoClientCert"
+    #: User name -> bcrypt hash; none: no authentication. Never shown (``repr`` leaves it out).
+    users: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    #: What the file asks for that gpumon does not apply: printed at start.
+    warnings: tuple[str, ...] = ()
+
+
+def load_web_config(path: str) -> WebConfig:
+    """Read and check ``path``; the TLS context is built (its files read) at once.
+
+    Raises:
+        WebConfigError: the file (or a file it names) cannot be used.
+    """
+    try:
+        data = read_guarded(path, max_bytes=MAX_WEB_CONFIG_BYTES)
+    except SettingsError as error:
+        raise WebConfigError("", str(error).removeprefix(f"{path}: ")) from None
+    assert data is not None
+    document = _parse_yaml(data)
+    if document is None:
+        return WebConfig()
+    table = _mapping(document, "")
+    _check_keys(table, "", _TOP)
+    warnings = tuple(
+        f"{key} is not applied by gpumon (ignored)" for key in ("http_server_config", "rate_limit")
+        if table.get(key)
+    )  # fmt: skip
+    base = os.path.dirname(os.path.abspath(path))
+    tls, client_auth = _tls(table.get("tls_server_config"), base)
+    return WebConfig(tls, client_auth, _users(table.get("basic_auth_users")), warnings)
+
+
+def _parse_yaml(data: bytes) -> Any:
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        """yaml.safe_load's loader, refusing a key given twice (YAML says a key is unique;
+        PyYAML would keep the last: a second user entry would win silently)."""
+
+    def mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise WebConfigError(_shown(str(key)), "given twice")
+            seen.add(key if isinstance(key, (str, int, float, bool)) else id(key_node))
+        return loader.construct_mapping(node)
+
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        text = data.decode("utf-8")
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader: safe_load with one more check
+    except UnicodeDecodeError:
+        raise WebConfigError("", "not valid YAML: the file is not UTF-8") from None
+    except yaml.MarkedYAMLError as error:
+        # The problem and where, never the text around it (it may hold a hash).
+        mark = error.problem_mark
+        where = "" if mark is None else f" (line {mark.line + 1}, column {mark.column + 1})"
+        raise WebConfigError("", f"not valid YAML: {_shown(error.problem or '')}{where}") from None
+    except (yaml.YAMLError, RecursionError):
+        raise WebConfigError("", "not valid YAML") from None
+
+
+def _tls(value: Any, base: str) -> tuple[ssl.SSLContext | None, str]:
+    key = "tls_server_config"
+    if value is None or value == {}:
+        return None, "NoClientCert"
+    table = _mapping(value, key)
+    for name, reason in _NOT_SUPPORTED.items():
+        if table.get(name) not in (None, "", []):
+            raise WebConfigError(f"{key}.{name}", reason)
+    _check_keys(table, key, (*_TLS_KEYS, *_NOT_SUPPORTED))
+    mode = _text(table, key, "client_auth_type") or "NoClientCert"
+    if mode in _UNVERIFIED:
+        raise WebConfigError(
+            f"{key}.client_auth_type",
+            f"{mode} takes a client certificate without verifying it, which Python's ssl "
+            "cannot do: use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) with "
+            "client_ca_file",
+        )
+    if mode not in _VERIFY_MODES:
+        raise WebConfigError(
+            f"{key}.client_auth_type", f"unknown: one of {', '.join(_VERIFY_MODES)}"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)  # renegotiation: a DoS lever
+    _versions(context, table, key)
+    _certificate(context, table, key, base)
+    ca = _client_ca(table, key, base)
+    if ca is None and mode != "NoClientCert":
+        raise WebConfigError(f"{key}.client_ca_file", f"required by {mode}")
+    if ca is not None and mode == "NoClientCert":
+        raise WebConfigError(
+            f"{key}.client_auth_type",
+            "a client CA is given but client certificates are not asked for: set "
+            "RequireAndVerifyClientCert",
+        )
+    if ca is not None:
+        try:
+            context.load_verify_locations(cadata=ca)
+        except (ssl.SSLError, ValueError) as error:
+            raise WebConfigError(
+                f"{key}.client_ca_file", f"no usable CA certificate ({_ssl(error)})"
+            ) from None
+    context.verify_mode = _VERIFY_MODES[mode]
+    return context, mode
+
+
+def _versions(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> None:
+    chosen = []
+    for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
+        text = _text(table, key, name) or default
+        if text not in _VERSIONS:
+            raise WebConfigError(f"{key}.{name}", f"unknown: one of {', '.join(_VERSIONS)}")
+        chosen.append(_VERSIONS[text])
+    low, high = chosen
+    if low > high:
+        raise WebConfigError(f"{key}.max_version", "is below min_version")
+    try:
+        context.minimum_version, context.maximum_version = low, high
+    except (ValueError, ssl.SSLError) as error:
+        raise WebConfigError(f"{key}.min_version", f"not available here ({_ssl(error)})") from None
+
+
+def _certificate(context: ssl.SSLContext, table: Mapping[str, Any], key: str, base: str) -> None:
+    paths = []
+    for name in ("cert_file", "key_file"):
+        text = _text(table, key, name)
+        if not text:
+            raise WebConfigError(f"{key}.{name}", "required for TLS")
+        path = os.path.join(base, text)
+        _guarded(path, f"{key}.{name}")  # a regular file no other user controls
+        paths.append(path)
+    try:  # an encrypted key is refused (no passphrase is asked for), never prompted for
+        context.load_cert_chain(paths[0], paths[1], password=lambda: b"")
+    except (ssl.SSLError, OSError) as error:
+        raise WebConfigError(
+            f"{key}.cert_file/key_file",
+            f"cannot use them: {_ssl(error)} (PEM, an unencrypted key matching the certificate)",
+        ) from None
+
+
+def _client_ca(table: Mapping[str, Any], key: str, base: str) -> str | None:
+    inline, name = _text(table, key, "client_ca"), _text(table, key, "client_ca_file")
+    if inline and name:
+        raise WebConfigError(f"{key}.client_ca", "give client_ca or client_ca_file, not both")
+    if inline:
+        return inline
+    if not name:
+        return None
+    data = _guarded(os.path.join(base, name), f"{key}.client_ca_file")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise WebConfigError(f"{key}.client_ca_file", "not PEM (not ASCII)") from None
+
+
+def _users(value: Any) -> dict[str, bytes]:
+    key = "basic_auth_users"
+    if value is None:
+        return {}
+    users: dict[str, bytes] = {}
+    for user, hashed in _mapping(value, key).items():
+        if not isinstance(user, str) or not user:
+            raise WebConfigError(key, f"a user name must be a string ({_shown(str(user))})")
+        where = f"{key}.{_shown(user)}"
+        if ":" in user:
+            raise WebConfigError(where, "a user name cannot hold ':' (basic auth splits there)")
+        match = BCRYPT_HASH.fullmatch(hashed) if isinstance(hashed, str) else None
+        if match is None or not 4 <= int(match.group(1)) <= 31:
+            raise WebConfigError(
+                where, "not a bcrypt hash (make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+            )
+        users[user] = hashed.encode("ascii")
+    return users
+
+
+def _guarded(path: str, key: str) -> bytes:
+    try:
+        data = read_guarded(path, max_bytes=MAX_PEM_BYTES)
+    except SettingsError as error:
+        raise WebConfigError(key, str(error)) from None
+    assert data is not None
+    return data
+
+
+def _mapping(value: Any, key: str) -> Mapping[Any, Any]:
+    if not isinstance(value, dict):
+        raise WebConfigError(key, "expected a mapping (key: value lines)")
+    return value
+
+
+def _check_keys(table: Mapping[Any, Any], key: str, known: tuple[str, ...]) -> None:
+    for name in table:
+        if name not in known:
+            where = f"{key}.{_shown(str(name))}" if key else _shown(str(name))
+            raise WebConfigError(where, f"unknown key (known: {', '.join(known)})")
+
+
+def _text(table: Mapping[str, Any], key: str, name: str) -> str:
+    value = table.get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise WebConfigError(f"{key}.{name}", "expected a string")
+    return value
+
+
+def _shown(text: str) -> str:
+    return safe_text(text, 64)
+
+
+def _ssl(error: BaseException) -> str:
+    reason = getattr(error, "reason", None) or getattr(error, "strerror", None) or str(error)
+    return safe_text(str(reason), 120)

@@ -1,0 +1,149 @@
+"""``gpumon record``: a light recorder of the GPUs' history into SQLite.
+
+It samples through the same :class:`~gpumon.sampling.poller.Poller` and
+:class:`~gpumon.sampling.store.Store` as the dashboard and the exporter, every ``--interval``
+seconds (10 by default), and writes each sample in one transaction
+(:mod:`gpumon.sampling.history`). ``gpumon export --record`` records the exporter's own
+samples instead: one node runs one sampler.
+
+Exit status: 0 after SIGINT or SIGTERM; 1 when the database cannot be used (one line says
+why and what to do: another user can write it, it is damaged, of a newer version, another
+recorder writes it) or there is no GPU driver. A problem that may pass (a locked database,
+a full disk) is one line, and the recorder goes on and retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpumon.data.model import Sample
+    from gpumon.sampling.history.recorder import Recorder
+    from gpumon.settings import Settings
+
+#: Seconds between samples unless --interval says otherwise (the dashboard's 1 s is for eyes).
+DEFAULT_INTERVAL_S = 10.0
+#: How long stopping waits for a sample in progress (a stuck driver call is not waited for).
+STOP_WAIT_S = 1.0
+PREFIX = "gpumon record"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from gpumon.arguments import interval_seconds
+
+    parser.add_argument(
+        "--interval",
+        type=interval_seconds,
+        default=argparse.SUPPRESS,  # keeps `gpumon --interval N record` working
+        metavar="SECONDS",
+        help=f"seconds between samples (default: {DEFAULT_INTERVAL_S:g}); the database is "
+        "--db, kept --history-days",
+    )
+
+
+def interval_of(settings: Settings) -> float:
+    """--interval when given on the command line, else :data:`DEFAULT_INTERVAL_S` (the
+    config file's ``interval`` is the dashboard's)."""
+    if settings.origins.get("interval_s") == "--interval":
+        return settings.interval_s
+    return DEFAULT_INTERVAL_S
+
+
+def demo_needs_own_file(settings: Settings) -> str | None:
+    """Why this recording is refused: simulated samples never go into the real history."""
+    if settings.demo and not settings.history_db:
+        return "--demo records simulated samples: give them their own file with --db PATH"
+    return None
+
+
+def recorder_for(settings: Settings, interval_s: float, prefix: str, batch_s: float) -> Recorder:
+    """A :class:`Recorder` of ``settings``' database, reporting on stderr after ``prefix``."""
+    from gpumon.sampling.history.reader import history_path
+    from gpumon.sampling.history.recorder import Recorder
+    from gpumon.sampling.history.writer import HistoryWriter
+    from gpumon.sampling.idle import idle_rule
+
+    writer = HistoryWriter(
+        history_path(settings),
+        rule=idle_rule(settings),
+        interval_s=interval_s,
+        history_days=settings.history_days,
+        batch_s=batch_s,
+    )
+    return Recorder(writer, lambda line: print(f"{prefix}: {line}", file=sys.stderr, flush=True))
+
+
+def run(settings: Settings) -> int:
+    """``gpumon record``: sample and record until SIGINT or SIGTERM."""
+    refused = demo_needs_own_file(settings)
+    if refused is not None:
+        print(f"{PREFIX}: error: {refused}", file=sys.stderr)
+        return 2
+    interval_s = interval_of(settings)
+    recorder = recorder_for(settings, interval_s, PREFIX, batch_s=0.0)
+    if not recorder.open():
+        return 1
+    import asyncio
+
+    try:
+        return asyncio.run(_record(settings, recorder, interval_s))
+    finally:
+        recorder.close()
+
+
+async def _record(settings: Settings, recorder: Recorder, interval_s: float) -> int:
+    import asyncio
+    import signal
+
+    from gpumon.sampling.poller import Poller
+    from gpumon.sampling.snapshot import no_gpu_data, report_unavailable
+    from gpumon.sampling.store import Store
+    from gpumon.sources.base import source_for
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    store = Store(history=False)
+    no_driver: list[Sample] = []
+
+    def sampled(sample: Sample) -> None:
+        if no_gpu_data(sample):
+            no_driver.append(sample)
+            stop.set()
+            return
+        if store.sequence == 1:  # the banner waits for the first sample: is there a driver?
+            demo = " (DEMO: simulated data)" if sample.simulated else ""
+            print(
+                f"{PREFIX}: recording to {recorder.writer.path} every {interval_s:g} s{demo}, "
+                f"minute rows kept {settings.history_days} days; Ctrl-C to stop",
+                file=sys.stderr,
+                flush=True,
+            )
+        recorder.sampled(sample)
+        if recorder.failed is not None:
+            stop.set()
+
+    store.subscribe(sampled)
+    errors: list[str] = []
+
+    def failed(error: BaseException) -> None:
+        if str(error) not in errors[-1:]:  # once per distinct error, not every interval
+            print(f"{PREFIX}: warning: sampling failed: {error}", file=sys.stderr)
+        errors.append(str(error))
+        del errors[:-1]
+
+    # Cheap: NVML is initialised by the first sample, on the poller's thread.
+    poller = Poller(source_for(settings), interval_s, store.push, on_error=failed)
+    polling = asyncio.create_task(poller.run())
+    await stop.wait()
+    polling.cancel()
+    await asyncio.wait([polling])
+    # Closes the source after a sample in flight; a stuck driver call is not waited for.
+    await asyncio.wait([asyncio.wrap_future(poller.close())], timeout=STOP_WAIT_S)
+    if no_driver and no_driver[0].unavailable is not None:
+        report_unavailable(no_driver[0].unavailable)
+        return 1
+    return 0 if recorder.failed is None else 1

@@ -1,0 +1,287 @@
+"""``gpumon report``'s three outputs of one :class:`~gpumon.data.report.UsageReport`: a text
+table with a bar per row (:func:`render_text`), CSV for spreadsheets (:func:`render_csv`) and
+JSON (:func:`report_to_dict`, following ``gpumon/schema/report.schema.json``).
+
+Pure functions: no database, no HTTP, no Textual. Colours are :mod:`gpumon.data.painting`'s,
+as ``gpumon once``'s. Every name (a user, a job, a node, a command) is other people's text and
+is made safe (:func:`gpumon.data.format.safe_text`) before it is printed; in CSV, a cell that
+a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
+carriage return) gets a leading ``'``, which spreadsheets show as text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from typing import Any
+
+import gpumon  # gpumon.__version__, read when a document is built
+from gpumon.data import format as fmt
+from gpumon.data.painting import BOLD, DIM, GREEN, YELLOW, Painter, fit_line
+from gpumon.data.report import NO_KEY, IdleHolder, UsageReport, bar_cells, hours_text
+from gpumon.data.text_table import DEMO_MARKER
+from gpumon.data.usage import UsageRow
+
+#: Bumped only for breaking changes, as ``once --json``'s.
+REPORT_SCHEMA_VERSION = 1
+#: Column headers of the text table (the key's is the grouping's, upper case): HELD, USED
+#: and IDLE are GPU-hours (the legend below the table says so).
+NUMBER_COLUMNS = ("HELD", "USED", "IDLE", "PEAK-MEM", "PROCS")
+#: The bar's cells: used (SM-weighted), held but not used, held idle; UTF-8 then ASCII.
+BAR_CELLS = ("█", "▒", "░")
+ASCII_BAR_CELLS = ("#", "=", ".")
+#: The bar's width when the output is not a terminal, and the most it takes on one.
+PIPED_BAR_WIDTH = 24
+MAX_BAR_WIDTH = 40
+MIN_BAR_WIDTH = 8
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def key_text(report: UsageReport, key: str | None) -> str:
+    return NO_KEY.get(report.by, "(none)") if key is None else fmt.safe_text(key, 200)
+
+
+def _when(timestamp_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp_s))
+
+
+def header_lines(report: UsageReport) -> list[str]:
+    """What the report covers and where it was read."""
+    period = report.period
+    span = fmt.duration(period.seconds)
+    lines = [
+        f"GPU usage by {report.by}, {_when(period.start_s)} to {_when(period.end_s)} "
+        f"({span}, local time)"
+    ]
+    if report.cluster:
+        rules = "; recording rules" if report.recording_rules else ""
+        step = fmt.duration(report.step_s) if report.step_s else "?"
+        lines.append(f"from Prometheus at {report.where} (sampled every {step}{rules})")
+    else:
+        lines.append(f"from the history database {report.where}")
+    if report.simulated:
+        lines[0] += f"  {DEMO_MARKER}"
+    return lines
+
+
+def bar(row: UsageRow, top: float, width: int, ascii_only: bool, paint: Painter) -> str:
+    """``width`` cells at most: the row's GPU-hours held on the scale 0 .. ``top``, its used
+    part first, its idle part last."""
+    used_cell, held_cell, idle_cell = ASCII_BAR_CELLS if ascii_only else BAR_CELLS
+    counts = bar_cells(row, top, width)
+    parts = zip((used_cell, held_cell, idle_cell), counts, (GREEN, DIM, YELLOW), strict=True)
+    return "".join(paint(cell * count, code) for cell, count, code in parts if count)
+
+
+def _row_cells(report: UsageReport, row: UsageRow) -> list[str]:
+    cells = [key_text(report, row.key)]
+    if report.cluster:
+        cells.append(fmt.safe_text(row.node or "?", 200))
+    cells += [
+        hours_text(row.gpu_hours_held),
+        hours_text(row.gpu_hours_used),
+        hours_text(row.idle_held_hours),
+        fmt.bytes_short(row.peak_memory_bytes),
+        str(row.processes),
+    ]
+    return cells
+
+
+def render_text(
+    report: UsageReport,
+    *,
+    color: bool = False,
+    width: int | None = None,
+    ascii_only: bool | None = None,
+    current_user: str | None = None,
+) -> str:
+    """The report as a table, one row per group with a bar, then who holds memory idle now.
+
+    Args:
+        report: what to print.
+        color: ANSI colours (the bars; ``current_user``'s row in bold).
+        width: the terminal's width: names are cut and the bar sized to fit it; ``None``
+            (piped): nothing is cut, bars are :data:`PIPED_BAR_WIDTH` cells.
+        ascii_only: ASCII bars and ellipses; ``None`` decides from the locale.
+        current_user: the user running the report, whose row is bold.
+    """
+    if ascii_only is None:
+        ascii_only = not fmt.locale_is_utf8()
+    paint = Painter(color)
+    ellipsis = fmt.ASCII_ELLIPSIS if ascii_only else fmt.ELLIPSIS
+    lines = [paint(line, BOLD) if n == 0 else line for n, line in enumerate(header_lines(report))]
+    lines.append("")
+    header = [report.by.upper(), *(["NODE"] if report.cluster else []), *NUMBER_COLUMNS]
+    rows = [_row_cells(report, row) for row in report.rows]
+    widths = [max(fmt.cell_len(cells[i]) for cells in (header, *rows)) for i in range(len(header))]
+    texts = 2 if report.cluster else 1  # the columns of names: cut to fit, never the numbers
+    bar_width = PIPED_BAR_WIDTH if width is None else _fit(widths, texts, width)
+
+    def line(cells: list[str]) -> str:
+        shown = []
+        for i, (cell, size) in enumerate(zip(cells, widths, strict=True)):
+            if i < texts:
+                shown.append(fmt.ljust_cells(fmt.truncate(cell, size, ellipsis), size))
+            else:
+                shown.append(cell.rjust(size))
+        return "  ".join(shown)
+
+    lines.append(paint(line(header), BOLD))
+    top = max((row.gpu_hours_held for row in report.rows), default=0.0)
+    for row, cells in zip(report.rows, rows, strict=True):
+        text = line(cells)
+        if report.by == "user" and current_user is not None and row.key == current_user:
+            text = paint(text, BOLD)
+        drawn = bar(row, top, bar_width, ascii_only, paint)
+        lines.append(f"{text}  {drawn}".rstrip() if drawn else text)
+    if not report.rows:
+        lines.append("(no GPU memory held by any process in this period)")
+    else:
+        lines.append(paint(legend(ascii_only, bar_width > 0), DIM))
+    lines += [paint(note, YELLOW) for note in report.notes]
+    lines += ["", *holder_lines(report)]
+    if width is not None:
+        lines = [fit_line(line, width, ellipsis) for line in lines]
+    return "\n".join(lines) + "\n"
+
+
+def legend(ascii_only: bool, bars: bool) -> str:
+    """What the numbers and the bars' cells mean."""
+    text = "GPU-hours: HELD, USED (SM-weighted), IDLE (held idle)"
+    if not bars:
+        return text
+    used, held, idle = ASCII_BAR_CELLS if ascii_only else BAR_CELLS
+    return f"{text}   {used} used  {held} held  {idle} idle"
+
+
+def _fit(widths: list[int], texts: int, width: int) -> int:
+    """Cut the first ``texts`` columns (the names; to 8 cells at least, the widest first)
+    until the table and a bar of :data:`MIN_BAR_WIDTH` fit ``width``; the bar's width, 0
+    when none fits."""
+
+    def spare() -> int:
+        return width - (sum(widths) + 2 * (len(widths) - 1)) - 2
+
+    while spare() < MIN_BAR_WIDTH:
+        widest = max(range(texts), key=lambda i: widths[i])
+        if widths[widest] <= 8:
+            break
+        widths[widest] -= min(widths[widest] - 8, MIN_BAR_WIDTH - spare())
+    return min(MAX_BAR_WIDTH, spare()) if spare() >= MIN_BAR_WIDTH else 0
+
+
+def holder_lines(report: UsageReport) -> list[str]:
+    """Who holds GPU memory idle now, longest first."""
+    if not report.holders:
+        return ["Nobody holds GPU memory idle now."]
+    lines = ["Holding GPU memory idle now:"]
+    for holder in report.holders:
+        where = f"{fmt.safe_text(holder.node, 200)}  " if holder.node else ""
+        gpu = "?" if holder.gpu_index is None else str(holder.gpu_index)
+        user = fmt.safe_text(holder.user or NO_KEY["user"], 200)
+        text = (
+            f"  {user}  {where}GPU {gpu}  PID {holder.pid}  "
+            f"{fmt.bytes_short(holder.gpu_memory_bytes)}  idle {fmt.duration(holder.idle_s)}"
+        )
+        if holder.command:
+            text += f"  {fmt.safe_text(holder.command)}"
+        lines.append(text)
+    return lines
+
+
+# --- CSV ------------------------------------------------------------------------------------
+
+
+def safe_cell(text: str) -> str:
+    """A text cell no spreadsheet runs as a formula: ``'`` before a risky first character."""
+    text = fmt.safe_text(text, 1000)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
+def _number(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def render_csv(report: UsageReport) -> str:
+    """The rows as CSV: a header row of the JSON's names, numbers plain (hours to four
+    decimals, bytes whole), an empty cell for a key or peak that is not known, and a last
+    ``simulated`` column (``1`` on every row of a ``--demo`` history: the file carries its
+    label wherever it is copied). The idle holders are left out (one table per file)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")
+    header = [report.by, *(["node"] if report.cluster else [])]
+    header += ["gpu_hours_held", "gpu_hours_used", "idle_held_hours", "peak_memory_bytes"]
+    writer.writerow([*header, "processes", "simulated"])
+    simulated = "1" if report.simulated else "0"
+    for row in report.rows:
+        cells = ["" if row.key is None else safe_cell(row.key)]
+        if report.cluster:
+            cells.append("" if row.node is None else safe_cell(row.node))
+        cells += [
+            _number(row.gpu_hours_held),
+            _number(row.gpu_hours_used),
+            _number(row.idle_held_hours),
+            "" if row.peak_memory_bytes is None else str(row.peak_memory_bytes),
+            str(row.processes),
+            simulated,
+        ]
+        writer.writerow(cells)
+    return out.getvalue()
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def _iso(timestamp_s: float) -> str | None:
+    from gpumon.sampling.snapshot import iso_timestamp
+
+    return iso_timestamp(timestamp_s)
+
+
+def row_to_dict(report: UsageReport, row: UsageRow) -> dict[str, Any]:
+    return {
+        report.by: row.key,
+        "node": row.node,
+        "gpu_hours_held": row.gpu_hours_held,
+        "gpu_hours_used": row.gpu_hours_used,
+        "idle_held_hours": row.idle_held_hours,
+        "peak_memory_bytes": row.peak_memory_bytes,
+        "processes": row.processes,
+    }
+
+
+def holder_to_dict(holder: IdleHolder) -> dict[str, Any]:
+    return {
+        "user": holder.user,
+        "node": holder.node,
+        "gpu": holder.gpu_index,
+        "gpu_uuid": holder.gpu_uuid,
+        "pid": holder.pid,
+        "command": holder.command,
+        "idle_s": holder.idle_s,
+        "gpu_memory_bytes": holder.gpu_memory_bytes,
+    }
+
+
+def report_to_dict(report: UsageReport) -> dict[str, Any]:
+    """The report as JSON-able data (``gpumon/schema/report.schema.json``)."""
+    period = report.period
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "gpumon_version": gpumon.__version__,
+        "source": report.source,
+        "database": None if report.cluster else report.where,
+        "prometheus_url": report.where if report.cluster else None,
+        "simulated": report.simulated,
+        "by": report.by,
+        "from": _iso(period.start_s),
+        "to": _iso(period.end_s),
+        "from_s": period.start_s,
+        "to_s": period.end_s,
+        "step_s": report.step_s,
+        "recording_rules": report.recording_rules,
+        "rows": [row_to_dict(report, row) for row in report.rows],
+        "idle_holders": [holder_to_dict(holder) for holder in report.holders],
+        "notes": list(report.notes),
+    }

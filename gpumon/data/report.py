@@ -1,0 +1,121 @@
+"""What ``gpumon report`` prints, as pure data: the usage rows of a period
+(:class:`~gpumon.data.usage.UsageRow`), who holds GPU memory idle now (:class:`IdleHolder`),
+and where both came from (:class:`UsageReport`). The history database (one server) and
+Prometheus (a cluster) both end here; :mod:`gpumon.commands.report_output` prints it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpumon.data.usage import UsageRow
+
+if TYPE_CHECKING:
+    from gpumon.data.periods import Period
+
+#: What a row's key is called when it has none, per grouping.
+NO_KEY = {
+    "user": "(unknown)",
+    "job": "(no job)",
+    "container": "(no container)",
+    "gpu": "(unknown GPU)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class IdleHolder:
+    """A process holding GPU memory idle now: IDLE by the idle rule (``idle_s`` seconds at
+    low SM utilisation with at least the minimum memory).
+
+    Attributes:
+        user: its owner; ``None`` when not known.
+        pid: its PID (on ``node``).
+        gpu_index: the NVML index of its GPU; ``None`` when not known.
+        gpu_uuid: its GPU's UUID; ``None`` when not known.
+        idle_s: how long it has been quiet.
+        gpu_memory_bytes: the GPU memory it holds; ``None`` when not known.
+        command: its command (a cluster gives the executable's name only); ``None``.
+        node: the node, in a cluster report.
+    """
+
+    user: str | None
+    pid: int
+    gpu_index: int | None
+    gpu_uuid: str | None
+    idle_s: float
+    gpu_memory_bytes: int | None = None
+    command: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """A whole report.
+
+    Attributes:
+        period: the period the rows cover.
+        by: the grouping (:data:`gpumon.data.usage.GROUPINGS`).
+        rows: most GPU-hours held first.
+        holders: who holds GPU memory idle now, longest first.
+        source: ``"history"`` (a database) or ``"prometheus"``.
+        where: the database's path, or the Prometheus server's URL (no credentials).
+        step_s: the spacing of the Prometheus samples the hours are summed from; ``None``
+            for a database.
+        recording_rules: a Prometheus report read the contrib recording rules' series;
+            ``None`` for a database.
+        simulated: some of the data is from ``--demo``.
+        notes: what the reader should know (a node whose names were not found, ...).
+    """
+
+    period: Period
+    by: str
+    rows: tuple[UsageRow, ...]
+    holders: tuple[IdleHolder, ...]
+    source: str
+    where: str
+    step_s: float | None = None
+    recording_rules: bool | None = None
+    simulated: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def cluster(self) -> bool:
+        return self.source == "prometheus"
+
+
+def sorted_rows(rows: list[UsageRow]) -> tuple[UsageRow, ...]:
+    """Most GPU-hours held first; ties by key and node (``None`` last)."""
+    return tuple(
+        sorted(
+            rows,
+            key=lambda row: (-row.gpu_hours_held, row.key is None, row.key or "", row.node or ""),
+        )
+    )
+
+
+def sorted_holders(holders: list[IdleHolder]) -> tuple[IdleHolder, ...]:
+    """Longest idle first."""
+    return tuple(sorted(holders, key=lambda h: (-h.idle_s, h.node or "", h.gpu_index or 0, h.pid)))
+
+
+def bar_cells(row: UsageRow, top: float, width: int) -> tuple[int, int, int]:
+    """A row's bar on the scale 0 .. ``top`` in ``width`` cells: (used, held but neither
+    used nor idle, held idle) cells; a row that held a GPU at all gets one cell at least."""
+    if top <= 0 or width <= 0:
+        return 0, 0, 0
+    held = round(min(1.0, row.gpu_hours_held / top) * width)
+    if held == 0 and row.gpu_hours_held > 0:
+        held = 1  # a little use never reads as none
+    used = min(held, round(row.gpu_hours_used / top * width))
+    idle = min(held - used, round(row.idle_held_hours / top * width))
+    return used, held - used - idle, idle
+
+
+def hours_text(hours: float) -> str:
+    """GPU-hours as short as is still useful: ``1234``, ``56.7``, ``0.25``."""
+    if hours >= 100:
+        return f"{hours:.0f}"
+    if hours >= 10:
+        return f"{hours:.1f}"
+    return f"{hours:.2f}"

@@ -1,0 +1,253 @@
+"""Where the history database is, and opening it: read-only for every reader, read-write
+(with checks on who else could write it) for the one recorder.
+
+The database is readable by every user and writable only by the recorder: it is created
+0644 in a directory created 0755 (whatever the umask), and SQLite gives its ``-wal`` and
+``-shm`` files the database's mode. The recorder refuses a database, or a directory, that
+another user can write or owns: they could rewrite what the dashboard and reports show, or
+plant a link. One recorder per database: a second one is refused (an ``flock`` on the file,
+which SQLite's own locks never touch).
+
+A reader opens ``file:...?mode=ro``: it never creates the database, nor writes it. Readers
+never wait on the recorder (WAL), and a busy timeout covers the moments when SQLite itself
+must wait (the recorder's checkpoints).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sqlite3
+import stat
+import urllib.parse
+from typing import TYPE_CHECKING
+
+from gpumon.config_file import default_history_path
+from gpumon.sampling.history.schema import HistoryError, explain
+
+if TYPE_CHECKING:
+    from gpumon.settings import Settings
+
+#: How long a statement waits for a lock before it fails with "database is locked".
+BUSY_TIMEOUT_S = 5.0
+#: A reader waits less: the dashboard must not stall on the history.
+READER_BUSY_TIMEOUT_S = 2.0
+
+
+def history_path(settings: Settings) -> str:
+    """The history database of ``settings``: ``history_db`` (``--db``), else the default
+    (``/var/lib/gpumon/history.db`` for root, else ``$XDG_STATE_HOME/gpumon/history.db``)."""
+    if settings.history_db:
+        return os.path.abspath(os.path.expanduser(settings.history_db))
+    return default_history_path(os.environ, os.geteuid())
+
+
+def connect_read_only(path: str) -> sqlite3.Connection | None:
+    """A read-only connection to the database at ``path``; ``None`` when there is none.
+
+    Raises:
+        HistoryError: the path is not a file, or SQLite cannot open it.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise HistoryError(f"{path}: cannot read the history: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise HistoryError(f"{path}: not a file: use --db to choose the history database")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    if _left_in_wal_mode(path) and not os.path.exists(path + "-shm"):
+        # No recorder has it open (a running one has its -shm file), and SQLite would create
+        # the -wal and -shm files to read it: read the file as it is instead.
+        uri += "&immutable=1"
+    try:
+        return _connect(uri)
+    except sqlite3.Error as error:
+        raise explain(path, error, writing=False) from None
+
+
+def _left_in_wal_mode(path: str) -> bool:
+    """The database's header says WAL (bytes 18 and 19 are 2): the recorder stopped without
+    switching back (it was killed, or a reader held the file as it stopped)."""
+    try:
+        with open(path, "rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False
+    return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+
+
+def _connect(uri: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(
+        uri,
+        uri=True,
+        timeout=READER_BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=False,  # opened on one thread, read on the dashboard's worker
+    )
+    try:
+        connection.execute("PRAGMA query_only = ON")
+        # Reads the header: a file that is not a database fails here, not at the first query.
+        connection.execute("PRAGMA user_version").fetchone()
+    except sqlite3.Error:
+        connection.close()
+        raise
+    return connection
+
+
+class WritableHistory:
+    """The recorder's connection and its claim on the file; see :func:`open_for_writing`."""
+
+    def __init__(self, path: str, connection: sqlite3.Connection, lock_fd: int) -> None:
+        self.path = path
+        self.connection = connection
+        self._lock_fd = lock_fd
+
+    def close(self) -> None:
+        """Close the connection, then let go of the file (in that order: closing any
+        descriptor of the file drops this process's SQLite locks on it)."""
+        try:
+            self.connection.close()
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+
+def open_for_writing(path: str) -> WritableHistory:
+    """Open (creating it and its directory when missing) the database at ``path`` for the
+    recorder, in WAL mode.
+
+    Raises:
+        HistoryError: one line: the directory or file is unsafe (another user can write
+            it, or owns it), another recorder writes it, or it cannot be created or opened.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    _make_directory(directory)
+    _check_safe(path, os.stat(directory), f"its directory {directory}", directory)
+    lock_fd = _open_file(path)
+    try:
+        check_sidecars(path)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise HistoryError(
+                f"{path}: another recorder (gpumon record or export --record) is writing "
+                "it: one recorder per database"
+            ) from None
+        # Opened where the recorder starts, written on its own thread (one at a time).
+        connection = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return WritableHistory(path, connection, lock_fd)
+
+
+def check_sidecars(path: str) -> None:
+    """Refuse the database's ``-wal`` and ``-shm`` files when another user owns or can
+    write them (planted before SQLite made them, in a directory such as /tmp).
+
+    Raises:
+        HistoryError: one of them is unsafe.
+    """
+    for sidecar in (path + "-wal", path + "-shm"):
+        try:
+            info = os.lstat(sidecar)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise HistoryError(f"{sidecar}: {error.strerror or error}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise HistoryError(
+                f"{path}: refused: its file {sidecar} is a symbolic link (remove it)"
+            )
+        _check_safe(path, info, f"its file {sidecar}", sidecar)
+
+
+def configure_for_writing(connection: sqlite3.Connection) -> None:
+    """WAL (readers never wait on the writer) and ``synchronous = NORMAL`` (a commit
+    survives the recorder's crash; only a power cut may lose the last ones).
+
+    Raises:
+        sqlite3.Error: the database cannot be read or switched to WAL.
+    """
+    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise sqlite3.OperationalError(f"cannot use WAL mode (journal mode stays {mode})")
+    connection.execute("PRAGMA synchronous = NORMAL")
+
+
+def _make_directory(directory: str) -> None:
+    if os.path.isdir(directory):
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+        os.chmod(directory, 0o755)  # readable by everyone, whatever the umask
+    except OSError as error:
+        raise HistoryError(
+            f"{directory}: cannot create the history's directory: {error.strerror or error} "
+            "(--db chooses another place)"
+        ) from None
+
+
+def _open_file(path: str) -> int:
+    """A descriptor of the database file, created 0644 when missing; its owner and mode
+    checked."""
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    if os.path.isdir(path):
+        raise HistoryError(
+            f"{path} is a directory: --db takes the database file's path, such as "
+            f"{os.path.join(path, 'history.db')}"
+        )
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        os.fchmod(fd, 0o644)  # readable by everyone, whatever the umask
+        return fd
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise HistoryError(f"{path}: not a file: --db chooses the history database")
+        _check_safe(path, info, "the file", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _cannot_write(path: str, error: OSError) -> HistoryError:
+    return HistoryError(
+        f"{path}: cannot write the history: {error.strerror or error} (a read-only file "
+        "system? --db chooses another place)"
+    )
+
+
+def _check_safe(path: str, info: os.stat_result, what: str, target: str) -> None:
+    """Refuse the database at ``path`` when another user owns or can write ``target`` (the
+    file itself, its directory, or one of its -wal and -shm files; ``what`` names it): a
+    directory may be root's, and writable by others only with the sticky bit (as /tmp)."""
+    uid = os.geteuid()
+    is_directory = stat.S_ISDIR(info.st_mode)
+    owners = (uid, 0) if is_directory else (uid,)
+    if info.st_uid not in owners:
+        raise HistoryError(
+            f"{path}: refused: {what} belongs to another user (uid {info.st_uid}); the "
+            f"recorder writes only its own (chown {target}, or --db elsewhere)"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if is_directory and info.st_mode & stat.S_ISVTX:
+            return  # others cannot replace or remove what is the recorder's there
+        raise HistoryError(
+            f"{path}: refused: {what} is writable by other users, who could rewrite the "
+            f"history (chmod go-w {target}, or --db elsewhere)"
+        )

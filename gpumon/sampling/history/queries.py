@@ -1,0 +1,163 @@
+"""The reads behind :class:`~gpumon.sampling.history.reader.HistoryReader`: plain SQL over
+the aggregates (see :mod:`~gpumon.sampling.history.schema`), never over raw samples.
+
+A report over 30 days of 8 GPUs reads about 720 hour rows per holder and GPU, through the
+primary key's range on time; a graph reads minute rows of one GPU in a range of time.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from gpumon.data.usage import GROUPINGS, UsageRow
+from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S
+
+
+def _usage_part(table: str, width: int) -> str:
+    return f"""
+    SELECT key, gpu_id, start_s, {width} AS width, held_s, used_s, idle_held_s,
+        peak_memory_bytes
+    FROM {table}
+    WHERE grouping = :grouping AND start_s > :start - {width} AND start_s < :end"""
+
+
+#: The column of ``sessions`` that each grouping counts processes by.
+_SESSION_KEYS = {"user": "user", "job": "job_id", "container": "container_id", "gpu": "gpu_id"}
+
+
+def usage_rows(
+    connection: sqlite3.Connection, start_s: float, end_s: float, by: str
+) -> list[UsageRow]:
+    """The rows of a report (see :meth:`HistoryReader.usage
+    <gpumon.sampling.history.reader.HistoryReader.usage>`)."""
+    if end_s <= start_s:
+        return []
+    # A bucket the period covers in part counts in proportion, over the part of it that has
+    # been recorded: the hour in progress holds only what was recorded up to the last sample.
+    group = "gpu_id" if by == "gpu" else "key"
+    last = connection.execute("SELECT value FROM meta WHERE key = 'last_sample_s'").fetchone()
+    recorded_to = float(last[0]) if last is not None else end_s
+    totals = connection.execute(
+        f"""
+        WITH rows AS ({_usage_part("usage_hours", HOUR_S)}
+            UNION ALL {_usage_part("usage_days", DAY_S)}
+        ),
+        spans AS (
+            SELECT *, max(min(start_s + width, :recorded_to), start_s + 1) AS stop_s FROM rows
+        ),
+        parts AS (
+            SELECT {group} AS owner, held_s, used_s, idle_held_s, peak_memory_bytes,
+                max(0.0, min(stop_s, :end) - max(start_s, :start)) * 1.0 / (stop_s - start_s)
+                    AS part
+            FROM spans
+        )
+        SELECT owner, sum(held_s * part), sum(used_s * part), sum(idle_held_s * part),
+            max(peak_memory_bytes)
+        FROM parts GROUP BY owner
+        """,
+        {
+            "grouping": GROUPINGS.index(by),
+            "start": start_s,
+            "end": end_s,
+            "recorded_to": recorded_to,
+        },
+    ).fetchall()
+    processes = dict(
+        connection.execute(
+            f"""
+            SELECT coalesce({_SESSION_KEYS[by]}, ''), count(*) FROM sessions
+            WHERE last_seen_s >= :start AND first_seen_s < :end GROUP BY 1
+            """,
+            {"start": start_s, "end": end_s},
+        ).fetchall()
+    )
+    names = _gpu_names(connection) if by == "gpu" else {}
+    rows = []
+    for owner, held, used, idle, peak in totals:
+        rows.append(
+            UsageRow(
+                key=_key(owner, names),
+                gpu_hours_held=held / HOUR_S,
+                gpu_hours_used=used / HOUR_S,
+                idle_held_hours=idle / HOUR_S,
+                peak_memory_bytes=None if peak is None else int(peak),
+                processes=processes.pop(owner, 0),
+            )
+        )
+    # Seen in the period, but for no time that counts (a single sample).
+    for owner, count in processes.items():
+        rows.append(UsageRow(_key(owner, names), 0.0, 0.0, 0.0, None, count))
+    rows.sort(key=lambda row: (-row.gpu_hours_held, row.key is None, row.key or ""))
+    return rows
+
+
+def _gpu_names(connection: sqlite3.Connection) -> dict[object, str]:
+    return dict(connection.execute("SELECT id, uuid FROM gpus").fetchall())
+
+
+def _key(owner: object, gpu_uuids: dict[object, str]) -> str | None:
+    """A row's key: ``''`` (none) is ``None``; a GPU's id is its UUID."""
+    if gpu_uuids:
+        return gpu_uuids.get(owner)
+    return None if owner in ("", None) else str(owner)
+
+
+def _aggregates(field: str) -> str:
+    """Mean (weighted by samples) and max of ``field`` over a bucket's rows; energy: the
+    sum and the busiest row."""
+    if field == "energy_j":
+        # A minute row's max is its own joules (NULL there); an hour row's, its busiest minute.
+        return "sum(energy_j_mean), max(coalesce(energy_j_max, energy_j_mean))"
+    return (
+        f"sum({field}_mean * samples) / "
+        f"sum(CASE WHEN {field}_mean IS NULL THEN NULL ELSE samples END), max({field}_max)"
+    )
+
+
+def series(
+    connection: sqlite3.Connection,
+    gpu_uuid: str,
+    field: str,
+    start_s: float,
+    end_s: float,
+    bucket_s: float,
+) -> list[tuple[float, float | None, float | None]]:
+    """A graph's points (see :meth:`HistoryReader.gpu_series
+    <gpumon.sampling.history.reader.HistoryReader.gpu_series>`)."""
+    found = connection.execute("SELECT id FROM gpus WHERE uuid = ?", (gpu_uuid,)).fetchone()
+    if found is None or end_s <= start_s:
+        return []
+    gpu_id = found[0]
+    width = max(MINUTE_S, round(bucket_s / MINUTE_S) * MINUTE_S)
+    (first_minute,) = connection.execute(
+        "SELECT min(start_s) FROM gpu_minutes WHERE gpu_id = ?", (gpu_id,)
+    ).fetchone()
+    points: list[tuple[float, float | None, float | None]] = []
+    values = _aggregates(field)
+    if first_minute is None or start_s < first_minute:
+        # Hours whose minutes are gone: one point per hour, at least.
+        hour_width = max(HOUR_S, round(width / HOUR_S) * HOUR_S)
+        before = end_s if first_minute is None else min(end_s, first_minute)
+        points += connection.execute(
+            f"""
+            SELECT start_s / :width * :width AS bucket, {values} FROM gpu_hours
+            WHERE gpu_id = :gpu AND start_s >= :start AND start_s + {HOUR_S} <= :before
+            GROUP BY bucket ORDER BY bucket
+            """,
+            {
+                "width": hour_width,
+                "gpu": gpu_id,
+                "start": start_s // HOUR_S * HOUR_S,
+                "before": before,
+            },
+        ).fetchall()
+    if first_minute is not None:
+        points += connection.execute(
+            f"""
+            SELECT start_s / :width * :width AS bucket, {values} FROM gpu_minutes
+            WHERE gpu_id = :gpu AND start_s >= :start AND start_s < :end
+            GROUP BY bucket ORDER BY bucket
+            """,
+            {"width": width, "gpu": gpu_id, "start": max(start_s, first_minute), "end": end_s},
+        ).fetchall()
+    return [(float(bucket), mean, highest) for bucket, mean, highest in points]

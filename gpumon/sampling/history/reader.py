@@ -1,0 +1,321 @@
+"""Reading the history database: what ``gpumon report`` prints and the dashboard graphs.
+
+The API (stable; ``report`` and the dashboard code against it):
+
+- :func:`open_history` opens the database read-only (``file:...?mode=ro``): ``None`` when
+  there is none yet, :class:`HistoryError` (one line: the path and what to do) when it cannot
+  be read: broken, of a newer schema, unreadable.
+- :class:`HistoryReader`: :meth:`~HistoryReader.usage` (a report's rows),
+  :meth:`~HistoryReader.gpu_series` (a GPU's readings over time, for graphs),
+  :meth:`~HistoryReader.idle_since` and :meth:`~HistoryReader.idle_holders` (who holds
+  memory idle, as recorded), :meth:`~HistoryReader.gpus` and :meth:`~HistoryReader.span`
+  (what is recorded). Every method raises only :class:`HistoryError` for a database problem,
+  so a caller that catches it never fails because of the history.
+
+A reader never creates or writes the database. One reader is used by one thread at a time
+(it may be opened on one thread and used on another: the dashboard reads on a worker).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TypeVar
+
+from gpumon.data.usage import GROUPINGS, UsageRow
+from gpumon.sampling.history.files import connect_read_only, history_path
+from gpumon.sampling.history.queries import series, usage_rows
+from gpumon.sampling.history.schema import (
+    HISTORY_FIELDS,
+    SCHEMA_VERSION,
+    HistoryError,
+    check_not_newer,
+    explain,
+    has_tables,
+    user_version,
+)
+
+T = TypeVar("T")
+
+__all__ = [
+    "GROUPINGS",
+    "HISTORY_FIELDS",
+    "HistoryError",
+    "HistoryReader",
+    "IdleHolder",
+    "RecordedGpu",
+    "history_path",
+    "open_history",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class IdleHolder:
+    """A process recorded as holding GPU memory idle (the live view's rule) in the latest
+    sample the recorder wrote.
+
+    Attributes:
+        user: its owner; ``None`` when it could not be read.
+        gpu_uuid: the GPU's UUID; ``gpu_index`` its NVML index when recorded.
+        pid: its PID; with ``create_time_s`` (``None`` when unknown), its identity.
+        memory_bytes: the GPU memory it held in that sample.
+        idle_since_s: when its quiet spell began (seconds since the epoch): at or below
+            ``idle_below_pct`` since then.
+        job_id, container_id: its Slurm job and container, ``None`` when in none.
+    """
+
+    user: str | None
+    gpu_uuid: str
+    gpu_index: int | None
+    pid: int
+    create_time_s: float | None
+    memory_bytes: int | None
+    idle_since_s: float
+    job_id: str | None = None
+    container_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedGpu:
+    """A GPU the database has readings of: its UUID, and its NVML index and name as last
+    recorded."""
+
+    uuid: str
+    index: int | None
+    name: str | None
+
+
+def open_history(path: str) -> HistoryReader | None:
+    """Open the history database at ``path`` read-only.
+
+    Returns:
+        ``None`` when there is no file at ``path``, or an empty one (nothing recorded yet).
+
+    Raises:
+        HistoryError: the file is not a gpumon history database, is damaged, was written
+            by a newer gpumon, or cannot be read; its ``str`` is one line naming the path and
+            what to do.
+    """
+    connection = connect_read_only(path)
+    if connection is None:
+        return None
+    try:
+        version = user_version(connection)
+        if version == 0 and not has_tables(connection):
+            connection.close()
+            return None  # made a moment ago: the recorder is creating its tables
+        check_not_newer(version, path)
+        if version < SCHEMA_VERSION:
+            raise HistoryError(
+                f"{path} is not a gpumon history database of this version (version "
+                f"{version}): start the recorder (gpumon record), which upgrades it"
+            )
+        meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.Error as error:
+        connection.close()
+        raise explain(path, error, writing=False) from None
+    except BaseException:
+        connection.close()
+        raise
+    return HistoryReader(path, connection, meta)
+
+
+class HistoryReader:
+    """A read-only connection to the history database; see :func:`open_history`.
+
+    Usable as a context manager (closes on exit). Times are seconds since the epoch.
+
+    Attributes:
+        path: the database.
+        node: the host name of the recorder's machine, when recorded.
+        interval_s: the recorder's sampling interval, when recorded.
+        simulated: the history is of a simulated server (``gpumon record --demo``): label
+            it DEMO.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        connection: sqlite3.Connection,
+        meta: dict[str, object],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        #: Wall-clock seconds: when "now" is, for :meth:`idle_since`.
+        self.clock = clock
+        self._connection = connection
+        node, interval = meta.get("node"), meta.get("interval_s")
+        self.node = node if isinstance(node, str) else None
+        self.interval_s = float(interval) if isinstance(interval, (int, float)) else None
+        self.simulated = bool(meta.get("simulated"))
+
+    def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
+        """Who used the GPUs from ``start_s`` to ``end_s``, one row per group.
+
+        Args:
+            start_s: the period's start; end_s: its end (seconds since the epoch).
+            by: one of :data:`GROUPINGS`: ``user``, ``job``, ``container``, ``gpu`` (the
+                row's key is then the GPU's UUID).
+
+        Returns:
+            Rows sorted by ``gpu_hours_held``, largest first (then by key, ``None`` last).
+            Held, used and idle hours come from hourly rows (daily ones older than
+            ``history_days``); a bucket the period covers in part counts in proportion (as
+            if used evenly through it). Two processes of a group on one GPU at once count
+            once (the recorder keeps each grouping's own rows). ``processes`` counts the
+            process sessions seen in the period; ``peak_memory_bytes`` is the most one
+            process of the group held at once, in the buckets of the period.
+
+        Raises:
+            ValueError: ``by`` is not one of :data:`GROUPINGS`.
+            HistoryError: the database could not be read.
+        """
+        if by not in GROUPINGS:
+            raise ValueError(f"cannot group by {by!r}: one of {', '.join(GROUPINGS)}")
+        return self._read(lambda: usage_rows(self._connection, start_s, end_s, by))
+
+    def gpu_series(
+        self, gpu_uuid: str, field: str, start_s: float, end_s: float, *, bucket_s: float = 60.0
+    ) -> list[tuple[float, float | None, float | None]]:
+        """One GPU's readings of ``field`` from ``start_s`` to ``end_s``, for a graph.
+
+        Args:
+            gpu_uuid: the GPU's UUID.
+            field: one of :data:`HISTORY_FIELDS` (the model's names:
+                ``utilization_gpu_pct``, ``memory_used_bytes``, ``power_draw_w``,
+                ``temperature_c``, ``energy_j``).
+            bucket_s: the width of one point: minute rows are merged into buckets this wide
+                (rounded to whole minutes, at least one). Where minute rows are gone (older
+                than ``history_days``), hour rows are used, one point per hour at least.
+
+        Returns:
+            ``(bucket start, mean, max)`` in time order, only for buckets with readings (a
+            gap where nothing was recorded). ``None`` where the field was N/A all bucket.
+            For ``energy_j`` the mean is the joules used in the bucket and the max the joules
+            of its busiest minute (hour, in hour rows).
+
+        Raises:
+            ValueError: ``field`` is not one of :data:`HISTORY_FIELDS`.
+            HistoryError: the database could not be read.
+        """
+        if field not in HISTORY_FIELDS:
+            raise ValueError(f"no history of {field!r}: one of {', '.join(HISTORY_FIELDS)}")
+        return self._read(
+            lambda: series(self._connection, gpu_uuid, field, start_s, end_s, bucket_s)
+        )
+
+    def idle_since(self, gpu_uuid: str, pid: int, create_time_s: float | None) -> float | None:
+        """When the process's current idle spell began, as recorded: the start of its quiet
+        spell while the latest recorded sample had it IDLE; ``None`` when it is not idle
+        there, is not recorded, or the recorder has not written for a while (stopped).
+
+        Raises:
+            HistoryError: the database could not be read.
+        """
+
+        def read() -> float | None:
+            row = self._connection.execute(
+                """
+                SELECT idle_since_s FROM sessions JOIN gpus ON gpus.id = sessions.gpu_id
+                WHERE gpus.uuid = ? AND pid = ? AND create_time_s IS ?
+                    AND last_seen_s >= (SELECT value FROM meta WHERE key = 'last_sample_s')
+                ORDER BY sessions.id DESC LIMIT 1
+                """,
+                (gpu_uuid, pid, create_time_s),
+            ).fetchone()
+            if row is None or row[0] is None or not self._current(self.clock()):
+                return None
+            return float(row[0])
+
+        return self._read(read)
+
+    def idle_holders(self, now_s: float) -> list[IdleHolder]:
+        """The processes IDLE in the latest sample recorded, if that sample is current at
+        ``now_s`` (the recorder is writing); longest idle first.
+
+        Raises:
+            HistoryError: the database could not be read.
+        """
+
+        def read() -> list[IdleHolder]:
+            if not self._current(now_s):
+                return []
+            rows = self._connection.execute(
+                """
+                SELECT user, uuid, gpu_index, pid, create_time_s, memory_bytes, idle_since_s,
+                    job_id, container_id
+                FROM sessions JOIN gpus ON gpus.id = sessions.gpu_id
+                WHERE idle_since_s IS NOT NULL
+                    AND last_seen_s >= (SELECT value FROM meta WHERE key = 'last_sample_s')
+                ORDER BY idle_since_s, uuid, pid
+                """
+            ).fetchall()
+            return [IdleHolder(*row) for row in rows]
+
+        return self._read(read)
+
+    def gpus(self) -> list[RecordedGpu]:
+        """The GPUs with readings, by NVML index as last recorded.
+
+        Raises:
+            HistoryError: the database could not be read.
+        """
+        return self._read(
+            lambda: [
+                RecordedGpu(*row)
+                for row in self._connection.execute(
+                    "SELECT uuid, gpu_index, name FROM gpus ORDER BY gpu_index, uuid"
+                )
+            ]
+        )
+
+    def span(self) -> tuple[float, float] | None:
+        """The times of the first and the latest sample recorded; ``None`` when empty.
+
+        Raises:
+            HistoryError: the database could not be read.
+        """
+
+        def read() -> tuple[float, float] | None:
+            found = dict(
+                self._connection.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('first_sample_s', 'last_sample_s')"
+                ).fetchall()
+            )
+            first, last = found.get("first_sample_s"), found.get("last_sample_s")
+            if first is None or last is None:
+                return None
+            return float(first), float(last)
+
+        return self._read(read)
+
+    def close(self) -> None:
+        """Close the connection; the reader cannot be used after."""
+        self._connection.close()
+
+    def __enter__(self) -> HistoryReader:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _current(self, now_s: float) -> bool:
+        """The latest sample recorded is recent at ``now_s``: the recorder is writing."""
+        span = self.span()
+        if span is None:
+            return False
+        return now_s - span[1] <= max(3 * (self.interval_s or 10.0), 60.0)
+
+    def _read(self, read: Callable[[], T]) -> T:
+        try:
+            return read()
+        except sqlite3.Error as error:
+            raise explain(self.path, error, writing=False) from None

@@ -1,0 +1,112 @@
+"""Feeding the history from a sampler: ``gpumon record`` and ``gpumon export --record``.
+
+:class:`Recorder` hands each sample to a :class:`HistoryWriter` and turns its errors into
+one line each (through ``report``; a line repeats only when the problem changes), plus one
+when writing works again. A problem that may pass (a locked database, a full disk, a file
+system remounted read-only) keeps the samples pending and retries with the next batch; one
+that will not (a damaged file, a newer schema) stops the recording: :attr:`Recorder.failed`.
+
+:class:`RecorderThread` runs a :class:`Recorder` on its own thread, for the exporter: a slow
+or locked database must never delay a sample or a scrape. Samples wait in a short queue;
+when the writer falls behind, the oldest are dropped (the next sample's time still counts
+for the processes it lists, up to the writer's gap).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from gpumon.data.model import Sample
+from gpumon.sampling.history.schema import HistoryError
+from gpumon.sampling.history.writer import HistoryWriter
+
+#: Samples that may wait for the exporter's writer thread.
+QUEUE_SAMPLES = 16
+
+
+class Recorder:
+    """Records samples through ``writer``; says what goes wrong through ``report``.
+
+    Args:
+        writer: where the samples go.
+        report: takes one line (``"warning: ..."`` or ``"error: ..."``, or the line saying
+            writing works again), to print after the command's name.
+    """
+
+    def __init__(self, writer: HistoryWriter, report: Callable[[str], None]) -> None:
+        self.writer = writer
+        self.report = report
+        #: The problem that stopped the recording, if one did.
+        self.failed: HistoryError | None = None
+        self._problem = ""
+
+    def open(self) -> bool:
+        """Open the database now, to say at once what is wrong; False when the recording
+        cannot go on (:attr:`failed`). A problem that may pass is reported, and retried."""
+        return self._attempt(self.writer.open)
+
+    def sampled(self, sample: Sample) -> None:
+        """Record ``sample`` (a :meth:`Store.subscribe <gpumon.sampling.store.Store.
+        subscribe>` callback); nothing once the recording has failed."""
+        if self.failed is None:
+            self._attempt(lambda: self.writer.record(sample))
+
+    def close(self) -> None:
+        """Write what is pending (one try) and close the database."""
+        self.writer.close()
+
+    def _attempt(self, call: Callable[[], None]) -> bool:
+        try:
+            call()
+        except HistoryError as error:
+            if not error.retry:
+                self.failed = error
+                self.report(f"error: {error}")
+                return False
+            if str(error) != self._problem:
+                self.report(f"warning: {error}")
+            self._problem = str(error)
+            return True
+        if self._problem:
+            self.report(f"recording to {self.writer.path} again")
+            self._problem = ""
+        return True
+
+
+class RecorderThread:
+    """A :class:`Recorder` on a daemon thread: :meth:`submit` never blocks."""
+
+    def __init__(self, recorder: Recorder, name: str = "gpumon-recorder") -> None:
+        self.recorder = recorder
+        self._samples: queue.Queue[Sample | None] = queue.Queue(QUEUE_SAMPLES)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, sample: Sample) -> None:
+        """Queue ``sample`` for the writer; the oldest waiting one goes when it is full."""
+        self._put(sample)
+
+    def stop(self, timeout_s: float) -> bool:
+        """Write what is pending and close, within ``timeout_s``; False when the writer is
+        still busy (a database locked for long): it is left to the process's exit."""
+        self._put(None)
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _put(self, item: Sample | None) -> None:
+        while True:
+            try:
+                self._samples.put_nowait(item)
+                return
+            except queue.Full:
+                try:
+                    self._samples.get_nowait()
+                except queue.Empty:
+                    pass
+
+    def _run(self) -> None:
+        while (sample := self._samples.get()) is not None:
+            self.recorder.sampled(sample)
+        self.recorder.close()

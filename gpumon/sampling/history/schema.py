@@ -1,0 +1,296 @@
+"""The history database's tables, their versions, and the one-line errors about it.
+
+Version 1 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
+starts at a multiple of its width (UTC):
+
+- ``meta``: key/value facts: ``node`` (the host name), ``interval_s``, ``first_sample_s``
+  and ``last_sample_s``, ``usage_days_until_s`` (``usage_hours`` rows before this were
+  rolled up into ``usage_days``).
+- ``gpus``: one row per GPU UUID (``id`` is what the other tables refer to), with its NVML
+  index and name as last seen.
+- ``gpu_minutes`` and ``gpu_hours``: per GPU, the mean and max of each of
+  :data:`HISTORY_FIELDS` (energy: the joules used in the bucket, and of its busiest minute;
+  NULL in a minute row, whose max is its own) and how many samples made them. Minute rows
+  are kept ``history_days``; hour rows a year.
+- ``sessions``: one row per process *session* (GPU, PID, start time): who, which Slurm job,
+  container and command, first and last seen, the memory it holds now and at its peak,
+  memory-seconds, SM-seconds (SM utilisation x seconds), seconds seen and seconds held idle,
+  and the start of its quiet spell (``quiet_since_s``; ``idle_since_s`` while it is IDLE).
+- ``usage_hours`` and ``usage_days``: per GPU and per holder of it in each grouping of
+  :data:`~gpumon.data.usage.GROUPINGS` (``grouping`` is its position: 0 user, 1 job, 2
+  container, 3 the GPU itself; ``key`` the user name, job id or container id, ``''`` for
+  none and for the GPU), seconds held, seconds used (weighted by SM utilisation, at most the
+  whole GPU) and seconds held idle, and the most memory one of its processes held at once.
+  Exact per grouping: two processes of one user on one GPU count once. What ``gpumon
+  report`` sums. Hour rows are kept ``history_days``, then rolled up into day rows, kept a
+  year.
+
+A newer version adds a function to :data:`MIGRATIONS`; :func:`migrate` runs each step from
+the file's version in its own transaction. A reader reads only the current version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+
+#: The GPU readings kept per minute and per hour (mean and max), by the model's names.
+HISTORY_FIELDS = (
+    "utilization_gpu_pct",
+    "memory_used_bytes",
+    "power_draw_w",
+    "temperature_c",
+    "energy_j",
+)
+
+#: What this gpumon writes and reads.
+SCHEMA_VERSION = 1
+
+#: Bucket widths, in seconds.
+MINUTE_S = 60
+HOUR_S = 3600
+DAY_S = 86400
+#: Hour rows of the GPUs, day rows of usage and sessions are kept this long (or
+#: ``history_days``, when longer).
+YEAR_DAYS = 365
+
+
+class HistoryError(Exception):
+    """The history database cannot be used; ``str`` is one line: the path and what to do.
+
+    ``retry`` is True for what may pass by itself (a locked database, a full disk): the
+    recorder keeps its samples and tries again; False for what will not (a damaged file, a
+    newer schema): the recorder exits.
+    """
+
+    def __init__(self, message: str, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+def _gpu_table(name: str) -> str:
+    fields = ",\n".join(f"    {field}_mean REAL,\n    {field}_max REAL" for field in HISTORY_FIELDS)
+    return f"""
+CREATE TABLE {name} (
+    start_s INTEGER NOT NULL,
+    gpu_id INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+{fields},
+    PRIMARY KEY (start_s, gpu_id)
+) WITHOUT ROWID"""
+
+
+def _usage_table(name: str) -> str:
+    return f"""
+CREATE TABLE {name} (
+    grouping INTEGER NOT NULL,
+    start_s INTEGER NOT NULL,
+    gpu_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    held_s REAL NOT NULL,
+    used_s REAL NOT NULL,
+    idle_held_s REAL NOT NULL,
+    peak_memory_bytes INTEGER,
+    PRIMARY KEY (grouping, start_s, gpu_id, key)
+) WITHOUT ROWID"""
+
+
+# Primary keys lead with the bucket's start (after the grouping): rows are appended in key
+# order (full pages), and a period or a pruning cut is one range of the key.
+VERSION_1 = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    """
+CREATE TABLE gpus (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    gpu_index INTEGER,
+    name TEXT
+)""",
+    _gpu_table("gpu_minutes"),
+    _gpu_table("gpu_hours"),
+    """
+CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY,
+    gpu_id INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    create_time_s REAL,
+    user TEXT,
+    job_id TEXT,
+    container_id TEXT,
+    command TEXT,
+    gpu_instance_id INTEGER,
+    compute_instance_id INTEGER,
+    first_seen_s REAL NOT NULL,
+    last_seen_s REAL NOT NULL,
+    memory_bytes INTEGER,
+    peak_memory_bytes INTEGER,
+    memory_byte_s REAL NOT NULL DEFAULT 0,
+    sm_s REAL NOT NULL DEFAULT 0,
+    held_s REAL NOT NULL DEFAULT 0,
+    idle_held_s REAL NOT NULL DEFAULT 0,
+    quiet_since_s REAL,
+    idle_since_s REAL
+)""",
+    "CREATE INDEX sessions_by_process ON sessions (gpu_id, pid)",
+    # Only the sessions IDLE now: the dashboard asks for them every few seconds.
+    "CREATE INDEX sessions_idle ON sessions (last_seen_s) WHERE idle_since_s IS NOT NULL",
+    _usage_table("usage_hours"),
+    _usage_table("usage_days"),
+)
+
+#: ``MIGRATIONS[n]`` takes a database of version ``n`` to ``n + 1``, inside a transaction.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
+def create(
+    connection: sqlite3.Connection,
+    migrations: Mapping[int, Callable[[sqlite3.Connection], None]] = MIGRATIONS,
+    target: int = SCHEMA_VERSION,
+) -> None:
+    """Create version ``target``'s tables in an empty database, in one transaction: version
+    1's, then each migration's."""
+    with _transaction(connection):
+        for statement in VERSION_1:
+            connection.execute(statement)
+        for version in range(1, target):
+            migrations[version](connection)
+        connection.execute(f"PRAGMA user_version = {int(target)}")
+
+
+def migrate(
+    connection: sqlite3.Connection,
+    path: str,
+    migrations: Mapping[int, Callable[[sqlite3.Connection], None]] = MIGRATIONS,
+    target: int = SCHEMA_VERSION,
+) -> int:
+    """Bring the database at ``path`` to version ``target``; returns the version it had
+    (0: it was empty and has just been created).
+
+    An older version is migrated one step at a time, each step in its own transaction, so
+    that a crash leaves a whole version behind. ``migrations`` and ``target`` are for tests.
+
+    Raises:
+        HistoryError: the database is not gpumon's, or was written by a newer gpumon.
+        sqlite3.Error: it could not be read or written.
+    """
+    version = user_version(connection)
+    if version == 0:
+        if has_tables(connection):
+            raise HistoryError(
+                f"{path} is not a gpumon history database (it has other tables): "
+                "use --db to choose another file"
+            )
+        create(connection, migrations, target)
+        return 0
+    check_not_newer(version, path, target)
+    start = version
+    while version < target:
+        with _transaction(connection):
+            migrations[version](connection)
+            connection.execute(f"PRAGMA user_version = {version + 1}")
+        version += 1
+    return start
+
+
+def check_not_newer(version: int, path: str, target: int = SCHEMA_VERSION) -> None:
+    """Raise :class:`HistoryError` for a database written by a newer gpumon."""
+    if version > target:
+        raise HistoryError(
+            f"{path} was written by a newer gpumon (history version {version}; this one "
+            f"knows {target}): upgrade gpumon, or use --db to choose another file"
+        )
+
+
+def user_version(connection: sqlite3.Connection) -> int:
+    return int(connection.execute("PRAGMA user_version").fetchone()[0])
+
+
+def has_tables(connection: sqlite3.Connection) -> bool:
+    return connection.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on an error (autocommit connection)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    def __enter__(self) -> None:
+        self.connection.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        try:
+            if error is None:
+                self.connection.execute("COMMIT")
+        finally:
+            # After an error, or a COMMIT that failed (SQLite may have rolled back already).
+            if self.connection.in_transaction:
+                self.connection.execute("ROLLBACK")
+
+
+def transaction(connection: sqlite3.Connection) -> _transaction:
+    """One write transaction on an autocommit connection: the context manager
+    ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back when the block raises."""
+    return _transaction(connection)
+
+
+# SQLite's primary result codes (sqlite3.Error.sqlite_errorcode, Python 3.11+, holds the
+# extended code: its low byte is the primary one).
+_BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 10, 11, 13, 14, 26
+_PERM = 3
+
+# Python 3.10 has no error codes: the messages SQLite gives for each (sqlite3_errstr).
+_BY_MESSAGE = (
+    ("database is locked", _BUSY),
+    ("database table is locked", _LOCKED),
+    ("readonly database", _READONLY),
+    ("disk i/o error", _IOERR),
+    ("malformed", _CORRUPT),
+    ("database or disk is full", _FULL),
+    ("unable to open database file", _CANTOPEN),
+    ("file is not a database", _NOTADB),
+    ("access permission denied", _PERM),
+)
+
+
+def error_code(error: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``error``; ``None`` when it cannot be told."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    text = str(error).lower()
+    return next((code for words, code in _BY_MESSAGE if words in text), None)
+
+
+def explain(path: str, error: sqlite3.Error, *, writing: bool) -> HistoryError:
+    """``error`` as one line that names ``path`` and what to do about it."""
+    code = error_code(error)
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    who = "gpumon record" if writing else "the recorder (gpumon record)"
+    if code in (_BUSY, _LOCKED):
+        return HistoryError(f"{path} is locked by another program ({reason}): retrying", retry=True)
+    if code == _FULL:
+        return HistoryError(
+            f"{path}: the disk is full ({reason}): free some space (or lower "
+            "--history-days); retrying",
+            retry=True,
+        )
+    if code in (_READONLY, _PERM):
+        return HistoryError(
+            f"{path} cannot be written ({reason}): a read-only file system or file? "
+            f"{who} needs it writable; retrying",
+            retry=True,
+        )
+    if code in (_CORRUPT, _NOTADB):
+        return HistoryError(
+            f"{path} is damaged or not a gpumon history database ({reason}): move it aside "
+            f"(mv {path} {path}.broken); {who} starts a new one"
+        )
+    if code == _IOERR and writing:
+        return HistoryError(
+            f"{path} cannot be written ({reason}): check the disk and its mount; retrying",
+            retry=True,
+        )
+    if code in (_IOERR, _CANTOPEN):
+        return HistoryError(f"{path} cannot be used ({reason}): check the disk and its mount")
+    return HistoryError(f"{path}: {reason}")

@@ -1,0 +1,240 @@
+"""The recorder's side of the history database: samples in, one transaction per batch out.
+
+:class:`HistoryWriter` takes each sample (:meth:`~HistoryWriter.record`) into pending rows
+(:mod:`~gpumon.sampling.history.aggregate`) and writes them in one transaction per batch:
+every sample by default, or at most every ``batch_s`` seconds (the exporter samples every
+second). A crash loses at most the batch being written: a transaction is whole or absent.
+
+Rows are written as increments (``held_s = held_s + ?``, a mean merged with the row's), so
+a restarted recorder carries on where the last one stopped: it finds its process sessions
+again by GPU, PID and start time, and the minute it was in.
+
+When the database cannot be written, :meth:`~HistoryWriter.record` raises a
+:class:`HistoryError`; the pending rows stay (within bounds, the oldest dropped first) and the
+next batch tries again. ``retry`` False (a damaged file, a newer schema) means trying again
+will not help. The writer is used by one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sqlite3
+import time
+from collections.abc import Callable
+
+from gpumon.data.idle import IdleRule
+from gpumon.data.model import Sample
+from gpumon.sampling.history import rows
+from gpumon.sampling.history.aggregate import Pending
+from gpumon.sampling.history.files import (
+    WritableHistory,
+    check_sidecars,
+    configure_for_writing,
+    open_for_writing,
+)
+from gpumon.sampling.history.retention import prune
+from gpumon.sampling.history.schema import (
+    HOUR_S,
+    HistoryError,
+    explain,
+    migrate,
+    transaction,
+)
+
+#: While the database cannot be written: at most this many GPU minutes, usage rows and ended
+#: sessions wait in memory (8 GPUs: a day of minutes; then the oldest go).
+MAX_PENDING_ROWS = 12_000
+#: The write-ahead log is cut back to this after a checkpoint.
+WAL_LIMIT_BYTES = 8 * 1024 * 1024
+
+
+class HistoryWriter:
+    """Records samples into the history database at ``path``.
+
+    Args:
+        path: the database (created, with its directory, when missing).
+        rule: what IDLE means (the idle settings).
+        interval_s: the sampling interval; time between two samples longer than three of
+            them (at least a minute) is not credited to anyone.
+        history_days: how long minute rows are kept.
+        batch_s: write at most this often (0: every sample).
+        clock: monotonic seconds, for ``batch_s``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        rule: IdleRule,
+        interval_s: float,
+        history_days: int,
+        batch_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self.history_days = history_days
+        self.batch_s = batch_s
+        self.max_gap_s = max(3 * interval_s, 60.0)
+        self.pending = Pending(rule, self.max_gap_s)
+        self._clock = clock
+        self._database: WritableHistory | None = None
+        self._gpu_ids: dict[str, int] = {}
+        self._gpus_written: dict[str, tuple[int, str | None]] = {}
+        self._node = socket.gethostname()
+        self._last_write: float | None = None
+        self._pruned_hour: int | None = None
+
+    def open(self) -> None:
+        """Open the database now (else the first write does).
+
+        Raises:
+            HistoryError: it cannot be opened or is not usable (see ``retry``).
+        """
+        if self._database is not None:
+            return
+        database = open_for_writing(self.path)
+        try:
+            connection = database.connection
+            configure_for_writing(connection)
+            check_sidecars(self.path)
+            migrate(connection, self.path)
+            connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+            self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
+            last = connection.execute(
+                "SELECT value FROM meta WHERE key = 'last_sample_s'"
+            ).fetchone()
+        except sqlite3.Error as error:
+            database.close()
+            raise explain(self.path, error, writing=True) from None
+        except BaseException:
+            database.close()
+            raise
+        self._database = database
+        if last is not None and isinstance(last[0], (int, float)):
+            self.pending.resume(float(last[0]))
+
+    def record(self, sample: Sample) -> None:
+        """Take in ``sample``; write the batch when it is due.
+
+        Raises:
+            HistoryError: the batch could not be written (it waits for the next one).
+        """
+        if self._database is None:
+            # Opened before the first sample is taken in, to carry on from the database's
+            # last one; what goes wrong is raised by the write below.
+            with contextlib.suppress(HistoryError):
+                self.open()
+        self.pending.observe(sample)
+        now = self._clock()
+        if self._last_write is None or now - self._last_write >= self.batch_s:
+            self.write()
+
+    def write(self) -> None:
+        """Write what is pending, in one transaction.
+
+        Raises:
+            HistoryError: it could not be written; it stays pending (within bounds).
+        """
+        pending = self.pending
+        if pending.last_sample_s is None:
+            return
+        self._last_write = self._clock()
+        try:
+            self.open()
+            assert self._database is not None
+            connection = self._database.connection
+            with transaction(connection):
+                self._check_simulated(connection)
+                gpu_ids = self._write_gpus(connection)
+                found = rows.write_sessions(connection, pending, gpu_ids)
+                rows.write_minutes(connection, pending.minutes, gpu_ids)
+                rows.write_usage(connection, pending.usage, gpu_ids)
+                self._write_meta(connection)
+                hour = int(pending.last_sample_s // HOUR_S)
+                if hour != self._pruned_hour:
+                    prune(connection, pending.last_sample_s, self.history_days)
+        except sqlite3.Error as error:
+            pending.trim(MAX_PENDING_ROWS)
+            raise explain(self.path, error, writing=True) from None
+        except HistoryError:
+            pending.trim(MAX_PENDING_ROWS)
+            raise
+        self._gpu_ids = gpu_ids
+        self._gpus_written.update(pending.gpus)
+        self._pruned_hour = hour
+        for session, row_id in found:
+            session.row_id = row_id
+        pending.written()
+
+    def close(self) -> None:
+        """Write what is pending (one try), then close. A database left by a clean stop is
+        in rollback-journal mode with no ``-wal`` file: readers that cannot write its
+        directory open it too. Never raises."""
+        try:
+            self.write()
+        except HistoryError:
+            pass
+        database, self._database = self._database, None
+        if database is None:
+            return
+        try:
+            database.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            database.connection.execute("PRAGMA journal_mode = DELETE")
+        except sqlite3.Error:
+            pass  # a reader holds it: the WAL stays, and readers open it read-only
+        finally:
+            database.close()
+
+    # Each of these runs inside the batch's transaction.
+
+    def _check_simulated(self, connection: sqlite3.Connection) -> None:
+        """Simulated samples (``--demo``) and real ones never share a database."""
+        simulated = int(self.pending.simulated)
+        row = connection.execute("SELECT value FROM meta WHERE key = 'simulated'").fetchone()
+        if row is None:
+            connection.execute(
+                "INSERT INTO meta (key, value) VALUES ('simulated', ?)", (simulated,)
+            )
+        elif row[0] != simulated:
+            holds = "simulated (--demo)" if row[0] else "real"
+            raise HistoryError(
+                f"{self.path} holds {holds} GPU history: record "
+                f"{'real' if not simulated else 'simulated'} samples into another file (--db)"
+            )
+
+    def _write_gpus(self, connection: sqlite3.Connection) -> dict[str, int]:
+        gpu_ids = dict(self._gpu_ids)
+        for uuid, seen in self.pending.gpus.items():
+            if self._gpus_written.get(uuid) == seen:
+                continue
+            index, name = seen
+            if uuid not in gpu_ids:
+                cursor = connection.execute(
+                    "INSERT INTO gpus (uuid, gpu_index, name) VALUES (?, ?, ?)",
+                    (uuid, index, name),
+                )
+                assert cursor.lastrowid is not None
+                gpu_ids[uuid] = cursor.lastrowid
+            else:
+                connection.execute(
+                    "UPDATE gpus SET gpu_index = ?, name = ? WHERE id = ?",
+                    (index, name, gpu_ids[uuid]),
+                )
+        return gpu_ids
+
+    def _write_meta(self, connection: sqlite3.Connection) -> None:
+        pending = self.pending
+        connection.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            [
+                ("node", self._node),
+                ("interval_s", self.interval_s),
+                ("last_sample_s", pending.last_sample_s),
+            ],
+        )
+        connection.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('first_sample_s', ?)",
+            (pending.first_sample_s,),
+        )

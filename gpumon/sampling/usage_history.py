@@ -1,0 +1,171 @@
+"""The history database as ``gpumon report``, ``gpumon once --json`` and the dashboard read
+it: which file, what to say when there is none, and the reader's answers
+(:mod:`gpumon.sampling.history.reader`) turned into what they show.
+
+Which file (:func:`history_path`): the recorder's (:func:`gpumon.sampling.history.files.
+history_path`: ``history_db`` when it is set by ``--db``, ``GPUMON_HISTORY_DB`` or a config
+file, else the user's default) when it is set or exists; else the system's
+(``/var/lib/gpumon/history.db``, what the systemd unit records) when that exists: a user on
+a shared server reads the server's history without configuring it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from gpumon.config_file import default_history_path
+from gpumon.data.report import IdleHolder, UsageReport, sorted_holders
+from gpumon.data.usage import UsageRow
+from gpumon.sampling.history import files
+from gpumon.sampling.history.reader import HistoryError, HistoryReader, open_history
+
+if TYPE_CHECKING:
+    from gpumon.data.model import Sample
+    from gpumon.data.periods import Period
+    from gpumon.sampling.history.reader import IdleHolder as RecordedHolder
+    from gpumon.settings import Settings
+
+__all__ = [
+    "HistoryError",
+    "history_path",
+    "idle_seconds",
+    "no_database",
+    "open_reader",
+    "recorded_idle",
+    "report_from_history",
+    "usage",
+]
+
+#: What the systemd unit records (root's default).
+SYSTEM_HISTORY_PATH = default_history_path({}, 0)
+#: How to start recording, for every "no database" message.
+START_RECORDING = (
+    "start recording with `gpumon record`, or as a service: "
+    "contrib/systemd/gpumon-record.service (README: History)"
+)
+
+
+def history_path(settings: Settings) -> str:
+    """The database to read (see the module docstring)."""
+    own = files.history_path(settings)
+    unset = settings.history_db is None
+    if unset and not os.path.exists(own) and os.path.exists(SYSTEM_HISTORY_PATH):
+        return SYSTEM_HISTORY_PATH
+    return own
+
+
+def no_database(path: str) -> str:
+    """The one line that says there is no database, and how to make one."""
+    return f"no history database at {path}: {START_RECORDING}"
+
+
+def open_reader(path: str) -> HistoryReader | None:
+    """:func:`~gpumon.sampling.history.reader.open_history`, with an OS error (a directory
+    that cannot be searched) turned into a :class:`HistoryError` too.
+
+    Raises:
+        HistoryError: one line.
+    """
+    try:
+        return open_history(path)
+    except OSError as error:
+        raise HistoryError(f"{path}: cannot read it: {error.strerror or error}") from None
+
+
+def holder_from_record(holder: RecordedHolder, now_s: float) -> IdleHolder:
+    """A recorded idle holder as a report shows it."""
+    return IdleHolder(
+        user=holder.user,
+        pid=holder.pid,
+        gpu_index=holder.gpu_index,
+        gpu_uuid=holder.gpu_uuid,
+        idle_s=max(0.0, now_s - holder.idle_since_s),
+        gpu_memory_bytes=holder.memory_bytes,
+    )
+
+
+def usage(
+    reader: HistoryReader, start_s: float, end_s: float, by: str, now_s: float
+) -> list[UsageRow]:
+    """:meth:`HistoryReader.usage` (the reader counts the hour in progress over what has been
+    recorded of it, so a period that ends now counts all of it; ``now_s`` is unused).
+
+    Raises:
+        HistoryError: the database could not be read.
+    """
+    del now_s
+    return reader.usage(start_s, end_s, by)
+
+
+def report_from_history(
+    reader: HistoryReader, path: str, period: Period, by: str, now_s: float
+) -> UsageReport:
+    """The report of ``period`` from the database at ``path``.
+
+    Raises:
+        HistoryError: the database could not be read.
+    """
+    rows = usage(reader, period.start_s, period.end_s, by, now_s)
+    holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
+    return UsageReport(
+        period=period,
+        by=by,
+        rows=tuple(rows),
+        holders=sorted_holders(holders),
+        source="history",
+        where=path,
+        simulated=reader.simulated,
+    )
+
+
+def idle_seconds(
+    reader: HistoryReader, sample: Sample, below_pct: int
+) -> dict[tuple[int, int], float | None]:
+    """Per process of ``sample`` (by :attr:`~gpumon.data.model.GpuProcess.key`), how long it
+    has held its memory idle as recorded: seconds since its quiet spell began while the
+    recorder has it IDLE; 0 when it is not idle (above ``below_pct`` now, or not IDLE in the
+    latest recorded sample); ``None`` when nobody can tell (its SM utilisation is N/A, its
+    GPU's UUID is unknown, or it is quiet now and the recorder is not writing).
+
+    Raises:
+        HistoryError: the database could not be read.
+    """
+    recording = _recording(reader, sample.timestamp_s)
+    found: dict[tuple[int, int], float | None] = {}
+    for process in sample.processes:
+        utilization = process.sm_utilization_pct
+        if utilization is None or process.gpu_uuid is None:
+            found[process.key] = None
+        elif utilization > below_pct:
+            found[process.key] = 0.0  # busy now, whatever the last recorded minute said
+        else:
+            since = reader.idle_since(process.gpu_uuid, process.pid, process.create_time_s)
+            if since is not None:
+                found[process.key] = max(0.0, sample.timestamp_s - since)
+            else:
+                found[process.key] = 0.0 if recording else None
+    return found
+
+
+def recorded_idle(
+    settings: Settings, sample: Sample
+) -> tuple[dict[tuple[int, int], float | None] | None, str | None]:
+    """``once --json``'s ``idle_s`` per process (:func:`idle_seconds`) from the database of
+    ``settings``: ``(None, None)`` without one, ``(None, why)`` when it cannot be read."""
+    try:
+        reader = open_reader(history_path(settings))
+        if reader is None:
+            return None, None
+        with reader:
+            return idle_seconds(reader, sample, settings.idle_below_pct), None
+    except HistoryError as error:
+        return None, str(error)
+
+
+def _recording(reader: HistoryReader, now_s: float) -> bool:
+    """The recorder is writing: its latest sample is at most three intervals (a minute at
+    least) old at ``now_s``, as the reader itself judges it."""
+    span = reader.span()
+    interval_s = reader.interval_s or 10.0
+    return span is not None and now_s - span[1] <= max(3 * interval_s, 60.0)

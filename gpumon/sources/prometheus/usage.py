@@ -1,0 +1,252 @@
+"""Who used a cluster's GPUs over a period, from Prometheus: ``gpumon report --prometheus``.
+
+Read from the exporter's per-process series (``gpumon_process_gpu_memory_bytes``,
+``gpumon_process_sm_utilization_ratio``, ``gpumon_process_idle_seconds``), one row per
+group (user, Slurm job, container or GPU) and node, with the rules of
+:mod:`gpumon.data.usage`: a GPU is *held* by a group while one of its processes holds memory
+on it (two on one GPU: still one GPU), *used* in proportion to their SM utilisation (at most
+the whole GPU), *held idle* while one of them is IDLE by the exporter's idle rule.
+
+Cost is bounded whatever the period: the hours are sums over evenly spaced evaluations, at
+most :data:`MAX_POINTS` of them (every :data:`MIN_STEP_S` seconds at most often: a 7-day
+report samples every 14 minutes), not integrals over every raw sample; one range query
+carries held, used, idle, peak memory, the nodes' host names and whether data is simulated
+(told apart by a ``gpumon_fact`` label); one instant query counts the processes (a subquery
+at the same step: a process shorter than the step may be missed, a PID reused within the
+period counts once); one asks who is idle now, and one whether the contrib recording rules
+(``contrib/prometheus/gpumon-recording.yml``) were loaded when the period began. When they
+were, and the report is by user, the range query reads their per-user series
+(:data:`RECORDED`) instead of the raw per-process ones: a few series per node instead of one
+per process. Every request is the source's: its timeout, its size cap, its redaction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpumon.data.cluster import node_names
+from gpumon.data.format import safe_text
+from gpumon.data.periods import Period
+from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows
+from gpumon.data.usage import UsageRow
+from gpumon.sources.prometheus.series import _number, _Series, _vector
+from gpumon.sources.prometheus.source import PrometheusSource
+
+#: The exporter's label that groups the rows, per grouping.
+LABELS = {"user": "user", "job": "job_id", "container": "container_id", "gpu": "uuid"}
+MAX_POINTS = 720
+MIN_STEP_S = 15.0
+_FACT = "gpumon_fact"
+#: The recording rules' series (contrib/prometheus/gpumon-recording.yml), per fact.
+RECORDED = {
+    "held": "instance_user:gpumon_gpus_held:count",
+    "used": "instance_user:gpumon_gpus_used:sum",
+    "idle": "instance_user:gpumon_gpus_held_idle:count",
+    "peak": "instance_user:gpumon_process_gpu_memory_bytes:max",
+}
+#: A series the recording rules always write: they were loaded at a moment where it is.
+RULES_MARKER = "gpumon:usage_rules_loaded"
+
+
+def step_seconds(period: Period) -> float:
+    """Seconds between the evaluations of ``period``: at most :data:`MAX_POINTS` of them, at
+    most one per :data:`MIN_STEP_S`, spanning it exactly."""
+    count = max(1, min(MAX_POINTS, math.floor(period.seconds / MIN_STEP_S)))
+    return period.seconds / count
+
+
+def _groups(label: str) -> tuple[str, str]:
+    group = f"instance, job, {label}"
+    return group, group if label == "uuid" else f"{group}, uuid"
+
+
+def raw_expressions(label: str) -> dict[str, str]:
+    """Per fact, the PromQL over the per-process series, by ``label`` and node."""
+    group, per_gpu = _groups(label)
+    return {
+        "held": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_gpu_memory_bytes > 0))",
+        "used": f"sum by ({group}) (clamp_max(sum by ({per_gpu}) "
+        "(gpumon_process_sm_utilization_ratio), 1))",
+        "idle": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_idle_seconds > 0))",
+        "peak": f"max by ({group}) (gpumon_process_gpu_memory_bytes)",
+    }
+
+
+def range_query(label: str, recorded: bool) -> str:
+    """The one range query: every fact, plus host names and simulated data per node."""
+    facts = dict(RECORDED) if recorded else raw_expressions(label)
+    facts["host"] = "group by (instance, job, hostname) (gpumon_host_info)"
+    facts["simulated"] = "max by (instance, job) (gpumon_simulated)"
+    return " or ".join(
+        f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
+        for fact, expression in facts.items()
+    )
+
+
+def processes_query(label: str, period: Period, step_s: float) -> str:
+    """Distinct PIDs per group and node over the period, seen at the report's step."""
+    group = f"instance, job, {label}"
+    pids = f"group by ({group}, pid) (gpumon_process_gpu_memory_bytes)"
+    window = f"[{max(1, round(period.seconds))}s:{max(1, math.floor(step_s))}s]"
+    return f"count by ({group}) (count_over_time(({pids}){window}))"
+
+
+HOLDERS_QUERY = (
+    f'label_replace(gpumon_process_idle_seconds > 0, "{_FACT}", "idle", "", "") or '
+    f"label_replace(gpumon_process_gpu_memory_bytes and on (instance, job, uuid, pid) "
+    f'(gpumon_process_idle_seconds > 0), "{_FACT}", "memory", "", "")'
+)
+
+
+@dataclass
+class _Row:
+    held: float = 0.0
+    used: float = 0.0
+    idle: float = 0.0
+    peak: float | None = None
+    processes: int = 0
+    seen: set[str] = field(default_factory=set)
+
+
+def _target(labels: dict[str, str]) -> tuple[str, str]:
+    return labels.get("instance", ""), labels.get("job", "")
+
+
+def _matrix(data: Any) -> list[tuple[dict[str, str], list[float]]]:
+    """A range query's series as (labels, finite values); malformed entries are skipped."""
+    found = []
+    for item in data.get("result", ()) if isinstance(data, dict) else ():
+        labels = item.get("metric") if isinstance(item, dict) else None
+        pairs = item.get("values") if isinstance(item, dict) else None
+        if type(labels) is not dict or not isinstance(pairs, list):
+            continue
+        if not all(type(k) is str and type(v) is str for k, v in labels.items()):
+            continue
+        values = []
+        for pair in pairs:
+            if isinstance(pair, list) and len(pair) == 2:
+                value = _number(pair[1])
+                if value is not None and value >= 0:
+                    values.append(value)
+        found.append((labels, values))
+    return found
+
+
+def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: float) -> UsageReport:
+    """The report of ``period`` grouped ``by`` (see the module docstring).
+
+    Raises:
+        PrometheusError: a query failed (one line without credentials).
+    """
+    label = LABELS[by]
+    step_s = step_seconds(period)
+    recorded = by == "user" and _rules_loaded(source, period, step_s)
+    answer = source.query_range(
+        range_query(label, recorded), period.start_s + step_s, period.end_s, step_s
+    )
+    rows: dict[tuple[tuple[str, str], str | None], _Row] = {}
+    hosts: dict[tuple[str, str], str] = {}
+    simulated = False
+    for labels, values in _matrix(answer):
+        fact = labels.get(_FACT)
+        target = _target(labels)
+        if fact == "host":
+            if values and labels.get("hostname"):
+                hosts[target] = safe_text(labels["hostname"])
+            continue
+        if fact == "simulated":
+            simulated = simulated or any(value > 0 for value in values)
+            continue
+        key = labels.get(label) or None
+        row = rows.setdefault((target, None if key is None else safe_text(key)), _Row())
+        if fact == "peak":
+            row.peak = max([*values, *([] if row.peak is None else [row.peak])], default=None)
+        elif fact in ("held", "used", "idle"):
+            hours = sum(values) * step_s / 3600.0
+            setattr(row, fact, getattr(row, fact) + hours)
+    counted = source.query(processes_query(label, period, step_s), period.end_s)
+    for item in _vector(counted):
+        key = item.labels.get(label) or None
+        found = rows.get((_target(item.labels), None if key is None else safe_text(key)))
+        if found is not None and item.value is not None:
+            found.processes += int(item.value)
+    holders = _holders(_vector(source.query(HOLDERS_QUERY, now_s)))
+    names = _names({target for target, _ in rows} | {t for t, _ in holders}, hosts)
+    usage = [
+        UsageRow(
+            key=key,
+            gpu_hours_held=row.held,
+            gpu_hours_used=min(row.used, row.held),
+            idle_held_hours=min(row.idle, row.held),
+            peak_memory_bytes=None if row.peak is None else int(row.peak),
+            processes=row.processes,
+            node=names[target],
+        )
+        for (target, key), row in rows.items()
+        if row.held > 0 or row.processes
+    ]
+    return UsageReport(
+        period=period,
+        by=by,
+        rows=sorted_rows(usage),
+        holders=sorted_holders([_named(holder, names[t]) for t, holder in holders]),
+        source="prometheus",
+        where=source.url,
+        step_s=step_s,
+        recording_rules=recorded,
+        simulated=simulated,
+    )
+
+
+def _rules_loaded(source: PrometheusSource, period: Period, step_s: float) -> bool:
+    """Whether the recording rules ran when the period began (their marker was written)."""
+    window = max(1, math.ceil(step_s)) + 60  # at least one evaluation interval of a minute
+    answer = source.query(f"count_over_time({RULES_MARKER}[{window}s])", period.start_s + step_s)
+    return any(item.value for item in _vector(answer))
+
+
+def _holders(series: Iterable[_Series]) -> list[tuple[tuple[str, str], IdleHolder]]:
+    memory: dict[tuple[str, str, str | None, str | None], float] = {}
+    idle: list[_Series] = []
+    for item in series:
+        labels = item.labels
+        if labels.get(_FACT) == "memory" and item.value is not None:
+            ident = (*_target(labels), labels.get("uuid"), labels.get("pid"))
+            memory[ident] = item.value
+        elif labels.get(_FACT) == "idle" and item.value is not None:
+            idle.append(item)
+    found = []
+    for item in idle:
+        labels = item.labels
+        pid = labels.get("pid", "")
+        gpu = labels.get("gpu", "")
+        if not pid.isdigit() or item.value is None:
+            continue
+        held = memory.get((*_target(labels), labels.get("uuid"), pid))
+        holder = IdleHolder(
+            user=item.label("user"),
+            pid=int(pid),
+            gpu_index=int(gpu) if gpu.isdigit() and len(gpu) < 4 else None,
+            gpu_uuid=item.label("uuid"),
+            idle_s=item.value,
+            gpu_memory_bytes=None if held is None else int(held),
+            command=item.label("process"),
+        )
+        found.append((_target(labels), holder))
+    return found
+
+
+def _names(
+    targets: set[tuple[str, str]], hosts: dict[tuple[str, str], str]
+) -> dict[tuple[str, str], str]:
+    """Each target's node name, as the cluster view names it."""
+    ordered = sorted(targets)
+    names = node_names([(hosts.get(target), safe_text(target[0])) for target in ordered])
+    return dict(zip(ordered, names, strict=True))
+
+
+def _named(holder: IdleHolder, node: str) -> IdleHolder:
+    return replace(holder, node=node)

@@ -1,0 +1,174 @@
+"""``U``: who used the GPUs over the last 24 hours and 7 days, per user, from the history
+database: GPU-hours held, used (SM-weighted) and held idle, each row with a bar (the bars of
+``gpumon report``: :func:`gpumon.data.report.bar_cells`).
+
+Read on a worker thread when the screen opens and every :data:`REFRESH_S` after; without a
+database the screen says how to start recording.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from gpumon.data import format as fmt
+from gpumon.data.report import NO_KEY, bar_cells, hours_text
+from gpumon.data.usage import UsageRow
+from gpumon.sampling.usage_history import HistoryError, usage
+from gpumon.ui.dashboard.history import DashboardHistory, NoDatabase
+from gpumon.ui.widgets.text_lines import TextLines
+
+if TYPE_CHECKING:
+    from gpumon.sampling.history.reader import HistoryReader
+
+#: (title, seconds back from now) of each table.
+PERIODS: tuple[tuple[str, float], ...] = (("Last 24 hours", 86400.0), ("Last 7 days", 7 * 86400.0))
+REFRESH_S = 300.0
+_KEY_CELLS = 20
+_BAR_CELLS = 40
+HEADER = f"{'USER':<{_KEY_CELLS}} {'HELD':>7} {'USED':>7} {'IDLE':>7}  GPU-hours"
+
+
+def render_usage(
+    tables: Sequence[tuple[str, Sequence[UsageRow]]],
+    width: int,
+    ascii_only: bool = False,
+    colors: tuple[str, str] = ("green", "yellow"),
+    current_user: str | None = None,
+) -> Text:
+    """Each period's table: per user GPU-hours held, used and held idle, and a bar (used,
+    then held, then held idle) on one scale for all the tables."""
+    text = Text(no_wrap=True, overflow="crop")
+    cells = ("#", "=", ".") if ascii_only else ("█", "▒", "░")
+    bar_width = max(0, min(_BAR_CELLS, width - len(HEADER) - 2 + len("GPU-hours")))
+    top = max((row.gpu_hours_held for _, rows in tables for row in rows), default=0.0)
+    for title, rows in tables:
+        text.append(f"{title}\n", "bold")
+        text.append(HEADER + "\n", "bold")
+        if not rows:
+            text.append("  nobody held GPU memory\n", "dim")
+        for row in rows:
+            user = fmt.ljust_cells(fmt.truncate(row.key or NO_KEY["user"], _KEY_CELLS), _KEY_CELLS)
+            line = (
+                f"{user} {hours_text(row.gpu_hours_held):>7} {hours_text(row.gpu_hours_used):>7}"
+                f" {hours_text(row.idle_held_hours):>7}  "
+            )
+            text.append(
+                line, "bold" if current_user is not None and row.key == current_user else ""
+            )
+            used, held, idle = bar_cells(row, top, bar_width)
+            text.append(cells[0] * used, colors[0])
+            text.append(cells[1] * held, "dim")
+            text.append(cells[2] * idle, colors[1])
+            text.append("\n")
+        text.append("\n")
+    text.append(
+        f"{cells[0]} used (SM-weighted)  {cells[1]} held  {cells[2]} held idle: one GPU held "
+        "for an hour is one GPU-hour\n",
+        "dim",
+    )
+    return text
+
+
+class UsageScreen(Screen[None]):
+    """GPU-hours per user from the history database; ``Escape`` goes back."""
+
+    BINDINGS = [
+        Binding("escape", "back", "Back", tooltip="back to the dashboard"),
+        Binding("U", "back", "Back", show=False, key_display="U", tooltip="back"),
+    ]
+
+    class Read(Message):
+        """The worker read the tables; ``None`` without a database (``present`` False) or
+        with one that cannot be read (``error``)."""
+
+        def __init__(
+            self,
+            tables: list[tuple[str, list[UsageRow]]] | None,
+            present: bool,
+            error: str | None,
+        ) -> None:
+            super().__init__()
+            self.tables = tables
+            self.present = present
+            self.error = error
+
+    def __init__(self, history: DashboardHistory, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.history = history
+        self.clock = clock
+        self.tables: list[tuple[str, list[UsageRow]]] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(f" GPU usage per user, from the history database {self.history.path}")
+        with VerticalScroll():
+            yield TextLines(id="usage")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._draw("Reading the history database...")
+        self.read()
+        self.set_interval(REFRESH_S, self.read)
+
+    def read(self) -> None:
+        """Read both periods on a worker thread."""
+        history, now = self.history, self.clock()
+
+        def tables(reader: HistoryReader) -> list[tuple[str, list[UsageRow]]]:
+            return [(title, usage(reader, now - back, now, "user", now)) for title, back in PERIODS]
+
+        def work() -> None:
+            try:
+                message = self.Read(history.read(tables), True, None)
+            except NoDatabase:
+                message = self.Read(None, False, None)
+            except HistoryError as error:
+                message = self.Read(None, True, str(error))
+            self.post_message(message)
+
+        self.run_worker(work, thread=True, exclusive=True, group="usage", exit_on_error=False)
+
+    def on_usage_screen_read(self, message: Read) -> None:
+        self.history.settle(message.present, message.error)
+        self.tables = message.tables
+        if message.tables is None:
+            self._draw(self.history.missing_text)
+        else:
+            self.refresh_tables()
+
+    def on_resize(self) -> None:
+        if self.tables is not None:
+            self.refresh_tables()
+
+    def refresh_tables(self) -> None:
+        if self.tables is None or not self.is_attached:
+            return
+        variables = self.app.get_css_variables()
+        colors = (variables.get("success", "green"), variables.get("warning", "yellow"))
+        ascii_only = bool(getattr(getattr(self.app, "glyphs", None), "ascii_only", False))
+        self.query_one("#usage", TextLines).update(
+            render_usage(self.tables, self.size.width - 4, ascii_only, colors, _current_user())
+        )
+
+    def _draw(self, line: str) -> None:
+        self.query_one("#usage", TextLines).update(Text(line + "\n", "dim"))
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+
+def _current_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None

@@ -1,0 +1,185 @@
+"""Shell completions (`gpumon --print-completion bash|zsh|fish`) and the man page
+(`gpumon --print-man`), both generated from the argparse parser: every subcommand and option
+is in them, and the shells and groff take what is generated."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumon import cli
+from gpumon.cli_docs import completion
+from gpumon.cli_docs.man_page import man_page
+from gpumon.cli_docs.model import read_parser
+from gpumon.settings import KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def every_command_and_flag() -> dict[str, set[str]]:
+    """Subcommand ("" for the program) -> its option strings, read off argparse directly."""
+    parser = cli.build_parser()
+    found = {"": set[str]()}
+    for action in parser._actions:  # argparse keeps no public list
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = {flag for option in sub._actions for flag in option.option_strings}
+        else:
+            found[""].update(action.option_strings)
+    return found
+
+
+@pytest.mark.parametrize("shell", completion.SHELLS)
+def test_every_subcommand_and_option_is_completed(shell: str) -> None:
+    result = gpumon("--print-completion", shell)
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    for command, flags in every_command_and_flag().items():
+        assert not command or command in script
+        for flag in flags:
+            spelled = flag.lstrip("-") if shell == "fish" else flag
+            assert spelled in script, f"{shell}: {command or 'gpumon'} {flag}"
+
+
+def test_an_option_added_to_the_parser_is_completed_at_once() -> None:
+    """Nothing is written by hand: a new option reaches every shell and the man page."""
+    parser = cli.build_parser()
+    parser.add_argument("--frobnicate-level", metavar="PATH", help="a brand new option")
+    program = read_parser(parser)
+    for shell in completion.SHELLS:
+        assert "frobnicate-level" in completion.script(shell, program)
+    assert "\\-\\-frobnicate\\-level" in man_page(program, "1.2.3")
+
+
+def test_cli_knows_the_same_shells_as_the_generator() -> None:
+    assert cli.COMPLETION_SHELLS == completion.SHELLS
+
+
+def test_an_unknown_shell_is_one_line_and_exit_2() -> None:
+    result = gpumon("--print-completion", "tcsh")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "invalid choice: 'tcsh'" in result.stderr
+
+
+def bash_complete(script: Path, *words: str) -> list[str]:
+    """What bash offers for ``words`` (the last one is being typed)."""
+    quoted = " ".join(f"'{word}'" for word in words)
+    driver = (
+        f"source {script}; COMP_WORDS=({quoted}); COMP_CWORD=$(({len(words)} - 1)); "
+        'COMPREPLY=(); _gpumon; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    done = subprocess.run(["bash", "-c", driver], capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def test_bash_completes_subcommands_options_choices_and_paths(tmp_path: Path) -> None:
+    script = tmp_path / "gpumon.bash"
+    script.write_text(gpumon("--print-completion", "bash").stdout)
+    assert bash_complete(script, "gpumon", "o") == ["once"]
+    assert bash_complete(script, "gpumon", "once", "--c") == [
+        "--claims-dir",
+        "--claim-seconds",
+        "--color",
+        "--cluster",
+    ]
+    assert bash_complete(script, "gpumon", "once", "--color", "") == ["auto", "always", "never"]
+    # A subcommand's name as an option's value is not the subcommand.
+    assert "once" in bash_complete(script, "gpumon", "--config", "status", "")
+    assert bash_complete(script, "gpumon", "--interval", "") == []
+    (tmp_path / "conf.toml").touch()
+    (tmp_path / "conf.d").mkdir()
+    assert bash_complete(script, "gpumon", "--config", f"{tmp_path}/conf") == [
+        f"{tmp_path}/conf.d",
+        f"{tmp_path}/conf.toml",
+    ]
+    assert bash_complete(script, "gpumon", "--claims-dir", f"{tmp_path}/conf") == [
+        f"{tmp_path}/conf.d"
+    ]
+    # After a subcommand, only what argparse takes there: not the program's --theme.
+    assert bash_complete(script, "gpumon", "status", "--th") == []
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_reads_the_script(tmp_path: Path) -> None:
+    script = tmp_path / "_gpumon"
+    script.write_text(gpumon("--print-completion", "zsh").stdout)
+    done = subprocess.run(["zsh", "-n", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert script.read_text().startswith("#compdef gpumon\n")
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completes_subcommands_options_and_choices(tmp_path: Path) -> None:
+    script = tmp_path / "gpumon.fish"
+    script.write_text(gpumon("--print-completion", "fish").stdout)
+
+    def offered(line: str) -> list[str]:
+        done = subprocess.run(
+            ["fish", "--no-config", "-c", f"source {script}; complete -C '{line}'"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [entry.split("\t")[0] for entry in done.stdout.splitlines()]
+
+    assert "once" in offered("gpumon ")
+    assert offered("gpumon once --co") == ["--color"]
+    assert sorted(offered("gpumon pick --format ")) == ["auto", "index", "uuid"]
+    assert "once" not in offered("gpumon once ")
+
+
+def test_the_man_page_has_every_option_subcommand_and_variable() -> None:
+    result = gpumon("--print-man")
+    assert result.returncode == 0, result.stderr
+    page = result.stdout
+    assert page.startswith('.TH GPUMON 1 "" "gpumon ')
+    for command, flags in every_command_and_flag().items():
+        assert not command or f'.SS "gpumon {command}"' in page
+        for flag in flags:
+            assert flag.replace("-", "\\-") in page, f"{command or 'gpumon'} {flag}"
+    for spec in KEYS.values():
+        assert spec.env is None or f"\\fB{spec.env}\\fR" in page
+    for variable in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "XDG_CONFIG_DIRS"):
+        assert f"\\fB{variable}\\fR" in page
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
+def test_groff_formats_the_man_page_without_a_warning(tmp_path: Path) -> None:
+    page = tmp_path / "gpumon.1"
+    page.write_text(gpumon("--print-man").stdout)
+    done = subprocess.run(
+        ["groff", "-man", "-Tutf8", "-ww", "-z", page], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    shown = subprocess.run(
+        ["groff", "-man", "-Tascii", page], capture_output=True, text=True, check=True
+    ).stdout
+    assert "gpumon - Live NVIDIA GPU dashboard for shared GPU servers" in shown
+
+
+def test_a_closed_pipe_stops_the_man_page_quietly() -> None:
+    done = subprocess.run(
+        f"{sys.executable} -m gpumon --print-man | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.stdout.startswith(".TH GPUMON 1") and "Traceback" not in done.stderr

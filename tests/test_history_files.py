@@ -1,0 +1,265 @@
+"""Who may read and write the history: every user reads it, only the recorder writes it, and
+a reader never creates or changes a file.
+
+Run as root, the checks that need an ordinary user run in a forked child that has dropped to
+``nobody`` (the modules are already loaded: the child needs no access to the interpreter's
+files); run as an ordinary user, they run as that user.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import shutil
+import signal
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from gpumon.data.idle import IdleRule
+from gpumon.sampling.history import files
+from gpumon.sampling.history.reader import HistoryError, open_history
+from gpumon.sampling.history.writer import HistoryWriter
+from tests.test_history_writer import HOUR0, server
+
+T = TypeVar("T")
+NOBODY = 65534
+
+
+def as_other_user(call: Callable[[], T]) -> T:
+    """``call()`` as a user who owns nothing here: ``nobody`` in a forked child when this is
+    root, else this user. An exception comes back as its text, in a RuntimeError."""
+    if os.geteuid() != 0:
+        return call()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                result: object = ("ok", call())
+            except BaseException as error:
+                result = ("error", f"{type(error).__name__}: {error}")
+            os.write(write, pickle.dumps(result))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        ready, _, _ = select.select([pipe], [], [], 30)
+        if not ready:  # a lock another thread held at the fork: never wait for ever
+            os.kill(child, signal.SIGKILL)
+        data = pipe.read()
+    os.waitpid(child, 0)
+    if not data:
+        raise RuntimeError("the child running as another user did not answer")
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise RuntimeError(value)
+    return value
+
+
+def recorded(path: Path, minutes: int = 3) -> None:
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    try:
+        for minute in range(minutes):
+            writer.record(server(minute))
+    finally:
+        writer.close()
+
+
+def read_everything(path: Path) -> tuple[int, int]:
+    """(users in a report, points in a graph), as a reader would."""
+    reader = open_history(str(path))
+    assert reader is not None
+    with reader:
+        users = reader.usage(HOUR0, HOUR0 + 3600, "user")
+        gpu = reader.gpus()[0].uuid
+        points = reader.gpu_series(gpu, "utilization_gpu_pct", HOUR0, HOUR0 + 3600)
+    return len(users), len(points)
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory every user may enter, as /var/lib/gpumon is (pytest's are private)."""
+    directory = Path(tempfile.mkdtemp(prefix="gpumon-history-"))
+    os.chmod(directory, 0o755)
+    try:
+        yield directory
+    finally:
+        for inside in directory.iterdir():
+            if inside.is_dir():
+                os.chmod(inside, 0o755)
+        shutil.rmtree(directory)
+
+
+def test_the_recorder_creates_a_directory_and_file_everyone_can_read(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "gpumon" / "history.db"
+    old = os.umask(0o077)  # a strict umask must not make the history private
+    try:
+        recorded(path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    assert sorted(os.listdir(path.parent)) == ["history.db"]  # a clean stop leaves no -wal
+
+
+def test_another_user_reads_it_but_cannot_record_into_it(shared: Path) -> None:
+    path = shared / "history.db"
+    recorded(path)
+    before = path.read_bytes()
+    assert as_other_user(lambda: read_everything(path)) == (3, 3)
+    with pytest.raises(
+        RuntimeError,
+        match=r"HistoryError: .*history.db: refused: the file "
+        r"belongs to another user|cannot write",
+    ):
+        as_other_user(
+            lambda: HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90).open()
+        )
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(shared)) == ["history.db"]
+
+
+def test_readers_read_while_the_recorder_runs_and_after_it_was_killed(shared: Path) -> None:
+    """The WAL files exist while the recorder runs (or after it was killed): another user
+    reads through them. A file left in WAL mode without them is read as it is."""
+    path = shared / "history.db"
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    for minute in range(3):
+        writer.record(server(minute))
+    assert os.path.exists(f"{path}-wal")
+    assert as_other_user(lambda: read_everything(path)) == (3, 3)
+    # As after kill -9 and someone removing the -wal and -shm files: WAL mode, no files.
+    assert writer._database is not None
+    writer._database.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    writer._database.close()
+    for sidecar in ("-wal", "-shm"):
+        if os.path.exists(f"{path}{sidecar}"):
+            os.remove(f"{path}{sidecar}")
+    assert as_other_user(lambda: read_everything(path)) == (3, 3)
+    assert sorted(os.listdir(shared)) == ["history.db"]
+
+
+def test_a_reader_never_creates_the_database_or_its_directory(tmp_path: Path) -> None:
+    path = tmp_path / "nothing" / "history.db"
+    assert open_history(str(path)) is None
+    assert not path.parent.exists()
+
+
+def test_a_reader_changes_nothing_and_cannot_write(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    recorded(path)
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    assert read_everything(path) == (3, 3)
+    reader = open_history(str(path))
+    assert reader is not None
+    with reader, pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only"):
+        reader._connection.execute("DELETE FROM meta")
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    assert sorted(os.listdir(tmp_path)) == ["history.db"]
+
+
+@pytest.mark.parametrize(("mode", "refused"), [(0o777, True), (0o775, True), (0o1777, False)])
+def test_the_recorder_refuses_a_directory_others_can_write(
+    tmp_path: Path, mode: int, refused: bool
+) -> None:
+    directory = tmp_path / "open"
+    directory.mkdir()
+    os.chmod(directory, mode)
+    writer = HistoryWriter(str(directory / "h.db"), rule=IdleRule(), interval_s=60, history_days=9)
+    if not refused:  # sticky, as /tmp: others cannot replace what is the recorder's
+        writer.open()
+        writer.close()
+        return
+    with pytest.raises(HistoryError) as raised:
+        writer.open()
+    text = str(raised.value)
+    assert text.startswith(
+        f"{directory}/h.db: refused: its directory {directory} is writable by other users"
+    )
+    assert f"chmod go-w {directory}" in text and "\n" not in text
+    assert not (directory / "h.db").exists()
+
+
+def test_the_recorder_refuses_a_file_others_can_write_or_own(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    recorded(path)
+    os.chmod(path, 0o666)
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    with pytest.raises(HistoryError, match="the file is writable by other users"):
+        writer.open()
+    os.chmod(path, 0o644)
+    if os.geteuid() == 0:
+        os.chown(path, NOBODY, NOBODY)
+        with pytest.raises(HistoryError, match=r"the file belongs to another user \(uid 65534\)"):
+            writer.open()
+
+
+def test_a_planted_wal_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    recorded(path)
+    os.symlink("/etc/passwd", f"{path}-wal")
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    with pytest.raises(
+        HistoryError, match=r"history\.db: refused: its file .*history\.db-wal is a symbolic link"
+    ):
+        writer.open()
+
+
+def test_one_recorder_per_database(tmp_path: Path) -> None:
+    path = tmp_path / "history.db"
+    first = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    first.open()
+    second = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    with pytest.raises(HistoryError, match=r"another recorder .* is writing it"):
+        second.open()
+    first.close()
+    second.open()  # free again once the first has stopped
+    second.close()
+
+
+def test_a_directory_that_cannot_be_written_is_one_line(shared: Path) -> None:
+    """As a read-only file system: the recorder cannot create its file."""
+    directory = shared / "mine"
+    directory.mkdir()
+    if os.geteuid() == 0:
+        os.chown(directory, NOBODY, NOBODY)
+    os.chmod(directory, 0o555)
+
+    def start() -> None:
+        HistoryWriter(
+            str(directory / "history.db"), rule=IdleRule(), interval_s=60, history_days=90
+        ).open()
+
+    with pytest.raises(RuntimeError) as raised:
+        try:
+            as_other_user(start)
+        except HistoryError as error:  # not root: raised here, not in a child
+            raise RuntimeError(f"HistoryError: {error}") from None
+    assert str(raised.value) == (
+        f"HistoryError: {directory}/history.db: cannot write the history: Permission denied "
+        "(a read-only file system? --db chooses another place)"
+    )
+
+
+def test_history_path_follows_db_and_else_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpumon.settings import Settings
+
+    monkeypatch.setenv("XDG_STATE_HOME", "/somewhere/state")
+    assert files.history_path(Settings(history_db="/data/h.db")) == "/data/h.db"
+    expected = (
+        "/var/lib/gpumon/history.db"
+        if os.geteuid() == 0
+        else ("/somewhere/state/gpumon/history.db")
+    )
+    assert files.history_path(Settings()) == expected
