@@ -386,6 +386,35 @@ async def test_keys_pause_and_interval() -> None:
         assert "every 0.25s" in screen_text(app)
 
 
+async def test_up_and_down_on_the_cards_never_do_nothing() -> None:
+    """Cards in columns: Down from a row above a shorter last row lands on its last card,
+    Down on the last row takes the focus to the process table, Up on the first row goes to
+    the bottom of the column; each press changes the screen at once."""
+    gpus = tuple(make_gpu(i) for i in range(5))
+    sample = make_sample(gpus, (make_process(gpus[0], 5),))
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        panel = app.query_one("#gpus")
+        columns = panel.columns  # type: ignore[attr-defined]
+        assert panel.layout_mode is Layout.CARDS and columns == 2  # type: ignore[attr-defined]
+        assert app.focused is panel
+        await pilot.press("right", "right", "right")  # GPU 3: the right column, row 1
+        await pilot.press("down")
+        assert panel.selected == 4  # type: ignore[attr-defined]  # row 2 holds GPU 4 alone
+        await pilot.press("up")
+        assert panel.selected == 2  # type: ignore[attr-defined]
+        await pilot.press("up", "up")
+        assert panel.selected == 4  # type: ignore[attr-defined]  # from the top: the bottom
+        await pilot.press("right", "right")  # GPU 4 -> 0 -> 1, the top of the right column
+        await pilot.press("up")
+        assert panel.selected == 3  # type: ignore[attr-defined]  # no GPU 5: the row above
+        await pilot.press("down", "down")  # 3 -> 4 (last row) -> the process table
+        assert isinstance(app.focused, ProcessTable)
+        assert panel.selected == 4  # type: ignore[attr-defined]
+
+
 async def test_mouse_selects_gpu_and_sorts_by_clicked_column() -> None:
     gpus = (make_gpu(0), make_gpu(1))
     sample = make_sample(gpus, (make_process(gpus[0], 5), make_process(gpus[1], 6)))

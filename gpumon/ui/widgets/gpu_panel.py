@@ -75,7 +75,13 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
 
     BINDINGS = [
         Binding("up,k", "move_row(-1)", "Up", show=False, tooltip="the GPU above"),
-        Binding("down,j", "move_row(1)", "Down", show=False, tooltip="the GPU below"),
+        Binding(
+            "down,j",
+            "move_row(1)",
+            "Down",
+            show=False,
+            tooltip="the GPU below (from the last row: the process table)",
+        ),
         Binding("left,h", "move(-1)", "Left", show=False, tooltip="the previous GPU"),
         Binding("right,l", "move(1)", "Right", show=False, tooltip="the next GPU"),
     ]
@@ -154,16 +160,33 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
             self.selected = (self.selected + step) % len(self.gpus)
 
     def action_move_row(self, step: int) -> None:
-        """Up/Down: within a column of cards (the line layouts have one column)."""
+        """Up/Down: within a column of cards (the line layouts have one column, and wrap).
+
+        No press is lost: Down on a row above a shorter last row goes to its last card, Down
+        on the last row moves the focus on to the process table, and Up on the first row
+        goes to the bottom of the column (each changes the screen at once)."""
         if not self.gpus:
             return
         columns = self.columns if self.layout_mode is Layout.CARDS else 1
         if columns <= 1:
             self.action_move(step)
             return
+        count = len(self.gpus)
         target = self.selected + step * columns
-        if 0 <= target < len(self.gpus):
+        last_row = (count - 1) // columns
+        if 0 <= target < count:
             self.selected = target
+        elif step > 0 and self.selected // columns < last_row:
+            self.selected = count - 1
+        elif step > 0:
+            screen = self.screen
+            screen.focus_next()
+            if screen.focused is self or screen.focused is None:
+                self.focus()  # nothing else to go to: to the top of the column
+                self.selected %= columns
+        else:
+            bottom = last_row * columns + self.selected % columns
+            self.selected = bottom if bottom < count else bottom - columns
 
     def on_click(self, event: events.Click) -> None:
         index = self._index_at(event.x, event.y)
