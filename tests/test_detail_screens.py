@@ -145,7 +145,7 @@ async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 30)
-        await pilot.press("down", "down", "enter")
+        await pilot.press("down", "enter")
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, GpuDetailScreen)
@@ -196,7 +196,7 @@ async def test_every_field_of_the_field_table_is_shown_with_its_value() -> None:
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         sample = await push(pilot, source, 3)
-        await pilot.press("down", "down", "enter")
+        await pilot.press("down", "enter")
         await pilot.pause()
         gpu = next(gpu for gpu in sample.gpus if gpu.index == 2)
         fields = static_text(app, "#gpu-detail-fields")
@@ -240,7 +240,7 @@ async def test_a_gpu_lost_while_its_detail_is_open_reads_lost() -> None:
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 20)
-        await pilot.press("down", "down", "enter")
+        await pilot.press("down", "enter")
         await pilot.pause()
         app.receive_sample(lose(source.sample(), 2))
         await pilot.pause()
@@ -265,7 +265,7 @@ async def test_a_lost_gpus_graphs_keep_their_scale() -> None:
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
         await push(pilot, source, 20)
-        await pilot.press("down", "down", "enter")
+        await pilot.press("down", "enter")
         await pilot.pause()
         before = static_text(app, "#gpu-detail-graphs")
         assert chart_rows(before, "Power")[0].lstrip().startswith("300W")

@@ -581,32 +581,36 @@ async def test_arrow_keys_move_through_a_grid_of_cards() -> None:
         ]
         for key, expected in (
             ("down", 3),
-            ("down", 3),  # no row below: stays
             ("right", 4),
             ("up", 1),
-            ("up", 1),  # no row above: stays
+            ("up", 4),  # no row above: the bottom of the column
+            ("k", 1),
             ("right", 2),
             ("right", 3),  # Right goes on to the next row
             ("left", 2),
-            ("down", 5),
             ("j", 5),
-            ("k", 2),
-            ("h", 1),
-            ("l", 2),
+            ("h", 4),
+            ("l", 5),
         ):
             await pilot.press(key)
             assert selected_card(app) == expected, key
+        await pilot.press("down")  # no row below: on to the process table
+        assert isinstance(app.focused, ProcessTable)
+        assert selected_card(app) == 5
 
 
-async def test_down_from_a_short_column_stays_put() -> None:
-    """Five GPUs three abreast: nothing below GPU 2, Down keeps it."""
+async def test_down_from_a_short_column_goes_to_the_last_card() -> None:
+    """Five GPUs three abreast: nothing below GPU 2, Down goes to the last card (a key that
+    changed nothing would seem lost)."""
     sample = make_sample(tuple(make_gpu(index) for index in range(5)))
     app = app_for(sample)
     async with app.run_test(size=(200, 50)) as pilot:
         await start(app, pilot, sample)
         await pilot.press("right", "right", "down")
-        assert selected_card(app) == 2
-        await pilot.press("left", "down")
+        assert selected_card(app) == 4
+        await pilot.press("up")
+        assert selected_card(app) == 1
+        await pilot.press("down")  # a card below: GPU 4
         assert selected_card(app) == 4
 
 
