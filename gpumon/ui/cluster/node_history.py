@@ -34,7 +34,14 @@ from gpumon.ui.cluster.view import (
     no_current_processes,
     node_state,
 )
-from gpumon.ui.widgets.gpu_fields import GRAPHS, Graph, render_fields, render_processes
+from gpumon.ui.widgets.gpu_fields import (
+    GRAPHS,
+    Graph,
+    append_chart,
+    chart_width,
+    render_fields,
+    render_processes,
+)
 from gpumon.ui.widgets.graphs import chart, time_columns
 from gpumon.ui.widgets.text_lines import TextLines
 
@@ -50,7 +57,6 @@ HISTORY_GRAPHS: tuple[tuple[Graph, str], ...] = tuple(
     if graph.field == attribute
 )
 CHART_ROWS = 3
-_LEFT = 8
 
 
 Series = Sequence[tuple[float, float | None]]
@@ -74,14 +80,12 @@ def render_history(
         return text.append("Last hour: reading it from Prometheus…\n", "dim")
     if history.error is not None:
         return text.append(f"Last hour: not available ({history.error})\n", "dim")
-    chart_width = max(10, width - _LEFT - 1)
+    width_cells = chart_width(width)
     for graph, key in HISTORY_GRAPHS:
         series = history.series.get(key, ())
-        columns = time_columns(series, history.end_s - HISTORY_S, history.end_s, chart_width)
+        columns = time_columns(series, history.end_s - HISTORY_S, history.end_s, width_cells)
         known = [value for value in columns if value is not None]
-        top = graph.top(gpu)
-        if top is None or top <= 0:
-            top = max(known, default=0.0) or 1.0
+        top = graph.scale_top(gpu, known)
         latest = getattr(gpu, graph.field)
         line = Text(f"{graph.title}  ", style="bold")
         line.append(fmt.NA if latest is None else graph.text(latest))
@@ -97,14 +101,9 @@ def render_history(
         text.append_text(line)
         text.append("\n")
         threshold = graph.threshold(gpu)
-        rows = chart(columns, chart_width, CHART_ROWS, 0.0, top, threshold=threshold,
+        rows = chart(columns, width_cells, CHART_ROWS, 0.0, top, threshold=threshold,
                      ascii_only=ascii_only)  # fmt: skip
-        for number, row in enumerate(rows):
-            label = graph.text(top) if number == 0 else ("0" if number == len(rows) - 1 else "")
-            text.append(f"{label:>{_LEFT}} ", "dim")
-            text.append(row, style=color)
-            text.append("\n")
-        text.append("\n")
+        append_chart(text, rows, graph.text(top), color, ascii_only)
     if ascii_only:
         return Text(text.plain.replace("°C", "C").replace("…", "~"), no_wrap=True)
     return text

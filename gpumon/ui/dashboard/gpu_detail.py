@@ -19,12 +19,18 @@ from gpumon.data.model import GpuStats
 from gpumon.sampling.store import Store
 from gpumon.ui.dashboard.gpu_history import SPAN_BINDINGS, GpuSpans, SeriesRead
 from gpumon.ui.dashboard.store_screen import StoreScreen
-from gpumon.ui.widgets.gpu_fields import GRAPHS, ascii_text, render_fields, render_processes
+from gpumon.ui.widgets.gpu_fields import (
+    GRAPHS,
+    append_chart,
+    ascii_text,
+    chart_width,
+    render_fields,
+    render_processes,
+)
 from gpumon.ui.widgets.graphs import bucketed, chart
 from gpumon.ui.widgets.text_lines import TextLines
 
 CHART_ROWS = 3
-_LEFT = 8  # the scale's labels left of a chart
 
 
 def _span(timestamps: list[float]) -> str:
@@ -46,14 +52,12 @@ def render_graphs(
     temperature chart's (the theme's success and warning colours)."""
     text = Text(no_wrap=True, overflow="crop")  # a chart row never wraps
     span = _span(store.timestamps())
-    chart_width = max(10, width - _LEFT - 1)
+    width_cells = chart_width(width)
     for graph in GRAPHS:
         values = store.gpu_history(index, graph.field)
         known = [value for value in values if value is not None]
         latest = known[-1] if known and values and values[-1] is not None else None
-        top = graph.top(gpu)
-        if top is None or top <= 0:
-            top = max(known, default=0.0) or 1.0
+        top = graph.scale_top(gpu, known)
         threshold = graph.threshold(gpu)
         now = fmt.NA if latest is None else graph.text(latest)
         line = Text(f"{graph.title}  ", style="bold")
@@ -67,16 +71,12 @@ def render_graphs(
         text.append("\n")
         # Columns of whole buckets of samples, fixed to the sample numbers: the chart moves one
         # column per bucket, and in between only its newest column changes.
-        per_column = max(1, -(-store.capacity // chart_width))
-        columns = bucketed(values, store.sequence, per_column, chart_width)
-        rows = chart(columns, chart_width, CHART_ROWS, 0.0, top, threshold=threshold,
+        per_column = max(1, -(-store.capacity // width_cells))
+        columns = bucketed(values, store.sequence, per_column, width_cells)
+        rows = chart(columns, width_cells, CHART_ROWS, 0.0, top, threshold=threshold,
                      ascii_only=ascii_only)  # fmt: skip
-        for number, row in enumerate(rows):
-            label = graph.text(top) if number == 0 else ("0" if number == len(rows) - 1 else "")
-            text.append(ascii_text(Text(f"{label:>{_LEFT}} ", "dim"), ascii_only))
-            text.append(row, style=colors[1] if graph.field == "temperature_c" else colors[0])
-            text.append("\n")
-        text.append("\n")
+        style = colors[1] if graph.field == "temperature_c" else colors[0]
+        append_chart(text, rows, graph.text(top), style, ascii_only)
     return text
 
 

@@ -27,7 +27,7 @@ from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats
 from gpumon.sampling.history.reader import HISTORY_FIELDS, HistoryError
 from gpumon.ui.dashboard.history import DashboardHistory, NoDatabase
-from gpumon.ui.widgets.gpu_fields import GRAPHS, ascii_text
+from gpumon.ui.widgets.gpu_fields import GRAPHS, append_chart, ascii_text, chart_width
 from gpumon.ui.widgets.graphs import chart, time_columns
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ SPANS_S = (600.0, 3600.0, 86400.0, 7 * 86400.0)
 SPAN_NAMES = ("10 min", "1 h", "24 h", "7 days")
 REFRESH_S = 60.0
 CHART_ROWS = 3
-_LEFT = 8
 SPAN_BINDINGS = [
     # One footer entry for the pair: "[ ] Span".
     Binding(
@@ -94,7 +93,7 @@ def render_recorded(
     text = Text(no_wrap=True, overflow="crop")
     if recorded is None:
         return text.append(f"Last {name}: reading the history database...\n", "dim")
-    chart_width = max(10, width - _LEFT - 1)
+    width_cells = chart_width(width)
     start_s = recorded.end_s - recorded.span_s
     left_out = []
     for graph in GRAPHS:
@@ -103,12 +102,10 @@ def render_recorded(
             continue
         points = recorded.series.get(graph.field, [])
         peaks = [(when, peak) for when, _, peak in points]
-        columns = time_columns(peaks, start_s, recorded.end_s, chart_width)
+        columns = time_columns(peaks, start_s, recorded.end_s, width_cells)
         means = [mean for _, mean, _ in points if mean is not None]
         known = [value for value in columns if value is not None]
-        top = graph.top(gpu)
-        if top is None or top <= 0:
-            top = max(known, default=0.0) or 1.0
+        top = graph.scale_top(gpu, known)
         latest = getattr(gpu, graph.field)
         line = Text(f"{graph.title}  ", style="bold")
         line.append(fmt.NA if latest is None else graph.text(latest))
@@ -120,14 +117,10 @@ def render_recorded(
         line.append(f"   (last {name}, recorded)", "dim")
         text.append_text(ascii_text(line, ascii_only))
         text.append("\n")
-        rows = chart(columns, chart_width, CHART_ROWS, 0.0, top, threshold=graph.threshold(gpu),
+        rows = chart(columns, width_cells, CHART_ROWS, 0.0, top, threshold=graph.threshold(gpu),
                      ascii_only=ascii_only)  # fmt: skip
-        for number, row in enumerate(rows):
-            label = graph.text(top) if number == 0 else ("0" if number == len(rows) - 1 else "")
-            text.append_text(ascii_text(Text(f"{label:>{_LEFT}} ", "dim"), ascii_only))
-            text.append(row, style=colors[1] if graph.field == "temperature_c" else colors[0])
-            text.append("\n")
-        text.append("\n")
+        style = colors[1] if graph.field == "temperature_c" else colors[0]
+        append_chart(text, rows, graph.text(top), style, ascii_only)
     if left_out:
         text.append(f"{', '.join(left_out)}: not recorded (press [ for the last minutes)\n", "dim")
     return text
@@ -186,7 +179,7 @@ class GpuSpans:
         if not number or history is None or uuid is None:
             return
         span_s, end_s = SPANS_S[number], self.clock()
-        width = max(10, self.screen.size.width - 5 - _LEFT - 1)
+        width = chart_width(self.screen.size.width - 5)
         bucket_s = max(60.0, span_s / width)
 
         def points(reader: HistoryReader) -> Recorded:

@@ -24,11 +24,11 @@ from gpumon.data.model import GpuProcess, Sample
 from gpumon.sampling.store import Store
 from gpumon.sources.host.details import CUDA_VARIABLES, ProcessDetails
 from gpumon.ui.dashboard.store_screen import StoreScreen
+from gpumon.ui.widgets.gpu_fields import append_chart, chart_width
 from gpumon.ui.widgets.graphs import bucketed, chart
 from gpumon.ui.widgets.text_lines import TextLines
 
 ProcessKey = tuple[int, int]
-_LEFT = 8
 
 
 def find(sample: Sample | None, key: ProcessKey) -> GpuProcess | None:
@@ -154,7 +154,7 @@ def render_history(
     """GPU memory, SM utilisation and host CPU over the time the process has been seen
     (``color``: the charts', the theme's success colour)."""
     text = Text(no_wrap=True, overflow="crop")  # a chart row never wraps
-    chart_width = max(10, width - _LEFT - 1)
+    width_cells = chart_width(width)
     graphs: tuple[tuple[str, str, Callable[[float], str], float | None], ...] = (
         ("GPU memory", "gpu_memory_bytes", lambda v: fmt.bytes_short(int(v)), None),
         ("SM utilisation", "sm_utilization_pct", lambda v: f"{v:.0f}%", 100.0),
@@ -173,15 +173,10 @@ def render_history(
         if field == "cpu_pct":
             top = max(top, 100.0)
         # Whole buckets of samples, fixed to the sample numbers (see the GPU detail).
-        per_column = max(1, -(-store.capacity // chart_width))
-        columns = bucketed(values, store.sequence, per_column, chart_width)
-        for number, row in enumerate(
-            chart(columns, chart_width, 2, 0.0, top, ascii_only=ascii_only)
-        ):
-            label = show(top) if number == 0 else "0"
-            text.append(f"{label:>{_LEFT}} ", "dim")
-            text.append(row + "\n", style=color)
-        text.append("\n")
+        per_column = max(1, -(-store.capacity // width_cells))
+        columns = bucketed(values, store.sequence, per_column, width_cells)
+        rows = chart(columns, width_cells, 2, 0.0, top, ascii_only=ascii_only)
+        append_chart(text, rows, show(top), color, ascii_only)
     return text
 
 

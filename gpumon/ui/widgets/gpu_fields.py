@@ -5,7 +5,7 @@ the field table, and the GPU's processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -26,6 +26,12 @@ class Graph:
     top: Callable[[GpuStats], float | None] = lambda gpu: None
     threshold: Callable[[GpuStats], float | None] = lambda gpu: None
     threshold_name: str = ""
+
+    def scale_top(self, gpu: GpuStats, known: Sequence[float]) -> float:
+        """The top of the chart's scale: :attr:`top`'s for ``gpu``, else the largest of the
+        ``known`` values (1 when there is none)."""
+        top = self.top(gpu)
+        return top if top is not None and top > 0 else (max(known, default=0.0) or 1.0)
 
 
 def _temperature_top(gpu: GpuStats) -> float | None:
@@ -104,3 +110,25 @@ def ascii_text(text: Text, ascii_only: bool) -> Text:
     if plain == text.plain:
         return text
     return Text(plain, style=text.style)
+
+
+#: Cells left of a chart for its scale's labels (one more for the space after them).
+SCALE_CELLS = 8
+
+
+def chart_width(width: int) -> int:
+    """The cells a chart gets of a screen ``width`` cells wide, its scale left of it."""
+    return max(10, width - SCALE_CELLS - 1)
+
+
+def append_chart(
+    text: Text, rows: Sequence[str], top_label: str, style: str, ascii_only: bool
+) -> None:
+    """``rows`` (from :func:`gpumon.ui.widgets.graphs.chart`) onto ``text``, each after its
+    scale label (``top_label`` on the first row, ``0`` on the last), then an empty line."""
+    for number, row in enumerate(rows):
+        label = top_label if number == 0 else ("0" if number == len(rows) - 1 else "")
+        text.append_text(ascii_text(Text(f"{label:>{SCALE_CELLS}} ", "dim"), ascii_only))
+        text.append(row, style=style)
+        text.append("\n")
+    text.append("\n")
