@@ -19,11 +19,13 @@ import fcntl
 import os
 import sqlite3
 import stat
+import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
 from gpumon.sampling.history.schema import HistoryError, explain
+from gpumon.sources.host.claims import user_name
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
@@ -32,6 +34,36 @@ if TYPE_CHECKING:
 BUSY_TIMEOUT_S = 5.0
 #: A reader waits less: the dashboard must not stall on the history.
 READER_BUSY_TIMEOUT_S = 2.0
+#: The longest one read may run: a report over a year of a busy server takes well under a
+#: second; a database made to loop (or huge) is given up on, with one line, after this.
+READ_DEADLINE_S = 20.0
+#: How many SQLite virtual-machine steps between two looks at the clock.
+_DEADLINE_STEPS = 10_000
+
+
+class ReadConnection(sqlite3.Connection):
+    """A reader's connection: every statement gives up (``sqlite3.OperationalError:
+    interrupted``) once the time :meth:`start_read` set has passed."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.deadline = time.monotonic() + READ_DEADLINE_S
+        self.set_progress_handler(self._past_deadline, _DEADLINE_STEPS)
+
+    def start_read(self) -> None:
+        """Give the next read :data:`READ_DEADLINE_S` from now."""
+        self.deadline = time.monotonic() + READ_DEADLINE_S
+
+    def _past_deadline(self) -> int:
+        return 1 if time.monotonic() > self.deadline else 0
+
+
+def past_deadline(path: str) -> HistoryError:
+    """The one line for a read that ran past :data:`READ_DEADLINE_S`."""
+    return HistoryError(
+        f"{path}: gave up reading it after {READ_DEADLINE_S:g} s: it is damaged, made to "
+        "loop, or far larger than a history grows (--db chooses another database)"
+    )
 
 
 def history_path(settings: Settings) -> str:
@@ -42,11 +74,12 @@ def history_path(settings: Settings) -> str:
     return default_history_path(os.environ, os.geteuid())
 
 
-def connect_read_only(path: str) -> sqlite3.Connection | None:
+def connect_read_only(path: str) -> ReadConnection | None:
     """A read-only connection to the database at ``path``; ``None`` when there is none.
 
     Raises:
-        HistoryError: the path is not a file, or SQLite cannot open it.
+        HistoryError: the path is not a file, another user owns it or may write it, or
+            SQLite cannot open it.
     """
     try:
         info = os.stat(path)
@@ -56,6 +89,7 @@ def connect_read_only(path: str) -> sqlite3.Connection | None:
         raise HistoryError(f"{path}: cannot read the history: {error.strerror or error}") from None
     if not stat.S_ISREG(info.st_mode):
         raise HistoryError(f"{path}: not a file: use --db to choose the history database")
+    _check_reader_owner(path, info)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     if _left_in_wal_mode(path) and not os.path.exists(path + "-shm"):
         # No recorder has it open (a running one has its -shm file), and SQLite would create
@@ -65,6 +99,25 @@ def connect_read_only(path: str) -> sqlite3.Connection | None:
         return _connect(uri)
     except sqlite3.Error as error:
         raise explain(path, error, writing=False) from None
+
+
+def _check_reader_owner(path: str, info: os.stat_result) -> None:
+    """Read only a database that root or this user owns, and that no one else may write:
+    another user's file could hold anything (text made to drive the terminal, a schema made
+    to loop)."""
+    uid = os.geteuid()
+    if info.st_uid not in (0, uid):
+        name = user_name(info.st_uid)
+        owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
+        raise HistoryError(
+            f"{path}: refused: it belongs to {owner}, not to you or root; gpumon reads only "
+            "a history that you or root recorded (--db chooses another database)"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise HistoryError(
+            f"{path}: refused: other users can write it, so it could hold anything "
+            f"(chmod go-w {path}, or --db chooses another database)"
+        )
 
 
 def _left_in_wal_mode(path: str) -> bool:
@@ -78,16 +131,19 @@ def _left_in_wal_mode(path: str) -> bool:
     return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
 
 
-def _connect(uri: str) -> sqlite3.Connection:
+def _connect(uri: str) -> ReadConnection:
     connection = sqlite3.connect(
         uri,
         uri=True,
         timeout=READER_BUSY_TIMEOUT_S,
         isolation_level=None,
         check_same_thread=False,  # opened on one thread, read on the dashboard's worker
+        factory=ReadConnection,
     )
     try:
         connection.execute("PRAGMA query_only = ON")
+        # Functions with side effects never run from the file's own schema (views, triggers).
+        connection.execute("PRAGMA trusted_schema = OFF")
         # Reads the header: a file that is not a database fails here, not at the first query.
         connection.execute("PRAGMA user_version").fetchone()
     except sqlite3.Error:

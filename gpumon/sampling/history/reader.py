@@ -18,6 +18,7 @@ A reader never creates or writes the database. One reader is used by one thread 
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable
@@ -25,14 +26,21 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
 
+from gpumon.data.format import safe_text
 from gpumon.data.usage import GROUPINGS, UsageRow
-from gpumon.sampling.history.files import connect_read_only, history_path
+from gpumon.sampling.history.files import (
+    ReadConnection,
+    connect_read_only,
+    history_path,
+    past_deadline,
+)
 from gpumon.sampling.history.queries import series, usage_rows
 from gpumon.sampling.history.schema import (
     HISTORY_FIELDS,
     SCHEMA_VERSION,
     HistoryError,
     check_not_newer,
+    check_objects,
     explain,
     has_tables,
     user_version,
@@ -94,10 +102,16 @@ def open_history(path: str) -> HistoryReader | None:
     Returns:
         ``None`` when there is no file at ``path``, or an empty one (nothing recorded yet).
 
+    Every string read from it is made safe to print (:func:`~gpumon.data.format.safe_text`):
+    the file is root's or this user's, but what it records (user names, job and container
+    IDs) came from other users' processes. Every read gives up after
+    :data:`~gpumon.sampling.history.files.READ_DEADLINE_S`.
+
     Raises:
-        HistoryError: the file is not a gpumon history database, is damaged, was written
-            by a newer gpumon, or cannot be read; its ``str`` is one line naming the path and
-            what to do.
+        HistoryError: the file is not a gpumon history database (or holds views, triggers
+            or tables gpumon never makes), is damaged, was written by a newer gpumon, is
+            another user's, or cannot be read, or reading it ran past the deadline; its
+            ``str`` is one line naming the path and what to do.
     """
     connection = connect_read_only(path)
     if connection is None:
@@ -113,9 +127,12 @@ def open_history(path: str) -> HistoryReader | None:
                 f"{path} is not a gpumon history database of this version (version "
                 f"{version}): start the recorder (gpumon record), which upgrades it"
             )
+        check_objects(connection, path)
         meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.Error as error:
         connection.close()
+        if _interrupted(error):
+            raise past_deadline(path) from None
         raise explain(path, error, writing=False) from None
     except BaseException:
         connection.close()
@@ -139,7 +156,7 @@ class HistoryReader:
     def __init__(
         self,
         path: str,
-        connection: sqlite3.Connection,
+        connection: ReadConnection,
         meta: dict[str, object],
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -148,7 +165,7 @@ class HistoryReader:
         self.clock = clock
         self._connection = connection
         node, interval = meta.get("node"), meta.get("interval_s")
-        self.node = node if isinstance(node, str) else None
+        self.node = safe_text(node, 255) if isinstance(node, str) else None
         self.interval_s = float(interval) if isinstance(interval, (int, float)) else None
         self.simulated = bool(meta.get("simulated"))
 
@@ -175,7 +192,12 @@ class HistoryReader:
         """
         if by not in GROUPINGS:
             raise ValueError(f"cannot group by {by!r}: one of {', '.join(GROUPINGS)}")
-        return self._read(lambda: usage_rows(self._connection, start_s, end_s, by))
+        return self._read(
+            lambda: [
+                row if row.key is None else dataclasses.replace(row, key=safe_text(row.key))
+                for row in usage_rows(self._connection, start_s, end_s, by)
+            ]
+        )
 
     def gpu_series(
         self, gpu_uuid: str, field: str, start_s: float, end_s: float, *, bucket_s: float = 60.0
@@ -253,7 +275,7 @@ class HistoryReader:
                 ORDER BY idle_since_s, uuid, pid
                 """
             ).fetchall()
-            return [IdleHolder(*row) for row in rows]
+            return [_idle_holder(*row) for row in rows]
 
         return self._read(read)
 
@@ -265,8 +287,8 @@ class HistoryReader:
         """
         return self._read(
             lambda: [
-                RecordedGpu(*row)
-                for row in self._connection.execute(
+                RecordedGpu(_text(uuid) or "", index, _text(name))
+                for uuid, index, name in self._connection.execute(
                     "SELECT uuid, gpu_index, name FROM gpus ORDER BY gpu_index, uuid"
                 )
             ]
@@ -315,7 +337,44 @@ class HistoryReader:
         return now_s - span[1] <= max(3 * (self.interval_s or 10.0), 60.0)
 
     def _read(self, read: Callable[[], T]) -> T:
+        self._connection.start_read()
         try:
             return read()
         except sqlite3.Error as error:
+            if _interrupted(error):
+                raise past_deadline(self.path) from None
             raise explain(self.path, error, writing=False) from None
+
+
+def _interrupted(error: sqlite3.Error) -> bool:
+    """SQLite gave up the statement: the read ran past its deadline."""
+    return "interrupted" in str(error).lower()
+
+
+def _text(value: object) -> str | None:
+    """A string read from the database, safe to print; ``None`` for NULL."""
+    return None if value is None else safe_text(str(value))
+
+
+def _idle_holder(
+    user: object,
+    uuid: object,
+    gpu_index: int | None,
+    pid: int,
+    create_time_s: float | None,
+    memory_bytes: int | None,
+    idle_since_s: float,
+    job_id: object,
+    container_id: object,
+) -> IdleHolder:
+    return IdleHolder(
+        _text(user),
+        _text(uuid) or "",
+        gpu_index,
+        pid,
+        create_time_s,
+        memory_bytes,
+        idle_since_s,
+        _text(job_id),
+        _text(container_id),
+    )

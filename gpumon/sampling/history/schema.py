@@ -31,8 +31,11 @@ the file's version in its own transaction. A reader reads only the current versi
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Mapping
+
+from gpumon.data.format import safe_text
 
 #: The GPU readings kept per minute and per hour (mean and max), by the model's names.
 HISTORY_FIELDS = (
@@ -203,6 +206,41 @@ def check_not_newer(version: int, path: str, target: int = SCHEMA_VERSION) -> No
 
 def user_version(connection: sqlite3.Connection) -> int:
     return int(connection.execute("PRAGMA user_version").fetchone()[0])
+
+
+@functools.cache
+def _expected_objects(target: int = SCHEMA_VERSION) -> frozenset[tuple[str, str]]:
+    """The ``(type, name)`` of every table and index of version ``target``'s schema."""
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        create(connection, target=target)
+        return frozenset(connection.execute("SELECT type, name FROM sqlite_master").fetchall())
+    finally:
+        connection.close()
+
+
+def check_objects(connection: sqlite3.Connection, path: str) -> None:
+    """Refuse a database that holds anything but gpumon's tables and indexes: a view or a
+    trigger in their place could make every read loop or return what it likes.
+
+    Raises:
+        HistoryError: one line naming the first object that is not gpumon's.
+        sqlite3.Error: the schema could not be read.
+    """
+    expected = _expected_objects()
+    found = connection.execute(
+        "SELECT type, name FROM sqlite_master ORDER BY type, name"
+    ).fetchall()
+    for kind, name in found:
+        if (kind, name) in expected:
+            continue
+        if kind in ("table", "index") and str(name).startswith("sqlite_"):
+            continue  # SQLite's own (sqlite_autoindex_*, sqlite_stat1 after ANALYZE)
+        raise HistoryError(
+            f"{path}: refused: not a gpumon history database (it holds the {kind} "
+            f"{safe_text(str(name), 64)!r}, which gpumon never makes): --db chooses another "
+            "database"
+        )
 
 
 def has_tables(connection: sqlite3.Connection) -> bool:
