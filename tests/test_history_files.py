@@ -263,3 +263,35 @@ def test_history_path_follows_db_and_else_the_default(monkeypatch: pytest.Monkey
         else ("/somewhere/state/gpumon/history.db")
     )
     assert files.history_path(Settings()) == expected
+
+
+def test_root_refuses_a_directory_link_another_user_owns(tmp_path: Path) -> None:
+    """nobody$ ln -s /root-owned/dir /tmp/lnk; root# gpumon record --db /tmp/lnk/history.db:
+    the link's owner could point it at another directory of root's at any time."""
+    target = tmp_path / "roots"
+    target.mkdir()
+    link = tmp_path / "lnk"
+    link.symlink_to(target)
+    if os.geteuid() == 0:
+        os.lchown(link, NOBODY, NOBODY)
+        writer = HistoryWriter(
+            str(link / "history.db"), rule=IdleRule(), interval_s=60, history_days=9
+        )
+        with pytest.raises(HistoryError) as raised:
+            writer.open()
+        assert str(raised.value) == (
+            f"{link}/history.db: refused: {link} is a symbolic link that nobody (uid 65534) "
+            "owns, who could point it elsewhere (use the real path, or --db elsewhere)"
+        )
+        assert os.listdir(target) == []  # nothing written through it
+        # The same link inside another link's target is found too.
+        outer = tmp_path / "outer"
+        outer.symlink_to(tmp_path)
+        with pytest.raises(HistoryError, match=r"lnk is a symbolic link that nobody"):
+            HistoryWriter(
+                str(outer / "lnk" / "h.db"), rule=IdleRule(), interval_s=60, history_days=9
+            ).open()
+        os.lchown(link, 0, 0)
+    # A link of root's or one's own is followed.
+    recorded(link / "history.db")
+    assert os.listdir(target) == ["history.db"]

@@ -180,6 +180,7 @@ def open_for_writing(path: str) -> WritableHistory:
             it, or owns it), another recorder writes it, or it cannot be created or opened.
     """
     directory = os.path.dirname(os.path.abspath(path))
+    _check_links(path, directory)
     _make_directory(directory)
     _check_safe(path, os.stat(directory), f"its directory {directory}", directory)
     lock_fd = _open_file(path)
@@ -200,6 +201,51 @@ def open_for_writing(path: str) -> WritableHistory:
         os.close(lock_fd)
         raise
     return WritableHistory(path, connection, lock_fd)
+
+
+def _check_links(path: str, directory: str) -> None:
+    """Refuse a symbolic link on the way to ``directory`` (in the path or in a link's target)
+    that neither this user nor root owns: its owner could point it elsewhere at any time,
+    at a directory of root's that the recorder would then write into. Each component is
+    looked at with ``lstat`` (the database file itself is opened ``O_NOFOLLOW``).
+
+    Raises:
+        HistoryError: one line naming the link and its owner.
+    """
+    uid = os.geteuid()
+    pending = directory.split("/")
+    resolved = "/"
+    for _ in range(256):  # a loop of links ends here; SQLite refuses it after
+        if not pending:
+            return
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            return  # missing (made below) or not to be looked at: the opening says why
+        if not stat.S_ISLNK(info.st_mode):
+            resolved = candidate
+            continue
+        if info.st_uid not in (uid, 0):
+            name = user_name(info.st_uid)
+            owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
+            raise HistoryError(
+                f"{path}: refused: {candidate} is a symbolic link that {owner} owns, who "
+                "could point it elsewhere (use the real path, or --db elsewhere)"
+            )
+        try:
+            target = os.readlink(candidate)
+        except OSError:
+            return
+        if target.startswith("/"):
+            resolved = "/"
+        pending = target.split("/") + pending
 
 
 def check_sidecars(path: str) -> None:
