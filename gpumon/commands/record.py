@@ -3,8 +3,10 @@
 It samples through the same :class:`~gpumon.sampling.poller.Poller` and
 :class:`~gpumon.sampling.store.Store` as the dashboard and the exporter, every ``--interval``
 seconds (10 by default), and writes each sample in one transaction
-(:mod:`gpumon.sampling.history`). ``gpumon export --record`` records the exporter's own
-samples instead: one node runs one sampler.
+(:mod:`gpumon.sampling.history`) on its own thread (:class:`~gpumon.sampling.history.
+recorder.RecorderThread`, as ``export --record``): a database another program holds locked
+delays neither the sampling nor a stop. ``gpumon export --record`` records the exporter's
+own samples instead: one node runs one sampler.
 
 Exit status: 0 after SIGINT or SIGTERM; 1 when the database cannot be used (one line says
 why and what to do: another user can write it, it is damaged, of a newer version, another
@@ -20,13 +22,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpumon.data.model import Sample
-    from gpumon.sampling.history.recorder import Recorder
+    from gpumon.sampling.history.recorder import Recorder, RecorderThread
     from gpumon.settings import Settings
 
 #: Seconds between samples unless --interval says otherwise (the dashboard's 1 s is for eyes).
 DEFAULT_INTERVAL_S = 10.0
 #: How long stopping waits for a sample in progress (a stuck driver call is not waited for).
 STOP_WAIT_S = 1.0
+#: How long stopping waits for the writer's thread to write what is pending and close: a
+#: database another program holds locked is left to the process's exit.
+WRITER_STOP_S = 1.0
 PREFIX = "gpumon record"
 
 
@@ -87,13 +92,21 @@ def run(settings: Settings) -> int:
         return 1
     import asyncio
 
+    from gpumon.sampling.history.recorder import RecorderThread
+
+    thread = RecorderThread(recorder)
     try:
-        return asyncio.run(_record(settings, recorder, interval_s))
+        return asyncio.run(_record(settings, thread, interval_s))
     finally:
-        recorder.close()
+        if not thread.stop(WRITER_STOP_S):
+            print(
+                f"{PREFIX}: warning: stopped before the last sample was written: "
+                f"{recorder.writer.path} is busy (another program holds it locked?)",
+                file=sys.stderr,
+            )
 
 
-async def _record(settings: Settings, recorder: Recorder, interval_s: float) -> int:
+async def _record(settings: Settings, thread: RecorderThread, interval_s: float) -> int:
     import asyncio
     import signal
 
@@ -102,6 +115,7 @@ async def _record(settings: Settings, recorder: Recorder, interval_s: float) -> 
     from gpumon.sampling.store import Store
     from gpumon.sources.base import source_for
 
+    recorder = thread.recorder
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -122,9 +136,10 @@ async def _record(settings: Settings, recorder: Recorder, interval_s: float) -> 
                 file=sys.stderr,
                 flush=True,
             )
-        recorder.sampled(sample)
-        if recorder.failed is not None:
+        if recorder.failed is not None:  # the writer's thread met a problem that will not pass
             stop.set()
+            return
+        thread.submit(sample)
 
     store.subscribe(sampled)
     errors: list[str] = []
