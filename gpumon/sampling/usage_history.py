@@ -164,8 +164,6 @@ def recorded_idle(
 
 
 def _recording(reader: HistoryReader, now_s: float) -> bool:
-    """The recorder is writing: its latest sample is at most three intervals (a minute at
-    least) old at ``now_s``, as the reader itself judges it."""
-    span = reader.span()
-    interval_s = reader.interval_s or 10.0
-    return span is not None and now_s - span[1] <= max(3 * interval_s, 60.0)
+    """The recorder is writing: its latest sample is at most three of its intervals (batch
+    periods, for ``export --record``) old at ``now_s``, as the reader itself judges it."""
+    return reader.is_current(now_s)

@@ -149,6 +149,9 @@ class HistoryReader:
         path: the database.
         node: the host name of the recorder's machine, when recorded.
         interval_s: the recorder's sampling interval, when recorded.
+        current_for_s: how long the latest sample stays current: three of the recorder's
+            periods (its interval, or its batch period when it writes in batches, as
+            ``export --record``): data older than three intervals is never current.
         simulated: the history is of a simulated server (``gpumon record --demo``): label
             it DEMO.
     """
@@ -164,9 +167,13 @@ class HistoryReader:
         #: Wall-clock seconds: when "now" is, for :meth:`idle_since`.
         self.clock = clock
         self._connection = connection
-        node, interval = meta.get("node"), meta.get("interval_s")
+        node, interval, batch = meta.get("node"), meta.get("interval_s"), meta.get("batch_s")
         self.node = safe_text(node, 255) if isinstance(node, str) else None
         self.interval_s = float(interval) if isinstance(interval, (int, float)) else None
+        period = max(
+            self.interval_s or 10.0, float(batch) if isinstance(batch, (int, float)) else 0
+        )
+        self.current_for_s = 3 * period
         self.simulated = bool(meta.get("simulated"))
 
     def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
@@ -248,7 +255,7 @@ class HistoryReader:
                 """,
                 (gpu_uuid, pid, create_time_s),
             ).fetchone()
-            if row is None or row[0] is None or not self._current(self.clock()):
+            if row is None or row[0] is None or not self.is_current(self.clock()):
                 return None
             return float(row[0])
 
@@ -263,7 +270,7 @@ class HistoryReader:
         """
 
         def read() -> list[IdleHolder]:
-            if not self._current(now_s):
+            if not self.is_current(now_s):
                 return []
             rows = self._connection.execute(
                 """
@@ -329,12 +336,17 @@ class HistoryReader:
     ) -> None:
         self.close()
 
-    def _current(self, now_s: float) -> bool:
-        """The latest sample recorded is recent at ``now_s``: the recorder is writing."""
+    def is_current(self, now_s: float) -> bool:
+        """The latest sample recorded is at most :attr:`current_for_s` old at ``now_s``:
+        the recorder is writing.
+
+        Raises:
+            HistoryError: the database could not be read.
+        """
         span = self.span()
         if span is None:
             return False
-        return now_s - span[1] <= max(3 * (self.interval_s or 10.0), 60.0)
+        return now_s - span[1] <= self.current_for_s
 
     def _read(self, read: Callable[[], T]) -> T:
         self._connection.start_read()

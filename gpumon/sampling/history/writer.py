@@ -231,6 +231,7 @@ class HistoryWriter:
             [
                 ("node", self._node),
                 ("interval_s", self.interval_s),
+                ("batch_s", self.batch_s),
                 ("last_sample_s", pending.last_sample_s),
             ],
         )
