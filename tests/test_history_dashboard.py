@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sqlite3
 import time
 from pathlib import Path
 
@@ -233,3 +234,41 @@ async def test_the_help_names_the_database_it_reads(recorded: tuple[Path, float]
         await pilot.pause()
         flat = "".join(app.screen.build_text().split())  # type: ignore[attr-defined]
         assert f"Historydatabase:{database}" in flat
+
+
+# -- a simulated history (gpumon record --demo) is labelled DEMO --------------------------------
+
+
+def simulated(database: Path) -> Path:
+    connection = sqlite3.connect(database, isolation_level=None)
+    connection.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('simulated', 1)")
+    connection.close()
+    return database
+
+
+@pytest.mark.parametrize("demo", [True, False])
+async def test_u_and_the_recorded_spans_say_demo_for_a_simulated_history(
+    recorded: tuple[Path, float], demo: bool
+) -> None:
+    database, start = recorded
+    if demo:
+        simulated(database)
+    app = app_with(database, start)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await pilot.press("U")
+        await settle(pilot)
+        assert isinstance(app.screen, UsageScreen)
+        text = screen_text(app)
+        assert ("DEMO: simulated history (gpumon record --demo)" in text) is demo
+        assert "alice" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        app.receive_sample(now_sample(start))
+        await settle(pilot)
+        app.push_screen(GpuDetailScreen(app.store, 1))
+        await pilot.pause()
+        await pilot.press("right_square_bracket")
+        await settle(pilot)
+        (title,) = graph_titles(app)
+        assert ("(last 1 h, recorded, DEMO)" in title) is demo
+        assert ("DEMO: simulated history" in screen_text(app)) is demo

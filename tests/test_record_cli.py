@@ -213,3 +213,21 @@ def test_sigterm_stops_record_at_once_while_another_program_holds_the_database_l
         "busy (another program holds it locked?)\n"
     )
     assert "Traceback" not in errors
+
+
+def test_record_demo_is_refused_into_the_default_path_given_with_db(tmp_path: Path) -> None:
+    """--db naming the system's database (the one every reader falls back to) is the real
+    history too."""
+    import os
+
+    from gpumon.config_file import default_history_path
+
+    system = default_history_path({}, 0)
+    existed = os.path.exists(system)
+    process = gpumon("record", "--demo", "--db", system)
+    assert process.wait(timeout=30) == 2
+    assert process.communicate()[1] == (
+        "gpumon record: error: --demo records simulated samples: give them their own file "
+        "with --db PATH\n"
+    )
+    assert os.path.exists(system) is existed  # nothing created there

@@ -57,8 +57,20 @@ def interval_of(settings: Settings) -> float:
 
 
 def demo_needs_own_file(settings: Settings) -> str | None:
-    """Why this recording is refused: simulated samples never go into the real history."""
-    if settings.demo and not settings.history_db:
+    """Why this recording is refused: simulated samples never go into the real history,
+    neither by default nor through a --db naming a default path (this user's, or the
+    system's that readers fall back to)."""
+    if not settings.demo:
+        return None
+    import os
+
+    from gpumon.config_file import default_history_path
+    from gpumon.sampling.history.files import history_path
+
+    defaults = {default_history_path(os.environ, os.geteuid()), default_history_path({}, 0)}
+    real = {os.path.realpath(path) for path in defaults}
+    path = history_path(settings)
+    if not settings.history_db or path in defaults or os.path.realpath(path) in real:
         return "--demo records simulated samples: give them their own file with --db PATH"
     return None
 

@@ -26,7 +26,7 @@ from textual.timer import Timer
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats
 from gpumon.sampling.history.reader import HISTORY_FIELDS, HistoryError
-from gpumon.ui.dashboard.history import DashboardHistory, NoDatabase
+from gpumon.ui.dashboard.history import DEMO_LINE, DashboardHistory, NoDatabase
 from gpumon.ui.widgets.gpu_fields import GRAPHS, append_chart, ascii_text, chart_width
 from gpumon.ui.widgets.graphs import chart, time_columns
 
@@ -68,6 +68,8 @@ class Recorded:
     span_s: float
     end_s: float
     series: dict[str, Points]
+    #: The database holds a simulated server's history (``gpumon record --demo``).
+    simulated: bool = False
 
 
 class SeriesRead(Message):
@@ -95,6 +97,11 @@ def render_recorded(
         return text.append(f"Last {name}: reading the history database...\n", "dim")
     width_cells = chart_width(width)
     start_s = recorded.end_s - recorded.span_s
+    recorded_as = "recorded"
+    if recorded.simulated:
+        recorded_as = "recorded, DEMO"
+        text.append(DEMO_LINE, "bold reverse")
+        text.append("\n")
     left_out = []
     for graph in GRAPHS:
         if graph.field not in HISTORY_FIELDS:
@@ -114,7 +121,7 @@ def render_recorded(
             line.append(f"   mean {graph.text(mean)}  max {graph.text(max(known))}", "dim")
         else:
             line.append("   nothing recorded in this span", "dim")
-        line.append(f"   (last {name}, recorded)", "dim")
+        line.append(f"   (last {name}, {recorded_as})", "dim")
         text.append_text(ascii_text(line, ascii_only))
         text.append("\n")
         rows = chart(columns, width_cells, CHART_ROWS, 0.0, top, threshold=graph.threshold(gpu),
@@ -188,7 +195,7 @@ class GpuSpans:
                 for field in HISTORY_FIELDS
                 if any(graph.field == field for graph in GRAPHS)
             }
-            return Recorded(uuid, span_s, end_s, series)
+            return Recorded(uuid, span_s, end_s, series, reader.simulated)
 
         def work() -> None:
             try:

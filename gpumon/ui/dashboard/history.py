@@ -45,6 +45,10 @@ Result = TypeVar("Result")
 #: Open the database at a path: ``None`` when there is none (``open_reader``'s contract).
 Opener = Callable[[str], "HistoryReader | None"]
 
+#: Above the recorded graphs ([ ]) and the U screen of a simulated history: never taken for
+#: the server's own.
+DEMO_LINE = " DEMO: simulated history (gpumon record --demo), not this server's "
+
 #: Ask the database about idle processes at most this often.
 IDLE_LOOKUP_S = 30.0
 

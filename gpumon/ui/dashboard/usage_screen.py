@@ -25,7 +25,7 @@ from gpumon.data import format as fmt
 from gpumon.data.report import NO_KEY, bar_cells, hours_text
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.usage_history import HistoryError, usage
-from gpumon.ui.dashboard.history import DashboardHistory, NoDatabase
+from gpumon.ui.dashboard.history import DEMO_LINE, DashboardHistory, NoDatabase
 from gpumon.ui.widgets.text_lines import TextLines
 
 if TYPE_CHECKING:
@@ -45,10 +45,15 @@ def render_usage(
     ascii_only: bool = False,
     colors: tuple[str, str] = ("green", "yellow"),
     current_user: str | None = None,
+    simulated: bool = False,
 ) -> Text:
     """Each period's table: per user GPU-hours held, used and held idle, and a bar (used,
-    then held, then held idle) on one scale for all the tables."""
+    then held, then held idle) on one scale for all the tables; under a DEMO line when the
+    history is ``simulated``."""
     text = Text(no_wrap=True, overflow="crop")
+    if simulated:
+        text.append(DEMO_LINE, "bold reverse")
+        text.append("\n\n")
     cells = ("#", "=", ".") if ascii_only else ("█", "▒", "░")
     bar_width = max(0, min(_BAR_CELLS, width - len(HEADER) - 2 + len("GPU-hours")))
     top = max((row.gpu_hours_held for _, rows in tables for row in rows), default=0.0)
@@ -97,9 +102,11 @@ class UsageScreen(Screen[None]):
             tables: list[tuple[str, list[UsageRow]]] | None,
             present: bool,
             error: str | None,
+            simulated: bool = False,
         ) -> None:
             super().__init__()
             self.tables = tables
+            self.simulated = simulated
             self.present = present
             self.error = error
 
@@ -108,6 +115,8 @@ class UsageScreen(Screen[None]):
         self.history = history
         self.clock = clock
         self.tables: list[tuple[str, list[UsageRow]]] | None = None
+        #: The database holds a simulated server's history: the tables say DEMO.
+        self.simulated = False
 
     def compose(self) -> ComposeResult:
         yield Static(f" GPU usage per user, from the history database {self.history.path}")
@@ -124,12 +133,14 @@ class UsageScreen(Screen[None]):
         """Read both periods on a worker thread."""
         history, now = self.history, self.clock()
 
-        def tables(reader: HistoryReader) -> list[tuple[str, list[UsageRow]]]:
-            return [(title, usage(reader, now - back, now, "user", now)) for title, back in PERIODS]
+        def tables(reader: HistoryReader) -> tuple[list[tuple[str, list[UsageRow]]], bool]:
+            read = [(title, usage(reader, now - back, now, "user", now)) for title, back in PERIODS]
+            return read, reader.simulated
 
         def work() -> None:
             try:
-                message = self.Read(history.read(tables), True, None)
+                read, simulated = history.read(tables)
+                message = self.Read(read, True, None, simulated)
             except NoDatabase:
                 message = self.Read(None, False, None)
             except HistoryError as error:
@@ -140,7 +151,7 @@ class UsageScreen(Screen[None]):
 
     def on_usage_screen_read(self, message: Read) -> None:
         self.history.settle(message.present, message.error)
-        self.tables = message.tables
+        self.tables, self.simulated = message.tables, message.simulated
         if message.tables is None:
             self._draw(self.history.missing_text)
         else:
@@ -157,7 +168,14 @@ class UsageScreen(Screen[None]):
         colors = (variables.get("success", "green"), variables.get("warning", "yellow"))
         ascii_only = bool(getattr(getattr(self.app, "glyphs", None), "ascii_only", False))
         self.query_one("#usage", TextLines).update(
-            render_usage(self.tables, self.size.width - 4, ascii_only, colors, _current_user())
+            render_usage(
+                self.tables,
+                self.size.width - 4,
+                ascii_only,
+                colors,
+                _current_user(),
+                self.simulated,
+            )
         )
 
     def _draw(self, line: str) -> None:
