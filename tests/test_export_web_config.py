@@ -60,6 +60,11 @@ BAD = {
         f"basic_auth_users:\n  alice: {SECRET}\n",
         "basic_auth_users.alice: not a bcrypt hash",
     ),
+    "mixed bcrypt costs": (
+        f"basic_auth_users:\n  alice: {HASH}\n  bob: {HASH.replace(f'$0{TEST_COST}$', '$12$')}\n",
+        f"basic_auth_users.bob: its bcrypt cost 12 differs from alice's {TEST_COST}: give "
+        "every user the same cost",
+    ),
     "colon in user": (
         f"basic_auth_users:\n  'a:b': {HASH}\n",
         "basic_auth_users.a:b: a user name cannot hold ':'",
@@ -217,3 +222,12 @@ def test_the_documented_example_is_a_file_gpumon_reads(files: dict[str, Path]) -
     config = load_web_config(str(write_config(directory, example)))
     assert config.client_auth == "RequireAndVerifyClientCert" and config.tls is not None
     assert bcrypt.checkpw(b"change-me", config.users["prometheus"])
+
+
+def test_basic_auth_itself_refuses_mixed_costs() -> None:
+    """The promise of no user enumeration holds for any caller, not only the config file."""
+    from gpumon.commands.export.auth import BasicAuth
+
+    cheaper = HASH.replace(f"$0{TEST_COST}$", "$05$")
+    with pytest.raises(ValueError, match="same cost"):
+        BasicAuth({"alice": HASH.encode(), "bob": cheaper.encode()})

@@ -15,7 +15,8 @@ anyone who can connect can send wrong passwords. So:
   a scraper pays bcrypt once every few minutes, and a flood of wrong passwords, which fills
   the queue, does not lock out a scraper already known.
 - **No user enumeration by timing.** An unknown user's password is checked against a decoy
-  hash of the same cost as the configured ones.
+  hash of the same cost as the configured ones, which all have one cost (the web config
+  refuses mixed costs: a cheaper hash would answer faster than the decoy).
 
 Refused requests get ``401`` with ``WWW-Authenticate: Basic``.
 """
@@ -68,8 +69,10 @@ class BasicAuth:
         # On the loop's thread only: HMAC of a right (user, hash, password) -> when checked.
         self._remembered: OrderedDict[bytes, float] = OrderedDict()
         self._checking: dict[bytes, asyncio.Future[bool]] = {}
-        cost = max((int(hashed[4:6]) for hashed in self._users.values()), default=10)
-        self._worker = _Worker(queue_size, cost)
+        costs = {int(hashed[4:6]) for hashed in self._users.values()}
+        if len(costs) > 1:  # the web config refuses them: see its _same_cost
+            raise ValueError("basic_auth_users: every bcrypt hash must have the same cost")
+        self._worker = _Worker(queue_size, max(costs, default=10))
 
     @property
     def checks(self) -> int:

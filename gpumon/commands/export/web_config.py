@@ -259,7 +259,23 @@ def _users(value: Any) -> dict[str, bytes]:
                 where, "not a bcrypt hash (make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
             )
         users[user] = hashed.encode("ascii")
+        _same_cost(users, user, where)
     return users
+
+
+def _same_cost(users: Mapping[str, bytes], user: str, where: str) -> None:
+    """Refuse a hash whose bcrypt cost differs from the first user's: an unknown user is
+    checked against a decoy of the highest cost, so a user with a cheaper hash would answer
+    faster, telling which user names exist."""
+    first, cost = next(iter(users.items()))
+    other = users[user]
+    if other[4:6] != cost[4:6]:
+        raise WebConfigError(
+            where,
+            f"its bcrypt cost {int(other[4:6])} differs from {_shown(first)}'s "
+            f"{int(cost[4:6])}: give every user the same cost (a cheaper hash answers "
+            "faster, which would tell the names that exist)",
+        )
 
 
 def _guarded(path: str, key: str) -> bytes:
