@@ -218,7 +218,8 @@ def add_sharing_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -
         metavar="PATH",
         default=default,
         help="the history database (default: /var/lib/gpumon/history.db for root, else "
-        "$XDG_STATE_HOME/gpumon/history.db; history_db)",
+        "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
+        "instead while that one is missing; history_db)",
     )
     group.add_argument(
         "--history-days",

@@ -183,3 +183,15 @@ def test_a_closed_pipe_stops_the_man_page_quietly() -> None:
         timeout=60,
     )
     assert done.stdout.startswith(".TH GPUMON 1") and "Traceback" not in done.stderr
+
+
+def test_the_db_help_and_man_page_say_where_readers_fall_back() -> None:
+    """A user's report reads the system's database while their own is missing: --db's help
+    (and the man page made from it) says so, not only the README."""
+    help_text = " ".join(gpumon("report", "--help").stdout.split())
+    assert (
+        "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
+        "instead while that one is missing" in help_text
+    )
+    page = " ".join(gpumon("--print-man").stdout.split())
+    assert "readers use /var/lib/gpumon/history.db instead while that one is missing" in page
