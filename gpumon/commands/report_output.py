@@ -199,13 +199,14 @@ def safe_cell(text: str) -> str:
     return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
-def _number(value: float) -> str:
-    return f"{value:.4f}"
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
 
 
 def render_csv(report: UsageReport) -> str:
     """The rows as CSV: a header row of the JSON's names, numbers plain (hours to four
-    decimals, bytes whole), an empty cell for a key or peak that is not known, and a last
+    decimals, bytes whole), an empty cell for a key, peak or used hours that is not known
+    (USED when no SM utilisation was known: never 0), and a last
     ``simulated`` column (``1`` on every row of a ``--demo`` history: the file carries its
     label wherever it is copied). The idle holders are left out (one table per file)."""
     out = io.StringIO()
@@ -220,7 +221,7 @@ def render_csv(report: UsageReport) -> str:
             cells.append("" if row.node is None else safe_cell(row.node))
         cells += [
             _number(row.gpu_hours_held),
-            _number(row.gpu_hours_used),
+            _number(row.gpu_hours_used),  # empty: never known
             _number(row.idle_held_hours),
             "" if row.peak_memory_bytes is None else str(row.peak_memory_bytes),
             str(row.processes),
@@ -248,6 +249,7 @@ def row_to_dict(report: UsageReport, row: UsageRow) -> dict[str, Any]:
         "idle_held_hours": row.idle_held_hours,
         "peak_memory_bytes": row.peak_memory_bytes,
         "processes": row.processes,
+        "used_known_hours": row.used_known_hours,
     }
 
 

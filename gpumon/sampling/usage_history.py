@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
-from gpumon.data.report import IdleHolder, UsageReport, sorted_holders
+from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.history import files
 from gpumon.sampling.history.reader import HistoryError, HistoryReader, open_history
@@ -116,6 +116,7 @@ def report_from_history(
         source="history",
         where=path,
         simulated=reader.simulated,
+        notes=used_notes(by, tuple(rows)),
     )
 
 

@@ -16,7 +16,7 @@ from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S
 def _usage_part(table: str, width: int) -> str:
     return f"""
     SELECT key, gpu_id, start_s, {width} AS width, held_s, used_s, idle_held_s,
-        peak_memory_bytes
+        peak_memory_bytes, coalesce(known_s, held_s) AS known_s
     FROM {table}
     WHERE grouping = :grouping AND start_s > :start - {width} AND start_s < :end"""
 
@@ -46,13 +46,13 @@ def usage_rows(
             SELECT *, max(min(start_s + width, :recorded_to), start_s + 1) AS stop_s FROM rows
         ),
         parts AS (
-            SELECT {group} AS owner, held_s, used_s, idle_held_s, peak_memory_bytes,
+            SELECT {group} AS owner, held_s, used_s, idle_held_s, peak_memory_bytes, known_s,
                 max(0.0, min(stop_s, :end) - max(start_s, :start)) * 1.0 / (stop_s - start_s)
                     AS part
             FROM spans
         )
         SELECT owner, sum(held_s * part), sum(used_s * part), sum(idle_held_s * part),
-            max(peak_memory_bytes)
+            max(peak_memory_bytes), sum(known_s * part)
         FROM parts GROUP BY owner
         """,
         {
@@ -73,12 +73,14 @@ def usage_rows(
     )
     names = _gpu_names(connection) if by == "gpu" else {}
     rows = []
-    for owner, held, used, idle, peak in totals:
+    for owner, held, used, idle, peak, known in totals:
         rows.append(
             UsageRow(
                 key=_key(owner, names),
                 gpu_hours_held=held / HOUR_S,
-                gpu_hours_used=used / HOUR_S,
+                # Never known: N/A, not 0 (a held second of known use is 1/3600 GPU-hour).
+                gpu_hours_used=used / HOUR_S if known > 0.5 or held <= 0.5 else None,
+                used_known_hours=known / HOUR_S,
                 idle_held_hours=idle / HOUR_S,
                 peak_memory_bytes=None if peak is None else int(peak),
                 processes=processes.pop(owner, 0),
@@ -86,7 +88,7 @@ def usage_rows(
         )
     # Seen in the period, but for no time that counts (a single sample).
     for owner, count in processes.items():
-        rows.append(UsageRow(_key(owner, names), 0.0, 0.0, 0.0, None, count))
+        rows.append(UsageRow(_key(owner, names), 0.0, 0.0, 0.0, None, count, None, 0.0))
     rows.sort(key=lambda row: (-row.gpu_hours_held, row.key is None, row.key or ""))
     return rows
 

@@ -44,12 +44,15 @@ def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> No
     day_cut = usage_day_cut_s(now_s, history_days)
     execute(
         f"""
-        INSERT INTO usage_days ({_USAGE_KEY}, held_s, used_s, idle_held_s, peak_memory_bytes)
+        INSERT INTO usage_days ({_USAGE_KEY}, held_s, used_s, idle_held_s, peak_memory_bytes,
+            known_s)
         SELECT grouping, start_s - start_s % {DAY_S}, gpu_id, key,
-            sum(held_s), sum(used_s), sum(idle_held_s), max(peak_memory_bytes)
+            sum(held_s), sum(used_s), sum(idle_held_s), max(peak_memory_bytes),
+            sum(coalesce(known_s, held_s))
         FROM usage_hours WHERE grouping IN ({_GROUPINGS}) AND start_s < :cut
         GROUP BY 1, 2, 3, 4
         ON CONFLICT ({_USAGE_KEY}) DO UPDATE SET
+            known_s = coalesce(known_s, held_s) + excluded.known_s,
             held_s = held_s + excluded.held_s,
             used_s = used_s + excluded.used_s,
             idle_held_s = idle_held_s + excluded.idle_held_s,
