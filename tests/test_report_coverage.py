@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 
 import jsonschema
@@ -88,3 +89,63 @@ def test_unknown_sm_utilisation_is_never_zero_used(
     table = {row["user"]: row for row in csv.DictReader(io.StringIO(out))}
     assert table["carol"]["gpu_hours_used"] == ""
     assert table["dave"]["gpu_hours_used"] == "0.2000"
+
+
+def test_a_period_with_nothing_recorded_is_one_line_and_exit_1(
+    mig_database: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A week before recording began: not "nobody used the GPUs" (exit 0, no rows), but one
+    line that says what the database covers, exit 1, nothing on stdout (JSON included)."""
+    for output in ((), ("--json",), ("--csv",)):
+        status, out, err = report(
+            capsys, "--db", str(mig_database), "--from", "2026-10-01T00:00Z",
+            "--to", "2026-10-08T00:00Z", *output,
+        )  # fmt: skip
+        assert (status, out) == (1, "")
+        assert err.startswith("gpumon: nothing recorded from ") and err.count("\n") == 1
+        assert f"the history database {mig_database} covers " in err and err.endswith(" only\n")
+
+
+def test_a_period_covered_in_part_says_which_part(
+    mig_database: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = report(
+        capsys, "--db", str(mig_database), "--from", "2026-11-01T22:00Z", "--to", TO, "--json"
+    )
+    assert status == 0
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    assert document["recorded_from_s"] == START and document["recorded_to_s"] == START + 3600
+    notes = "\n".join(document["notes"])
+    assert "the 2h00m before it are not in the database (counted as nothing)" in notes
+    assert "the 1h00m after it are not in the database" in notes
+
+
+def test_nobody_idle_now_only_while_the_recorder_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorder that wrote a moment ago: "Nobody holds GPU memory idle now." (JSON [] and
+    recording true); the same file read after it stopped: unknown since its last sample."""
+    path = tmp_path / "history.db"
+    now = time.time()
+    gpu = make_gpu(0)
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=10.0, history_days=90)
+    try:
+        for back in (30, 20, 10, 0):
+            busy = make_process(gpu, 10, user="erin", sm_utilization_pct=90, create_time_s=now - 99)
+            writer.record(make_sample((gpu,), (busy,), timestamp_s=now - back))
+    finally:
+        writer.close()
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
+    assert status == 0 and "Nobody holds GPU memory idle now." in out
+    assert "; the recorder is writing" in out
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+    document = json.loads(out)
+    assert document["idle_holders"] == [] and document["recording"] is True
+
+    later = now + 600  # ten minutes on, the recorder stopped
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: later)
+        status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
+    assert status == 0 and "Nobody holds GPU memory idle now." not in out
+    assert "Who holds GPU memory idle now is unknown: the recorder has not written since " in out

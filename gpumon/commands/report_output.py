@@ -60,9 +60,31 @@ def header_lines(report: UsageReport) -> list[str]:
         lines.append(f"from Prometheus at {report.where} (sampled every {step}{rules})")
     else:
         lines.append(f"from the history database {report.where}")
+        lines.append(coverage_line(report))
     if report.simulated:
         lines[0] += f"  {DEMO_MARKER}"
     return lines
+
+
+def coverage_line(report: UsageReport) -> str:
+    """What a database covers: its first and latest recorded sample."""
+    first, last = report.recorded_from_s, report.recorded_to_s
+    if first is None or last is None:
+        return "recorded: nothing yet"
+    writing = "; the recorder is writing" if report.recording else "; the recorder is stopped"
+    return f"recorded from {_when(first)} to {_when(last)}{writing}"
+
+
+def not_recorded_line(report: UsageReport) -> str:
+    """The one line instead of a report of a period the database does not cover."""
+    period = report.period
+    asked = f"{_when(period.start_s)} to {_when(period.end_s)} (local time)"
+    first, last = report.recorded_from_s, report.recorded_to_s
+    if first is None or last is None:
+        covers = "has no samples yet"
+    else:
+        covers = f"covers {_when(first)} to {_when(last)} only"
+    return f"nothing recorded from {asked}: the history database {report.where} {covers}"
 
 
 def bar(row: UsageRow, top: float, width: int, ascii_only: bool, paint: Painter) -> str:
@@ -173,6 +195,11 @@ def _fit(widths: list[int], texts: int, width: int) -> int:
 
 def holder_lines(report: UsageReport) -> list[str]:
     """Who holds GPU memory idle now, longest first."""
+    if not report.holders_known:
+        since = "?" if report.recorded_to_s is None else _when(report.recorded_to_s)
+        return [
+            f"Who holds GPU memory idle now is unknown: the recorder has not written since {since}."
+        ]
     if not report.holders:
         return ["Nobody holds GPU memory idle now."]
     lines = ["Holding GPU memory idle now:"]
@@ -284,6 +311,13 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "step_s": report.step_s,
         "recording_rules": report.recording_rules,
         "rows": [row_to_dict(report, row) for row in report.rows],
-        "idle_holders": [holder_to_dict(holder) for holder in report.holders],
+        "recorded_from": None if report.recorded_from_s is None else _iso(report.recorded_from_s),
+        "recorded_to": None if report.recorded_to_s is None else _iso(report.recorded_to_s),
+        "recorded_from_s": report.recorded_from_s,
+        "recorded_to_s": report.recorded_to_s,
+        "recording": report.recording,
+        "idle_holders": (
+            [holder_to_dict(holder) for holder in report.holders] if report.holders_known else None
+        ),
         "notes": list(report.notes),
     }

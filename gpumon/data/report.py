@@ -67,6 +67,11 @@ class UsageReport:
             ``None`` for a database.
         simulated: some of the data is from ``--demo``.
         notes: what the reader should know (a node whose names were not found, ...).
+        recorded_from_s, recorded_to_s: a database's first and latest recorded sample
+            (what it covers, gaps aside); ``None`` for Prometheus, or nothing recorded.
+        recording: a database's recorder is writing now (its latest sample is at most
+            three intervals old), so ``holders`` is who holds memory idle now; when False,
+            nobody knows who does. ``None`` for Prometheus (its answer is now's).
     """
 
     period: Period
@@ -79,10 +84,29 @@ class UsageReport:
     recording_rules: bool | None = None
     simulated: bool = False
     notes: tuple[str, ...] = ()
+    recorded_from_s: float | None = None
+    recorded_to_s: float | None = None
+    recording: bool | None = None
 
     @property
     def cluster(self) -> bool:
         return self.source == "prometheus"
+
+    @property
+    def holders_known(self) -> bool:
+        """``holders`` is who holds GPU memory idle now (not: the recorder has stopped)."""
+        return self.recording is not False
+
+    @property
+    def recorded(self) -> bool:
+        """Some of the period is recorded (always, for Prometheus: it answers for the
+        period; a database: its first and latest samples overlap the period)."""
+        if self.cluster:
+            return True
+        first, last = self.recorded_from_s, self.recorded_to_s
+        if first is None or last is None:
+            return False
+        return first < self.period.end_s and last > self.period.start_s
 
 
 def sorted_rows(rows: list[UsageRow]) -> tuple[UsageRow, ...]:

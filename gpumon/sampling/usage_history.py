@@ -12,9 +12,11 @@ a shared server reads the server's history without configuring it.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
+from gpumon.data.format import duration
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.history import files
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HistoryError",
+    "coverage_notes",
     "history_path",
     "idle_seconds",
     "no_database",
@@ -108,6 +111,8 @@ def report_from_history(
     """
     rows = usage(reader, period.start_s, period.end_s, by, now_s)
     holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
+    span = reader.span()
+    first, last = span if span is not None else (None, None)
     return UsageReport(
         period=period,
         by=by,
@@ -116,8 +121,37 @@ def report_from_history(
         source="history",
         where=path,
         simulated=reader.simulated,
-        notes=used_notes(by, tuple(rows)),
+        notes=(*coverage_notes(period, span, reader.interval_s), *used_notes(by, tuple(rows))),
+        recorded_from_s=first,
+        recorded_to_s=last,
+        recording=_recording(reader, now_s),
     )
+
+
+def coverage_notes(
+    period: Period, span: tuple[float, float] | None, interval_s: float | None
+) -> tuple[str, ...]:
+    """What the report must say when the database covers only part of ``period``: the
+    part before its first sample, or after its latest (older than three intervals)."""
+    if span is None:
+        return ()
+    first, last = span
+    notes = []
+    if first > period.start_s:
+        notes.append(
+            f"recorded only from {_local(first)}: the {duration(first - period.start_s)} "
+            "before it are not in the database (counted as nothing)"
+        )
+    if last < period.end_s - 3 * (interval_s or 10.0):
+        notes.append(
+            f"recorded only up to {_local(last)}: the {duration(period.end_s - last)} after "
+            "it are not in the database (counted as nothing)"
+        )
+    return tuple(notes)
+
+
+def _local(timestamp_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp_s))
 
 
 def idle_seconds(
