@@ -79,6 +79,7 @@ def test_unknown_sm_utilisation_is_never_zero_used(
     assert "erin" not in notes
 
     status, out, _ = report(capsys, *period, "--color", "never")
+    assert status == 0
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line}
     assert lines["carol"][1:3] == ["1.00", "N/A"]
     assert lines["dave"][1:3] == ["1.00", "0.20"]
@@ -86,6 +87,7 @@ def test_unknown_sm_utilisation_is_never_zero_used(
     assert "USED counts only the GPU-hours whose SM utilisation was known" in out
 
     status, out, _ = report(capsys, *period, "--csv")
+    assert status == 0
     table = {row["user"]: row for row in csv.DictReader(io.StringIO(out))}
     assert table["carol"]["gpu_hours_used"] == ""
     assert table["dave"]["gpu_hours_used"] == "0.2000"
@@ -140,6 +142,7 @@ def test_nobody_idle_now_only_while_the_recorder_writes(
     assert status == 0 and "Nobody holds GPU memory idle now." in out
     assert "; the recorder is writing" in out
     status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+    assert status == 0
     document = json.loads(out)
     assert document["idle_holders"] == [] and document["recording"] is True
 
@@ -149,3 +152,76 @@ def test_nobody_idle_now_only_while_the_recorder_writes(
         status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
     assert status == 0 and "Nobody holds GPU memory idle now." not in out
     assert "Who holds GPU memory idle now is unknown: the recorder has not written since " in out
+
+
+def test_a_period_inside_an_hour_counts_only_when_processes_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """alice ran 00:00 to 00:10 UTC, bob all the hour: a report of 00:30 to 00:35 does not
+    credit alice a share of her hour (it did: 0.01 held, spread over the hour), and says 5
+    minutes of it are estimated from a partly covered hour."""
+    path = tmp_path / "history.db"
+    gpus = (make_gpu(0), make_gpu(1))
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=MINUTE, history_days=90)
+    try:
+        for minute in range(121):
+            processes = [make_process(gpus[1], 20, user="bob", sm_utilization_pct=80,
+                                      create_time_s=START - 60)]  # fmt: skip
+            if minute <= 10:
+                processes.append(make_process(gpus[0], 10, user="alice", sm_utilization_pct=90,
+                                              create_time_s=START - 60))  # fmt: skip
+            writer.record(make_sample(gpus, tuple(processes), timestamp_s=START + minute * MINUTE))
+    finally:
+        writer.close()
+    since = ("--db", str(path), "--from", "2026-11-02T00:30Z", "--to", "2026-11-02T00:35Z")
+    status, out, _ = report(capsys, *since, "--json")
+    assert status == 0
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    assert [row["user"] for row in document["rows"]] == ["bob"]
+    # The sample at 01:00 credits its minute to the hour it is in: 59 minutes in hour 0.
+    assert document["rows"][0]["gpu_hours_held"] == pytest.approx(5 / 60 * 59 / 60)
+    assert (document["bucket_s"], document["prorated_s"]) == (3600, 300.0)
+    assert document["days_before_s"] < START  # days are kept before history_days only
+    status, out, _ = report(capsys, *since)
+    assert status == 0
+    assert "counted in UTC hours; 5m of the period is in partly covered buckets" in out
+    # Whole UTC hours: nothing estimated.
+    status, out, _ = report(capsys, "--db", str(path), "--from", FROM, "--to", TO, "--json")
+    assert status == 0
+    assert json.loads(out)["prorated_s"] == 0.0
+    status, out, _ = report(capsys, "--db", str(path), "--from", FROM, "--to", TO)
+    assert status == 0
+    assert "\ncounted in UTC hours\n" in out
+
+
+def test_a_local_day_of_rolled_up_days_counts_the_job_not_a_share_of_utc_days(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An 8-hour job 09:00 to 17:00 at UTC-7 (16:00 to 24:00 UTC), rolled into a UTC day row
+    100 days later: the report of that local day (07:00 UTC to 07:00 UTC) says 8 GPU-hours
+    (it said 5.67: 17/24 of the UTC day) and that it is counted in UTC days there."""
+    path = tmp_path / "history.db"
+    gpu = make_gpu(0)
+    begin = 1_784_131_200.0  # 2026-07-15 16:00 UTC
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=MINUTE, history_days=90)
+    try:
+        for minute in range(8 * 60 + 1):
+            job = make_process(gpu, 10, user="alice", sm_utilization_pct=100,
+                               create_time_s=begin - 10)  # fmt: skip
+            writer.record(make_sample((gpu,), (job,), timestamp_s=begin + minute * MINUTE))
+        writer.record(make_sample((gpu,), (), timestamp_s=begin + 100 * 86400))  # rolls up
+    finally:
+        writer.close()
+    day = ("--db", str(path), "--from", "2026-07-15T00:00-07:00", "--to", "2026-07-16T00:00-07:00")
+    status, out, _ = report(capsys, *day, "--json")
+    assert status == 0
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    (alice,) = document["rows"]
+    assert alice["gpu_hours_held"] == pytest.approx(8.0, abs=0.02)
+    assert document["bucket_s"] == 86400 and document["prorated_s"] == 86400.0
+    assert document["days_before_s"] is not None and document["days_before_s"] > begin
+    status, out, _ = report(capsys, *day)
+    assert status == 0
+    assert "counted in UTC hours (UTC days before " in out

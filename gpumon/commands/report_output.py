@@ -61,6 +61,7 @@ def header_lines(report: UsageReport) -> list[str]:
     else:
         lines.append(f"from the history database {report.where}")
         lines.append(coverage_line(report))
+        lines.append(granularity_line(report))
     if report.simulated:
         lines[0] += f"  {DEMO_MARKER}"
     return lines
@@ -73,6 +74,21 @@ def coverage_line(report: UsageReport) -> str:
         return "recorded: nothing yet"
     writing = "; the recorder is writing" if report.recording else "; the recorder is stopped"
     return f"recorded from {_when(first)} to {_when(last)}{writing}"
+
+
+def granularity_line(report: UsageReport) -> str:
+    """What a database's numbers are summed from, and how much of them is estimated."""
+    unit = "counted in UTC hours"
+    days = report.days_before_s
+    if days is not None and report.period.start_s < days:
+        unit += f" (UTC days before {_when(days)})"
+    prorated = report.prorated_s or 0.0
+    if prorated <= 0:
+        return unit
+    return (
+        f"{unit}; {fmt.duration(prorated)} of the period is in partly covered buckets: "
+        "estimated over when the processes were seen"
+    )
 
 
 def not_recorded_line(report: UsageReport) -> str:
@@ -316,6 +332,10 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "recorded_from_s": report.recorded_from_s,
         "recorded_to_s": report.recorded_to_s,
         "recording": report.recording,
+        "bucket_s": report.bucket_s,
+        "days_before": None if report.days_before_s is None else _iso(report.days_before_s),
+        "days_before_s": report.days_before_s,
+        "prorated_s": report.prorated_s,
         "idle_holders": (
             [holder_to_dict(holder) for holder in report.holders] if report.holders_known else None
         ),

@@ -72,6 +72,12 @@ class UsageReport:
         recording: a database's recorder is writing now (its latest sample is at most
             three intervals old), so ``holders`` is who holds memory idle now; when False,
             nobody knows who does. ``None`` for Prometheus (its answer is now's).
+        bucket_s: a database's granularity over the period: 3600 (UTC hours), 86400 when
+            part of it is kept in UTC days (before ``days_before_s``); ``None`` for Prometheus.
+        days_before_s: a database keeps usage before this per UTC day; ``None`` when none.
+        prorated_s: seconds of the period in the buckets it covers in part (its ends, off a
+            bucket's bounds), whose share is estimated: clipped to when the group's
+            processes were seen, then as if used evenly; ``None`` for Prometheus.
     """
 
     period: Period
@@ -87,6 +93,9 @@ class UsageReport:
     recorded_from_s: float | None = None
     recorded_to_s: float | None = None
     recording: bool | None = None
+    bucket_s: float | None = None
+    days_before_s: float | None = None
+    prorated_s: float | None = None
 
     @property
     def cluster(self) -> bool:

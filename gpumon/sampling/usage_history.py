@@ -21,6 +21,7 @@ from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, used_not
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.history import files
 from gpumon.sampling.history.reader import HistoryError, HistoryReader, open_history
+from gpumon.sampling.history.schema import DAY_S, HOUR_S
 
 if TYPE_CHECKING:
     from gpumon.data.model import Sample
@@ -113,6 +114,7 @@ def report_from_history(
     holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
     span = reader.span()
     first, last = span if span is not None else (None, None)
+    days = reader.usage_days_until_s
     return UsageReport(
         period=period,
         by=by,
@@ -125,7 +127,39 @@ def report_from_history(
         recorded_from_s=first,
         recorded_to_s=last,
         recording=_recording(reader, now_s),
+        bucket_s=float(DAY_S if _in_days(period.start_s, days) else HOUR_S),
+        days_before_s=days,
+        prorated_s=prorated_seconds(period, days, last),
     )
+
+
+def _in_days(timestamp_s: float, days_before_s: float | None) -> bool:
+    return days_before_s is not None and timestamp_s < days_before_s
+
+
+def prorated_seconds(
+    period: Period, days_before_s: float | None, recorded_to_s: float | None
+) -> float:
+    """Seconds of ``period`` in the buckets (UTC hours; UTC days before ``days_before_s``)
+    it covers in part: its first bucket, when it begins inside one, and its last, when it
+    ends inside one that was recorded past its end (the hour in progress counts whole)."""
+    start, end = period.start_s, period.end_s
+    if end <= start:
+        return 0.0
+    parts: set[tuple[float, float]] = set()
+    width = DAY_S if _in_days(start, days_before_s) else HOUR_S
+    first = start // width * width
+    if first < start:
+        parts.add((start, min(end, first + width)))
+    width = DAY_S if _in_days(end, days_before_s) else HOUR_S
+    last = end // width * width
+    recorded = recorded_to_s is not None and recorded_to_s > end
+    if start < end and last < end and recorded and last + width > end:
+        parts.add((max(start, last), end))
+    merged = sorted(parts)
+    if len(merged) == 2 and merged[0][1] >= merged[1][0]:
+        return merged[1][1] - merged[0][0]
+    return sum(to - frm for frm, to in merged)
 
 
 def coverage_notes(

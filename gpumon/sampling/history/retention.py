@@ -6,6 +6,11 @@
   rows (the sums, the peak), kept a year.
 - Sessions: a year after they were last seen.
 
+Usage hour rows are not kept a year (as GPU hour rows are): per GPU and hour there is one
+row per user, job and container, so 8 GPUs x 64 processes make about 25 times the GPU hour
+rows, and a year's report would read them all; a report of a period whose ends fall inside
+a day row says so (``prorated_s``) and clips the estimate to when the processes were seen.
+
 The recorder prunes once an hour, in the transaction of a batch, so the file's size is
 bounded whatever the uptime: SQLite reuses the freed pages. The cuts are whole hours (GPU
 minutes) and whole days (usage), so a bucket is never half pruned.
