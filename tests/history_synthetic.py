@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from gpumon.data.usage import GROUPINGS
-from gpumon.sampling.history.schema import DAY_S, HISTORY_FIELDS, HOUR_S, create
+from gpumon.sampling.history.schema import DAY_S, HISTORY_FIELDS, HOUR_S, SCHEMA_VERSION, create
 
 GIB = 1024**3
 GPUS = 8
@@ -159,10 +159,12 @@ def fill(
     minutes: bool = True,
     jobs_per_gpu: int = 8,
     expected: bool = True,
+    version: int = SCHEMA_VERSION,
 ) -> Expected:
-    """Write ``days`` days from ``start_s`` (a whole day) into an empty database; what a
-    report must say (empty without ``expected``: a benchmark's year would not fit)."""
-    create(connection)
+    """Write ``days`` days from ``start_s`` (a whole day) into an empty database of schema
+    ``version``; what a report must say (empty without ``expected``: a benchmark's year
+    would not fit). Usage rows leave ``known_s`` NULL (as a version-1 recorder did)."""
+    create(connection, target=version)
     sums = Expected()
     connection.execute("BEGIN")
     connection.executemany(
@@ -170,7 +172,8 @@ def fill(
         [(gpu + 1, uuid(gpu), gpu) for gpu in range(GPUS)],
     )
     connection.executemany(
-        "INSERT INTO usage_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO usage_hours (grouping, start_s, gpu_id, key, held_s, used_s, idle_held_s, "
+        "peak_memory_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         usage_rows(start_s, days, sums if expected else None, jobs_per_gpu),
     )
     connection.executemany(

@@ -141,7 +141,7 @@ def test_pruning_keeps_minutes_for_history_days_and_the_rest_a_year(tmp_path: Pa
             "INSERT INTO gpu_hours (start_s, gpu_id, samples) VALUES (?, 1, 1)", (start,)
         )
         connection.execute(
-            "INSERT INTO usage_hours VALUES (0, ?, 1, 'alice', 3600, 60, 0, 1)", (start,)
+            "INSERT INTO usage_hours VALUES (0, ?, 1, 'alice', 3600, 60, 0, 1, 3600)", (start,)
         )
         connection.execute(
             "INSERT INTO sessions (gpu_id, pid, first_seen_s, last_seen_s) VALUES (1, ?, ?, ?)",
@@ -182,26 +182,35 @@ def test_a_database_of_a_newer_gpumon_is_one_line_for_readers_and_the_recorder(
 
 
 def test_a_version_1_file_opens_and_migrates_one_step_at_a_time(tmp_path: Path) -> None:
-    """The framework a version 2 will use: a v1 file with data, a migration that adds a
-    column, the data kept and the version 2."""
+    """A v1 file with data: version 2's real step (known seconds), then a test step that
+    adds a column; the data kept, each version in turn, and the report's numbers the same
+    as a file written at the current version (v1 rows count as known)."""
     path = tmp_path / "history.db"
     connection = sqlite3.connect(path, isolation_level=None)
-    synthetic.fill(connection, START, 1, minutes=False)
+    synthetic.fill(connection, START, 1, minutes=False, version=1)
     assert schema.user_version(connection) == 1
-    with open_history(str(path)) as reader:  # type: ignore[union-attr]
-        before = reader.usage(START, START + 86400, "user")
+    with pytest.raises(HistoryError, match="start the recorder"):
+        open_history(str(path))
 
     def add_gpu_serial(database: sqlite3.Connection) -> None:
         database.execute("ALTER TABLE gpus ADD COLUMN serial TEXT")
 
-    assert schema.migrate(connection, str(path), {1: add_gpu_serial}, target=2) == 1
-    assert schema.user_version(connection) == 2
+    steps = {**schema.MIGRATIONS, 2: add_gpu_serial}
+    assert schema.migrate(connection, str(path), steps, target=3) == 1
+    assert schema.user_version(connection) == 3
     assert connection.execute("SELECT count(serial) FROM gpus").fetchone() == (0,)
     # Again: nothing to do.
-    assert schema.migrate(connection, str(path), {1: add_gpu_serial}, target=2) == 2
-    rows = connection.execute("SELECT count(*) FROM usage_hours").fetchone()
+    assert schema.migrate(connection, str(path), steps, target=3) == 3
+    connection.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
     connection.close()
-    assert rows[0] > 0 and before
+    current = tmp_path / "current.db"
+    fresh = sqlite3.connect(current, isolation_level=None)
+    synthetic.fill(fresh, START, 1, minutes=False)
+    fresh.close()
+    with open_history(str(path)) as migrated, open_history(str(current)) as written:  # type: ignore[union-attr]
+        after = migrated.usage(START, START + 86400, "user")
+        assert after and after == written.usage(START, START + 86400, "user")
+    assert all(row.gpu_hours_used is not None for row in after)
 
 
 def test_another_programs_database_is_refused(tmp_path: Path) -> None:

@@ -62,7 +62,12 @@ def test_the_json_has_each_users_hours_as_counted_by_hand(
         assert row["gpu_hours_used"] == pytest.approx(used)
         assert row["idle_held_hours"] == pytest.approx(idle)
         assert (row["peak_memory_bytes"], row["processes"], row["node"]) == (peak, processes, None)
-    assert document["idle_holders"] == []  # recorded long ago: nobody is idle "now"
+    # Recorded long ago, the recorder stopped: who is idle now is unknown, not "nobody".
+    assert document["idle_holders"] is None and document["recording"] is False
+    assert (document["recorded_from"], document["recorded_to"]) == (
+        "2026-11-02T00:00:00.000Z",
+        "2026-11-02T01:00:00.000Z",
+    )
 
 
 @pytest.mark.parametrize(
@@ -99,7 +104,9 @@ def test_the_text_has_a_bar_per_row_on_one_scale(
     # 24 cells piped: alice's 2 GPU-hours fill them (6 used, 9 idle); bob's half hour, 6 used.
     assert alice.endswith("  " + "█" * 6 + "▒" * 9 + "░" * 9)
     assert bob.endswith("  " + "█" * 6)
-    assert "Nobody holds GPU memory idle now." in lines
+    assert lines[2].startswith("recorded from ") and lines[2].endswith("; the recorder is stopped")
+    assert "Who holds GPU memory idle now is unknown: the recorder has not written since " in out
+    assert "Nobody holds GPU memory idle now." not in lines
     assert "\x1b[" not in out  # piped: no colours
 
 

@@ -56,6 +56,7 @@ class FakePrometheus:
         return {"resultType": "matrix", "result": [
             series("held", [1, 1, 2, 2], user="alice"),
             series("used", [0.5, 0.5, 1.0, 1.0], user="alice"),
+            series("known", [1, 1, 1, 2], user="alice"),  # one GPU a MIG slice for a while
             series("idle", [0, 0, 1, 1], user="alice"),
             series("peak", [10 * GIB, 20 * GIB, 20 * GIB], user="alice"),
             series("held", [1, 1], user="bob", instance="n2:9402"),
@@ -93,6 +94,9 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
     assert (alice.peak_memory_bytes, alice.processes) == (20 * GIB, 3)
     assert (bob.key, bob.node, bob.processes) == ("bob", "gpu-node-2", 0)  # his count: n1's
     assert bob.gpu_hours_held == pytest.approx(2 * 840 / 3600)
+    # bob's processes had no SM utilisation series (MIG, a board without it): unknown, not 0.
+    assert bob.gpu_hours_used is None and bob.used_known_hours == 0.0
+    assert alice.used_known_hours == pytest.approx(5 * 840 / 3600)
     assert (unknown.key, unknown.node) == (None, "gpu-node-2")
     (holder,) = report.holders
     assert (holder.user, holder.node, holder.gpu_index, holder.pid) == (
@@ -109,7 +113,19 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
         "user": "alice", "node": "gpu-node-1", "gpu_hours_held": pytest.approx(1.4),
         "gpu_hours_used": pytest.approx(0.7), "idle_held_hours": pytest.approx(2 * 840 / 3600),
         "peak_memory_bytes": 20 * GIB, "processes": 3,
+        "used_known_hours": pytest.approx(5 * 840 / 3600),
     }  # fmt: skip
+    assert report_to_dict(report)["rows"][1]["gpu_hours_used"] is None
+    bob_line = next(line for line in text.splitlines() if line.startswith("bob "))
+    assert bob_line.split()[3] == "N/A"
+    assert (
+        "USED is N/A for bob on gpu-node-2, (unknown) on gpu-node-2: the SM utilisation of "
+        "their processes was never known" in text
+    )
+    assert (
+        "USED counts only the GPU-hours whose SM utilisation was known, part of those "
+        "held for alice on gpu-node-1 (1.17 of 1.40)" in text
+    )
 
 
 def test_the_recording_rules_series_are_read_where_they_were_loaded() -> None:

@@ -8,8 +8,10 @@ held, GPU-hours used (SM-weighted), idle-held hours, peak memory and processes
 report.schema.json``) or ``--csv`` (:mod:`gpumon.commands.report_output`).
 
 Exit codes: 0 a report was printed; 1 no database (one line says how to start recording),
-a database that cannot be read (broken, of a newer gpumon) or a Prometheus that does not
-answer; 2 a bad command line or setting.
+a database that cannot be read (broken, of a newer gpumon), a period the database has no
+recording of (one line says what it covers: a script never takes "nothing recorded" for
+"nobody used the GPUs") or a Prometheus that does not answer; 2 a bad command line or
+setting.
 """
 
 from __future__ import annotations
@@ -133,10 +135,16 @@ def history_report(settings: Settings, chosen: Period, by: str, now_s: float) ->
             print(f"gpumon: {no_database(path)}", file=sys.stderr)
             return 1
         with reader:
-            return report_from_history(reader, path, chosen, by, now_s)
+            report = report_from_history(reader, path, chosen, by, now_s)
     except HistoryError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 1
+    if not report.recorded:
+        from gpumon.commands.report_output import not_recorded_line
+
+        print(f"gpumon: {not_recorded_line(report)}", file=sys.stderr)
+        return 1
+    return report
 
 
 def cluster_report(settings: Settings, chosen: Period, by: str, now_s: float) -> UsageReport | int:

@@ -60,9 +60,47 @@ def header_lines(report: UsageReport) -> list[str]:
         lines.append(f"from Prometheus at {report.where} (sampled every {step}{rules})")
     else:
         lines.append(f"from the history database {report.where}")
+        lines.append(coverage_line(report))
+        lines.append(granularity_line(report))
     if report.simulated:
         lines[0] += f"  {DEMO_MARKER}"
     return lines
+
+
+def coverage_line(report: UsageReport) -> str:
+    """What a database covers: its first and latest recorded sample."""
+    first, last = report.recorded_from_s, report.recorded_to_s
+    if first is None or last is None:
+        return "recorded: nothing yet"
+    writing = "; the recorder is writing" if report.recording else "; the recorder is stopped"
+    return f"recorded from {_when(first)} to {_when(last)}{writing}"
+
+
+def granularity_line(report: UsageReport) -> str:
+    """What a database's numbers are summed from, and how much of them is estimated."""
+    unit = "counted in UTC hours"
+    days = report.days_before_s
+    if days is not None and report.period.start_s < days:
+        unit += f" (UTC days before {_when(days)})"
+    prorated = report.prorated_s or 0.0
+    if prorated <= 0:
+        return unit
+    return (
+        f"{unit}; {fmt.duration(prorated)} of the period is in partly covered buckets: "
+        "estimated over when the processes were seen"
+    )
+
+
+def not_recorded_line(report: UsageReport) -> str:
+    """The one line instead of a report of a period the database does not cover."""
+    period = report.period
+    asked = f"{_when(period.start_s)} to {_when(period.end_s)} (local time)"
+    first, last = report.recorded_from_s, report.recorded_to_s
+    if first is None or last is None:
+        covers = "has no samples yet"
+    else:
+        covers = f"covers {_when(first)} to {_when(last)} only"
+    return f"nothing recorded from {asked}: the history database {report.where} {covers}"
 
 
 def bar(row: UsageRow, top: float, width: int, ascii_only: bool, paint: Painter) -> str:
@@ -173,6 +211,11 @@ def _fit(widths: list[int], texts: int, width: int) -> int:
 
 def holder_lines(report: UsageReport) -> list[str]:
     """Who holds GPU memory idle now, longest first."""
+    if not report.holders_known:
+        since = "?" if report.recorded_to_s is None else _when(report.recorded_to_s)
+        return [
+            f"Who holds GPU memory idle now is unknown: the recorder has not written since {since}."
+        ]
     if not report.holders:
         return ["Nobody holds GPU memory idle now."]
     lines = ["Holding GPU memory idle now:"]
@@ -199,13 +242,14 @@ def safe_cell(text: str) -> str:
     return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
-def _number(value: float) -> str:
-    return f"{value:.4f}"
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
 
 
 def render_csv(report: UsageReport) -> str:
     """The rows as CSV: a header row of the JSON's names, numbers plain (hours to four
-    decimals, bytes whole), an empty cell for a key or peak that is not known, and a last
+    decimals, bytes whole), an empty cell for a key, peak or used hours that is not known
+    (USED when no SM utilisation was known: never 0), and a last
     ``simulated`` column (``1`` on every row of a ``--demo`` history: the file carries its
     label wherever it is copied). The idle holders are left out (one table per file)."""
     out = io.StringIO()
@@ -220,7 +264,7 @@ def render_csv(report: UsageReport) -> str:
             cells.append("" if row.node is None else safe_cell(row.node))
         cells += [
             _number(row.gpu_hours_held),
-            _number(row.gpu_hours_used),
+            _number(row.gpu_hours_used),  # empty: never known
             _number(row.idle_held_hours),
             "" if row.peak_memory_bytes is None else str(row.peak_memory_bytes),
             str(row.processes),
@@ -248,6 +292,7 @@ def row_to_dict(report: UsageReport, row: UsageRow) -> dict[str, Any]:
         "idle_held_hours": row.idle_held_hours,
         "peak_memory_bytes": row.peak_memory_bytes,
         "processes": row.processes,
+        "used_known_hours": row.used_known_hours,
     }
 
 
@@ -282,6 +327,17 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "step_s": report.step_s,
         "recording_rules": report.recording_rules,
         "rows": [row_to_dict(report, row) for row in report.rows],
-        "idle_holders": [holder_to_dict(holder) for holder in report.holders],
+        "recorded_from": None if report.recorded_from_s is None else _iso(report.recorded_from_s),
+        "recorded_to": None if report.recorded_to_s is None else _iso(report.recorded_to_s),
+        "recorded_from_s": report.recorded_from_s,
+        "recorded_to_s": report.recorded_to_s,
+        "recording": report.recording,
+        "bucket_s": report.bucket_s,
+        "days_before": None if report.days_before_s is None else _iso(report.days_before_s),
+        "days_before_s": report.days_before_s,
+        "prorated_s": report.prorated_s,
+        "idle_holders": (
+            [holder_to_dict(holder) for holder in report.holders] if report.holders_known else None
+        ),
         "notes": list(report.notes),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpumon.data.format import safe_text
 from gpumon.data.usage import UsageRow
 
 if TYPE_CHECKING:
@@ -66,6 +67,17 @@ class UsageReport:
             ``None`` for a database.
         simulated: some of the data is from ``--demo``.
         notes: what the reader should know (a node whose names were not found, ...).
+        recorded_from_s, recorded_to_s: a database's first and latest recorded sample
+            (what it covers, gaps aside); ``None`` for Prometheus, or nothing recorded.
+        recording: a database's recorder is writing now (its latest sample is at most
+            three intervals old), so ``holders`` is who holds memory idle now; when False,
+            nobody knows who does. ``None`` for Prometheus (its answer is now's).
+        bucket_s: a database's granularity over the period: 3600 (UTC hours), 86400 when
+            part of it is kept in UTC days (before ``days_before_s``); ``None`` for Prometheus.
+        days_before_s: a database keeps usage before this per UTC day; ``None`` when none.
+        prorated_s: seconds of the period in the buckets it covers in part (its ends, off a
+            bucket's bounds), whose share is estimated: clipped to when the group's
+            processes were seen, then as if used evenly; ``None`` for Prometheus.
     """
 
     period: Period
@@ -78,10 +90,32 @@ class UsageReport:
     recording_rules: bool | None = None
     simulated: bool = False
     notes: tuple[str, ...] = ()
+    recorded_from_s: float | None = None
+    recorded_to_s: float | None = None
+    recording: bool | None = None
+    bucket_s: float | None = None
+    days_before_s: float | None = None
+    prorated_s: float | None = None
 
     @property
     def cluster(self) -> bool:
         return self.source == "prometheus"
+
+    @property
+    def holders_known(self) -> bool:
+        """``holders`` is who holds GPU memory idle now (not: the recorder has stopped)."""
+        return self.recording is not False
+
+    @property
+    def recorded(self) -> bool:
+        """Some of the period is recorded (always, for Prometheus: it answers for the
+        period; a database: its first and latest samples overlap the period)."""
+        if self.cluster:
+            return True
+        first, last = self.recorded_from_s, self.recorded_to_s
+        if first is None or last is None:
+            return False
+        return first < self.period.end_s and last > self.period.start_s
 
 
 def sorted_rows(rows: list[UsageRow]) -> tuple[UsageRow, ...]:
@@ -107,15 +141,54 @@ def bar_cells(row: UsageRow, top: float, width: int) -> tuple[int, int, int]:
     held = round(min(1.0, row.gpu_hours_held / top) * width)
     if held == 0 and row.gpu_hours_held > 0:
         held = 1  # a little use never reads as none
-    used = min(held, round(row.gpu_hours_used / top * width))
+    used = min(held, round((row.gpu_hours_used or 0.0) / top * width))  # N/A: no used cells
     idle = min(held - used, round(row.idle_held_hours / top * width))
     return used, held - used - idle, idle
 
 
-def hours_text(hours: float) -> str:
-    """GPU-hours as short as is still useful: ``1234``, ``56.7``, ``0.25``."""
+def hours_text(hours: float | None) -> str:
+    """GPU-hours as short as is still useful: ``1234``, ``56.7``, ``0.25``; ``N/A``."""
+    if hours is None:
+        return "N/A"
     if hours >= 100:
         return f"{hours:.0f}"
     if hours >= 10:
         return f"{hours:.1f}"
     return f"{hours:.2f}"
+
+
+#: How many rows a note names before "and N more".
+NOTE_NAMES = 5
+
+
+def _names(by: str, rows: list[UsageRow]) -> str:
+    names = []
+    for row in rows[:NOTE_NAMES]:
+        name = NO_KEY.get(by, "(none)") if row.key is None else safe_text(row.key, 60)
+        names.append(f"{name} on {safe_text(row.node, 60)}" if row.node else name)
+    more = len(rows) - NOTE_NAMES
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def used_notes(by: str, rows: tuple[UsageRow, ...]) -> tuple[str, ...]:
+    """What the reader must know about USED: the rows whose processes' SM utilisation was
+    never known (USED is N/A, never 0), and those where it was known for part of the time
+    held only (USED counts that part)."""
+    unknown = [row for row in rows if row.gpu_hours_used is None]
+    partly = [row for row in rows if row.used_partly_known]
+    notes = []
+    if unknown:
+        notes.append(
+            f"USED is N/A for {_names(by, unknown)}: the SM utilisation of their processes "
+            "was never known (MIG instances, boards that do not report it)"
+        )
+    if partly:
+        parts = [
+            f"{hours_text(row.used_known_hours)} of {hours_text(row.gpu_hours_held)}"
+            for row in partly[:NOTE_NAMES]
+        ]
+        notes.append(
+            f"USED counts only the GPU-hours whose SM utilisation was known, part of those "
+            f"held for {_names(by, partly)} ({', '.join(parts)})"
+        )
+    return tuple(notes)

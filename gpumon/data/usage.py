@@ -24,17 +24,32 @@ class UsageRow:
         node: the node, in a cluster report; ``None`` on one server.
         gpu_hours_held: GPU-hours during which the group's processes held memory on a GPU
             (two processes on one GPU for an hour: one GPU-hour).
-        gpu_hours_used: the same, weighted by the processes' SM utilisation (0 to 1).
+        gpu_hours_used: the same, weighted by the processes' SM utilisation (0 to 1), over
+            the time it was known; ``None`` when it was never known (MIG instances, boards
+            that do not report it): unknown is never 0 used.
         idle_held_hours: GPU-hours held by processes that were idle.
         peak_memory_bytes: the most GPU memory one of its processes held at once; ``None``
             when never known.
         processes: how many process sessions (PID and start time) it had.
+        used_known_hours: the part of ``gpu_hours_held`` during which the SM utilisation
+            of the group's processes was known (what ``gpu_hours_used`` is counted over);
+            ``None`` when not tracked (the recording rules of an older gpumon).
     """
 
     key: str | None
     gpu_hours_held: float
-    gpu_hours_used: float
+    gpu_hours_used: float | None
     idle_held_hours: float
     peak_memory_bytes: int | None
     processes: int
     node: str | None = None
+    used_known_hours: float | None = None
+
+    @property
+    def used_partly_known(self) -> bool:
+        """The SM utilisation was known for only part of the time held (by more than a
+        hundredth of it): ``gpu_hours_used`` counts that part only."""
+        known = self.used_known_hours
+        if known is None or self.gpu_hours_used is None:
+            return False
+        return known < self.gpu_hours_held * 0.99

@@ -12,13 +12,16 @@ a shared server reads the server's history without configuring it.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
-from gpumon.data.report import IdleHolder, UsageReport, sorted_holders
+from gpumon.data.format import duration
+from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.history import files
 from gpumon.sampling.history.reader import HistoryError, HistoryReader, open_history
+from gpumon.sampling.history.schema import DAY_S, HOUR_S
 
 if TYPE_CHECKING:
     from gpumon.data.model import Sample
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HistoryError",
+    "coverage_notes",
     "history_path",
     "idle_seconds",
     "no_database",
@@ -108,6 +112,9 @@ def report_from_history(
     """
     rows = usage(reader, period.start_s, period.end_s, by, now_s)
     holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
+    span = reader.span()
+    first, last = span if span is not None else (None, None)
+    days = reader.usage_days_until_s
     return UsageReport(
         period=period,
         by=by,
@@ -116,7 +123,69 @@ def report_from_history(
         source="history",
         where=path,
         simulated=reader.simulated,
+        notes=(*coverage_notes(period, span, reader.interval_s), *used_notes(by, tuple(rows))),
+        recorded_from_s=first,
+        recorded_to_s=last,
+        recording=_recording(reader, now_s),
+        bucket_s=float(DAY_S if _in_days(period.start_s, days) else HOUR_S),
+        days_before_s=days,
+        prorated_s=prorated_seconds(period, days, last),
     )
+
+
+def _in_days(timestamp_s: float, days_before_s: float | None) -> bool:
+    return days_before_s is not None and timestamp_s < days_before_s
+
+
+def prorated_seconds(
+    period: Period, days_before_s: float | None, recorded_to_s: float | None
+) -> float:
+    """Seconds of ``period`` in the buckets (UTC hours; UTC days before ``days_before_s``)
+    it covers in part: its first bucket, when it begins inside one, and its last, when it
+    ends inside one that was recorded past its end (the hour in progress counts whole)."""
+    start, end = period.start_s, period.end_s
+    if end <= start:
+        return 0.0
+    parts: set[tuple[float, float]] = set()
+    width = DAY_S if _in_days(start, days_before_s) else HOUR_S
+    first = start // width * width
+    if first < start:
+        parts.add((start, min(end, first + width)))
+    width = DAY_S if _in_days(end, days_before_s) else HOUR_S
+    last = end // width * width
+    recorded = recorded_to_s is not None and recorded_to_s > end
+    if start < end and last < end and recorded and last + width > end:
+        parts.add((max(start, last), end))
+    merged = sorted(parts)
+    if len(merged) == 2 and merged[0][1] >= merged[1][0]:
+        return merged[1][1] - merged[0][0]
+    return sum(to - frm for frm, to in merged)
+
+
+def coverage_notes(
+    period: Period, span: tuple[float, float] | None, interval_s: float | None
+) -> tuple[str, ...]:
+    """What the report must say when the database covers only part of ``period``: the
+    part before its first sample, or after its latest (older than three intervals)."""
+    if span is None:
+        return ()
+    first, last = span
+    notes = []
+    if first > period.start_s:
+        notes.append(
+            f"recorded only from {_local(first)}: the {duration(first - period.start_s)} "
+            "before it are not in the database (counted as nothing)"
+        )
+    if last < period.end_s - 3 * (interval_s or 10.0):
+        notes.append(
+            f"recorded only up to {_local(last)}: the {duration(period.end_s - last)} after "
+            "it are not in the database (counted as nothing)"
+        )
+    return tuple(notes)
+
+
+def _local(timestamp_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp_s))
 
 
 def idle_seconds(

@@ -8,7 +8,8 @@ once it is committed (while the database cannot be written they wait, within bou
 - per process session (:class:`Session`, known by GPU, PID and start time): seconds seen,
   memory-seconds, SM-seconds, seconds held idle, its peak memory, and its quiet spell;
 - per hour, GPU and holder in each grouping (its user, Slurm job, container, and the GPU
-  itself: :data:`UsageKey`): seconds held, used and held idle (:class:`Usage`).
+  itself: :data:`UsageKey`): seconds held, used and held idle, and the seconds held whose
+  SM utilisation was known (:class:`Usage`).
 
 Time: each sample stands for the time since the previous one (``dt``), credited to the
 processes it lists. A gap longer than ``max_gap_s`` (the recorder stopped, the driver hung)
@@ -18,7 +19,8 @@ spell is timed from the samples (wall clock), and continues across a restart of 
 recorder when the database says so (:attr:`Session.quiet_since_s`).
 
 A holder's GPU is *held* while one of its processes is listed on it (two of its processes:
-still one GPU), *used* by the sum of their SM utilisation (at most the whole GPU), and *held
+still one GPU), *used* by the sum of their SM utilisation (at most the whole GPU; counted
+only while the utilisation of each of them is known: N/A on MIG or some boards), and *held
 idle* as the live view holds a GPU idle (:func:`gpumon.data.idle.held_idle_gpus`), among its
 processes: one of them is IDLE, and none of the others holds the minimum memory without
 being IDLE (or N/A memory), or keeps the SMs busy.
@@ -137,10 +139,12 @@ class Session:
 
 @dataclass(slots=True)
 class Usage:
-    """A holder's seconds on one GPU in one hour, since the last write."""
+    """A holder's seconds on one GPU in one hour, since the last write: ``used_s`` is
+    counted over ``known_s``, the seconds whose SM utilisation was known."""
 
     held_s: float = 0.0
     used_s: float = 0.0
+    known_s: float = 0.0
     idle_held_s: float = 0.0
     peak_memory_bytes: int | None = None
 
@@ -150,6 +154,7 @@ class _Holding:
     """A holder's processes on one GPU in one sample."""
 
     used: float = 0.0
+    unknown: bool = False  # a process whose SM utilisation is N/A
     idle: bool = False
     in_use: bool = False  # a process that keeps it from being held idle
     peak_memory_bytes: int | None = None
@@ -158,6 +163,8 @@ class _Holding:
         utilization = process.sm_utilization_pct
         if utilization is not None:
             self.used += utilization / 100.0
+        else:
+            self.unknown = True
         if idle:
             self.idle = True
         elif process.gpu_memory_bytes is None or rule.holds(process):
@@ -264,7 +271,9 @@ class Pending:
             if usage is None:
                 usage = self.usage[usage_key] = Usage()
             usage.held_s += dt
-            usage.used_s += min(1.0, holding.used) * dt
+            if not holding.unknown:
+                usage.known_s += dt
+                usage.used_s += min(1.0, holding.used) * dt
             if holding.idle and not holding.in_use:
                 usage.idle_held_s += dt
             usage.peak_memory_bytes = _higher(usage.peak_memory_bytes, holding.peak_memory_bytes)

@@ -16,7 +16,7 @@ from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S
 def _usage_part(table: str, width: int) -> str:
     return f"""
     SELECT key, gpu_id, start_s, {width} AS width, held_s, used_s, idle_held_s,
-        peak_memory_bytes
+        peak_memory_bytes, coalesce(known_s, held_s) AS known_s
     FROM {table}
     WHERE grouping = :grouping AND start_s > :start - {width} AND start_s < :end"""
 
@@ -33,26 +33,70 @@ def usage_rows(
     if end_s <= start_s:
         return []
     # A bucket the period covers in part counts in proportion, over the part of it that has
-    # been recorded: the hour in progress holds only what was recorded up to the last sample.
-    group = "gpu_id" if by == "gpu" else "key"
-    last = connection.execute("SELECT value FROM meta WHERE key = 'last_sample_s'").fetchone()
-    recorded_to = float(last[0]) if last is not None else end_s
+    # been recorded (the hour in progress holds only what was recorded up to the last sample)
+    # and in which the holder's processes were seen (their sessions' first and last seen, an
+    # interval before the first: the first sample credits the time since the one before).
+    # Only the (at most four) buckets the period's ends fall in are clipped: one pass over
+    # the sessions that overlap them.
+    group_column = "gpu_id" if by == "gpu" else "owner_key"
+    meta = dict(
+        connection.execute(
+            "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'interval_s')"
+        ).fetchall()
+    )
+    recorded_to = float(meta.get("last_sample_s", end_s))
+    slack = float(meta.get("interval_s") or 10.0)
+    session_key = "''" if by == "gpu" else f"coalesce(s.{_SESSION_KEYS[by]}, '')"
     totals = connection.execute(
         f"""
         WITH rows AS ({_usage_part("usage_hours", HOUR_S)}
             UNION ALL {_usage_part("usage_days", DAY_S)}
         ),
+        edges AS (
+            SELECT DISTINCT start_s, width FROM rows
+            WHERE start_s < :start OR start_s + width > :end
+        ),
+        seen AS (
+            SELECT e.start_s, e.width, s.gpu_id, {session_key} AS key,
+                min(s.first_seen_s) - :slack AS seen_from, max(s.last_seen_s) AS seen_to
+            FROM edges e JOIN sessions s
+                ON s.last_seen_s >= e.start_s AND s.first_seen_s - :slack < e.start_s + e.width
+            GROUP BY 1, 2, 3, 4
+        ),
+        edge_rows AS (
+            SELECT * FROM rows WHERE start_s < :start OR start_s + width > :end
+        ),
+        joined AS (
+            SELECT edge_rows.*, seen.seen_from, seen.seen_to
+            FROM edge_rows LEFT JOIN seen ON seen.start_s = edge_rows.start_s
+                AND seen.width = edge_rows.width AND seen.gpu_id = edge_rows.gpu_id
+                AND seen.key = edge_rows.key
+            UNION ALL
+            SELECT *, NULL, NULL FROM rows WHERE start_s >= :start AND start_s + width <= :end
+        ),
+        bounded AS (
+            SELECT *, max(min(start_s + width, :recorded_to), start_s + 1) AS stop_s
+            FROM joined
+        ),
+        clipped AS (
+            SELECT *, coalesce(max(start_s, seen_from), start_s) AS from_s,
+                coalesce(min(stop_s, seen_to), stop_s) AS to_s
+            FROM bounded
+        ),
         spans AS (
-            SELECT *, max(min(start_s + width, :recorded_to), start_s + 1) AS stop_s FROM rows
+            SELECT key AS owner_key, gpu_id, held_s, used_s, idle_held_s, peak_memory_bytes,
+                known_s, from_s AS start_s, max(to_s, from_s + 1) AS stop_s
+            FROM clipped
         ),
         parts AS (
-            SELECT {group} AS owner, held_s, used_s, idle_held_s, peak_memory_bytes,
+            SELECT {group_column} AS owner, held_s, used_s, idle_held_s, peak_memory_bytes,
+                known_s,
                 max(0.0, min(stop_s, :end) - max(start_s, :start)) * 1.0 / (stop_s - start_s)
                     AS part
             FROM spans
         )
         SELECT owner, sum(held_s * part), sum(used_s * part), sum(idle_held_s * part),
-            max(peak_memory_bytes)
+            max(peak_memory_bytes), sum(known_s * part)
         FROM parts GROUP BY owner
         """,
         {
@@ -60,6 +104,7 @@ def usage_rows(
             "start": start_s,
             "end": end_s,
             "recorded_to": recorded_to,
+            "slack": slack,
         },
     ).fetchall()
     processes = dict(
@@ -73,20 +118,25 @@ def usage_rows(
     )
     names = _gpu_names(connection) if by == "gpu" else {}
     rows = []
-    for owner, held, used, idle, peak in totals:
+    for owner, held, used, idle, peak, known in totals:
+        count = processes.pop(owner, 0)
+        if held < 0.5 and not count:
+            continue  # a bucket the period touches, when none of the group's processes ran
         rows.append(
             UsageRow(
                 key=_key(owner, names),
                 gpu_hours_held=held / HOUR_S,
-                gpu_hours_used=used / HOUR_S,
+                # Never known: N/A, not 0 (a held second of known use is 1/3600 GPU-hour).
+                gpu_hours_used=used / HOUR_S if known > 0.5 or held <= 0.5 else None,
+                used_known_hours=known / HOUR_S,
                 idle_held_hours=idle / HOUR_S,
                 peak_memory_bytes=None if peak is None else int(peak),
-                processes=processes.pop(owner, 0),
+                processes=count,
             )
         )
     # Seen in the period, but for no time that counts (a single sample).
     for owner, count in processes.items():
-        rows.append(UsageRow(_key(owner, names), 0.0, 0.0, 0.0, None, count))
+        rows.append(UsageRow(_key(owner, names), 0.0, 0.0, 0.0, None, count, None, 0.0))
     rows.sort(key=lambda row: (-row.gpu_hours_held, row.key is None, row.key or ""))
     return rows
 

@@ -154,6 +154,7 @@ class HistoryReader:
             ``export --record``): data older than three intervals is never current.
         simulated: the history is of a simulated server (``gpumon record --demo``): label
             it DEMO.
+        usage_days_until_s: usage before this is kept per UTC day, not hour.
     """
 
     def __init__(
@@ -175,6 +176,10 @@ class HistoryReader:
         )
         self.current_for_s = 3 * period
         self.simulated = bool(meta.get("simulated"))
+        #: Usage before this is kept per UTC day (rolled up after ``history_days``), as of
+        #: opening; ``None`` when nothing is yet.
+        days = meta.get("usage_days_until_s")
+        self.usage_days_until_s = float(days) if isinstance(days, (int, float)) else None
 
     def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
         """Who used the GPUs from ``start_s`` to ``end_s``, one row per group.
@@ -187,8 +192,9 @@ class HistoryReader:
         Returns:
             Rows sorted by ``gpu_hours_held``, largest first (then by key, ``None`` last).
             Held, used and idle hours come from hourly rows (daily ones older than
-            ``history_days``); a bucket the period covers in part counts in proportion (as
-            if used evenly through it). Two processes of a group on one GPU at once count
+            ``history_days``); a bucket the period covers in part counts in proportion,
+            over the part of it between the first and last sample that saw the group's
+            processes on that GPU (as if used evenly through that part). Two processes of a group on one GPU at once count
             once (the recorder keeps each grouping's own rows). ``processes`` counts the
             process sessions seen in the period; ``peak_memory_bytes`` is the most one
             process of the group held at once, in the buckets of the period.

@@ -6,6 +6,11 @@
   rows (the sums, the peak), kept a year.
 - Sessions: a year after they were last seen.
 
+Usage hour rows are not kept a year (as GPU hour rows are): per GPU and hour there is one
+row per user, job and container, so 8 GPUs x 64 processes make about 25 times the GPU hour
+rows, and a year's report would read them all; a report of a period whose ends fall inside
+a day row says so (``prorated_s``) and clips the estimate to when the processes were seen.
+
 The recorder prunes once an hour, in the transaction of a batch, so the file's size is
 bounded whatever the uptime: SQLite reuses the freed pages. The cuts are whole hours (GPU
 minutes) and whole days (usage), so a bucket is never half pruned.
@@ -44,12 +49,15 @@ def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> No
     day_cut = usage_day_cut_s(now_s, history_days)
     execute(
         f"""
-        INSERT INTO usage_days ({_USAGE_KEY}, held_s, used_s, idle_held_s, peak_memory_bytes)
+        INSERT INTO usage_days ({_USAGE_KEY}, held_s, used_s, idle_held_s, peak_memory_bytes,
+            known_s)
         SELECT grouping, start_s - start_s % {DAY_S}, gpu_id, key,
-            sum(held_s), sum(used_s), sum(idle_held_s), max(peak_memory_bytes)
+            sum(held_s), sum(used_s), sum(idle_held_s), max(peak_memory_bytes),
+            sum(coalesce(known_s, held_s))
         FROM usage_hours WHERE grouping IN ({_GROUPINGS}) AND start_s < :cut
         GROUP BY 1, 2, 3, 4
         ON CONFLICT ({_USAGE_KEY}) DO UPDATE SET
+            known_s = coalesce(known_s, held_s) + excluded.known_s,
             held_s = held_s + excluded.held_s,
             used_s = used_s + excluded.used_s,
             idle_held_s = idle_held_s + excluded.idle_held_s,

@@ -53,9 +53,10 @@ GROUP BY gpu_id
 """
 _UPSERT_USAGE = """
 INSERT INTO usage_hours (grouping, start_s, gpu_id, key, held_s, used_s, idle_held_s,
-    peak_memory_bytes)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    peak_memory_bytes, known_s)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (grouping, start_s, gpu_id, key) DO UPDATE SET
+    known_s = coalesce(known_s, held_s) + excluded.known_s,
     held_s = held_s + excluded.held_s,
     used_s = used_s + excluded.used_s,
     idle_held_s = idle_held_s + excluded.idle_held_s,
@@ -205,6 +206,7 @@ def write_usage(
                 held.used_s,
                 held.idle_held_s,
                 held.peak_memory_bytes,
+                held.known_s,
             )
             for (grouping, hour, uuid, key), held in usage.items()
         ],

@@ -1,6 +1,6 @@
 """The history database's tables, their versions, and the one-line errors about it.
 
-Version 1 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
+Version 2 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
 starts at a multiple of its width (UTC):
 
 - ``meta``: key/value facts: ``node`` (the host name), ``interval_s``, ``first_sample_s``
@@ -20,7 +20,10 @@ starts at a multiple of its width (UTC):
   :data:`~gpumon.data.usage.GROUPINGS` (``grouping`` is its position: 0 user, 1 job, 2
   container, 3 the GPU itself; ``key`` the user name, job id or container id, ``''`` for
   none and for the GPU), seconds held, seconds used (weighted by SM utilisation, at most the
-  whole GPU) and seconds held idle, and the most memory one of its processes held at once.
+  whole GPU, counted only while the SM utilisation was known) and seconds held idle, the
+  most memory one of its processes held at once, and ``known_s`` (since version 2): the
+  seconds held whose SM utilisation was known (N/A on MIG and some boards), NULL in rows a
+  version-1 recorder wrote (it counted unknown as 0 used; they are read as all known).
   Exact per grouping: two processes of one user on one GPU count once. What ``gpumon
   report`` sums. Hour rows are kept ``history_days``, then rolled up into day rows, kept a
   year.
@@ -47,7 +50,7 @@ HISTORY_FIELDS = (
 )
 
 #: What this gpumon writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Bucket widths, in seconds.
 MINUTE_S = 60
@@ -141,8 +144,15 @@ CREATE TABLE sessions (
     _usage_table("usage_days"),
 )
 
+
+def _add_known_seconds(connection: sqlite3.Connection) -> None:
+    """Version 2: the seconds of a usage row whose SM utilisation was known."""
+    for table in ("usage_hours", "usage_days"):
+        connection.execute(f"ALTER TABLE {table} ADD COLUMN known_s REAL")
+
+
 #: ``MIGRATIONS[n]`` takes a database of version ``n`` to ``n + 1``, inside a transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_known_seconds}
 
 
 def create(

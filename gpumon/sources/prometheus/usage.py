@@ -5,7 +5,10 @@ Read from the exporter's per-process series (``gpumon_process_gpu_memory_bytes``
 group (user, Slurm job, container or GPU) and node, with the rules of
 :mod:`gpumon.data.usage`: a GPU is *held* by a group while one of its processes holds memory
 on it (two on one GPU: still one GPU), *used* in proportion to their SM utilisation (at most
-the whole GPU), *held idle* while one of them is IDLE by the exporter's idle rule.
+the whole GPU), *held idle* while one of them is IDLE by the exporter's idle rule. The
+exporter has no SM utilisation series for a process whose utilisation is N/A (MIG, some
+boards): the hours held on GPUs where one of the group's processes had one are the *known*
+hours, and a row with none has USED N/A (``None``), never 0.
 
 Cost is bounded whatever the period: the hours are sums over evenly spaced evaluations, at
 most :data:`MAX_POINTS` of them (every :data:`MIN_STEP_S` seconds at most often: a 7-day
@@ -30,7 +33,7 @@ from typing import Any
 from gpumon.data.cluster import node_names
 from gpumon.data.format import safe_text
 from gpumon.data.periods import Period
-from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows
+from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sources.prometheus.series import _number, _Series, _vector
 from gpumon.sources.prometheus.source import PrometheusSource
@@ -46,6 +49,7 @@ RECORDED = {
     "used": "instance_user:gpumon_gpus_used:sum",
     "idle": "instance_user:gpumon_gpus_held_idle:count",
     "peak": "instance_user:gpumon_process_gpu_memory_bytes:max",
+    "known": "instance_user:gpumon_gpus_used_known:count",
 }
 #: A series the recording rules always write: they were loaded at a moment where it is.
 RULES_MARKER = "gpumon:usage_rules_loaded"
@@ -72,6 +76,9 @@ def raw_expressions(label: str) -> dict[str, str]:
         "(gpumon_process_sm_utilization_ratio), 1))",
         "idle": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_idle_seconds > 0))",
         "peak": f"max by ({group}) (gpumon_process_gpu_memory_bytes)",
+        "known": f"count by ({group}) (count by ({per_gpu}) "
+        "(gpumon_process_sm_utilization_ratio and on (instance, job, uuid, pid) "
+        "(gpumon_process_gpu_memory_bytes > 0)))",
     }
 
 
@@ -106,6 +113,7 @@ class _Row:
     held: float = 0.0
     used: float = 0.0
     idle: float = 0.0
+    known: float | None = None
     peak: float | None = None
     processes: int = 0
     seen: set[str] = field(default_factory=set)
@@ -164,6 +172,8 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
         row = rows.setdefault((target, None if key is None else safe_text(key)), _Row())
         if fact == "peak":
             row.peak = max([*values, *([] if row.peak is None else [row.peak])], default=None)
+        elif fact == "known":
+            row.known = (row.known or 0.0) + sum(values) * step_s / 3600.0
         elif fact in ("held", "used", "idle"):
             hours = sum(values) * step_s / 3600.0
             setattr(row, fact, getattr(row, fact) + hours)
@@ -175,11 +185,14 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
             found.processes += int(item.value)
     holders = _holders(_vector(source.query(HOLDERS_QUERY, now_s)))
     names = _names({target for target, _ in rows} | {t for t, _ in holders}, hosts)
+    # No known series at all: recording rules of an older gpumon, which did not record it.
+    tracked = not recorded or any(row.known is not None for row in rows.values())
     usage = [
         UsageRow(
             key=key,
             gpu_hours_held=row.held,
-            gpu_hours_used=min(row.used, row.held),
+            gpu_hours_used=_used(row, tracked),
+            used_known_hours=min(row.known or 0.0, row.held) if tracked else None,
             idle_held_hours=min(row.idle, row.held),
             peak_memory_bytes=None if row.peak is None else int(row.peak),
             processes=row.processes,
@@ -198,7 +211,16 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
         step_s=step_s,
         recording_rules=recorded,
         simulated=simulated,
+        notes=used_notes(by, tuple(usage)),
     )
+
+
+def _used(row: _Row, tracked: bool) -> float | None:
+    """A row's GPU-hours used; ``None`` when it held GPUs and no SM utilisation of its
+    processes was ever known (tracked: the known series was read)."""
+    if tracked and row.held > 0 and not row.known:
+        return None
+    return min(row.used, row.held)
 
 
 def _rules_loaded(source: PrometheusSource, period: Period, step_s: float) -> bool:
