@@ -45,3 +45,19 @@ def test_ascii_chart() -> None:
     rows = chart([100, None], width=2, height=2, low=0, high=100, threshold=50, ascii_only=True)
     assert all(row.isascii() for row in rows)
     assert rows == ["#-", "# "] or rows == ["# ", "#-"]
+
+
+def test_the_dashboard_keeps_a_history_of_exactly_the_fields_it_draws() -> None:
+    """Its store has no buffer for a reading nobody graphs, and one for every graph: the
+    GPU screen's (the cards' and rows' sparklines draw two of them) and the process screen's."""
+    from gpumon.sources.demo import DemoSource
+    from gpumon.ui.dashboard.app import create_app
+    from gpumon.ui.widgets.gpu_fields import GRAPHS
+    from gpumon.ui.widgets.graphs import GRAPHED_GPU_FIELDS, GRAPHED_PROCESS_FIELDS
+
+    assert set(GRAPHED_GPU_FIELDS) == {graph.field for graph in GRAPHS}
+    assert {"utilization_gpu_pct", "memory_used_bytes"} <= set(GRAPHED_GPU_FIELDS)
+    app = create_app(DemoSource(2))
+    assert set(app.store.gpu_fields) == set(GRAPHED_GPU_FIELDS)
+    assert set(app.store.process_fields) == set(GRAPHED_PROCESS_FIELDS)
+    assert "energy_j" not in app.store.gpu_fields and "rss_bytes" not in app.store.process_fields

@@ -220,6 +220,81 @@ def test_an_unknown_field_is_an_error_naming_the_known_ones() -> None:
         store.process_history((0, 1), "pid")
 
 
+# -- what is kept, and how compactly --------------------------------------------------------
+
+
+def test_a_field_nobody_reads_has_no_buffer() -> None:
+    store = Store(gpu_fields=("temperature_c", "power_draw_w"), process_fields=("cpu_pct",))
+    store.push(sample(1.0, (gpu(0, temperature_c=61),), (process(0, 7, cpu_pct=12.5),)))
+    store.push(sample(2.0, (gpu(0, temperature_c=None),), (process(0, 7, cpu_pct=0.0),)))
+    assert store.gpu_fields == ("temperature_c", "power_draw_w")  # the model's order
+    assert store.gpu_history(0, "temperature_c") == [61.0, None]
+    assert store.gpu_history(0, "power_draw_w") == [100.5, 100.5]
+    assert store.process_history((0, 7), "cpu_pct") == [12.5, 0.0]
+    # One 4-byte float per kept field and sample, nothing for the others.
+    assert len(store._gpus[0]._values) == 2 * 2 and store._gpus[0]._values.itemsize == 4
+    assert len(store._processes[(0, 7)]._values) == 2
+    with pytest.raises(ValueError, match=r"keeps no history of 'fan_pct'.*temperature_c"):
+        store.gpu_history(0, "fan_pct")
+    with pytest.raises(ValueError, match="keeps no history of 'rss_bytes'"):
+        store.process_history((0, 7), "rss_bytes")
+    with pytest.raises(ValueError, match="'lost' is not a numeric GpuStats field"):
+        store.gpu_history(0, "lost")
+    with pytest.raises(ValueError, match="no history for name, uuid"):
+        Store(gpu_fields=("uuid", "temperature_c", "name"))
+
+
+def test_readings_round_trip_within_float32_precision() -> None:
+    """Four-byte floats: counts, percentages, degrees and MHz come back exactly, bytes and
+    watts within 1 part in 2**24; an energy counter keeps 8 bytes (it passes 2**24 J in
+    hours); timestamps always do."""
+    readings = dict(
+        temperature_c=87,
+        utilization_gpu_pct=99,
+        clock_sm_mhz=1980,
+        xid_count=16_777_215,
+        power_draw_w=312.437,
+        memory_used_bytes=141 * 10**9 - 12_345,
+        pcie_rx_bytes_per_s=25_123_456_789,
+    )
+    compact = Store(gpu_fields=readings, process_fields=("gpu_memory_bytes", "cpu_pct"))
+    now = 1_790_000_000.123
+    compact.push(
+        sample(now, (gpu(0, **readings),), (process(0, 7, gpu_memory_bytes=79 * GIB + 4096),))
+    )
+    for field, value in readings.items():
+        (stored,) = compact.gpu_history(0, field)
+        assert stored is not None
+        assert abs(stored - value) <= abs(value) * 2**-24, field
+        if isinstance(value, int) and value < 2**24:
+            assert stored == value, field
+    (memory,) = compact.process_history((0, 7), "gpu_memory_bytes")
+    assert memory is not None and abs(memory - (79 * GIB + 4096)) <= 79 * GIB * 2**-24
+    assert compact.timestamps() == [now]
+    every = Store()  # every field, energy_j among them: 8-byte floats
+    every.push(sample(now, (gpu(0, energy_j=123_456_789_012.5),)))
+    assert every.gpu_history(0, "energy_j") == [123_456_789_012.5]
+
+
+def test_the_dashboards_full_history_of_8_gpus_and_64_processes_fits_in_2_4_mib() -> None:
+    """What the dashboard keeps at --interval 0.25 once its ten minutes are full: 2,400
+    samples of the graphed fields, 4 bytes each (it was 6.3 MiB with every field)."""
+    from gpumon.ui.widgets.graphs import GRAPHED_GPU_FIELDS, GRAPHED_PROCESS_FIELDS
+
+    store = Store(0.25, gpu_fields=GRAPHED_GPU_FIELDS, process_fields=GRAPHED_PROCESS_FIELDS)
+    gpus = tuple(gpu(index) for index in range(8))
+    processes = tuple(process(n % 8, 1000 + n, sm_utilization_pct=n) for n in range(64))
+    for n in range(store.capacity + 10):
+        store.push(sample(float(n), gpus, processes))
+    per_gpu = sys.getsizeof(store._gpus[0]._values)
+    per_process = sys.getsizeof(store._processes[(0, 1000)]._values)
+    assert store.capacity == 2400
+    assert per_gpu <= 2400 * len(GRAPHED_GPU_FIELDS) * 4 + 100  # 66 KiB and a header
+    assert per_process <= 2400 * len(GRAPHED_PROCESS_FIELDS) * 4 + 100  # 28 KiB
+    assert buffers_size(store) < 2.4 * 1024**2
+    assert store.process_history((0, 1008), "sm_utilization_pct")[-1] == 8.0
+
+
 def test_resize_keeps_the_newest_points() -> None:
     store = Store(1.0)
     for n in range(600):

@@ -10,11 +10,19 @@ samples' timestamps. The fields are found from the model's type annotations (``i
 gets a history with no change here. N/A (``None``) and every reading of a lost or missing GPU
 are kept as gaps, read back as ``None``, never as 0.
 
+Which fields: by default every numeric one; a store given ``gpu_fields`` and
+``process_fields`` (the dashboard: the fields its graphs and sparklines draw) keeps those
+only, and reading another is an error, as for a field that is not numeric.
+
 Memory is bounded whatever the uptime: at most :data:`MAX_POINTS` points per buffer (see
 :func:`history_points`), and only processes in the latest sample keep a history, so processes
 that come and go cost nothing once gone. Each GPU's and each process's history is one
-``array('d')`` (8 bytes a reading) that grows up to its capacity: a process seen for ten
-samples holds ten points per field.
+array that grows up to its capacity (a process seen for ten samples holds ten points per
+field) of 4-byte floats, read back as Python floats: 24 bits of significand, so counts up to
+16,777,216, percentages, degrees, MHz and watts to far more digits than a graph shows, and
+bytes or bytes/s to 1 part in 16 million (GPU memory to 8 KiB at 141 GB). Only ``energy_j``,
+a counter that passes 2**24 J within hours, needs 8-byte floats: a store that keeps it keeps
+its GPUs' records as ``array('d')``. Timestamps are 8-byte floats (seconds since 1970).
 
 Threads: one writer. :meth:`Store.push`, :meth:`Store.resize` and the history reads belong to
 the thread that pushes (the dashboard's event loop, the exporter's sampling thread). Readers
@@ -46,6 +54,8 @@ MIN_POINTS = 300
 MAX_POINTS = 2400
 
 _GAP = math.nan  # N/A in a buffer; read back as None
+#: Readings that a 4-byte float would round off where it shows (see the module docstring).
+_NEEDS_DOUBLE = frozenset({"energy_j"})
 
 
 def history_points(interval_s: float, history_s: float = HISTORY_S) -> int:
@@ -91,9 +101,18 @@ def _reader(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return attrgetter(*names) if names else (lambda item: ())
 
 
-_read_gpu = _reader(GPU_FIELDS)
-_read_process = _reader(PROCESS_FIELDS)
-_LOST = (None,) * len(GPU_FIELDS)
+def _kept(fields: Iterable[str] | None, numeric: tuple[str, ...], model: str) -> tuple[str, ...]:
+    """``fields`` in the model's order (all of ``numeric`` when ``None``)."""
+    if fields is None:
+        return numeric
+    wanted = set(fields)
+    if unknown := wanted - set(numeric):
+        raise ValueError(f"no history for {', '.join(sorted(unknown))}: not numeric {model} fields")
+    return tuple(name for name in numeric if name in wanted)
+
+
+def _typecode(fields: tuple[str, ...]) -> str:
+    return "d" if _NEEDS_DOUBLE & set(fields) else "f"
 
 
 class _Series:
@@ -117,6 +136,9 @@ class _Series:
         values = array(self._type, [_GAP if value is None else value for value in record])
         if len(self._values) < self._capacity * self._width:
             self._values.extend(values)
+            if len(self._values) == self._capacity * self._width:
+                # Full for good: a copy drops the room ``extend`` kept for growth (1/16).
+                self._values = self._values[:]
         else:
             start = self._oldest * self._width
             self._values[start : start + self._width] = values
@@ -154,10 +176,19 @@ class Store:
             (:func:`history_points`); :meth:`resize` when it changes.
         history: False for modes that need only the latest sample (the exporter, the probe):
             no buffers at all.
+        gpu_fields, process_fields: the fields that keep a history (of :data:`GPU_FIELDS`
+            and :data:`PROCESS_FIELDS`; all of them when ``None``): a field nobody reads
+            costs nothing.
     """
 
     def __init__(
-        self, interval_s: float = 1.0, *, history: bool = True, history_s: float = HISTORY_S
+        self,
+        interval_s: float = 1.0,
+        *,
+        history: bool = True,
+        history_s: float = HISTORY_S,
+        gpu_fields: Iterable[str] | None = None,
+        process_fields: Iterable[str] | None = None,
     ) -> None:
         #: The newest sample; ``None`` before the first.
         self.latest: Sample | None = None
@@ -165,6 +196,14 @@ class Store:
         self.sequence = 0
         self._history_s = history_s
         self._capacity = history_points(interval_s, history_s) if history else 0
+        #: The fields with a history, in the model's order.
+        self.gpu_fields = _kept(gpu_fields, GPU_FIELDS, "GpuStats")
+        self.process_fields = _kept(process_fields, PROCESS_FIELDS, "GpuProcess")
+        self._read_gpu = _reader(self.gpu_fields)
+        self._read_process = _reader(self.process_fields)
+        self._lost = (None,) * len(self.gpu_fields)
+        self._gpu_type = _typecode(self.gpu_fields)
+        self._process_type = _typecode(self.process_fields)
         self._timestamps = _Series(1, self._capacity)
         self._gpus: dict[int, _Series] = {}
         self._processes: dict[tuple[int, int], _Series] = {}
@@ -199,13 +238,15 @@ class Store:
             series = self._gpus.get(gpu.index)
             if series is None:  # a GPU that appears: gaps for the samples before it
                 gaps = len(self._timestamps) - 1
-                series = self._gpus[gpu.index] = _Series(len(GPU_FIELDS), self._capacity, gaps)
+                series = self._gpus[gpu.index] = _Series(
+                    len(self.gpu_fields), self._capacity, gaps, typecode=self._gpu_type
+                )
             series.absent = 0
-            series.append(_LOST if gpu.lost else _read_gpu(gpu))
+            series.append(self._lost if gpu.lost else self._read_gpu(gpu))
         for index, series in list(self._gpus.items()):
             if index not in seen:  # missing from this sample: a gap, and gone after a window
                 series.absent += 1
-                series.append(_LOST)
+                series.append(self._lost)
                 if series.absent >= self._capacity:
                     del self._gpus[index]
 
@@ -218,10 +259,10 @@ class Store:
                 continue  # listed twice: the first entry counts
             found = previous.pop(key, None)
             if found is None:
-                # 4-byte floats: hundreds of processes each keep minutes of history, and a
-                # graph needs no more than 7 digits (GPU memory to 4 KiB at 80 GiB).
-                found = _Series(len(PROCESS_FIELDS), self._capacity, typecode="f")
-            found.append(_read_process(process))
+                found = _Series(
+                    len(self.process_fields), self._capacity, typecode=self._process_type
+                )
+            found.append(self._read_process(process))
             self._processes[key] = found
 
     def resize(self, interval_s: float) -> None:
@@ -252,7 +293,7 @@ class Store:
         """``field`` of GPU ``index``, oldest first, one value per entry of
         :meth:`timestamps` (the ``last`` newest only, when given); ``None`` where it was N/A,
         lost or missing (a GPU never seen: all ``None``)."""
-        position = _position(GPU_FIELDS, field, "GpuStats")
+        position = _position(self.gpu_fields, GPU_FIELDS, field, "GpuStats")
         series = self._gpus.get(index)
         if series is None:
             count = len(self._timestamps)
@@ -267,7 +308,7 @@ class Store:
         """``field`` of the process with ``key``, oldest first, since it was last seen to
         appear: one value per sample, the last ``len()`` entries of :meth:`timestamps`.
         ``[]`` for a process that is not in the latest sample."""
-        position = _position(PROCESS_FIELDS, field, "GpuProcess")
+        position = _position(self.process_fields, PROCESS_FIELDS, field, "GpuProcess")
         series = self._processes.get(key)
         return [] if series is None else series.read(position)
 
@@ -326,10 +367,9 @@ def _resolve(future: asyncio.Future[Sample], sample: Sample) -> None:
         future.set_result(sample)
 
 
-def _position(fields: tuple[str, ...], field: str, model: str) -> int:
-    try:
-        return fields.index(field)
-    except ValueError:
-        raise ValueError(
-            f"{field!r} is not a numeric {model} field (those are: {', '.join(fields)})"
-        ) from None
+def _position(kept: tuple[str, ...], numeric: tuple[str, ...], field: str, model: str) -> int:
+    if field in kept:
+        return kept.index(field)
+    if field in numeric:
+        raise ValueError(f"this store keeps no history of {field!r} (it keeps: {', '.join(kept)})")
+    raise ValueError(f"{field!r} is not a numeric {model} field (those are: {', '.join(numeric)})")

@@ -11,12 +11,18 @@ A script, not a pytest test (the name does not start with ``test_``). Two modes:
 * real interval (``--seconds``): ``python -m gpumon --demo --demo-gpus 8 --demo-processes 64
   --interval 0.25`` in a 200x50 pseudo-terminal, as a user runs it, sampled from outside
   (RSS, threads, fds) every ``--every-seconds`` for ``--seconds`` seconds. Needs Linux.
+  The dashboard's memory has its plateau once its ten minutes of history are full (2,400
+  samples at 0.25 s), so by default the first ``--prefill`` polls (that many samples) run
+  back to back, through ``soak_prefill.py`` (the same ``python -m gpumon``, its first polls
+  not waiting), and the clock of the run starts once they are done: every reading is of the
+  plateau, each after a ``gc.collect()`` in the dashboard. ``--prefill 0`` runs plain
+  ``python -m gpumon`` from an empty history (whose first ten minutes grow, by design).
 
 Usage, from the repository root::
 
     python tests/benchmarks/bench_soak.py                        # 100,000 polls, ~12 min
     python tests/benchmarks/bench_soak.py --polls 20000 --size 60x15
-    python tests/benchmarks/bench_soak.py --interval 0.25 --seconds 600
+    python tests/benchmarks/bench_soak.py --interval 0.25 --seconds 240   # at the plateau
 
 Exit status: 0 when RSS grew less than 5 MiB from the end of the warm-up to the end and the
 thread and fd counts did not change, 1 when something grew, 2 on error.
@@ -30,8 +36,10 @@ import contextlib
 import os
 import platform
 import selectors
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -45,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from pty_terminal import spawn_in_pty  # noqa: E402  (this script's own directory)
 
+from gpumon.sampling.store import history_points  # noqa: E402
 from tests.test_soak import (  # noqa: E402
     RSS_GROWTH_LIMIT_BYTES,
     WARM_UP_POLLS,
@@ -56,6 +65,8 @@ from tests.test_soak import (  # noqa: E402
 )
 
 MIB = 1024**2
+PREFILL_TIMEOUT_S = 600.0
+PREFILL_SCRIPT = str(Path(__file__).with_name("soak_prefill.py"))
 
 
 def log(message: str) -> None:
@@ -169,14 +180,17 @@ LAUNCHER = (
 )
 
 
-def child_command(args: argparse.Namespace) -> list[str]:
+def child_command(args: argparse.Namespace, done_file: str) -> list[str]:
     if args.churn is None:
         # Exactly what a user runs (the demo's own churn: about one process a minute).
-        return [
-            sys.executable,
-            *("-m", "gpumon", "--demo", "--demo-gpus", str(args.gpus)),
+        gpumon_args = [
+            *("--demo", "--demo-gpus", str(args.gpus)),
             *("--demo-processes", str(args.processes), "--interval", str(args.interval)),
         ]
+        if args.prefill:
+            prefill = ("--polls", str(args.prefill), "--done", done_file)
+            return [sys.executable, PREFILL_SCRIPT, *prefill, "--", *gpumon_args]
+        return [sys.executable, "-m", "gpumon", *gpumon_args]
     launcher = LAUNCHER.format(
         gpus=args.gpus, processes=args.processes, churn=args.churn, interval=args.interval
     )
@@ -199,7 +213,10 @@ def drain(fd: int, stop: threading.Event, counter: list[int]) -> None:
             counter[0] += len(data)
 
 
-def read_child(process: psutil.Process, started: float) -> ChildReading:
+def read_child(process: psutil.Process, started: float, collect: bool) -> ChildReading:
+    if collect:  # soak_prefill.py runs gc.collect() on SIGUSR1
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
     with process.oneshot():
         return ChildReading(
             seconds=time.monotonic() - started,
@@ -219,11 +236,17 @@ def vm_hwm_bytes(pid: int) -> int | None:
 
 
 def real_interval(args: argparse.Namespace) -> int:
-    command = child_command(args)
+    done_file = Path(tempfile.mkdtemp(prefix="gpumon-soak-")) / "prefilled"
+    command = child_command(args, str(done_file))
     columns, rows = args.size
+    prefilled = (
+        f"after {args.prefill} samples polled back to back (the history full), "
+        if args.prefill
+        else "from an empty history, "
+    )
     print(
-        f"Real dashboard in a {columns}x{rows} pty for {args.seconds:g} s (warm-up "
-        f"{args.warmup_seconds:g} s), RSS/threads/fds every {args.every_seconds:g} s\n"
+        f"Real dashboard in a {columns}x{rows} pty {prefilled}for {args.seconds:g} s "
+        f"(warm-up {args.warmup_seconds:g} s), RSS/threads/fds every {args.every_seconds:g} s\n"
         f"Command: {' '.join(command)}\n{machine()}\n"
     )
     env = dict(os.environ, TERM="xterm-256color", LANG="C.UTF-8")
@@ -242,21 +265,34 @@ def real_interval(args: argparse.Namespace) -> int:
     schedule.append(args.seconds)
     readings: list[ChildReading] = []
     warm: ChildReading | None = None
-    print(
-        f"{'seconds':>8} {'RSS MiB':>8} {'vs warm':>8} {'threads':>7} {'fds':>4} {'bytes out':>10}"
-    )
     try:
         process = psutil.Process(child.pid)
         # The first frame: the terminal has received a screenful.
         while written[0] < columns * rows and time.monotonic() - started < 30:
             time.sleep(0.05)
+        first_frame = read_child(process, started, collect=False)
+        if args.prefill:
+            while not done_file.exists():
+                if child.poll() is not None:
+                    raise RuntimeError(f"gpumon exited early with status {child.returncode}")
+                if time.monotonic() - started > PREFILL_TIMEOUT_S:
+                    raise RuntimeError(f"{args.prefill} polls took over {PREFILL_TIMEOUT_S} s")
+                time.sleep(0.2)
+            print(
+                f"History filled: {args.prefill} samples in {time.monotonic() - started:.1f} s",
+                flush=True,
+            )
         started = time.monotonic()
+        print(
+            f"{'seconds':>8} {'RSS MiB':>8} {'vs warm':>8} {'threads':>7} {'fds':>4} "
+            f"{'bytes out':>10}"
+        )
         for at in schedule:
             while (left := started + at - time.monotonic()) > 0:
                 if child.poll() is not None:
                     raise RuntimeError(f"gpumon exited early with status {child.returncode}")
                 time.sleep(min(left, 0.5))
-            reading = read_child(process, started)
+            reading = read_child(process, started, collect=bool(args.prefill))
             readings.append(reading)
             if at == args.warmup_seconds:
                 warm = reading
@@ -281,6 +317,8 @@ def real_interval(args: argparse.Namespace) -> int:
         stop.set()
         reader.join(1)
         os.close(master)
+        done_file.unlink(missing_ok=True)
+        done_file.parent.rmdir()
     if warm is None:
         log("error: the run ended before the warm-up did; use a longer --seconds")
         return 2
@@ -292,7 +330,13 @@ def real_interval(args: argparse.Namespace) -> int:
         problems.append(f"fds {warm.fds} -> {end.fds}")
     if end.rss_bytes - warm.rss_bytes >= RSS_GROWTH_LIMIT_BYTES:
         problems.append(f"RSS grew {(end.rss_bytes - warm.rss_bytes) / MIB:.2f} MiB")
-    print(f"\nRSS at the first frame: {readings[0].rss_bytes / MIB:.2f} MiB")
+    print(f"\nRSS at the first frame: {first_frame.rss_bytes / MIB:.2f} MiB")
+    if args.prefill:
+        plateau = sorted(r.rss_bytes for r in readings if r.seconds >= args.warmup_seconds)
+        print(
+            f"RSS at the plateau (history full, after gc): median "
+            f"{plateau[len(plateau) // 2] / MIB:.2f} MiB, max {plateau[-1] / MIB:.2f} MiB"
+        )
     if peak is not None:
         print(f"Peak RSS (VmHWM): {peak / MIB:.2f} MiB")
     return verdict(warm.rss_bytes, end.rss_bytes, problems)
@@ -332,12 +376,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--seconds", type=float, help="run the real dashboard in a pty this long instead"
     )
     parser.add_argument(
+        "--prefill",
+        type=int,
+        help="real interval: samples polled back to back before the run (default: a full "
+        "history, 2400 at 0.25 s); 0: start from an empty history",
+    )
+    parser.add_argument(
         "--warmup-seconds", type=float, default=60.0, help="real interval: warm-up (60)"
     )
     parser.add_argument(
         "--every-seconds", type=float, default=30.0, help="real interval: between readings (30)"
     )
     args = parser.parse_args(argv)
+    if args.prefill is None:
+        args.prefill = history_points(args.interval)
+    if args.prefill and args.churn is not None:
+        parser.error("--churn runs the demo from a launcher that cannot prefill: add --prefill 0")
     if args.seconds is None and not 0 < args.warmup < args.polls:
         parser.error("--warmup must be between 0 and --polls")
     if args.every < 1 or args.every_seconds <= 0:

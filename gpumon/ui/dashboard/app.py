@@ -34,6 +34,7 @@ from gpumon.ui.dashboard.shown_gpus import ShownGpus
 from gpumon.ui.dashboard.signal_dialog import SIGNAL_BINDINGS
 from gpumon.ui.dashboard.watch import DashboardWatches
 from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.graphs import GRAPHED_GPU_FIELDS, GRAPHED_PROCESS_FIELDS
 from gpumon.ui.widgets.lines import Glyphs
 from gpumon.ui.widgets.process_table import ProcessTable
 
@@ -133,7 +134,12 @@ class GpumonApp(HistoryKeys, MonitorApp):
         self.samples_received = 0
         self.first_sample_at: float | None = None
         self.started_at = time.perf_counter()
-        self.store = Store(interval_s, history_s=60.0 * self.settings.history_minutes)
+        self.store = Store(
+            interval_s,
+            history_s=60.0 * self.settings.history_minutes,
+            gpu_fields=GRAPHED_GPU_FIELDS,  # what is drawn: a field nobody reads costs nothing
+            process_fields=GRAPHED_PROCESS_FIELDS,
+        )
         self.store.subscribe(self._on_sample)
         self.poller = Poller(source, interval_s, self.receive_sample, on_error=self._on_poll_error)
         self.autostart = autostart

@@ -28,6 +28,21 @@ class HistorySource(Protocol):
         ...
 
 
+#: The GPU fields the dashboard draws from history: the GPU screen's graphs
+#: (:data:`~gpumon.ui.widgets.gpu_fields.GRAPHS`) and the cards' and rows' sparklines. Its
+#: store keeps a history of these only (ten minutes of a field on 8 GPUs at 0.25 s: 77 KiB).
+GRAPHED_GPU_FIELDS = (
+    "utilization_gpu_pct",
+    "memory_used_bytes",
+    "power_draw_w",
+    "temperature_c",
+    "clock_sm_mhz",
+    "pcie_rx_bytes_per_s",
+    "pcie_tx_bytes_per_s",
+)
+#: The process fields the process screen graphs (its store keeps no others).
+GRAPHED_PROCESS_FIELDS = ("gpu_memory_bytes", "sm_utilization_pct", "cpu_pct")
+
 #: Eight heights, then the ASCII fallback (one row: coarse, but readable in any terminal).
 BLOCKS = "▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = "_.-:=+*#"
