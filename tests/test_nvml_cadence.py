@@ -3,7 +3,8 @@
 Settings (power limit, persistence, display, compute and MIG mode) and error counters (ECC)
 change when an administrator changes them, not from one sample to the next: they are read at
 the first sample, so that a one-shot command has everything, then every SETTINGS_REFRESH_S or
-HEALTH_REFRESH_S, and a change shows within that time; so is the energy counter. What is read
+HEALTH_REFRESH_S, and a change shows within that time; so is the energy counter. The video
+encoder and decoder are read every CODECS_IDLE_REFRESH_S while both read 0. What is read
 every sample stays read every sample; MIG mode and the memory clock are read at once when a
 cheaper reading says they may have changed.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import pynvml
 
+from gpumon.sources.nvml.codecs import CODECS_IDLE_REFRESH_S
 from gpumon.sources.nvml.health import HEALTH_REFRESH_S
 from gpumon.sources.nvml.settings import SETTINGS_REFRESH_S
 from tests.fake_nvml import FakeNvml, ProcessInfo, Utilization, make_gpu, make_mig_device
@@ -195,3 +197,48 @@ def test_a_lost_gpu_reads_lost_at_the_next_sample_between_settings_reads() -> No
     second = source.sample()
 
     assert [gpu.lost for gpu in second.gpus] == [False, True]
+
+
+def test_idle_video_engines_are_read_every_few_seconds_and_a_video_job_shows_within_them() -> None:
+    fake = FakeNvml([make_gpu(0, encoder=[0, 167_000], decoder=[0, 167_000])])
+    clock = FakeClock()
+    source = make_source(fake, monotonic=clock)
+    idle = [source.sample().gpus[0] for _ in range(3)]
+    assert fake.count("nvmlDeviceGetEncoderUtilization", 0) == 1
+
+    fake.gpus[0]["decoder"] = [35, 167_000]  # an ffmpeg job starts decoding
+    clock.advance(CODECS_IDLE_REFRESH_S / 2)
+    before = source.sample().gpus[0]
+    clock.advance(CODECS_IDLE_REFRESH_S / 2)
+    busy = [source.sample().gpus[0] for _ in range(3)]
+    fake.gpus[0]["decoder"] = [0, 167_000]
+    done = source.sample().gpus[0]
+
+    assert [(gpu.utilization_encoder_pct, gpu.utilization_decoder_pct) for gpu in idle] == [
+        (0, 0)
+    ] * 3
+    assert before.utilization_decoder_pct == 0
+    assert [gpu.utilization_decoder_pct for gpu in busy] == [35] * 3
+    assert done.utilization_decoder_pct == 0  # busy: read every sample, so its end shows at once
+    assert fake.count("nvmlDeviceGetDecoderUtilization", 0) == 5
+
+
+def test_a_steady_sample_of_a_gpu_without_video_work_costs_at_most_12_calls() -> None:
+    fake = FakeNvml(
+        [
+            make_gpu(
+                0,
+                encoder=[0, 167_000],
+                decoder=[0, 167_000],
+                compute_processes=[ProcessInfo(4242, 1024**3)],
+            )
+        ]
+    )
+    source = make_source(fake)
+    source.sample()
+    source.sample()
+    before = fake.device_calls(0)
+
+    source.sample()
+
+    assert fake.device_calls(0) - before <= 12

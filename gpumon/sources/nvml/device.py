@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gpumon.data.model import GpuStats, MigInstance
+from gpumon.sources.nvml.codecs import Codecs
 from gpumon.sources.nvml.errors import (
     FELL_OFF_THE_BUS,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
@@ -132,6 +133,7 @@ class Device:
         self.mig_reader: MigReader | None = None
         self.health = Health(self)  # memory temperature, PCIe replays, remapped rows, Xid
         self.settings = Settings(self)  # power limit, modes: read every SETTINGS_REFRESH_S
+        self.codecs = Codecs(self)  # video encoder/decoder: every few seconds while idle
         if not self.lost:
             self._read_identity()
 
@@ -256,8 +258,7 @@ class Device:
         else:
             self.mig_reader = None  # MIG mode on again later: enumerate afresh
         used, total, free, reserved = self._memory()
-        encoder = self.read("encoder", nvml.nvmlDeviceGetEncoderUtilization)
-        decoder = self.read("decoder", nvml.nvmlDeviceGetDecoderUtilization)
+        encoder, decoder = self.codecs.read()
         pcie_rx, pcie_tx = self._pcie_throughput()
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
         limit_mw, persistence = settings.power_limit_mw, settings.persistence
@@ -283,9 +284,8 @@ class Device:
             memory_reserved_bytes=reserved,
             utilization_gpu_pct=None if utilization is None else int(utilization.gpu),
             utilization_memory_pct=None if utilization is None else int(utilization.memory),
-            # Both answer (utilisation, sampling period in microseconds).
-            utilization_encoder_pct=None if encoder is None else int(encoder[0]),
-            utilization_decoder_pct=None if decoder is None else int(decoder[0]),
+            utilization_encoder_pct=encoder,
+            utilization_decoder_pct=decoder,
             pcie_rx_bytes_per_s=pcie_rx,
             pcie_tx_bytes_per_s=pcie_tx,
             clock_graphics_mhz=self.read(
