@@ -428,7 +428,8 @@ def test_gpu_lost_on_a_later_memory_read() -> None:
 
 
 def test_mig_off_has_no_instances_and_asks_nothing_of_mig() -> None:
-    """A GPU without MIG costs one MIG call per sample, as before: the mode read."""
+    """A GPU without MIG asks nothing of MIG but its mode, at the first sample and then every
+    SETTINGS_REFRESH_S (issue 21; the test clock stands still)."""
     fake = FakeNvml([make_gpu(0), make_gpu(1, mig=NOT_SUPPORTED)])
     source = make_source(fake)
 
@@ -438,7 +439,7 @@ def test_mig_off_has_no_instances_and_asks_nothing_of_mig() -> None:
         assert [gpu.mig_instances for gpu in sample.gpus] == [(), ()]
         assert [gpu.utilization_gpu_pct for gpu in sample.gpus] == [40, 41]
     assert fake.mig_calls(0) == fake.mig_calls(1) == 0
-    assert fake.count("nvmlDeviceGetMigMode", 0) == 3
+    assert fake.count("nvmlDeviceGetMigMode", 0) == 1
 
 
 def test_pending_mig_mode_is_off_and_asks_nothing_of_mig() -> None:

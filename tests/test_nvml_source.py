@@ -13,6 +13,7 @@ import pytest
 from gpumon.data.model import GpuStats, HostStats, ProcessKind, UnavailableReason
 from gpumon.sources.host.inspector import ProcessInspector
 from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
+from gpumon.sources.nvml.settings import SETTINGS_REFRESH_S
 from gpumon.sources.nvml.source import NvmlSource
 from tests.fake_nvml import (
     GIB,
@@ -326,13 +327,7 @@ PER_TICK_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
         ("utilization_gpu_pct", "utilization_memory_pct"),
     ),
     ("power", "nvmlDeviceGetPowerUsage", (), ("power_draw_w",)),
-    ("power_limit", "nvmlDeviceGetEnforcedPowerLimit", (), ("power_limit_w",)),
-    ("energy", "nvmlDeviceGetTotalEnergyConsumption", (), ("energy_j",)),
-    ("persistence", "nvmlDeviceGetPersistenceMode", (), ("persistence_mode",)),
-    ("display", "nvmlDeviceGetDisplayActive", (), ("display_active",)),
     ("pstate", "nvmlDeviceGetPerformanceState", (), ("performance_state",)),
-    ("compute_mode", "nvmlDeviceGetComputeMode", (), ("compute_mode",)),
-    ("mig", "nvmlDeviceGetMigMode", (), ("mig_mode",)),
     ("fan", "nvmlDeviceGetFanSpeed", (), ("fan_pct",)),
     ("encoder", "nvmlDeviceGetEncoderUtilization", (), ("utilization_encoder_pct",)),
     ("decoder", "nvmlDeviceGetDecoderUtilization", (), ("utilization_decoder_pct",)),
@@ -349,12 +344,24 @@ PER_TICK_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
         ("temperature_c",),
     ),
     ("clock_sm", "nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,), ("clock_sm_mhz",)),
+]
+
+# Settings and counters (issue 21): read on the first sample, then at most every
+# SETTINGS_REFRESH_S or HEALTH_REFRESH_S (the test clock stands still); MIG mode also every
+# sample while it is on (GPU 1), the memory clock when the performance state changes.
+SLOW_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
+    ("energy", "nvmlDeviceGetTotalEnergyConsumption", (), ("energy_j",)),
     (
         "clock_memory",
         "nvmlDeviceGetClockInfo",
         (pynvml.NVML_CLOCK_MEM,),
         ("clock_memory_mhz",),
     ),
+    ("power_limit", "nvmlDeviceGetEnforcedPowerLimit", (), ("power_limit_w",)),
+    ("persistence", "nvmlDeviceGetPersistenceMode", (), ("persistence_mode",)),
+    ("display", "nvmlDeviceGetDisplayActive", (), ("display_active",)),
+    ("compute_mode", "nvmlDeviceGetComputeMode", (), ("compute_mode",)),
+    ("mig", "nvmlDeviceGetMigMode", (), ("mig_mode",)),
     (
         "ecc_uncorrected_volatile",
         "nvmlDeviceGetTotalEccErrors",
@@ -404,8 +411,8 @@ def _ids(cases: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]]) -> list
 @pytest.mark.parametrize("unsupported", [NOT_SUPPORTED, FUNCTION_NOT_FOUND], ids=["13", "3"])
 @pytest.mark.parametrize(
     ("field", "function", "args", "shown_as"),
-    PER_TICK_FIELDS + PCIE_FIELDS + IDENTITY_FIELDS,
-    ids=_ids(PER_TICK_FIELDS + PCIE_FIELDS + IDENTITY_FIELDS),
+    PER_TICK_FIELDS + SLOW_FIELDS + PCIE_FIELDS + IDENTITY_FIELDS,
+    ids=_ids(PER_TICK_FIELDS + SLOW_FIELDS + PCIE_FIELDS + IDENTITY_FIELDS),
 )
 def test_unsupported_field_is_na_and_never_asked_again(
     field: str, function: str, args: tuple[Any, ...], shown_as: tuple[str, ...], unsupported: Fail
@@ -420,11 +427,14 @@ def test_unsupported_field_is_na_and_never_asked_again(
     for sample in samples:
         assert sample.gpus == (expected_0, EXPECTED_GPU_1)
     assert fake.count(function, 0, *args) == 1
-    # The other GPU supports it: asked every tick (or once, for identity and PCIe fields;
-    # never, for the utilisation of a GPU in MIG mode).
+    # The other GPU supports it: asked every tick (or once, for identity, settings, counters
+    # and PCIe fields, the clock standing still; never, for the utilisation of a GPU in MIG
+    # mode, whose MIG mode is asked every tick).
     asked = 3 if field in _ids(PER_TICK_FIELDS) else 1
     if field == "utilization":
         asked = 0
+    if field == "mig":
+        asked = 3
     assert fake.count(function, 1, *args) == asked
 
 
@@ -583,10 +593,14 @@ def _heat_up(fake: FakeNvml, tick: int) -> None:
 )
 def test_one_lost_gpu_of_four_does_not_stop_the_others(failing_field: str) -> None:
     fake, table = four_gpus_with_jobs()
-    source = make_source(fake, table)
+    clock = FakeClock()
+    source = make_source(fake, table, monotonic=clock)
     first = source.sample()
 
     _heat_up(fake, 2)
+    # A lost GPU answers GPU_IS_LOST to every call, the fake to one field only: the settings
+    # and counters read every few seconds (MIG mode, ECC) must be due for it to be asked.
+    clock.advance(SETTINGS_REFRESH_S)
     fake.gpus[2][failing_field] = GPU_IS_LOST
     second = source.sample()
     calls_on_lost_gpu = fake.device_calls(2)
@@ -800,7 +814,7 @@ def test_a_binding_without_the_deprecated_temperature_call_still_reads_it() -> N
 
 @pytest.mark.parametrize("field", ["fan", "power", "mig", "ecc_uncorrected_volatile"])
 def test_function_not_found_is_na_and_remembered(field: str) -> None:
-    case = next(case for case in PER_TICK_FIELDS if case[0] == field)
+    case = next(case for case in PER_TICK_FIELDS + SLOW_FIELDS if case[0] == field)
     _, function, args, shown_as = case
     fake = two_gpus()
     fake.gpus[1][field] = FUNCTION_NOT_FOUND

@@ -158,6 +158,7 @@ METRICS: dict[str, tuple[str, str, float, float]] = {
 RSS_LIMIT_MIB = 80.0
 FRAME_RATIO = 0.5
 BYTES_RATIO = 1.0
+NVML_CALLS_RATIO = 1.0  # issue 21: NVML calls per second <= nvitop's (with --nvml-stats)
 # nvitop's medians in issue 7 (fake NVML, real PIDs, 200x50, --interval 1), keyed by
 # (GPUs, processes per GPU): the reference for targets when nvitop is not run alongside.
 ISSUE_NVITOP: dict[tuple[int, int], dict[str, float]] = {
@@ -466,6 +467,8 @@ class RunResult:
     steal_pct: float | None = None
     nvml_calls_per_s: float | None = None
     nvml_top: str | None = None
+    # --nvml-stats: NVML function (without "nvmlDevice"/"nvml") -> calls per second.
+    nvml_calls: dict[str, float] = field(default_factory=dict)
     exit: str = ""
     left_behind: list[int] = field(default_factory=list)
     queries_seen: dict[str, int] = field(default_factory=dict)
@@ -602,13 +605,15 @@ def burst_end(chunks: Sequence[tuple[float, bytes]], at: float) -> float:
     return end
 
 
-def read_nvml_stats(path: Path) -> tuple[float | None, str | None]:
-    """NVML calls per second and the commonest functions, from the fake library's
-    FAKENVML_STATS file (appended at the program's exit); (None, None) without one."""
+def read_nvml_stats(path: Path) -> tuple[float | None, str | None, dict[str, float]]:
+    """NVML calls per second, the commonest functions, and every function's calls per
+    second, from the fake library's FAKENVML_STATS file (appended at the program's exit;
+    the seconds are those since nvmlInit, so start-up calls are spread over the run);
+    (None, None, {}) without one."""
     try:
         lines = path.read_text().splitlines()
     except OSError:
-        return None, None
+        return None, None, {}
     with contextlib.suppress(OSError):
         path.unlink()
     calls: Counter[str] = Counter()
@@ -621,8 +626,15 @@ def read_nvml_stats(path: Path) -> tuple[float | None, str | None]:
         elif len(parts) == 3 and parts[2].isdigit():
             calls[parts[1]] += int(parts[2])
     total = sum(calls.values())
-    top = " ".join(f"{name.replace('nvmlDevice', '')}={n}" for name, n in calls.most_common(6))
-    return (total / seconds if seconds else None), top
+    top = " ".join(f"{short_name(name)}={n}" for name, n in calls.most_common(6))
+    per_second = {short_name(name): n / seconds for name, n in calls.items()} if seconds else {}
+    return (total / seconds if seconds else None), top, per_second
+
+
+def short_name(function: str) -> str:
+    """``nvmlDeviceGetPowerUsage`` -> ``GetPowerUsage``, ``nvmlSystemGetDriverVersion`` ->
+    ``SystemGetDriverVersion``."""
+    return function.removeprefix("nvmlDevice").removeprefix("nvml")
 
 
 def start_py_spy(config: Config, pid: int, output: Path) -> subprocess.Popen[bytes] | None:
@@ -779,7 +791,7 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
         if said:
             result.error += ": " + " | ".join(said[-3:])[-300:]
     if stats_file is not None:
-        result.nvml_calls_per_s, result.nvml_top = read_nvml_stats(stats_file)
+        result.nvml_calls_per_s, result.nvml_top, result.nvml_calls = read_nvml_stats(stats_file)
     return result
 
 
@@ -1234,7 +1246,50 @@ def compare(
             "target": f"{kind} <= {limit:g}",
             "pass": value is not None and value <= limit,
         }
+    a, b = median_of(ours, "nvml_calls_per_s"), median_of(theirs, "nvml_calls_per_s")
+    if a is not None and b:  # --nvml-stats (issue 21: no more calls than nvitop)
+        rows["nvml_calls_per_s"] = {
+            "label": "NVML calls",
+            "unit": "/s",
+            "gpumon_runs": [r.nvml_calls_per_s for r in ours],
+            "nvitop_runs": [r.nvml_calls_per_s for r in theirs],
+            "gpumon": a,
+            "nvitop": b,
+            "ratio": a / b,
+            "target": f"ratio <= {NVML_CALLS_RATIO:g}",
+            "pass": a / b <= NVML_CALLS_RATIO,
+        }
     return rows
+
+
+def nvml_functions(results: dict[str, list[RunResult]]) -> dict[str, dict[str, float]]:
+    """--nvml-stats: NVML function -> monitor -> median calls/s over its runs (a run that
+    did not call it counts 0), the busiest functions first."""
+    names = {name for runs in results.values() for r in runs for name in r.nvml_calls}
+    table = {
+        function: {
+            monitor: statistics.median(r.nvml_calls.get(function, 0.0) for r in runs)
+            for monitor, runs in results.items()
+            if runs and all(r.nvml_calls for r in runs)
+        }
+        for function in names
+    }
+    return dict(sorted(table.items(), key=lambda item: -max(item[1].values(), default=0.0)))
+
+
+def print_nvml_functions(table: dict[str, dict[str, float]]) -> None:
+    if not table:
+        return
+    monitors = list(next(iter(table.values())))
+    width = max(10, *(len(name) + 1 for name in monitors))
+    print(
+        f"\nNVML calls/s by function (median over runs; start-up calls spread over the run)\n"
+        f"{'function':<44}" + "".join(f"{name:>{width}}" for name in monitors)
+    )
+    for function, row in table.items():
+        print(f"{function:<44}" + "".join(f"{row[name]:>{width}.2f}" for name in monitors))
+    totals = {name: sum(row[name] for row in table.values()) for name in monitors}
+    print(f"{'(total)':<44}" + "".join(f"{totals[name]:>{width}.1f}" for name in monitors))
 
 
 def print_runs(results: Sequence[RunResult]) -> None:
@@ -1350,6 +1405,7 @@ VARIANT_LABELS: dict[str, tuple[str, str]] = {
     "keys_marker_ms": ("key->marker", "ms"),
     "keys_frame_done_ms": ("key->marker burst end", "ms"),
     "key_output_max_ms": ("slowest key->output", "ms"),
+    "nvml_calls_per_s": ("NVML calls (--nvml-stats)", "/s"),
     "machine_busy_pct": ("machine busy (noise)", "%"),
     "steal_pct": ("steal (noise)", "%"),
 }
@@ -1624,12 +1680,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
     plan = Plan(description="", monitors=[])
     if fake:
         plan.processes = args.gpus * args.per_gpu
-        plan.jobs = FakeJobs(args.fakenvml, sys.executable, args.gpus, args.per_gpu)
+        extra = [] if args.call_cost_us is None else [f"call_cost_us {args.call_cost_us:g}"]
+        plan.jobs = FakeJobs(args.fakenvml, sys.executable, args.gpus, args.per_gpu, extra)
         env["FAKENVML_CONFIG"] = str(plan.jobs.config)
         plan.nvml_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKENVML_CONFIG")}
         plan.description = (
             f"real PIDs: {args.gpus} fake GPUs x {args.per_gpu} idle job processes "
             f"({plan.processes}), {lib_description}"
+            + ("" if args.call_cost_us is None else f", call_cost_us {args.call_cost_us:g}")
         )
         markers = tuple(args.marker or ["fakejob.py"])
     else:
@@ -1777,7 +1835,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     scenario.add_argument(
         "--nvml-stats",
         action="store_true",
-        help="fake NVML: count the NVML calls each run makes (FAKENVML_STATS)",
+        help="fake NVML: count the NVML calls each run makes (FAKENVML_STATS), with a "
+        "table of calls/s per function and, with --compare, a target of <= nvitop's",
+    )
+    scenario.add_argument(
+        "--call-cost-us",
+        type=float,
+        metavar="US",
+        help="fake NVML: every device call burns US microseconds of CPU, as a driver ioctl "
+        "does (the config's call_cost_us; default: the library's, 0)",
     )
     side = parser.add_argument_group("side by side")
     side.add_argument(
@@ -1819,8 +1885,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--runs must be >= 1, --seconds > 0, --warmup >= 0")
     if args.gpus < 1 or args.per_gpu < 1:
         parser.error("--gpus and --per-gpu must be >= 1")
-    if args.scenario == "demo" and (args.compare or args.nvml_lib != "fake" or args.marker):
-        parser.error("--compare, --nvml-lib and --marker need --scenario real")
+    if args.scenario == "demo" and (
+        args.compare or args.nvml_lib != "fake" or args.marker or args.call_cost_us is not None
+    ):
+        parser.error("--compare, --nvml-lib, --marker and --call-cost-us need --scenario real")
+    if args.call_cost_us is not None and args.call_cost_us < 0:
+        parser.error("--call-cost-us must be >= 0")
     args.fakenvml = args.fakenvml.resolve()
     if args.keys_marker is not None and not args.keys:
         parser.error("--keys-marker needs --keys")
@@ -1937,6 +2007,7 @@ def report(
     gpumons = [m.name for m in plan.monitors if m.name != "nvitop"]
     variants = variants_table(results, gpumons) if len(gpumons) > 1 else None
     latency = key_latency_table(results)
+    functions = nvml_functions(results) if args.nvml_stats else {}
     comparison = None
     if theirs is not None:
         cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
@@ -1977,6 +2048,7 @@ def report(
             "breakdown": reports,
             **({"variants": variants} if variants is not None else {}),
             **({"key_latency": latency} if latency else {}),
+            **({"nvml_functions": functions} if functions else {}),
             "pass": passed,
         }
         print(json.dumps(payload, indent=2))
@@ -1997,6 +2069,7 @@ def report(
             print_variants(variants, gpumons, args.runs)
         if latency:
             print_key_latency(latency)
+        print_nvml_functions(functions)
         for breakdown_report in reports:
             print_breakdown(breakdown_report)
         if args.py_spy is not None:

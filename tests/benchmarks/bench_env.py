@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 LIBRARY = "libnvidia-ml.so.1"
@@ -105,7 +106,12 @@ class FakeJobs:
     (it waits for the supervisor to publish the PIDs it started, then stops exactly those).
     """
 
-    def __init__(self, fakenvml: Path, python: str, gpus: int, per_gpu: int) -> None:
+    def __init__(
+        self, fakenvml: Path, python: str, gpus: int, per_gpu: int, extra: Sequence[str] = ()
+    ) -> None:
+        """``extra``: config lines for every GPU (``spawn_procs.py --extra``), e.g.
+        ``call_cost_us 100``."""
+        self.extra = list(extra)
         self.script = fakenvml / "spawn_procs.py"
         if not self.script.is_file():
             raise SetupError(f"{self.script} not found (see --fakenvml)")
@@ -146,6 +152,7 @@ class FakeJobs:
                 str(self.gpus),
                 "--per-gpu",
                 str(self.per_gpu),
+                *(f"--extra={line}" for line in self.extra),
             ],
             "spawn_procs.py start",
             timeout=300,

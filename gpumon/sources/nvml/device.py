@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gpumon.data.model import GpuStats, MigInstance
+from gpumon.sources.nvml.codecs import Codecs
 from gpumon.sources.nvml.errors import (
     FELL_OFF_THE_BUS,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
@@ -30,6 +31,7 @@ from gpumon.sources.nvml.errors import (
     nvml_text,
 )
 from gpumon.sources.nvml.health import Health
+from gpumon.sources.nvml.settings import Settings
 
 if TYPE_CHECKING:
     from gpumon.sources.nvml.mig import MigReader
@@ -130,6 +132,8 @@ class Device:
         self.mig_enabled = False
         self.mig_reader: MigReader | None = None
         self.health = Health(self)  # memory temperature, PCIe replays, remapped rows, Xid
+        self.settings = Settings(self)  # power limit, modes: read every SETTINGS_REFRESH_S
+        self.codecs = Codecs(self)  # video encoder/decoder: every few seconds while idle
         if not self.lost:
             self._read_identity()
 
@@ -241,9 +245,11 @@ class Device:
         nvml = self.nvml
         if self._identity_missing:
             self._read_identity()
-        mig = self.read("mig", nvml.nvmlDeviceGetMigMode)
-        # The current mode: a pending one takes effect only after a GPU reset.
-        self.mig_enabled = mig is not None and bool(mig[0])
+        settings = self.settings.read()
+        self.mig_enabled = settings.mig_on
+        utilization = self._utilization()
+        settings = self.settings.last  # with its MIG mode read again, if it was
+        mig = settings.mig
         mig_instances: tuple[MigInstance, ...] | None = ()
         if self.mig_enabled:
             from gpumon.sources.nvml.mig import read_mig_instances
@@ -252,21 +258,12 @@ class Device:
         else:
             self.mig_reader = None  # MIG mode on again later: enumerate afresh
         used, total, free, reserved = self._memory()
-        # No device-level utilisation under MIG: not asked (a driver answering 0 would show a
-        # busy GPU idle; NOT_SUPPORTED, remembered, would outlive MIG mode).
-        utilization = None
-        if not self.mig_enabled:
-            utilization = self.read("utilization", nvml.nvmlDeviceGetUtilizationRates)
-        encoder = self.read("encoder", nvml.nvmlDeviceGetEncoderUtilization)
-        decoder = self.read("decoder", nvml.nvmlDeviceGetDecoderUtilization)
+        encoder, decoder = self.codecs.read()
         pcie_rx, pcie_tx = self._pcie_throughput()
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
-        energy_mj = self.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
-        limit_mw = self.read("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit)
-        persistence = self.read("persistence", nvml.nvmlDeviceGetPersistenceMode)
-        display = self.read("display", nvml.nvmlDeviceGetDisplayActive)
+        limit_mw, persistence = settings.power_limit_mw, settings.persistence
+        display, compute_mode = settings.display, settings.compute_mode
         pstate = self.read("pstate", nvml.nvmlDeviceGetPerformanceState)
-        compute_mode = self.read("compute_mode", nvml.nvmlDeviceGetComputeMode)
         return GpuStats(
             index=self.index,
             uuid=self.uuid,
@@ -281,37 +278,43 @@ class Device:
             temperature_shutdown_c=self.shutdown_c,
             power_draw_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
-            energy_j=None if energy_mj is None else energy_mj / 1000.0,
             memory_used_bytes=used,
             memory_total_bytes=total,
             memory_free_bytes=free,
             memory_reserved_bytes=reserved,
             utilization_gpu_pct=None if utilization is None else int(utilization.gpu),
             utilization_memory_pct=None if utilization is None else int(utilization.memory),
-            # Both answer (utilisation, sampling period in microseconds).
-            utilization_encoder_pct=None if encoder is None else int(encoder[0]),
-            utilization_decoder_pct=None if decoder is None else int(decoder[0]),
+            utilization_encoder_pct=encoder,
+            utilization_decoder_pct=decoder,
             pcie_rx_bytes_per_s=pcie_rx,
             pcie_tx_bytes_per_s=pcie_tx,
             clock_graphics_mhz=self.read(
                 "clock_graphics", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS
             ),
             clock_sm_mhz=self.read("clock_sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
-            clock_memory_mhz=self.read(
-                "clock_memory", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM
-            ),
+            clock_memory_mhz=self.settings.memory_clock(pstate),
             clock_event_reasons=self._clock_event_reasons(),
             compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
-            ecc_errors_uncorrected_volatile=self.read(
-                "ecc_volatile",
-                nvml.nvmlDeviceGetTotalEccErrors,
-                nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                nvml.NVML_VOLATILE_ECC,
-            ),
             mig_mode=None if mig is None else self.mig_enabled,
             mig_instances=mig_instances,
             **self.health.read(),
         )
+
+    def _utilization(self) -> Any:
+        """Device-level utilisation; ``None`` under MIG, where it is not asked (a driver
+        answering 0 would show a busy GPU idle; NOT_SUPPORTED, remembered, would outlive MIG
+        mode). MIG mode is read every :data:`~gpumon.sources.nvml.settings.SETTINGS_REFRESH_S`
+        only: a first NOT_SUPPORTED may mean it was turned on since, so it is read again at
+        once, and under MIG the answer is not remembered."""
+        if self.mig_enabled:
+            return None
+        known = "utilization" in self.unsupported
+        value = self.read("utilization", self.nvml.nvmlDeviceGetUtilizationRates)
+        if value is None and not known and "utilization" in self.unsupported:
+            self.mig_enabled = self.settings.read_mig_mode().mig_on
+            if self.mig_enabled:
+                self.unsupported.discard("utilization")
+        return value
 
     def _memory(self) -> tuple[int | None, int | None, int | None, int | None]:
         """(used, total, free, reserved) bytes."""

@@ -6,10 +6,14 @@ What each costs, and so how often it is read:
 - **Memory temperature** (``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_MEMORY_TEMP``):
   one call that samples nothing over a window, like the GPU's own temperature: every sample.
   GDDR boards answer NOT_SUPPORTED for the field, which is remembered as for any call.
-- **PCIe replays** (``nvmlDeviceGetPcieReplayCounter``) and **remapped rows**
-  (``nvmlDeviceGetRemappedRows``): counters that move a few times in a board's life, read at
-  most every :data:`HEALTH_REFRESH_S` seconds per GPU and repeated in between, as PCIe
-  throughput is.
+- **PCIe replays** (``nvmlDeviceGetPcieReplayCounter``), **remapped rows**
+  (``nvmlDeviceGetRemappedRows``) and **uncorrected ECC errors** since the driver was loaded
+  (``nvmlDeviceGetTotalEccErrors``, volatile): counters that move a few times in a board's
+  life, read at the first sample and then at most every :data:`HEALTH_REFRESH_S` seconds per
+  GPU, repeated in between, as PCIe throughput is (nvitop reads ECC every 5 s too). The
+  **energy** counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver was
+  loaded) moves every sample but is read for its rise over minutes (history, exporters):
+  it is read with them, and so may be up to that old (nvitop does not read it at all).
 - **Xid errors**: NVML tells them as events, not as a reading. :class:`XidWatch` registers
   every GPU in one event set at the second sample (a one-shot command, which reads once,
   never touches the event API) and drains it at each later one with
@@ -39,8 +43,9 @@ from gpumon.sources.nvml.errors import (
 if TYPE_CHECKING:
     from gpumon.sources.nvml.device import Device
 
-#: Remapped rows and the PCIe replay counter are read at most once per this many seconds
-#: per GPU; samples in between repeat the last reading.
+#: Remapped rows, the PCIe replay counter, the uncorrected ECC error count and the energy
+#: counter are read at most once per this many seconds per GPU; samples in between repeat
+#: the last reading.
 HEALTH_REFRESH_S = 5.0
 #: Xid events taken from NVML per sample at most (a storm waits for the next samples).
 MAX_XID_EVENTS_PER_SAMPLE = 64
@@ -100,11 +105,21 @@ class Health:
 
     def _read_counters(self) -> dict[str, Any]:
         device = self.device
-        replays = device.read("pcie_replays", _call(device.nvml, "nvmlDeviceGetPcieReplayCounter"))
-        rows = device.read("remapped_rows", _call(device.nvml, "nvmlDeviceGetRemappedRows"))
+        nvml = device.nvml
+        ecc = device.read(
+            "ecc_volatile",
+            nvml.nvmlDeviceGetTotalEccErrors,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        )
+        energy = device.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
+        replays = device.read("pcie_replays", _call(nvml, "nvmlDeviceGetPcieReplayCounter"))
+        rows = device.read("remapped_rows", _call(nvml, "nvmlDeviceGetRemappedRows"))
         # (correctable, uncorrectable, remapping pending, remapping failed)
         correctable, uncorrectable, pending, failed = (None,) * 4 if rows is None else rows
         return {
+            "ecc_errors_uncorrected_volatile": ecc,
+            "energy_j": None if energy is None else energy / 1000.0,
             "pcie_replays": None if replays is None else int(replays),
             "remapped_rows_correctable": None if correctable is None else int(correctable),
             "remapped_rows_uncorrectable": None if uncorrectable is None else int(uncorrectable),
