@@ -1681,13 +1681,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", action="store_true", help="print a JSON summary only")
     parser.add_argument(
-        "--size",
-        type=parse_size,
-        default=(COLUMNS, ROWS),
-        metavar="COLUMNSxROWS",
-        help=f"the pty's size, every monitor (default: {COLUMNS}x{ROWS})",
-    )
-    parser.add_argument(
         "--python", default=sys.executable, help="interpreter that runs gpumon (default: this)"
     )
     parser.add_argument(
@@ -1845,17 +1838,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    columns, _, rows = text.lower().partition("x")
-    try:
-        size = int(columns), int(rows)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected COLUMNSxROWS, got {text!r}") from None
-    if min(size) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive size, got {text!r}")
-    return size
-
-
 def find_py_spy() -> str:
     """py-spy next to this interpreter (a venv's bin/) or on PATH."""
     here = Path(sys.executable).parent / "py-spy"
@@ -1901,8 +1883,6 @@ def run_plan(plan: Plan, config: Config, args: argparse.Namespace) -> dict[str, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    global COLUMNS, ROWS  # one size per benchmark: every pty and emulated screen uses it
-    COLUMNS, ROWS = args.size
     # Also SIGINT: a shell starts background jobs with it ignored; the jobs must still stop.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, raise_interrupt)
