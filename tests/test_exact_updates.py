@@ -15,11 +15,20 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
+from gpumon.data.model import Sample
 from gpumon.sources.demo import DemoSource
 from gpumon.ui import exact_updates
 from gpumon.ui.dashboard.app import create_app
 from gpumon.ui.widgets.lines import changed_runs
-from tests.ui_helpers import FIXED_TIME, record_terminal_writes, screen_text
+from tests.ui_helpers import (
+    FIXED_TIME,
+    app_for,
+    make_gpu,
+    make_process,
+    make_sample,
+    record_terminal_writes,
+    screen_text,
+)
 
 
 def test_the_override_matches_the_pinned_textual() -> None:
@@ -113,3 +122,34 @@ async def test_steady_state_refresh_is_small() -> None:
     per_refresh = len("".join(written).encode()) / 10
     # A full repaint of this screen is about 30 kB; Textual's own partial updates about 5.5 kB.
     assert per_refresh < 1500, per_refresh
+
+
+async def test_young_processes_show_under_a_minute_and_their_time_does_not_tick() -> None:
+    """A job seconds old reads ``<1m``; a refresh where it is a second older writes nothing
+    (nvitop re-sends every young job's TIME each second)."""
+    exact_updates.install()
+    gpu = make_gpu(0)
+
+    def sample(age: float) -> Sample:
+        processes = tuple(
+            make_process(gpu, 4000 + n, elapsed_s=age + n, cpu_pct=0.0) for n in range(12)
+        )
+        return make_sample((gpu,), processes, timestamp_s=FIXED_TIME + age)
+
+    app = app_for(sample(5.0), sample(6.0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample(5.0))
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        rows = [line for line in lines if "job_40" in line]
+        row_numbers = {y for y, line in enumerate(lines) if "job_40" in line}
+        written = record_terminal_writes(app)
+        app.receive_sample(sample(6.0))
+        await pilot.pause()
+    assert len(rows) == 12 and all("<1m" in row for row in rows), rows
+    assert not any(f"{5 + n}s" in row for n, row in enumerate(rows))
+    # The clock and the GPU's graphs may change; no process row is written to.
+    terminal = pyte.Screen(120, 40)
+    terminal.dirty.clear()
+    pyte.Stream(terminal).feed("".join(written))
+    assert terminal.dirty and not terminal.dirty & row_numbers, (terminal.dirty, written)
