@@ -206,3 +206,17 @@ def test_a_real_interpreter_started_without_a_locale_draws_ascii() -> None:
 )
 def test_elapsed_time_is_as_precise_as_is_useful(seconds: float | None, shown: str) -> None:
     assert fmt.duration(seconds) == shown
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "N/A"),
+        (0, "<1m"),
+        (59.9, "<1m"),  # a young job stands out without a cell that ticks every second
+        (60, "1m"),
+        (3600 + 2 * 60 + 3, "1h02m"),
+    ],
+)
+def test_running_time_in_the_table_has_one_step_a_minute(seconds: float | None, shown: str) -> None:
+    assert fmt.running_time(seconds) == shown

@@ -140,6 +140,19 @@ def duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
+def running_time(seconds: float | None) -> str:
+    """A process's running time in a table that refreshes: :func:`duration`, but ``<1m``
+    for its whole first minute.
+
+    The column's precision is a minute everywhere else; a young job still stands out, and
+    its cell no longer changes every second (each change goes to the terminal, on every
+    young job's row, every refresh). The process's detail screen keeps the seconds.
+    """
+    if seconds is not None and seconds < 60:
+        return "<1m"
+    return duration(seconds)
+
+
 def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
     """Cut ``text`` to ``width`` terminal cells, its last cell replaced by ``ellipsis``.
 

@@ -1,45 +1,61 @@
-"""Write only the changed cells of a partial screen update.
+"""Write only the changed cells of a partial screen update, in the fewest bytes.
 
 Textual's ``ChopsUpdate.render_segments`` crops a dirty span on the right only (its sibling
 method carries a ``TODO: crop to x extents``): a process row whose CPU % changed is re-sent
 from the first cell of the widget, because Textual merges same-style segments. Over SSH,
 for a monitor that runs for days, that multiplies the bytes per refresh several times.
 
-This module replaces that one method with an exact, cell-accurate crop. It is applied only to
-the Textual version it was written against (the test extra's exact pin; gpumon itself takes a
-range of Textual); with any other version Textual's own method stays, and
-``tests/test_exact_updates.py`` fails loudly so the override is reviewed, not silently
-dropped.
+This module replaces that one method with an exact, cell-accurate crop, written like a
+curses program writes (see :class:`_Writer`): the terminal's colours carry over from one run
+to the next instead of being set and reset around every run, each move is the shortest that
+gets there, and two runs a few unchanged cells apart are joined when re-sending those cells
+is shorter than the move. It is applied only to the Textual version it was written against
+(the test extra's exact pin; gpumon itself takes a range of Textual); with any other version
+Textual's own method stays, and ``tests/test_exact_updates.py`` fails loudly so the override
+is reviewed, not silently dropped.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import textual
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
+from rich.style import Style
 from textual.strip import Strip
 
 TEXTUAL_VERSION = "8.2.8"
+
+# Gaps wider than this are never re-sent: a move costs at most 6 bytes up to column 999.
+_MAX_BRIDGE_CELLS = 6
+
+Piece = tuple[str, Style | None]
+
+# Text with a character outside gpumon's own glyphs (ASCII, box drawing, blocks, braille,
+# a few signs) may be drawn wider or narrower than Textual counts it (emoji, say, in a
+# process's command): after it the cursor's column is not known for sure.
+_UNSURE_WIDTH = re.compile("[^\x00-\x7f\u2500-\u259f\u2800-\u28ff▲▼…●°·]")
 
 
 def _render_exact(self: Any, console: Console) -> str:
     """``ChopsUpdate.render_segments``, cropping each dirty span to its exact cells.
 
-    Also: a later span on the same line is reached with a column-only move (``CSI n G``,
-    4-6 bytes) instead of a full row;column move, and no newline is sent between lines
-    (every span starts with an absolute move anyway). The cells of a span are rendered
-    straight from the chop's segments (:func:`_render_cells`), without building a cropped
-    ``Strip`` per span.
+    The changed cells are cut into pieces of one style each and written grouped by style
+    (the default style first): a refresh that changes a digit beside each of twenty
+    coloured bar tips sets each colour once, not twenty times there and back. Within a
+    group the pieces go row by row or, when that is shorter, column by column (a column of
+    ticking TIME digits: down one, back one, each). The cells are disjoint, so the order
+    does not change what the terminal shows.
     """
-    sequences: list[str] = []
-    append = sequences.append
-    chops = self.chops
-    chop_ends = self.chop_ends
     color_system = console._color_system or ColorSystem.TRUECOLOR
-    cursor_x, cursor_y = -1, -1  # where the last write left the cursor
+    chops: Sequence[Mapping[int, Strip | None]] = self.chops
+    chop_ends: Sequence[Sequence[int]] = self.chop_ends
+    groups: dict[str, list[_Unit]] = {}
     for y, x1, x2 in self.spans:
         line = chops[y]
         ends = chop_ends[y]
@@ -47,24 +63,265 @@ def _render_exact(self: Any, console: Console) -> str:
             if strip is None or x >= x2 or end <= x1:
                 continue
             start = max(x, x1)
-            stop = min(end, x2)
-            if cursor_y != y:
-                append(f"\x1b[{y + 1};{start + 1}H")
-            elif start != cursor_x:
-                append(f"\x1b[{start + 1}G")
-            if start == x and stop == end:
-                append(strip.render(console))  # the whole chop: Textual caches its render
+            for text, style in _pieces(strip, start - x, min(end, x2) - x):
+                sgr, link = _style_codes(style, color_system)
+                width = len(text) if text.isascii() else cell_len(text)
+                groups.setdefault(sgr, []).append((y, start, width, text, link))
+                start += width
+    writer = _Writer(color_system, chops, chop_ends)
+    for sgr in sorted(groups):  # "" (the default style) first
+        units = groups[sgr]  # row by row already: spans come sorted by (y, x)
+        if len({unit[0] for unit in units}) < 2:
+            writer.write_all(sgr, units)
+            continue
+        state = writer.state()
+        writer.write_all(sgr, units)
+        by_rows = writer.take(state)
+        writer.write_all(sgr, sorted(units, key=_by_column))
+        if writer.cost(state) >= _bytes(by_rows[0]):
+            writer.restore(by_rows)
+    return writer.finish()
+
+
+# (y, x, width in cells, text, (link id, link) or None): cells of one style
+_Unit = tuple[int, int, int, str, "tuple[str, str] | None"]
+
+
+def _by_column(unit: _Unit) -> tuple[int, int]:
+    return unit[1], unit[0]
+
+
+def _bytes(parts: list[str]) -> int:
+    return len("".join(parts).encode())
+
+
+_State = tuple[int, int, int, int, bool, str, bool]
+
+
+class _Writer:
+    """Terminal output with the terminal's cursor and colours tracked between pieces.
+
+    At the start of an update the cursor is unknown and the colours are reset (Textual
+    ends every styled segment with a reset, and so does :meth:`finish`). A relative move
+    (``CSI n C``, a backspace) is used only while the cursor's column is known for sure:
+    after an absolute move and text of gpumon's own glyphs (:data:`_UNSURE_WIDTH`), not
+    after a character a terminal might draw wider or narrower than Textual measured, and
+    not at the right edge (where a terminal holds the cursor on the last column until the
+    next character wraps).
+    """
+
+    def __init__(
+        self,
+        color_system: ColorSystem,
+        chops: Sequence[Mapping[int, Strip | None]],
+        chop_ends: Sequence[Sequence[int]],
+    ) -> None:
+        self.color_system = color_system
+        self.chops = chops
+        self.chop_ends = chop_ends
+        self.parts: list[str] = []
+        self.x = -1
+        self.y = -1
+        self.width = 0
+        self.exact = False  # self.x is where the terminal's cursor is, to the cell
+        self.sgr = ""  # the SGR parameters in effect on the terminal
+        self.joined = False  # the last text ran up to the next piece: no move needed
+
+    def write_all(self, sgr: str, units: list[_Unit]) -> None:
+        """Write pieces of one style in this order, re-sending a small gap where shorter."""
+        for y, x, width, text, link in units:
+            if self.y == y and 0 < x - self.x <= _MAX_BRIDGE_CELLS:
+                gap = _line_pieces(self.chops[y], self.chop_ends[y], self.x, x)
+                if gap is not None:
+                    self.bridge(gap, sgr)
+            self.move(x, y, self.chop_ends[y][-1])
+            self.write(text, width, sgr, link)
+
+    def state(self) -> _State:
+        return len(self.parts), self.x, self.y, self.width, self.exact, self.sgr, self.joined
+
+    def take(self, state: _State) -> tuple[list[str], _State]:
+        """Undo the writes since ``state``; return them and the state they ended in."""
+        written = self.parts[state[0] :]
+        end = self.state()
+        self.restore(([], state))
+        return written, end
+
+    def restore(self, taken: tuple[list[str], _State]) -> None:
+        """Drop the writes since the state ``taken`` ends in, and redo those."""
+        written, state = taken
+        count = state[0] - len(written)
+        del self.parts[count:]
+        self.parts.extend(written)
+        _, self.x, self.y, self.width, self.exact, self.sgr, self.joined = state
+
+    def cost(self, state: _State) -> int:
+        return _bytes(self.parts[state[0] :])
+
+    def move(self, x: int, y: int, width: int) -> None:
+        if y == self.y and x == self.x and (self.exact or self.joined):
+            self.joined = False
+            return
+        self.joined = False
+        self.parts.append(_shortest_move(self.x, self.y, x, y, self.exact))
+        self.x, self.y, self.width, self.exact = x, y, width, True
+
+    def write(self, text: str, width: int, sgr: str, link: tuple[str, str] | None) -> None:
+        append = self.parts.append
+        if sgr != self.sgr:
+            append(_sgr_change(self.sgr, sgr))
+            self.sgr = sgr
+        if link:
+            append(f"\x1b]8;id={link[0]};{link[1]}\x1b\\{text}\x1b]8;;\x1b\\")
+        else:
+            append(text)
+        self.x += width
+        if self.x >= self.width or (not text.isascii() and _UNSURE_WIDTH.search(text)):
+            self.exact = False
+
+    def bridge(self, gap: list[Piece], sgr: str) -> None:
+        """Re-send the unchanged ``gap`` cells up to the next piece (in ``sgr``) when that is
+        shorter than moving there; the piece then follows on, as the cells of a span do."""
+        current = self.sgr
+        resend = 0
+        cells: list[tuple[str, int, str]] = []
+        for text, style in gap:
+            codes, link = _style_codes(style, self.color_system)
+            if link or (not text.isascii() and _UNSURE_WIDTH.search(text)):
+                return  # a link's cells or a glyph of uncertain width: move instead
+            resend += len(_sgr_change(current, codes)) + len(text.encode())
+            current = codes
+            cells.append((text, len(text) if text.isascii() else cell_len(text), codes))
+        resend += len(_sgr_change(current, sgr))
+        x = self.x + sum(width for _, width, _ in cells)
+        move = len(_shortest_move(self.x, self.y, x, self.y, self.exact))
+        if resend < move + len(_sgr_change(self.sgr, sgr)):
+            exact = self.exact
+            for text, width, codes in cells:
+                self.write(text, width, codes, None)
+            self.exact = exact and self.x < self.width
+            self.joined = True
+
+    def finish(self) -> str:
+        if self.sgr:
+            self.parts.append("\x1b[m")
+        return "".join(self.parts)
+
+
+@lru_cache(maxsize=4096)
+def _shortest_move(from_x: int, from_y: int, x: int, y: int, exact: bool) -> str:
+    """The fewest bytes that take the cursor from (from_x, from_y) to (x, y)."""
+    best = f"\x1b[{y + 1}H" if x == 0 else f"\x1b[{y + 1};{x + 1}H"
+    if from_y < 0:
+        return best
+    dy = y - from_y
+    vertical = "" if dy == 0 else _relative(dy, "B", "A")
+    if x == 0:
+        horizontal = "\r"
+    else:
+        horizontal = f"\x1b[{x + 1}G"
+        if exact:
+            dx = x - from_x
+            if dx == 0:
+                horizontal = ""
+            elif dx == -1:
+                horizontal = "\b"
             else:
-                append(_render_cells(strip, start - x, stop - x, color_system))
-            cursor_x, cursor_y = stop, y
-    return "".join(sequences)
+                relative = _relative(dx, "C", "D")
+                if len(relative) < len(horizontal):
+                    horizontal = relative
+    move = vertical + horizontal
+    return move if len(move) < len(best) else best
 
 
-def _render_cells(strip: Strip, start: int, stop: int, color_system: ColorSystem) -> str:
-    """The terminal sequences for cells [start, stop) of ``strip``, as ``Strip.crop`` then
-    ``Strip.render`` would give them (a wide character cut in half becomes spaces)."""
-    parts: list[str] = []
-    render = Strip.render_style
+def _relative(delta: int, forward: str, back: str) -> str:
+    final = forward if delta > 0 else back
+    count = abs(delta)
+    return f"\x1b[{final}" if count == 1 else f"\x1b[{count}{final}"
+
+
+def _style_codes(
+    style: Style | None, color_system: ColorSystem
+) -> tuple[str, tuple[str, str] | None]:
+    """(SGR parameters, (link id, link) or None) as Textual's ``Strip.render_style``."""
+    if style is None:
+        return "", None
+    ansi = style._ansi
+    if ansi is None:
+        ansi = Strip.render_ansi(style, color_system)
+    link = style._link
+    return ansi, ((style._link_id, link) if link else None)
+
+
+@lru_cache(maxsize=1024)
+def _sgr_change(old: str, new: str) -> str:
+    """The shortest SGR sequence that turns the parameters ``old`` into ``new``.
+
+    Both are Textual's parameter strings (attributes, then foreground, then background).
+    Attributes are only ever added without a reset; a colour that changes is set again
+    (``39``/``49``: back to the terminal's default).
+    """
+    if old == new:
+        return ""
+    if not new:
+        return "\x1b[m"
+    full = f"\x1b[0;{new}m" if old else f"\x1b[{new}m"
+    if not old:
+        return full
+    old_attributes, old_fg, old_bg = _split_sgr(old)
+    new_attributes, new_fg, new_bg = _split_sgr(new)
+    if not set(old_attributes) <= set(new_attributes):
+        return full
+    params = [code for code in new_attributes if code not in old_attributes]
+    if new_fg != old_fg:
+        params.append(new_fg or "39")
+    if new_bg != old_bg:
+        params.append(new_bg or "49")
+    change = f"\x1b[{';'.join(params)}m"
+    return change if len(change) < len(full) else full
+
+
+def _split_sgr(params: str) -> tuple[tuple[str, ...], str, str]:
+    """(attribute codes, foreground, background) of an SGR parameter string."""
+    codes = params.split(";")
+    attributes: list[str] = []
+    fg = bg = ""
+    index = 0
+    while index < len(codes):
+        code = codes[index]
+        length = 1
+        if code in ("38", "48", "58") and index + 1 < len(codes):
+            length = 3 if codes[index + 1] == "5" else 5
+        whole = ";".join(codes[index : index + length])
+        number = int(code) if code.isdigit() else -1
+        if code == "38" or 30 <= number <= 37 or 90 <= number <= 97 or number == 39:
+            fg = whole
+        elif code == "48" or 40 <= number <= 47 or 100 <= number <= 107 or number == 49:
+            bg = whole
+        else:
+            attributes.append(whole)
+        index += length
+    return tuple(attributes), fg, bg
+
+
+def _line_pieces(
+    line: Mapping[int, Strip | None], ends: Sequence[int], start: int, stop: int
+) -> list[Piece] | None:
+    """The cells [start, stop) of a rendered line, or None if a part of it is not at hand."""
+    pieces: list[Piece] = []
+    for end, (x, strip) in zip(ends, line.items(), strict=False):
+        if x >= stop or end <= start:
+            continue
+        if strip is None:
+            return None
+        pieces.extend(_pieces(strip, max(x, start) - x, min(end, stop) - x))
+    return pieces
+
+
+def _pieces(strip: Strip, start: int, stop: int) -> list[Piece]:
+    """(text, style) for cells [start, stop) of ``strip``, as ``Strip.crop`` gives them (a
+    wide character cut in half becomes spaces)."""
+    parts: list[Piece] = []
     x = 0
     for segment in strip:
         text, style, _ = segment
@@ -79,11 +336,10 @@ def _render_cells(strip: Strip, start: int, stop: int, color_system: ColorSystem
             segment = segment.split_cells(stop - x)[0]
         if x < start:
             segment = segment.split_cells(start - x)[1]
-        text = segment.text
-        if text:
-            parts.append(text if style is None else render(style, text, color_system))
+        if segment.text:
+            parts.append((segment.text, style))
         x = end
-    return "".join(parts)
+    return parts
 
 
 def install() -> bool:

@@ -142,8 +142,10 @@ class Line:
         return strip
 
 
-# A cursor move costs about 8 bytes: two runs closer than this are sent as one.
-_MERGE_GAP_CELLS = 6
+# Only touching runs are joined here: whether re-sending a few unchanged cells between two
+# runs is shorter than moving over them depends on their colours and on the move, and the
+# terminal writer (gpumon.ui.exact_updates) decides that with the real costs.
+_MERGE_GAP_CELLS = 1
 
 
 def changed_runs(old: Strip, new: Strip) -> list[tuple[int, int]]:

@@ -189,7 +189,7 @@ def cell_text(
     if key == "rss":
         return fmt.bytes_short(process.rss_bytes)
     if key == "time":
-        return fmt.duration(process.elapsed_s)
+        return fmt.running_time(process.elapsed_s)
     if process.exited:
         return "(exited: NVML still lists it)"
     if not process.visible:
