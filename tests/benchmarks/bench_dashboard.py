@@ -1554,9 +1554,10 @@ def print_key_latency(table: dict[str, dict[str, Any]]) -> None:
         print(f"{'':<14}({note})")
 
 
-def print_profile(args: argparse.Namespace, runs: int) -> None:
-    """The py-spy summary of every gpumon run's window, together."""
-    files = [args.py_spy / f"gpumon-run{i}.txt" for i in range(1, runs + 1)]
+def print_profile(args: argparse.Namespace, runs: int, group: str = "") -> None:
+    """The py-spy summary of every gpumon run's window (of one job group), together."""
+    stem = f"gpumon-{group}" if group else "gpumon"
+    files = [args.py_spy / f"{stem}-run{i}.txt" for i in range(1, runs + 1)]
     lines = []
     for path in files:
         with contextlib.suppress(OSError):
@@ -2264,7 +2265,7 @@ def report(
         for breakdown_report in reports:
             print_breakdown(breakdown_report)
         if args.py_spy is not None:
-            print_profile(args, len(ours))
+            print_profile(args, len(ours), group)
     if any(r.error for runs in results.values() for r in runs):
         return 2, payload
     return (0 if passed else 1), payload
