@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark the gpumon dashboard in a real pseudo-terminal (a script, not a pytest test).
 
-Two scenarios, each on the slave side of a 200x50 pty (TERM=xterm-256color, LANG=C.UTF-8,
-COLORTERM and NO_COLOR unset) while this process drains the master side:
+Two scenarios, each on the slave side of a 200x50 pty (``--size COLSxROWS`` for another;
+TERM=xterm-256color, LANG=C.UTF-8, COLORTERM and NO_COLOR unset) while this process drains
+the master side:
 
 ``--scenario demo`` (the default)
     ``python -m gpumon --demo --demo-gpus 8 --demo-processes 64 --interval 1``: a simulated
@@ -19,13 +20,32 @@ COLORTERM and NO_COLOR unset) while this process drains the master side:
     DIR`` puts DIR (holding libnvidia-ml.so.1) first on LD_LIBRARY_PATH. First full frame:
     every ``--marker`` string (default ``fakejob.py``, the jobs' command) is visible at once
     on an emulated screen, on at least ``--marker-rows`` rows (default: min(processes, 10),
-    so a process *list* is drawn, not its first row).
+    so a process *list* is drawn, not its first row). Below 200x50 the monitors cut the
+    command line before ``fakejob.py``: from 40 rows the default marker is ``-S /`` (the
+    ``python -S /...`` before it) on as many rows; below 40 rows nvitop and nvtop show no
+    process at all and it is every GPU's memory total (``79.6``) on one row per GPU.
+
+``--jobs-age young|old|young,old`` (fake library)
+    the jobs' age, which decides how much the TIME columns change: ``young`` stops the jobs
+    and starts new ones before every run (so they are seconds old, under a minute, in the
+    window); ``old`` runs on jobs kept between benchmarks in ``--old-jobs-dir`` (default
+    ``$TMPDIR/gpumon-bench/old-jobs-GxP``): the first benchmark starts them (exiting by
+    themselves after 4 h) and waits until the youngest is ``--old-age`` (600) s old, later
+    ones reuse them at once (stop them with ``spawn_procs.py stop --dir DIR``);
+    ``young,old`` alternates the two (young: every monitor, old: every monitor, ...) and
+    reports each apart, never one median over both. Without it the jobs are started once
+    and reused by every run, as before; their age is reported all the same. A run whose
+    jobs were not of the promised age is warned about.
 
 ``--compare nvitop`` (real scenario) installs a pinned nvitop with pip into a throw-away venv
 under $TMPDIR (reused later) and runs gpumon and nvitop alternately (ABAB...) on the same
 pty, scenario, interval and first-frame marker, then prints each metric's median for both
 and the ratio gpumon/nvitop against issue 7's targets: CPU <= 0.5x nvitop (<= 0.25x from 512
 processes), first full frame <= 0.5x, bytes/s <= 1x, and gpumon's peak RSS <= 80 MiB.
+``--compare nvitop,nvtop`` (or ``nvtop``) also runs nvtop (C; ``nvtop`` on PATH: Debian's
+``contrib`` component, ``apt-get install nvtop``) as ``nvtop -d TENTHS -c FILE`` (its delay
+in tenths of a second; a config file of its own, so none of the user's) in the same
+rotation, and prints gpumon/nvtop ratios for the record, without targets.
 
 Which gpumon, and what it shows (both scenarios; by default gpumon is ``python -m gpumon``
 as ``--python`` imports it, on the dashboard, as before):
@@ -61,7 +81,12 @@ Metrics, per run and as the median over the runs:
 * time from just before the monitor is started to its first full frame;
 * peak RSS (the tree's RSS sampled every 0.25 s over the whole run, and VmHWM at the end);
 * bytes written to the terminal per second over the steady-state window;
-* machine noise over the window: busy and steal % of the whole machine (100 = one core);
+* machine noise over the window: busy and steal % of the whole machine (100 = one core),
+  and the 1-minute load average at the run's start and at the window's end;
+* the jobs' age over the window (the youngest at its start, the oldest at its end);
+* with ``--nvml-stats``, NVML calls per second over the whole run (the fake library's
+  FAKENVML_STATS counts), per run and, under the summary, one line per monitor with the
+  medians of the calls, the load averages and the jobs' age range;
 * with ``--keys``, in ms: each key's write to the first pty output after it; with
   ``--keys-marker``, the key written last before the marker was first on the reader's
   emulated screen (the last key, or the one that really brought it, e.g. a search's last
@@ -131,6 +156,7 @@ from bench_env import (
     ensure_nvitop,
     is_fake_library,
     system_cpu,
+    work_dir,
 )
 from pty_terminal import Responder, Screen, spawn_in_pty
 
@@ -139,6 +165,9 @@ COLUMNS = 200
 ROWS = 50
 MIB = 1024 * 1024
 NVITOP_VERSION = "1.7.2"
+PEERS = ("nvitop", "nvtop")  # --compare: the monitors gpumon is compared with
+OLD_TTL_S = 4 * 3600.0  # --jobs-age old: the kept jobs exit by themselves after this
+YOUNG_LIMIT_S = 60.0  # --jobs-age young: every job must be younger than this in the window
 
 # metric key -> (label, unit)
 LABELS: dict[str, tuple[str, str]] = {
@@ -462,7 +491,12 @@ class RunResult:
     sampled_rss_peak_mib: float = 0.0
     vm_hwm_mib: float | None = None
     descendants: int = 0
-    load_average_1m: float = 0.0
+    load_average_1m: float = 0.0  # at the start of the run
+    load_average_1m_end: float | None = None  # at the end of the window
+    jobs: str = ""  # which job set (--jobs-age): "young", "old", or "" (started once)
+    # The jobs' age over the window: the youngest job's at its start, the oldest's at its end.
+    job_age_start_s: float | None = None
+    job_age_end_s: float | None = None
     machine_busy_pct: float | None = None
     steal_pct: float | None = None
     nvml_calls_per_s: float | None = None
@@ -654,9 +688,17 @@ def start_py_spy(config: Config, pid: int, output: Path) -> subprocess.Popen[byt
         return None
 
 
-def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> RunResult:
-    result = RunResult(monitor=monitor.name, load_average_1m=os.getloadavg()[0])
+def run_once(
+    monitor: Monitor,
+    config: Config,
+    profile: Path | None = None,
+    jobs: FakeJobs | None = None,
+    group: str = "",
+) -> RunResult:
+    result = RunResult(monitor=monitor.name, load_average_1m=os.getloadavg()[0], jobs=group)
     env = dict(monitor.env)
+    if jobs is not None:
+        env["FAKENVML_CONFIG"] = str(jobs.config)
     stats_file = None
     if config.nvml_stats:
         stats_file = Path(tempfile.gettempdir()) / f"gpumon-bench-nvml-{os.getpid()}.txt"
@@ -731,9 +773,14 @@ def run_once(monitor: Monitor, config: Config, profile: Path | None = None) -> R
                     spy = start_py_spy(config, proc.pid, profile)
                 cpu, _ = cpu_seconds(process)
                 window_start = (time.perf_counter(), cpu, system_cpu())
+                ages = jobs.ages() if jobs is not None else None
+                result.job_age_start_s = ages[0] if ages else None
             elif window_start is not None and now >= window_start[0] + config.seconds:
                 cpu, result.descendants = cpu_seconds(process)
                 window_end = (time.perf_counter(), cpu, system_cpu())
+                result.load_average_1m_end = os.getloadavg()[0]
+                ages = jobs.ages() if jobs is not None else None
+                result.job_age_end_s = ages[1] if ages else None
                 break
             next_sample += config.sample_every_s
             time.sleep(max(0.0, next_sample - time.perf_counter()))
@@ -1220,9 +1267,13 @@ def summarise(
 
 
 def compare(
-    ours: Sequence[RunResult], theirs: Sequence[RunResult], cpu_ratio: float
+    ours: Sequence[RunResult],
+    theirs: Sequence[RunResult],
+    cpu_ratio: float,
+    peer: str = "nvitop",
 ) -> dict[str, dict[str, Any]]:
-    """Per metric: both medians, the ratio gpumon/nvitop and its verdict."""
+    """Per metric: both medians, the ratio gpumon/PEER and its verdict (issue 7's targets
+    against nvitop; none against another peer: ``pass`` is None)."""
     limits: dict[str, tuple[str, float]] = {
         "cpu_percent": ("ratio", cpu_ratio),
         "first_frame_s": ("ratio", FRAME_RATIO),
@@ -1239,12 +1290,12 @@ def compare(
             "label": label,
             "unit": unit,
             "gpumon_runs": [getattr(r, key) for r in ours],
-            "nvitop_runs": [getattr(r, key) for r in theirs],
+            f"{peer}_runs": [getattr(r, key) for r in theirs],
             "gpumon": a,
-            "nvitop": b,
+            peer: b,
             "ratio": ratio,
-            "target": f"{kind} <= {limit:g}",
-            "pass": value is not None and value <= limit,
+            "target": f"{kind} <= {limit:g}" if peer == "nvitop" else "none (for the record)",
+            "pass": (value is not None and value <= limit) if peer == "nvitop" else None,
         }
     a, b = median_of(ours, "nvml_calls_per_s"), median_of(theirs, "nvml_calls_per_s")
     if a is not None and b:  # --nvml-stats (issue 21: no more calls than nvitop)
@@ -1302,6 +1353,10 @@ def print_runs(results: Sequence[RunResult]) -> None:
         )
         nvml = f"; NVML {r.nvml_calls_per_s:.0f} calls/s ({r.nvml_top})" if r.nvml_top else ""
         startup = f"{r.startup_cpu_s:.2f}" if r.startup_cpu_s is not None else "n/a"
+        load = f"load 1-min {r.load_average_1m:.2f} at start"
+        if r.load_average_1m_end is not None:
+            load += f", {r.load_average_1m_end:.2f} at window end"
+        load += f"; {job_age_text(r)}"
         done = f"{r.frame_done_s:.2f}" if r.frame_done_s is not None else "n/a"
         keys = ""
         if r.keys_sent_s is not None:
@@ -1322,11 +1377,40 @@ def print_runs(results: Sequence[RunResult]) -> None:
             f"{r.monitor} run {index}: window {r.window_s:.1f} s, {r.window_bytes} B, "
             f"{r.frames_per_s:.2f} bursts/s; RSS sampled {r.sampled_rss_peak_mib:.1f} MiB, "
             f"VmHWM {hwm} MiB; {r.bytes_to_first_frame} B and {startup} CPU s before the first "
-            f"frame, its burst ended at {done} s{keys}; load {r.load_average_1m:.2f}; {noise}; "
+            f"frame, its burst ended at {done} s{keys}; {load}; {noise}; "
             f"descendants {r.descendants}"
             f"{nvml}; {r.exit}; left behind: {r.left_behind or 'none'}"
             + (f"; ERROR: {r.error}" if r.error else "")
         )
+
+
+def job_age_text(r: RunResult) -> str:
+    """The jobs' age over the window: 'jobs young, 14-47 s old' (youngest at its start to
+    oldest at its end)."""
+    which = f"jobs {r.jobs}" if r.jobs else "jobs"
+    if r.job_age_start_s is None or r.job_age_end_s is None:
+        return f"{which}, age n/a"
+    return f"{which}, {r.job_age_start_s:.0f}-{r.job_age_end_s:.0f} s old"
+
+
+def run_facts(runs: Sequence[RunResult]) -> str:
+    """One line per monitor under the summary: NVML calls/s, load average and job age over
+    its runs (runs and median)."""
+
+    def cells(key: str, digits: int) -> str:
+        values = [getattr(r, key) for r in runs]
+        shown = " ".join("n/a" if v is None else f"{v:.{digits}f}" for v in values)
+        median = median_of(runs, key)
+        return f"{'n/a' if median is None else f'{median:.{digits}f}'} ({shown})"
+
+    name = runs[0].monitor if runs else "?"
+    ages = [a for r in runs for a in (r.job_age_start_s, r.job_age_end_s) if a is not None]
+    age = f"{min(ages):.0f}-{max(ages):.0f} s" if ages else "n/a"
+    nvml = cells("nvml_calls_per_s", 0) if any(r.nvml_calls_per_s for r in runs) else "n/a"
+    return (
+        f"{name:<8} NVML calls/s {nvml}; load 1-min at start {cells('load_average_1m', 2)}, "
+        f"at window end {cells('load_average_1m_end', 2)}; jobs' age over the windows {age}"
+    )
 
 
 def print_header(context: dict[str, Any], plan: Plan, config: Config) -> None:
@@ -1377,7 +1461,7 @@ def print_summary(summary: dict[str, dict[str, Any]], runs: int, reference: str)
         )
 
 
-def print_comparison(rows: dict[str, dict[str, Any]], runs: int) -> None:
+def print_comparison(rows: dict[str, dict[str, Any]], runs: int, peer: str = "nvitop") -> None:
     print(
         f"\n{'metric':<26}{'monitor':>8}"
         + "".join(f"{'run ' + str(i):>9}" for i in range(1, runs + 1))
@@ -1385,17 +1469,18 @@ def print_comparison(rows: dict[str, dict[str, Any]], runs: int) -> None:
     )
     for key, row in rows.items():
         label = f"{row['label']} ({row['unit']})"
-        for name in ("gpumon", "nvitop"):
+        for name in ("gpumon", peer):
             values = "".join(f"{fmt(v, key):>9}" for v in row[f"{name}_runs"])
             print(f"{label:<26}{name:>8}{values}{fmt(row[name], key):>9}")
             label = ""
-    print(f"\n{'metric':<26}{'gpumon':>9}{'nvitop':>9}{'gpumon/nvitop':>15}  {'target':<18}verdict")
+    print(f"\n{'metric':<26}{'gpumon':>9}{peer:>9}{'gpumon/' + peer:>15}  {'target':<21}verdict")
     for key, row in rows.items():
         label = f"{row['label']} ({row['unit']})"
         ratio = f"{row['ratio']:.2f}x" if row["ratio"] is not None else "n/a"
+        verdict = {True: "PASS", False: "FAIL", None: "-"}[row["pass"]]
         print(
-            f"{label:<26}{fmt(row['gpumon'], key):>9}{fmt(row['nvitop'], key):>9}{ratio:>15}  "
-            f"{row['target']:<18}{'PASS' if row['pass'] else 'FAIL'}"
+            f"{label:<26}{fmt(row['gpumon'], key):>9}{fmt(row[peer], key):>9}{ratio:>15}  "
+            f"{row['target']:<21}{verdict}"
         )
 
 
@@ -1525,9 +1610,10 @@ def print_key_latency(table: dict[str, dict[str, Any]]) -> None:
         print(f"{'':<14}({note})")
 
 
-def print_profile(args: argparse.Namespace, runs: int) -> None:
-    """The py-spy summary of every gpumon run's window, together."""
-    files = [args.py_spy / f"gpumon-run{i}.txt" for i in range(1, runs + 1)]
+def print_profile(args: argparse.Namespace, runs: int, group: str = "") -> None:
+    """The py-spy summary of every gpumon run's window (of one job group), together."""
+    stem = f"gpumon-{group}" if group else "gpumon"
+    files = [args.py_spy / f"{stem}-run{i}.txt" for i in range(1, runs + 1)]
     lines = []
     for path in files:
         with contextlib.suppress(OSError):
@@ -1546,7 +1632,9 @@ class Plan:
     monitors: list[Monitor]
     nvml_env: dict[str, str] = field(default_factory=dict)
     processes: int = 0
-    jobs: FakeJobs | None = None
+    # The job sets (fake library): "" (started once, reused by every run), or with
+    # --jobs-age "young" (new jobs before every run) and/or "old" (kept between benchmarks).
+    job_sets: dict[str, FakeJobs] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     targets: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     reference: str = "nvitop"
@@ -1587,8 +1675,10 @@ def parse_variant(text: str) -> GpumonSpec:
     """``NAME[,root=PATH][,keys=KEYS][,keys-marker=TEXT]`` (see --variant)."""
     name, *fields = text.split(",")
     name = name.strip()
-    if not name or "=" in name or name in ("gpumon", "nvitop"):
-        raise ValueError(f"--variant {text!r}: it needs a NAME first, other than gpumon/nvitop")
+    if not name or "=" in name or name in ("gpumon", *PEERS):
+        raise ValueError(
+            f"--variant {text!r}: it needs a NAME first, other than gpumon, {', '.join(PEERS)}"
+        )
     values: dict[str, str] = {}
     for item in fields:
         key, sep, value = item.partition("=")
@@ -1659,6 +1749,59 @@ def gpumon_specs(args: argparse.Namespace) -> list[GpumonSpec]:
     return [first, *args.variant]
 
 
+def job_set(args: argparse.Namespace, group: str) -> FakeJobs:
+    """The jobs of one --jobs-age group ("" without the option)."""
+    extra = [] if args.call_cost_us is None else [f"call_cost_us {args.call_cost_us:g}"]
+    if group != "old":
+        return FakeJobs(args.fakenvml, sys.executable, args.gpus, args.per_gpu, extra=extra)
+    keep = args.old_jobs_dir or work_dir() / f"old-jobs-{args.gpus}x{args.per_gpu}"
+    return FakeJobs(
+        args.fakenvml,
+        sys.executable,
+        args.gpus,
+        args.per_gpu,
+        keep_dir=keep,
+        ttl_s=OLD_TTL_S,
+        extra=extra,
+    )
+
+
+def find_nvtop() -> tuple[str, str]:
+    """nvtop on PATH and its version line, else SetupError with how to install it."""
+    found = shutil.which("nvtop")
+    if found is None:
+        raise SetupError(
+            "--compare nvtop needs nvtop on PATH (Debian bookworm: the 'contrib' component in "
+            "the apt sources, then apt-get install nvtop)"
+        )
+    try:
+        done = subprocess.run(
+            [found, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SetupError(f"nvtop --version: {error}") from error
+    return found, (done.stdout + done.stderr).strip() or "unknown version"
+
+
+def fake_frame_rule(processes: int, gpus: int) -> FrameRule:
+    """The first full frame on the fake server, for every monitor, by the pty's size (all
+    three monitors cut a process's command line at the screen's edge, nvitop and nvtop show
+    no process row at all below about 30 rows):
+
+    * from 200x50: the jobs' script name, ``fakejob.py``, on min(processes, 10) rows;
+    * from 40 rows: the jobs' command line before the script, ``-S /`` (``python -S
+      /.../fakejob.py``, cut further right), on as many rows;
+    * below: every GPU's memory total (``79.6``: 81,559 MiB, spawn_procs.py's default, shown
+      as 79.6G, 79.65GiB or 79.647Gi), one row per GPU: the GPUs, not a process list.
+    """
+    rows = min(processes, MARKER_ROWS)
+    if COLUMNS >= 200 and ROWS >= 50:
+        return FrameRule(("fakejob.py",), rows)
+    if ROWS >= 40:
+        return FrameRule(("-S /",), rows)
+    return FrameRule(("79.6",), gpus)
+
+
 def make_plan(args: argparse.Namespace) -> Plan:
     interval = f"{args.interval:g}"
     if args.scenario == "demo":
@@ -1680,13 +1823,20 @@ def make_plan(args: argparse.Namespace) -> Plan:
     plan = Plan(description="", monitors=[])
     if fake:
         plan.processes = args.gpus * args.per_gpu
-        extra = [] if args.call_cost_us is None else [f"call_cost_us {args.call_cost_us:g}"]
-        plan.jobs = FakeJobs(args.fakenvml, sys.executable, args.gpus, args.per_gpu, extra)
-        env["FAKENVML_CONFIG"] = str(plan.jobs.config)
+        for group in args.jobs_age or [""]:
+            plan.job_sets[group] = job_set(args, group)
+        configs = [f"{jobs.config}" for jobs in plan.job_sets.values()]
+        env["FAKENVML_CONFIG"] = configs[0]
         plan.nvml_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKENVML_CONFIG")}
+        plan.nvml_env["FAKENVML_CONFIG"] = " / ".join(configs)
+        ages = {
+            "": "started once and reused by every run",
+            "young": "new ones started before every run (< 1 min old in the window)",
+            "old": f"kept running between benchmarks, > {args.old_age:g} s old",
+        }
         plan.description = (
             f"real PIDs: {args.gpus} fake GPUs x {args.per_gpu} idle job processes "
-            f"({plan.processes}), {lib_description}"
+            f"({plan.processes}; {'; '.join(ages[g] for g in plan.job_sets)}), {lib_description}"
             + ("" if args.call_cost_us is None else f", call_cost_us {args.call_cost_us:g}")
         )
         markers = tuple(args.marker or ["fakejob.py"])
@@ -1701,19 +1851,29 @@ def make_plan(args: argparse.Namespace) -> Plan:
                 "('PID', 'COMMAND'); pass --marker with a running job's command for a fairer one"
             )
     rows = args.marker_rows
-    if rows is None:
+    if fake and not args.marker:
         # A process list, not its first row: nvitop draws its rows one by one and shows
         # "Gathering process status..." below the first ones for a while.
-        rows = min(plan.processes, MARKER_ROWS) if fake and not args.marker else 1
-    rule = FrameRule(markers, rows)
+        default = fake_frame_rule(plan.processes, args.gpus)
+        rule = FrameRule(default.markers, default.rows if rows is None else rows)
+    else:
+        rule = FrameRule(markers, 1 if rows is None else rows)
     plan.monitors += [
         gpumon_monitor(spec, args.python, ["--interval", interval], env, rule)
         for spec in gpumon_specs(args)
     ]
-    if args.compare == "nvitop":
+    if "nvitop" in args.compare:
         exe, versions = ensure_nvitop(args.nvitop_version, args.python)
         plan.versions["nvitop"] = ", ".join(f"{k} {v}" for k, v in versions.items())
         plan.monitors.append(Monitor("nvitop", [str(exe), "--interval", interval], env, rule))
+    if "nvtop" in args.compare:
+        nvtop, version = find_nvtop()
+        plan.versions["nvtop"] = version
+        # -d: the delay in tenths of a second; -c: a config file of its own (none: defaults)
+        tenths = str(max(1, round(args.interval * 10)))
+        config = str(work_dir() / "nvtop-bench.ini")
+        command = [nvtop, "-d", tenths, "-c", config]
+        plan.monitors.append(Monitor("nvtop", command, env, rule))
     reference = ISSUE_NVITOP.get((args.gpus, args.per_gpu), {}) if fake else {}
     cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
     ratios = {"cpu_percent": cpu_ratio, "first_frame_s": FRAME_RATIO, "bytes_per_s": BYTES_RATIO}
@@ -1833,6 +1993,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--interval", type=float, default=1.0, help="refresh interval, both monitors (1)"
     )
     scenario.add_argument(
+        "--size",
+        default=f"{COLUMNS}x{ROWS}",
+        metavar="COLSxROWS",
+        help=f"the pty's size (default: {COLUMNS}x{ROWS})",
+    )
+    scenario.add_argument(
+        "--jobs-age",
+        metavar="young[,old]",
+        help="fake library: 'young' starts new jobs before every run (< 1 min old in the "
+        "window); 'old' uses jobs kept running between benchmarks in --old-jobs-dir (started "
+        "there and waited for once, until older than --old-age); 'young,old' runs both, "
+        "interleaved, reported apart (default: jobs started once and reused, age reported)",
+    )
+    scenario.add_argument(
+        "--old-jobs-dir",
+        type=Path,
+        metavar="DIR",
+        help="--jobs-age old: where the kept jobs live (default: "
+        "$TMPDIR/gpumon-bench/old-jobs-GPUSxPER_GPU)",
+    )
+    scenario.add_argument(
+        "--old-age",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="--jobs-age old: the youngest job's age before the first run (default: 600)",
+    )
+    scenario.add_argument(
         "--nvml-stats",
         action="store_true",
         help="fake NVML: count the NVML calls each run makes (FAKENVML_STATS), with a "
@@ -1848,8 +2036,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     side = parser.add_argument_group("side by side")
     side.add_argument(
         "--compare",
-        choices=("nvitop",),
-        help="real scenario: run nvitop alternately with gpumon and print the ratios",
+        metavar="nvitop[,nvtop]",
+        help="real scenario: run nvitop and/or nvtop (comma-separated) alternately with gpumon "
+        "and print the ratios (targets against nvitop; nvtop's for the record)",
     )
     side.add_argument(
         "--nvitop-version",
@@ -1886,11 +2075,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.gpus < 1 or args.per_gpu < 1:
         parser.error("--gpus and --per-gpu must be >= 1")
     if args.scenario == "demo" and (
-        args.compare or args.nvml_lib != "fake" or args.marker or args.call_cost_us is not None
+        args.compare
+        or args.nvml_lib != "fake"
+        or args.marker
+        or args.jobs_age
+        or args.call_cost_us is not None
     ):
-        parser.error("--compare, --nvml-lib, --marker and --call-cost-us need --scenario real")
+        parser.error(
+            "--compare, --nvml-lib, --marker, --jobs-age and --call-cost-us need --scenario real"
+        )
     if args.call_cost_us is not None and args.call_cost_us < 0:
         parser.error("--call-cost-us must be >= 0")
+    if args.jobs_age and args.nvml_lib != "fake":
+        parser.error("--jobs-age needs the fake library (--nvml-lib fake)")
+    args.compare = [p.strip() for p in (args.compare or "").split(",") if p.strip()]
+    args.jobs_age = [a.strip() for a in (args.jobs_age or "").split(",") if a.strip()]
+    if not set(args.compare) <= set(PEERS) or len(set(args.compare)) != len(args.compare):
+        parser.error(f"--compare: a comma-separated list of {', '.join(PEERS)}")
+    if not set(args.jobs_age) <= {"young", "old"} or len(set(args.jobs_age)) != len(args.jobs_age):
+        parser.error("--jobs-age: young, old or young,old")
+    size = re.fullmatch(r"(\d+)x(\d+)", args.size)
+    if size is None or int(size.group(1)) < 40 or int(size.group(2)) < 10:
+        parser.error("--size: COLSxROWS, at least 40x10 (e.g. 80x24)")
     args.fakenvml = args.fakenvml.resolve()
     if args.keys_marker is not None and not args.keys:
         parser.error("--keys-marker needs --keys")
@@ -1921,38 +2127,80 @@ def raise_interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_plan(plan: Plan, config: Config, args: argparse.Namespace) -> dict[str, list[RunResult]]:
-    results: dict[str, list[RunResult]] = {m.name: [] for m in plan.monitors}
-    total = args.runs * len(plan.monitors)
+Results = dict[str, dict[str, list[RunResult]]]  # job group -> monitor -> runs
+
+
+def run_plan(plan: Plan, config: Config, args: argparse.Namespace) -> Results:
+    """Every monitor ``--runs`` times, alternately; with ``--jobs-age young,old`` the groups
+    alternate too (young: gpumon, nvitop, ...; old: gpumon, nvitop, ...; young: ...)."""
+    groups = list(plan.job_sets) or [""]
+    results: Results = {g: {m.name: [] for m in plan.monitors} for g in groups}
+    total = args.runs * len(plan.monitors) * len(groups)
     step = 0
     for index in range(1, args.runs + 1):
-        for monitor in plan.monitors:
-            step += 1
-            if step > 1 and args.gap > 0:
-                time.sleep(args.gap)
-            log(
-                f"run {step}/{total} ({monitor.name} {index}/{args.runs}): "
-                f"about {args.warmup + args.seconds + 2:.0f} s ..."
-            )
-            profile = None
-            if args.py_spy is not None and monitor.name == "gpumon":
-                args.py_spy.mkdir(parents=True, exist_ok=True)
-                profile = args.py_spy / f"gpumon-run{index}.txt"
-            result = run_once(monitor, config, profile)
-            results[monitor.name].append(result)
-            if result.error:
-                log(f"{monitor.name} run {index}: {result.error}")
-            if args.screens is not None:
-                args.screens.mkdir(parents=True, exist_ok=True)
-                (args.screens / f"{monitor.name}-run{index}.txt").write_text(result.screen)
-                if result.first_screen:
-                    path = args.screens / f"{monitor.name}-run{index}-first-frame.txt"
-                    path.write_text(result.first_screen)
+        for group in groups:
+            jobs = plan.job_sets.get(group)
+            for monitor in plan.monitors:
+                step += 1
+                if step > 1 and args.gap > 0:
+                    time.sleep(args.gap)
+                if group == "young" and jobs is not None:
+                    jobs.restart()
+                label = f"{monitor.name}{', jobs ' + group if group else ''} {index}/{args.runs}"
+                log(
+                    f"run {step}/{total} ({label}): "
+                    f"about {args.warmup + args.seconds + 2:.0f} s ..."
+                )
+                stem = f"{monitor.name}{'-' + group if group else ''}-run{index}"
+                profile = None
+                if args.py_spy is not None and monitor.name == "gpumon":
+                    args.py_spy.mkdir(parents=True, exist_ok=True)
+                    profile = args.py_spy / f"{stem}.txt"
+                result = run_once(monitor, config, profile, jobs, group)
+                results[group][monitor.name].append(result)
+                if result.error:
+                    log(f"{monitor.name} run {index}: {result.error}")
+                check_age(result, args.old_age)
+                if args.screens is not None:
+                    args.screens.mkdir(parents=True, exist_ok=True)
+                    (args.screens / f"{stem}.txt").write_text(result.screen)
+                    if result.first_screen:
+                        path = args.screens / f"{stem}-first-frame.txt"
+                        path.write_text(result.first_screen)
     return results
 
 
+def check_age(result: RunResult, old_age: float) -> None:
+    """Warn when a run's jobs were not of the age its group promises."""
+    start, end = result.job_age_start_s, result.job_age_end_s
+    if result.jobs == "young" and (end is None or end >= YOUNG_LIMIT_S):
+        log(f"warning: {result.monitor}'s young jobs were up to {end} s old in the window")
+    if result.jobs == "old" and (start is None or start < old_age):
+        log(f"warning: {result.monitor}'s old jobs were only {start} s old in the window")
+
+
+def start_jobs(plan: Plan, args: argparse.Namespace) -> None:
+    """Start (or reuse) the job sets; young ones are started before each run instead. Old
+    ones are waited for until the youngest is ``--old-age`` seconds old (once: later
+    benchmarks reuse them)."""
+    for group, jobs in plan.job_sets.items():
+        if group != "young":
+            jobs.start()
+        if group != "old":
+            continue
+        ages = jobs.ages()
+        if ages is None:
+            raise SetupError(f"the old jobs in {jobs.dir} are gone")
+        wait = args.old_age + 1 - ages[0]
+        if wait > 0:
+            log(f"waiting {wait:.0f} s until the old jobs in {jobs.dir} are {args.old_age:g} s old")
+            time.sleep(wait)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    global COLUMNS, ROWS  # --size; read by the screens, the reader and the report
     args = parse_args(argv)
+    COLUMNS, ROWS = (int(n) for n in args.size.split("x"))
     # Also SIGINT: a shell starts background jobs with it ignored; the jobs must still stop.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, raise_interrupt)
@@ -1968,8 +2216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             py_spy_rate=args.py_spy_rate,
         )
         context = machine_context(args.python)
-        if plan.jobs is not None:
-            plan.jobs.start()
+        start_jobs(plan, args)
         results = run_plan(plan, config, args)
     except SetupError as error:
         log(f"error: {error}")
@@ -1978,9 +2225,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("interrupted")
         return 2
     finally:
-        if plan is not None and plan.jobs is not None:
-            plan.jobs.stop()
-    return report(args, plan, config, context, results)
+        if plan is not None:
+            for jobs in plan.job_sets.values():
+                jobs.stop()
+    payloads: dict[str, Any] = {}
+    status = 0
+    for group, by_monitor in results.items():
+        if len(results) > 1 and not args.json:
+            print(f"\n===== jobs: {group} {'=' * 60}\n")
+        code, payload = report(args, plan, config, context, by_monitor, group)
+        payloads[group] = payload
+        status = max(status, code)
+    if args.json:
+        shown = payloads[""] if list(payloads) == [""] else {"jobs_age": payloads}
+        print(json.dumps(shown, indent=2))
+    return status
 
 
 def report(
@@ -1989,14 +2248,17 @@ def report(
     config: Config,
     context: dict[str, Any],
     results: dict[str, list[RunResult]],
-) -> int:
+    group: str = "",
+) -> tuple[int, dict[str, Any] | None]:
+    """Print one job group's report (or, with --json, return it): exit status, payload."""
     ours = results["gpumon"]
     theirs = results.get("nvitop")
     if args.capture is not None:
         for name, runs in results.items():
             path = args.capture
-            if name != "gpumon":
-                path = path.with_name(f"{path.stem}-{name}{path.suffix}")
+            suffix = ("" if name == "gpumon" else f"-{name}") + (f"-{group}" if group else "")
+            if suffix:
+                path = path.with_name(f"{path.stem}{suffix}{path.suffix}")
             last = runs[-1]
             path.write_bytes(b"".join(data for _, data in last.window_chunks()))
             log(f"wrote {last.window_bytes} bytes of {name}'s steady-state output to {path}")
@@ -2004,19 +2266,26 @@ def report(
     if args.breakdown:
         reports = [breakdown(runs[-1]) for runs in results.values() if runs[-1].window]
     summary = summarise(ours, plan.targets)
-    gpumons = [m.name for m in plan.monitors if m.name != "nvitop"]
+    gpumons = [m.name for m in plan.monitors if m.name not in PEERS]
     variants = variants_table(results, gpumons) if len(gpumons) > 1 else None
     latency = key_latency_table(results)
     functions = nvml_functions(results) if args.nvml_stats else {}
     comparison = None
+    cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
     if theirs is not None:
-        cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
         comparison = compare(ours, theirs, cpu_ratio)
         passed = all(row["pass"] for row in comparison.values())
     else:
         passed = all(row["pass"] is not False for row in summary.values())
+    others = {
+        peer: compare(ours, results[peer], cpu_ratio, peer)
+        for peer in PEERS
+        if peer != "nvitop" and peer in results
+    }
+    payload = None
     if args.json:
         payload = {
+            "jobs_age": group or "started once, reused",
             "machine": context,
             "scenario": plan.description,
             "commands": {m.name: m.command for m in plan.monitors},
@@ -2045,26 +2314,32 @@ def report(
             },
             "metrics": summary,
             "comparison": comparison,
+            **{f"comparison_{peer}": rows for peer, rows in others.items()},
+            "facts": {name: run_facts(runs) for name, runs in results.items()},
             "breakdown": reports,
             **({"variants": variants} if variants is not None else {}),
             **({"key_latency": latency} if latency else {}),
             **({"nvml_functions": functions} if functions else {}),
             "pass": passed,
         }
-        print(json.dumps(payload, indent=2))
     else:
         print_header(context, plan, config)
         for runs in results.values():
             print_runs(runs)
         if comparison is not None:
             print_comparison(comparison, args.runs)
-        else:
+        for peer, rows in others.items():
+            print_comparison(rows, args.runs, peer)
+        if comparison is None:
             print_summary(summary, args.runs, plan.reference)
             if plan.reference == "issue 7":
                 print(
                     "(targets from nvitop's figures in issue 7, measured on another day; "
                     "--compare nvitop measures it alongside)"
                 )
+        print()
+        for runs in results.values():
+            print(run_facts(runs))
         if variants is not None:
             print_variants(variants, gpumons, args.runs)
         if latency:
@@ -2073,10 +2348,10 @@ def report(
         for breakdown_report in reports:
             print_breakdown(breakdown_report)
         if args.py_spy is not None:
-            print_profile(args, len(ours))
+            print_profile(args, len(ours), group)
     if any(r.error for runs in results.values() for r in runs):
-        return 2
-    return 0 if passed else 1
+        return 2, payload
+    return (0 if passed else 1), payload
 
 
 if __name__ == "__main__":

@@ -104,10 +104,22 @@ class FakeJobs:
 
     ``stop()`` is safe to call more than once and after a failed or interrupted ``start()``
     (it waits for the supervisor to publish the PIDs it started, then stops exactly those).
+
+    With ``keep_dir`` the jobs live in that directory and outlive the benchmark: ``start()``
+    reuses the jobs already running there (when all of them are alive) instead of starting
+    new ones, and ``stop()`` leaves them running (they exit after ``ttl_s``); this is how
+    jobs older than ten minutes are had without waiting ten minutes per benchmark.
     """
 
     def __init__(
-        self, fakenvml: Path, python: str, gpus: int, per_gpu: int, extra: Sequence[str] = ()
+        self,
+        fakenvml: Path,
+        python: str,
+        gpus: int,
+        per_gpu: int,
+        keep_dir: Path | None = None,
+        ttl_s: float | None = None,
+        extra: Sequence[str] = (),
     ) -> None:
         """``extra``: config lines for every GPU (``spawn_procs.py --extra``), e.g.
         ``call_cost_us 100``."""
@@ -117,7 +129,13 @@ class FakeJobs:
             raise SetupError(f"{self.script} not found (see --fakenvml)")
         self.python = python
         self.gpus, self.per_gpu = gpus, per_gpu
-        self.dir = Path(tempfile.mkdtemp(prefix="jobs-", dir=work_dir()))
+        self.keep = keep_dir is not None
+        self.ttl_s = ttl_s
+        if keep_dir is not None:
+            keep_dir.mkdir(parents=True, exist_ok=True)
+            self.dir = keep_dir
+        else:
+            self.dir = Path(tempfile.mkdtemp(prefix="jobs-", dir=work_dir()))
         self.started = False
         self.stopped = False
 
@@ -137,10 +155,25 @@ class FakeJobs:
                 pids.append(int(parts[0]))
         return pids
 
+    def ages(self) -> tuple[float, float] | None:
+        """(the youngest, the oldest) job's age in seconds, from /proc; None when a job is gone."""
+        return job_ages(self.pids())
+
+    def _reusable(self) -> bool:
+        pids = self.pids()
+        return len(pids) == self.gpus * self.per_gpu and job_ages(pids) is not None
+
     def start(self, idle_timeout_s: float = 120.0) -> None:
         count = self.gpus * self.per_gpu
-        log(f"starting {count} idle job processes ({self.gpus} GPUs x {self.per_gpu}) ...")
         self.started = True
+        if self.keep and self._reusable():
+            young, old = self.ages() or (0.0, 0.0)
+            log(f"reusing {count} job processes in {self.dir} ({young:.0f}-{old:.0f} s old)")
+            return
+        if self.keep and (self.dir / "pids").exists():
+            self._stop_jobs()  # what is left of an earlier set (some jobs gone, or a wrong size)
+        log(f"starting {count} idle job processes ({self.gpus} GPUs x {self.per_gpu}) ...")
+        ttl = ["--ttl", f"{self.ttl_s:g}"] if self.ttl_s is not None else []
         out = _run(
             [
                 self.python,
@@ -152,6 +185,7 @@ class FakeJobs:
                 str(self.gpus),
                 "--per-gpu",
                 str(self.per_gpu),
+                *ttl,
                 *(f"--extra={line}" for line in self.extra),
             ],
             "spawn_procs.py start",
@@ -176,10 +210,26 @@ class FakeJobs:
         if gone:
             raise SetupError(f"{len(gone)} of {count} job processes exited right after start")
 
+    def restart(self) -> None:
+        """Stop the jobs and start new ones (new PIDs, the same config path): young jobs."""
+        if self.started:
+            self._stop_jobs()
+        self.start()
+
     def stop(self) -> None:
         if not self.started or self.stopped:
             return
         self.stopped = True
+        if self.keep:
+            log(
+                f"left the jobs in {self.dir} running for later runs (they exit by themselves; "
+                f"now: {self.python} {self.script} stop --dir {self.dir})"
+            )
+            return
+        if self._stop_jobs():
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _stop_jobs(self) -> bool:
         # An interrupted start: the detached supervisor may still be starting jobs.
         deadline = time.monotonic() + 60
         while not (self.dir / "pids").exists() and time.monotonic() < deadline:
@@ -194,8 +244,25 @@ class FakeJobs:
             log(out.strip())
         except SetupError as error:
             log(f"warning: {error}; job PIDs are in {self.dir / 'pids'}")
-            return
-        shutil.rmtree(self.dir, ignore_errors=True)
+            return False
+        return True
+
+
+def job_ages(pids: list[int]) -> tuple[float, float] | None:
+    """(youngest, oldest) age in seconds of ``pids`` (their start time in /proc against
+    /proc/uptime); None when there are none or one is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        starts = []
+        for pid in pids:
+            data = Path(f"/proc/{pid}/stat").read_bytes()
+            starts.append(int(data[data.rindex(b")") + 2 :].split()[19]) / ticks)
+    except (OSError, ValueError, IndexError):
+        return None
+    if not starts:
+        return None
+    return uptime - max(starts), uptime - min(starts)
 
 
 def _state(pid: int) -> str | None:

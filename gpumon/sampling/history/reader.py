@@ -194,10 +194,11 @@ class HistoryReader:
             Held, used and idle hours come from hourly rows (daily ones older than
             ``history_days``); a bucket the period covers in part counts in proportion,
             over the part of it between the first and last sample that saw the group's
-            processes on that GPU (as if used evenly through that part). Two processes of a group on one GPU at once count
-            once (the recorder keeps each grouping's own rows). ``processes`` counts the
-            process sessions seen in the period; ``peak_memory_bytes`` is the most one
-            process of the group held at once, in the buckets of the period.
+            processes on that GPU (as if used evenly through that part). Two processes of a
+            group on one GPU at once count once (the recorder keeps each grouping's own
+            rows). ``processes`` counts the process sessions seen in the period;
+            ``peak_memory_bytes`` is the most one process of the group held at once, in the
+            buckets of the period.
 
         Raises:
             ValueError: ``by`` is not one of :data:`GROUPINGS`.
