@@ -27,7 +27,7 @@ FROM, TO = "2026-11-02T00:00Z", "2026-11-02T01:00Z"
 LOOPING_VIEW = (
     "CREATE VIEW usage_hours AS WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 "
     "FROM r) SELECT 0 AS grouping, n AS start_s, 1 AS gpu_id, 'x' AS key, 1.0 AS held_s, "
-    "0.0 AS used_s, 0.0 AS idle_held_s, 0 AS peak_memory_bytes FROM r"
+    "0.0 AS used_s, 0.0 AS known_s, 0.0 AS idle_held_s, 0 AS peak_memory_bytes FROM r"
 )
 
 
