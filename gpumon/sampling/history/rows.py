@@ -99,20 +99,7 @@ def write_sessions(
                 found.append((session, _insert_session(connection, gpu_ids, session)))
                 continue
             found.append((session, row_id))
-        updates.append(
-            (
-                session.last_seen_s,
-                session.process.gpu_memory_bytes,
-                session.peak_memory_bytes,
-                session.pending_memory_byte_s,
-                session.pending_sm_s,
-                session.pending_held_s,
-                session.pending_idle_held_s,
-                session.quiet_since_s,
-                session.idle_since_s,
-                row_id,
-            )
-        )
+        updates.append((*_progress(session), row_id))
     connection.executemany(_UPDATE_SESSION, updates)
     return found
 
@@ -135,6 +122,22 @@ def _find_session(
     return int(row_id)
 
 
+def _progress(session: Session) -> tuple[object, ...]:
+    """What a session's row says of it so far, in the order both the insert and the update
+    statements take it (from ``last_seen_s`` to ``idle_since_s``)."""
+    return (
+        session.last_seen_s,
+        session.process.gpu_memory_bytes,
+        session.peak_memory_bytes,
+        session.pending_memory_byte_s,
+        session.pending_sm_s,
+        session.pending_held_s,
+        session.pending_idle_held_s,
+        session.quiet_since_s,
+        session.idle_since_s,
+    )
+
+
 def _insert_session(
     connection: sqlite3.Connection, gpu_ids: dict[str, int], session: Session
 ) -> int:
@@ -153,15 +156,7 @@ def _insert_session(
             process.gpu_instance_id,
             process.compute_instance_id,
             session.first_seen_s,
-            session.last_seen_s,
-            process.gpu_memory_bytes,
-            session.peak_memory_bytes,
-            session.pending_memory_byte_s,
-            session.pending_sm_s,
-            session.pending_held_s,
-            session.pending_idle_held_s,
-            session.quiet_since_s,
-            session.idle_since_s,
+            *_progress(session),
         ),
     )
     assert cursor.lastrowid is not None
