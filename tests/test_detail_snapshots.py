@@ -64,6 +64,7 @@ def test_process_detail_simulated_100x30(snap_compare) -> None:  # type: ignore[
 
 def test_cards_with_sparklines_200x50(snap_compare) -> None:  # type: ignore[no-untyped-def]
     """Eight GPUs at 200x50 after 120 samples: three cards abreast, an 11-cell sparkline of
-    utilisation and of memory right of the GPU and MEM bars (11 samples a column until five
-    minutes fill them, then 27)."""
+    utilisation and of memory right of the GPU and MEM bars, growing from the left: 16
+    samples a cell after 120 (1, 2, 4, 8, 16 as each fills the width; 27 from five minutes),
+    so eight cells drawn and three still empty."""
     assert snap_compare(demo_app(8), terminal_size=(200, 50), run_before=after(120))

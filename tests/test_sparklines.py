@@ -72,7 +72,8 @@ async def test_cards_at_200x50_show_utilisation_and_memory_sparklines() -> None:
         panel = app.query_one(GpuPanel)
         assert panel.layout_mode is Layout.CARDS and panel.columns == 3
         first = {i: sparks(app, i, 11) for i in range(8)}
-        assert all(util.strip() == util[-1:] for util, _ in first.values())  # one sample
+        # One sample: one cell, on the left (a new graph grows to the right).
+        assert all(util.strip() == util[:1] for util, _ in first.values())
         await push(pilot, source, 119)
         for index in range(8):
             lines = card(app, index)
@@ -252,17 +253,40 @@ def test_a_lost_stretch_reads_as_a_gap_not_as_zero() -> None:
 def test_ascii_sparkline_from_history() -> None:
     history = FakeHistory([100.0, 0.0, None])
     line = history_sparkline(history, 0, "utilization_gpu_pct", 6, 100.0, 50.0, True)
-    assert line == "   #_ "  # full, zero (a reading), N/A (a gap)
+    assert line == "#_    "  # full, zero (a reading), N/A (a gap); growing from the left
 
 
 async def test_the_first_seconds_show_at_once_in_finer_columns() -> None:
     """A new user sees the samples there are: one a cell until 11 cells are filled, then
-    more a cell, up to 27 once five minutes have been read (a whole 27-sample bucket per
-    cell left them with one cell for the first 27 s)."""
+    twice as many a cell at each fill, up to 27 once five minutes have been read (a whole
+    27-sample bucket per cell left them with one cell for the first 27 s)."""
     app, source = demo_app(8)
     async with app.run_test(size=(200, 50)) as pilot:
         await push(pilot, source, 5)
         util = sparks(app, 0, 11)[0]
-        assert len(util.strip()) == 5
+        assert util[:5].strip() == util.strip() and len(util.strip()) == 5
         await push(pilot, source, 20)
-        assert len(sparks(app, 0, 11)[0].strip()) >= 8  # 3 a cell: 25 samples fill 9
+        assert len(sparks(app, 0, 11)[0].strip()) == 7  # 4 a cell: 25 samples fill 7
+
+
+def test_a_new_graph_grows_without_moving_until_it_fills() -> None:
+    """The first five minutes at 1 s, 11 cells: each second changes at most the cell of the
+    newest sample (a terminal over SSH repaints one cell, not eleven), except at the few
+    samples where the graph fills its width and each cell takes twice as many."""
+    values: list[float | None] = []
+    history = FakeHistory(values)
+    redrawn: list[int] = []
+    before = ""
+    for number in range(320):
+        values.append(float((number * 37) % 100))  # a reading that moves every second
+        history.sequence = len(values)
+        line = history_sparkline(history, 0, "utilization_gpu_pct", 11, 100.0, 1.0)
+        changed = [x for x in range(11) if line[x] != (before[x] if before else " ")]
+        if len(changed) > 1:
+            redrawn.append(number + 1)
+        before = line
+    # Whole redraws: at 12, 23, 45, 89 and 177 samples (the doublings to 2, 4, 8, 16 and
+    # the five-minute 27), then a slide every 27 samples once 297 fill the width.
+    assert redrawn[:5] == [12, 23, 45, 89, 177]
+    assert all(number >= 297 for number in redrawn[5:])
+    assert len(redrawn) <= 7

@@ -134,16 +134,25 @@ def chart(
 
 
 def bucketed(
-    values: Sequence[float | None], end: int, per_column: int, width: int
+    values: Sequence[float | None],
+    end: int,
+    per_column: int,
+    width: int,
+    *,
+    from_start: bool = False,
 ) -> list[float | None]:
     """``width`` columns of ``per_column`` samples each, aligned to the samples' absolute
     numbers (``end`` is the number after the newest, e.g. the store's ``sequence``): each
     column is the maximum of its samples, so a sparkline moves one column every
     ``per_column`` samples, not every sample (fewer cells to repaint over SSH), and only its
-    newest column changes in between."""
+    newest column changes in between. ``from_start``: while the samples since number 0 do
+    not fill the width, the first column holds sample 0 and the graph grows to the right
+    (nothing moves; gaps on the right) instead of sliding in from the right."""
     per_column = max(1, per_column)
     newest_bucket = (end - 1) // per_column if end > 0 else 0
     first = (newest_bucket - width + 1) * per_column  # number of the oldest sample shown
+    if from_start:
+        first = max(0, first)
     offset = end - len(values)  # values[i] is sample number offset + i
     columns: list[float | None] = []
     for bucket in range(width):
@@ -171,17 +180,24 @@ def history_sparkline(
     ascii_only: bool = False,
 ) -> str:
     """A GPU card's sparkline: about the last five minutes of ``field`` of GPU ``index`` in
-    ``width`` cells, on the scale 0 .. ``top`` (``""`` without a top or a width); fewer
-    samples per cell until five minutes have been read."""
+    ``width`` cells, on the scale 0 .. ``top`` (``""`` without a top or a width).
+
+    Until five minutes have been read it grows from the left, one sample a cell at first:
+    when the samples fill the width, a cell takes twice as many (the one redraw of the whole
+    line), up to the five-minute bucket; after that it slides, a cell every bucket. In
+    between only the newest cell changes: a new dashboard repaints one cell of a graph a
+    second, not all of them (a graph sliding in from the right at one sample a cell moved
+    every cell every second, over SSH)."""
     if width <= 0 or not top or top <= 0:
         return ""
     full_window = max(1, round(SPARK_SPAN_S / max(interval_s, 0.25) / width))
-    # Until five minutes of samples fill the width, finer columns: the first seconds show
-    # as they come instead of as one cell per whole bucket.
-    per_column = max(1, min(full_window, math.ceil(store.sequence / width)))
+    per_column = 1
+    while per_column < full_window and store.sequence > per_column * width:
+        per_column *= 2
+    per_column = min(per_column, full_window)
     values = store.gpu_history(index, field, per_column * (width + 1))
-    return sparkline(bucketed(values, store.sequence, per_column, width), width, 0.0, top,
-                     ascii_only)  # fmt: skip
+    columns = bucketed(values, store.sequence, per_column, width, from_start=True)
+    return sparkline(columns, width, 0.0, top, ascii_only)
 
 
 def time_columns(
