@@ -261,10 +261,23 @@ class Sample:
     #: --no-processes``): then ``processes`` is empty because nothing was read, not because
     #: no process runs, and no GPU may be called free.
     processes_read: bool = True
+    #: GPU fields the source was asked not to read this time (the dashboard reads
+    #: :data:`ON_DEMAND_GPU_FIELDS` only while a screen shows them): there ``None`` means
+    #: "not read", never N/A.
+    unread_gpu_fields: frozenset[str] = frozenset()
 
     def processes_on(self, gpu_index: int) -> tuple[GpuProcess, ...]:
         """The processes listed on the GPU with this NVML index."""
         return tuple(p for p in self.processes if p.gpu_index == gpu_index)
+
+
+#: GPU fields a source may leave unread while nothing shows them (NVML: one call each per GPU
+#: and sample): the graphics clock (the SM clock, read always, is the cards' and graphs'), why
+#: the clocks are held down, and the memory's temperature. Only the GPU screen and the outputs
+#: show them; those always read them.
+ON_DEMAND_GPU_FIELDS = frozenset(
+    {"clock_graphics_mhz", "clock_event_reasons", "temperature_memory_c"}
+)
 
 
 #: Memory in use that no listed process accounts for is worth a word when it is more than this

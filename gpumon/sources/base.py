@@ -29,6 +29,17 @@ class GpuSource(Protocol):
         ...
 
 
+def read_details(source: GpuSource, wanted: bool) -> bool:
+    """Ask ``source`` to read :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` or to leave
+    them unread (their ``None`` then named in :attr:`Sample.unread_gpu_fields
+    <gpumon.data.model.Sample.unread_gpu_fields>`). ``False`` for a source that always reads
+    them (the demo, where they cost nothing)."""
+    if not hasattr(source, "read_details"):
+        return False
+    source.read_details = wanted
+    return True
+
+
 def open_source(
     *,
     demo: bool = False,

@@ -31,6 +31,7 @@ from gpumon.sources.nvml.errors import (
     nvml_text,
 )
 from gpumon.sources.nvml.health import Health
+from gpumon.sources.nvml.lists import ListReader
 from gpumon.sources.nvml.settings import Settings
 
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ class Device:
         self.health = Health(self)  # memory temperature, PCIe replays, remapped rows, Xid
         self.settings = Settings(self)  # power limit, modes: read every SETTINGS_REFRESH_S
         self.codecs = Codecs(self)  # video encoder/decoder: every few seconds while idle
+        self.lists = ListReader(nvml)  # processes and their samples, one call a list
         if not self.lost:
             self._read_identity()
 
@@ -240,8 +242,9 @@ class Device:
             mig_instances=None,
         )
 
-    def stats(self) -> GpuStats:
-        """Read the per-tick fields. Raises :class:`GpuLost`."""
+    def stats(self, *, details: bool = True) -> GpuStats:
+        """Read the per-tick fields; without ``details``, not
+        :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` (``None``). Raises :class:`GpuLost`."""
         nvml = self.nvml
         if self._identity_missing:
             self._read_identity()
@@ -290,14 +293,16 @@ class Device:
             pcie_tx_bytes_per_s=pcie_tx,
             clock_graphics_mhz=self.read(
                 "clock_graphics", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS
-            ),
+            )
+            if details
+            else None,
             clock_sm_mhz=self.read("clock_sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
             clock_memory_mhz=self.settings.memory_clock(pstate),
-            clock_event_reasons=self._clock_event_reasons(),
+            clock_event_reasons=self._clock_event_reasons() if details else None,
             compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
             mig_mode=None if mig is None else self.mig_enabled,
             mig_instances=mig_instances,
-            **self.health.read(),
+            **self.health.read(memory_temperature=details),
         )
 
     def _utilization(self) -> Any:

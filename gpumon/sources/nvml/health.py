@@ -84,13 +84,13 @@ class Health:
         self.xid_last: int | None = None
         self.xid_count: int | None = None
 
-    def read(self) -> dict[str, Any]:
-        """The readings, by their :class:`~gpumon.data.model.GpuStats` name. Raises
-        :class:`GpuLost`."""
+    def read(self, *, memory_temperature: bool = True) -> dict[str, Any]:
+        """The readings, by their :class:`~gpumon.data.model.GpuStats` name (the memory
+        temperature ``None`` unless ``memory_temperature``). Raises :class:`GpuLost`."""
         device = self.device
         nvml = device.nvml
         temperature = None
-        if getattr(nvml, "nvmlDeviceGetFieldValues", None) is not None:
+        if memory_temperature and getattr(nvml, "nvmlDeviceGetFieldValues", None) is not None:
             temperature = device.read("memory_temp", _field_value(nvml, NVML_FI_DEV_MEMORY_TEMP))
         now = device.monotonic()
         if self._read_at is None or not 0 <= now - self._read_at < HEALTH_REFRESH_S:

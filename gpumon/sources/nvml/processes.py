@@ -30,7 +30,6 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
     this GPU or driver. One unsupported list alone (no graphics list on a compute board)
     leaves the other's answer. Unknown is never shown as "no processes".
     """
-    nvml = device.nvml
     device.processes_error = None
     found: dict[int, ListedProcess] = {}
     mig = device.mig_enabled  # without MIG, NVML sets no instance id: not even looked at
@@ -39,11 +38,11 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
         ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
         ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
     ):
-        # The unversioned call is the R535+ (_v3) ABI; drivers before R535 answer _v2.
+        # The _v3 ABI is R535+ (the binding's unversioned call); drivers before R535 answer _v2.
         entries = device.read_newest(
             [
-                (field, getattr(nvml, function, None), ()),
-                (f"{field}_v2", getattr(nvml, f"{function}_v2", None), ()),
+                (field, device.lists.processes(f"{function}_v3"), ()),
+                (f"{field}_v2", device.lists.processes(f"{function}_v2"), ()),
             ]
         )
         if entries is None:
@@ -52,20 +51,19 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
                 device.processes_error = f"NVML: {error}"
                 return None
             unsupported += 1
-        for entry in entries or ():
-            pid = int(entry.pid)
+        for pid, memory, gpu_instance_id, compute_instance_id in entries or ():
             if not 0 < pid <= MAX_PID:
                 continue
-            memory = getattr(entry, "usedGpuMemory", None)
-            memory = int(memory) if isinstance(memory, int) and memory < (1 << 62) else None
+            if memory is not None and memory >= 1 << 62:
+                memory = None
             previous = found.get(pid)
             if previous is None:
                 if mig:
                     found[pid] = (
                         kind,
                         memory,
-                        _instance_id(getattr(entry, "gpuInstanceId", None)),
-                        _instance_id(getattr(entry, "computeInstanceId", None)),
+                        _instance_id(gpu_instance_id),
+                        _instance_id(compute_instance_id),
                     )
                 else:
                     found[pid] = (kind, memory, None, None)
@@ -104,18 +102,16 @@ def read_sm_utilization(device: Device, listed: Mapping[int, ListedProcess]) -> 
         return {}
     seen = device._process_samples_seen
     field = "process_utilization"
-    samples = device.read(field, device.nvml.nvmlDeviceGetProcessUtilization, seen)
+    samples = device.read(field, device.lists.sm_samples(), seen)
     if samples is None and device.failure_code(field) != NVML_ERROR_NOT_FOUND:
         return {}  # not supported, or failed: unknown
     newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
-    for sample in samples or ():
-        timestamp = int(sample.timeStamp)
+    for pid, timestamp, sm in samples or ():
         if timestamp <= seen:
             continue  # older than asked for: a driver that ignores the timestamp
         device._process_samples_seen = max(device._process_samples_seen, timestamp)
-        pid = int(sample.pid)
         if pid in listed and (pid not in newest or timestamp >= newest[pid][0]):
-            newest[pid] = (timestamp, max(0, min(100, int(sample.smUtil))))
+            newest[pid] = (timestamp, max(0, min(100, sm)))
     utilization = {pid: value for pid, (_, value) in newest.items()}
     for pid, (kind, *_) in listed.items():
         if kind is not ProcessKind.GRAPHICS:

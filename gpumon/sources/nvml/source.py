@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpumon.data.format import safe_text
 from gpumon.data.model import (
+    ON_DEMAND_GPU_FIELDS,
     DriverInfo,
     GpuProcess,
     GpuStats,
@@ -117,6 +118,10 @@ class NvmlSource:
         self._clock = clock
         self._monotonic = monotonic
         self._read_pcie = read_pcie
+        #: Read :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` (the dashboard turns it off
+        #: while no screen shows them; a plain attribute: set from any thread, taken by the
+        #: next sample).
+        self.read_details = True
         self._devices: list[Device] = []
         self._driver: DriverInfo | None = None
         self._initialised = False
@@ -232,9 +237,10 @@ class NvmlSource:
         raw: list[_DeviceProcesses] = []
         if self._xid is not None:  # never waits: see gpumon.sources.nvml.health
             self._xid.drain(self._devices)
+        details = self.read_details
         for device in self._devices:
             try:
-                stats = device.stats()
+                stats = device.stats(details=details)
                 found = read_processes(device) if self._read_processes else {}
                 sm_utilization = (
                     read_sm_utilization(device, found)
@@ -259,6 +265,7 @@ class NvmlSource:
             unavailable=self._unavailable,
             duration_s=time.perf_counter() - started,
             processes_read=self._read_processes,
+            unread_gpu_fields=frozenset() if details else ON_DEMAND_GPU_FIELDS,
         )
 
     def _join_processes(self, raw: list[_DeviceProcesses]) -> tuple[GpuProcess, ...]:

@@ -21,7 +21,7 @@ from textual.widgets import Footer
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sampling.poller import Poller
 from gpumon.sampling.store import Store
-from gpumon.sources.base import GpuSource, open_source
+from gpumon.sources.base import GpuSource, open_source, read_details
 from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
 from gpumon.ui.dashboard.claim_notes import ClaimNotes
@@ -129,6 +129,9 @@ class GpumonApp(HistoryKeys, MonitorApp):
         self.settings = settings or Settings(interval_s=interval_s)
         exact_updates.install()
         self.source = source
+        # Fields only the GPU screen shows are read while it is open (want_details).
+        read_details(source, False)
+        self._detail_screens = 0
         self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
         self.probe_python = probe_python or sys.executable
         self.samples_received = 0
@@ -267,6 +270,13 @@ class GpumonApp(HistoryKeys, MonitorApp):
         gpu = self.dashboard.query_one(GpuPanel).selected_gpu
         if gpu is not None:
             self.push_screen(GpuDetailScreen(self.store, gpu.index, ascii_only=ascii_only))
+
+    def want_details(self, wanted: bool) -> None:
+        """A screen that shows :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` opened (or
+        closed): they are read while one is open, from a sample taken at once."""
+        self._detail_screens = max(0, self._detail_screens + (1 if wanted else -1))
+        if read_details(self.source, self._detail_screens > 0) and wanted:
+            self.poller.poll_now()
 
     def action_sort(self) -> None:
         self.dashboard.query_one(ProcessTable).cycle_sort()

@@ -93,6 +93,18 @@ class GpuDetailScreen(StoreScreen):
         #: The last readings of the GPU while it answered: a lost GPU's graphs keep their scale.
         self._last_known: GpuStats | None = None
 
+    def before_first_draw(self) -> None:
+        self._want_details(True)
+
+    def on_unmount(self) -> None:
+        super().on_unmount()
+        self._want_details(False)
+
+    def _want_details(self, wanted: bool) -> None:
+        want = getattr(self.app, "want_details", None)  # the dashboard's (GpumonApp)
+        if want is not None:
+            want(wanted)
+
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-detail-title")
         with VerticalScroll():
@@ -130,7 +142,8 @@ class GpuDetailScreen(StoreScreen):
         if graphs is None:
             graphs = render_graphs(self.store, self.index, scale, width, self.ascii_only, colors)
         self.query_one("#gpu-detail-graphs", TextLines).update(graphs)
-        self.query_one("#gpu-detail-fields", TextLines).update(render_fields(gpu, self.ascii_only))
+        fields = render_fields(gpu, self.ascii_only, sample.unread_gpu_fields)
+        self.query_one("#gpu-detail-fields", TextLines).update(fields)
         self.query_one("#gpu-detail-processes", TextLines).update(
             render_processes(sample, self.index, width)
         )

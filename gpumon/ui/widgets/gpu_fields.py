@@ -67,11 +67,19 @@ GRAPHS: tuple[Graph, ...] = (
 )
 
 
-def render_fields(gpu: GpuStats, ascii_only: bool = False) -> Text:
-    """Every field of the field table: label, value, what it is."""
+#: What a field the source has not read yet shows (see ``Sample.unread_gpu_fields``): the GPU
+#: screen asks for it when it opens, and it comes with the next sample.
+NOT_READ_YET = "…"
+
+
+def render_fields(
+    gpu: GpuStats, ascii_only: bool = False, unread: frozenset[str] = frozenset()
+) -> Text:
+    """Every field of the field table: label, value, what it is; ``unread`` fields (not
+    read for this sample: never N/A) as :data:`NOT_READ_YET`."""
     text = Text("Fields\n", style="bold")
     for field in FIELDS:
-        value = field.show(gpu)
+        value = field.show(gpu) if field.attribute not in unread else NOT_READ_YET
         if ascii_only:
             value = value.replace("°C", "C")
         text.append(f"  {field.label:<10} ", "bold")
