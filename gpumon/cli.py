@@ -61,8 +61,41 @@ CLUSTER_SUBCOMMANDS = frozenset({"once", "pick", "report"})
 FILTERED_SUBCOMMANDS = frozenset({"once"})
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, without importing ``shutil`` to ask the terminal's width:
+    argparse makes one for every argument it is given (to check its ``nargs``), not only
+    for ``--help``, and ``shutil`` is ~2 ms of a status bar's ``gpumon status``. The width
+    is found as ``shutil.get_terminal_size`` finds it: ``$COLUMNS``, else the terminal's,
+    else 80."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width or _columns())
+
+
+def _columns() -> int:
+    with contextlib.suppress(ValueError):
+        columns = int(os.environ.get("COLUMNS", ""))
+        if columns > 0:
+            return columns
+    stdout = sys.__stdout__
+    try:
+        return os.get_terminal_size(stdout.fileno()).columns or 80 if stdout else 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad input gets one clear line on stderr and exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
@@ -141,8 +174,9 @@ def chosen_subcommand(argv: Sequence[str]) -> str | None:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; with ``only``, the other subcommands' own options are left
-    out (and their modules not imported): ``argv`` is known to run ``only``."""
+    """The whole command line; with ``only``, the other subcommands are left out (their
+    parsers not made, their modules not imported): ``argv`` is known to run ``only``, and
+    does not ask for the top level's help (see :func:`main`)."""
     parser = _Parser(
         prog="gpumon",
         description="Live NVIDIA GPU dashboard for shared GPU servers. "
@@ -210,11 +244,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     options.add_filter_arguments(parser, top_level=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            continue
         text = SUBCOMMAND_HELP[name]
         # argparse %-formats help strings; a literal "87%" must not break --help.
         sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
-        if only is not None and name != only:
-            continue
         options.add_source_arguments(sub, top_level=False)
         options.add_sharing_arguments(sub, top_level=False)
         if name in CLUSTER_SUBCOMMANDS:
@@ -227,7 +261,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(only=chosen_subcommand(words)).parse_args(words)
+    only = chosen_subcommand(words)
+    if only is not None and {"-h", "--help"} & set(words[: words.index(only)]):
+        only = None  # `gpumon --help status`: the top level's help lists every subcommand
+    args = build_parser(only=only).parse_args(words)
     from gpumon.settings import SettingsError, describe, load_settings
 
     try:

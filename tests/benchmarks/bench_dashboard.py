@@ -82,7 +82,8 @@ Metrics, per run and as the median over the runs:
 * peak RSS (the tree's RSS sampled every 0.25 s over the whole run, and VmHWM at the end);
 * bytes written to the terminal per second over the steady-state window;
 * machine noise over the window: busy and steal % of the whole machine (100 = one core),
-  and the 1-minute load average at the run's start and at the window's end;
+  and the 1-minute load average at the run's start and at the window's end (``--busy N``:
+  N processes spin on the CPU during every run, a busy machine made on purpose);
 * the jobs' age over the window (the youngest at its start, the oldest at its end);
 * with ``--nvml-stats``, NVML calls per second over the whole run (the fake library's
   FAKENVML_STATS counts), per run and, under the summary, one line per monitor with the
@@ -140,7 +141,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -2054,6 +2055,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--gap", type=float, default=1.0, help="pause between two runs, seconds (default: 1)"
     )
     side.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N processes spinning on the CPU during every run: a busy machine, the "
+        "same for every monitor (default: 0)",
+    )
+    side.add_argument(
         "--py-spy",
         type=Path,
         metavar="DIR",
@@ -2197,6 +2206,30 @@ def start_jobs(plan: Plan, args: argparse.Namespace) -> None:
             time.sleep(wait)
 
 
+@contextlib.contextmanager
+def busy_load(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU for the whole plan (--busy): a busy machine
+    on purpose, the same for every monitor and run (the load average is printed per run)."""
+    hogs = [
+        subprocess.Popen(
+            [sys.executable, "-S", "-c", "while True: pass"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(count)
+    ]
+    if hogs:
+        log(f"{count} busy processes spinning (--busy); waiting 20 s for the load to rise")
+        time.sleep(20)
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     global COLUMNS, ROWS  # --size; read by the screens, the reader and the report
     args = parse_args(argv)
@@ -2216,8 +2249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             py_spy_rate=args.py_spy_rate,
         )
         context = machine_context(args.python)
+        context["busy_processes"] = args.busy
         start_jobs(plan, args)
-        results = run_plan(plan, config, args)
+        with busy_load(args.busy):
+            results = run_plan(plan, config, args)
     except SetupError as error:
         log(f"error: {error}")
         return 2
