@@ -271,12 +271,25 @@ class Sample:
         return tuple(p for p in self.processes if p.gpu_index == gpu_index)
 
 
-#: GPU fields a source may leave unread while nothing shows them (NVML: one call each per GPU
-#: and sample): the graphics clock (the SM clock, read always, is the cards' and graphs'), why
-#: the clocks are held down, and the memory's temperature. Only the GPU screen and the outputs
-#: show them; those always read them.
+#: GPU fields a source may leave unread while nothing shows them (NVML: a call or two each per
+#: GPU, every sample or every few seconds): the graphics clock (the SM clock, read always, is
+#: the cards' and graphs'), why the clocks are held down, the memory's temperature, the video
+#: engines, the energy counter, PCIe replays and remapped rows. The dashboard's GPU screen and
+#: every output show them; those always read them.
 ON_DEMAND_GPU_FIELDS = frozenset(
-    {"clock_graphics_mhz", "clock_event_reasons", "temperature_memory_c"}
+    {
+        "clock_graphics_mhz",
+        "clock_event_reasons",
+        "temperature_memory_c",
+        "utilization_encoder_pct",
+        "utilization_decoder_pct",
+        "energy_j",
+        "pcie_replays",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+        "remapped_rows_pending",
+        "remapped_rows_failed",
+    }
 )
 
 

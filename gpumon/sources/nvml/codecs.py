@@ -30,6 +30,11 @@ class Codecs:
         self._read_at: float | None = None
         self._reading: tuple[int | None, int | None] = (None, None)
 
+    def skip(self) -> tuple[None, None]:
+        """Not read this sample (nothing shows them): the next :meth:`read` asks NVML."""
+        self._read_at = None
+        return (None, None)
+
     def read(self) -> tuple[int | None, int | None]:
         """(encoder %, decoder %), ``None`` for N/A. Raises
         :class:`~gpumon.sources.nvml.errors.GpuLost`."""

@@ -261,7 +261,7 @@ class Device:
         else:
             self.mig_reader = None  # MIG mode on again later: enumerate afresh
         used, total, free, reserved = self._memory()
-        encoder, decoder = self.codecs.read()
+        encoder, decoder = self.codecs.read() if details else self.codecs.skip()
         pcie_rx, pcie_tx = self._pcie_throughput()
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
         limit_mw, persistence = settings.power_limit_mw, settings.persistence
@@ -302,7 +302,7 @@ class Device:
             compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
             mig_mode=None if mig is None else self.mig_enabled,
             mig_instances=mig_instances,
-            **self.health.read(memory_temperature=details),
+            **self.health.read(details=details),
         )
 
     def _utilization(self) -> Any:

@@ -80,30 +80,36 @@ class Health:
         self.device = device
         self._read_at: float | None = None
         self._counters: dict[str, Any] = {}
+        self._details_read = False  # whether the counters last read include the details
         #: Set by :class:`XidWatch`: ``None`` while this GPU's Xid errors are not watched.
         self.xid_last: int | None = None
         self.xid_count: int | None = None
 
-    def read(self, *, memory_temperature: bool = True) -> dict[str, Any]:
-        """The readings, by their :class:`~gpumon.data.model.GpuStats` name (the memory
-        temperature ``None`` unless ``memory_temperature``). Raises :class:`GpuLost`."""
+    def read(self, *, details: bool = True) -> dict[str, Any]:
+        """The readings, by their :class:`~gpumon.data.model.GpuStats` name; without
+        ``details``, only the ECC error count (the cards show it): the rest
+        (:data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS`) ``None``, not read. Raises
+        :class:`GpuLost`."""
         device = self.device
         nvml = device.nvml
         temperature = None
-        if memory_temperature and getattr(nvml, "nvmlDeviceGetFieldValues", None) is not None:
+        if details and getattr(nvml, "nvmlDeviceGetFieldValues", None) is not None:
             temperature = device.read("memory_temp", _field_value(nvml, NVML_FI_DEV_MEMORY_TEMP))
         now = device.monotonic()
-        if self._read_at is None or not 0 <= now - self._read_at < HEALTH_REFRESH_S:
+        due = self._read_at is None or not 0 <= now - self._read_at < HEALTH_REFRESH_S
+        if due or (details and not self._details_read):
             self._read_at = now
-            self._counters = self._read_counters()
+            self._counters = self._read_counters(details)
+            self._details_read = details
+        counters = self._counters if details else {**self._counters, **_UNREAD_COUNTERS}
         return {
             "temperature_memory_c": None if temperature is None else int(temperature),
-            **self._counters,
+            **counters,
             "xid_last": self.xid_last,
             "xid_count": self.xid_count,
         }
 
-    def _read_counters(self) -> dict[str, Any]:
+    def _read_counters(self, details: bool) -> dict[str, Any]:
         device = self.device
         nvml = device.nvml
         ecc = device.read(
@@ -112,6 +118,8 @@ class Health:
             nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             nvml.NVML_VOLATILE_ECC,
         )
+        if not details:
+            return {"ecc_errors_uncorrected_volatile": ecc, **_UNREAD_COUNTERS}
         energy = device.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
         replays = device.read("pcie_replays", _call(nvml, "nvmlDeviceGetPcieReplayCounter"))
         rows = device.read("remapped_rows", _call(nvml, "nvmlDeviceGetRemappedRows"))
@@ -126,6 +134,19 @@ class Health:
             "remapped_rows_pending": None if pending is None else bool(pending),
             "remapped_rows_failed": None if failed is None else bool(failed),
         }
+
+
+#: The counters left unread without details (see Health.read).
+_UNREAD_COUNTERS: dict[str, Any] = dict.fromkeys(
+    (
+        "energy_j",
+        "pcie_replays",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+        "remapped_rows_pending",
+        "remapped_rows_failed",
+    )
+)
 
 
 def _call(nvml: ModuleType, name: str) -> Any:
