@@ -174,6 +174,32 @@ def test_every_help_page_prints(argv: list[str], capsys: pytest.CaptureFixture[s
     assert "usage: gpumon" in capsys.readouterr().out
 
 
+def test_help_before_a_subcommand_still_lists_every_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A subcommand's parse leaves the other subcommands out (a status bar's start-up), but
+    not when the top level's help is asked for before it."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help", "status"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert all(f"    {name} " in out for name in ("once", "status", "export", "probe", "pick"))
+
+
+def test_the_help_is_as_wide_as_columns_says(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 60
+    monkeypatch.setenv("COLUMNS", "160")
+    with pytest.raises(SystemExit):
+        main(["status", "--help"])
+    assert max(len(line) for line in capsys.readouterr().out.splitlines()) > 100
+
+
 # --- the cluster's options -------------------------------------------------------------------
 
 
