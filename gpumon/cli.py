@@ -358,9 +358,15 @@ def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
     """The node list where a Prometheus server is set (and no --demo), else this machine's
     dashboard; None, after one line on stderr, for a cluster source that cannot be opened."""
     if settings.prometheus_url is None or settings.demo:
+        from gpumon.sampling.poller import EarlySample
+        from gpumon.sources.base import source_for
+
+        # The first sample starts now, on the sampling thread, and overlaps Textual's
+        # import and start (NVML's init can take a second without persistence mode).
+        early = EarlySample(source_for(settings))
         from gpumon.ui.dashboard.app import create_app
 
-        return create_app(settings=settings)
+        return create_app(settings=settings, early=early)
     if settings.only_gpus or settings.only_visible or settings.user_filter:
         from gpumon.commands.once import FILTERS_NOT_FOR_CLUSTER
 

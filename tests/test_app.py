@@ -527,3 +527,25 @@ async def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     svg_chrome = {"ff5f57", "febc2e", "28c840", "c5c8c6"}  # window buttons, default text
     hues = {c for c in colours - svg_chrome if not (c[0:2] == c[2:4] == c[4:6])}
     assert not hues, hues
+
+
+async def test_the_first_sample_started_before_the_app_is_the_first_one_shown() -> None:
+    """The CLI starts the first sample before Textual is imported (gpumon.cli); the app
+    shows that sample first, without taking another for it."""
+    from gpumon.sampling.poller import EarlySample
+
+    first = make_sample((make_gpu(0),), (make_process(make_gpu(0), 4242),))
+    later = make_sample((make_gpu(0),), ())
+    source = StaticSource(first, later)
+    early = EarlySample(source)
+    early.future.result(timeout=10)
+    app = create_app(interval_s=60, ascii_only=False, early=early)
+    assert app.source is source
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = time.monotonic() + 20
+        while app.samples_received == 0:
+            assert time.monotonic() < deadline, "the early sample was never shown"
+            await pilot.pause(0.01)
+        assert app.store.latest is first and source.calls == 1
+        await pilot.pause()
+        assert "4242" in screen_text(app)

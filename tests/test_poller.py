@@ -21,7 +21,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import pytest
 
 from gpumon.data.model import MAX_INTERVAL_S, Sample
-from gpumon.sampling.poller import MIN_INTERVAL_S, Poller, PollerThread, clamp_interval
+from gpumon.sampling.poller import (
+    MIN_INTERVAL_S,
+    EarlySample,
+    Poller,
+    PollerThread,
+    clamp_interval,
+)
 from gpumon.sampling.store import Store
 from tests.ui_helpers import make_sample
 
@@ -410,3 +416,45 @@ def test_a_poller_thread_stuck_in_the_driver_stops_at_once_and_closes_the_source
         source.gate.set()
     assert closed.wait(DEADLINE_S)  # once the stuck call returned
     assert source.calls == 1
+
+
+# -- the dashboard's first sample, started before the dashboard is built ----------------------
+
+
+async def test_an_early_sample_is_the_first_poll_and_later_ones_sample_on_its_thread() -> None:
+    """The CLI starts the first sample before Textual is imported; the poller given it
+    delivers that sample first instead of sampling again, then samples on the same thread,
+    one at a time."""
+    source = CountingSource(gated=True)
+    early = EarlySample(source)
+    await wait_until(lambda: source.calls == 1, "the early sample to start")
+    received: list[Sample] = []
+    poller = Poller(source, 0.25, received.append, early=early)
+    task = asyncio.create_task(poller.poll_once())
+    await asyncio.sleep(QUIET_S)
+    assert source.calls == 1 and not received  # waiting for the early one, not sampling anew
+    source.gate.set()
+    first = await task
+    assert received == [first] and source.calls == 1
+    await poller.poll_once()
+    assert source.calls == 2 and source.max_active == 1
+    assert source.threads == {"gpumon-poller"}
+    poller.close()
+
+
+async def test_an_early_sample_that_fails_is_reported_and_polling_goes_on() -> None:
+    source = CountingSource(fail_first=True)
+    errors: list[BaseException] = []
+    received: list[Sample] = []
+    poller = Poller(
+        source, 0.25, received.append, on_error=errors.append, early=EarlySample(source)
+    )
+    assert await poller.poll_once() is None
+    assert [str(error) for error in errors] == ["NVML hiccup"]
+    assert await poller.poll_once() is not None and len(received) == 1
+    poller.close()
+
+
+def test_an_early_sample_is_of_the_pollers_own_source() -> None:
+    with pytest.raises(ValueError):
+        Poller(CountingSource(), 1.0, lambda sample: None, early=EarlySample(CountingSource()))

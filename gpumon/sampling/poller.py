@@ -25,7 +25,14 @@ from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S, Sample
 from gpumon.data.views import STALE_AFTER_INTERVALS
 from gpumon.sources.base import GpuSource
 
-__all__ = ["MAX_INTERVAL_S", "MIN_INTERVAL_S", "Poller", "PollerThread", "clamp_interval"]
+__all__ = [
+    "MAX_INTERVAL_S",
+    "MIN_INTERVAL_S",
+    "EarlySample",
+    "Poller",
+    "PollerThread",
+    "clamp_interval",
+]
 
 T = TypeVar("T")
 
@@ -69,6 +76,24 @@ class _DaemonThread:
         self._jobs.put(None)
 
 
+class EarlySample:
+    """A first sample started before the dashboard is built, for its :class:`Poller`.
+
+    The dashboard's first full frame waits for two things: Textual's import and start (about
+    0.2 s of CPU) and the first sample (NVML's init, a second or more on a driver without
+    persistence mode, and a /proc read or two per process). Started first, on the thread that
+    will take every later sample, the two overlap where the sample waits on the driver or on
+    the kernel (ctypes and file reads let go of the GIL). The poller given it
+    (``Poller(..., early=...)``) delivers it as its first poll: one sampling thread, one
+    sample at a time, as ever.
+    """
+
+    def __init__(self, source: GpuSource) -> None:
+        self.source = source
+        self.thread = _DaemonThread("gpumon-poller")
+        self.future: Future[Sample] = self.thread.submit(source.sample)
+
+
 class Poller:
     """Calls ``on_sample`` on the event loop with each new sample.
 
@@ -79,6 +104,8 @@ class Poller:
             :meth:`Store.push <gpumon.sampling.store.Store.push>`, which hands it on.
         on_error: called on the event loop when ``sample()`` raised; polling goes on.
         clock: monotonic clock, injectable for tests.
+        early: the first sample, already started on its own thread (:class:`EarlySample`
+            of ``source``): the first poll delivers it, later ones sample on that thread.
     """
 
     def __init__(
@@ -89,7 +116,10 @@ class Poller:
         *,
         on_error: Callable[[BaseException], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        early: EarlySample | None = None,
     ) -> None:
+        if early is not None and early.source is not source:
+            raise ValueError("the early sample is of another source")
         self.source = source
         self._interval_s = clamp_interval(interval_s)
         self._on_sample = on_sample
@@ -99,7 +129,8 @@ class Poller:
         self._forced = False
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._thread: _DaemonThread | None = None
+        self._thread: _DaemonThread | None = None if early is None else early.thread
+        self._early: Future[Sample] | None = None if early is None else early.future
         self._closed = False
         self.polls_started = 0
         self.polls_finished = 0
@@ -143,7 +174,11 @@ class Poller:
             self._in_flight_since = self._clock()
             self.polls_started += 1
             try:
-                sample = await self._thread.run(self.source.sample)
+                if self._early is not None:
+                    early, self._early = self._early, None
+                    sample = await asyncio.wrap_future(early)
+                else:
+                    sample = await self._thread.run(self.source.sample)
             except Exception as error:
                 if self._on_error is not None:
                     self._on_error(error)

@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from gpumon.data.model import GpuStats, Sample
-from gpumon.sampling.poller import Poller
+from gpumon.sampling.poller import EarlySample, Poller
 from gpumon.sampling.store import Store
 from gpumon.sources.base import GpuSource, open_source, read_details
 from gpumon.ui import exact_updates
@@ -122,6 +122,7 @@ class GpumonApp(HistoryKeys, MonitorApp):
         autostart: bool = True,
         probe_child_command: Sequence[str] | None = None,
         settings: Settings | None = None,
+        early: EarlySample | None = None,
     ) -> None:
         super().__init__()
         from gpumon.settings import Settings
@@ -144,7 +145,9 @@ class GpumonApp(HistoryKeys, MonitorApp):
             process_fields=GRAPHED_PROCESS_FIELDS,
         )
         self.store.subscribe(self._on_sample)
-        self.poller = Poller(source, interval_s, self.receive_sample, on_error=self._on_poll_error)
+        self.poller = Poller(
+            source, interval_s, self.receive_sample, on_error=self._on_poll_error, early=early
+        )
         self.autostart = autostart
         #: Seconds the poll in flight has taken when NVML is not answering, else ``None``.
         self.stalled_s: int | None = None
@@ -393,14 +396,18 @@ def create_app(
     source_factory: Callable[..., GpuSource] = open_source,
     probe_child_command: Sequence[str] | None = None,
     settings: Settings | None = None,
+    early: EarlySample | None = None,
 ) -> GpumonApp:
     """The one way the CLI, the tests and the screenshot script build the app. ``settings``
     (the CLI's) gives the demo, interval, probe interpreter, theme, thresholds and history
-    length; without it, the keyword arguments and the defaults."""
+    length; without it, the keyword arguments and the defaults. ``early``: the first sample,
+    started by the CLI before Textual was imported (its source is the app's)."""
     if settings is not None:
         demo, demo_gpus, demo_processes = settings.demo, settings.demo_gpus, settings.demo_processes
         interval_s, probe_python = settings.interval_s, settings.probe_python
-    if source is None:
+    if early is not None:
+        source = early.source
+    elif source is None:
         source = source_factory(demo=demo, demo_gpus=demo_gpus, demo_processes=demo_processes)
     return GpumonApp(
         source,
@@ -410,4 +417,5 @@ def create_app(
         autostart=autostart,
         probe_child_command=probe_child_command,
         settings=settings,
+        early=early,
     )
