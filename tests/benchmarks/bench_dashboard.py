@@ -1304,12 +1304,12 @@ def compare(
             "label": "NVML calls",
             "unit": "/s",
             "gpumon_runs": [r.nvml_calls_per_s for r in ours],
-            "nvitop_runs": [r.nvml_calls_per_s for r in theirs],
+            f"{peer}_runs": [r.nvml_calls_per_s for r in theirs],
             "gpumon": a,
-            "nvitop": b,
+            peer: b,
             "ratio": a / b,
-            "target": f"ratio <= {NVML_CALLS_RATIO:g}",
-            "pass": a / b <= NVML_CALLS_RATIO,
+            "target": f"ratio <= {NVML_CALLS_RATIO:g}" if peer == "nvitop" else "none",
+            "pass": a / b <= NVML_CALLS_RATIO if peer == "nvitop" else None,
         }
     return rows
 
