@@ -101,7 +101,8 @@ class Health:
             self._read_at = now
             self._counters = self._read_counters(details)
             self._details_read = details
-        counters = self._counters if details else {**self._counters, **_UNREAD_COUNTERS}
+        # Without details only the ECC count (GpuStats' own None for the counters not read).
+        counters = self._counters if details else {_ECC: self._counters.get(_ECC)}
         return {
             "temperature_memory_c": None if temperature is None else int(temperature),
             **counters,
@@ -119,14 +120,14 @@ class Health:
             nvml.NVML_VOLATILE_ECC,
         )
         if not details:
-            return {"ecc_errors_uncorrected_volatile": ecc, **_UNREAD_COUNTERS}
+            return {_ECC: ecc}
         energy = device.read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption)
         replays = device.read("pcie_replays", _call(nvml, "nvmlDeviceGetPcieReplayCounter"))
         rows = device.read("remapped_rows", _call(nvml, "nvmlDeviceGetRemappedRows"))
         # (correctable, uncorrectable, remapping pending, remapping failed)
         correctable, uncorrectable, pending, failed = (None,) * 4 if rows is None else rows
         return {
-            "ecc_errors_uncorrected_volatile": ecc,
+            _ECC: ecc,
             "energy_j": None if energy is None else energy / 1000.0,
             "pcie_replays": None if replays is None else int(replays),
             "remapped_rows_correctable": None if correctable is None else int(correctable),
@@ -136,17 +137,8 @@ class Health:
         }
 
 
-#: The counters left unread without details (see Health.read).
-_UNREAD_COUNTERS: dict[str, Any] = dict.fromkeys(
-    (
-        "energy_j",
-        "pcie_replays",
-        "remapped_rows_correctable",
-        "remapped_rows_uncorrectable",
-        "remapped_rows_pending",
-        "remapped_rows_failed",
-    )
-)
+#: The one counter the cards show, read with or without details.
+_ECC = "ecc_errors_uncorrected_volatile"
 
 
 def _call(nvml: ModuleType, name: str) -> Any:
