@@ -11,6 +11,8 @@ from pathlib import Path
 from gpumon.data import claims as rules
 from gpumon.settings import Settings
 from gpumon.sources.host.claims import ClaimsDir, user_name
+from gpumon.ui.dashboard.app import GpumonApp
+from gpumon.ui.dashboard.claim_notes import ClaimNotes
 from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
@@ -27,6 +29,13 @@ def claim(claims_dir: Path, index: int, age_s: float) -> None:
         os.utime(name, (made, made), dir_fd=directory.fd)
 
 
+async def settle(app: GpumonApp) -> None:
+    """Wait for the claims read the last redraw started (off the loop), if any."""
+    notes = next(source for source in app.note_sources if isinstance(source, ClaimNotes))
+    if notes.pending is not None:
+        await notes.pending
+
+
 async def test_a_claimed_gpu_says_who_claimed_it_on_its_card(tmp_path: Path) -> None:
     claim(tmp_path / "claims", 2, age_s=40)
     sample = make_sample(GPUS)
@@ -35,7 +44,7 @@ async def test_a_claimed_gpu_says_who_claimed_it_on_its_card(tmp_path: Path) -> 
     async with app.run_test(size=(200, 50)) as pilot:
         app.receive_sample(sample)  # the first redraw starts the read, off the loop
         await pilot.pause()
-        await app.workers.wait_for_complete()
+        await settle(app)
         app.receive_sample(sample)
         await pilot.pause()
         notes = app.dashboard.query_one(GpuPanel).notes
@@ -58,14 +67,14 @@ async def test_simulated_gpus_and_a_missing_directory_have_no_claim_notes(tmp_pa
         for _ in range(2):
             app.receive_sample(make_sample(GPUS))
             await pilot.pause()
-            await app.workers.wait_for_complete()
+            await settle(app)
         assert app.dashboard.query_one(GpuPanel).notes == {}
     app = app_for(make_sample(GPUS), settings=Settings(claims_dir=str(tmp_path / "claims")))
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(2):
             app.receive_sample(make_sample(GPUS, simulated=True))
             await pilot.pause()
-            await app.workers.wait_for_complete()
+            await settle(app)
         assert app.dashboard.query_one(GpuPanel).notes == {}
 
 
