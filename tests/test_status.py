@@ -239,3 +239,42 @@ def test_pcie_is_read_only_when_the_line_shows_it(
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert main(["status", *(["--format", template] if template else [])]) == 0
     assert asked["pcie"] is pcie
+
+
+@pytest.mark.parametrize(
+    ("template", "details"),
+    [
+        (None, False),  # the default line: utilisation and memory only
+        ("{index}:{util}:{temp}", False),
+        ("{index}:{gr_clock}", True),  # the graphics clock is read only when shown
+        ("{index}:{enc}/{dec}", True),
+    ],
+)
+def test_fields_read_only_on_demand_are_read_when_the_line_shows_them(
+    monkeypatch: pytest.MonkeyPatch, template: str | None, details: bool
+) -> None:
+    """The GPU screen's fields (graphics clock, video engines, energy, ...) cost NVML calls
+    a tmux line without them does not need."""
+    asked: dict[str, object] = {}
+
+    def take(settings: object, **options: object) -> Sample:
+        asked.update(options)
+        return make_sample(busy_gpu(0))
+
+    monkeypatch.setattr(snapshot, "take_sample", take)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main(["status", *(["--format", template] if template else [])]) == 0
+    assert asked["details"] is details
+
+
+def test_a_sample_taken_without_details_reads_them_as_not_read_not_na() -> None:
+    from gpumon.data.model import ON_DEMAND_GPU_FIELDS
+    from gpumon.sources.base import read_details
+    from tests.fake_nvml import FakeNvml, make_gpu
+    from tests.test_nvml_source import make_source
+
+    source = make_source(FakeNvml([make_gpu(0, clock_graphics=1755)]))
+    assert read_details(source, False)
+    sample = source.sample()
+    assert sample.unread_gpu_fields == ON_DEMAND_GPU_FIELDS
+    assert sample.gpus[0].clock_graphics_mhz is None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from gpumon.data import format as fmt
 from gpumon.data.fields import FIELDS as TABLE
-from gpumon.data.model import GpuStats, Sample
+from gpumon.data.model import ON_DEMAND_GPU_FIELDS, GpuStats, Sample
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
@@ -92,7 +92,11 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     # (the line shows no process); PCIe only when the template shows it.
     shows_free = template == DEFAULT_FORMAT or "{free" in template
     sample = take_sample(
-        settings, processes=shows_free, pcie="{pcie_" in template, host_details=False
+        settings,
+        processes=shows_free,
+        pcie="{pcie_" in template,
+        host_details=False,
+        details=template != DEFAULT_FORMAT and _shows_on_demand(template),
     )
     if no_gpu_data(sample):
         assert sample.unavailable is not None
@@ -105,6 +109,14 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     line = status_line(sample, template=template, separator=separator, prefix=prefix, free=free)
     print(line)
     return 0
+
+
+def _shows_on_demand(template: str) -> bool:
+    """Whether ``template`` (a valid one) shows a field the source may leave unread."""
+    import string  # only a template of the user's own is looked at
+
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    return any(f.key in names and f.attribute in ON_DEMAND_GPU_FIELDS for f in TABLE)
 
 
 #: A field's format spec: ``[[fill]align][width][.precision]``, nothing else (no nested

@@ -72,6 +72,7 @@ def take_sample(
     processes: bool = True,
     pcie: bool = True,
     host_details: bool = True,
+    details: bool = True,
     timeout_s: float | None = None,
 ) -> Sample:
     """Open the source the settings ask for, read it once, close it.
@@ -86,6 +87,9 @@ def take_sample(
         pcie: False for a mode that does not show PCIe throughput (a slow NVML call).
         host_details: False for a mode that needs NVML's process lists (to tell FREE) but
             shows no process: no psutil, no reads of other users' processes.
+        details: False for a mode that shows none of
+            :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` (``status`` without them in its
+            format): they are not read (``sample.unread_gpu_fields`` names them).
         timeout_s: how long to wait for the read (default :data:`SAMPLE_TIMEOUT_S`); past it
             the driver is *not answering*.
 
@@ -94,9 +98,10 @@ def take_sample(
         did not answer within ``timeout_s`` (then no GPU reading at all: nothing stale, nothing
         free).
     """
-    from gpumon.sources.base import source_for
+    from gpumon.sources.base import read_details, source_for
 
     source = source_for(settings, processes=processes, pcie=pcie, host_details=host_details)
+    read_details(source, details)
     reader = SampleReader(source)
     try:
         return reader.read(timeout_s)
