@@ -229,6 +229,11 @@ def test_pcie_is_read_only_when_the_line_shows_it(
     monkeypatch: pytest.MonkeyPatch, template: str | None, pcie: bool
 ) -> None:
     """NVML's PCIe throughput call blocks ~20 ms per GPU: a tmux line without it skips it."""
+    assert options_asked(monkeypatch, template)["pcie"] is pcie
+
+
+def options_asked(monkeypatch: pytest.MonkeyPatch, template: str | None) -> dict[str, object]:
+    """What ``gpumon status [--format template]`` asks of take_sample."""
     asked: dict[str, object] = {}
 
     def take(settings: object, **options: object) -> Sample:
@@ -238,7 +243,7 @@ def test_pcie_is_read_only_when_the_line_shows_it(
     monkeypatch.setattr(snapshot, "take_sample", take)
     monkeypatch.setattr(sys, "stdout", io.StringIO())
     assert main(["status", *(["--format", template] if template else [])]) == 0
-    assert asked["pcie"] is pcie
+    return asked
 
 
 @pytest.mark.parametrize(
@@ -255,16 +260,7 @@ def test_fields_read_only_on_demand_are_read_when_the_line_shows_them(
 ) -> None:
     """The GPU screen's fields (graphics clock, video engines, energy, ...) cost NVML calls
     a tmux line without them does not need."""
-    asked: dict[str, object] = {}
-
-    def take(settings: object, **options: object) -> Sample:
-        asked.update(options)
-        return make_sample(busy_gpu(0))
-
-    monkeypatch.setattr(snapshot, "take_sample", take)
-    monkeypatch.setattr(sys, "stdout", io.StringIO())
-    assert main(["status", *(["--format", template] if template else [])]) == 0
-    assert asked["details"] is details
+    assert options_asked(monkeypatch, template)["details"] is details
 
 
 def test_a_sample_taken_without_details_reads_them_as_not_read_not_na() -> None:
