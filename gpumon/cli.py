@@ -61,41 +61,8 @@ CLUSTER_SUBCOMMANDS = frozenset({"once", "pick", "report"})
 FILTERED_SUBCOMMANDS = frozenset({"once"})
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's help formatter, without importing ``shutil`` to ask the terminal's width:
-    argparse makes one for every argument it is given (to check its ``nargs``), not only
-    for ``--help``, and ``shutil`` is ~2 ms of a status bar's ``gpumon status``. The width
-    is found as ``shutil.get_terminal_size`` finds it: ``$COLUMNS``, else the terminal's,
-    else 80."""
-
-    def __init__(
-        self,
-        prog: str,
-        indent_increment: int = 2,
-        max_help_position: int = 24,
-        width: int | None = None,
-    ) -> None:
-        super().__init__(prog, indent_increment, max_help_position, width or _columns())
-
-
-def _columns() -> int:
-    with contextlib.suppress(ValueError):
-        columns = int(os.environ.get("COLUMNS", ""))
-        if columns > 0:
-            return columns
-    stdout = sys.__stdout__
-    try:
-        return os.get_terminal_size(stdout.fileno()).columns or 80 if stdout else 80
-    except (AttributeError, ValueError, OSError):
-        return 80
-
-
 class _Parser(argparse.ArgumentParser):
     """Bad input gets one clear line on stderr and exit code 2."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
