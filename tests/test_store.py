@@ -55,7 +55,8 @@ def sample(
 
 def buffers_size(store: Store) -> int:
     """Bytes held by every history buffer (the arrays themselves)."""
-    series = [store._timestamps, *store._gpus.values(), *store._processes.values()]
+    series = [store._timestamps, *store._gpus.values()]
+    series += [one._series for one in store._processes.values()]
     return sum(sys.getsizeof(one._values) for one in series)
 
 
@@ -164,7 +165,9 @@ def test_a_process_history_is_its_samples_since_it_appeared() -> None:
     store.push(sample(2.0, (gpu(0),), (process(0, 1, cpu_pct=None), process(0, 2, cpu_pct=5.0))))
     store.push(sample(3.0, (gpu(0),), (process(0, 2, cpu_pct=7.5),)))
     assert store.timestamps() == [1.0, 2.0, 3.0]
-    assert store.process_history((0, 2), "cpu_pct") == [5.0, 7.5]  # the last two timestamps
+    # The last two timestamps: the newest as read, the one before it the maximum of its
+    # record (PROCESS_POINT_S: both fall in one).
+    assert store.process_history((0, 2), "cpu_pct") == [7.5, 7.5]
     assert store.process_history((0, 1), "cpu_pct") == []  # gone: dropped
     store.push(sample(4.0, (gpu(0),), (process(0, 1, cpu_pct=1.0),)))
     assert store.process_history((0, 1), "cpu_pct") == [1.0]  # back: a new history
@@ -233,7 +236,7 @@ def test_a_field_nobody_reads_has_no_buffer() -> None:
     assert store.process_history((0, 7), "cpu_pct") == [12.5, 0.0]
     # One 4-byte float per kept field and sample, nothing for the others.
     assert len(store._gpus[0]._values) == 2 * 2 and store._gpus[0]._values.itemsize == 4
-    assert len(store._processes[(0, 7)]._values) == 2
+    assert len(store._processes[(0, 7)]._series._values) == 1  # one record: PROCESS_POINT_S
     with pytest.raises(ValueError, match=r"keeps no history of 'fan_pct'.*temperature_c"):
         store.gpu_history(0, "fan_pct")
     with pytest.raises(ValueError, match="keeps no history of 'rss_bytes'"):
@@ -287,12 +290,30 @@ def test_the_dashboards_full_history_of_8_gpus_and_64_processes_fits_in_2_4_mib(
     for n in range(store.capacity + 10):
         store.push(sample(float(n), gpus, processes))
     per_gpu = sys.getsizeof(store._gpus[0]._values)
-    per_process = sys.getsizeof(store._processes[(0, 1000)]._values)
+    per_process = sys.getsizeof(store._processes[(0, 1000)]._series._values)
     assert store.capacity == 2400
     assert per_gpu <= 2400 * len(GRAPHED_GPU_FIELDS) * 4 + 100  # 66 KiB and a header
-    assert per_process <= 2400 * len(GRAPHED_PROCESS_FIELDS) * 4 + 100  # 28 KiB
+    # One record of a process per PROCESS_POINT_S (16 samples): 151 records, 1.8 KiB.
+    assert per_process <= 151 * len(GRAPHED_PROCESS_FIELDS) * 4 + 100
     assert buffers_size(store) < 2.4 * 1024**2
     assert store.process_history((0, 1008), "sm_utilization_pct")[-1] == 8.0
+
+
+def test_a_process_history_keeps_a_record_per_few_seconds_and_every_spike() -> None:
+    """512 processes at 0.25 s kept 14.7 MB of history (issue 21): a process keeps one
+    record per PROCESS_POINT_S, the maximum of each field over it, read back one value per
+    sample (the newest exactly as read), aligned to the timestamps as before."""
+    store = Store(0.25)
+    readings = [10.0] * 40
+    readings[21] = 95.0  # a spike one sample long
+    for n, value in enumerate(readings):
+        store.push(sample(float(n), (gpu(0),), (process(0, 1, cpu_pct=value),)))
+    history = store.process_history((0, 1), "cpu_pct")
+    assert len(history) == 40 and len(store.timestamps()) == 40
+    assert max(history) == 95.0  # the spike stays, over its record's 16 samples
+    assert history[16:32] == [95.0] * 16 and history[:16] == [10.0] * 16
+    assert history[-1] == 10.0  # the newest as read
+    assert len(store._processes[(0, 1)]._series) == 3  # records of 16 samples: 40 -> 3
 
 
 def test_resize_keeps_the_newest_points() -> None:
@@ -303,7 +324,8 @@ def test_resize_keeps_the_newest_points() -> None:
     assert store.capacity == 300
     assert store.timestamps() == [float(n) for n in range(300, 600)]
     assert store.gpu_history(0, "temperature_c") == [float(n) for n in range(300, 600)]
-    assert store.process_history((0, 1), "cpu_pct") == [float(n) for n in range(300, 600)]
+    # Records of 4 samples (PROCESS_POINT_S at 1 s), each the maximum of its samples.
+    assert store.process_history((0, 1), "cpu_pct") == [float(n | 3) for n in range(300, 600)]
     store.resize(0.25)  # 2400 points: room for more, nothing made up
     store.push(sample(600.0, (gpu(0, temperature_c=600),)))
     assert len(store.timestamps()) == 301

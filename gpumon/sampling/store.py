@@ -64,6 +64,18 @@ def history_points(interval_s: float, history_s: float = HISTORY_S) -> int:
     return min(MAX_POINTS, max(MIN_POINTS, math.ceil(history_s / max(interval_s, 1e-9))))
 
 
+#: A process's history keeps one record per this many seconds at most (per sample at longer
+#: intervals): the maximum of each field over the samples in it, so a spike stays. 512
+#: processes at 0.25 s kept 14.7 MB of history per sample (issue 21); the process screen
+#: draws ten minutes in at most a couple of hundred columns, a few seconds each.
+PROCESS_POINT_S = 4.0
+
+
+def process_stride(interval_s: float) -> int:
+    """Samples per record of a process's history at ``interval_s``."""
+    return max(1, round(PROCESS_POINT_S / max(interval_s, 1e-9)))
+
+
 def numeric_fields(cls: type, exclude: Iterable[str] = ()) -> tuple[str, ...]:
     """The fields of dataclass ``cls`` annotated ``int`` or ``float`` (or ``... | None``)."""
     hints = typing.get_type_hints(cls)
@@ -167,6 +179,60 @@ class _Series:
         self._oldest = 0
         self._capacity = capacity
 
+    def merge_newest(self, record: tuple[Any, ...]) -> None:
+        """Fold ``record`` into the newest record: each field the larger of the two (a gap
+        only where both are gaps)."""
+        count = len(self)
+        newest = count - 1 if count < self._capacity else (self._oldest - 1) % self._capacity
+        start = newest * self._width
+        for offset, value in enumerate(record):
+            if value is None or value != value:
+                continue
+            old = self._values[start + offset]
+            if old != old or value > old:
+                self._values[start + offset] = value
+
+
+class _Buckets:
+    """A process's history: the newest ``capacity`` samples, ``stride`` samples a record
+    (the maximum of each field over them); read back one value per sample, the newest
+    exactly as it was read."""
+
+    __slots__ = ("_capacity", "_fill", "_last", "_samples", "_series", "_stride")
+
+    def __init__(self, width: int, capacity: int, stride: int, typecode: str) -> None:
+        self._stride = stride
+        self._capacity = capacity
+        self._series = _Series(width, -(-capacity // stride) + 1, typecode=typecode)
+        self._fill = 0  # samples in the newest record
+        self._samples = 0  # samples appended in all
+        self._last: tuple[Any, ...] = ()
+
+    def append(self, record: tuple[Any, ...]) -> None:
+        if self._fill in (0, self._stride):
+            self._series.append(record)
+            self._fill = 1
+        else:
+            self._series.merge_newest(record)
+            self._fill += 1
+        self._samples += 1
+        self._last = record
+
+    def read(self, position: int) -> list[float | None]:
+        records = self._series.read(position)
+        values: list[float | None] = []
+        for number, value in enumerate(records):
+            values.extend([value] * (self._fill if number == len(records) - 1 else self._stride))
+        values = values[max(0, len(values) - min(self._samples, self._capacity)) :]
+        if values:
+            values[-1] = self._last[position]
+        return values
+
+    def resize(self, capacity: int) -> None:
+        """Keep the newest ``capacity`` samples (at this history's own stride)."""
+        self._capacity = capacity
+        self._series.resize(-(-capacity // self._stride) + 1)
+
 
 class Store:
     """The latest sample and the history of its readings; see the module docstring.
@@ -206,7 +272,8 @@ class Store:
         self._process_type = _typecode(self.process_fields)
         self._timestamps = _Series(1, self._capacity)
         self._gpus: dict[int, _Series] = {}
-        self._processes: dict[tuple[int, int], _Series] = {}
+        self._processes: dict[tuple[int, int], _Buckets] = {}
+        self._process_stride = process_stride(interval_s)
         self._subscribers: tuple[Callable[[Sample], None], ...] = ()
         self._waiters: list[asyncio.Future[Sample]] = []
         self._waiters_lock = threading.Lock()  # next_sample() may run on another thread
@@ -259,8 +326,11 @@ class Store:
                 continue  # listed twice: the first entry counts
             found = previous.pop(key, None)
             if found is None:
-                found = _Series(
-                    len(self.process_fields), self._capacity, typecode=self._process_type
+                found = _Buckets(
+                    len(self.process_fields),
+                    self._capacity,
+                    self._process_stride,
+                    self._process_type,
                 )
             found.append(self._read_process(process))
             self._processes[key] = found
@@ -270,8 +340,12 @@ class Store:
         if not self._capacity:
             return
         self._capacity = history_points(interval_s, self._history_s)
-        for series in (self._timestamps, *self._gpus.values(), *self._processes.values()):
+        # A process seen before keeps its stride; processes that appear from now on, the new.
+        self._process_stride = process_stride(interval_s)
+        for series in (self._timestamps, *self._gpus.values()):
             series.resize(self._capacity)
+        for process in self._processes.values():
+            process.resize(self._capacity)
 
     # -- reading history (the writer's thread) -----------------------------------------
 
@@ -306,7 +380,8 @@ class Store:
 
     def process_history(self, key: tuple[int, int], field: str) -> list[float | None]:
         """``field`` of the process with ``key``, oldest first, since it was last seen to
-        appear: one value per sample, the last ``len()`` entries of :meth:`timestamps`.
+        appear: one value per sample, the last ``len()`` entries of :meth:`timestamps`; the
+        newest as read, the others the maximum over their :data:`PROCESS_POINT_S` record.
         ``[]`` for a process that is not in the latest sample."""
         position = _position(self.process_fields, PROCESS_FIELDS, field, "GpuProcess")
         series = self._processes.get(key)
