@@ -17,10 +17,11 @@ only, and reading another is an error, as for a field that is not numeric.
 Memory is bounded whatever the uptime: at most :data:`MAX_POINTS` points per buffer (see
 :func:`history_points`), and only processes in the latest sample keep a history, so processes
 that come and go cost nothing once gone. Each GPU's and each process's history is one
-array that grows up to its capacity (a process seen for ten samples holds ten points per
-field) of 4-byte floats, read back as Python floats: 24 bits of significand, so counts up to
-16,777,216, percentages, degrees, MHz and watts to far more digits than a graph shows, and
-bytes or bytes/s to 1 part in 16 million (GPU memory to 8 KiB at 141 GB). Only ``energy_j``,
+array that grows up to its capacity (a GPU seen for ten samples holds ten points per field;
+a process one record per :data:`PROCESS_POINT_S`, the maximum of its samples) of 4-byte
+floats, read back as Python floats: 24 bits of significand, so counts up to 16,777,216,
+percentages, degrees, MHz and watts to far more digits than a graph shows, and bytes or
+bytes/s to 1 part in 16 million (GPU memory to 8 KiB at 141 GB). Only ``energy_j``,
 a counter that passes 2**24 J within hours, needs 8-byte floats: a store that keeps it keeps
 its GPUs' records as ``array('d')``. Timestamps are 8-byte floats (seconds since 1970).
 
