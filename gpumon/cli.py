@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpumon import options
+from gpumon import options, startup
 from gpumon.arguments import interval_seconds
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
@@ -126,6 +126,17 @@ def _man_page(_: object) -> str:
     from gpumon.cli_docs.model import read_parser
 
     return man_page(read_parser(build_parser()), gpumon.__version__)
+
+
+#: The subcommands that print once and end: ended the fast way (:mod:`gpumon.__main__`), the
+#: garbage collector left off for their short life (:mod:`gpumon.startup`).
+ONE_SHOT = frozenset({"status", "once"})
+
+
+def is_one_shot(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs a one-shot command (``--help`` and usage errors end in
+    ``SystemExit`` before this matters)."""
+    return chosen_subcommand(argv) in ONE_SHOT
 
 
 def chosen_subcommand(argv: Sequence[str]) -> str | None:
@@ -248,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command is None:
         return run_dashboard(settings)
+    if args.command not in ONE_SHOT:
+        startup.settled()
     module = importlib.import_module(SUBCOMMANDS[args.command])
     own = {name: value for name, value in vars(args).items() if name not in options.SHARED}
     # In a locale that cannot encode a character (a CJK command in the C locale), print "?"

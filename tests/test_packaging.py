@@ -27,7 +27,7 @@ def test_the_distribution_name_is_not_the_taken_one_and_every_hint_uses_it() -> 
     """`gpumon` on PyPI is an unrelated project (0.0.11): installing it by that name gets
     someone else's code. The command and the import package stay `gpumon`."""
     assert PROJECT["name"] == DISTRIBUTION
-    assert PROJECT["scripts"] == {"gpumon": "gpumon.cli:main"}
+    assert PROJECT["scripts"] == {"gpumon": "gpumon.__main__:run"}
     texts = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "contrib").rglob("*.md")]
     texts += [path for path in (ROOT / "gpumon").rglob("*.py")]
     wrong = re.compile(r"(?:pip|pipx|uvx|uv tool) install[^\n`&|;]*?\bgpumon(?!-tui)\b(?![/.\w-])")
@@ -262,6 +262,18 @@ def test_the_installed_wheel_runs(distributions: tuple[Path, Path], tmp_path: Pa
     where = run("-c", "import gpumon; print(gpumon.__file__)")
     assert where.startswith(str(target))
     assert run("-m", "gpumon", "status", "--demo", "--demo-gpus", "2").startswith("DEMO GPU 0:")
+    # The console script pip wrote (its entry point: gpumon.__main__:run), output complete.
+    script = subprocess.run(
+        [target / "bin" / "gpumon", "once", "--demo", "--demo-gpus", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert script.returncode == 0, script.stderr
+    assert "DEMO (simulated data)" in script.stdout.splitlines()[0]
+    assert "\n[1] " in script.stdout and script.stdout.endswith("\n")
     check = (
         "import json; from importlib.resources import files; from gpumon.sampling import snapshot;"
         "assert files('gpumon.ui').joinpath('app.tcss').read_text();"

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from textual.binding import Binding
 from textual.screen import Screen
 
+from gpumon import startup
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample
 from gpumon.data.views import free_gpu_indices
@@ -162,6 +163,7 @@ class ClusterApp(MonitorApp):
         return self.node_list_screen
 
     def on_mount(self) -> None:
+        self.call_after_refresh(startup.settled)  # once the first frame is drawn
         if self.autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
         # The banner's "retrying in N s" counts down.

@@ -18,6 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from gpumon import startup
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sampling.poller import EarlySample, Poller
 from gpumon.sampling.store import Store
@@ -187,6 +188,7 @@ class GpumonApp(HistoryKeys, MonitorApp):
         self.samples_received += 1
         if self.first_sample_at is None:
             self.first_sample_at = time.perf_counter()
+            self.call_after_refresh(startup.settled)  # once this first sample is drawn
 
     def _check_stalled(self) -> None:
         """Once a second: say so when NVML has not answered for three intervals (a driver

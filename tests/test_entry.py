@@ -1,0 +1,127 @@
+"""The entry point (the ``gpumon`` console script, ``python -m gpumon``): a one-shot command
+ends without the interpreter's teardown, yet its whole output and its exit status arrive;
+every other mode gets the garbage collector back, which start-up runs without."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import gpumon.__main__ as entry
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ["--demo", "--demo-gpus", "2"]
+
+
+class Exited(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The test process's collector as it was, whatever the entry point did to it."""
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def python_m_gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "gpumon", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_one_shot_command_prints_everything_and_keeps_its_exit_status() -> None:
+    status = python_m_gpumon("status", *DEMO)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith("DEMO GPU 0:") and status.stdout.endswith("\n")
+    # A long document through a pipe: all of it, not what fitted in a buffer.
+    many = ["--demo", "--demo-gpus", "8", "--demo-processes", "512"]
+    once = python_m_gpumon("once", "--json", *many)
+    assert once.returncode == 0, once.stderr
+    document = json.loads(once.stdout)
+    assert document["simulated"] is True and len(document["gpus"]) == 8
+    bad = python_m_gpumon("status", *DEMO, "--format", "{nope}")
+    assert bad.returncode == 2
+    assert "bad --format" in bad.stderr
+
+
+def test_a_one_shot_command_ends_at_once_once_flushed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], collector: None
+) -> None:
+    def exit_now(status: int) -> None:
+        raise Exited(status)
+
+    monkeypatch.setattr(entry.os, "_exit", exit_now)
+    monkeypatch.setattr(sys, "argv", ["gpumon", "status", *DEMO])
+    with pytest.raises(Exited) as ended:
+        entry.run()
+    assert ended.value.status == 0
+    assert capsys.readouterr().out.startswith("DEMO GPU 0:")
+    assert not gc.isenabled()  # its short life runs without collections
+
+
+def test_every_other_mode_exits_the_usual_way_with_the_collector_back_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], collector: None
+) -> None:
+    monkeypatch.setattr(entry.os, "_exit", lambda status: pytest.fail("no fast exit here"))
+    monkeypatch.setattr(sys, "argv", ["gpumon", "pick", *DEMO])
+    with pytest.raises(SystemExit) as ended:
+        entry.run()
+    assert ended.value.code in (0, 1)
+    assert gc.isenabled()
+    capsys.readouterr()
+
+
+def test_help_and_usage_errors_take_the_usual_way_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], collector: None
+) -> None:
+    monkeypatch.setattr(entry.os, "_exit", lambda status: pytest.fail("no fast exit here"))
+    monkeypatch.setattr(sys, "argv", ["gpumon", "status", "--no-such-option"])
+    with pytest.raises(SystemExit) as ended:
+        entry.run()
+    assert ended.value.code == 2
+    assert "--no-such-option" in capsys.readouterr().err
+
+
+async def test_the_dashboard_turns_the_collector_back_on_once_its_first_sample_is_drawn(
+    collector: None,
+) -> None:
+    from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
+
+    sample = make_sample((make_gpu(0, name="NVIDIA Test Board"),))
+    app = app_for(sample)
+    gc.disable()  # as the entry point starts it
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert not gc.isenabled()  # no sample yet: still starting
+        app.receive_sample(sample)
+        await pilot.pause()
+        await pilot.pause()
+        assert "NVIDIA Test Board" in screen_text(app)
+        assert gc.isenabled()
+
+
+async def test_the_cluster_list_turns_the_collector_back_on_once_drawn(collector: None) -> None:
+    from tests.test_cluster_ui import cluster_app
+
+    app = cluster_app()
+    gc.disable()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        assert gc.isenabled()
