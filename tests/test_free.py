@@ -16,8 +16,8 @@ from gpumon.cli import main
 from gpumon.commands import once, status
 from gpumon.commands.export import collector as export
 from gpumon.data import painting
+from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import GpuStats, MigInstance, Sample
-from gpumon.data.views import free_gpu_indices
 from gpumon.sampling import snapshot
 from gpumon.settings import Settings
 from gpumon.sources import base

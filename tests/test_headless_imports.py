@@ -99,6 +99,19 @@ assert not loaded, loaded
     assert result.returncode == 0, result.stderr
 
 
+def test_status_tells_free_without_the_views_classes() -> None:
+    """FREE is :mod:`gpumon.data.free`; the views' dataclasses (filters, the per-user
+    summary) are for `once`, the dashboard and the exporter."""
+    body = """
+from gpumon.cli import main
+main(["status", "--demo"])
+assert "gpumon.data.free" in sys.modules
+assert "gpumon.data.views" not in sys.modules
+"""
+    result = run_clean(body)
+    assert result.returncode == 0, result.stderr
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

@@ -19,8 +19,8 @@ import pytest
 from gpumon.cli import main
 from gpumon.commands.cluster_output import cluster_to_dict
 from gpumon.data.cluster import ClusterSample, NodeState, summarize
+from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import ProcessKind
-from gpumon.data.views import free_gpu_indices
 from gpumon.sources.prometheus.nodes import MAX_GPUS_PER_NODE
 from gpumon.sources.prometheus.source import PrometheusSource
 from tests.prometheus_replay import ROLES, Replay, load, series

@@ -26,7 +26,7 @@ from gpumon.commands.export.dcgm import DCGM_FIELDS
 from gpumon.data import cluster
 from gpumon.data.cluster import ExporterKind, NodeState
 from gpumon.data.fields import FIELDS
-from gpumon.data.views import free_gpu_indices
+from gpumon.data.free import free_gpu_indices
 from gpumon.sources.prometheus import source as prometheus
 from gpumon.sources.prometheus.client import Backoff, PrometheusError
 from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES

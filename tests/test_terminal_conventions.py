@@ -18,8 +18,8 @@ import pytest
 
 from gpumon.commands.once import output_width, render_table, render_users
 from gpumon.data import format as fmt
+from gpumon.data.free import free_gpu_indices
 from gpumon.data.painting import Painter, fit_line, use_color
-from gpumon.data.views import free_gpu_indices
 from gpumon.sources.demo import DemoSource
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -286,7 +286,7 @@ def test_an_idle_gpu_whose_processes_are_unknown_is_free_in_no_headless_output()
     readable idle GPU beside it is FREE in all four."""
     from gpumon.commands import status
     from gpumon.commands.export import collector as export
-    from gpumon.data.views import free_gpu_indices
+    from gpumon.data.free import free_gpu_indices
 
     idle = {"memory_used_bytes": 10 * MIB, "utilization_gpu_pct": 0}
     readable = make_gpu(0, **idle)

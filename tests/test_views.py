@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from gpumon.data.free import free_gpu_indices, is_free, processes_known
 from gpumon.data.model import GpuProcess, GpuStats, MigInstance
 from gpumon.data.views import (
     OTHER_NAMESPACE,
@@ -16,10 +17,7 @@ from gpumon.data.views import (
     ProcessFilter,
     UserUsage,
     filter_processes,
-    free_gpu_indices,
     instance_processes,
-    is_free,
-    processes_known,
     shorten_command,
     user_summary,
 )

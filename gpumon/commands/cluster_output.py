@@ -20,10 +20,11 @@ from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.model import GpuProcess
 from gpumon.data.painting import BOLD, DIM, GREEN, RED, REVERSE, YELLOW, Painter
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
-from gpumon.data.views import UserUsage, free_gpu_indices, processes_known, user_summary
+from gpumon.data.views import UserUsage, user_summary
 
 EXPORTER_LABELS = {
     ExporterKind.GPUMON: "gpumon",

@@ -94,7 +94,8 @@ def run(
         return run_cluster(
             settings, as_json=as_json, no_processes=no_processes, color=color, by_user=by_user
         )
-    from gpumon.data.views import ProcessFilter, filter_processes, free_gpu_indices
+    from gpumon.data.free import free_gpu_indices
+    from gpumon.data.views import ProcessFilter, filter_processes
     from gpumon.sampling.snapshot import (
         no_gpu_data,
         report_unavailable,
@@ -292,7 +293,7 @@ def render_table(
             (piped) cuts nothing.
         ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
             the locale (:func:`gpumon.data.format.locale_is_utf8`).
-        free: NVML indices of the GPUs to mark FREE (:func:`gpumon.data.views.free_gpu_indices`).
+        free: NVML indices of the GPUs to mark FREE (:func:`gpumon.data.free.free_gpu_indices`).
         process_filter: list only the processes it passes (``--user``).
 
     Returns:

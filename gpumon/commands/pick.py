@@ -40,9 +40,9 @@ from gpumon.arguments import (
     whole_number,
 )
 from gpumon.commands.pick_wait import Attempt, attempts, waiting_text
+from gpumon.data.free import MIB
 from gpumon.data.model import Sample
 from gpumon.data.ranking import Candidate, mig_on, qualify
-from gpumon.data.views import MIB
 
 if TYPE_CHECKING:
     from gpumon.commands.pick_claims import PickClaims

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from gpumon.data import format as fmt
+from gpumon.data.free import processes_known
 from gpumon.data.model import Sample
 from gpumon.data.ranking import Candidate, users_text
-from gpumon.data.views import processes_known
 
 PREFIX = "gpumon pick: "
 #: Erase the line the cursor is on and go to its start.

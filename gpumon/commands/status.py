@@ -103,7 +103,7 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
         print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
         report_unavailable(sample.unavailable)
         return 1
-    from gpumon.data.views import free_gpu_indices
+    from gpumon.data.free import free_gpu_indices
 
     free = free_gpu_indices(sample, settings.free_threshold_mib)
     line = status_line(sample, template=template, separator=separator, prefix=prefix, free=free)
@@ -173,7 +173,7 @@ def check_template(template: str) -> str | None:
 
 def gpu_fields(gpu: GpuStats, ascii_only: bool = False, free: bool = False) -> dict[str, str]:
     """The ``--format`` fields of one GPU, as strings (N/A when not known); ``free`` says
-    whether the GPU is FREE (:func:`gpumon.data.views.free_gpu_indices`)."""
+    whether the GPU is FREE (:func:`gpumon.data.free.free_gpu_indices`)."""
     fraction = gpu.memory_used_fraction
     values = {field.key: field.show(gpu) for field in TABLE}
     if ascii_only:
@@ -221,7 +221,7 @@ def status_line(
         prefix: placed before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
             template, nothing with another (a custom template is exactly what it says).
         ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
-        free: NVML indices of the FREE GPUs (:func:`gpumon.data.views.free_gpu_indices`): the
+        free: NVML indices of the FREE GPUs (:func:`gpumon.data.free.free_gpu_indices`): the
             default template shows them as ``3:FREE``; any template's ``{free}`` says FREE.
 
     Returns:

@@ -17,8 +17,9 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import GpuStats, Sample
-from gpumon.data.views import free_gpu_indices, is_stale, user_summary
+from gpumon.data.views import is_stale, user_summary
 
 
 class NodeState(str, enum.Enum):

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpumon.data import format as fmt
+from gpumon.data.free import processes_known
 from gpumon.data.model import GpuProcess, Sample
-from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER, processes_known
+from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER
 
 MIB = 1024**2
 

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpumon.data import format as fmt
+from gpumon.data.free import processes_known
 from gpumon.data.model import GpuProcess, GpuStats, Sample
-from gpumon.data.views import instance_processes, processes_known, user_summary
+from gpumon.data.views import instance_processes, user_summary
 
 #: A reason names at most this many users of a GPU, then how many more.
 MAX_USERS_NAMED = 3

@@ -1,18 +1,17 @@
-"""Who uses what, as pure functions of a sample: filters, the per-user summary, FREE GPUs.
+"""Who uses what, as pure functions of a sample: filters, the per-user summary, staleness
+(FREE GPUs are :mod:`gpumon.data.free`).
 
 The dashboard's process table, ``gpumon once`` and ``gpumon pick`` all use these, so a filter
-or a FREE mark means the same everywhere. No Textual, no NVML, no psutil here.
+means the same everywhere. No Textual, no NVML, no psutil here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from gpumon.data.model import GpuProcess, GpuStats, MigInstance, Sample
-
-MIB = 1024**2
+from gpumon.data.model import GpuProcess, MigInstance
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,41 +140,6 @@ def is_stale(timestamp_s: float | None, now_s: float, interval_s: float) -> bool
     """True when data read at ``timestamp_s`` (None: never) is older than
     :data:`STALE_AFTER_INTERVALS` intervals of ``interval_s`` at ``now_s``."""
     return timestamp_s is None or now_s - timestamp_s > STALE_AFTER_INTERVALS * interval_s
-
-
-def processes_known(gpu: GpuStats, sample: Sample) -> bool:
-    """True when ``gpu``'s process list was read: not lost, not refused, asked for."""
-    return sample.processes_read and not gpu.lost and gpu.processes_error is None
-
-
-def is_free(
-    gpu: GpuStats, processes: Sequence[GpuProcess], threshold_bytes: int, *, known: bool
-) -> bool:
-    """A GPU is FREE when its process list is ``known`` and empty and its memory in use is
-    below ``threshold_bytes``. Unknown is never free: a lost GPU, a refused process list, a
-    memory reading N/A."""
-    if not known or gpu.lost or gpu.processes_error is not None:
-        return False
-    if processes or gpu.memory_used_bytes is None:
-        return False
-    if gpu.mig_instances is None:  # MIG on, instances unreadable: memory per instance unknown
-        return False
-    return gpu.memory_used_bytes < threshold_bytes
-
-
-def free_gpu_indices(sample: Sample | None, threshold_mib: int) -> frozenset[int]:
-    """The NVML indices of the FREE GPUs of ``sample`` (none before the first sample)."""
-    if sample is None:
-        return frozenset()
-    by_gpu: dict[int, list[GpuProcess]] = {}
-    for process in sample.processes:
-        by_gpu.setdefault(process.gpu_index, []).append(process)
-    threshold = threshold_mib * MIB
-    return frozenset(
-        gpu.index
-        for gpu in sample.gpus
-        if is_free(gpu, by_gpu.get(gpu.index, ()), threshold, known=processes_known(gpu, sample))
-    )
 
 
 def instance_processes(

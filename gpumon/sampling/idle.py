@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gpumon.data.free import processes_known
 from gpumon.data.idle import Activity, IdleRule, IdleView, ProcessKey, held_idle_gpus
 from gpumon.data.model import GpuProcess, Sample
-from gpumon.data.views import processes_known
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings

@@ -4,8 +4,8 @@
 module: how a single sample is taken, what "no driver" looks like to a script, and the JSON
 shape documented in ``docs/json-schema.md`` and ``gpumon/schema/once.schema.json``.
 
-Kept light (stdlib, gpumon.data.model and gpumon.data.views only): the sources, and with them psutil
-and pynvml, are imported inside :func:`take_sample`.
+Kept light (stdlib and gpumon.data; gpumon.data.views only when a document is built): the
+sources, and with them psutil and pynvml, are imported inside :func:`take_sample`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import gpumon  # gpumon.__version__, read when a document is built
 from gpumon.data.format import known_time
+from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.model import (
     GpuProcess,
     GpuStats,
@@ -29,18 +30,9 @@ from gpumon.data.model import (
     UnavailableReason,
     unlisted_memory_bytes,
 )
-from gpumon.data.views import (
-    OTHER_NAMESPACE,
-    UNKNOWN_USER,
-    ProcessFilter,
-    UserUsage,
-    filter_processes,
-    free_gpu_indices,
-    processes_known,
-    user_summary,
-)
 
 if TYPE_CHECKING:
+    from gpumon.data.views import ProcessFilter, UserUsage
     from gpumon.settings import Settings
     from gpumon.sources.base import GpuSource
 
@@ -296,6 +288,8 @@ def user_summary_of(sample: Sample) -> tuple[tuple[UserUsage, ...], tuple[int, .
     """Per user, what the GPUs whose process lists are known hold; and the NVML indices of
     the GPUs left out because theirs are not (lost, refused; every GPU when the sample
     carries no process lists)."""
+    from gpumon.data.views import user_summary  # as in sample_to_dict
+
     known = {gpu.index for gpu in sample.gpus if processes_known(gpu, sample)}
     usages = user_summary(p for p in sample.processes if p.gpu_index in known)
     left_out = tuple(gpu.index for gpu in sample.gpus if gpu.index not in known)
@@ -305,6 +299,8 @@ def user_summary_of(sample: Sample) -> tuple[tuple[UserUsage, ...], tuple[int, .
 def usage_to_dict(usage: UserUsage) -> dict[str, Any]:
     """One entry of ``users``: an unknown owner and another PID namespace are ``null``
     users (``visible`` tells them apart), never a made-up name."""
+    from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER  # as in sample_to_dict
+
     named = usage.user not in (UNKNOWN_USER, OTHER_NAMESPACE)
     return {
         "user": usage.user if named else None,
@@ -342,6 +338,10 @@ def sample_to_dict(
     Returns:
         A dict of str, int, float, bool, None, lists and dicts only.
     """
+    # Here, not at the top: `gpumon status` takes its sample through this module and needs
+    # none of the views' classes (their dataclasses cost its start-up a millisecond).
+    from gpumon.data.views import ProcessFilter, filter_processes
+
     include_processes = include_processes and sample.processes_read
     by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
     for process in sample.processes:

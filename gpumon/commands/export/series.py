@@ -15,9 +15,9 @@ from typing import Any
 
 from gpumon.data.fields import FIELDS, Field
 from gpumon.data.format import safe_text
+from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.idle import Activity, ProcessKey
 from gpumon.data.model import GpuProcess, GpuStats, MigInstance, Sample
-from gpumon.data.views import free_gpu_indices, processes_known
 
 GPU_LABELS = ("gpu", "uuid", "name")
 #: ``type`` is how the process uses the GPU, as nvidia-smi's Type column: C, G or C+G.

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumon.data.free import processes_known
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import GpuProcess, Sample
-from gpumon.data.views import processes_known
 from gpumon.sampling.history.schema import HISTORY_FIELDS, HOUR_S, MINUTE_S
 
 #: A process session's identity: (GPU UUID, PID, start time).

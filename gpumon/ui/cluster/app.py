@@ -31,7 +31,7 @@ from textual.screen import Screen
 from gpumon import startup
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample
-from gpumon.data.views import free_gpu_indices
+from gpumon.data.free import free_gpu_indices
 from gpumon.sampling.poller import Poller
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates

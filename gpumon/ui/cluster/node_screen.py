@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Static
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
-from gpumon.data.views import free_gpu_indices, processes_known
+from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.ui.cluster.node_columns import clock_text
 from gpumon.ui.cluster.view import (
     NO_PROCESSES_DCGM,

@@ -21,8 +21,9 @@ from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.model import Sample
-from gpumon.data.views import ProcessFilter, free_gpu_indices, processes_known
+from gpumon.data.views import ProcessFilter
 from gpumon.ui.widgets.bars import HeaderBar, HostStrip
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.widgets.gpu_notes import gather_notes

@@ -16,9 +16,10 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 
 from gpumon.data import format as fmt
+from gpumon.data.free import processes_known
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import Sample
-from gpumon.data.views import UserUsage, processes_known, user_summary
+from gpumon.data.views import UserUsage, user_summary
 from gpumon.ui.dashboard.store_screen import StoreScreen
 from gpumon.ui.widgets.text_lines import TextLines
 

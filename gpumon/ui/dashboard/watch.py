@@ -4,7 +4,7 @@ the cursor ends.
 :class:`DashboardWatches` holds the watches (:class:`~gpumon.ui.widgets.watches.Watches`),
 gives each watched GPU its ``watching`` note (a note source of the app), and checks every new
 sample from the store: a GPU is done when it is FREE by the dashboard's own rule
-(:func:`~gpumon.data.views.free_gpu_indices`: never while its processes are unknown), a
+(:func:`~gpumon.data.free.free_gpu_indices`: never while its processes are unknown), a
 process when no GPU lists it any more (or NVML lists it as exited) and its GPU's process
 list was read. Then the app alerts (a notification, the bell, a desktop notification) and
 the watch ends. A GPU that is FREE already, or a process that has ended, is said so at once
@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from gpumon.data import format as fmt
+from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.model import GpuProcess, GpuStats, Sample
-from gpumon.data.views import free_gpu_indices, processes_known, shorten_command
+from gpumon.data.views import shorten_command
 from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.watches import Watch, Watches
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from textual.css.scalar import Unit
 from textual.widget import Widget
 
+from gpumon.data.free import processes_known
 from gpumon.data.model import Sample
-from gpumon.data.views import processes_known
 
 #: The process table keeps at least this share of the screen: the GPU panel falls back to
 #: two-line, then one-line rows (and scrolls) before it takes more.
