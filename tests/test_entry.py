@@ -116,6 +116,22 @@ async def test_the_dashboard_turns_the_collector_back_on_once_its_first_sample_i
         assert gc.isenabled()
 
 
+async def test_a_first_sample_that_never_comes_does_not_leave_the_collector_off(
+    collector: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpumon.ui.dashboard import app as dashboard_app
+    from tests.ui_helpers import app_for, make_gpu, make_sample
+
+    monkeypatch.setattr(dashboard_app, "SETTLED_AT_LATEST_S", 0.2)
+    app = app_for(make_sample((make_gpu(0),)))  # the sample is never handed to it
+    gc.disable()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert not gc.isenabled()
+        await pilot.pause(0.4)
+        assert gc.isenabled()
+
+
 async def test_the_cluster_list_turns_the_collector_back_on_once_drawn(collector: None) -> None:
     from tests.test_cluster_ui import cluster_app
 

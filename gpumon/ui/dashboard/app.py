@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from gpumon.ui.widgets.gpu_notes import NoteSource
 
 INTERVAL_STEPS_S = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+#: Start-up is over once the first sample is drawn, or this long after the app started: a
+#: first sample that never comes (a driver stuck in its init) must not leave the garbage
+#: collector off for the days the dashboard stays open (:mod:`gpumon.startup`).
+SETTLED_AT_LATEST_S = 5.0
 
 
 class GpumonApp(HistoryKeys, MonitorApp):
@@ -171,6 +175,7 @@ class GpumonApp(HistoryKeys, MonitorApp):
         if self.autostart:
             self.run_worker(self.poller.run(), group="poller", exclusive=True)
             self.set_interval(1.0, self._check_stalled)
+        self.set_timer(SETTLED_AT_LATEST_S, startup.settled)
         self.start_common()
 
     # -- samples in ------------------------------------------------------------------
