@@ -1021,6 +1021,48 @@ def test_processes_are_joined_with_host_details() -> None:
     assert process.cpu_pct == 97.5
 
 
+def test_every_host_detail_reaches_the_process() -> None:
+    """Each field of what the host tells of a PID lands on its GpuProcess under its own name
+    (the join lists them one by one: a field added to one side must not be dropped)."""
+    from gpumon.sources.host.inspector import HostProcessInfo
+
+    host = HostProcessInfo(
+        visible=False,
+        user="alice",
+        command="python train.py",
+        cpu_pct=12.5,
+        rss_bytes=3 * GIB,
+        elapsed_s=90.0,
+        is_current_user=True,
+        create_time_s=NOW - 90,
+        job_id="4242",
+        container_id="0123456789ab",
+        exited=True,
+    )
+    defaults = HostProcessInfo(visible=True)
+    assert all(
+        getattr(host, field.name) != getattr(defaults, field.name)
+        for field in dataclasses.fields(HostProcessInfo)
+    )  # so that a dropped field shows
+
+    class Inspector:
+        def inspect(self, pids: set[int]) -> dict[int, HostProcessInfo]:
+            return {pid: host for pid in pids}
+
+    fake = FakeNvml([make_gpu(0, compute_processes=[ProcessInfo(4242, 6 * GIB)])])
+    source = NvmlSource(
+        nvml=fake,
+        inspector=Inspector(),  # type: ignore[arg-type]
+        host_sampler=lambda: HOST,
+        clock=lambda: NOW,
+        monotonic=FakeClock(),
+    )
+    (process,) = source.sample().processes
+    for field in dataclasses.fields(HostProcessInfo):
+        assert getattr(process, field.name) == getattr(host, field.name), field.name
+    assert (process.pid, process.gpu_memory_bytes) == (4242, 6 * GIB)
+
+
 def test_compute_and_graphics_pid_is_one_c_plus_g_row() -> None:
     fake = FakeNvml(
         [

@@ -277,22 +277,32 @@ class NvmlSource:
 
             details = self._inspector.inspect({pid for _, found, _ in raw for pid in found})
         processes: list[GpuProcess] = []
+        # Each GpuProcess built once, with its host part: building it without and then
+        # dataclasses.replace took a tenth of the sampling thread (every process, every tick).
         for device, found, sm_utilization in raw:
             for pid, (kind, memory, gpu_instance, compute_instance) in found.items():
-                process = GpuProcess(
-                    gpu_index=device.index,
-                    gpu_uuid=device.uuid,
-                    pid=pid,
-                    kind=kind,
-                    gpu_memory_bytes=memory,
-                    sm_utilization_pct=sm_utilization.get(pid),
-                    gpu_instance_id=gpu_instance,
-                    compute_instance_id=compute_instance,
-                )
-                if details is not None:
-                    host = details.get(pid, NOT_VISIBLE)
-                    process = dataclasses.replace(
-                        process,
+                if details is None:
+                    processes.append(
+                        GpuProcess(
+                            gpu_index=device.index,
+                            gpu_uuid=device.uuid,
+                            pid=pid,
+                            kind=kind,
+                            gpu_memory_bytes=memory,
+                            sm_utilization_pct=sm_utilization.get(pid),
+                            gpu_instance_id=gpu_instance,
+                            compute_instance_id=compute_instance,
+                        )
+                    )
+                    continue
+                host = details.get(pid, NOT_VISIBLE)
+                processes.append(
+                    GpuProcess(
+                        gpu_index=device.index,
+                        gpu_uuid=device.uuid,
+                        pid=pid,
+                        kind=kind,
+                        gpu_memory_bytes=memory,
                         user=host.user,
                         command=host.command,
                         cpu_pct=host.cpu_pct,
@@ -300,12 +310,15 @@ class NvmlSource:
                         elapsed_s=host.elapsed_s,
                         visible=host.visible,
                         is_current_user=host.is_current_user,
+                        sm_utilization_pct=sm_utilization.get(pid),
                         create_time_s=host.create_time_s,
                         job_id=host.job_id,
                         container_id=host.container_id,
+                        gpu_instance_id=gpu_instance,
+                        compute_instance_id=compute_instance,
                         exited=host.exited,
                     )
-                processes.append(process)
+                )
         return tuple(processes)
 
     def close(self) -> None:
