@@ -12,7 +12,7 @@ import pwd
 import socket
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import psutil
 
@@ -71,6 +71,8 @@ class HostProcessInfo:
     exited: bool = False
 
 
+#: HostProcessInfo's fields: GpuProcess has each under the same name.
+HOST_FIELDS = tuple(field.name for field in fields(HostProcessInfo))
 NOT_VISIBLE = HostProcessInfo(visible=False)
 #: A PID that is not on this host although gpumon sees every PID of it: the process exited
 #: (NVML's list lags, or the driver still tears its context down).

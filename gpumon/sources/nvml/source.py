@@ -271,31 +271,19 @@ class NvmlSource:
     def _join_processes(self, raw: list[_DeviceProcesses]) -> tuple[GpuProcess, ...]:
         """Each listed process with what the host tells of it; NVML's part alone without an
         inspector (``read_host_details=False``)."""
-        details: dict[int, HostProcessInfo] | None = None
+        details: dict[int, HostProcessInfo] = {}
+        host_fields: tuple[str, ...] = ()  # without an inspector: GpuProcess's defaults
         if self._inspector is not None:
-            from gpumon.sources.host.inspector import NOT_VISIBLE
+            from gpumon.sources.host.inspector import HOST_FIELDS, NOT_VISIBLE
 
             details = self._inspector.inspect({pid for _, found, _ in raw for pid in found})
+            host_fields = HOST_FIELDS
         processes: list[GpuProcess] = []
         # Each GpuProcess built once, with its host part: building it without and then
         # dataclasses.replace took a tenth of the sampling thread (every process, every tick).
         for device, found, sm_utilization in raw:
             for pid, (kind, memory, gpu_instance, compute_instance) in found.items():
-                if details is None:
-                    processes.append(
-                        GpuProcess(
-                            gpu_index=device.index,
-                            gpu_uuid=device.uuid,
-                            pid=pid,
-                            kind=kind,
-                            gpu_memory_bytes=memory,
-                            sm_utilization_pct=sm_utilization.get(pid),
-                            gpu_instance_id=gpu_instance,
-                            compute_instance_id=compute_instance,
-                        )
-                    )
-                    continue
-                host = details.get(pid, NOT_VISIBLE)
+                host = details.get(pid, NOT_VISIBLE) if host_fields else None
                 processes.append(
                     GpuProcess(
                         gpu_index=device.index,
@@ -303,20 +291,10 @@ class NvmlSource:
                         pid=pid,
                         kind=kind,
                         gpu_memory_bytes=memory,
-                        user=host.user,
-                        command=host.command,
-                        cpu_pct=host.cpu_pct,
-                        rss_bytes=host.rss_bytes,
-                        elapsed_s=host.elapsed_s,
-                        visible=host.visible,
-                        is_current_user=host.is_current_user,
                         sm_utilization_pct=sm_utilization.get(pid),
-                        create_time_s=host.create_time_s,
-                        job_id=host.job_id,
-                        container_id=host.container_id,
                         gpu_instance_id=gpu_instance,
                         compute_instance_id=compute_instance,
-                        exited=host.exited,
+                        **{name: getattr(host, name) for name in host_fields},
                     )
                 )
         return tuple(processes)
