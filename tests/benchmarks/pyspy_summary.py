@@ -117,8 +117,11 @@ def is_idle(frames: Sequence[Frame]) -> bool:
         return True
     if leaf.file == "queue.py" and name == "get":
         return True
-    # gpumon's poller thread between polls: blocked in SimpleQueue.get() (C, so the leaf is
-    # the loop line itself; the loop's own code is a few bytecodes per poll)
+    # Blocked in SimpleQueue.get() (C, so the leaf is the loop line itself; the loop's own
+    # code is a few bytecodes per job): gpumon's poller thread between polls, and an
+    # executor's worker thread (run_in_executor: the claims read) between jobs.
+    if leaf.file == "concurrent/futures/thread.py" and leaf.func == "_worker":
+        return True
     return leaf.file == "gpumon/sampling/poller.py" and leaf.func == "_DaemonThread._work"
 
 
