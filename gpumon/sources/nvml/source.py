@@ -279,8 +279,8 @@ class NvmlSource:
             details = self._inspector.inspect({pid for _, found, _ in raw for pid in found})
             host_fields = HOST_FIELDS
         processes: list[GpuProcess] = []
-        # Each GpuProcess built once, with its host part: building it without and then
-        # dataclasses.replace took a tenth of the sampling thread (every process, every tick).
+        # Each GpuProcess built once, with its host part (a dataclasses.replace of every
+        # process on every tick cost ~2 µs each: 1.64 -> 1.51-1.58 ms a sample at 64).
         for device, found, sm_utilization in raw:
             for pid, (kind, memory, gpu_instance, compute_instance) in found.items():
                 host = details.get(pid, NOT_VISIBLE) if host_fields else None
