@@ -1023,7 +1023,7 @@ def test_processes_are_joined_with_host_details() -> None:
 
 def test_every_host_detail_reaches_the_process() -> None:
     """Each field of what the host tells of a PID lands on its GpuProcess under its own name
-    (the join lists them one by one: a field added to one side must not be dropped)."""
+    (the join goes by HostProcessInfo's field names: a field GpuProcess lacks must fail here)."""
     from gpumon.sources.host.inspector import HostProcessInfo
 
     host = HostProcessInfo(
