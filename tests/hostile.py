@@ -45,6 +45,8 @@ HOSTILE_ARGV: dict[str, list[str]] = {
     "bidi_override": _argv(b"python", "evil\u202etxt.py".encode(), "\u2066a\u2069".encode()),
     "zero_width": _argv(b"py\xe2\x80\x8bthon", "x\u200c\u200d\u200e\u200f\ufeff.py".encode()),
     "line_separator": _argv(b"python", "a\u2028b\u2029c".encode()),
+    # Invisible but not format characters: "train.py" twice, looking the same.
+    "invisible_letters": _argv(b"python", "tra\u034fin\ufe00.py".encode(), "\u3164".encode()),
     "emoji_cjk": _argv(b"python", "学習.py".encode(), "--tag=🚀".encode()),
     "very_long": _argv(b"python", b"x" * 100_000),
 }
@@ -57,12 +59,21 @@ HOSTILE_USER = os.fsdecode(b"mal\x1b[2J\x9b\xffory\xe2\x80\xae")
 _FORBIDDEN_CATEGORIES = ("Cc", "Cs", "Cf", "Zl", "Zp")
 
 
+#: Invisible characters in other categories (Unicode's default-ignorable code points).
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u3164\uffa0") | {chr(c) for c in range(0xFE00, 0xFE10)}
+
+
 def unsafe_characters(text: str, *, allow: str = "") -> list[str]:
     """The characters in ``text`` that must never reach a terminal, JSON or Prometheus."""
     return [
         char
         for char in text
-        if char not in allow and unicodedata.category(char) in _FORBIDDEN_CATEGORIES
+        if char not in allow
+        and (
+            unicodedata.category(char) in _FORBIDDEN_CATEGORIES
+            or char in _INVISIBLE
+            or 0xE0000 <= ord(char) <= 0xE0FFF
+        )
     ]
 
 

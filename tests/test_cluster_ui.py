@@ -15,11 +15,12 @@ from dataclasses import replace
 import pytest
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.format import natural_key
 from gpumon.data.model import GpuProcess, GpuStats, HostStats, ProcessKind, Sample
 from gpumon.settings import Settings
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui.cluster.app import ClusterApp, create_cluster_app
-from gpumon.ui.cluster.node_columns import NodeFilter, natural_key, node_rows, sort_rows, state_text
+from gpumon.ui.cluster.node_columns import NodeFilter, node_rows, sort_rows, state_text
 from gpumon.ui.cluster.node_history import NodeGpuScreen, time_columns
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.node_screen import NodeScreen

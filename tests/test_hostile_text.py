@@ -38,6 +38,9 @@ def test_safe_text_escapes_each_kind_of_hostile_character_visibly() -> None:
     assert fmt.safe_text("evil\u202etxt.py\u2066") == "evil\\u202etxt.py\\u2066"
     assert fmt.safe_text("py\u200bthon\ufeff") == "py\\u200bthon\\ufeff"
     assert fmt.safe_text("tag\U000e0041 a\u2028b") == "tag\\U000e0041 a\\u2028b"
+    assert fmt.safe_text("tra\u034fin\ufe00.py\u3164\U000e0080") == (
+        "tra\\u034fin\\ufe00.py\\u3164\\U000e0080"
+    )
     assert fmt.safe_text("学習 🚀 café") == "学習 🚀 café"
     long = fmt.safe_text("x" * 100_000)
     assert len(long) == fmt.SAFE_TEXT_MAX_CHARS + 1 and long.endswith(fmt.ELLIPSIS)

@@ -12,7 +12,6 @@ Which headless run reads a cluster: :func:`gpumon.sources.cluster_base.cluster_r
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.format import natural_key
 from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.model import GpuProcess
 from gpumon.data.painting import BOLD, DIM, GREEN, RED, REVERSE, YELLOW, Painter
@@ -45,15 +45,6 @@ def read_failure(cluster: ClusterSample) -> str | None:
             "or dcgm-exporter's metrics (docs/cluster.md has the scrape config)"
         )
     return None
-
-
-def natural_key(name: str) -> tuple[Any, ...]:
-    """``node2`` before ``node10``: digit runs compare as numbers."""
-    return tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part.casefold())
-        for part in re.split(r"(\d+)", name)
-        if part
-    )
 
 
 def ordered(nodes: Sequence[Node]) -> list[Node]:

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.commands.cluster_output import EXPORTER_LABELS, natural_key, ordered, state_text
+from gpumon.commands.cluster_output import EXPORTER_LABELS, ordered, state_text
 from gpumon.data.cluster import ClusterSample, Node
+from gpumon.data.format import natural_key
 from gpumon.data.ranking import Candidate, qualify, rank
 
 #: A host name as ssh takes it: letters, digits, dots, hyphens and underscores, never

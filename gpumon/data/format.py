@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Literal
 
@@ -187,6 +188,23 @@ def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
 SAFE_TEXT_MAX_CHARS = 4096
 
 
+#: Default-ignorable code points (Unicode's DerivedCoreProperties) outside the categories
+#: escaped anyway (Cf, Zl, Zp): drawn as nothing, yet not nothing. A command with one looks
+#: like another command, and terminals disagree on their width (U+3164: 0 or 2 cells).
+_IGNORABLE_RANGES = (
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x115F, 0x1160),  # Hangul choseong and jungseong fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180F),  # Mongolian free variation selectors
+    (0x2065, 0x2065),  # unassigned, among the invisible operators
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFE00, 0xFE0F),  # variation selectors
+    (0xFFA0, 0xFFA0),  # halfwidth Hangul filler
+    (0xFFF0, 0xFFF8),  # unassigned specials
+    (0xE0000, 0xE0FFF),  # tags and variation selectors supplement, assigned or not
+)
+
+
 class _SafeCharacters(dict[int, str]):
     """``str.translate`` table built lazily: each code point is classified once."""
 
@@ -207,9 +225,11 @@ class _SafeCharacters(dict[int, str]):
             import unicodedata  # only for non-ASCII text: `gpumon status` stays lean
 
             # Format characters (bidi overrides and isolates, zero-width spaces and joiners,
-            # BOM, tags) and line/paragraph separators can disguise what a command is:
-            # shown visibly escaped, never interpreted.
-            if unicodedata.category(char) in ("Cf", "Zl", "Zp"):
+            # BOM, tags), line/paragraph separators and the other invisible characters can
+            # disguise what a command is: shown visibly escaped, never interpreted.
+            if unicodedata.category(char) in ("Cf", "Zl", "Zp") or any(
+                first <= code <= last for first, last in _IGNORABLE_RANGES
+            ):
                 replacement = f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
             else:
                 replacement = char
@@ -237,6 +257,30 @@ def safe_text(text: str, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     if text.isascii() and text.isprintable():  # the common case, in C
         return text
     return text.translate(_SAFE_CHARACTERS)
+
+
+def ascii_int(text: str | None, max_digits: int = 18) -> int | None:
+    """``text`` as a number when it is 1 to ``max_digits`` ASCII digits, else ``None``.
+
+    ``str.isdigit()`` alone also takes ``²``, ``①`` or Arabic-Indic digits, which ``int()``
+    either refuses or reads: a label or argument from elsewhere is checked here instead."""
+    if text is None or not 0 < len(text) <= max_digits or not text.isascii():
+        return None
+    return int(text) if text.isdigit() else None
+
+
+_DIGIT_RUNS = re.compile(r"([0-9]+)")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key for names with numbers: ``node2`` before ``node10`` (ASCII digit runs compare
+    as numbers, the rest case-blind; a digit run and text never meet at the same place)."""
+    # re.split with a group alternates text and digit runs: the odd places are the runs.
+    return tuple(
+        (0, int(part), "") if place % 2 else (1, 0, part.casefold())
+        for place, part in enumerate(_DIGIT_RUNS.split(name))
+        if part
+    )
 
 
 def cell_len(text: str) -> int:

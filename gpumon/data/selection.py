@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats, Sample
 
 _LEADING_DIGITS = re.compile(r"[0-9]+", re.ASCII)
@@ -123,8 +124,9 @@ def _only(only: Sequence[str], gpus: Sequence[GpuStats]) -> tuple[set[int], list
     missing: list[str] = []
     here = index_ranges(sorted(gpu.index for gpu in gpus)) or "none"
     for identifier in only:
-        if identifier.isdigit():
-            found = [gpu for gpu in gpus if gpu.index == int(identifier)]
+        number = fmt.ascii_int(identifier, 6)
+        if number is not None:
+            found = [gpu for gpu in gpus if gpu.index == number]
         else:
             found = matching_gpus(identifier, gpus)
         if len(found) == 1:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon.data.cluster import node_names
+from gpumon.data import format as fmt
 from gpumon.data.format import safe_text
 from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
@@ -243,15 +244,14 @@ def _holders(series: Iterable[_Series]) -> list[tuple[tuple[str, str], IdleHolde
     found = []
     for item in idle:
         labels = item.labels
-        pid = labels.get("pid", "")
-        gpu = labels.get("gpu", "")
-        if not pid.isdigit() or item.value is None:
+        pid = fmt.ascii_int(labels.get("pid"), 9)
+        if pid is None or item.value is None:
             continue
-        held = memory.get((*_target(labels), labels.get("uuid"), pid))
+        held = memory.get((*_target(labels), labels.get("uuid"), labels.get("pid")))
         holder = IdleHolder(
             user=item.label("user"),
-            pid=int(pid),
-            gpu_index=int(gpu) if gpu.isdigit() and len(gpu) < 4 else None,
+            pid=pid,
+            gpu_index=fmt.ascii_int(labels.get("gpu"), 3),
             gpu_uuid=item.label("uuid"),
             idle_s=item.value,
             gpu_memory_bytes=None if held is None else int(held),

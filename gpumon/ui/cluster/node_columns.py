@@ -9,7 +9,6 @@ after every UP node, whichever the direction.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ExporterKind, Node, NodeState, NodeSummary, summarize
-from gpumon.data.format import known_time
+from gpumon.data.format import known_time, natural_key
 from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER
 
 #: What a node that is not UP shows for its free GPUs (and a node with no top user).
@@ -112,12 +111,6 @@ class NodeFilter:
         if self.text:
             parts.append(f'"{self.text}"')
         return " · ".join(parts)
-
-
-def natural_key(name: str) -> list[Any]:
-    """``node2`` before ``node10``: digit runs compare as numbers."""
-    # re.split with a group alternates text and digits, so equal positions hold equal types.
-    return [int(part) if part.isdigit() else part.casefold() for part in re.split(r"(\d+)", name)]
 
 
 _STATE_ORDER = {NodeState.DOWN: 0, NodeState.STALE: 1, NodeState.UP: 2}

@@ -124,7 +124,7 @@ def column_layout(
 
 
 def _job_number(job_id: str | None) -> int | None:
-    return int(job_id) if job_id is not None and job_id.isdigit() else None
+    return fmt.ascii_int(job_id)
 
 
 def table_messages(sample: Sample | None) -> tuple[list[str], str]:
