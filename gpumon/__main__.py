@@ -50,5 +50,18 @@ def _exit_now(status: int) -> NoReturn:
     os._exit(status)
 
 
+def _forget_working_directory() -> None:
+    """``python -m gpumon`` puts the working directory first on the module path: run from
+    /tmp, a module another user put there (json.py, sqlite3.py: imported when first needed)
+    would run as this user. gpumon itself is imported already (its own submodules are
+    found through the package, not the path); the console script never has the entry."""
+    try:
+        here = os.getcwd()
+    except OSError:  # removed since: nothing there to import
+        here = ""
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", ".", here)]
+
+
 if __name__ == "__main__":
+    _forget_working_directory()
     run()

@@ -33,7 +33,7 @@ def collector() -> Iterator[None]:
     gc.enable()
 
 
-def python_m_gpumon(*args: str) -> subprocess.CompletedProcess[str]:
+def python_m_gpumon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "gpumon", *args],
@@ -42,7 +42,18 @@ def python_m_gpumon(*args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         timeout=60,
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
+
+
+def test_python_m_gpumon_imports_no_module_from_the_working_directory(tmp_path: Path) -> None:
+    """Started from /tmp, a json.py another user left there must not run as this user."""
+    mark = tmp_path / "planted-module-ran"
+    for name in ("json", "sqlite3", "unicodedata"):  # imported only when first needed
+        (tmp_path / f"{name}.py").write_text(f"open({str(mark)!r}, 'a').write({name!r})\n")
+    once = python_m_gpumon("once", "--json", *DEMO, cwd=tmp_path)
+    assert not mark.exists(), mark.read_text()
+    assert once.returncode == 0 and json.loads(once.stdout)["simulated"] is True, once.stderr
 
 
 def test_a_one_shot_command_prints_everything_and_keeps_its_exit_status() -> None:

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -419,6 +420,27 @@ def test_the_child_command_loads_gpumon_by_path_without_touching_the_environment
     package_dir = argv[3]
     assert os.path.isfile(os.path.join(package_dir, "__init__.py"))
     assert os.path.isfile(os.path.join(package_dir, "probe", "child.py"))
+
+
+def plant_modules(directory: Path, *names: str) -> Path:
+    """Modules another user could leave in /tmp: each, if imported, leaves a mark."""
+    mark = directory / "planted-module-ran"
+    for name in names:
+        (directory / f"{name}.py").write_text(f"open({str(mark)!r}, 'a').write({name!r})\n")
+    return mark
+
+
+def test_the_child_never_imports_a_module_from_the_directory_it_starts_in(tmp_path: Path) -> None:
+    """The probe may be started from /tmp: an argparse.py someone left there must not run."""
+    mark = plant_modules(tmp_path, "argparse", "json", "dataclasses", "runpy", "traceback")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["PYTHONPATH"] = ""  # an empty entry means the working directory too
+    done = subprocess.run(
+        [*child_command(), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert not mark.exists(), mark.read_text()
+    assert done.returncode == 0 and "--request" in done.stdout, done.stderr
 
 
 # --- the parent's NVML checks on their own ---------------------------------------------------

@@ -18,8 +18,13 @@ from gpumon.probe.child_io import EXIT_PARENT_GONE
 #: Seconds to wait for a killed child to be reaped.
 REAP_TIMEOUT_S = 5.0
 
+# Its first line takes the working directory off the module path ("-c" puts it first, an
+# empty PYTHONPATH entry adds it again): the probe may start in /tmp, where another user's
+# argparse.py or json.py would otherwise run as this user. Python < 3.11 has no -P, and -I
+# would drop the PYTHONPATH the child is meant to keep.
 _BOOTSTRAP = """\
-import importlib.util, os, runpy, sys
+import sys; sys.path[:] = [entry for entry in sys.path if entry not in ("", ".")]
+import importlib.util, os, runpy
 package_dir = sys.argv.pop(1)
 spec = importlib.util.spec_from_file_location(
     "gpumon", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir]
