@@ -31,8 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpumon.data.cluster import node_names
-from gpumon.data import format as fmt
-from gpumon.data.format import safe_text
+from gpumon.data.format import ascii_int, safe_text
 from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
@@ -244,14 +243,14 @@ def _holders(series: Iterable[_Series]) -> list[tuple[tuple[str, str], IdleHolde
     found = []
     for item in idle:
         labels = item.labels
-        pid = fmt.ascii_int(labels.get("pid"), 9)
+        pid = ascii_int(labels.get("pid"), 9)
         if pid is None or item.value is None:
             continue
         held = memory.get((*_target(labels), labels.get("uuid"), labels.get("pid")))
         holder = IdleHolder(
             user=item.label("user"),
             pid=pid,
-            gpu_index=fmt.ascii_int(labels.get("gpu"), 3),
+            gpu_index=ascii_int(labels.get("gpu"), 3),
             gpu_uuid=item.label("uuid"),
             idle_s=item.value,
             gpu_memory_bytes=None if held is None else int(held),
