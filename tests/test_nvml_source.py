@@ -10,6 +10,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import GpuStats, HostStats, ProcessKind, UnavailableReason
 from gpumon.sources.host.inspector import ProcessInspector
 from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
@@ -490,6 +491,8 @@ def test_memory_not_supported_at_all() -> None:
 
 @pytest.mark.parametrize("field", ["compute_processes", "graphics_processes"])
 def test_unsupported_process_list_is_not_asked_again(field: str) -> None:
+    """And without the compute list the processes are unknown, whatever the graphics list
+    says: a compute job would be missing, and the GPU would read free."""
     other = "graphics_processes" if field == "compute_processes" else "compute_processes"
     fake = FakeNvml([make_gpu(0, **{field: NOT_SUPPORTED, other: [ProcessInfo(300, GIB)]})])
     source = make_source(fake, FakeProcessTable(FakeProcess(300)))
@@ -500,7 +503,12 @@ def test_unsupported_process_list_is_not_asked_again(field: str) -> None:
 
     samples = [source.sample() for _ in range(3)]
 
-    assert [(p.pid, p.gpu_memory_bytes) for p in samples[-1].processes] == [(300, GIB)]
+    if field == "graphics_processes":
+        assert [(p.pid, p.gpu_memory_bytes) for p in samples[-1].processes] == [(300, GIB)]
+    else:
+        assert samples[-1].gpus[0].processes_error == PROCESSES_NOT_SUPPORTED
+        assert samples[-1].processes == ()
+        assert free_gpu_indices(samples[-1], 1024) == set()
     assert fake.count(function[field], 0) == 1
     assert fake.count(function[other], 0) == 3
 

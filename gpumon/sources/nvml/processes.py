@@ -26,14 +26,15 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
     """PID -> its kind, GPU memory and MIG instance. A PID in both lists is C+G, counted once.
 
     ``None`` when the processes are unknown, with the reason in :attr:`Device.processes_error`:
-    a list failed (for example NO_PERMISSION with MIG), or neither list is supported by
-    this GPU or driver. One unsupported list alone (no graphics list on a compute board)
-    leaves the other's answer. Unknown is never shown as "no processes".
+    a list failed (for example NO_PERMISSION with MIG), or the compute list is not supported
+    by this GPU or driver (what the graphics list says cannot tell that no compute job runs).
+    An unsupported graphics list alone (a compute board) leaves the compute list's answer.
+    Unknown is never shown as "no processes".
     """
     device.processes_error = None
     found: dict[int, ListedProcess] = {}
     mig = device.mig_enabled  # without MIG, NVML sets no instance id: not even looked at
-    unsupported = 0
+    compute_unsupported = False
     for field, function, kind in (
         ("compute_processes", "nvmlDeviceGetComputeRunningProcesses", ProcessKind.COMPUTE),
         ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses", ProcessKind.GRAPHICS),
@@ -50,7 +51,7 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
             if error is not None:
                 device.processes_error = f"NVML: {error}"
                 return None
-            unsupported += 1
+            compute_unsupported = compute_unsupported or kind is ProcessKind.COMPUTE
         for pid, memory, gpu_instance_id, compute_instance_id in entries or ():
             if not 0 < pid <= MAX_PID:
                 continue
@@ -78,7 +79,7 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
                 # In both lists (C+G): the same memory reported twice, count it once.
                 both = max((m for m in (previous_memory, memory) if m is not None), default=None)
                 found[pid] = (ProcessKind.BOTH, both, gpu_instance, compute_instance)
-    if unsupported == 2:
+    if compute_unsupported:
         device.processes_error = PROCESSES_NOT_SUPPORTED
         return None
     return found
