@@ -178,3 +178,28 @@ async def test_dashboard_writes_no_hostile_byte_and_shows_the_escapes() -> None:
     assert "train\\xff" in shown
     assert "python ?[2J?[Hfake.py" in shown
     assert HOSTILE_USER not in shown
+
+
+async def test_a_gpu_name_with_brackets_is_shown_as_text_not_read_as_markup() -> None:
+    """The GPU detail's title: "[/]" in a name crashed it (MarkupError), "[b]" vanished."""
+    from gpumon.ui.dashboard.app import create_app
+    from tests.ui_helpers import make_gpu, make_sample, screen_text
+
+    name = "Board [/]x [b]y[/b]"
+
+    class Named:
+        simulated = False
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            return make_sample((make_gpu(0, name=name),))
+
+        def close(self) -> None:
+            pass
+
+    app = create_app(Named(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        while app.samples_received < 1:
+            await pilot.pause(0.05)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert name in screen_text(app)

@@ -177,7 +177,10 @@ class GpuSpans:
         self.number, self.recorded = 0, None
         if history is not None and history.error is None:
             self.screen.notify(
-                f"Only the last minutes: {history.missing_text}", severity="warning", timeout=8
+                f"Only the last minutes: {history.missing_text}",
+                severity="warning",
+                timeout=8,
+                markup=False,
             )
 
     def read(self) -> None:

@@ -203,7 +203,7 @@ class ProcessDetailScreen(StoreScreen):
         self.ended = False
 
     def compose(self) -> ComposeResult:
-        yield Static(id="process-detail-title")
+        yield Static(id="process-detail-title", markup=False)
         with VerticalScroll():
             yield TextLines(id="process-detail-identity")
             yield TextLines(id="process-detail-history")

@@ -119,7 +119,9 @@ class UsageScreen(Screen[None]):
         self.simulated = False
 
     def compose(self) -> ComposeResult:
-        yield Static(f" GPU usage per user, from the history database {self.history.path}")
+        yield Static(
+            f" GPU usage per user, from the history database {self.history.path}", markup=False
+        )
         with VerticalScroll():
             yield TextLines(id="usage")
         yield Footer()

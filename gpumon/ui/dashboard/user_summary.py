@@ -85,7 +85,7 @@ class UserSummaryScreen(StoreScreen):
     TITLE_ID = "user-summary-title"
 
     def compose(self) -> ComposeResult:
-        yield Static("", id=self.TITLE_ID)
+        yield Static("", id=self.TITLE_ID, markup=False)
         with VerticalScroll():
             yield TextLines(id="user-summary")
         yield Footer()
