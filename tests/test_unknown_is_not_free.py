@@ -194,6 +194,57 @@ def test_the_poller_says_how_long_a_sample_has_been_stuck() -> None:
     assert poller.stalled_s() == pytest.approx(3.1)
 
 
+def test_a_longer_interval_does_not_make_a_stuck_poll_current_again() -> None:
+    """+ pressed while NVML hangs: the sample shown was taken at the old cadence, and the
+    poll in flight is as stuck as before."""
+    from gpumon.sampling.poller import Poller
+
+    now = [100.0]
+    poller = Poller(StaticSlow(), 1.0, lambda sample: None, clock=lambda: now[0])
+    poller._in_flight_since = now[0]
+    now[0] += 3.5
+    poller.interval_s = 10.0
+    assert poller.stalled_s() == pytest.approx(3.5)
+
+
+async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() -> None:
+    """One good sample (GPU 0 FREE), then every read raises: three intervals on, the header
+    says the reads are failing and nothing is FREE; a good read clears both."""
+    failing = threading.Event()
+    failing.set()
+    samples = 0
+
+    class Failing:
+        simulated = False
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            nonlocal samples
+            samples += 1
+            if samples > 1 and failing.is_set():
+                raise OSError("Too many open files")
+            return make_sample((make_gpu(0, memory_used_bytes=0, utilization_gpu_pct=0),))
+
+        def close(self) -> None:
+            pass
+
+    app = create_app(Failing(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = time.monotonic() + 20
+        while app.samples_received < 1:
+            assert time.monotonic() < deadline
+            await pilot.pause(0.05)
+        await pilot.pause(0.1)
+        assert "FREE" in screen_text(app)
+        while "reads failing for" not in screen_text(app):
+            assert time.monotonic() < deadline, "no banner"
+            await pilot.pause(0.1)
+        assert "FREE" not in screen_text(app)
+        failing.clear()
+        while "reads failing" in screen_text(app) or "FREE" not in screen_text(app):
+            assert time.monotonic() < deadline, "the banner stayed"
+            await pilot.pause(0.1)
+
+
 class StaticSlow:
     simulated = False
 

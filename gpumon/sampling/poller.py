@@ -135,6 +135,11 @@ class Poller:
         self.polls_started = 0
         self.polls_finished = 0
         self._in_flight_since: float | None = None  # when the poll in flight started
+        # When the last good sample was delivered, and the shortest interval in force since:
+        # how stale it is judged by (lengthening the interval does not make it fresh again).
+        self._good_at: float | None = None
+        self._interval_floor_s = self._interval_s
+        self.failing = False  # the last poll raised: no sample since the last good one
 
     @property
     def interval_s(self) -> float:
@@ -143,6 +148,7 @@ class Poller:
     @interval_s.setter
     def interval_s(self, value: float) -> None:
         self._interval_s = clamp_interval(value)
+        self._interval_floor_s = min(self._interval_floor_s, self._interval_s)
         self._wake.set()
 
     @property
@@ -180,12 +186,16 @@ class Poller:
                 else:
                     sample = await self._thread.run(self.source.sample)
             except Exception as error:
+                self.failing = True
                 if self._on_error is not None:
                     self._on_error(error)
                 return None
             finally:
                 self._in_flight_since = None
                 self.polls_finished += 1
+            self.failing = False
+            self._good_at = self._clock()
+            self._interval_floor_s = self._interval_s
             self._on_sample(sample)
             return sample
 
@@ -196,12 +206,23 @@ class Poller:
 
     def stalled_s(self) -> float | None:
         """How long the sample in flight has taken, once that is more than three intervals
-        (the driver is not answering); ``None`` otherwise."""
+        (the driver is not answering); ``None`` otherwise. The intervals are the shortest in
+        force since the last good sample: lengthening the interval during a hang does not
+        make the last sample current again."""
         started = self._in_flight_since
         if started is None:
             return None
         waited = self._clock() - started
-        return waited if waited > STALLED_INTERVALS * self._interval_s else None
+        return waited if waited > STALLED_INTERVALS * self._interval_floor_s else None
+
+    def failing_s(self) -> float | None:
+        """How old the last good sample is, once polls have failed since it for more than
+        three intervals (a read that raises every time: the last sample is stale, not
+        current); ``None`` otherwise, while paused, and before any good sample."""
+        if not self.failing or self._paused or self._good_at is None:
+            return None
+        waited = self._clock() - self._good_at
+        return waited if waited > STALLED_INTERVALS * self._interval_floor_s else None
 
     async def run(self) -> None:
         """Poll until cancelled."""

@@ -34,6 +34,7 @@ from gpumon.ui.dashboard.screen import DashboardScreen
 from gpumon.ui.dashboard.shown_gpus import ShownGpus
 from gpumon.ui.dashboard.signal_dialog import SIGNAL_BINDINGS
 from gpumon.ui.dashboard.watch import DashboardWatches
+from gpumon.ui.widgets.bars import STALL_NOT_ANSWERING, STALL_READS_FAILING
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.graphs import GRAPHED_GPU_FIELDS, GRAPHED_PROCESS_FIELDS
 from gpumon.ui.widgets.lines import Glyphs
@@ -154,8 +155,11 @@ class GpumonApp(HistoryKeys, MonitorApp):
             source, interval_s, self.receive_sample, on_error=self._on_poll_error, early=early
         )
         self.autostart = autostart
-        #: Seconds the poll in flight has taken when NVML is not answering, else ``None``.
+        #: Seconds the poll in flight has taken when NVML is not answering, or the last good
+        #: sample's age when every read since has failed, past three intervals; else ``None``.
         self.stalled_s: int | None = None
+        #: Which of the two ``stalled_s`` is (said in the header's banner).
+        self.stall_reason = STALL_NOT_ANSWERING
         self.shown_gpus = ShownGpus(self)  # --only, --only-visible: each sample is cut first
         self.watches = DashboardWatches(self)  # w: tell me when a GPU is FREE, a process ends
         #: What is said of each GPU beside its readings (claims, idle holders, watches).
@@ -195,19 +199,31 @@ class GpumonApp(HistoryKeys, MonitorApp):
             self.first_sample_at = time.perf_counter()
             self.call_after_refresh(startup.settled)  # once this first sample is drawn
 
+    @property
+    def stale(self) -> bool:
+        """The last sample is no longer current: NVML has not answered for three intervals,
+        or every read since it has failed for as long. Stale is not free."""
+        return self.poller.stalled_s() is not None or self.poller.failing_s() is not None
+
     def _check_stalled(self) -> None:
         """Once a second: say so when NVML has not answered for three intervals (a driver
-        stuck in an ioctl), and stop saying it when samples resume. Keys keep working."""
+        stuck in an ioctl) or every read has failed as long, and stop saying it when samples
+        resume. Keys keep working."""
         stalled = self.poller.stalled_s()
+        reason = STALL_NOT_ANSWERING
+        if stalled is None:
+            stalled = self.poller.failing_s()
+            reason = STALL_READS_FAILING
         shown = None if stalled is None else int(stalled)
-        if shown != self.stalled_s:
+        if (shown, reason) != (self.stalled_s, self.stall_reason):
             self.stalled_s = shown
+            self.stall_reason = reason
             self._refresh_all()
 
     def _on_poll_error(self, error: BaseException) -> None:
         if not self.is_running:
             return
-        self.notify(f"Reading the GPUs failed: {error}", severity="error", timeout=5)
+        self.notify(f"Reading the GPUs failed: {error}", severity="error", timeout=5, markup=False)
 
     def receive_sample(self, sample: Sample) -> None:
         """Show a sample now (tests, snapshots): the same path the poller uses."""

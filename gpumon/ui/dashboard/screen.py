@@ -234,6 +234,7 @@ class DashboardScreen(Screen[None]):
             app.poller.paused,
             polling=app.autostart,
             stalled_s=app.stalled_s,
+            stall_reason=app.stall_reason,
             selection=app.shown_gpus.header_text,
         )
         host = self.query_one(HostStrip)
@@ -259,10 +260,10 @@ class DashboardScreen(Screen[None]):
         if panel.styles.height is None or panel.styles.height.value != panel_height:
             panel.styles.height = panel_height
         panel.interval_s = app.poller.interval_s
-        # A driver stuck for three intervals: the last sample is stale, and stale is not free.
-        stale = app.poller.stalled_s() is not None
+        # A driver stuck or failing for three intervals: the last sample is stale, and stale
+        # is not free.
         panel.free = (
-            frozenset() if stale else free_gpu_indices(sample, app.settings.free_threshold_mib)
+            frozenset() if app.stale else free_gpu_indices(sample, app.settings.free_threshold_mib)
         )
         panel.notes = gather_notes(app.note_sources, sample)
         panel.mig_process_counts = mig_process_counts(sample)

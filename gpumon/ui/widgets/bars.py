@@ -12,6 +12,11 @@ from gpumon.data import format as fmt
 from gpumon.data.model import HostStats, Sample
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
+#: Why the last sample is stale, as the header's banner says it (and on a narrow terminal).
+STALL_NOT_ANSWERING = "NVML not answering"
+STALL_READS_FAILING = "reads failing"
+_STALL_SHORT = {STALL_NOT_ANSWERING: "NVML stalled", STALL_READS_FAILING: "reads failing"}
+
 
 class _StyledLines(ComponentStyles, LinesWidget):
     def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
@@ -56,15 +61,22 @@ class HeaderBar(_StyledLines):
         polling: bool,
         stalled_s: int | None = None,
         selection: str = "",
+        stall_reason: str = STALL_NOT_ANSWERING,
     ) -> None:
         """``stalled_s``: seconds the sample in flight has taken, when that is far too long
-        (NVML not answering); the banner goes when samples resume. ``selection``: which GPUs
-        a start-up filter shows (``GPUs 0,3 of 8``), kept however narrow the terminal."""
-        self._shown = (sample, interval_s, paused, polling, stalled_s, selection)
+        (``stall_reason``: NVML not answering), or the last sample's age when every read
+        since has failed (reads failing); the banner goes when samples resume.
+        ``selection``: which GPUs a start-up filter shows (``GPUs 0,3 of 8``), kept however
+        narrow the terminal."""
+        self._shown = (sample, interval_s, paused, polling, stalled_s, selection, stall_reason)
         width = self.size.width or 80
         right = Line()
         if stalled_s is not None:
-            text = f" NVML not answering for {stalled_s} s " if width >= 70 else " NVML stalled "
+            text = (
+                f" {stall_reason} for {stalled_s} s "
+                if width >= 70
+                else f" {_STALL_SHORT.get(stall_reason, stall_reason)} "
+            )
             right.add(text, self.style("stalled")).add(" ")
         if paused:
             right.add(" PAUSED ", self.style("paused")).add(" ")
