@@ -99,7 +99,18 @@ def another_gpu(directory: Path, elsewhere: Path) -> str:
     return "its text names another GPU"
 
 
-HOSTILE = [symlink, subdirectory, huge, garbage, wrong_owner, fifo, hard_link, future, another_gpu]
+def escapes(directory: Path, elsewhere: Path) -> str:
+    """A field named with escape sequences for whoever is told why the file is ignored."""
+    path = own_claim(directory)
+    field = b"\x1b]0;title\x07\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J"
+    path.write_bytes(path.read_bytes() + field + b" 1\n" + field + b" 2\n")
+    return "a field is given twice"
+
+
+HOSTILE = [
+    *(symlink, subdirectory, huge, garbage, wrong_owner, fifo, hard_link, future, another_gpu),
+    escapes,
+]
 
 
 @pytest.mark.parametrize("plant", HOSTILE, ids=[plant.__name__ for plant in HOSTILE])
@@ -123,6 +134,7 @@ def test_a_hostile_claim_file_is_ignored_and_said_once(
     name = rules.file_name(KEY0, os.geteuid() + (4242 if plant is wrong_owner else 0), TOKEN)
     assert lines[0].startswith(f"gpumon pick: ignored claim file {name} in {claims_dir}: ")
     assert why in lines[0]
+    assert "\x1b" not in err and "\x07" not in err
     if plant is symlink:  # not followed: its target, a claim, was not tidied away either
         assert len(list(elsewhere.iterdir())) == 1
 

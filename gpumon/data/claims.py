@@ -91,7 +91,7 @@ def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
     for line in lines[1:]:
         name, _, value = line.partition(" ")
         if name in fields:
-            raise ValueError(f"{name} given twice")
+            raise ValueError("a field is given twice")  # its name: another user's text
         fields[name] = value
     if fields.get("uuid") != key:
         raise ValueError("its text names another GPU")

@@ -158,7 +158,8 @@ class ClaimsDir:
                     if claim is not None:
                         found.append(claim)
                     elif why:  # no why: removed since the listing, as claims are
-                        ignored.append((safe_text(entry.name, 120), why))
+                        # Both are shown to every user who picks: another user's text.
+                        ignored.append((safe_text(entry.name, 120), safe_text(why, 200)))
         except OSError as error:
             raise ClaimsOff(
                 f"claims are off: cannot list {self.path}: {error.strerror or error}"
