@@ -245,6 +245,46 @@ async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() ->
             await pilot.pause(0.1)
 
 
+@pytest.mark.parametrize("key", ["enter", "u"])
+async def test_the_detail_screens_say_their_readings_are_stale_while_nvml_hangs(key: str) -> None:
+    """The GPU detail (Enter) and the users (u) screens have no header banner: their title
+    says the readings are the last sample's, and stops saying it when samples resume."""
+    gate = threading.Event()
+    samples = 0
+
+    class Stuck:
+        simulated = False
+
+        def sample(self):  # type: ignore[no-untyped-def]
+            nonlocal samples
+            samples += 1
+            if samples == 2:
+                gate.wait(30)
+            return make_sample((make_gpu(0),))
+
+        def close(self) -> None:
+            gate.set()
+
+    app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 20
+            while app.samples_received < 1:
+                assert time.monotonic() < deadline
+                await pilot.pause(0.05)
+            await pilot.press(key)
+            while "NVML not answering for" not in screen_text(app):
+                assert time.monotonic() < deadline, "no stale mark in the title"
+                await pilot.pause(0.1)
+            assert "readings of " in screen_text(app)
+            gate.set()
+            while "NVML not answering" in screen_text(app):
+                assert time.monotonic() < deadline, "the stale mark stayed"
+                await pilot.pause(0.1)
+    finally:
+        gate.set()
+
+
 class StaticSlow:
     simulated = False
 

@@ -219,6 +219,23 @@ class GpumonApp(HistoryKeys, MonitorApp):
             self.stalled_s = shown
             self.stall_reason = reason
             self._refresh_all()
+            self._tell_store_screens()
+
+    def _tell_store_screens(self) -> None:
+        """Attributes down: the detail screens say in their titles that what they show is
+        the last sample's, while it is stale."""
+        from gpumon.ui.dashboard.store_screen import StoreScreen
+
+        text = ""
+        sample = self.sample
+        if self.stalled_s is not None and sample is not None:
+            taken = time.strftime("%H:%M:%S", time.localtime(sample.timestamp_s))
+            text = f"{self.stall_reason} for {self.stalled_s} s: readings of {taken}"
+        for screen in self.screen_stack:
+            if isinstance(screen, StoreScreen) and screen.stale_text != text:
+                screen.stale_text = text
+                if screen.is_current:
+                    screen.refresh_from_store()
 
     def _on_poll_error(self, error: BaseException) -> None:
         if not self.is_running:

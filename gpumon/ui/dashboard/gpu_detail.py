@@ -84,6 +84,7 @@ class GpuDetailScreen(StoreScreen):
     """One GPU over time. ``Escape`` goes back; ``[`` and ``]`` change the graphs' span."""
 
     BINDINGS = [*StoreScreen.BINDINGS, *SPAN_BINDINGS]
+    TITLE_ID = "gpu-detail-title"
 
     def __init__(self, store: Store, index: int, *, ascii_only: bool = False) -> None:
         super().__init__(store)
@@ -106,7 +107,7 @@ class GpuDetailScreen(StoreScreen):
             want(wanted)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="gpu-detail-title")
+        yield Static(id=self.TITLE_ID, markup=False)  # a GPU name is text, not markup
         with VerticalScroll():
             yield TextLines(id="gpu-detail-graphs")
             yield TextLines(id="gpu-detail-fields")
@@ -116,18 +117,17 @@ class GpuDetailScreen(StoreScreen):
     def refresh_from_store(self) -> None:
         """Redraw everything from the store's history and latest sample."""
         sample = self.store.latest
-        title = self.query_one("#gpu-detail-title", Static)
         if sample is None:
-            title.update(f" GPU {self.index}: waiting for the first sample")
+            self.show_title(f" GPU {self.index}: waiting for the first sample")
             return
         gpu = next((gpu for gpu in sample.gpus if gpu.index == self.index), None)
         if gpu is None:
-            title.update(f" GPU {self.index}: not in the latest sample")
+            self.show_title(f" GPU {self.index}: not in the latest sample")
             return
         # What matters first: a narrow terminal cuts the end of the title, never LOST or DEMO.
         lost = f"  LOST: {gpu.lost_reason or 'no readings'}" if gpu.lost else ""
         demo = "  DEMO (simulated)" if sample.simulated else ""
-        title.update(
+        self.show_title(
             f" GPU {gpu.index}{lost}{demo}  {gpu.name or fmt.NA}  {gpu.short_uuid}  "
             f"{gpu.pci_bus_id or ''}"
         )

@@ -24,10 +24,15 @@ class StoreScreen(Screen[None]):
         self.store = store
         self._unsubscribe: Callable[[], None] | None = None
         self._title: str | None = None
+        #: Set by the app while the latest sample is stale (NVML not answering, reads
+        #: failing): said first in the title, so no reading here passes for current.
+        self.stale_text = ""
 
     def show_title(self, text: str) -> None:
         """Set the title, only when it changed: a Static's update lays the whole screen out
         again, which repaints every cell (14 kB per sample at 200x50)."""
+        if self.stale_text:
+            text = f" {self.stale_text} |{text}"
         if text != self._title:
             self._title = text
             self.query_one(f"#{self.TITLE_ID}", Static).update(text)
