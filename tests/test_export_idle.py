@@ -17,6 +17,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from gpumon.cli import main
 from gpumon.commands.export.collector import SampleCollector, build_families
 from gpumon.commands.export.http import Exporter
 from gpumon.data.idle import IdleRule
@@ -125,6 +126,43 @@ def test_the_sampling_thread_feeds_the_idle_tracker() -> None:
     idle = pids(series, "gpumon_process_idle_seconds")
     assert idle[101] == 0.0
     assert idle[100] >= 30 * MINUTE and idle[100] % (10 * MINUTE) == 0
+
+
+def test_gpumon_export_serves_no_idle_seconds_for_a_stall_nobody_saw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``gpumon export --interval 60``: alice's job is quiet before and after 30 minutes in
+    which the sampler was stuck in the driver. Those are not idle seconds: 0 right after
+    the stall (it was 31 minutes before the fix), then counted from the first sample after
+    it."""
+    built: list[Exporter] = []
+
+    def serve(exporter: Exporter, host: str) -> int:
+        exporter.stop()  # the samples are handed in below, on a clock the test moves
+        built.append(exporter)
+        return 0
+
+    monkeypatch.setattr("gpumon.commands.export.http.serve_until_signalled", serve)
+    monkeypatch.setattr(
+        "gpumon.sources.base.source_for", lambda settings, **kwargs: FakeSource(OSError("x"))
+    )
+    assert main(["export", "--listen", "127.0.0.1:0", "--interval", "60"]) == 0
+    (exporter,) = built
+    collector, now = exporter.collector, [0.0]
+    collector.idle.clock = lambda: now[0]
+
+    def idle_after(wait: float, alice_sm: int = 0) -> float:
+        now[0] += wait
+        collector.update(server(alice_sm))
+        return pids(collected(collector), "gpumon_process_idle_seconds")[100]
+
+    idle_after(0.0, alice_sm=50)
+    idle_after(MINUTE)  # quiet from here
+    assert idle_after(MINUTE) == 0.0  # quiet for a minute: not idle yet
+    assert idle_after(30 * MINUTE) == 0.0  # after the stall
+    for _ in range(14):
+        idle_after(MINUTE)
+    assert idle_after(MINUTE) == 15 * MINUTE
 
 
 def test_one_sample_exports_every_idle_second_as_0() -> None:

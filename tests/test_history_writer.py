@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.cli import main
 from gpumon.data.idle import IdleRule
-from gpumon.data.model import GpuProcess, GpuStats, Sample
+from gpumon.data.model import GpuProcess, GpuStats, GpuUnavailable, Sample, UnavailableReason
 from gpumon.sampling.history.reader import HistoryReader, open_history
 from gpumon.sampling.history.writer import HistoryWriter
 from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
@@ -195,6 +196,39 @@ def test_time_while_nobody_watched_is_not_credited(tmp_path: Path) -> None:
     with reader_at(database, HOUR0 + 50 * MINUTE) as reader:
         users = {row.key: row for row in reader.usage(HOUR0, HOUR0 + 3600, "user")}
     assert users["alice"].gpu_hours_held == pytest.approx(20 / 60)
+
+
+@pytest.mark.parametrize("gap", ["recorder up", "driver not answering", "recorder restarted"])
+def test_a_quiet_spell_does_not_carry_over_time_nobody_saw(
+    tmp_path: Path, gap: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bob's job is quiet before and after two hours with no sample (the driver hung, the
+    clock stepped, the recorder was stopped): ``gpumon report`` holds it idle from the first
+    sample after the gap, not across the two hours nobody saw, however the gap came."""
+    database = tmp_path / "history.db"
+    writer = writer_at(database)
+    for minute in range(11):  # quiet from minute 0, IDLE from minute 10
+        writer.record(server(minute))
+    if gap == "driver not answering":
+        not_answering = GpuUnavailable(
+            UnavailableReason.NOT_ANSWERING, "NVML is not answering.", "NVML: timeout"
+        )
+        writer.record(make_sample((), timestamp_s=HOUR0 + 11 * MINUTE, unavailable=not_answering))
+    if gap == "recorder restarted":
+        writer.close()
+        writer = writer_at(database)
+    for minute in range(130, 141):  # quiet again from minute 130: IDLE at minute 140
+        writer.record(server(minute))
+    writer.close()
+    with reader_at(database, HOUR0 + 140 * MINUTE) as reader:
+        since = reader.idle_since(make_gpu(1).uuid or "", 21, HOUR0 - 5)
+    assert since == HOUR0 + 130 * MINUTE
+    monkeypatch.setattr("time.time", lambda: HOUR0 + 140 * MINUTE)
+    assert main(["report", "--db", str(database), "--since", "3h"]) == 0
+    out = capsys.readouterr().out
+    (bob,) = [line for line in out.split("Holding GPU memory idle now:\n", 1)[1].splitlines()
+              if "PID 21" in line]  # fmt: skip
+    assert "idle 10m" in bob
 
 
 def test_gpu_minutes_hold_means_maxima_and_the_energy_used(tmp_path: Path) -> None:

@@ -72,11 +72,14 @@ TIMELINE = (
 async def replay(
     pilot: Pilot[object], timeline: tuple[tuple[float, Sample], ...] = TIMELINE
 ) -> None:
-    """Hand the app the timeline's samples, moving its idle tracker's clock between them."""
+    """Hand the app the timeline's samples, moving its idle tracker's clock between them.
+    Each step stands for the app polling throughout, every sample in between alike: the
+    tracker is told no gap is too long (unlike a pause, see test_a_pause_is_not_idle_time)."""
     app = pilot.app
     assert isinstance(app, GpumonApp)
     clock = FakeClock(0.0)
     app.idle.clock = clock
+    app.idle.interval_s = None
     for wait, sample in timeline:
         clock.advance(wait)
         app.receive_sample(sample)
@@ -167,6 +170,36 @@ async def test_idleness_from_before_gpumon_started_says_at_least_in_ascii_too() 
             await replay(pilot, ((0.0, quiet), (20 * MINUTE, quiet)))
             assert f"idle {mark}20m" in row_of(app, 4200)
             assert f"held idle by alice {mark}20m" in screen_text(app)
+
+
+async def test_a_pause_is_not_idle_time() -> None:
+    """Polling every minute, alice's notebook goes quiet, then the dashboard is paused for
+    20 minutes: nobody saw those, so it is not held idle at once when resumed (it was 22m
+    before the fix), and 15 minutes on it reads "≥ 15m", counted from the resume."""
+    app = app_for(server(40, 30))
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.poller.interval_s = MINUTE
+        clock = FakeClock(0.0)
+        app.idle.clock = clock
+
+        async def sample_after(wait: float, sample: Sample) -> None:
+            clock.advance(wait)
+            app.receive_sample(sample)
+            await pilot.pause()
+
+        await sample_after(0.0, server(40, 30))
+        for _ in range(2):
+            await sample_after(MINUTE, server(0, 30))  # alice quiet from minute 1
+        await pilot.press("space")  # paused for 20 minutes
+        clock.advance(20 * MINUTE)
+        await pilot.press("space")
+        await sample_after(MINUTE, server(0, 30))
+        assert "held idle" not in screen_text(app)
+        assert "idle" not in row_of(app, 4200)
+        for _ in range(15):
+            await sample_after(MINUTE, server(0, 30))
+        assert "idle ≥ 15m" in row_of(app, 4200)
+        assert "held idle by alice ≥ 15m" in screen_text(app)
 
 
 async def test_the_idle_rule_follows_the_settings() -> None:

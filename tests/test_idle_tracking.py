@@ -10,6 +10,7 @@ MIG, an unsupported call or a failed one read N/A.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pynvml
 import pytest
@@ -57,9 +58,11 @@ def on_gpu(*processes: GpuProcess, gpus: tuple[object, ...] = (GPU,)) -> Sample:
 class Watch:
     """A tracker and its clock; ``see`` feeds a sample ``after`` seconds on."""
 
-    def __init__(self, rule: IdleRule = RULE) -> None:
+    def __init__(
+        self, rule: IdleRule = RULE, interval_s: float | Callable[[], float] | None = None
+    ) -> None:
         self.clock = FakeClock(0.0)
-        self.tracker = IdleTracker(rule, clock=self.clock)
+        self.tracker = IdleTracker(rule, clock=self.clock, interval_s=interval_s)
 
     def see(self, sample: Sample, after: float = 0.0) -> dict[int, Activity]:
         self.clock.advance(after)
@@ -103,6 +106,38 @@ def test_a_quiet_spell_after_na_is_a_lower_bound() -> None:
     activity = watch.see(on_gpu(job(sm=0)), 20 * MINUTE)[100]
     assert activity == Activity(20 * MINUTE, True, at_least=True)
     assert idle_text(activity) == "idle ≥ 20m"
+
+
+def test_a_gap_nobody_saw_is_not_quiet_time_the_spell_restarts_as_a_lower_bound() -> None:
+    """Sampling every minute, then 20 minutes with no sample (paused, a read stuck in the
+    driver): the quiet seen after it may have begun at any time in it, so it is timed from
+    the first sample after the gap, as "at least"."""
+    watch = Watch(interval_s=MINUTE)
+    watch.see(on_gpu())  # the GPU's list is read, empty
+    watch.see(on_gpu(job(100, sm=0)), MINUTE)  # appears, quiet: its whole spell is seen
+    assert watch.see(on_gpu(job(100, sm=0)), MINUTE)[100] == Activity(MINUTE, False)
+    after_gap = watch.see(on_gpu(job(100, sm=0), job(101, sm=0)), 20 * MINUTE)
+    assert after_gap == {100: Activity(0.0, False, True), 101: Activity(0.0, False, True)}
+    for _ in range(15):
+        activity = watch.see(on_gpu(job(100, sm=0)), MINUTE)[100]
+    assert activity == Activity(15 * MINUTE, True, at_least=True)
+    assert idle_text(activity) == "idle ≥ 15m"
+    assert held_idle_text(watch.tracker.view.gpus[0]) == "held idle by bob ≥ 15m"
+
+
+def test_the_gap_follows_the_interval_in_force() -> None:
+    """Three intervals is no gap (a slow read); the longer of the intervals before and after
+    a change counts, so changing it never makes the next sample look late."""
+    interval = [MINUTE]
+    watch = Watch(interval_s=lambda: interval[0])
+    watch.see(on_gpu(job(sm=40)))
+    watch.see(on_gpu(job(sm=0)), MINUTE)  # quiet from here: exactly timed
+    watch.see(on_gpu(job(sm=0)), 3 * MINUTE)  # three intervals late: still seen
+    interval[0] = 1.0  # the sample taken on the minute's timer comes a minute later
+    watch.see(on_gpu(job(sm=0)), MINUTE)
+    interval[0] = 10.0
+    assert watch.see(on_gpu(job(sm=0)), 10.0)[100] == Activity(4 * MINUTE + 10.0, False)
+    assert watch.see(on_gpu(job(sm=0)), 31.0)[100] == Activity(0.0, False, True)  # a gap
 
 
 def test_memory_below_the_minimum_is_never_idle() -> None:

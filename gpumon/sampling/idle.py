@@ -13,6 +13,11 @@ gpumon started (or when its GPU's process list became readable, or after an N/A 
 quiet for *at least* the time seen (:attr:`Activity.at_least`), unless the history database
 knows when it began: the dashboard hands such starts in (:attr:`IdleTracker.recorded_since`)
 and the spell is then timed from there, exactly.
+
+Time nobody observed is not quiet time: when the time since the previous sample is more than
+:data:`~gpumon.data.views.STALE_AFTER_INTERVALS` sampling intervals (the dashboard was paused,
+a sample was stuck in the driver, reads kept failing), every spell starts afresh, as one that
+began at a time gpumon could not see (*at least*), as when gpumon starts.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING
 from gpumon.data.free import processes_known
 from gpumon.data.idle import Activity, IdleRule, IdleView, ProcessKey, held_idle_gpus
 from gpumon.data.model import GpuProcess, Sample
+from gpumon.data.views import STALE_AFTER_INTERVALS
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
@@ -55,13 +61,26 @@ class IdleTracker:
     Args:
         rule: what IDLE means.
         clock: seconds, monotonic; read once per sample. An attribute, so a test can move it.
+        interval_s: the sampling interval, or a function that says the one in force (the
+            dashboard's can change); a sample more than
+            :data:`~gpumon.data.views.STALE_AFTER_INTERVALS` of them after the previous one
+            (of the longer of the intervals then and now) follows a gap nobody saw, and every
+            quiet spell starts afresh, as *at least*. ``None``: no gap is too long. An
+            attribute, like ``clock``.
     """
 
     def __init__(
-        self, rule: IdleRule | None = None, *, clock: Callable[[], float] = time.monotonic
+        self,
+        rule: IdleRule | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        interval_s: float | Callable[[], float] | None = None,
     ) -> None:
         self.rule = rule or IdleRule()
         self.clock = clock
+        self.interval_s = interval_s
+        # When the previous sample was observed, and the interval in force then.
+        self._previous: tuple[float, float | None] | None = None
         #: Who is idle in the latest sample observed; empty before the first.
         self.view = IdleView()
         self._spells: dict[_Identity, _Spell] = {}
@@ -74,10 +93,14 @@ class IdleTracker:
         self.recorded_since: dict[RecordedKey, float] = {}
 
     def observe(self, sample: Sample) -> None:
-        """Take in the next sample: update each process's quiet spell and :attr:`view`."""
+        """Take in the next sample: update each process's quiet spell and :attr:`view` (after
+        a gap nobody saw, each spell starts afresh)."""
         now = self.clock()
         rule = self.rule
-        previous = self._spells
+        previous, listed_gpus = self._spells, self._listed_gpus
+        if self._after_gap(now):
+            # Nobody saw the gap: whatever quiet spell is found now began at a time unknown.
+            previous, listed_gpus = {}, frozenset()
         spells: dict[_Identity, _Spell] = {}
         activities: dict[ProcessKey, Activity] = {}
         for process in sample.processes:
@@ -87,7 +110,7 @@ class IdleTracker:
             # Unknown before: a spell beginning now began when gpumon could not see it.
             since, unknown_before = previous.get(identity) or (
                 None,
-                process.gpu_index not in self._listed_gpus,
+                process.gpu_index not in listed_gpus,
             )
             utilization = process.sm_utilization_pct
             if utilization is None:
@@ -114,6 +137,19 @@ class IdleTracker:
             gpu.index for gpu in sample.gpus if processes_known(gpu, sample)
         )
         self.view = IdleView(activities, held_idle_gpus(sample, activities, rule))
+
+    def _after_gap(self, now: float) -> bool:
+        """Whether the time since the previous sample is more than
+        :data:`~gpumon.data.views.STALE_AFTER_INTERVALS` intervals (the longer of the one in
+        force then and now); remembers this sample's time and interval."""
+        interval = self.interval_s
+        interval_now = interval() if callable(interval) else interval
+        previous, self._previous = self._previous, (now, interval_now)
+        if previous is None or interval_now is None:
+            return False
+        previous_s, interval_then = previous
+        longest = max(interval_now, interval_then or 0.0)
+        return now - previous_s > STALE_AFTER_INTERVALS * longest
 
     def _recorded(
         self, process: GpuProcess, sample: Sample, now: float, since: float

@@ -105,7 +105,8 @@ def run(
         collector = SampleCollector(
             dcgm_compat=dcgm_compat,
             free_threshold_mib=settings.free_threshold_mib,
-            idle=IdleTracker(idle_rule(settings)),  # --idle-after, --idle-below, ...
+            # --idle-after, --idle-below, ...; a stuck sampler is a gap nobody saw
+            idle=IdleTracker(idle_rule(settings), interval_s=settings.interval_s),
         )
         exporter = Exporter(
             source, collector, host, port, settings.interval_s, recorder=recorder, web=web

@@ -16,7 +16,9 @@ processes it lists. A gap longer than ``max_gap_s`` (the recorder stopped, the d
 is not credited: nobody saw it. IDLE is the live view's rule (:class:`IdleRule`): a process
 holding at least the minimum memory, at or below ``below_pct`` for ``after_s``. Its quiet
 spell is timed from the samples (wall clock), and continues across a restart of the
-recorder when the database says so (:attr:`Session.quiet_since_s`).
+recorder when the database says so (:attr:`Session.quiet_since_s`). A process not seen for
+longer than ``max_gap_s`` starts a new spell, whether the recorder stopped or stayed up
+through the gap (a hung driver, a clock step): the time nobody saw is not quiet time.
 
 A holder's GPU is *held* while one of its processes is listed on it (two of its processes:
 still one GPU), *used* by the sum of their SM utilisation (at most the whole GPU; counted
@@ -179,7 +181,8 @@ class Pending:
 
     Args:
         rule: what IDLE means.
-        max_gap_s: a longer time between two samples is not credited to anyone.
+        max_gap_s: a longer time between two samples is not credited to anyone, and a
+            process's quiet spell does not carry over a longer time unseen.
     """
 
     def __init__(self, rule: IdleRule, max_gap_s: float) -> None:
@@ -255,6 +258,10 @@ class Pending:
             if session is None:
                 session = Session(identity, process, first_seen_s=now, last_seen_s=now)
                 self.sessions[identity] = session
+            elif now - session.last_seen_s > self.max_gap_s:
+                # Not seen for longer than a gap: a quiet spell does not carry over it (the
+                # rule rows._find_session applies when the recorder restarted).
+                session.quiet_since_s = None
             idle = session.see(process, now, dt, rule)
             # The holders, in the order of GROUPINGS: user, job, container, the GPU.
             keys = (process.user, process.job_id, process.container_id, "")

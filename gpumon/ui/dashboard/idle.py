@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 def watch_idleness(app: GpumonApp) -> IdleTracker:
     """A tracker of the app's settings, subscribed to its store, whose GPUs held idle get a
-    note (added to the app's note sources)."""
-    tracker = IdleTracker(idle_rule(app.settings))
+    note (added to the app's note sources). A pause or a stuck poll is a gap nobody saw: the
+    tracker is told the interval in force."""
+    tracker = IdleTracker(idle_rule(app.settings), interval_s=lambda: app.poller.interval_s)
     app.store.subscribe(tracker.observe)
     app.note_sources.append(held_idle_notes(tracker, app.glyphs.ascii_only))
     return tracker
