@@ -118,6 +118,25 @@ async def test_a_broken_database_is_one_notice_and_the_dashboard_goes_on(tmp_pat
         assert notice.startswith("History database: ") and str(broken) in notice
 
 
+async def test_the_notice_shows_brackets_and_escapes_in_its_text_as_text(tmp_path: Path) -> None:
+    """A path (or SQLite's text) holding what looks like markup, or an escape sequence, is
+    shown as it is written, made visible: not restyled, not dropped, not sent to the
+    terminal."""
+    directory = tmp_path / "[red]gpu[on blue] \x1b]0;pwned\x07"
+    directory.mkdir()
+    broken = directory / "broken.db"
+    broken.write_bytes(b"this is no database" * 200)
+    start = time.time() - 3600
+    app = app_with(broken, start)
+    async with app.run_test(size=(200, 40), notifications=True) as pilot:
+        await replay(pilot, start, [0, 1])
+        (notice,) = notices(app)
+        assert "[red]gpu[on blue] ?]0;pwned?/broken.db" in notice
+        await pilot.pause(0.3)
+        (toast,) = app.screen.query("Toast")
+        assert "[red]gpu[on blue] ?]0;pwned?/broken.db" in str(toast.render())
+
+
 # -- U: usage per user --------------------------------------------------------------------------
 
 

@@ -169,26 +169,115 @@ def test_a_reader_changes_nothing_and_cannot_write(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["history.db"]
 
 
-@pytest.mark.parametrize(("mode", "refused"), [(0o777, True), (0o775, True), (0o1777, False)])
-def test_the_recorder_refuses_a_directory_others_can_write(
-    tmp_path: Path, mode: int, refused: bool
-) -> None:
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o1777])
+def test_the_recorder_refuses_a_directory_others_can_write(tmp_path: Path, mode: int) -> None:
+    """Sticky too (as /tmp): others cannot replace the database there, but they can put a
+    -journal beside it, which SQLite rolls into the database when it opens it."""
     directory = tmp_path / "open"
     directory.mkdir()
     os.chmod(directory, mode)
     writer = HistoryWriter(str(directory / "h.db"), rule=IdleRule(), interval_s=60, history_days=9)
-    if not refused:  # sticky, as /tmp: others cannot replace what is the recorder's
-        writer.open()
-        writer.close()
-        return
     with pytest.raises(HistoryError) as raised:
         writer.open()
     text = str(raised.value)
     assert text.startswith(
         f"{directory}/h.db: refused: its directory {directory} is writable by other users"
     )
-    assert f"chmod go-w {directory}" in text and "\n" not in text
+    assert "\n" not in text
+    if mode & stat.S_ISVTX:  # never "chmod go-w /tmp"
+        assert "chmod" not in text and "a directory of your own" in text
+    else:
+        assert f"chmod go-w {directory}" in text
     assert not (directory / "h.db").exists()
+
+
+def test_a_reader_refuses_a_database_in_a_directory_others_can_write(tmp_path: Path) -> None:
+    """A database recorded elsewhere and moved to /tmp: what is beside it could be anyone's."""
+    directory = tmp_path / "shared-tmp"
+    directory.mkdir()
+    recorded(directory / "history.db")
+    os.chmod(directory, 0o1777)
+    with pytest.raises(HistoryError) as raised:
+        open_history(str(directory / "history.db"))
+    text = str(raised.value)
+    assert text.startswith(
+        f"{directory}/history.db: refused: its directory {directory} is writable by other users"
+    )
+    assert "a directory of your own" in text and "\n" not in text
+    os.chmod(directory, 0o755)
+    assert read_everything(directory / "history.db") == (3, 3)
+
+
+def hot_journal(database: bytes) -> bytes:
+    """A rollback journal that makes SQLite write every page of ``database`` back into the
+    file beside it the next time it opens it, as another user could plant one."""
+    page_size = int.from_bytes(database[16:18], "big")
+    pages = len(database) // page_size
+    nonce = 0x5EED
+    header = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + b"".join(
+        n.to_bytes(4, "big") for n in (pages, nonce, pages, 512, page_size)
+    )
+    journal = bytearray(header.ljust(512, b"\0"))
+    for number in range(1, pages + 1):
+        page = database[(number - 1) * page_size : number * page_size]
+        checksum = nonce + sum(page[i] for i in range(page_size - 200, 0, -200))
+        journal += number.to_bytes(4, "big") + page + (checksum & 0xFFFFFFFF).to_bytes(4, "big")
+    return bytes(journal)
+
+
+def gpu_names(path: Path) -> list[str]:
+    connection = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return [name for (name,) in connection.execute("SELECT name FROM gpus")]
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("opener", ["recorder", "reader"])
+def test_a_planted_journal_is_refused_and_never_rolled_into_the_history(
+    tmp_path: Path, opener: str
+) -> None:
+    path = tmp_path / "history.db"
+    recorded(path)
+    names = gpu_names(path)
+    forged = tmp_path / "forged.db"
+    shutil.copyfile(path, forged)
+    with sqlite3.connect(forged) as connection:
+        connection.execute("UPDATE gpus SET name = 'FORGED'")
+    connection.close()
+    journal = Path(f"{path}-journal")
+    journal.write_bytes(hot_journal(forged.read_bytes()))
+    os.chmod(journal, 0o666)  # as another user leaves it (root: theirs, too)
+    if os.geteuid() == 0:
+        os.chown(journal, NOBODY, NOBODY)
+    with pytest.raises(HistoryError) as raised:
+        if opener == "recorder":
+            HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90).open()
+        else:
+            open_history(str(path))
+    text = str(raised.value)
+    assert text.startswith(f"{path}: refused: ") and f"its file {journal}" in text
+    assert "\n" not in text
+    assert gpu_names(path) == names  # not FORGED
+
+
+def test_the_recorder_refuses_a_trigger_put_in_the_file(tmp_path: Path) -> None:
+    """A trigger would run inside every write the recorder makes (and a reader refuses the
+    file anyway): the recorder stops with one line instead of recording into it."""
+    path = tmp_path / "history.db"
+    recorded(path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("CREATE TRIGGER evil AFTER INSERT ON meta BEGIN DELETE FROM gpus; END")
+    connection.close()
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    with pytest.raises(HistoryError) as raised:
+        writer.open()
+    assert str(raised.value) == (
+        f"{path}: refused: not a gpumon history database (it holds the trigger 'evil', which "
+        "gpumon never makes): --db chooses another database"
+    )
+    assert raised.value.retry is False
+    assert gpu_names(path) != []
 
 
 def test_the_recorder_refuses_a_file_others_can_write_or_own(tmp_path: Path) -> None:
@@ -205,15 +294,17 @@ def test_the_recorder_refuses_a_file_others_can_write_or_own(tmp_path: Path) -> 
             writer.open()
 
 
-def test_a_planted_wal_file_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", ["-journal", "-wal", "-shm"])
+def test_a_planted_link_beside_the_database_is_refused(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / "history.db"
     recorded(path)
-    os.symlink("/etc/passwd", f"{path}-wal")
+    os.symlink("/etc/passwd", f"{path}{suffix}")
     writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
-    with pytest.raises(
-        HistoryError, match=r"history\.db: refused: its file .*history\.db-wal is a symbolic link"
-    ):
+    refusal = rf"history\.db: refused: its file .*history\.db{suffix} is a symbolic link"
+    with pytest.raises(HistoryError, match=refusal):
         writer.open()
+    with pytest.raises(HistoryError, match=refusal):
+        open_history(str(path))
 
 
 def test_one_recorder_per_database(tmp_path: Path) -> None:

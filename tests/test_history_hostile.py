@@ -158,3 +158,57 @@ def test_the_schema_runs_no_function_with_side_effects(tmp_path: Path) -> None:
         assert connection.execute("PRAGMA trusted_schema").fetchone()[0] == 0
     finally:
         history.close()
+
+
+#: A table name made to set the terminal's title, clear the screen and reverse the line.
+HOSTILE_NAME = "\x1b]0;pwned\x07\x1b[2J\u202eevil"
+
+
+def malformed(path: Path) -> Path:
+    """The planted database with a schema row SQLite cannot parse, named ``HOSTILE_NAME``:
+    SQLite's own error quotes the name ("malformed database schema (...)")."""
+    planted(path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA writable_schema = ON")
+    connection.execute(
+        "INSERT INTO sqlite_master VALUES ('table', ?, ?, 0, 'CREATE TABLE x(')",
+        (HOSTILE_NAME, HOSTILE_NAME),
+    )
+    connection.close()
+    return path
+
+
+def test_a_schema_error_naming_a_hostile_object_prints_no_escape_sequence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The name reaches stderr visibly escaped, and the suggested mv is quoted for the shell
+    (the directory has a space)."""
+    directory = tmp_path / "gpu history"
+    directory.mkdir()
+    database = malformed(directory / "history.db")
+    status, out, err = report(capsys, "--db", str(database), "--from", FROM, "--to", TO)
+    assert (status, out) == (1, "")
+    assert err.count("\n") == 1 and not has_control(err), repr(err)
+    assert "malformed database schema (?]0;pwned??[2J\\u202eevil)" in err
+    assert f"(mv '{database}' '{database}.broken')" in err
+    writer = HistoryWriter(str(database), rule=IdleRule(), interval_s=60.0, history_days=90)
+    with pytest.raises(HistoryError) as raised:
+        writer.open()
+    assert "malformed database schema" in str(raised.value)
+    assert not has_control(str(raised.value)) and not raised.value.retry
+
+
+def test_a_path_with_escape_sequences_is_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "x\x1b[31mred\u202e"
+    directory.mkdir()
+    status, out, err = report(capsys, "--db", str(directory / "none.db"))
+    assert (status, out) == (1, "")
+    assert not has_control(err) and "x?[31mred\\u202e/none.db: start recording" in err
+    broken = directory / "history.db"
+    broken.write_bytes(b"this is no database" * 200)
+    status, out, err = report(capsys, "--db", str(broken))
+    assert (status, out) == (1, "")
+    assert err.count("\n") == 1 and not has_control(err), repr(err)
+    assert f"{tmp_path}/x?[31mred\\u202e/history.db is damaged" in err

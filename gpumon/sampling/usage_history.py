@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
-from gpumon.data.format import duration
+from gpumon.data.format import duration, safe_text
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.history import files
@@ -61,7 +61,7 @@ def history_path(settings: Settings) -> str:
 
 def no_database(path: str) -> str:
     """The one line that says there is no database, and how to make one."""
-    return f"no history database at {path}: {START_RECORDING}"
+    return f"no history database at {safe_text(path)}: {START_RECORDING}"
 
 
 def open_reader(path: str) -> HistoryReader | None:

@@ -2,21 +2,26 @@
 (with checks on who else could write it) for the one recorder.
 
 The database is readable by every user and writable only by the recorder: it is created
-0644 in a directory created 0755 (whatever the umask), and SQLite gives its ``-wal`` and
-``-shm`` files the database's mode. The recorder refuses a database, or a directory, that
-another user can write or owns: they could rewrite what the dashboard and reports show, or
-plant a link. One recorder per database: a second one is refused (an ``flock`` on the file,
-which SQLite's own locks never touch).
+0644 in a directory created 0755 (whatever the umask), and SQLite gives its ``-journal``,
+``-wal`` and ``-shm`` files the database's mode. The recorder refuses a database, or a
+directory, that another user can write or owns: they could rewrite what the dashboard and
+reports show, or plant a link. That holds for a sticky directory such as /tmp too: SQLite
+opens the files beside the database by name, and reads a ``-journal`` someone else put
+there into the database (a "hot journal" it rolls back), so no check made before opening
+would be free of races. One recorder per database: a second one is refused (an ``flock`` on
+the file, which SQLite's own locks never touch).
 
-A reader opens ``file:...?mode=ro``: it never creates the database, nor writes it. Readers
-never wait on the recorder (WAL), and a busy timeout covers the moments when SQLite itself
-must wait (the recorder's checkpoints).
+A reader opens ``file:...?mode=ro``: it never creates the database, nor writes it, and it
+holds the database, its directory and the files beside it to the same rules (root's or its
+own, and writable by no one else). Readers never wait on the recorder (WAL), and a busy
+timeout covers the moments when SQLite itself must wait (the recorder's checkpoints).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shlex
 import sqlite3
 import stat
 import time
@@ -90,6 +95,9 @@ def connect_read_only(path: str) -> ReadConnection | None:
     if not stat.S_ISREG(info.st_mode):
         raise HistoryError(f"{path}: not a file: use --db to choose the history database")
     _check_reader_owner(path, info)
+    _check_reader_directory(path)
+    for sidecar, sidecar_info in _sidecars(path):
+        _check_reader_owner(path, sidecar_info, sidecar)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     if _left_in_wal_mode(path) and not os.path.exists(path + "-shm"):
         # No recorder has it open (a running one has its -shm file), and SQLite would create
@@ -101,23 +109,44 @@ def connect_read_only(path: str) -> ReadConnection | None:
         raise explain(path, error, writing=False) from None
 
 
-def _check_reader_owner(path: str, info: os.stat_result) -> None:
-    """Read only a database that root or this user owns, and that no one else may write:
-    another user's file could hold anything (text made to drive the terminal, a schema made
-    to loop)."""
+def _check_reader_owner(path: str, info: os.stat_result, sidecar: str | None = None) -> None:
+    """Read only a database (and the file ``sidecar`` beside it) that root or this user
+    owns, and that no one else may write: another user's file could hold anything (text
+    made to drive the terminal, a schema made to loop, a journal SQLite rolls into it)."""
+    what, target = ("it", path) if sidecar is None else (f"its file {sidecar}", sidecar)
     uid = os.geteuid()
     if info.st_uid not in (0, uid):
         name = user_name(info.st_uid)
         owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
         raise HistoryError(
-            f"{path}: refused: it belongs to {owner}, not to you or root; gpumon reads only "
-            "a history that you or root recorded (--db chooses another database)"
+            f"{path}: refused: {what} belongs to {owner}, not to you or root; gpumon reads "
+            "only a history that you or root recorded (--db chooses another database)"
         )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise HistoryError(
-            f"{path}: refused: other users can write it, so it could hold anything "
-            f"(chmod go-w {path}, or --db chooses another database)"
+            f"{path}: refused: other users can write {what}, so it could hold anything "
+            f"(chmod go-w {shlex.quote(target)}, or --db chooses another database)"
         )
+
+
+def _check_reader_directory(path: str) -> None:
+    """Read only a database in a directory that root or this user owns and no one else may
+    write (sticky or not): others could plant a ``-journal`` or ``-wal`` file there, which
+    SQLite reads into the database."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        info = os.stat(directory)
+    except OSError as error:
+        raise HistoryError(f"{path}: cannot read the history: {error.strerror or error}") from None
+    uid = os.geteuid()
+    if info.st_uid not in (0, uid):
+        raise HistoryError(
+            f"{path}: refused: its directory {directory} belongs to another user (uid "
+            f"{info.st_uid}), who could put files beside it that SQLite reads into it "
+            "(--db chooses another database)"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise HistoryError(f"{path}: refused: {_shared_directory(directory, info)}")
 
 
 def _left_in_wal_mode(path: str) -> bool:
@@ -248,14 +277,30 @@ def _check_links(path: str, directory: str) -> None:
         pending = target.split("/") + pending
 
 
+#: The files SQLite opens by name beside the database: what they hold goes into it.
+SIDECARS = ("-journal", "-wal", "-shm")
+
+
 def check_sidecars(path: str) -> None:
-    """Refuse the database's ``-wal`` and ``-shm`` files when another user owns or can
-    write them (planted before SQLite made them, in a directory such as /tmp).
+    """Refuse the database's ``-journal``, ``-wal`` and ``-shm`` files when another user
+    owns or can write them: SQLite reads them into the database (a planted ``-journal`` is
+    a "hot journal" it rolls back into the file).
 
     Raises:
         HistoryError: one of them is unsafe.
     """
-    for sidecar in (path + "-wal", path + "-shm"):
+    for sidecar, info in _sidecars(path):
+        _check_safe(path, info, f"its file {sidecar}", sidecar)
+
+
+def _sidecars(path: str) -> list[tuple[str, os.stat_result]]:
+    """The files of :data:`SIDECARS` there are beside ``path``, with their ``lstat``.
+
+    Raises:
+        HistoryError: one cannot be looked at, or is a symbolic link.
+    """
+    found = []
+    for sidecar in (path + suffix for suffix in SIDECARS):
         try:
             info = os.lstat(sidecar)
         except FileNotFoundError:
@@ -264,9 +309,11 @@ def check_sidecars(path: str) -> None:
             raise HistoryError(f"{sidecar}: {error.strerror or error}") from None
         if stat.S_ISLNK(info.st_mode):
             raise HistoryError(
-                f"{path}: refused: its file {sidecar} is a symbolic link (remove it)"
+                f"{path}: refused: its file {sidecar} is a symbolic link "
+                f"(rm {shlex.quote(sidecar)})"
             )
-        _check_safe(path, info, f"its file {sidecar}", sidecar)
+        found.append((sidecar, info))
+    return found
 
 
 def configure_for_writing(connection: sqlite3.Connection) -> None:
@@ -336,20 +383,37 @@ def _cannot_write(path: str, error: OSError) -> HistoryError:
 
 def _check_safe(path: str, info: os.stat_result, what: str, target: str) -> None:
     """Refuse the database at ``path`` when another user owns or can write ``target`` (the
-    file itself, its directory, or one of its -wal and -shm files; ``what`` names it): a
-    directory may be root's, and writable by others only with the sticky bit (as /tmp)."""
+    file itself, its directory, or one of its :data:`SIDECARS`; ``what`` names it): a
+    directory may be root's, never writable by others (with the sticky bit neither)."""
     uid = os.geteuid()
     is_directory = stat.S_ISDIR(info.st_mode)
     owners = (uid, 0) if is_directory else (uid,)
     if info.st_uid not in owners:
         raise HistoryError(
             f"{path}: refused: {what} belongs to another user (uid {info.st_uid}); the "
-            f"recorder writes only its own (chown {target}, or --db elsewhere)"
+            f"recorder writes only its own (chown {shlex.quote(target)}, or --db elsewhere)"
         )
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        if is_directory and info.st_mode & stat.S_ISVTX:
-            return  # others cannot replace or remove what is the recorder's there
-        raise HistoryError(
-            f"{path}: refused: {what} is writable by other users, who could rewrite the "
-            f"history (chmod go-w {target}, or --db elsewhere)"
+    if not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return
+    if is_directory:
+        raise HistoryError(f"{path}: refused: {_shared_directory(target, info)}")
+    raise HistoryError(
+        f"{path}: refused: {what} is writable by other users, who could rewrite the "
+        f"history (chmod go-w {shlex.quote(target)}, or --db elsewhere)"
+    )
+
+
+def _shared_directory(directory: str, info: os.stat_result) -> str:
+    """Why a directory others can write is refused, and what to do, for the recorder and
+    readers alike."""
+    if info.st_mode & stat.S_ISVTX:  # /tmp and the like: not a directory to chmod
+        remedy = (
+            "a shared directory such as /tmp will not do: --db in a directory of your own, "
+            "such as ~/.local/state/gpumon/"
         )
+    else:
+        remedy = f"chmod go-w {shlex.quote(directory)}, or --db in a directory of your own"
+    return (
+        f"its directory {directory} is writable by other users, who could put files beside "
+        f"the database that SQLite reads into it ({remedy})"
+    )

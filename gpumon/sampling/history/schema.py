@@ -35,6 +35,7 @@ the file's version in its own transaction. A reader reads only the current versi
 from __future__ import annotations
 
 import functools
+import shlex
 import sqlite3
 from collections.abc import Callable, Mapping
 
@@ -64,13 +65,17 @@ YEAR_DAYS = 365
 class HistoryError(Exception):
     """The history database cannot be used; ``str`` is one line: the path and what to do.
 
+    The message is made safe to print here (:func:`~gpumon.data.format.safe_text`), as it
+    goes to stderr and the dashboard: the paths in it (``--db``, a config's) and SQLite's
+    own text (which quotes the names in the file's schema) may hold escape sequences.
+
     ``retry`` is True for what may pass by itself (a locked database, a full disk): the
     recorder keeps its samples and tries again; False for what will not (a damaged file, a
     newer schema): the recorder exits.
     """
 
     def __init__(self, message: str, *, retry: bool = False) -> None:
-        super().__init__(message)
+        super().__init__(safe_text(message))
         self.retry = retry
 
 
@@ -313,7 +318,8 @@ def error_code(error: sqlite3.Error) -> int | None:
 def explain(path: str, error: sqlite3.Error, *, writing: bool) -> HistoryError:
     """``error`` as one line that names ``path`` and what to do about it."""
     code = error_code(error)
-    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    # SQLite's text quotes what the file holds ("malformed database schema (<a name>)").
+    reason = safe_text(str(error).splitlines()[0], 200) if str(error) else type(error).__name__
     who = "gpumon record" if writing else "the recorder (gpumon record)"
     if code in (_BUSY, _LOCKED):
         return HistoryError(f"{path} is locked by another program ({reason}): retrying", retry=True)
@@ -332,7 +338,7 @@ def explain(path: str, error: sqlite3.Error, *, writing: bool) -> HistoryError:
     if code in (_CORRUPT, _NOTADB):
         return HistoryError(
             f"{path} is damaged or not a gpumon history database ({reason}): move it aside "
-            f"(mv {path} {path}.broken); {who} starts a new one"
+            f"(mv {shlex.quote(path)} {shlex.quote(path + '.broken')}); {who} starts a new one"
         )
     if code == _IOERR and writing:
         return HistoryError(

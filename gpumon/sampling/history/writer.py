@@ -37,6 +37,7 @@ from gpumon.sampling.history.retention import prune
 from gpumon.sampling.history.schema import (
     HOUR_S,
     HistoryError,
+    check_objects,
     explain,
     migrate,
     transaction,
@@ -100,6 +101,8 @@ class HistoryWriter:
             configure_for_writing(connection)
             check_sidecars(self.path)
             migrate(connection, self.path)
+            # A trigger or view put in the file would run in every write, or every read.
+            check_objects(connection, self.path)
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
             last = connection.execute(

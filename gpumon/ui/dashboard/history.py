@@ -146,7 +146,7 @@ class DashboardHistory:
                 f"History database: {error}. Going on without it.",
                 severity="warning",
                 timeout=10,
-                markup=False,  # a path and sqlite's words, not markup
+                markup=False,  # a path or SQLite's text may hold brackets
             )
 
     # -- idle spells --------------------------------------------------------------------
