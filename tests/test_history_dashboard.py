@@ -50,11 +50,13 @@ async def settle(pilot: Pilot[object]) -> None:
 
 
 async def replay(pilot: Pilot[object], start: float, minutes: list[float]) -> None:
-    """Hand the app the server at each of ``minutes`` (tracker minutes since the first)."""
+    """Hand the app the server at each of ``minutes`` (tracker minutes since the first).
+    Each step stands for the app polling throughout: the tracker is told no gap is too long."""
     app = pilot.app
     assert isinstance(app, GpumonApp)
     clock = FakeClock(0.0)
     app.idle.clock = clock
+    app.idle.interval_s = None
     app.history.clock = clock
     elapsed = 0.0
     for minute in minutes:
