@@ -17,9 +17,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from gpumon.data.format import safe_text
+
 
 class SettingsError(ValueError):
-    """A setting that cannot be used; ``str()`` is the one line to print."""
+    """A setting that cannot be used; ``str()`` is the one line to print, made safe to
+    print here: a path in it, or a value quoted by the TOML parser, may hold escapes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(safe_text(message))
 
 
 def default_config_path(environ: Mapping[str, str]) -> str:

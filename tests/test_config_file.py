@@ -46,6 +46,15 @@ def test_a_fifo_is_refused_at_once_instead_of_waiting_for_a_writer(tmp_path: Pat
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_config_path_is_shown_escaped_in_its_one_line_error(tmp_path: Path) -> None:
+    path = str(tmp_path / "x\x1b]0;pwned\x07\x1b[2J\u202eyz.toml")
+    result = gpumon("--config", path, "once", "--demo", timeout=10)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("yz.toml: no such file")
+    assert "\x1b" not in result.stderr and "\u202e" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "/"])
 def test_a_device_or_a_directory_is_not_a_config_file(path: str) -> None:
     with pytest.raises(SettingsError, match="not a regular file"):
