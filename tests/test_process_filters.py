@@ -5,6 +5,7 @@ screen the table keeps, FREE marks, MIG instance lines and the per-user summary 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from typing import Any
@@ -893,6 +894,9 @@ def users_server() -> Sample:
         make_process(gpus[1], 400, user=None, command=None, visible=False,
                      gpu_memory_bytes=3 * GIB),
     )  # fmt: skip
+    # Read as NVML reads them without MIG, with an SM utilisation: whether each is idle
+    # is known (the users screen's IDLE-MEM reads "-", not N/A).
+    processes = tuple(dataclasses.replace(p, sm_utilization_pct=0) for p in processes)
     return make_sample(gpus, processes)
 
 
@@ -937,7 +941,10 @@ async def test_user_summary_updates_with_new_samples() -> None:
     gpu = sample.gpus[0]
     later = make_sample(
         sample.gpus,
-        (*sample.processes, make_process(gpu, 500, user="chen", gpu_memory_bytes=20 * GIB)),
+        (
+            *sample.processes,
+            make_process(gpu, 500, user="chen", gpu_memory_bytes=20 * GIB, sm_utilization_pct=0),
+        ),
     )
     app = app_for(sample)
     async with app.run_test(size=SIZE) as pilot:

@@ -70,6 +70,8 @@ def test_unknown_sm_utilisation_is_never_zero_used(
     rows = {row["user"]: row for row in document["rows"]}
     assert rows["carol"]["gpu_hours_held"] == pytest.approx(1.0)
     assert rows["carol"]["gpu_hours_used"] is None  # not 0.0
+    assert rows["carol"]["idle_held_hours"] is None  # judged from it: not 0.0 either
+    assert rows["erin"]["idle_held_hours"] == 0.0  # known, and busy
     assert rows["carol"]["used_known_hours"] == 0.0
     assert rows["dave"]["gpu_hours_used"] == pytest.approx(0.5 * 0.4)  # the known half
     assert rows["dave"]["used_known_hours"] == pytest.approx(0.5)
@@ -81,7 +83,7 @@ def test_unknown_sm_utilisation_is_never_zero_used(
     status, out, _ = report(capsys, *period, "--color", "never")
     assert status == 0
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line}
-    assert lines["carol"][1:3] == ["1.00", "N/A"]
+    assert lines["carol"][1:4] == ["1.00", "N/A", "N/A"]
     assert lines["dave"][1:3] == ["1.00", "0.20"]
     assert "USED is N/A for carol: the SM utilisation of their processes was never known" in out
     assert "USED counts only the GPU-hours whose SM utilisation was known" in out
@@ -89,7 +91,7 @@ def test_unknown_sm_utilisation_is_never_zero_used(
     status, out, _ = report(capsys, *period, "--csv")
     assert status == 0
     table = {row["user"]: row for row in csv.DictReader(io.StringIO(out))}
-    assert table["carol"]["gpu_hours_used"] == ""
+    assert table["carol"]["gpu_hours_used"] == "" and table["carol"]["idle_held_hours"] == ""
     assert table["dave"]["gpu_hours_used"] == "0.2000"
 
 

@@ -96,6 +96,7 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
     assert bob.gpu_hours_held == pytest.approx(2 * 840 / 3600)
     # bob's processes had no SM utilisation series (MIG, a board without it): unknown, not 0.
     assert bob.gpu_hours_used is None and bob.used_known_hours == 0.0
+    assert bob.idle_held_hours is None  # judged from the same utilisation: unknown, not 0
     assert alice.used_known_hours == pytest.approx(5 * 840 / 3600)
     assert (unknown.key, unknown.node) == (None, "gpu-node-2")
     (holder,) = report.holders

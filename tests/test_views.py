@@ -155,6 +155,12 @@ def test_shorten_command_keeps_the_program_name_and_every_argument(
 # -- user_summary --------------------------------------------------------------------------
 
 
+def read_sm(processes: Iterable[GpuProcess]) -> list[GpuProcess]:
+    """As NVML reads them without MIG: with an SM utilisation, so whether each is idle is
+    known (the summary's idle figure is no lower bound)."""
+    return [dataclasses.replace(process, sm_utilization_pct=0) for process in processes]
+
+
 def test_user_summary_per_user_most_memory_first() -> None:
     processes = (
         make_process(GPU0, 1, user="bob", gpu_memory_bytes=10 * GIB),
@@ -163,7 +169,7 @@ def test_user_summary_per_user_most_memory_first() -> None:
         make_process(GPU1, 4, user="chen", gpu_memory_bytes=GIB),
         make_process(GPU3, 5, user="bob", gpu_memory_bytes=GIB),
     )
-    assert user_summary(processes) == (
+    assert user_summary(read_sm(processes)) == (
         UserUsage("bob", (0, 3), 11 * GIB, 2),
         UserUsage("alice", (0, 3), 6 * GIB, 2, is_current_user=True),
         UserUsage("chen", (1,), GIB, 1),
@@ -197,12 +203,32 @@ def test_user_summary_keeps_unknown_owners_and_other_namespaces() -> None:
         # An invisible process is another namespace's even if a user name came with it.
         make_process(GPU3, 4, user="alice", visible=False, gpu_memory_bytes=4 * GIB),
     )
-    summary = {u.user: u for u in user_summary(processes)}
+    summary = {u.user: u for u in user_summary(read_sm(processes))}
     assert set(summary) == {"alice", UNKNOWN_USER, OTHER_NAMESPACE}
     assert summary[OTHER_NAMESPACE] == UserUsage(OTHER_NAMESPACE, (1, 3), 7 * GIB, 2)
     assert summary[UNKNOWN_USER] == UserUsage(UNKNOWN_USER, (0,), 2 * GIB, 1)
     assert summary["alice"].gpu_memory_bytes == GIB
     assert UNKNOWN_USER == "?" and OTHER_NAMESPACE == "(other namespace)"
+
+
+def test_user_summary_idle_memory_is_unknown_where_sm_utilisation_is() -> None:
+    """Under MIG NVML has no SM utilisation: whether those processes are idle is unknown,
+    so the users screen reads N/A (or a lower bound), not "none idle"; a desktop (graphics
+    only) is never called idle, so it makes nothing unknown."""
+    from gpumon.data.model import ProcessKind
+    from gpumon.ui.dashboard.user_summary import usage_row
+
+    mig = make_process(GPU0, 1, user="alice", gpu_memory_bytes=20 * GIB)  # SM: None
+    busy = dataclasses.replace(make_process(GPU1, 2, user="alice"), sm_utilization_pct=90)
+    idle = dataclasses.replace(make_process(GPU1, 3, user="bob", gpu_memory_bytes=GIB),
+                               sm_utilization_pct=0)  # fmt: skip
+    desktop = make_process(GPU1, 4, user="carol", kind=ProcessKind.GRAPHICS)
+    summary = {u.user: u for u in user_summary([mig, busy, idle, desktop], {idle.key})}
+    assert summary["alice"].idle_unknown and usage_row(summary["alice"]).endswith(" N/A")
+    assert not summary["carol"].idle_unknown and usage_row(summary["carol"]).endswith(" -")
+    assert usage_row(summary["bob"]).endswith(" 1.0G")
+    mixed = user_summary([mig, dataclasses.replace(idle, user="alice")], {idle.key})
+    assert usage_row(mixed[0]).endswith(" >=1.0G")
 
 
 def test_user_summary_memory_na_is_a_lower_bound_not_zero() -> None:

@@ -9,6 +9,7 @@ Each docstring below appears in the snapshot report next to the diff.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -68,6 +69,9 @@ def users_server() -> Sample:
                      gpu_memory_bytes=3 * GIB),
         make_process(gpus[0], 500, user="chen", gpu_memory_bytes=512 * MIB),
     )  # fmt: skip
+    # Read as NVML reads them without MIG, with an SM utilisation: whether each is idle
+    # is known (the users screen's IDLE-MEM reads "-", not N/A).
+    processes = tuple(dataclasses.replace(p, sm_utilization_pct=0) for p in processes)
     return make_sample(gpus, processes)
 
 

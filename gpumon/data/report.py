@@ -142,7 +142,7 @@ def bar_cells(row: UsageRow, top: float, width: int) -> tuple[int, int, int]:
     if held == 0 and row.gpu_hours_held > 0:
         held = 1  # a little use never reads as none
     used = min(held, round((row.gpu_hours_used or 0.0) / top * width))  # N/A: no used cells
-    idle = min(held - used, round(row.idle_held_hours / top * width))
+    idle = min(held - used, round((row.idle_held_hours or 0.0) / top * width))  # N/A: none
     return used, held - used - idle, idle
 
 

@@ -27,7 +27,9 @@ class UsageRow:
         gpu_hours_used: the same, weighted by the processes' SM utilisation (0 to 1), over
             the time it was known; ``None`` when it was never known (MIG instances, boards
             that do not report it): unknown is never 0 used.
-        idle_held_hours: GPU-hours held by processes that were idle.
+        idle_held_hours: GPU-hours held by processes that were idle (judged by their SM
+            utilisation: counted over the same known time as ``gpu_hours_used``); ``None``
+            when that was never known: unknown is never 0 idle.
         peak_memory_bytes: the most GPU memory one of its processes held at once; ``None``
             when never known.
         processes: how many process sessions (PID and start time) it had.
@@ -39,7 +41,7 @@ class UsageRow:
     key: str | None
     gpu_hours_held: float
     gpu_hours_used: float | None
-    idle_held_hours: float
+    idle_held_hours: float | None
     peak_memory_bytes: int | None
     processes: int
     node: str | None = None

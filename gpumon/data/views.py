@@ -11,7 +11,7 @@ import os
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from gpumon.data.model import GpuProcess, MigInstance
+from gpumon.data.model import GpuProcess, MigInstance, ProcessKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,9 @@ class UserUsage:
     the user's processes (``None`` when it reports none of them); ``memory_partial`` is True
     when some of them had memory N/A, so the sum is a lower bound. ``idle_memory_bytes`` is
     what the user's IDLE processes hold (:mod:`gpumon.data.idle`; 0 where idleness is not
-    tracked, as in a one-sample mode)."""
+    tracked, as in a one-sample mode); ``idle_unknown`` is True when some of the user's
+    compute processes, not among them, have no SM utilisation (MIG): whether they are idle
+    is not known, so the figure is a lower bound (none known: N/A, not "none")."""
 
     user: str
     gpu_indices: tuple[int, ...]
@@ -94,6 +96,7 @@ class UserUsage:
     memory_partial: bool = False
     is_current_user: bool = False
     idle_memory_bytes: int = 0
+    idle_unknown: bool = False
 
 
 #: The summary's name for processes whose owner cannot be read here.
@@ -124,6 +127,12 @@ def user_summary(
                 memory_partial=bool(known) and len(known) < len(group),
                 is_current_user=any(p.is_current_user for p in group),
                 idle_memory_bytes=sum(p.gpu_memory_bytes or 0 for p in group if p.key in idle),
+                idle_unknown=any(
+                    p.sm_utilization_pct is None
+                    and p.kind is not ProcessKind.GRAPHICS  # a desktop is never called idle
+                    and p.key not in idle
+                    for p in group
+                ),
             )
         )
     # Known memory first, most first; unknown (N/A) after a known 0 B.

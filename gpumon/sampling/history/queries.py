@@ -122,14 +122,16 @@ def usage_rows(
         count = processes.pop(owner, 0)
         if held < 0.5 and not count:
             continue  # a bucket the period touches, when none of the group's processes ran
+        # SM utilisation never known: used and idle are N/A, not 0 (a held second of known
+        # use is 1/3600 GPU-hour); idleness is judged from the same utilisation.
+        ever_known = known > 0.5 or held <= 0.5
         rows.append(
             UsageRow(
                 key=_key(owner, names),
                 gpu_hours_held=held / HOUR_S,
-                # Never known: N/A, not 0 (a held second of known use is 1/3600 GPU-hour).
-                gpu_hours_used=used / HOUR_S if known > 0.5 or held <= 0.5 else None,
+                gpu_hours_used=used / HOUR_S if ever_known else None,
                 used_known_hours=known / HOUR_S,
-                idle_held_hours=idle / HOUR_S,
+                idle_held_hours=idle / HOUR_S if ever_known else None,
                 peak_memory_bytes=None if peak is None else int(peak),
                 processes=count,
             )

@@ -193,7 +193,8 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
             gpu_hours_held=row.held,
             gpu_hours_used=_used(row, tracked),
             used_known_hours=min(row.known or 0.0, row.held) if tracked else None,
-            idle_held_hours=min(row.idle, row.held),
+            # Idleness is judged from the same SM utilisation: never known, not 0.
+            idle_held_hours=None if _used(row, tracked) is None else min(row.idle, row.held),
             peak_memory_bytes=None if row.peak is None else int(row.peak),
             processes=row.processes,
             node=names[target],

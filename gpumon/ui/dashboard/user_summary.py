@@ -34,7 +34,10 @@ def usage_row(usage: UserUsage) -> str:
     memory = fmt.bytes_short(usage.gpu_memory_bytes)
     if usage.memory_partial:
         memory = ">=" + memory
-    idle = fmt.bytes_short(usage.idle_memory_bytes) if usage.idle_memory_bytes else "-"
+    if usage.idle_memory_bytes:
+        idle = (">=" if usage.idle_unknown else "") + fmt.bytes_short(usage.idle_memory_bytes)
+    else:
+        idle = fmt.NA if usage.idle_unknown else "-"  # idleness unknown (MIG) is not "none"
     user = fmt.ljust_cells(fmt.truncate(usage.user, 20), 20)
     return f"{user} {gpus:<16} {memory:>9} {usage.process_count:>6} {idle:>9}"
 
