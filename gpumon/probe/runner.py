@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 
 from gpumon.probe import steps as S
 from gpumon.probe.child_process import (
-    LIVE_GROUPS,
     child_command,
     end_child,
     kill_group,
     parent_death_preexec,
+    track_group,
 )
 from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, check_released
 from gpumon.probe.protocol import (
@@ -151,7 +151,7 @@ class _ProbeRun:
         except OSError as error:
             await self.settle(f"cannot start {self.argv[0]}: {error.strerror or error}")
             return await self.finish(None, None, timed_out=False)
-        LIVE_GROUPS.add(process.pid)
+        track_group(process.pid)
         stderr_task = asyncio.ensure_future(self.drain_stderr(process))
         failure: str | None = None
         timed_out = False
