@@ -43,6 +43,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpumon.data.format import safe_lines
 from gpumon.probe import steps as S
 from gpumon.probe.child_process import (
     child_command,
@@ -217,7 +218,7 @@ class _ProbeRun:
             self.stderr_tail = tail[-STDERR_TAIL_CHARS:]
 
     def stderr_detail(self) -> str:
-        tail = self.stderr_tail.strip()
+        tail = safe_lines(self.stderr_tail.strip())
         return f"stderr (last lines):\n{tail}" if tail else "(nothing on stderr)"
 
     async def confirm_holding(self, holding: Holding) -> None:
