@@ -10,6 +10,7 @@ builds this parser every few seconds.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable
 
@@ -137,6 +138,14 @@ def _timeout_seconds(text: str) -> float:
     return decimal_number(text, "a number of seconds such as 5 or 2.5")
 
 
+def _typed_here(path: str) -> str:
+    """A path from the command line, relative ones made absolute against the directory the
+    command was typed in (the setting's check refuses relative paths, which elsewhere would
+    follow whatever directory gpumon starts in); a bare command name stays one."""
+    expanded = os.path.expanduser(path)
+    return os.path.abspath(expanded) if os.sep in expanded else path
+
+
 def settings_flags(args: argparse.Namespace) -> dict[str, object]:
     """The shared options given on the command line, as Settings attributes (argparse has
     checked them; the theme is checked with the config file's rules)."""
@@ -148,7 +157,7 @@ def settings_flags(args: argparse.Namespace) -> dict[str, object]:
     if args.interval is not None:
         flags["interval_s"] = args.interval
     if args.probe_python is not None:
-        flags["probe_python"] = args.probe_python
+        flags["probe_python"] = _typed_here(args.probe_python)
     if args.theme is not None:
         flags["theme"] = args.theme
     if args.readonly:

@@ -64,10 +64,22 @@ def boolean(value: Any) -> bool:
     return value
 
 
-def path(value: Any) -> str:
+def interpreter(value: Any) -> str:
+    """A program to run: an absolute path (``~`` expanded) or a bare command name, which is
+    looked up on ``PATH`` as a shell would. A relative path with a directory part is refused:
+    from a config file or the environment it would name a different program in each
+    directory gpumon starts in (``/tmp``: anyone's). ``--probe-python`` is made absolute
+    against the directory it was typed in before it comes here (see :mod:`gpumon.options`).
+    """
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a Python interpreter, got {shown(value)}")
-    return os.path.expanduser(value)
+    expanded = os.path.expanduser(value)
+    if os.sep in expanded and not os.path.isabs(expanded):
+        raise SettingsError(
+            f"expected an absolute path or a command name, got {shown(value)} (a relative "
+            "path would depend on the directory gpumon starts in)"
+        )
+    return expanded
 
 
 def directory(value: Any) -> str:

@@ -148,7 +148,9 @@ KEYS: dict[str, _Key] = {
         _decimal_text,
     ),
     "theme": _Key("theme", checks.theme, "GPUMON_THEME", "--theme"),
-    "probe_python": _Key("probe_python", checks.path, "GPUMON_PROBE_PYTHON", "--probe-python"),
+    "probe_python": _Key(
+        "probe_python", checks.interpreter, "GPUMON_PROBE_PYTHON", "--probe-python"
+    ),
     "temperature_hot_margin_c": _Key(
         "temperature_hot_margin_c", checks.number(int, 0, 50, "degrees from 0 to 50")
     ),

@@ -96,6 +96,21 @@ def test_a_failed_step_exits_1(
     assert "nothing allocated" in out
 
 
+def test_escapes_from_the_child_reach_no_terminal(
+    fake_python: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A child that writes OSC 52 (set the clipboard), screen clears and a bidi override into
+    its protocol text and onto stderr: ``gpumon probe`` prints them visibly escaped."""
+    hostile = tmp_path / "hostile-python"
+    hostile.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "hostile_text.py"}"\n')
+    hostile.chmod(0o700)
+    assert main(["probe", "--device", "cuda:0", "--python", str(hostile)]) == 1
+    out = capsys.readouterr().out
+    assert "torch 2.13.0?[2J?[H?]52;c;cm0gLXJmIH4K?" in out
+    assert "warning: ?[2J?[H?]52;c;cm0gLXJmIH4K? \\u202eevil" in out
+    assert not any((c < " " and c != "\n") or c == "\u202e" for c in out)
+
+
 def test_an_unknown_gpu_index_is_a_usage_error(
     fake_python: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

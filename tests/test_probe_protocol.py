@@ -6,6 +6,7 @@ import ast
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,33 @@ def test_every_event_survives_a_round_trip(event: object) -> None:
     assert "\n" not in line
     assert decode(line) == event
     assert decode(line.encode("utf-8")) == event
+
+
+HOSTILE = "a\x1b]52;c;cm0gLXJmIH4K\x07\u202eb"  # OSC 52 (write the clipboard), a bidi override
+SHOWN = "a?]52;c;cm0gLXJmIH4K?\\u202eb"
+
+
+@pytest.mark.parametrize(
+    ("event", "read"),
+    [
+        (
+            Hello(pid=1, python=HOSTILE, python_version=HOSTILE),
+            lambda e: [e.python, e.python_version],
+        ),
+        (StepEvent(1, S.FAIL, HOSTILE, 1.0, HOSTILE), lambda e: [e.value, e.detail]),
+        (Holding(1, 0, HOSTILE, 1, 2), lambda e: [e.gpu_uuid]),
+        (Done(ok=False, summary=HOSTILE), lambda e: [e.summary]),
+    ],
+    ids=["hello", "step", "holding", "done"],
+)
+def test_every_text_from_the_child_is_made_safe_to_show(event: object, read: Any) -> None:
+    assert read(decode(encode(event))) == [SHOWN] * len(read(event))  # type: ignore[arg-type]
+
+
+def test_a_detail_keeps_its_lines() -> None:
+    event = decode(encode(StepEvent(4, S.PASS, "x", 1.0, f"cuda:0 = GPU 0\n{HOSTILE}\n")))
+    assert isinstance(event, StepEvent)
+    assert event.detail == f"cuda:0 = GPU 0\n{SHOWN}\n"
 
 
 def test_step_lines_carry_version_name_and_title_for_readers() -> None:

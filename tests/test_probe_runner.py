@@ -204,6 +204,21 @@ async def test_a_crashing_child_fails_the_running_step_with_its_stderr() -> None
     assert outcome.summary.startswith("step 3 (torch.cuda.is_available()) failed")
 
 
+async def test_escapes_from_the_child_reach_no_terminal() -> None:
+    """Its protocol text and its stderr come out with every control character shown as ``?``
+    and the bidi override escaped; the stderr tail keeps its lines."""
+    outcome, recorder = await probe("hostile_text")
+    hello = next(event for event in recorder.events if isinstance(event, Hello))
+    assert (hello.python, hello.python_version) == ("/opt/?[8mtrain/bin/python", "3.11.0?]0;owned?")
+    shown = "?[2J?[H?]52;c;cm0gLXJmIH4K?"
+    assert outcome.steps[1].value == f"Python 3.11.0, torch 2.13.0{shown}"
+    assert outcome.steps[1].detail == f"first{shown}\nsecond \\u202elive"
+    assert outcome.steps[2].value == "the child was killed by SIGSEGV"
+    assert outcome.steps[2].detail == (
+        f"stderr (last lines):\nwarning: {shown} \\u202eevil\nTraceback line two"
+    )
+
+
 async def test_a_hanging_child_is_killed_with_its_process_group_at_the_timeout() -> None:
     started = time.monotonic()
     outcome, recorder = await probe("hanging", timeout_s=1.0)

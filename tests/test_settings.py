@@ -67,6 +67,11 @@ def test_the_default_file_is_under_xdg_config_home(tmp_path: Path) -> None:
         ("load_hot_pct = 80.5\n", "load_hot_pct: expected a percentage from 1 to 100, got 80.5"),
         ('theme = "solarised"\n', "theme: expected one of textual-dark, "),
         ("probe_python = 3\n", "probe_python: expected the path of a Python interpreter"),
+        (
+            'probe_python = "envs/train/bin/python"\n',
+            "probe_python: expected an absolute path or a command name, got "
+            "'envs/train/bin/python' (a relative path would depend on the directory gpumon",
+        ),
         ("interval = \n", "not valid TOML: "),
         ("[gpu]\ninterval = 2\n", "unknown key 'gpu'"),
         (b"theme = '\xff'\n", "not valid TOML: the file is not UTF-8"),
@@ -99,6 +104,7 @@ def test_a_missing_config_named_on_the_command_line_is_an_error(
         ("GPUMON_INTERVAL", "fast", "GPUMON_INTERVAL: expected seconds from 0.25 to 60"),
         ("GPUMON_INTERVAL", "1e1", "GPUMON_INTERVAL: expected seconds"),  # ASCII decimals only
         ("GPUMON_THEME", "neon", "GPUMON_THEME: expected one of"),
+        ("GPUMON_PROBE_PYTHON", "./bin/python", "GPUMON_PROBE_PYTHON: expected an absolute path"),
     ],
 )
 def test_a_bad_environment_variable_is_one_line_and_exit_2(
@@ -112,6 +118,33 @@ def test_a_bad_environment_variable_is_one_line_and_exit_2(
     assert main(["status", "--demo"]) == 2
     err = capsys.readouterr().err
     assert complaint in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("/opt/envs/train/bin/python", "/opt/envs/train/bin/python"),
+        ("~/envs/train/bin/python", str(Path.home() / "envs/train/bin/python")),
+        ("python3", "python3"),  # a command name: looked up on PATH, as a shell would
+    ],
+)
+def test_probe_python_from_the_file_and_environment_is_absolute_or_a_command_name(
+    tmp_path: Path, given: str, used: str
+) -> None:
+    path = write(tmp_path, f"probe_python = {given!r}\n".replace("'", '"'))
+    assert S.load_settings({}, environ={}, config=str(path)).probe_python == used
+    environ = {"GPUMON_PROBE_PYTHON": given, "XDG_CONFIG_HOME": "/nonexistent"}
+    assert S.load_settings({}, environ=environ).probe_python == used
+
+
+def test_a_relative_probe_python_flag_is_the_one_in_the_directory_it_was_typed_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    assert main(["--probe-python", "venv/bin/python", "--print-config"]) == 0
+    printed = tomllib.loads(capsys.readouterr().out)
+    assert printed["probe_python"] == str(tmp_path / "venv" / "bin" / "python")
 
 
 def test_a_bad_theme_flag_lists_the_themes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -259,6 +259,12 @@ def safe_text(text: str, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     return text.translate(_SAFE_CHARACTERS)
 
 
+def safe_lines(text: str, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
+    """:func:`safe_text` for text of several lines (a traceback): each line is made safe on
+    its own and cut at ``max_chars``; the newlines between them are kept."""
+    return "\n".join(safe_text(line, max_chars) for line in text.split("\n"))
+
+
 def ascii_int(text: str | None, max_digits: int = 18) -> int | None:
     """``text`` as a number when it is 1 to ``max_digits`` ASCII digits, else ``None``.
 

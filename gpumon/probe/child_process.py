@@ -1,5 +1,21 @@
 """Starting and ending the probe child: its command, the parent-death signal, process
-groups killed on exit (also at interpreter exit), and reaping."""
+groups killed on exit (also at interpreter exit), and reaping.
+
+Killing a group by number is safe only while its leader (the child) has not been reaped: until
+then neither the PID nor the group number can be reused. A child stuck in the GPU driver may
+outlive :data:`REAP_TIMEOUT_S` and be reaped later by asyncio's child watcher; its number is
+then free, and after a PID wrap-around it may name another user's process group, which a root
+gpumon could kill at exit. So each group is pinned by a pidfd of its leader, opened right after
+the spawn: before the group is killed, a null signal through the pidfd tells whether the leader
+is still unreaped (alive or a zombie); once it is reaped the entry is dropped and nothing is
+sent (a leader reaped late was killed with its group by :func:`end_child` first, so nothing is
+lost). Entries are also dropped as soon as the child watcher reaps the leader. Without pidfds
+(not Linux, a kernel before 5.3, a seccomp filter) the group is killed by its number, as
+before: entries still go when the leader is reaped while the event loop runs, but one reaped
+after the loop ended stays until exit. Left open either way: the moment between the spawn and
+the pidfd's open, and between the check and ``killpg``; a reuse inside them would take the PID
+counter a full round (wrapping at ``pid_max``) within microseconds.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +26,12 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from gpumon.probe.child_io import EXIT_PARENT_GONE
+from gpumon.sources.host.pidfd import open_pidfd
 
 #: Seconds to wait for a killed child to be reaped.
 REAP_TIMEOUT_S = 5.0
@@ -35,8 +53,14 @@ spec.loader.exec_module(module)
 runpy.run_module("gpumon.probe.child", run_name="__main__", alter_sys=True)
 """
 
-# Process groups of children still running: the atexit hook kills them.
-LIVE_GROUPS: set[int] = set()
+#: Process groups of children not known to be reaped, which the atexit hook kills: the group
+#: number (the leader's PID) -> a pidfd of the leader, or None where there are no pidfds.
+LIVE_GROUPS: dict[int, int | None] = {}
+# The event loop's thread forgets groups (closing their pidfds) while the quit watchdog's
+# thread may be killing them: a pidfd must not be closed, and its number reused, in between.
+_GROUPS_LOCK = threading.RLock()
+# Tasks waiting for children that outlived end_child (asyncio keeps only weak references).
+_LATE_REAPS: set[asyncio.Future[int]] = set()
 
 
 def child_command(python: str | None = None) -> list[str]:
@@ -95,17 +119,88 @@ def parent_death_preexec(parent_pid: int | None = None) -> Callable[[], None] | 
     return die_with_parent
 
 
+def track_group(pid: int) -> None:
+    """Remember the process group of the child ``pid`` (its leader) for :func:`kill_group`
+    and the atexit hook. Call it right after the spawn, before anything may reap the child."""
+    try:
+        pidfd = open_pidfd(pid)
+    except ProcessLookupError:
+        return  # already reaped: its group number may be anyone's now
+    with _GROUPS_LOCK:
+        LIVE_GROUPS[pid] = pidfd
+
+
+def forget_group(pid: int) -> None:
+    """The leader ``pid`` was reaped: never kill its group number again."""
+    with _GROUPS_LOCK:
+        _drop(pid)
+
+
 def kill_group(pid: int) -> None:
-    # start_new_session=True made the child the leader of a group whose id is its PID.
+    """SIGKILL the process group of the tracked child ``pid``, unless its leader was reaped."""
+    with _GROUPS_LOCK:
+        _kill_group(pid)
+
+
+def _drop(pid: int) -> None:
+    pidfd = LIVE_GROUPS.pop(pid, None)
+    if pidfd is not None:
+        os.close(pidfd)
+
+
+def _kill_group(pid: int) -> None:
+    if pid not in LIVE_GROUPS:
+        return
+    pidfd = LIVE_GROUPS[pid]
+    if pidfd is not None and not _unreaped(pidfd):
+        _drop(pid)
+        return
+    # start_new_session=True made the child the leader of a group whose id is its PID. The
+    # leader is unreaped, so the number is still its group's (without a pidfd: see above).
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
+def _unreaped(pidfd: int) -> bool:
+    """True while the process behind ``pidfd`` is alive or a zombie not yet reaped."""
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists (a set-user-ID interpreter, say)
+    return True
+
+
 @atexit.register
 def kill_live_children() -> None:
-    """Kill the process group of every child still running (at exit, or when quitting hangs)."""
-    for pid in list(LIVE_GROUPS):
-        kill_group(pid)
+    """Kill the process group of every child still running (at exit, or when quitting hangs).
+
+    Runs in the quit watchdog's thread too, while the event loop's thread may be stuck: the
+    lock is awaited for a moment only, then the groups are killed without it (forgetting a
+    group holds the lock for one ``close``, so this means that thread is not running).
+    """
+    locked = _GROUPS_LOCK.acquire(timeout=1.0)
+    try:
+        for pid in list(LIVE_GROUPS):
+            _kill_group(pid)
+    finally:
+        if locked:
+            _GROUPS_LOCK.release()
+
+
+def _forget_when_reaped(process: asyncio.subprocess.Process) -> None:
+    """Forget the group of ``process`` as soon as the child watcher reaps it (on this loop;
+    a child reaped after the loop ended is found out by :func:`kill_group`'s pidfd check)."""
+    waiter = asyncio.ensure_future(process.wait())
+    _LATE_REAPS.add(waiter)
+
+    def reaped(task: asyncio.Future[int]) -> None:
+        _LATE_REAPS.discard(task)
+        if not task.cancelled() and task.exception() is None:
+            forget_group(process.pid)
+
+    waiter.add_done_callback(reaped)
 
 
 async def end_child(process: asyncio.subprocess.Process, stderr_task: asyncio.Future[None]) -> None:
@@ -143,7 +238,9 @@ async def end_child(process: asyncio.subprocess.Process, stderr_task: asyncio.Fu
     # not hold up quitting gpumon for it (the atexit hook tries again).
     await patiently(process.wait, REAP_TIMEOUT_S)
     if process.returncode is not None:
-        LIVE_GROUPS.discard(process.pid)
+        forget_group(process.pid)
+    else:
+        _forget_when_reaped(process)
     if process.stdin is not None:
         process.stdin.close()
     if process.stdout is not None:

@@ -216,8 +216,27 @@ def _non_negative(payload: dict[str, Any], key: str, kind: Any) -> Any:
     return value
 
 
+def _text(payload: dict[str, Any], key: str, optional: bool = False) -> str:
+    """A string field, made safe to show: the child's text may hold terminal escapes."""
+    # Parent side only, so imported here: the child's interpreter may be too old for it.
+    from gpumon.data.format import safe_text
+
+    value = _get(payload, key, str, optional)
+    return "" if value is None else safe_text(value)
+
+
+def _lines(payload: dict[str, Any], key: str, optional: bool = False) -> str:
+    """A string field of several lines, each made safe to show."""
+    from gpumon.data.format import safe_lines
+
+    value = _get(payload, key, str, optional)
+    return "" if value is None else safe_lines(value)
+
+
 def decode(line: str | bytes) -> Event:
-    """Parse one child -> parent line.
+    """Parse one child -> parent line. Its text comes back safe to show: control characters
+    (terminal escapes) as ``?``, bidi overrides and other invisible characters escaped (see
+    :func:`gpumon.data.format.safe_text`); a step's detail keeps its lines.
 
     Raises:
         ProtocolError: the line is not JSON, not this protocol version, an unknown event, or
@@ -228,8 +247,8 @@ def decode(line: str | bytes) -> Event:
     if kind == "hello":
         return Hello(
             pid=_non_negative(payload, "pid", int),
-            python=_get(payload, "python", str),
-            python_version=_get(payload, "python_version", str),
+            python=_text(payload, "python"),
+            python_version=_text(payload, "python_version"),
             protocol=_get(payload, "protocol", int),
         )
     if kind == "step":
@@ -242,20 +261,20 @@ def decode(line: str | bytes) -> Event:
         return StepEvent(
             step=step,
             status=status,
-            value=_get(payload, "value", str),
+            value=_text(payload, "value"),
             duration_ms=_non_negative(payload, "duration_ms", float),
-            detail=_get(payload, "detail", str, optional=True) or "",
+            detail=_lines(payload, "detail", optional=True),
         )
     if kind == "holding":
         return Holding(
             pid=_non_negative(payload, "pid", int),
             cuda_index=_non_negative(payload, "cuda_index", int),
-            gpu_uuid=_get(payload, "gpu_uuid", str),
+            gpu_uuid=_text(payload, "gpu_uuid"),
             allocated_bytes=_non_negative(payload, "allocated_bytes", int),
             reserved_bytes=_non_negative(payload, "reserved_bytes", int),
         )
     if kind == "done":
-        return Done(ok=_get(payload, "ok", bool), summary=_get(payload, "summary", str))
+        return Done(ok=_get(payload, "ok", bool), summary=_text(payload, "summary"))
     raise ProtocolError(f"unknown event {kind!r}")
 
 

@@ -43,13 +43,14 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpumon.data.format import safe_lines
 from gpumon.probe import steps as S
 from gpumon.probe.child_process import (
-    LIVE_GROUPS,
     child_command,
     end_child,
     kill_group,
     parent_death_preexec,
+    track_group,
 )
 from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, check_released
 from gpumon.probe.protocol import (
@@ -151,7 +152,7 @@ class _ProbeRun:
         except OSError as error:
             await self.settle(f"cannot start {self.argv[0]}: {error.strerror or error}")
             return await self.finish(None, None, timed_out=False)
-        LIVE_GROUPS.add(process.pid)
+        track_group(process.pid)
         stderr_task = asyncio.ensure_future(self.drain_stderr(process))
         failure: str | None = None
         timed_out = False
@@ -217,7 +218,7 @@ class _ProbeRun:
             self.stderr_tail = tail[-STDERR_TAIL_CHARS:]
 
     def stderr_detail(self) -> str:
-        tail = self.stderr_tail.strip()
+        tail = safe_lines(self.stderr_tail.strip())
         return f"stderr (last lines):\n{tail}" if tail else "(nothing on stderr)"
 
     async def confirm_holding(self, holding: Holding) -> None:

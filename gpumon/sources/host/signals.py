@@ -12,7 +12,6 @@ number (see :func:`send_signal`). No Textual here: the dialog is
 
 from __future__ import annotations
 
-import errno
 import os
 import pwd
 import signal
@@ -23,6 +22,7 @@ import psutil
 
 from gpumon.data.format import safe_text
 from gpumon.data.model import GpuProcess
+from gpumon.sources.host.pidfd import open_pidfd
 
 #: psutil's create time is the kernel's start time in clock ticks (1/100 s) plus the boot
 #: time: the same process always gives the same float. Half a tick absorbs rounding and still
@@ -106,7 +106,7 @@ def send_signal(
     pidfd: int | None = None
     try:
         seen_create_time_s = _check_before_asking(process, readonly=readonly)
-        pidfd = _open_pidfd(pid)
+        pidfd = open_pidfd(pid)
         _check_live(pid, seen_create_time_s, current_uid=current_uid)
         if pidfd is not None:
             signal.pidfd_send_signal(pidfd, sig)
@@ -164,22 +164,6 @@ def _check_live(pid: int, seen_create_time_s: float, *, current_uid: int | None)
     me = os.getuid() if current_uid is None else current_uid
     if me != 0 and uid != me:
         raise _Stop("refused", f"PID {pid} belongs to {_user_name(uid)}, not to you")
-
-
-def _open_pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid``, or ``None`` where this system has none (then ``os.kill``).
-    ``ProcessLookupError`` when no process has this PID."""
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is None or not hasattr(signal, "pidfd_send_signal"):
-        return None
-    try:
-        return int(pidfd_open(pid))
-    except OSError as error:
-        # ENOSYS: a kernel before 5.3. EPERM: a seccomp filter (older container runtimes)
-        # that blocks the call; pidfd_open itself checks no permission.
-        if error.errno in (errno.ENOSYS, errno.EPERM):
-            return None
-        raise
 
 
 def _user_name(uid: int) -> str:
