@@ -201,3 +201,43 @@ async def test_an_untouched_cursor_stays_on_the_top_row() -> None:
         app.receive_sample(by_cpu({pid: float(1000 - pid) for pid in range(1, 101)}))
         await pilot.pause()
         assert table.cursor_row == 0 and shown_pids(app)[0] == cursor_pid_on_screen(app)
+
+
+async def test_a_smaller_pane_scrolls_the_cursor_row_back_into_view() -> None:
+    """Cursor paged down, then a tmux split halves the pane: the highlighted row is still on
+    screen (Enter, T and K act on it), also after the next sample."""
+    sample = by_cpu({pid: 1.0 for pid in range(1000, 1060)})
+    app = app_for(sample)
+    async with app.run_test(size=(100, 50)) as pilot:
+        table = await start(pilot, app, sample)
+        await pilot.press("pagedown", "pagedown")
+        await pilot.pause()
+        chosen = cursor_pid_on_screen(app)
+        assert chosen is not None and chosen > 1030
+        await pilot.resize_terminal(100, 24)
+        await pilot.pause()
+        await pilot.pause()
+        assert cursor_pid_on_screen(app) == chosen
+        app.receive_sample(sample)
+        await pilot.pause()
+        assert cursor_pid_on_screen(app) == chosen
+        assert table.cursor_process is not None and table.cursor_process.pid == chosen
+
+
+async def test_the_titles_never_count_processes_that_were_not_read() -> None:
+    """Before the first sample, or with every list refused: "unknown", not "Processes 0";
+    one list refused of two: a lower bound."""
+    refused = make_gpu(1, processes_error="NVML: Insufficient Permissions")
+    app = app_for(None)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert "Processes unknown" in screen_text(app)
+        app.receive_sample(make_sample((refused,), ()))
+        await pilot.pause()
+        assert "Processes unknown" in screen_text(app)
+        app.receive_sample(make_sample((GPU, refused), (make_process(GPU, 7),)))
+        await pilot.pause()
+        assert "Processes >= 1" in screen_text(app)
+        await pilot.press("u")
+        await pilot.pause()
+        assert "Users of the GPUs: >= 1" in screen_text(app)

@@ -95,7 +95,14 @@ class UserSummaryScreen(StoreScreen):
 
     def refresh_from_store(self) -> None:
         sample = self.store.latest
-        count = len(user_summary(sample.processes)) if sample is not None else 0
+        known = [] if sample is None else [processes_known(g, sample) for g in sample.gpus]
+        if not any(known):  # before the first sample, or no GPU's list read: not "0 users"
+            count = "unknown"
+        else:
+            assert sample is not None
+            count = str(len(user_summary(sample.processes)))
+            if not all(known):
+                count = ">= " + count
         self.show_title(f" Users of the GPUs: {count}  (most GPU memory first)")
         tracker = cast("GpumonApp", self.app).idle
         summary = render_summary(sample, tracker.view.idle_keys(), tracker.rule)

@@ -183,12 +183,15 @@ class ProcessTable(ScrolledTable, can_focus=True):
         return len(self._processes)
 
     def title_text(self) -> str:
-        """The title line's words: ``Processes 12 of 64  filter: GPU 3 · mine``."""
-        count = (
-            f"{len(self.rows)} of {len(self._processes)}"
-            if self.process_filter.active
-            else str(len(self._processes))
-        )
+        """The title line's words: ``Processes 12 of 64  filter: GPU 3 · mine``; ``unknown``
+        when no GPU's list is known, ``>= 12`` when some GPU's list is not (never a count of
+        what was not read)."""
+        at_least = ">= " if self.unknown_gpus else ""
+        count = f"{at_least}{len(self._processes)}"
+        if self.process_filter.active:
+            count = f"{at_least}{len(self.rows)} of {count}"
+        if self.empty_text in (EMPTY_WAITING, EMPTY_UNKNOWN, EMPTY_ALL_UNKNOWN):
+            count = "unknown"
         text = f" Processes {count}"
         if self.process_filter.active:
             text += f"  filter: {self.process_filter.describe()}"

@@ -65,6 +65,11 @@ class ScrolledTable(ComponentStyles, ScrollView):
 
     # -- the cursor across a refresh --------------------------------------------------
 
+    @property
+    def cursor_row(self) -> int:
+        """The row under the cursor."""
+        raise NotImplementedError
+
     def _follow(self, keys: Sequence[object], old_row: int, key: object, chosen: bool) -> int:
         """The cursor's row after the rows changed: the row of ``key`` (the row under the
         cursor before), else the same height when that row left; the top until the user
@@ -138,6 +143,11 @@ class ScrolledTable(ComponentStyles, ScrollView):
         self._fresh.clear()
         self.virtual_size = Size(self._width, self._content_height)
         self.refresh()
+        # A smaller pane must not hide the cursor's row: Enter, T, K act on it.
+        self.call_after_refresh(self._cursor_into_view)
+
+    def _cursor_into_view(self) -> None:
+        self._scroll_to_row(self.cursor_row)
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         self._painted.clear()
