@@ -132,7 +132,8 @@ class NodeGpuScreen(ClusterView):
         self._title: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="node-gpu-title")
+        # markup=False: the node's and the GPU's names are remote labels, brackets and all.
+        yield Static(id="node-gpu-title", markup=False)
         yield ClusterBanner(self.cluster_app.glyphs, id="cluster-banner")
         with VerticalScroll(id="node-gpu-body"):
             yield TextLines(id="node-gpu-graphs")

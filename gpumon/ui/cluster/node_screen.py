@@ -75,11 +75,13 @@ class NodeScreen(ClusterView):
 
     def compose(self) -> ComposeResult:
         glyphs = self.cluster_app.glyphs
-        yield Static(id="node-title")
+        # markup=False: names, instances and jobs are remote labels, and "[/]" or
+        # "[@click=...]" in them is text (gpumon itself names targets "gpu01 [job]").
+        yield Static(id="node-title", markup=False)
         yield ClusterBanner(glyphs, id="cluster-banner")
         yield GpuPanel(glyphs, id="node-gpus")
         yield ProcessTable(glyphs, id="node-processes")
-        yield Static(id="node-note")
+        yield Static(id="node-note", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
