@@ -10,12 +10,15 @@ name. See "What a node holds" in :mod:`gpumon.sources.prometheus.source`.
 
 One bad series spoils only itself: a reading that no GPU can give (negative, or beyond
 :data:`_LARGEST_READING`) is ``None`` (N/A), a process count that is not a count leaves that
-GPU's processes unknown (never FREE), a process's memory that is not a size is N/A.
+GPU's processes unknown (never FREE), a process's memory that is not a size is N/A. A UUID
+label that is no GPU or MIG UUID is unknown (``None``): ``pick --format uuid`` prints UUIDs
+into a remote shell's command line, and never prints an unknown one.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,6 +49,18 @@ class _Series:
         """The label's value made safe, or None when absent or empty."""
         value = self.labels.get(name)
         return safe_text(value) if value else None
+
+    def uuid(self, name: str) -> str | None:
+        """The label's value when it is a GPU or MIG UUID (:data:`_UUID`), else None."""
+        value = self.labels.get(name)
+        return value if value is not None and _UUID.fullmatch(value) else None
+
+
+#: A GPU or MIG UUID as NVIDIA writes them (``GPU-`` and 8-4-4-4-12 hex digits; ``MIG-<uuid>``;
+#: before driver R470 ``MIG-GPU-<uuid>/<gi>/<ci>``), in characters a shell takes as they are:
+#: ``gpumon pick --prometheus --format uuid`` prints it for ``CUDA_VISIBLE_DEVICES=$gpus`` on
+#: the remote host, as it checks the host name it prints beside it.
+_UUID = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z_/-]{1,96}", re.ASCII)
 
 
 def _number(text: Any) -> float | None:
@@ -162,9 +177,11 @@ class _Gpu:
     def identify(self, item: _Series, uuid: str, name: str) -> None:
         if "pci_bus_id" in self.values and "name" in self.values and "uuid" in self.values:
             return
-        for attribute, label in (("uuid", uuid), ("name", name), ("pci_bus_id", "pci_bus_id")):
-            if attribute not in self.values and item.label(label):
-                self.values[attribute] = item.label(label)
+        if "uuid" not in self.values and (value := item.uuid(uuid)) is not None:
+            self.values["uuid"] = value
+        for attribute, label in (("name", name), ("pci_bus_id", "pci_bus_id")):
+            if attribute not in self.values and (value := item.label(label)) is not None:
+                self.values[attribute] = value
 
 
 def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
@@ -252,7 +269,7 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
             labels.get("uuid", ""),
         )
         entry = instances.setdefault(
-            key, {"uuid": item.label("uuid"), "profile": item.label("profile")}
+            key, {"uuid": item.uuid("uuid"), "profile": item.label("profile")}
         )
         size = _reading(item.value)
         if size is not None and item.name is not None:
@@ -306,7 +323,7 @@ def _processes(series: list[_Series]) -> list[GpuProcess]:
         found.append(
             GpuProcess(
                 gpu_index=index,
-                gpu_uuid=item.label("uuid"),
+                gpu_uuid=item.uuid("uuid"),
                 pid=pid,
                 kind=_PROCESS_KINDS.get(item.labels.get("type", ""), ProcessKind.UNKNOWN),
                 gpu_memory_bytes=None if memory is None else round(memory),
