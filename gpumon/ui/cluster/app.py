@@ -11,7 +11,8 @@ under another catches up when it is shown again.
 When Prometheus does not answer, the source says why (``error``) and keeps the last nodes
 (``stale``): the screens show them marked stale under a banner, and the next poll waits as
 long as the source's backoff says (``next_retry_s``: 1, 2, 4 ... 60 s), until an answer
-comes; then the usual interval again.
+comes; then the usual interval again. Stale is never current: no node of a stale answer
+is UP, so none of its GPUs is FREE.
 
 ``w`` on a node's GPU (the node and GPU screens) is watched here, across screens: the first
 answer in which that GPU of that node is FREE (the node UP, the answer current) alerts.
@@ -30,7 +31,7 @@ from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample
+from gpumon.data.cluster import ClusterSample, marked_stale
 from gpumon.data.free import free_gpu_indices
 from gpumon.sampling.poller import Poller
 from gpumon.sources.prometheus.client import Backoff
@@ -190,9 +191,12 @@ class ClusterApp(MonitorApp):
             self.poller.interval_s = delay
             if not cluster.nodes and previous is not None and previous.nodes:
                 # Never lose what was known: the last nodes stay, marked stale.
-                cluster = replace(cluster, nodes=previous.nodes, stale=True)
-            elif not cluster.stale:
-                cluster = replace(cluster, stale=True)
+                cluster = replace(cluster, nodes=previous.nodes)
+            cluster = replace(cluster, stale=True)
+        if cluster.stale:
+            # Whoever built it (the source, a poll that raised, the last nodes kept above):
+            # a stale answer has no node UP, so no count, pick or watch takes a GPU as FREE.
+            cluster = marked_stale(cluster)
         self.cluster = cluster
         if not self.is_running:
             return
