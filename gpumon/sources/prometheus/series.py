@@ -18,14 +18,13 @@ into a remote shell's command line, and never prints an unknown one.
 from __future__ import annotations
 
 import math
-import re
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.data.cluster import ExporterKind
-from gpumon.data.format import known_time, safe_text
+from gpumon.data.format import gpu_uuid, known_time, safe_text
 from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
@@ -51,16 +50,8 @@ class _Series:
         return safe_text(value) if value else None
 
     def uuid(self, name: str) -> str | None:
-        """The label's value when it is a GPU or MIG UUID (:data:`_UUID`), else None."""
-        value = self.labels.get(name)
-        return value if value is not None and _UUID.fullmatch(value) else None
-
-
-#: A GPU or MIG UUID as NVIDIA writes them (``GPU-`` and 8-4-4-4-12 hex digits; ``MIG-<uuid>``;
-#: before driver R470 ``MIG-GPU-<uuid>/<gi>/<ci>``), in characters a shell takes as they are:
-#: ``gpumon pick --prometheus --format uuid`` prints it for ``CUDA_VISIBLE_DEVICES=$gpus`` on
-#: the remote host, as it checks the host name it prints beside it.
-_UUID = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z_/-]{1,96}", re.ASCII)
+        """The label's value when it reads as a GPU or MIG UUID (:func:`gpu_uuid`), else None."""
+        return gpu_uuid(self.labels.get(name))
 
 
 def _number(text: Any) -> float | None:
