@@ -157,3 +157,21 @@ def test_main_is_exit_2_for_a_cluster_without_a_server(
     monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
     assert main(["pick", "--cluster", "--wait", "5s"]) == 2
     assert "--cluster needs a Prometheus server" in capsys.readouterr().err
+
+
+def test_a_uuid_a_shell_would_run_is_never_printed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """However a cluster sample came to hold it, a UUID that is no UUID is not printed into
+    `ssh "$host" "CUDA_VISIBLE_DEVICES=$gpus ..."`: that GPU does not qualify, and says why."""
+    bad = free_node("node1", 1, uuid="GPU-0;touch${IFS}/tmp/pwned;#")
+    good = free_node("node2", 1, uuid="GPU-8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6")
+    answering(monkeypatch, cluster(bad))
+    code, out, err = run(["pick", "--prometheus", URL, "--format", "uuid"], capsys)
+    assert (code, out) == (1, "")
+    assert "node1: GPU 0 UUID unknown" in err and "pwned" not in err
+    answering(monkeypatch, cluster(bad, good))
+    for argv in ([], ["--across-nodes"]):
+        code, out, _ = run(["pick", "--prometheus", URL, "--format", "uuid", *argv], capsys)
+        assert code == 0 and "pwned" not in out
+        assert "GPU-8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6" in out

@@ -346,3 +346,77 @@ def test_the_process_type_label_is_read_and_unknown_without_it(
         for process in gpu["processes"] or ()
     }
     assert [shown[pid] for pid in pids[:4]] == ["G", "C+G", "C", None]
+
+
+# --- UUIDs: printed by `pick --format uuid` into a remote shell's command line ----------------
+
+#: What a label may say in place of a UUID: shell syntax, spaces, a newline, a comma (two
+#: devices), non-ASCII look-alikes, no prefix, too long.
+NO_UUIDS = [
+    "GPU-4;touch${IFS}/tmp/pwned;#",
+    "GPU-$(id)",
+    "GPU-`id`",
+    "GPU-a b",
+    "GPU-1\nGPU-2",
+    "GPU-1,GPU-2",
+    "GPU-'x'",
+    "GPU-\uff44\uff45\uff41\uff44",  # fullwidth "dead"
+    "GPU-",
+    "8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6",
+    "GPU-" + "a" * 97,
+]
+
+
+def with_uuid(answers: dict[str, Any], uuid: str) -> dict[str, Any]:
+    """Every series of the first target names its GPU ``uuid`` (``UUID`` for dcgm-exporter)."""
+    for role in ("data", "identity"):
+        for item in series(answers[role]):
+            for label in ("uuid", "UUID"):
+                if first_target(item) and label in item["metric"]:
+                    item["metric"][label] = uuid
+    return answers
+
+
+@pytest.mark.parametrize("uuid", NO_UUIDS)
+def test_a_uuid_label_that_is_no_uuid_is_unknown_and_never_printed(
+    prom: Replay, capsys: pytest.CaptureFixture[str], uuid: str
+) -> None:
+    """`read host gpus < <(gpumon pick --prometheus URL --format uuid)`, then
+    `ssh "$host" "CUDA_VISIBLE_DEVICES=$gpus ..."`: a label is not handed to that shell."""
+    node = first_node(read(prom, with_uuid(demo(), uuid)))
+    assert [gpu.uuid for gpu in node.gpus] == [None] * 4
+    assert all(process.gpu_uuid is None for process in node.sample.processes)
+    assert free_gpu_indices(node.sample, FREE_MIB) == {IDLE_GPU}  # the rest is read
+    code, out, err = run(["pick", "--prometheus", prom.url, "--format", "uuid"], capsys)
+    assert (code, out) == (1, "")
+    assert f"GPU {IDLE_GPU} UUID unknown" in err and uuid not in err
+
+
+@pytest.mark.parametrize(
+    "uuid",
+    [
+        "GPU-8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6",
+        "MIG-8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6",  # driver R470 and later
+        "MIG-GPU-8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6/1/0",  # before R470: GPU/gi/ci
+    ],
+)
+def test_nvidias_uuids_are_read_and_printed(
+    prom: Replay, capsys: pytest.CaptureFixture[str], uuid: str
+) -> None:
+    node = first_node(read(prom, with_uuid(demo(), uuid)))
+    assert [gpu.uuid for gpu in node.gpus] == [uuid] * 4
+    code, out, _ = run(["pick", "--prometheus", prom.url, "--format", "uuid"], capsys)
+    assert (code, out) == (0, f"{node.name} {uuid}\n")
+
+
+def test_a_mig_instance_whose_uuid_is_no_uuid_is_never_printed(
+    prom: Replay, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers = copy.deepcopy(load("shared_host"))
+    for item in series(answers["data"]):
+        if item["metric"].get("__name__", "").startswith("gpumon_mig_"):
+            item["metric"]["uuid"] = "MIG-1;reboot"
+    prom.serve(answers)
+    result = PrometheusSource(prom.url).sample()
+    instances = [m for n in result.nodes for g in n.gpus for m in g.mig_instances or ()]
+    assert instances and all(instance.uuid is None for instance in instances)

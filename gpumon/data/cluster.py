@@ -13,6 +13,7 @@ known GPUs are kept (``sample``) but no view may count them as free.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -165,6 +166,21 @@ def classify(
     if is_stale(last_seen_s, now_s, scrape_interval_s):
         return NodeState.STALE
     return NodeState.UP
+
+
+def no_longer_current(node: Node) -> Node:
+    """``node`` once its data is no longer current (Prometheus did not answer, or its answer
+    is late): an UP node turns STALE, a DOWN or STALE one stays as it is."""
+    if node.state is NodeState.UP:
+        return dataclasses.replace(node, state=NodeState.STALE)
+    return node
+
+
+def marked_stale(cluster: ClusterSample) -> ClusterSample:
+    """``cluster`` no longer current: ``stale``, and no node UP (:func:`no_longer_current`),
+    so that no view counts, offers or watches a GPU of it as FREE."""
+    nodes = tuple(no_longer_current(node) for node in cluster.nodes)
+    return dataclasses.replace(cluster, nodes=nodes, stale=True)
 
 
 def _sum(values: Iterable[int | None]) -> int | None:

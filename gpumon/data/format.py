@@ -396,6 +396,21 @@ def temperature_level(
     return "normal"
 
 
+#: A GPU or MIG UUID as NVIDIA writes them (``GPU-`` and 8-4-4-4-12 hex digits; ``MIG-<uuid>``;
+#: before driver R470 ``MIG-GPU-<uuid>/<gi>/<ci>``), in characters a shell takes as they are.
+_GPU_UUID = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z_/-]{1,96}", re.ASCII)
+
+
+def gpu_uuid(text: str | None) -> str | None:
+    """``text`` when it reads as a GPU or MIG UUID, else ``None`` (not known).
+
+    ``gpumon pick --format uuid`` prints UUIDs for ``CUDA_VISIBLE_DEVICES=$gpus`` in a
+    (remote) shell's command line: a UUID from another machine's label is checked as the host
+    name printed beside it is, and one with a ``;``, a space or a comma is no UUID.
+    """
+    return text if text is not None and _GPU_UUID.fullmatch(text) else None
+
+
 def short_uuid(uuid: str) -> str:
     """``GPU-1a2b3c4d`` instead of the full 40-character UUID (``MIG-…`` likewise).
 

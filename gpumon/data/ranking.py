@@ -112,7 +112,8 @@ def rank(
             instance that runs no process passes: it has no reading by design and nothing
             that could keep it busy).
         output_format: ``index`` or ``uuid``: a MIG instance needs ``uuid``, and with
-            ``uuid`` a candidate whose UUID is not known does not qualify.
+            ``uuid`` a candidate whose UUID is not known, or is no UUID
+            (:func:`~gpumon.data.format.gpu_uuid`), does not qualify.
         free_below_bytes: when given, only a FREE candidate qualifies: no process, and less
             memory in use than this (``gpumon pick`` without thresholds or ``--busy-ok``).
 
@@ -155,7 +156,8 @@ def qualify(
                 problem = _not_free(candidate, processes, free_below_bytes)
             if problem is not None:
                 reasons.append(problem)
-            elif output_format == "uuid" and candidate.uuid is None:
+            elif output_format == "uuid" and fmt.gpu_uuid(candidate.uuid) is None:
+                # None, or no UUID a shell can be handed as it is: never printed.
                 reasons.append(f"{candidate.label} UUID unknown")
             else:
                 qualifying.append(candidate)

@@ -10,7 +10,9 @@ name. See "What a node holds" in :mod:`gpumon.sources.prometheus.source`.
 
 One bad series spoils only itself: a reading that no GPU can give (negative, or beyond
 :data:`_LARGEST_READING`) is ``None`` (N/A), a process count that is not a count leaves that
-GPU's processes unknown (never FREE), a process's memory that is not a size is N/A.
+GPU's processes unknown (never FREE), a process's memory that is not a size is N/A. A UUID
+label that is no GPU or MIG UUID is unknown (``None``): ``pick --format uuid`` prints UUIDs
+into a remote shell's command line, and never prints an unknown one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.data.cluster import ExporterKind
-from gpumon.data.format import known_time, safe_text
+from gpumon.data.format import gpu_uuid, known_time, safe_text
 from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
@@ -46,6 +48,10 @@ class _Series:
         """The label's value made safe, or None when absent or empty."""
         value = self.labels.get(name)
         return safe_text(value) if value else None
+
+    def uuid(self, name: str) -> str | None:
+        """The label's value when it reads as a GPU or MIG UUID (:func:`gpu_uuid`), else None."""
+        return gpu_uuid(self.labels.get(name))
 
 
 def _number(text: Any) -> float | None:
@@ -162,9 +168,11 @@ class _Gpu:
     def identify(self, item: _Series, uuid: str, name: str) -> None:
         if "pci_bus_id" in self.values and "name" in self.values and "uuid" in self.values:
             return
-        for attribute, label in (("uuid", uuid), ("name", name), ("pci_bus_id", "pci_bus_id")):
-            if attribute not in self.values and item.label(label):
-                self.values[attribute] = item.label(label)
+        if "uuid" not in self.values and (value := item.uuid(uuid)) is not None:
+            self.values["uuid"] = value
+        for attribute, label in (("name", name), ("pci_bus_id", "pci_bus_id")):
+            if attribute not in self.values and (value := item.label(label)) is not None:
+                self.values[attribute] = value
 
 
 def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
@@ -252,7 +260,7 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
             labels.get("uuid", ""),
         )
         entry = instances.setdefault(
-            key, {"uuid": item.label("uuid"), "profile": item.label("profile")}
+            key, {"uuid": item.uuid("uuid"), "profile": item.label("profile")}
         )
         size = _reading(item.value)
         if size is not None and item.name is not None:
@@ -306,7 +314,7 @@ def _processes(series: list[_Series]) -> list[GpuProcess]:
         found.append(
             GpuProcess(
                 gpu_index=index,
-                gpu_uuid=item.label("uuid"),
+                gpu_uuid=item.uuid("uuid"),
                 pid=pid,
                 kind=_PROCESS_KINDS.get(item.labels.get("type", ""), ProcessKind.UNKNOWN),
                 gpu_memory_bytes=None if memory is None else round(memory),

@@ -155,7 +155,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpumon.data.cluster import ClusterSample, ExporterKind, node_names
+from gpumon.data.cluster import ClusterSample, ExporterKind, no_longer_current, node_names
 from gpumon.data.fields import BY_KEY
 from gpumon.data.format import known_time
 from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client, _describe
@@ -166,7 +166,6 @@ from gpumon.sources.prometheus.targets import (
     Target,
     _by_target,
     _facts,
-    _no_longer_current,
     _node_targets,
     _unique,
 )
@@ -237,7 +236,7 @@ class PrometheusSource:
     def _failed(self, reason: str) -> ClusterSample:
         self._backoff.failed()
         previous = self.last
-        nodes = () if previous is None else tuple(_no_longer_current(n) for n in previous.nodes)
+        nodes = () if previous is None else tuple(no_longer_current(n) for n in previous.nodes)
         return ClusterSample(
             timestamp_s=self._clock(),
             url=self.url,

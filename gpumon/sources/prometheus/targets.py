@@ -4,17 +4,17 @@ A target is its ``(instance, job)`` labels (:data:`Target`). :func:`_facts` read
 :data:`~gpumon.sources.prometheus.queries.TARGETS_QUERY` answer into each target's
 :class:`_Facts` (``up``, its scrapes, its scrape interval); :func:`_by_target` groups series
 by target; :func:`_node_targets` picks the targets that are nodes; :func:`_unique` tells
-alike names apart; :func:`_no_longer_current` marks an UP node STALE when Prometheus did not
-answer. See "What a node holds" and "Staleness" in :mod:`gpumon.sources.prometheus.source`.
+alike names apart. See "What a node holds" and "Staleness" in
+:mod:`gpumon.sources.prometheus.source` (an UP node turns STALE when Prometheus does not
+answer: :func:`gpumon.data.cluster.no_longer_current`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.data.cluster import ExporterKind, Node, NodeState
+from gpumon.data.cluster import ExporterKind, Node
 from gpumon.data.format import known_time
 from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _kind, _Series
@@ -105,10 +105,3 @@ def _unique(names: list[str], built: list[tuple[str | None, Node]]) -> list[str]
         f"{name} [{node.job}]" if counts[name] > 1 and node.job else name
         for name, (_, node) in zip(names, built, strict=True)
     ]
-
-
-def _no_longer_current(node: Node) -> Node:
-    """Prometheus did not answer: an UP node's data is no longer current."""
-    if node.state is NodeState.UP:
-        return dataclasses.replace(node, state=NodeState.STALE)
-    return node

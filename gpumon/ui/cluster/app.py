@@ -11,7 +11,10 @@ under another catches up when it is shown again.
 When Prometheus does not answer, the source says why (``error``) and keeps the last nodes
 (``stale``): the screens show them marked stale under a banner, and the next poll waits as
 long as the source's backoff says (``next_retry_s``: 1, 2, 4 ... 60 s), until an answer
-comes; then the usual interval again.
+comes; then the usual interval again. A refresh that has taken more than three intervals
+(each of its queries waits up to ``--prometheus-timeout``) leaves the last answer no longer
+current in the same way, under a banner of its own, until an answer comes. Stale is never
+current: no node of a stale answer is UP, so none of its GPUs is FREE.
 
 ``w`` on a node's GPU (the node and GPU screens) is watched here, across screens: the first
 answer in which that GPU of that node is FREE (the node UP, the answer current) alerts.
@@ -30,7 +33,7 @@ from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample
+from gpumon.data.cluster import ClusterSample, marked_stale
 from gpumon.data.free import free_gpu_indices
 from gpumon.sampling.poller import Poller
 from gpumon.sources.prometheus.client import Backoff
@@ -144,6 +147,9 @@ class ClusterApp(MonitorApp):
         self.last_answer_s: float | None = None
         #: When the next try starts after a failure (``clock()`` time), else ``None``.
         self.retry_at: float | None = None
+        #: Seconds the refresh in flight has taken, once more than three intervals, else
+        #: ``None``: the last answer is then shown stale.
+        self.stalled_s: int | None = None
         #: ``w`` on a node's GPU: tell me when it is FREE.
         self.watches = Watches()
         self._timed = _Timed(source, clock)
@@ -179,6 +185,7 @@ class ClusterApp(MonitorApp):
 
     def _on_cluster(self, cluster: ClusterSample) -> None:
         previous = self.cluster
+        self.stalled_s = None
         if cluster.error is None:
             self._raised.succeeded()
             self.retry_at = None
@@ -190,9 +197,12 @@ class ClusterApp(MonitorApp):
             self.poller.interval_s = delay
             if not cluster.nodes and previous is not None and previous.nodes:
                 # Never lose what was known: the last nodes stay, marked stale.
-                cluster = replace(cluster, nodes=previous.nodes, stale=True)
-            elif not cluster.stale:
-                cluster = replace(cluster, stale=True)
+                cluster = replace(cluster, nodes=previous.nodes)
+            cluster = replace(cluster, stale=True)
+        if cluster.stale:
+            # Whoever built it (the source, a poll that raised, the last nodes kept above):
+            # a stale answer has no node UP, so no count, pick or watch takes a GPU as FREE.
+            cluster = marked_stale(cluster)
         self.cluster = cluster
         if not self.is_running:
             return
@@ -223,9 +233,27 @@ class ClusterApp(MonitorApp):
         return max(0, math.ceil(self.retry_at - self.clock()))
 
     def _tick(self) -> None:
+        self._check_stalled()
         screen = self.screen
-        if self.retry_at is not None and isinstance(screen, ClusterView):
+        if (self.retry_at is not None or self.stalled_s is not None) and isinstance(
+            screen, ClusterView
+        ):
             screen.show_banner()
+
+    def _check_stalled(self) -> None:
+        """Once a second, as the one-machine dashboard does: a refresh that has taken more
+        than three intervals leaves the last answer no longer current (stale: no node UP, no
+        GPU FREE) until an answer comes; the banner says how long it has waited."""
+        stalled = self.poller.stalled_s()
+        was, self.stalled_s = self.stalled_s, None if stalled is None else int(stalled)
+        cluster = self.cluster
+        if was is not None or self.stalled_s is None or cluster is None:
+            return
+        self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
+        screen = self.screen
+        if self.is_running and isinstance(screen, ClusterView):
+            with self.batch_update():
+                screen.show_cluster(self.cluster)
 
     # -- actions ---------------------------------------------------------------------
 

@@ -35,6 +35,8 @@ Header and banner
   Prometheus unreachable: the last data stays on screen, dimmed and
   stale (no GPU counts as free), and the server is asked again with a
   growing pause between tries (1, 2, 4 ... 60 s).
+  Prometheus not answering for N s: a refresh has taken more than three
+  intervals; the last data is shown stale in the same way until it ends.
 """
 
 

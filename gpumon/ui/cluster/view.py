@@ -77,14 +77,16 @@ class ClusterView(Screen[None]):
         raise NotImplementedError
 
     def show_banner(self) -> None:
-        """The banner while Prometheus does not answer (and its countdown), else nothing."""
+        """The banner while Prometheus does not answer (and its countdown), or while a
+        refresh takes too long; else nothing."""
         app = self.cluster_app
         cluster = app.cluster
         failing = cluster is not None and cluster.error is not None
+        failing = failing or app.stalled_s is not None
         self.set_class(failing, "-unreachable")
         if failing:
             self.query_one(ClusterBanner).show(
-                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused
+                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused, app.stalled_s
             )
 
     def on_screen_resume(self) -> None:
@@ -112,8 +114,9 @@ class ClusterBar(ComponentStyles, LinesWidget):
 
 
 class ClusterBanner(ClusterBar):
-    """While Prometheus does not answer: why, how old the data shown is, when the next try
-    starts. One line, repainted only where it changes (the countdown)."""
+    """While Prometheus does not answer: why (or for how long, while a refresh hangs), how
+    old the data shown is, when the next try starts. One line, repainted only where it
+    changes (the countdown)."""
 
     STYLE_PREFIX = "cluster-banner"
     COMPONENT_CLASSES = {"cluster-banner--text"}
@@ -130,8 +133,9 @@ class ClusterBanner(ClusterBar):
         answered_s: float | None,
         retry_in_s: int | None,
         paused: bool,
+        stalled_s: int | None = None,
     ) -> None:
-        self._shown = (cluster, answered_s, retry_in_s, paused)
+        self._shown = (cluster, answered_s, retry_in_s, paused, stalled_s)
         error = (cluster.error if cluster is not None else None) or "no answer"
         now = cluster.timestamp_s if cluster is not None else time.time()
         data = (
@@ -141,6 +145,8 @@ class ClusterBanner(ClusterBar):
         )
         if paused:
             retry = "paused (space resumes)"
+        elif stalled_s is not None:
+            retry = "still waiting"
         elif retry_in_s is None or retry_in_s <= 0:
             retry = "retrying now"
         else:
@@ -148,6 +154,8 @@ class ClusterBanner(ClusterBar):
         width = self.size.width or 80
         tail = f"; {data}, {retry}"
         head = f" Prometheus unreachable: {error}"
+        if stalled_s is not None:
+            head = f" Prometheus not answering for {stalled_s} s"
         # The reason is cut before the age of the data and the countdown.
         head = self.glyphs.truncate(head, max(24, width - len(tail)))
         style = self.style("text")
