@@ -415,6 +415,45 @@ async def test_up_and_down_on_the_cards_never_do_nothing() -> None:
         assert panel.selected == 4  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("size", [(80, 24), (60, 15)])
+async def test_down_on_the_last_gpu_of_a_line_layout_goes_to_the_process_table(
+    size: tuple[int, int],
+) -> None:
+    """As the help says, in every layout: not round to GPU 0 (two-line and one-line rows)."""
+    gpus = tuple(make_gpu(i) for i in range(3))
+    sample = make_sample(gpus, (make_process(gpus[0], 5),))
+    app = app_for(sample)
+    async with app.run_test(size=size) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        panel = app.query_one("#gpus")
+        assert panel.layout_mode is not Layout.CARDS  # type: ignore[attr-defined]
+        await pilot.press("down", "down")
+        assert panel.selected == 2  # type: ignore[attr-defined]
+        await pilot.press("down")
+        assert isinstance(app.focused, ProcessTable)
+        assert panel.selected == 2  # type: ignore[attr-defined]
+        await pilot.press("shift+tab")
+        await pilot.press("up")
+        assert panel.selected == 1  # type: ignore[attr-defined]
+
+
+async def test_a_click_on_the_more_gpus_line_selects_no_hidden_gpu() -> None:
+    gpus = tuple(make_gpu(i) for i in range(16))
+    sample = make_sample(gpus, (make_process(gpus[0], 5),))
+    app = app_for(sample)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        panel = app.query_one("#gpus")
+        lines = [line for line in screen_text(app).splitlines() if " shown: " in line]
+        assert lines, screen_text(app)
+        row = screen_text(app).splitlines().index(lines[0]) - panel.region.y
+        await pilot.click("#gpus", offset=(10, row))
+        await pilot.pause()
+        assert panel.selected == 0  # type: ignore[attr-defined]
+
+
 async def test_mouse_selects_gpu_and_sorts_by_clicked_column() -> None:
     gpus = (make_gpu(0), make_gpu(1))
     sample = make_sample(gpus, (make_process(gpus[0], 5), make_process(gpus[1], 6)))

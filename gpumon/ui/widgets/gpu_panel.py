@@ -115,6 +115,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         #: Processes per MIG instance: (GPU index, GPU instance id) -> count.
         self.mig_process_counts: dict[tuple[int, int | None], int] = {}
         self._row_heights: list[int] = []
+        self._rows_shown = 0  # GPU rows drawn from top_row (a last line may say what is not)
         #: The colour thresholds come from the settings; the dashboard hands them down.
         self.settings = Settings()
         #: Where sparklines read history (the app's store) and at what interval; none without.
@@ -163,14 +164,12 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         """Up/Down: within a column of cards (the line layouts have one column, and wrap).
 
         No press is lost: Down on a row above a shorter last row goes to its last card, Down
-        on the last row moves the focus on to the process table, and Up on the first row
-        goes to the bottom of the column (each changes the screen at once)."""
+        on the last row (the last GPU, in the line layouts) moves the focus on to the
+        process table, and Up on the first row goes to the bottom of the column (each
+        changes the screen at once)."""
         if not self.gpus:
             return
-        columns = self.columns if self.layout_mode is Layout.CARDS else 1
-        if columns <= 1:
-            self.action_move(step)
-            return
+        columns = max(1, self.columns if self.layout_mode is Layout.CARDS else 1)
         count = len(self.gpus)
         target = self.selected + step * columns
         last_row = (count - 1) // columns
@@ -198,7 +197,8 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
             return None
         top = 0
         row = None
-        for number, height in enumerate(self._row_heights[self.top_row :], self.top_row):
+        drawn = self._row_heights[self.top_row : self.top_row + self._rows_shown]
+        for number, height in enumerate(drawn, self.top_row):  # not the "GPUs 0-11" line
             if top <= y < top + height:
                 row = number
                 break
@@ -252,6 +252,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         total = sum(len(row) for row in rows)
         if not height or total <= height:
             self.top_row = 0
+            self._rows_shown = len(rows)
             return [line for row in rows for line in row]
         per_row = self.columns  # 1 in the line layouts
         selected_row = self.selected // per_row
@@ -270,6 +271,7 @@ class GpuPanel(ComponentStyles, LinesWidget, can_focus=True):
         # At the bottom, show as many earlier rows as fit too.
         while self.top_row > 0 and end == len(rows) and fits(self.top_row - 1, end - 1):
             self.top_row -= 1
+        self._rows_shown = end - self.top_row
         shown = [line for row in rows[self.top_row : end] for line in row][: max(1, height - 1)]
         first = self.gpus[self.top_row * per_row].index
         last = self.gpus[min(len(self.gpus), end * per_row) - 1].index
