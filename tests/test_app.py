@@ -588,3 +588,28 @@ async def test_the_first_sample_started_before_the_app_is_the_first_one_shown() 
         assert app.store.latest is first and source.calls == 1
         await pilot.pause()
         assert "4242" in screen_text(app)
+
+
+async def test_keys_that_used_to_do_nothing_say_or_show_something() -> None:
+    """PgDn from the GPU panel pages the process table; Enter and f without a GPU, - at the
+    shortest interval and space on a detail screen each say so."""
+    gpus = (make_gpu(0),)
+    sample = make_sample(gpus, tuple(make_process(gpus[0], pid) for pid in range(100, 160)))
+    app = app_for(sample, interval_s=0.25)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("enter", "f")
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert "No GPU to show yet." in said and "No GPU to filter by yet." in said
+        app.receive_sample(sample)
+        await pilot.pause()
+        table = app.query_one(ProcessTable)
+        await pilot.press("pagedown")
+        assert app.focused is table and table.cursor_row > 0
+        await pilot.press("minus")
+        await pilot.press("enter")  # a process's detail
+        await pilot.press("space")
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert "Already every 0.25 s, the shortest interval." in said
+        assert "Paused: no new readings (space resumes)" in said

@@ -267,6 +267,10 @@ class GpumonApp(HistoryKeys, MonitorApp):
         return not (action in self._DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
 
     def action_gpu_filter(self) -> None:
+        filtered = self.dashboard.process_filter.gpu_index is not None
+        if not filtered and self.dashboard.query_one(GpuPanel).selected_gpu is None:
+            self.notify("No GPU to filter by yet.", severity="warning")
+            return
         self.dashboard.toggle_gpu_filter()
 
     def action_mine(self) -> None:
@@ -311,8 +315,10 @@ class GpumonApp(HistoryKeys, MonitorApp):
             )
             return
         gpu = self.dashboard.query_one(GpuPanel).selected_gpu
-        if gpu is not None:
-            self.push_screen(GpuDetailScreen(self.store, gpu.index, ascii_only=ascii_only))
+        if gpu is None:
+            self.notify("No GPU to show yet.", severity="warning")
+            return
+        self.push_screen(GpuDetailScreen(self.store, gpu.index, ascii_only=ascii_only))
 
     def want_details(self, wanted: bool) -> None:
         """A screen that shows :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` opened (or
@@ -330,6 +336,9 @@ class GpumonApp(HistoryKeys, MonitorApp):
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
         self._refresh_all()
+        if self.screen is not self.dashboard:  # its PAUSED badge is not on this screen
+            said = "Paused: no new readings (space resumes)" if self.poller.paused else "Resumed"
+            self.notify(said, timeout=3)
 
     def action_change_interval(self, direction: int) -> None:
         current = self.poller.interval_s
@@ -339,9 +348,15 @@ class GpumonApp(HistoryKeys, MonitorApp):
         else:
             smaller = [step for step in INTERVAL_STEPS_S if step < current]
             new = smaller[-1] if smaller else INTERVAL_STEPS_S[0]
+        if new == current:
+            limit = "longest" if direction > 0 else "shortest"
+            self.notify(f"Already every {current:g} s, the {limit} interval.", timeout=3)
+            return
         self.poller.interval_s = new
         self.store.resize(self.poller.interval_s)
         self._refresh_all()
+        if self.screen is not self.dashboard:  # its header's "every 2s" is not on this screen
+            self.notify(f"Reading the GPUs every {new:g} s.", timeout=3)
 
     # -- the torch probe -------------------------------------------------------------
 

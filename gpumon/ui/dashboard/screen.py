@@ -58,6 +58,12 @@ class DashboardScreen(Screen[None]):
         Binding("w", "watch", "Watch", show=False,
                 tooltip="tell me when the selected GPU is FREE, or the process under the cursor "
                 "ends: a notification, the bell and a desktop notification (again: stop)"),
+        # The process table's paging keys, from the GPU panel too (where the focus starts):
+        # they take the focus to the table and page it, never do nothing.
+        Binding("pageup", "table('page', -1)", show=False),
+        Binding("pagedown", "table('page', 1)", show=False),
+        Binding("home", "table('edge', -1)", show=False),
+        Binding("end", "table('edge', 1)", show=False),
     ]  # fmt: skip
 
     def __init__(self) -> None:
@@ -66,6 +72,14 @@ class DashboardScreen(Screen[None]):
         self._unsubscribe: Callable[[], None] | None = None
         #: ``z``: the process table takes the whole screen (the GPU panel hides).
         self.zoomed = False
+
+    def action_table(self, action: str, direction: int) -> None:
+        table = self.query_one(ProcessTable)
+        table.focus()
+        if action == "page":
+            table.action_page(direction)
+        else:
+            table.action_edge(direction)
 
     @property
     def gpumon(self) -> GpumonApp:
