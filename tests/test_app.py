@@ -312,13 +312,20 @@ def test_layout_rules() -> None:
 async def test_too_small_terminal_says_so() -> None:
     sample = make_sample((make_gpu(0),))
     app = app_for(sample)
-    async with app.run_test(size=(30, 8)) as pilot:
+    async with app.run_test(size=(39, 9)) as pilot:
         app.receive_sample(sample)
         await pilot.pause()
-        assert "Terminal too small (30x8)" in screen_text(app)
+        assert "Terminal too small (39x9)" in screen_text(app)
+        # Nothing of the dashboard is on screen: its keys are off, and out of the footer.
+        assert "Details" not in screen_text(app)
+        await pilot.press("slash", "p", "y", "u", "enter")
+        await pilot.pause()
+        assert app.screen is app.dashboard and "Terminal too small" in screen_text(app)
+        assert app.dashboard.process_filter.text == ""
         await pilot.resize_terminal(100, 30)
         await pilot.pause()
         assert "Terminal too small" not in screen_text(app)
+        assert "Details" in screen_text(app)
 
 
 async def test_help_screen_opens_and_closes() -> None:

@@ -264,7 +264,13 @@ class GpumonApp(HistoryKeys, MonitorApp):
     )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action in self._DASHBOARD_ACTIONS and len(self.screen_stack) > 1)
+        if action not in self._DASHBOARD_ACTIONS:
+            return True
+        # Off while another screen is on top, and while the terminal is too small to show
+        # what they would act on (the footer offers only what works).
+        dashboard = getattr(self, "dashboard", None)
+        too_small = dashboard is not None and dashboard.has_class("-too-small")
+        return len(self.screen_stack) == 1 and not too_small
 
     def action_gpu_filter(self) -> None:
         filtered = self.dashboard.process_filter.gpu_index is not None

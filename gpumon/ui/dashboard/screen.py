@@ -73,6 +73,9 @@ class DashboardScreen(Screen[None]):
         #: ``z``: the process table takes the whole screen (the GPU panel hides).
         self.zoomed = False
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not self.has_class("-too-small")  # nothing of it is on screen to act on
+
     def action_table(self, action: str, direction: int) -> None:
         table = self.query_one(ProcessTable)
         table.focus()
@@ -229,7 +232,9 @@ class DashboardScreen(Screen[None]):
         self.set_class(probe_right, "-probe-right")
         self.set_class(probe is not None and not probe_right, "-probe-bottom")
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
-        self.set_class(too_small, "-too-small")
+        if too_small != self.has_class("-too-small"):
+            self.set_class(too_small, "-too-small")
+            app.refresh_bindings()  # the dashboard's keys are off while it is too small
         if too_small:
             self.query_one("#too-small", Static).update(
                 f"Terminal too small ({width}x{height}): gpumon needs at least "
