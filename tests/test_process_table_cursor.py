@@ -241,3 +241,16 @@ async def test_the_titles_never_count_processes_that_were_not_read() -> None:
         await pilot.press("u")
         await pilot.pause()
         assert "Users of the GPUs: >= 1" in screen_text(app)
+
+
+async def test_a_sort_whose_column_a_narrower_pane_hides_is_named_in_the_title() -> None:
+    sample = by_cpu({1000: 1.0, 1001: 2.0})
+    app = app_for(sample)
+    async with app.run_test(size=(120, 30)) as pilot:
+        table = await start(pilot, app, sample)
+        table.sort_by("rss")
+        await pilot.pause()
+        assert "sorted by" not in screen_text(app)  # its column shows the arrow
+        await pilot.resize_terminal(80, 30)  # RSS needs 90 columns
+        await pilot.pause()
+        assert "sorted by RSS ▼" in screen_text(app)

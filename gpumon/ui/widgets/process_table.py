@@ -195,6 +195,12 @@ class ProcessTable(ScrolledTable, can_focus=True):
         text = f" Processes {count}"
         if self.process_filter.active:
             text += f"  filter: {self.process_filter.describe()}"
+        shown = {column.key for column, _ in self._columns(self._width)}
+        if self.sort_key not in shown:  # a narrower pane dropped it: say what the order is
+            column = next(c for c in COLUMNS if c.key == self.sort_key)
+            descending = self.sort_reverse != column.descending_first
+            arrow = self.glyphs.down if descending else self.glyphs.up
+            text += f"  sorted by {column.title} {arrow}"
         if self.command_offset:
             text += f"  commands scrolled {self.command_offset} cells (left/right)"
         return text
