@@ -9,12 +9,15 @@ import re
 import pytest
 
 from gpumon.data import format as fmt
+from gpumon.data.model import HostStats
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.text_lines import TextLines
 from tests.ui_helpers import (
+    GIB,
+    MIB,
     app_for,
     demo_app,
     make_gpu,
@@ -98,3 +101,68 @@ async def test_process_detail_lines_fit_the_screen(width: int) -> None:
         assert overflowing_lines(app, "#process-detail-identity") == []
         identity = app.screen.query_one("#process-detail-identity", TextLines).content.plain
         assert f"PID {app.screen.key[1]}" in identity and "Container " in identity
+
+
+BIG_HOST = HostStats(
+    "gpu-node-07", 45.0, (112.45, 110.2, 98.33), int(456.7 * GIB), int(2015.6 * GIB),
+    int(12.3 * GIB), 64 * GIB, 256,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("width", "shown", "gone"),
+    [
+        (120, ["load 112.45 110.20 98.33", "[", "RAM", "Swap 12.3/64.0G"], []),
+        (80, ["RAM [", "Swap 12.3/64.0G"], ["load"]),
+        (60, ["RAM 456.7/2015.6G", "Swap 12.3/64.0G"], ["load", "["]),
+        (40, ["CPU   45%", "RAM 456.7/2015.6G"], ["load", "[", "Swap"]),
+    ],
+)
+async def test_host_strip_drops_whole_fields(width: int, shown: list[str], gone: list[str]) -> None:
+    """A big server's host strip: the load goes first, then the bars, then Swap, whole;
+    what stays ends with its unit (``Swap 12.3/64.0G``, not ``Swap 12.3/64``)."""
+    sample = make_sample((make_gpu(0),), host=BIG_HOST)
+    app = app_for(sample)
+    async with app.run_test(size=(width, 24)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        strip = screen_text(app).splitlines()[-2].rstrip()
+    assert strip.endswith("G"), strip
+    assert all(text in strip for text in shown), strip
+    assert not any(text in strip for text in gone), strip
+
+
+@pytest.mark.parametrize("width", [70, 72, 74, 76, 78, 80, 90])
+@pytest.mark.parametrize("pstate", [2, 12])
+async def test_two_line_gpu_row_drops_whole_flags(width: int, pstate: int) -> None:
+    """The two-line GPU row's first line: MIG goes first, then ECC, Pers, the P-state, each
+    whole (at 70 columns ``ECC 12345`` read ``ECC 1234``; ``MIG Off`` read ``MIG O``)."""
+    gpu = make_gpu(0, ecc_errors_uncorrected_volatile=12345, performance_state=pstate)
+    sample = make_sample((gpu,))
+    app = app_for(sample)
+    async with app.run_test(size=(width, 24)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        line = screen_text(app).splitlines()[1].rstrip()
+    flags = [f" P{pstate}", " Pers On", " ECC 12345", " MIG Off"]
+    shown = [flag for flag in flags if flag in line]
+    assert shown == flags[: len(shown)], line  # the first ones, in order
+    assert line.endswith(shown[-1] if shown else "%"), line
+    assert width < 90 or len(shown) == len(flags)
+
+
+@pytest.mark.parametrize("width", [40, 50, 60, 69])
+async def test_one_line_gpu_rows_keep_the_memory_whole(width: int) -> None:
+    """One line per GPU (a short terminal): a FREE GPU's and a big GPU's memory end with
+    their unit; where the bars leave no room, the bars go."""
+    big = make_gpu(0, memory_used_bytes=int(139.8 * GIB), memory_total_bytes=int(140.4 * GIB))
+    free = make_gpu(1, memory_used_bytes=3 * MIB, utilization_gpu_pct=0,
+                    memory_total_bytes=int(140.4 * GIB))  # fmt: skip
+    sample = make_sample((big, free))
+    app = app_for(sample)
+    async with app.run_test(size=(width, 10)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+    assert lines[1].rstrip().endswith(" 139.8/140.4G"), lines[1]
+    assert "FREE" in lines[2] and lines[2].rstrip().endswith(" 0.0/140.4G"), lines[2]
