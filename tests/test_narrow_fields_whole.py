@@ -4,13 +4,16 @@ edge (``CPU% 123`` never reads ``12``, ``Swap 12.3/64.0G`` never ``Swap 12.3/64`
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import re
 
 import pytest
 
 from gpumon.data import format as fmt
-from gpumon.data.model import HostStats
-from gpumon.ui.dashboard.app import GpumonApp
+from gpumon.data.model import GpuProcess, HostStats
+from gpumon.settings import Settings
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 from gpumon.ui.widgets.process_table import ProcessTable
@@ -18,6 +21,7 @@ from gpumon.ui.widgets.text_lines import TextLines
 from tests.ui_helpers import (
     GIB,
     MIB,
+    StaticSource,
     app_for,
     demo_app,
     make_gpu,
@@ -166,3 +170,69 @@ async def test_one_line_gpu_rows_keep_the_memory_whole(width: int) -> None:
         lines = screen_text(app).splitlines()
     assert lines[1].rstrip().endswith(" 139.8/140.4G"), lines[1]
     assert "FREE" in lines[2] and lines[2].rstrip().endswith(" 0.0/140.4G"), lines[2]
+
+
+async def users_screen(width: int, *processes: GpuProcess) -> list[str]:
+    """The users screen (``u``) at ``width`` columns after 20 samples a second apart: a
+    process at 0 % SM is held idle after 6 s."""
+    gpus = tuple(make_gpu(index) for index in range(8))
+    base = make_sample(gpus, processes)
+    app = create_app(StaticSource(base), autostart=False, ascii_only=False,
+                     settings=Settings(idle_after_minutes=0.1))  # fmt: skip
+    ticks = itertools.count()
+    app.idle.clock = lambda: float(next(ticks))
+    async with app.run_test(size=(width, 20)) as pilot:
+        for step in range(20):
+            app.receive_sample(dataclasses.replace(base, timestamp_s=base.timestamp_s + step))
+        await pilot.pause()
+        await pilot.press("u")
+        await pilot.pause()
+        return screen_text(app).splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 64, 62, 60, 50, 40])
+async def test_users_screen_columns_fit_whole(width: int) -> None:
+    """IDLE-MEM ``12.3G`` never reads ``12.`` (the README's 60x15 tmux pane): the columns are
+    as wide as what they hold, and where they still do not fit the last ones go, whole,
+    with a line saying which."""
+    gpu = make_gpu(0)
+    alice = make_process(gpu, 4242, user="alice", gpu_memory_bytes=int(12.3 * GIB),
+                         sm_utilization_pct=0)  # fmt: skip
+    lines = await users_screen(width, alice)
+    header = next(line for line in lines if line.startswith("USER"))
+    row = next(line for line in lines if line.startswith("alice"))
+    titles, cells = header.split(), row.split()
+    assert titles[:3] == ["USER", "GPUS", "GPU-MEM"]
+    assert cells[: len(titles)] == ["alice", "0", "12.3G", "1", "12.3G"][: len(titles)]
+    if len(titles) < 5:
+        dropped = ", ".join(["PROCS", "IDLE-MEM"][len(titles) - 3 :])
+        assert any(f"Not shown here (a wider terminal shows them): {dropped}." in line
+                   for line in lines)  # fmt: skip
+    assert width < 60 or titles == ["USER", "GPUS", "GPU-MEM", "PROCS", "IDLE-MEM"]
+
+
+async def test_users_screen_long_names_and_many_gpus_at_40_columns() -> None:
+    """A 30-letter user name is cut (with an ellipsis) before a number would be; eight
+    GPUs in a row read ``0-7``."""
+    gpus = [make_gpu(index) for index in range(8)]
+    name = "a-very-long-user-name-from-ldap"
+    processes = [
+        make_process(gpu, 5000 + gpu.index, user=name, gpu_memory_bytes=int(1.5 * GIB))
+        for gpu in gpus
+    ]
+    lines = await users_screen(40, *processes)
+    row = next(line for line in lines if line.startswith("a-very"))
+    user, gpus_text, memory = row.split()[:3]
+    assert user.endswith("…") and name.startswith(user[:-1])
+    assert (gpus_text, memory) == ("0-7", "12.0G")
+
+
+async def test_users_screen_notes_wrap_at_50_columns() -> None:
+    """The note under the table wraps: its ``6s`` is not cut off at the edge."""
+    gpu = make_gpu(0)
+    alice = make_process(gpu, 4242, user="alice", gpu_memory_bytes=int(12.3 * GIB),
+                         sm_utilization_pct=0)  # fmt: skip
+    lines = await users_screen(50, alice)
+    start = next(number for number, line in enumerate(lines) if line.startswith("IDLE-MEM:"))
+    note = " ".join(line.strip() for line in lines[start : start + 2])
+    assert "at or below 5 % SM for 6s or more." in note
