@@ -236,3 +236,24 @@ async def test_users_screen_notes_wrap_at_50_columns() -> None:
     start = next(number for number, line in enumerate(lines) if line.startswith("IDLE-MEM:"))
     note = " ".join(line.strip() for line in lines[start : start + 2])
     assert "at or below 5 % SM for 6s or more." in note
+
+
+@pytest.mark.parametrize("width", [80, 82, 84, 86, 88])
+async def test_two_line_gpu_row_note_comes_before_whole_flags(width: int) -> None:
+    """A note (``watching``) goes before the P-state and flags; the flags that no longer fit
+    after it go whole."""
+    gpu = make_gpu(0, ecc_errors_uncorrected_volatile=12345)
+    sample = make_sample((gpu,))
+    app = app_for(sample)
+    async with app.run_test(size=(width, 24)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        await pilot.press("w")
+        await pilot.pause()
+        line = screen_text(app).splitlines()[1].rstrip()
+    assert "watch" in line, line
+    flags = [" P2", " Pers On", " ECC 12345", " MIG Off"]
+    shown = [flag for flag in flags if flag in line]
+    assert shown == flags[: len(shown)], line
+    if shown:
+        assert line.endswith(shown[-1]), line
