@@ -8,12 +8,15 @@ import time
 from collections.abc import Callable
 
 import pytest
+from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.widgets import Footer
 
 from gpumon.data.model import Sample
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.probe_panel import ProbePanel
+from gpumon.ui.widgets.bars import HostStrip
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script
 from tests.ui_helpers import screen_text
@@ -263,3 +266,55 @@ async def test_probe_escape_and_the_command_palette_in_a_loop_leave_the_app_runn
             await pilot.press("escape")
         await pilot.pause(0.3)
         assert app.is_running
+
+
+def probe_layout(app: GpumonApp) -> tuple[Region, Region, list[str]]:
+    """The probe panel's region, the footer's, and the screen's lines."""
+    return (
+        app.query_one(ProbePanel).region,
+        app.dashboard.query_one(Footer).region,
+        screen_text(app).splitlines(),
+    )
+
+
+@pytest.mark.parametrize("size", [(159, 50), (100, 30), (60, 15), (40, 15)])
+async def test_the_probe_panel_under_the_dashboard_ends_above_the_footer(
+    size: tuple[int, int],
+) -> None:
+    """Below 160 columns the panel is under the dashboard and above the footer: its bottom
+    border shows (the footer covered it), the host strip is above it, and nothing scrolls,
+    also with the search box open."""
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=size) as pilot:
+        await start_probe(pilot, app)
+        for keys in ((), ("slash",)):
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert app.dashboard.has_class("-searching") == bool(keys)
+            probe, footer, lines = probe_layout(app)
+            host = app.dashboard.query_one(HostStrip).region
+            assert probe.bottom == footer.y and footer.bottom == size[1]
+            assert lines[probe.bottom - 1].startswith("╰") and lines[probe.bottom - 1].endswith("╯")
+            assert host.height == 1 and host.bottom == probe.y
+            assert app.dashboard.max_scroll_y == 0
+            assert app.query_one(ProcessTable).region.height >= 3
+
+
+@pytest.mark.parametrize("size", [(40, 10), (40, 14), (80, 12)])
+async def test_the_probe_panel_shows_alone_on_a_short_terminal(size: tuple[int, int]) -> None:
+    """Too short for the dashboard and the panel (at 40x10 the panel covered the host strip
+    and the screen scrolled): the panel alone, above the footer; Escape brings the
+    dashboard back."""
+    app = probe_app(script("hanging"))
+    async with app.run_test(size=size) as pilot:
+        await start_probe(pilot, app)
+        await pilot.pause()
+        probe, footer, lines = probe_layout(app)
+        assert (probe.y, probe.bottom, probe.width) == (0, footer.y, size[0])
+        assert lines[0].startswith("╭") and lines[probe.bottom - 1].startswith("╰")
+        assert app.dashboard.max_scroll_y == 0
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.probing)
+        await pilot.pause()
+        assert app.query_one(ProcessTable).region.height >= 3
+        assert app.dashboard.query_one(HostStrip).region.bottom == footer.y

@@ -21,9 +21,11 @@ from gpumon.ui.dashboard.gpu_history import SPAN_BINDINGS, GpuSpans, SeriesRead
 from gpumon.ui.dashboard.store_screen import StoreScreen
 from gpumon.ui.widgets.gpu_fields import (
     GRAPHS,
+    Piece,
     append_chart,
     ascii_text,
     chart_width,
+    fitted_line,
     render_fields,
     render_processes,
 )
@@ -60,14 +62,15 @@ def render_graphs(
         top = graph.scale_top(gpu, known)
         threshold = graph.threshold(gpu)
         now = fmt.NA if latest is None else graph.text(latest)
-        line = Text(f"{graph.title}  ", style="bold")
-        line.append(now)
+        # On a narrow screen the span goes first, then min, the threshold, max: whole.
+        pieces: list[Piece] = [(f"{graph.title}  ", "bold", 0), (now, "", 0)]
         if known:
-            line.append(f"   min {graph.text(min(known))}  max {graph.text(max(known))}", "dim")
+            pieces.append((f"   min {graph.text(min(known))}", "dim", 3))
+            pieces.append((f"  max {graph.text(max(known))}", "dim", 1))
         if threshold is not None:
-            line.append(f"   {graph.threshold_name} {graph.text(threshold)}", "dim")
-        line.append(f"   ({span})", "dim")
-        text.append_text(ascii_text(line, ascii_only))
+            pieces.append((f"   {graph.threshold_name} {graph.text(threshold)}", "dim", 2))
+        pieces.append((f"   ({span})", "dim", 4))
+        text.append_text(ascii_text(fitted_line(pieces, width), ascii_only))
         text.append("\n")
         # Columns of whole buckets of samples, fixed to the sample numbers: the chart moves one
         # column per bucket, and in between only its newest column changes.
@@ -134,8 +137,7 @@ class GpuDetailScreen(StoreScreen):
         if not gpu.lost:
             self._last_known = gpu
         scale = gpu if not gpu.lost or self._last_known is None else self._last_known
-        # The scroll area's padding and scrollbar take 4 cells.
-        width = max(40, self.size.width - 5)
+        width = self.content_width()
         variables = self.app.get_css_variables()
         colors = (variables.get("success", "green"), variables.get("warning", "yellow"))
         graphs = self.spans.render(scale, width, self.ascii_only, colors)

@@ -24,7 +24,7 @@ from gpumon.data.model import GpuProcess, Sample
 from gpumon.sampling.store import Store
 from gpumon.sources.host.details import CUDA_VARIABLES, ProcessDetails
 from gpumon.ui.dashboard.store_screen import StoreScreen
-from gpumon.ui.widgets.gpu_fields import append_chart, chart_width
+from gpumon.ui.widgets.gpu_fields import Piece, append_chart, chart_width, fitted_line
 from gpumon.ui.widgets.graphs import bucketed, chart
 from gpumon.ui.widgets.text_lines import TextLines
 
@@ -60,6 +60,28 @@ def wrap_cells(text: str, width: int) -> list[str]:
     return pieces
 
 
+def _notice(
+    pid: int, process: GpuProcess | None, details: ProcessDetails | None, simulated: bool
+) -> str | None:
+    """What the identity says first, when the host cannot tell about the PID."""
+    if details is None:
+        return "Reading /proc ..."
+    if simulated:
+        return "A simulated process (DEMO): there is no host process to read."
+    if process is not None and process.exited:
+        return (
+            f"PID {pid} has exited: NVML still lists it (its list lags, or the driver is "
+            "still freeing its memory)."
+        )
+    if not details.visible:
+        reason = "not visible here" if process is not None and not process.visible else "gone"
+        return (
+            f"PID {pid} is {reason}: NVML reports it, but this PID namespace has no such "
+            "process (gpumon in a container without --pid=host), or it has ended."
+        )
+    return None
+
+
 def render_identity(
     key: ProcessKey,
     process: GpuProcess | None,
@@ -72,23 +94,10 @@ def render_identity(
     The command line is wrapped at ``width`` cells, never cut."""
     gpu_index, pid = key
     text = Text()
-    if details is None:
-        text.append("Reading /proc ...\n", "dim")
-    elif simulated:
-        text.append("A simulated process (DEMO): there is no host process to read.\n", "bold")
-    elif process is not None and process.exited:
-        text.append(
-            f"PID {pid} has exited: NVML still lists it (its list lags, or the driver is "
-            "still freeing its memory).\n",
-            "bold",
-        )
-    elif not details.visible:
-        reason = "not visible here" if process is not None and not process.visible else "gone"
-        text.append(
-            f"PID {pid} is {reason}: NVML reports it, but this PID namespace has no such "
-            "process (gpumon in a container without --pid=host), or it has ended.\n",
-            "bold",
-        )
+    notice = _notice(pid, process, details, simulated)
+    if notice is not None:
+        for part in wrap_cells(notice, max(10, width)):
+            text.append(part + "\n", "dim" if details is None else "bold")
     command = (details.command if details and details.visible else None) or (
         process.command if process else None
     )
@@ -98,17 +107,14 @@ def render_identity(
     user = (details.user if details and details.visible else None) or (
         process.user if process else None
     )
-    text.append("User     ", "bold")
-    text.append(f"{user or fmt.NA}    ")
-    text.append("PID ", "bold")
-    text.append(f"{pid}    ")
-    text.append("GPU ", "bold")
-    text.append(f"{gpu_index}\n")
-    _append_placement(text, process)
+    _append_fields(
+        text, [("User     ", user or fmt.NA), ("PID ", str(pid)), ("GPU ", str(gpu_index))], width
+    )
+    _append_fields(text, _placement(process), width)
     if details is not None and details.visible and details.started_at_s is not None:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(details.started_at_s))
-        text.append("Started  ", "bold")
-        text.append(f"{started}  ({fmt.duration(now_s - details.started_at_s)} ago)\n")
+        ago = f"({fmt.duration(now_s - details.started_at_s)} ago)"
+        _append_fields(text, [("Started  ", started), ("", ago)], width, gap="  ")
     if details is not None and details.visible:
         text.append("Launched by\n", "bold")
         if not details.ancestors:
@@ -122,30 +128,53 @@ def render_identity(
             what = "environment not readable" if details.own else "another user's process"
             text.append(f"not shown ({what})\n", "dim")
         else:
-            parts = [
-                f"{name}={value if value is not None else '(not set)'}"
+            parts: list[tuple[str, str | Text]] = [
+                ("", f"{name}={value if value is not None else '(not set)'}")
                 for name, value in details.cuda_environment.items()
                 if name in CUDA_VARIABLES
             ]
-            text.append("  ".join(parts) + "\n")
+            _append_fields(text, parts, width - 9, gap="  ")
     return text
 
 
-def _append_placement(text: Text, process: GpuProcess | None) -> None:
+def _append_fields(
+    text: Text, fields: list[tuple[str, str | Text]], width: int, gap: str = "    "
+) -> None:
+    """``label value`` fields on one line, ``gap`` apart; a field that would pass ``width``
+    starts the next line instead (a field is never cut). Labels are bold."""
+    used = 0
+    for number, (label, value) in enumerate(fields):
+        cells = fmt.cell_len(label) + fmt.cell_len(value if isinstance(value, str) else value.plain)
+        if number and used + len(gap) + cells > width:
+            text.append("\n")
+            used = 0
+        elif number:
+            text.append(gap)
+            used += len(gap)
+        text.append(label, "bold")
+        if isinstance(value, str):
+            text.append(value)
+        else:
+            text.append_text(value)
+        used += cells
+    text.append("\n")
+
+
+def _placement(process: GpuProcess | None) -> list[tuple[str, str | Text]]:
     """``Slurm job 4812345    Container 3f2a9c1b7d4e``: ``none`` when the process is in
     none, N/A when its ``/proc/PID/cgroup`` is not here to read (not visible, or unknown)."""
-    for label, value, gap in (
-        ("Slurm job ", process.job_id if process else None, "    "),
-        ("Container ", process.container_id if process else None, "\n"),
+    fields: list[tuple[str, str | Text]] = []
+    for label, value in (
+        ("Slurm job ", process.job_id if process else None),
+        ("Container ", process.container_id if process else None),
     ):
-        text.append(label, "bold")
         if process is None or not process.visible:
-            text.append(fmt.NA)
+            fields.append((label, fmt.NA))
         elif value is None:
-            text.append("none", "dim")
+            fields.append((label, Text("none", "dim")))
         else:
-            text.append(value)
-        text.append(gap)
+            fields.append((label, value))
+    return fields
 
 
 def render_history(
@@ -164,11 +193,11 @@ def render_history(
         values = store.process_history(key, field)
         known = [value for value in values if value is not None]
         now = fmt.NA if not values or values[-1] is None else show(values[-1])
-        text.append(f"{title}  ", "bold")
-        text.append(now)
-        if known:
-            text.append(f"   max {show(max(known))}   ({len(values)} samples)", "dim")
-        text.append("\n")
+        pieces: list[Piece] = [(f"{title}  ", "bold", 0), (now, "", 0)]
+        if known:  # on a narrow screen the count goes first, then max: whole
+            pieces.append((f"   max {show(max(known))}", "dim", 1))
+            pieces.append((f"   ({len(values)} samples)", "dim", 2))
+        text.append_text(fitted_line(pieces, width)).append("\n")
         top = fixed_top if fixed_top is not None else (max(known, default=0.0) or 1.0)
         if field == "cpu_pct":
             top = max(top, 100.0)
@@ -247,7 +276,7 @@ class ProcessDetailScreen(StoreScreen):
         demo = "  DEMO (simulated)" if sample is not None and sample.simulated else ""
         self.show_title(f" Process {pid} on GPU {gpu_index}{demo}{state}")
         now_s = sample.timestamp_s if sample is not None else time.time()
-        width = max(40, self.size.width - 5)
+        width = self.content_width()
         self.query_one("#process-detail-identity", TextLines).update(
             render_identity(
                 self.key,

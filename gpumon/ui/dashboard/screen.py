@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 MIN_WIDTH, MIN_HEIGHT = 40, 10
 #: Below this width the probe panel goes under the dashboard, not beside it.
 PROBE_RIGHT_MIN_WIDTH = 160
+#: Below this height the probe panel under the dashboard (55 % of the lines above the
+#: footer) leaves it less than its header, a GPU line, three of the table, the search box
+#: and the host strip: the panel shows alone until Escape closes it or the terminal grows.
+PROBE_BOTTOM_MIN_HEIGHT = 15
 
 
 class SearchInput(Input):
@@ -229,8 +233,10 @@ class DashboardScreen(Screen[None]):
         probe = next(iter(self.query("#probe")), None)
         # The probe panel takes the right side of a wide terminal, the bottom of a narrow one.
         probe_right = probe is not None and width >= PROBE_RIGHT_MIN_WIDTH
+        probe_bottom = probe is not None and not probe_right
         self.set_class(probe_right, "-probe-right")
-        self.set_class(probe is not None and not probe_right, "-probe-bottom")
+        self.set_class(probe_bottom, "-probe-bottom")
+        self.set_class(probe_bottom and height < PROBE_BOTTOM_MIN_HEIGHT, "-probe-alone")
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
         if too_small != self.has_class("-too-small"):
             self.set_class(too_small, "-too-small")
@@ -241,10 +247,12 @@ class DashboardScreen(Screen[None]):
                 f"{MIN_WIDTH}x{MIN_HEIGHT}."
             )
             return
+        footer = self.query_one(Footer)
         if probe is not None and probe_right:
             width -= fixed_cells(probe, "width")
         elif probe is not None:
-            height -= height * 55 // 100  # its stylesheet height: 55 %
+            # Its stylesheet height, 55 % of the lines above the footer (its bottom margin).
+            height -= (height - fixed_cells(footer, "height")) * 55 // 100
         sample = app.sample
         header = self.query_one(HeaderBar)
         header.show(
@@ -260,7 +268,7 @@ class DashboardScreen(Screen[None]):
         host.show(sample.host if sample else None, sample.simulated if sample else False)
         panel = self.query_one(GpuPanel)
         gpus = sample.gpus if sample else ()
-        chrome = sum(fixed_cells(w, "height") for w in (header, host, self.query_one(Footer)))
+        chrome = sum(fixed_cells(w, "height") for w in (header, host, footer))
         if self.has_class("-searching"):
             chrome += fixed_cells(self.query_one("#process-search", Input), "height")
         available = height - chrome

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from textual.binding import Binding
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -36,6 +37,13 @@ class StoreScreen(Screen[None]):
         if text != self._title:
             self._title = text
             self.query_one(f"#{self.TITLE_ID}", Static).update(text)
+
+    def content_width(self) -> int:
+        """The cells a line of the screen's scroll area gets: the screen's width less the
+        area's padding and its scrollbar (left free whether shown or not, so the newest
+        column of a right-aligned chart is never under it)."""
+        styles = self.query_one(VerticalScroll).styles
+        return max(1, self.size.width - styles.gutter.width - styles.scrollbar_size_vertical)
 
     def on_mount(self) -> None:
         self.before_first_draw()

@@ -20,17 +20,46 @@ from gpumon.data.free import processes_known
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import Sample
 from gpumon.data.views import UserUsage, user_summary
+from gpumon.ui.dashboard.process_detail import wrap_cells
 from gpumon.ui.dashboard.store_screen import StoreScreen
 from gpumon.ui.widgets.text_lines import TextLines
 
 if TYPE_CHECKING:
     from gpumon.ui.dashboard.app import GpumonApp
 
-HEADER = f"{'USER':<20} {'GPUS':<16} {'GPU-MEM':>9} {'PROCS':>6} {'IDLE-MEM':>9}"
+#: The columns: title, right-aligned. Each is as wide as its widest cell; on a narrow screen
+#: they are dropped whole from the right (down to GPU-MEM), never cut.
+COLUMNS = (("USER", False), ("GPUS", False), ("GPU-MEM", True), ("PROCS", True), ("IDLE-MEM", True))
+#: The most cells a user name, and a list of GPUs, takes; a longer one ends with an ellipsis.
+USER_CELLS, GPUS_CELLS = 20, 16
+#: The fewest cells a user name is cut to before GPU-MEM would not fit.
+USER_MIN_CELLS = 8
+#: Between two columns.
+GAP = "  "
 
 
-def usage_row(usage: UserUsage) -> str:
-    gpus = ",".join(str(index) for index in usage.gpu_indices)
+def gpu_list(indices: tuple[int, ...]) -> str:
+    """``0,1`` or ``0-7,9``: runs of three or more GPUs as a range."""
+    parts: list[str] = []
+    start = 0
+    while start < len(indices):
+        end = start
+        while end + 1 < len(indices) and indices[end + 1] == indices[end] + 1:
+            end += 1
+        if end - start >= 2:
+            parts.append(f"{indices[start]}-{indices[end]}")
+        else:
+            parts.extend(str(index) for index in indices[start : end + 1])
+        start = end + 1
+    text = ",".join(parts)
+    if len(text) > GPUS_CELLS:  # cut after a whole GPU number, never inside one
+        cut = text.rfind(",", 0, GPUS_CELLS)
+        text = text[:cut] + fmt.ELLIPSIS if cut > 0 else fmt.truncate(text, GPUS_CELLS)
+    return text
+
+
+def usage_cells(usage: UserUsage) -> tuple[str, str, str, str, str]:
+    """A user's cells, one per column of :data:`COLUMNS`."""
     memory = fmt.bytes_short(usage.gpu_memory_bytes)
     if usage.memory_partial:
         memory = ">=" + memory
@@ -38,46 +67,87 @@ def usage_row(usage: UserUsage) -> str:
         idle = (">=" if usage.idle_unknown else "") + fmt.bytes_short(usage.idle_memory_bytes)
     else:
         idle = fmt.NA if usage.idle_unknown else "-"  # idleness unknown (MIG) is not "none"
-    user = fmt.ljust_cells(fmt.truncate(usage.user, 20), 20)
-    return f"{user} {gpus:<16} {memory:>9} {usage.process_count:>6} {idle:>9}"
+    gpus = gpu_list(usage.gpu_indices)
+    return (usage.user, gpus, memory, str(usage.process_count), idle)
+
+
+def usage_table(usages: tuple[UserUsage, ...], width: int) -> tuple[list[str], list[str]]:
+    """The header and one line per user in ``width`` cells, and the titles of the columns
+    dropped (from the right) to fit; user names are cut (with an ellipsis) only where
+    GPU-MEM would not fit otherwise."""
+    rows = [usage_cells(usage) for usage in usages]
+    widths = [
+        max([fmt.cell_len(title), *(fmt.cell_len(row[number]) for row in rows)])
+        for number, (title, _) in enumerate(COLUMNS)
+    ]
+    widths[0] = min(widths[0], USER_CELLS)
+    shown = len(COLUMNS)
+    while shown > 3 and sum(widths[:shown]) + len(GAP) * (shown - 1) > width:
+        shown -= 1
+    over = sum(widths[:shown]) + len(GAP) * (shown - 1) - width
+    if over > 0:
+        widths[0] = max(USER_MIN_CELLS, widths[0] - over)
+
+    def line(cells: tuple[str, ...]) -> str:
+        parts = []
+        for number, cell in enumerate(cells[:shown]):
+            cell_width = widths[number]
+            if number == 0:
+                cell = fmt.truncate(cell, cell_width)
+            right = COLUMNS[number][1]
+            parts.append(
+                fmt.rjust_cells(cell, cell_width) if right else fmt.ljust_cells(cell, cell_width)
+            )
+        return GAP.join(parts).rstrip()
+
+    lines = [line(tuple(title for title, _ in COLUMNS))]
+    lines.extend(line(row) for row in rows)
+    return lines, [title for title, _ in COLUMNS[shown:]]
 
 
 def render_summary(
     sample: Sample | None,
     idle: frozenset[tuple[int, int]] = frozenset(),
     rule: IdleRule | None = None,
+    width: int = 200,
 ) -> Text:
-    """The per-user table of ``sample``, and what it cannot count; ``idle``: the keys of the
-    processes that are IDLE by ``rule``."""
+    """The per-user table of ``sample`` in ``width`` cells, and what it cannot count;
+    ``idle``: the keys of the processes that are IDLE by ``rule``. Its notes wrap."""
     text = Text()
+
+    def note(line: str, style: str = "dim") -> None:
+        for part in wrap_cells(line, max(10, width)):
+            text.append(part + "\n", style)
+
     if sample is None:
-        text.append("Waiting for the first sample: users not known yet.\n", "dim")
+        note("Waiting for the first sample: users not known yet.")
         return text
     if sample.simulated:
-        text.append("DEMO: simulated users and processes.\n", "bold")
+        note("DEMO: simulated users and processes.", "bold")
     if sample.unavailable is not None:
-        text.append(f"No GPU data: {sample.unavailable.headline}\n", "bold")
+        note(f"No GPU data: {sample.unavailable.headline}", "bold")
         return text
     usages = user_summary(sample.processes, idle)
-    text.append(HEADER + "\n", "bold")
+    lines, dropped = usage_table(usages, width)
+    text.append(lines[0] + "\n", "bold")
     if not usages:
-        text.append("No processes on the GPUs whose process lists could be read.\n", "dim")
-    for usage in usages:
-        text.append(usage_row(usage) + "\n", "bold" if usage.is_current_user else "")
+        note("No processes on the GPUs whose process lists could be read.")
+    for usage, row in zip(usages, lines[1:], strict=True):
+        text.append(row + "\n", "bold" if usage.is_current_user else "")
+    if dropped and usages:
+        note(f"Not shown here (a wider terminal shows them): {', '.join(dropped)}.")
     unknown = [gpu.index for gpu in sample.gpus if not processes_known(gpu, sample)]
     if unknown:
         names = ", ".join(str(index) for index in unknown)
-        text.append(
-            f"\nNot counted: GPU {names} (process list unknown: lost or refused by NVML).\n",
-            "dim",
-        )
+        text.append("\n")
+        note(f"Not counted: GPU {names} (process list unknown: lost or refused by NVML).")
     if any(usage.memory_partial for usage in usages):
-        text.append(">=: some of the user's processes have GPU memory N/A.\n", "dim")
-    if rule is not None and any(usage.idle_memory_bytes for usage in usages):
-        text.append(
+        note(">=: some of the user's processes have GPU memory N/A.")
+    idle_shown = "IDLE-MEM" not in dropped
+    if idle_shown and rule is not None and any(usage.idle_memory_bytes for usage in usages):
+        note(
             f"IDLE-MEM: held by processes at or below {rule.below_pct} % SM for "
-            f"{fmt.duration(rule.after_s)} or more.\n",
-            "dim",
+            f"{fmt.duration(rule.after_s)} or more."
         )
     return text
 
@@ -105,5 +175,7 @@ class UserSummaryScreen(StoreScreen):
                 count = ">= " + count
         self.show_title(f" Users of the GPUs: {count}  (most GPU memory first)")
         tracker = cast("GpumonApp", self.app).idle
-        summary = render_summary(sample, tracker.view.idle_keys(), tracker.rule)
+        summary = render_summary(
+            sample, tracker.view.idle_keys(), tracker.rule, self.content_width()
+        )
         self.query_one("#user-summary", TextLines).update(summary)

@@ -150,12 +150,32 @@ class HostStrip(_StyledLines):
             waiting = f" host: waiting{self.glyphs.ellipsis}"
             self.set_lines([line.add(waiting, self.style("label")).strip(width)])
             return
-        bar_width = 10 if width >= 100 else 5 if width >= 70 else 0
-        line.add(" CPU ", self.style("label"))
+        # On a narrow terminal whole fields give way, in this order: the load, the bars,
+        # Swap. A number is never cut at the edge (Swap 12.3/64.0G read Swap 12.3/64).
+        bars = 10 if width >= 100 else 5 if width >= 70 else 0
+        wanted = host.load_average is not None and width >= 70
+        for load, bar_width, swap in (
+            (wanted, bars, True),
+            (False, bars, True),
+            (False, 0, True),
+            (False, 0, False),
+        ):
+            line = self._fields(host, load, bar_width, swap)
+            if line.width <= width:
+                break
+        if simulated:
+            note = "  (simulated host)"
+            if line.width + len(note) <= width:
+                line.add(note, self.style("label"))
+        self.set_lines([line.strip(width)])
+
+    def _fields(self, host: HostStats, load: bool, bar_width: int, swap: bool) -> Line:
+        """The strip's fields: CPU and RAM always, the load, the bars and Swap if asked."""
+        line = Line().add(" CPU ", self.style("label"))
         if bar_width:
             self._bar(line, None if host.cpu_pct is None else host.cpu_pct / 100, bar_width)
         line.add(fmt.percent(host.cpu_pct).rjust(5))
-        if host.load_average is not None and width >= 70:
+        if load and host.load_average is not None:
             line.add("  load ", self.style("label"))
             line.add(" ".join(f"{value:.2f}" for value in host.load_average))
         line.add("  RAM ", self.style("label"))
@@ -163,8 +183,7 @@ class HostStrip(_StyledLines):
             self._bar(line, (host.memory_used_bytes or 0) / host.memory_total_bytes, bar_width)
             line.add(" ")
         line.add(fmt.memory_pair(host.memory_used_bytes, host.memory_total_bytes))
-        line.add("  Swap ", self.style("label"))
-        line.add(fmt.memory_pair(host.swap_used_bytes, host.swap_total_bytes))
-        if simulated:
-            line.add("  (simulated host)", self.style("label"))
-        self.set_lines([line.strip(width)])
+        if swap:
+            line.add("  Swap ", self.style("label"))
+            line.add(fmt.memory_pair(host.swap_used_bytes, host.swap_total_bytes))
+        return line

@@ -104,9 +104,36 @@ def render_processes(sample: Sample, index: int, width: int = 120) -> Text:
         hidden = "exited" if process.exited else "not visible here"
         user = process.user or (hidden if not process.visible else fmt.NA)
         memory = fmt.bytes_short(process.gpu_memory_bytes)
-        text.append(f"  {process.pid:>7} {user:<12.12} {memory:>6}")
-        text.append(f"  SM {sm:>4}  ", "dim")
-        text.append(fmt.truncate(process.command or "", max(10, width - 40)) + "\n")
+        line = fitted_line(
+            [(f"  {process.pid:>7} {user:<12.12} {memory:>6}", "", 0), (f"  SM {sm:>4}", "dim", 1)],
+            width,
+        )
+        room = width - line.cell_len - 2
+        if room >= 10:  # the command where it has room, cut with an ellipsis
+            line.append("  ").append(fmt.truncate(process.command or "", room))
+        text.append_text(line).append("\n")
+    return text
+
+
+#: A piece of a line: its text, its style, and when it gives way (0: never; the highest first).
+Piece = tuple[str, str, int]
+
+
+def fitted_line(pieces: Sequence[Piece], width: int) -> Text:
+    """The ``pieces`` that fit in ``width`` cells, in order: while the line is too wide the
+    piece of the highest rank (the last of them) is dropped whole, so a number is shown in
+    full or not at all. Rank 0 pieces always stay (cropped only where they alone are too
+    wide)."""
+    shown = list(pieces)
+    while sum(fmt.cell_len(piece[0]) for piece in shown) > width:
+        rank = max(piece[2] for piece in shown)
+        if rank == 0:
+            break
+        last = max(number for number, piece in enumerate(shown) if piece[2] == rank)
+        del shown[last]
+    text = Text()
+    for piece, style, _ in shown:
+        text.append(piece, style)
     return text
 
 

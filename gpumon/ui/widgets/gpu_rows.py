@@ -96,16 +96,20 @@ def two_lines(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> lis
     )
     top.add(" Fan ", label)
     panel._value(top, fmt.percent(gpu.fan_pct).rjust(4))
-    # Notes before the P-state and flags: on a short line, those are what is cut.
+    # Notes before the P-state and flags; then each flag only while it fits whole, so on a
+    # short line MIG goes first, then ECC, Pers, the P-state (ECC 12345 never reads 1234).
     notes_cell(panel, top, gpu, width)
-    top.add(" ", label)
-    panel._value(top, fmt.pstate(gpu.performance_state))
-    top.add(" Pers ", label)
-    panel._value(top, fmt.on_off(gpu.persistence_mode))
-    top.add(" ECC ", label)
-    panel._value(top, count_text(gpu.ecc_errors_uncorrected_volatile), panel._ecc_style(gpu))
-    top.add(" MIG ", label)
-    panel._value(top, fmt.on_off(gpu.mig_mode))
+    flags = (
+        (" ", fmt.pstate(gpu.performance_state), None),
+        (" Pers ", fmt.on_off(gpu.persistence_mode), None),
+        (" ECC ", count_text(gpu.ecc_errors_uncorrected_volatile), panel._ecc_style(gpu)),
+        (" MIG ", fmt.on_off(gpu.mig_mode), None),
+    )
+    for name, value, style in flags:
+        if top.width + len(name) + len(value) > width:
+            break
+        top.add(name, label)
+        panel._value(top, value, style)
     bottom = Line().add("   ")
     spare = width - 3 - 44
     # A utilisation sparkline where the bars keep at least 12 cells each.
@@ -154,17 +158,22 @@ def one_line(panel: GpuPanel, gpu: GpuStats, selected: bool, width: int) -> Stri
         panel.temperature_style(gpu),
     )
     line.add(" ")
-    # Notes at the end: the bars give up room for them, down to 3 cells each.
+    memory = (" " + fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes)).rjust(11)
+    # Notes at the end: the bars give up room for them, down to 3 cells each. Where even
+    # that leaves the memory no room the bars go, whole: the numbers stay whole.
     wanted = sum(len(note.text) + 1 for note in panel.notes.get(gpu.index, ()))
-    rest = width - line.width - 22
+    rest = width - line.width - 11 - len(memory)
     rest -= min(wanted, max(0, rest - 6))
+    bars = rest >= 5  # two bars of 3 cells take the spare cell too
     bar_width = max(3, rest // 2)
     fraction = None if gpu.utilization_gpu_pct is None else gpu.utilization_gpu_pct / 100
-    panel._bar(line, fraction, bar_width)
+    if bars:
+        panel._bar(line, fraction, bar_width)
     panel._value(line, fmt.percent(gpu.utilization_gpu_pct).rjust(5))
     line.add(" ")
-    panel._bar(line, gpu.memory_used_fraction, max(3, rest - bar_width))
-    panel._value(line, fmt.memory_pair(gpu.memory_used_bytes, gpu.memory_total_bytes).rjust(11))
+    if bars:
+        panel._bar(line, gpu.memory_used_fraction, max(3, rest - bar_width))
+    panel._value(line, memory)
     notes_cell(panel, line, gpu, width)
     return line.strip(width)
 

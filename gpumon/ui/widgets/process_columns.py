@@ -70,13 +70,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
     # N/A below 0 %: busiest first puts it last, as nothing is known of it.
     Column("sm", "SM%", 4, True, lambda p: _na_lowest(p.sm_utilization_pct), 100, True),
-    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct)),
+    # Below 50 cells CPU% gives way, so that COMMAND keeps some room (a 40-column terminal).
+    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct), 50),
     Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
     Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), 80),
     Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
 )
 # Descending first for these: the biggest users are what people look for.
 DESCENDING_FIRST = {"gpu_memory", "sm", "cpu", "rss", "time"}
+#: The fewest cells COMMAND is shown in (a letter or three and the ellipsis).
+MIN_COMMAND_WIDTH = 4
 #: The SM% column's width while some process is idle: ``idle ≥ 2h13m``.
 IDLE_SM_WIDTH = 12
 #: Optional columns and the process field whose value shows them; ``idle`` widens SM%.
@@ -117,10 +120,18 @@ def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[
 def column_layout(
     width: int, full_width: int, optional: frozenset[str] = frozenset()
 ) -> list[tuple[Column, int]]:
-    """Each shown column and its width in ``width`` cells (left of the scrollbar)."""
+    """Each shown column and its width in ``width`` cells (left of the scrollbar).
+
+    COMMAND gets what the other columns leave. The row is never wider than ``width``: a
+    column that does not fit is dropped whole (COMMAND first, then from the right), never
+    cut mid-number."""
     columns = visible_columns(max(width, full_width), optional)
     fixed = sum(c.width + 1 for c in columns if c.width)
-    return [(c, c.width or max(8, width - fixed)) for c in columns]
+    if width - fixed < MIN_COMMAND_WIDTH:
+        columns = [c for c in columns if c.width]
+        while len(columns) > 1 and fixed - 1 > width:  # no space after the last column
+            fixed -= columns.pop().width + 1
+    return [(c, c.width or width - fixed) for c in columns]
 
 
 def _job_number(job_id: str | None) -> int | None:
