@@ -216,7 +216,7 @@ def test_user_summary_idle_memory_is_unknown_where_sm_utilisation_is() -> None:
     so the users screen reads N/A (or a lower bound), not "none idle"; a desktop (graphics
     only) is never called idle, so it makes nothing unknown."""
     from gpumon.data.model import ProcessKind
-    from gpumon.ui.dashboard.user_summary import usage_row
+    from gpumon.ui.dashboard.user_summary import usage_cells
 
     mig = make_process(GPU0, 1, user="alice", gpu_memory_bytes=20 * GIB)  # SM: None
     busy = dataclasses.replace(make_process(GPU1, 2, user="alice"), sm_utilization_pct=90)
@@ -224,11 +224,11 @@ def test_user_summary_idle_memory_is_unknown_where_sm_utilisation_is() -> None:
                                sm_utilization_pct=0)  # fmt: skip
     desktop = make_process(GPU1, 4, user="carol", kind=ProcessKind.GRAPHICS)
     summary = {u.user: u for u in user_summary([mig, busy, idle, desktop], {idle.key})}
-    assert summary["alice"].idle_unknown and usage_row(summary["alice"]).endswith(" N/A")
-    assert not summary["carol"].idle_unknown and usage_row(summary["carol"]).endswith(" -")
-    assert usage_row(summary["bob"]).endswith(" 1.0G")
+    assert summary["alice"].idle_unknown and usage_cells(summary["alice"])[-1] == "N/A"
+    assert not summary["carol"].idle_unknown and usage_cells(summary["carol"])[-1] == "-"
+    assert usage_cells(summary["bob"])[-1] == "1.0G"
     mixed = user_summary([mig, dataclasses.replace(idle, user="alice")], {idle.key})
-    assert usage_row(mixed[0]).endswith(" >=1.0G")
+    assert usage_cells(mixed[0])[-1] == ">=1.0G"
 
 
 def test_user_summary_memory_na_is_a_lower_bound_not_zero() -> None:
