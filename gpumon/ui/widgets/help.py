@@ -80,6 +80,8 @@ def keys_section(
             if not isinstance(binding, Binding):
                 continue
             what = binding.tooltip or binding.description
+            if not what:  # a key that forwards to one the help lists where it belongs
+                continue
             described = rows.setdefault(key_text(binding, ascii_only), [])
             # Ctrl+C's "quit (copies instead ...)" already says its fallback's "quit".
             if not any(other == what or other.startswith(what + " ") for other in described):
