@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
+from textual.pilot import Pilot
 
 from gpumon.commands import once
 from gpumon.data import format as fmt
@@ -194,6 +196,14 @@ def test_the_poller_says_how_long_a_sample_has_been_stuck() -> None:
     assert poller.stalled_s() == pytest.approx(3.1)
 
 
+async def until(pilot: Pilot[object], done: Callable[[], bool], failure: str) -> None:
+    """Let the app run until ``done()``, for at most 20 s (the poller runs on its own)."""
+    deadline = time.monotonic() + 20
+    while not done():
+        assert time.monotonic() < deadline, failure
+        await pilot.pause(0.05)
+
+
 def test_a_longer_interval_does_not_make_a_stuck_poll_current_again() -> None:
     """+ pressed while NVML hangs: the sample shown was taken at the old cadence, and the
     poll in flight is as stuck as before."""
@@ -229,20 +239,17 @@ async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() ->
 
     app = create_app(Failing(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     async with app.run_test(size=(120, 40)) as pilot:
-        deadline = time.monotonic() + 20
-        while app.samples_received < 1:
-            assert time.monotonic() < deadline
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.samples_received >= 1, "no sample")
         await pilot.pause(0.1)
         assert "FREE" in screen_text(app)
-        while "reads failing for" not in screen_text(app):
-            assert time.monotonic() < deadline, "no banner"
-            await pilot.pause(0.1)
+        await until(pilot, lambda: "reads failing for" in screen_text(app), "no banner")
         assert "FREE" not in screen_text(app)
         failing.clear()
-        while "reads failing" in screen_text(app) or "FREE" not in screen_text(app):
-            assert time.monotonic() < deadline, "the banner stayed"
-            await pilot.pause(0.1)
+        await until(
+            pilot,
+            lambda: "reads failing" not in screen_text(app) and "FREE" in screen_text(app),
+            "the banner stayed",
+        )
 
 
 @pytest.mark.parametrize("key", ["enter", "u"])
@@ -268,19 +275,18 @@ async def test_the_detail_screens_say_their_readings_are_stale_while_nvml_hangs(
     app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            deadline = time.monotonic() + 20
-            while app.samples_received < 1:
-                assert time.monotonic() < deadline
-                await pilot.pause(0.05)
+            await until(pilot, lambda: app.samples_received >= 1, "no sample")
             await pilot.press(key)
-            while "NVML not answering for" not in screen_text(app):
-                assert time.monotonic() < deadline, "no stale mark in the title"
-                await pilot.pause(0.1)
+            await until(
+                pilot,
+                lambda: "NVML not answering for" in screen_text(app),
+                "no stale mark in the title",
+            )
             assert "readings of " in screen_text(app)
             gate.set()
-            while "NVML not answering" in screen_text(app):
-                assert time.monotonic() < deadline, "the stale mark stayed"
-                await pilot.pause(0.1)
+            await until(
+                pilot, lambda: "NVML not answering" not in screen_text(app), "the stale mark stayed"
+            )
     finally:
         gate.set()
 
@@ -315,16 +321,15 @@ async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answer
     app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            deadline = time.monotonic() + 20
-            while "NVML not answering for" not in screen_text(app):
-                assert time.monotonic() < deadline, "no banner"
-                await pilot.pause(0.1)
+            await until(pilot, lambda: "NVML not answering for" in screen_text(app), "no banner")
             assert app.samples_received == 1
             await pilot.press("s")  # keys still work
             gate.set()
-            while "NVML not answering" in screen_text(app) or app.samples_received < 2:
-                assert time.monotonic() < deadline, "the banner stayed"
-                await pilot.pause(0.1)
+            await until(
+                pilot,
+                lambda: "NVML not answering" not in screen_text(app) and app.samples_received >= 2,
+                "the banner stayed",
+            )
     finally:
         gate.set()
 
@@ -351,20 +356,13 @@ async def test_a_stuck_driver_leaves_no_gpu_free_on_the_dashboard() -> None:
     app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            deadline = time.monotonic() + 20
-            while app.samples_received < 1:
-                assert time.monotonic() < deadline
-                await pilot.pause(0.05)
+            await until(pilot, lambda: app.samples_received >= 1, "no sample")
             await pilot.pause(0.1)
             assert "FREE" in screen_text(app)
-            while "NVML not answering for" not in screen_text(app):
-                assert time.monotonic() < deadline, "no banner"
-                await pilot.pause(0.1)
+            await until(pilot, lambda: "NVML not answering for" in screen_text(app), "no banner")
             assert "FREE" not in screen_text(app)
             gate.set()
-            while app.samples_received < 3:
-                assert time.monotonic() < deadline
-                await pilot.pause(0.1)
+            await until(pilot, lambda: app.samples_received >= 3, "no sample")
             await pilot.pause(0.1)
             assert "FREE" in screen_text(app)
     finally:
