@@ -187,6 +187,30 @@ def test_a_restarted_recorder_carries_on_the_same_sessions_and_idle_spell(
     assert users["bob"].idle_held_hours == pytest.approx(21 / 60)
 
 
+def job_at(seconds: float, *, running: bool = True) -> Sample:
+    gpu = make_gpu(0, utilization_gpu_pct=100)
+    job = make_process(gpu, 100, user="alice", sm_utilization_pct=100, create_time_s=HOUR0 - 10)
+    return make_sample((gpu,), (job,) if running else (), timestamp_s=HOUR0 + seconds)
+
+
+def test_a_long_interval_books_each_part_to_its_own_hour(tmp_path: Path) -> None:
+    """record --interval 600, a job from 10:00 to 11:00 exactly: one GPU-hour in its hour,
+    none in the next (the 10:50-11:00 interval ends at 11:00 but is 10:xx time)."""
+    database = tmp_path / "history.db"
+    writer = HistoryWriter(str(database), rule=RULE, interval_s=600.0, history_days=90)
+    for step in range(9):
+        writer.record(job_at(600.0 * step, running=step <= 6))
+    writer.close()
+    with reader_at(database, HOUR0 + 5400) as reader:
+        (job_hour,) = reader.usage(HOUR0, HOUR0 + 3600, "user")
+        next_hour = reader.usage(HOUR0 + 3600, HOUR0 + 7200, "user")
+    assert job_hour.gpu_hours_held == pytest.approx(1.0)
+    assert sum(row.gpu_hours_held for row in next_hour) == pytest.approx(0.0)
+    # Seen last at 11:00 exactly: its process counts in its hour, not in the next one too.
+    assert job_hour.processes == 1
+    assert sum(row.processes for row in next_hour) == 0
+
+
 def test_time_while_nobody_watched_is_not_credited(tmp_path: Path) -> None:
     database = tmp_path / "history.db"
     writer = writer_at(database)

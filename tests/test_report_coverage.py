@@ -181,8 +181,8 @@ def test_a_period_inside_an_hour_counts_only_when_processes_ran(
     document = json.loads(out)
     jsonschema.Draft202012Validator(SCHEMA).validate(document)
     assert [row["user"] for row in document["rows"]] == ["bob"]
-    # The sample at 01:00 credits its minute to the hour it is in: 59 minutes in hour 0.
-    assert document["rows"][0]["gpu_hours_held"] == pytest.approx(5 / 60 * 59 / 60)
+    # Bob held GPU 1 all of hour 0 (the sample at 01:00 closes its last minute): 5 minutes.
+    assert document["rows"][0]["gpu_hours_held"] == pytest.approx(5 / 60)
     assert (document["bucket_s"], document["prorated_s"]) == (3600, 300.0)
     assert document["days_before_s"] < START  # days are kept before history_days only
     status, out, _ = report(capsys, *since)

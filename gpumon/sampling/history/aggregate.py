@@ -30,6 +30,7 @@ being IDLE (or N/A memory), or keeps the SMs busy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,24 @@ _ENERGY = HISTORY_FIELDS.index("energy_j")
 _READINGS = tuple(
     (position, name) for position, name in enumerate(HISTORY_FIELDS) if position != _ENERGY
 )
+
+
+def hour_parts(now_s: float, dt_s: float) -> list[tuple[int, float]]:
+    """The interval (``now_s - dt_s``, ``now_s``] cut at the hours: (hour start, seconds in
+    it), newest first. An interval across 11:00 (a long ``--interval``) books each part to
+    its own hour, not all of it to the hour the sample falls in; a sample exactly at 11:00
+    closes the hour before."""
+    parts: list[tuple[int, float]] = []
+    end, remaining = now_s, dt_s
+    while remaining > 0:
+        hour = math.floor(end / HOUR_S) * HOUR_S
+        if hour == end:
+            hour -= HOUR_S
+        part = min(remaining, end - hour)
+        parts.append((hour, part))
+        end -= part
+        remaining -= part
+    return parts
 
 
 @dataclass(slots=True)
@@ -272,19 +291,25 @@ class Pending:
                     holding = holdings[holder] = _Holding()
                 holding.add(process, idle, rule)
         hour = int(now // HOUR_S) * HOUR_S
+        parts = hour_parts(now, dt)
         for (grouping, uuid, key), holding in holdings.items():
-            usage_key = (grouping, hour, uuid, key)
-            usage = self.usage.get(usage_key)
-            if usage is None:
-                usage = self.usage[usage_key] = Usage()
-            usage.held_s += dt
-            if not holding.unknown:
-                usage.known_s += dt
-                usage.used_s += min(1.0, holding.used) * dt
-            if holding.idle and not holding.in_use:
-                usage.idle_held_s += dt
+            for start_s, seconds in parts:
+                usage = self._usage((grouping, start_s, uuid, key))
+                usage.held_s += seconds
+                if not holding.unknown:
+                    usage.known_s += seconds
+                    usage.used_s += min(1.0, holding.used) * seconds
+                if holding.idle and not holding.in_use:
+                    usage.idle_held_s += seconds
+            usage = self._usage((grouping, hour, uuid, key))  # the hour of the sample itself
             usage.peak_memory_bytes = _higher(usage.peak_memory_bytes, holding.peak_memory_bytes)
         self._forget_gone(now)
+
+    def _usage(self, key: UsageKey) -> Usage:
+        usage = self.usage.get(key)
+        if usage is None:
+            usage = self.usage[key] = Usage()
+        return usage
 
     def _forget_gone(self, now: float) -> None:
         """Drop the sessions not seen for longer than a gap, once written: memory stays

@@ -111,7 +111,8 @@ def usage_rows(
         connection.execute(
             f"""
             SELECT coalesce({_SESSION_KEYS[by]}, ''), count(*) FROM sessions
-            WHERE last_seen_s >= :start AND first_seen_s < :end GROUP BY 1
+            WHERE first_seen_s < :end AND (last_seen_s > :start OR first_seen_s >= :start)
+            GROUP BY 1
             """,
             {"start": start_s, "end": end_s},
         ).fetchall()
