@@ -53,7 +53,7 @@ async def test_a_claimed_gpu_says_who_claimed_it_on_its_card(tmp_path: Path) -> 
         lines = [line for line in screen_text(app).splitlines() if f"claimed by {me}" in line]
         assert len(lines) == 1, screen_text(app)
         # Its job has started on GPU 2: the claim is over, and so is the note.
-        running = make_sample(GPUS, (make_process(GPUS[2], 4242, user=me),))
+        running = make_sample(GPUS, (make_process(GPUS[2], 4242, user=me, elapsed_s=1.0),))
         app.receive_sample(running)
         await pilot.pause()
         assert app.dashboard.query_one(GpuPanel).notes == {}

@@ -175,8 +175,13 @@ def test_a_claim_ends_once_its_gpu_runs_the_claimers_process(
     claim_as(OTHER_UID, shared, KEY0)
     owner = user_name(OTHER_UID)
     gpus = (gpu(0), gpu(1))
-    running = sample(gpus, (job(gpus[0], 42, user=owner),))
-    # GPU 0 now runs the claimer's job: not FREE, and not claimed any more either.
+    # A process the claimer already ran there (a notebook) does not end the claim: with
+    # --busy-ok, another user's pick would take the GPU the claimer's job is about to get.
+    notebook = sample(gpus, (job(gpus[0], 41, user=owner),))  # an hour old
+    code, out, _ = pick(monkeypatch, capsys, shared, "--busy-ok", "-n", "2", samples=(notebook,))
+    assert (code, out) == (1, "")
+    running = sample(gpus, (job(gpus[0], 42, user=owner, elapsed_s=1.0),))
+    # GPU 0 now runs the claimer's new job: not FREE, and not claimed any more either.
     code, out, _ = pick(monkeypatch, capsys, shared, "--busy-ok", "-n", "2", samples=(running,))
     assert (code, out) == (0, "1,0\n")
 

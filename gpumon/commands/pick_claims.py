@@ -43,7 +43,7 @@ def blocking_claim(
         claim
         for claim in claims
         if claim.live(now_s)
-        and not rules.ended_by(claim, processes)
+        and not rules.ended_by(claim, processes, now_s)
         and (claim.uid != uid or claim.claimed_s >= started_s)
     ]
     return max(holders, key=lambda claim: claim.made_s) if holders else None
@@ -132,7 +132,7 @@ class PickClaims:
             self._say(f"ignored claim file {name} in {self.dir.path}: {why}")
         by_key: dict[str, list[rules.Claim]] = {}
         for claim in scan.claims:
-            over = not claim.live(now_s) or rules.ended_by(claim, running.get(claim.key, ()))
+            over = not claim.live(now_s) or rules.ended_by(claim, running.get(claim.key, ()), now_s)
             if claim.uid == self.dir.uid and over:
                 if self.claim:  # tidy this user's files; a --no-claim pick changes nothing
                     self.dir.remove(claim.file_name)
@@ -161,7 +161,7 @@ class PickClaims:
             )
             if holder is not None:
                 skipped.append((candidate, holder))
-            elif any(c.live(now_s) and not rules.ended_by(c, processes) for c in found):
+            elif any(c.live(now_s) and not rules.ended_by(c, processes, now_s) for c in found):
                 mine.append(candidate)
             else:
                 unclaimed.append(candidate)

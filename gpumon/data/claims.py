@@ -141,10 +141,21 @@ def from_the_future(mtime_s: float, now_s: float) -> bool:
     return mtime_s > now_s + CLOCK_SLACK_S
 
 
-def ended_by(claim: Claim, processes: Iterable[GpuProcess]) -> bool:
+def ended_by(claim: Claim, processes: Iterable[GpuProcess], now_s: float) -> bool:
     """True once the claimed GPU (or MIG instance: pass its processes) runs a process of the
-    claim's owner: the job the claim was for has started, and the claim is over."""
-    return any(process.user == claim.owner for process in processes)
+    claim's owner that started after the claim was made: the job the claim was for has
+    started, and the claim is over. A process the owner already ran there (a notebook)
+    does not end it, nor one whose start is not known: the claim then runs to its expiry."""
+    after = claim.made_s - CLOCK_SLACK_S
+    for process in processes:
+        if process.user != claim.owner:
+            continue
+        started = process.create_time_s
+        if started is None and process.elapsed_s is not None:
+            started = now_s - process.elapsed_s
+        if started is not None and started >= after:
+            return True
+    return False
 
 
 def newest_live(claims: Iterable[Claim], now_s: float) -> Claim | None:
@@ -197,7 +208,7 @@ def notes(sample: Sample, claims: Iterable[Claim], now_s: float) -> dict[int, li
     said: dict[int, list[str]] = {}
     for key, found in by_key.items():
         target = where[key]
-        current = newest_live((c for c in found if not ended_by(c, target.processes)), now_s)
+        current = newest_live((c for c in found if not ended_by(c, target.processes, now_s)), now_s)
         if current is not None:
             mig = "" if target.mig_index is None else f"MIG {target.mig_index} "
             said.setdefault(target.gpu_index, []).append(mig + note_text(current, now_s))
