@@ -19,6 +19,18 @@ def utf8_locale(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def host_pid_namespace(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Tests run as in the host's PID namespace even inside a container (CI's may be one):
+    their processes are real children whose PIDs NVML fakes list. The tests of a foreign
+    namespace say so to the inspector themselves, or are marked ``real_pid_namespace``."""
+    from gpumon.sources.host import inspector
+
+    if request.node.get_closest_marker("real_pid_namespace"):
+        return
+    monkeypatch.setattr(inspector, "in_foreign_pid_namespace", lambda proc="/proc": False)
+
+
+@pytest.fixture(autouse=True)
 def utc(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clock times on screen and in output are in UTC, whatever the machine's time zone."""
     monkeypatch.setenv("TZ", "UTC")

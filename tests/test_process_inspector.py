@@ -19,6 +19,7 @@ from gpumon.sources.host.inspector import (
     sample_host,
 )
 from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
+from tests.ui_helpers import make_gpu, make_process
 
 MY_UID = 1000
 OTHER_UID = 1001
@@ -538,6 +539,7 @@ def test_a_missing_pid_has_exited_where_gpumon_sees_every_pid() -> None:
     assert host.EXITED.exited and not host.EXITED.visible
 
 
+@pytest.mark.real_pid_namespace
 def test_a_reaped_child_reads_exited_in_the_host_namespace() -> None:
     """The real thing: psutil and /proc, a PID that was a process a moment ago."""
     import subprocess
@@ -575,3 +577,29 @@ def test_proc_mounted_to_hide_pids_means_a_missing_pid_may_be_alive(
         "23 22 0:22 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw,hidepid=2\n"
     )
     assert host.proc_hides_pids(mountinfo) is hides
+
+
+def test_outside_the_host_pid_namespace_a_colliding_pid_is_not_taken_for_nvmls() -> None:
+    """In a container NVML lists the host's PIDs: a process here with the same number (a
+    `sleep`, no NVIDIA device open) is not shown as the GPU's process, nor signalled."""
+    import signal as signals
+    import subprocess
+
+    from gpumon.sources.host.signals import refusal
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        foreign = ProcessInspector(sees_every_pid=False, foreign_namespace=True)
+        info = foreign.inspect({child.pid})[child.pid]
+        assert info == NOT_VISIBLE and not info.visible
+        gpu = make_gpu(0)
+        process = make_process(gpu, child.pid, visible=info.visible, create_time_s=1.0)
+        assert f"PID {child.pid} is not visible in this PID namespace" in (
+            refusal(process, readonly=False) or ""
+        )
+        # In the host's namespace the same PID is that process.
+        assert ProcessInspector(foreign_namespace=False).inspect({child.pid})[child.pid].visible
+        assert child.poll() is None
+    finally:
+        child.send_signal(signals.SIGKILL)
+        child.wait()

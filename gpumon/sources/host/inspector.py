@@ -82,12 +82,40 @@ EXITED = HostProcessInfo(visible=False, exited=True)
 _INITIAL_PID_NAMESPACE_INODE = 0xEFFFFFFC
 
 
+def in_foreign_pid_namespace(proc: str = "/proc") -> bool:
+    """True when gpumon runs in a PID namespace other than the host's (a container without
+    ``--pid=host``): NVML's PIDs are the host's, so a process here with the same number is,
+    as a rule, another process."""
+    try:
+        return os.stat(f"{proc}/self/ns/pid").st_ino != _INITIAL_PID_NAMESPACE_INODE
+    except OSError:
+        return False
+
+
+def uses_a_gpu_device(pid: int, proc: str = "/proc") -> bool:
+    """True when process ``pid`` here has an NVIDIA device file open (``/dev/nvidia*``), as
+    every process NVML lists does; False also when its descriptors cannot be read (another
+    user's, unless root)."""
+    base = f"{proc}/{pid}/fd"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return False
+    for name in names[:4096]:  # a bound on a process with very many files open
+        try:
+            if os.readlink(f"{base}/{name}").startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def sees_every_host_pid(proc: str = "/proc") -> bool:
     """True when a PID NVML lists but ``/proc`` lacks can only have exited: gpumon runs in
     the host's PID namespace (NVML's PIDs are the host's) and ``/proc`` hides no one's
     processes."""
     try:
-        if os.stat(f"{proc}/self/ns/pid").st_ino != _INITIAL_PID_NAMESPACE_INODE:
+        if in_foreign_pid_namespace(proc):
             return False
         with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as file:
             mounts = file.read(1 << 20)
@@ -203,6 +231,11 @@ class ProcessInspector:
         sees_every_pid: whether a PID missing here has exited (True) or may be outside this
             PID namespace (False); default :func:`sees_every_host_pid` with psutil's
             ``Process``, else False.
+        foreign_namespace: gpumon runs outside the host's PID namespace, where NVML's PIDs
+            are not this namespace's: a PID found here is taken for NVML's process only when
+            it has an NVIDIA device open (:func:`uses_a_gpu_device`), else it is outside this
+            namespace (a number that collides must never be shown, or signalled, as it);
+            default :func:`in_foreign_pid_namespace` with psutil's ``Process``, else False.
     """
 
     def __init__(
@@ -215,8 +248,15 @@ class ProcessInspector:
         monotonic: Callable[[], float] = time.monotonic,
         read_cgroup: Callable[[int], CgroupIds] | None = None,
         sees_every_pid: bool | None = None,
+        foreign_namespace: bool | None = None,
     ) -> None:
         self._process_factory = process_factory
+        if foreign_namespace is None:
+            foreign_namespace = process_factory is psutil.Process and in_foreign_pid_namespace()
+        self._foreign = foreign_namespace
+        # Foreign namespace: PIDs found here without an NVIDIA device open -> their create
+        # time (not asked again while it is the same process).
+        self._collisions: dict[int, float] = {}
         if sees_every_pid is None:  # a look-alike's PIDs are not this host's
             sees_every_pid = process_factory is psutil.Process and sees_every_host_pid()
         # What a PID missing here means: it exited, or it is outside this namespace.
@@ -239,6 +279,8 @@ class ProcessInspector:
         wanted = set(pids)
         for gone in self._tracked.keys() - wanted:
             del self._tracked[gone]
+        for gone in self._collisions.keys() - wanted:
+            del self._collisions[gone]
         now = self._clock()
         if self._read_stat is not None:
             read_at = self._monotonic()
@@ -335,6 +377,13 @@ class ProcessInspector:
         except _PSUTIL_ERRORS:
             # Not in this PID namespace (container) or already gone.
             return None
+        if self._foreign:
+            if self._collisions.get(pid) == create_time:
+                return None
+            if not uses_a_gpu_device(pid):
+                self._collisions[pid] = create_time  # the host's PID, another process here
+                return None
+            self._collisions.pop(pid, None)
         uid = _read_uid(process)
         tracked = _Tracked(
             process=process,
