@@ -4,6 +4,7 @@ encoder/decoder utilisation, free memory and per-process SM utilisation."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pynvml
 import pytest
@@ -376,6 +377,23 @@ def test_each_call_asks_only_for_samples_newer_than_the_newest_seen() -> None:
     assert fake.count("nvmlDeviceGetProcessUtilization", 0, 3_000) == 0
     source.sample()
     assert fake.count("nvmlDeviceGetProcessUtilization", 0, 3_000) == 1
+
+
+@pytest.mark.parametrize(("age_s", "held"), [(0.5, True), (5.0, False)])
+def test_a_window_without_a_new_sample_keeps_a_recent_one(age_s: float, held: bool) -> None:
+    """Polling faster than NVML samples (every second or so): a busy job does not flicker to
+    0 % in the windows between its samples; a sample older than the hold is no longer its
+    value."""
+    stamp = int((time.time() - age_s) * 1e6)  # NVML's timestamps: µs since the epoch
+    fake, table = busy_gpu([ProcessUtilizationSample(pid=100, timeStamp=stamp, smUtil=95)])
+    source = make_source(fake, table)
+
+    first = source.sample().processes
+    second = source.sample().processes  # nothing new: NVML answers NOT_FOUND
+
+    assert sm(first)[100] == 95
+    assert sm(second)[100] == (95 if held else 0)
+    assert sm(second)[101] == 0  # no sample ever: idle
 
 
 def test_samples_older_than_asked_for_are_ignored() -> None:

@@ -14,6 +14,7 @@ from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import GpuStats, HostStats, ProcessKind, UnavailableReason
 from gpumon.sources.host.inspector import ProcessInspector
 from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
+from gpumon.sources.nvml.processes import IMPOSSIBLE_PID
 from gpumon.sources.nvml.settings import SETTINGS_REFRESH_S
 from gpumon.sources.nvml.source import NvmlSource
 from tests.fake_nvml import (
@@ -1114,15 +1115,19 @@ def test_unknown_process_memory_is_na(reported: int | None) -> None:
 
 
 @pytest.mark.parametrize("garbage", [0, -1, 2**22 + 1, 2**32 - 1])
-def test_garbage_pids_are_dropped(garbage: int) -> None:
+def test_a_list_with_a_garbage_pid_is_unknown_not_what_is_left(garbage: int) -> None:
+    """A binding reading the driver's list with another layout (nvitop #75): the PIDs that
+    look right are as untrustworthy, and the GPU must not read FREE."""
     fake = FakeNvml(
         [make_gpu(0, compute_processes=[ProcessInfo(garbage, GIB), ProcessInfo(777, 2 * GIB)])]
     )
     table = FakeProcessTable(FakeProcess(777))
 
-    processes = make_source(fake, table).sample().processes
+    sample = make_source(fake, table).sample()
 
-    assert [p.pid for p in processes] == [777]
+    assert sample.processes == ()
+    assert sample.gpus[0].processes_error == IMPOSSIBLE_PID
+    assert free_gpu_indices(sample, 1024 * 1024) == set()
     assert table.lookups(garbage) == 0
 
 

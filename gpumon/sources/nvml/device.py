@@ -129,6 +129,8 @@ class Device:
         self._pcie: tuple[int | None, int | None] = (None, None)
         # NVML's timestamp (microseconds) of the newest per-process sample seen so far.
         self._process_samples_seen = 0
+        # Each listed PID's newest per-process sample: (its timestamp in µs, SM %).
+        self.last_sm_samples: dict[int, tuple[int, int]] = {}
         # The current MIG mode as last read, and this GPU's MIG devices while it is on.
         self.mig_enabled = False
         self.mig_reader: MigReader | None = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from gpumon.data.model import ProcessKind
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
 INSTANCE_ID_NOT_SET = 0xFFFFFFFF
 
 
+#: Why a GPU's processes are unknown when NVML listed a PID outside 1 .. 2**22.
+IMPOSSIBLE_PID = "NVML listed an impossible PID (nvidia-ml-py and the driver disagree?)"
+
 #: One PID as a GPU's process lists give it: (kind, GPU memory, GPU instance id, compute
 #: instance id); the instance ids name the MIG instance it runs in (``None`` without MIG). A
 #: plain tuple: one is built per process per sample.
@@ -26,7 +30,8 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
     """PID -> its kind, GPU memory and MIG instance. A PID in both lists is C+G, counted once.
 
     ``None`` when the processes are unknown, with the reason in :attr:`Device.processes_error`:
-    a list failed (for example NO_PERMISSION with MIG), or the compute list is not supported
+    a list failed (for example NO_PERMISSION with MIG), holds a PID no process can have (a
+    binding that reads the driver's list with another layout), or the compute list is not supported
     by this GPU or driver (what the graphics list says cannot tell that no compute job runs).
     An unsupported graphics list alone (a compute board) leaves the compute list's answer.
     Unknown is never shown as "no processes".
@@ -54,7 +59,10 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
             compute_unsupported = compute_unsupported or kind is ProcessKind.COMPUTE
         for pid, memory, gpu_instance_id, compute_instance_id in entries or ():
             if not 0 < pid <= MAX_PID:
-                continue
+                # No process has this PID: the binding reads the driver's list with another
+                # layout (nvitop #75), so none of its entries can be trusted, nor "none".
+                device.processes_error = IMPOSSIBLE_PID
+                return None
             if memory is not None and memory >= 1 << 62:
                 memory = None
             previous = found.get(pid)
@@ -85,19 +93,28 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
     return found
 
 
-def read_sm_utilization(device: Device, listed: Mapping[int, ListedProcess]) -> dict[int, int]:
+#: A PID's last per-process sample stands for this long when a window brings none: NVML
+#: samples every second or so, and a faster interval must not read a busy job as 0 % in
+#: the windows between (nvitop does the same).
+SM_SAMPLE_HOLD_S = 2.0
+
+
+def read_sm_utilization(
+    device: Device, listed: Mapping[int, ListedProcess], clock: Callable[[], float] = time.time
+) -> dict[int, int]:
     """PID -> SM utilisation % over the window since the last call, for the ``listed`` PIDs.
 
     NVML keeps per-process samples and returns those newer than the timestamp passed:
     the newest one seen is passed next time, so every call reports only new samples, and a
     PID's newest sample in the window is its value. A compute (or C+G) process with no sample
-    in the window did no SM work in it: 0 %. That is said only when NVML answered for the
-    window (samples, or NOT_FOUND: none at all); a graphics-only process without a sample
-    is left out (N/A: NVML's samples do not follow display work, and a desktop is never
-    called idle), as is every process when the call failed or is not supported (N/A, never
-    0 %). Samples of PIDs not ``listed`` are dropped. Values are clamped to 0-100 (drivers
-    have reported thousands). Under MIG NVML does not support it: it is not asked. Raises
-    :class:`~gpumon.sources.nvml.errors.GpuLost`.
+    in the window keeps its last one while that is under :data:`SM_SAMPLE_HOLD_S` old (a
+    window shorter than NVML's sampling), else did no SM work: 0 %. That is said only when
+    NVML answered for the window (samples, or NOT_FOUND: none at all); a graphics-only
+    process without a sample is left out (N/A: NVML's samples do not follow display work,
+    and a desktop is never called idle), as is every process when the call failed or is not
+    supported (N/A, never 0 %). Samples of PIDs not ``listed`` are dropped. Values are
+    clamped to 0-100 (drivers have reported thousands). Under MIG NVML does not support it:
+    it is not asked. Raises :class:`~gpumon.sources.nvml.errors.GpuLost`.
     """
     if not listed or device.mig_enabled:
         return {}
@@ -113,10 +130,16 @@ def read_sm_utilization(device: Device, listed: Mapping[int, ListedProcess]) -> 
         device._process_samples_seen = max(device._process_samples_seen, timestamp)
         if pid in listed and (pid not in newest or timestamp >= newest[pid][0]):
             newest[pid] = (timestamp, max(0, min(100, sm)))
+    last = device.last_sm_samples
+    for gone in last.keys() - listed.keys():
+        del last[gone]
+    last.update(newest)
     utilization = {pid: value for pid, (_, value) in newest.items()}
+    hold_from_us = (clock() - SM_SAMPLE_HOLD_S) * 1e6  # NVML's timestamps: µs since the epoch
     for pid, (kind, *_) in listed.items():
-        if kind is not ProcessKind.GRAPHICS:
-            utilization.setdefault(pid, 0)
+        if kind is not ProcessKind.GRAPHICS and pid not in utilization:
+            stamp, value = last.get(pid, (0, 0))
+            utilization[pid] = value if stamp >= hold_from_us else 0
     return utilization
 
 
