@@ -458,3 +458,21 @@ def test_a_lost_gpu_during_process_utilization_has_no_processes_and_the_others_d
     assert sample.gpus[0].lost is True
     assert sample.processes_on(0) == ()
     assert sm(sample.processes_on(1)) == {101: 41}
+
+
+def test_a_clock_stepped_back_does_not_read_busy_jobs_as_idle() -> None:
+    """NVML's sample timestamps follow the wall clock: after a step back of an hour, asking
+    for samples newer than the old newest got none for that hour (0 % SM, then IDLE)."""
+    now_us = int(time.time() * 1e6)
+    before_step = now_us + 3600 * 10**6  # what the clock said an hour "ahead"
+    fake, table = busy_gpu([ProcessUtilizationSample(pid=100, timeStamp=before_step, smUtil=97)])
+    source = make_source(fake, table)
+    source.sample()
+    fake.gpus[0]["process_utilization"] = [
+        ProcessUtilizationSample(pid=100, timeStamp=before_step, smUtil=97),
+        ProcessUtilizationSample(pid=100, timeStamp=now_us, smUtil=96),
+    ]
+
+    processes = source.sample().processes
+
+    assert sm(processes)[100] == 96

@@ -97,6 +97,9 @@ def read_processes(device: Device) -> dict[int, ListedProcess] | None:
 #: samples every second or so, and a faster interval must not read a busy job as 0 % in
 #: the windows between (nvitop does the same).
 SM_SAMPLE_HOLD_S = 2.0
+#: A per-process sample dated further ahead of this host's clock than this is from before
+#: the clock stepped back.
+CLOCK_STEP_SLACK_S = 5.0
 
 
 def read_sm_utilization(
@@ -118,6 +121,13 @@ def read_sm_utilization(
     """
     if not listed or device.mig_enabled:
         return {}
+    now_us = clock() * 1e6  # NVML's timestamps: µs since the epoch, this host's clock
+    future_us = now_us + CLOCK_STEP_SLACK_S * 1e6
+    if device._process_samples_seen > future_us:
+        # The clock stepped back: asking for samples newer than the old "newest" would get
+        # none for as long as the step (a busy job read 0 % and went IDLE). Start afresh.
+        device._process_samples_seen = 0
+        device.last_sm_samples.clear()
     seen = device._process_samples_seen
     field = "process_utilization"
     samples = device.read(field, device.lists.sm_samples(), seen)
@@ -125,8 +135,8 @@ def read_sm_utilization(
         return {}  # not supported, or failed: unknown
     newest: dict[int, tuple[int, int]] = {}  # pid -> (timestamp, sm %)
     for pid, timestamp, sm in samples or ():
-        if timestamp <= seen:
-            continue  # older than asked for: a driver that ignores the timestamp
+        if timestamp <= seen or timestamp > future_us:
+            continue  # older than asked for (a driver that ignores it), or from before a step
         device._process_samples_seen = max(device._process_samples_seen, timestamp)
         if pid in listed and (pid not in newest or timestamp >= newest[pid][0]):
             newest[pid] = (timestamp, max(0, min(100, sm)))
@@ -135,7 +145,7 @@ def read_sm_utilization(
         del last[gone]
     last.update(newest)
     utilization = {pid: value for pid, (_, value) in newest.items()}
-    hold_from_us = (clock() - SM_SAMPLE_HOLD_S) * 1e6  # NVML's timestamps: µs since the epoch
+    hold_from_us = now_us - SM_SAMPLE_HOLD_S * 1e6
     for pid, (kind, *_) in listed.items():
         if kind is not ProcessKind.GRAPHICS and pid not in utilization:
             stamp, value = last.get(pid, (0, 0))
