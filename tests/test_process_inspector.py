@@ -91,6 +91,28 @@ def test_uid_without_a_login_name_shows_the_number() -> None:
     assert inspect_one(inspector_for(table), 12).user == str(uid)
 
 
+def test_a_user_name_lookup_that_failed_once_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LDAP or sssd not answering for a moment must not leave a user a number all day."""
+    import pwd
+
+    answers = iter([KeyError(4321), None])
+
+    def getpwuid(uid: int) -> object:
+        answer = next(answers)
+        if isinstance(answer, KeyError):
+            raise answer
+        return type("Entry", (), {"pw_name": "dana"})()
+
+    monkeypatch.setattr(pwd, "getpwuid", getpwuid)
+    table = FakeProcessTable(FakeProcess(31, uid=4321), FakeProcess(32, uid=4321))
+    inspector = inspector_for(table)
+
+    assert inspect_one(inspector, 31).user == "4321"
+    assert inspect_one(inspector, 32).user == "dana"
+
+
 def test_access_denied_on_cmdline_falls_back_to_name() -> None:
     table = FakeProcessTable(
         FakeProcess(20, process_name="vllm", errors={"cmdline": psutil.AccessDenied(20)})

@@ -78,12 +78,13 @@ _user_names: dict[int, str] = {}
 
 
 def user_name(uid: int) -> str:
-    """The name of ``uid`` (``uid 1234`` when the system has none); looked up once."""
+    """The name of ``uid`` (``uid 1234`` when the system has none); looked up once it has
+    one (a directory service that failed once may answer the next time)."""
     if uid not in _user_names:
         try:
             _user_names[uid] = safe_text(pwd.getpwuid(uid).pw_name, 64)
         except KeyError:
-            _user_names[uid] = f"uid {uid}"
+            return f"uid {uid}"
     return _user_names[uid]
 
 

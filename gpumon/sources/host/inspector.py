@@ -401,8 +401,8 @@ class ProcessInspector:
             if uid not in self._user_names:
                 try:
                     self._user_names[uid] = safe_text(pwd.getpwuid(uid).pw_name)
-                except KeyError:
-                    self._user_names[uid] = str(uid)
+                except KeyError:  # not cached: a directory service that failed may answer
+                    return str(uid)  # for the next new process
             return self._user_names[uid]
         try:
             return safe_text(str(process.username()))
