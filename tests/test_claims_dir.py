@@ -203,7 +203,7 @@ def test_a_shared_directory_another_user_made_first_still_holds_claims(
     assert len(list(path.glob("GPU-*"))) == 1
 
 
-def test_a_lock_held_for_ever_turns_claims_off(
+def test_a_lock_held_for_ever_claims_nothing_but_still_reads_the_claims(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     import fcntl
@@ -215,7 +215,10 @@ def test_a_lock_held_for_ever_turns_claims_off(
     code, out, err = pick(monkeypatch, capsys, path)
     holder.close()
     assert (code, out) == (0, "0\n")
-    assert err == f"gpumon pick: claims are off: another process has held {path} locked for 0.2 s\n"
+    assert err == (
+        f"gpumon pick: another process has held {path} locked for 0.2 s: other picks' claims "
+        "are kept to, none written\n"
+    )
 
 
 def test_the_directory_is_made_mode_1777_whatever_the_umask(tmp_path: Path) -> None:

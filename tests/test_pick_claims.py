@@ -116,6 +116,25 @@ def test_another_users_claim_is_skipped_and_named(
     assert f"claimed by {user_name(OTHER_UID)} 4" in err and err.endswith(" s ago\n")
 
 
+@needs_root
+def test_a_lock_someone_holds_does_not_hand_out_what_others_claimed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    """Any user can hold the claims directory's lock: the pick then writes no claim, but
+    still skips the GPU another user's live claim holds."""
+    import fcntl
+
+    from gpumon.sources.host import claims as claims_io
+
+    claim_as(OTHER_UID, shared, KEY0)
+    fcntl.flock(os.open(shared, os.O_RDONLY), fcntl.LOCK_EX)  # held by another open file
+    monkeypatch.setattr(claims_io, "LOCK_TIMEOUT_S", 0.2)
+    code, out, err = pick(monkeypatch, capsys, shared)
+    assert (code, out) == (0, "1\n")  # not GPU 0, the freer: claimed by nobody
+    assert "none written" in err
+    assert [claim.uid for claim in claims_in(shared)] == [OTHER_UID]
+
+
 def test_the_claimers_own_later_pick_takes_its_gpu_again(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

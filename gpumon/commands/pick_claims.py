@@ -26,7 +26,7 @@ from typing import TextIO
 from gpumon.data import claims as rules
 from gpumon.data.model import GpuProcess, Sample
 from gpumon.data.ranking import Candidate
-from gpumon.sources.host.claims import ClaimsDir, ClaimsOff
+from gpumon.sources.host.claims import ClaimsDir, ClaimsLocked, ClaimsOff
 
 
 def blocking_claim(
@@ -110,6 +110,17 @@ class PickClaims:
                 picked, skipped = self._choose(qualifying, n, running, claims, now_s)
                 if len(picked) == n and self.claim:
                     self._claim(picked, claims, now_s)
+        except ClaimsLocked as locked:
+            # Anyone may hold the lock: what other picks hold is still read and skipped,
+            # only this look claims nothing (the next look tries the lock again).
+            self._say(f"{locked}: other picks' claims are kept to, none written")
+            now_s = time.time()
+            try:
+                claims = self._read(running, now_s, tidy=False)
+            except (ClaimsOff, OSError) as error:
+                self._off(f"claims are off: cannot read {self.dir.path}: {error}")
+                return list(qualifying[:n]), [], {}
+            picked, skipped = self._choose(qualifying, n, running, claims, now_s)
         except ClaimsOff as off:
             self._off(str(off))
             return list(qualifying[:n]), [], {}
@@ -123,9 +134,10 @@ class PickClaims:
         return picked, reasons, holders
 
     def _read(
-        self, running: Mapping[str, Sequence[GpuProcess]], now_s: float
+        self, running: Mapping[str, Sequence[GpuProcess]], now_s: float, *, tidy: bool = True
     ) -> dict[str, list[rules.Claim]]:
-        """Every GPU's claims; this user's own that are over are removed on the way."""
+        """Every GPU's claims; this user's own that are over are removed on the way (with
+        ``tidy``: only under the lock)."""
         assert self.dir is not None
         scan = self.dir.scan(keys=running.keys(), now_s=now_s)
         for name, why in scan.ignored:
@@ -134,7 +146,7 @@ class PickClaims:
         for claim in scan.claims:
             over = not claim.live(now_s) or rules.ended_by(claim, running.get(claim.key, ()), now_s)
             if claim.uid == self.dir.uid and over:
-                if self.claim:  # tidy this user's files; a --no-claim pick changes nothing
+                if self.claim and tidy:  # tidy this user's files; --no-claim changes nothing
                     self.dir.remove(claim.file_name)
                 continue
             by_key.setdefault(claim.key, []).append(claim)

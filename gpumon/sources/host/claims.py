@@ -65,6 +65,11 @@ class ClaimsOff(Exception):
     """Claims cannot be used here; the text says why in one line (``claims are off: ...``)."""
 
 
+class ClaimsLocked(ClaimsOff):
+    """Another process has held the directory's lock too long: its claims can still be read
+    (each file is written whole, by a rename), none can be written now."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scan:
     """What the directory holds: the valid claims (live or not), and the files that were
@@ -233,9 +238,8 @@ class ClaimsDir:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise ClaimsOff(
-                        f"claims are off: another process has held {self.path} locked "
-                        f"for {timeout_s:g} s"
+                    raise ClaimsLocked(
+                        f"another process has held {self.path} locked for {timeout_s:g} s"
                     ) from None
                 time.sleep(0.02)
             except OSError as error:
