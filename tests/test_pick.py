@@ -239,6 +239,16 @@ def test_a_process_not_placed_in_a_mig_instance_makes_every_instance_unknown() -
     assert reasons == ("GPU 0 processes not matched to MIG instances",)
 
 
+def test_a_process_in_an_instance_whose_id_was_not_read_makes_every_instance_unknown() -> None:
+    """bob's process runs in GPU instance 1, whose id NVML did not give: the instance he
+    runs in must not be picked as free."""
+    gpu = mig_gpu(0, (instance(0, 0, gpu_instance_id=None), instance(0, 1)))
+    process = make_process(gpu, 9, gpu_instance_id=1, compute_instance_id=0)
+    picked, reasons = rank(make_sample((gpu,), (process,)), n=1, output_format="uuid")
+    assert picked == ()
+    assert reasons == ("GPU 0 processes not matched to MIG instances",)
+
+
 def test_max_utilization_under_mig_passes_only_instances_without_processes() -> None:
     """Under MIG utilisation is N/A by design: an instance with no process cannot be busy,
     one with processes might be, and unknown is not free."""

@@ -86,6 +86,26 @@ def test_no_driver_is_exit_1_at_once_even_when_waiting(
     assert out == "" and err == "gpumon: no NVIDIA GPU data: The driver is not loaded.\n"
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["-n", "3"], "only 2 GPUs here (need 3)"),
+        (["--min-free-memory", "200G"], "(need 200G)"),
+    ],
+)
+def test_a_wait_for_what_can_never_qualify_ends_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    """More GPUs than the machine has, more memory than any board: a bare --wait would
+    wait for ever (in a batch script's $(...)); it says so at the first look instead."""
+    opened = serve(monkeypatch, sample((gpu(0), gpu(1))))
+    code = main(["pick", *argv, "--no-claim", "--wait"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert says in err and err.endswith("; waiting would not change that\n")
+    assert opened[0].reads == 1
+
+
 def test_the_waiting_line_says_how_many_and_who_holds_the_rest() -> None:
     gpus = tuple(gpu(index) for index in range(5))
     processes = (

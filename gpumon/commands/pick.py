@@ -42,7 +42,7 @@ from gpumon.arguments import (
 from gpumon.commands.pick_wait import Attempt, attempts, waiting_text
 from gpumon.data.free import MIB
 from gpumon.data.model import Sample
-from gpumon.data.ranking import Candidate, mig_on, qualify
+from gpumon.data.ranking import Candidate, could_ever_qualify, mig_on, qualify
 
 if TYPE_CHECKING:
     from gpumon.commands.pick_claims import PickClaims
@@ -383,6 +383,10 @@ class Look:
         failure = failure_line(
             picked, reasons, n, gpu_count=len(sample.gpus), simulated=sample.simulated
         )
+        possible = could_ever_qualify(
+            sample, n=n, min_free_bytes=self.min_free_bytes, output_format=output_format
+        )
+        hopeless = possible < n  # --wait would wait for ever (or to its limit) for nothing
         word = "qualify" if self.free_below_bytes is None else "free"
         status = waiting_text(sample, picked, n, claimed, word=word)
-        return Attempt(failure=failure, status=status)
+        return Attempt(failure=failure, status=status, hopeless=hopeless)

@@ -45,6 +45,9 @@ class Attempt:
     failure: str = ""
     status: str = ""
     fatal: tuple[str, ...] = ()
+    #: Too few could ever qualify (too few GPUs, MIG, too little memory on any board):
+    #: waiting would not help, so ``--wait`` does not.
+    hopeless: bool = False
 
 
 class StatusLine:
@@ -125,6 +128,10 @@ def attempts(
                 return result
             if wait_s is None:
                 print(result.failure, file=stderr)
+                return 1
+            if result.hopeless:
+                status.clear()
+                print(f"{result.failure}; waiting would not change that", file=stderr)
                 return 1
             if waited >= wait_s:
                 status.clear()

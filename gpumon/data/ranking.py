@@ -194,6 +194,31 @@ def _not_free(
     return None
 
 
+def could_ever_qualify(
+    sample: Sample, *, n: int, min_free_bytes: int | None, output_format: str
+) -> int:
+    """How many devices of ``sample`` could qualify if every process on them ended: a
+    ``pick --wait`` for more than this waits for what cannot come (a LOST GPU stays lost,
+    MIG mode and the boards' memory do not change while it waits)."""
+    count = 0
+    for gpu in sample.gpus:
+        if gpu.lost:
+            continue
+        if mig_on(gpu):
+            if n == 1 and output_format != "index":
+                count += sum(
+                    min_free_bytes is None
+                    or instance.memory_total_bytes is None
+                    or instance.memory_total_bytes >= min_free_bytes
+                    for instance in gpu.mig_instances or ()
+                )
+            continue
+        total = gpu.memory_total_bytes
+        if min_free_bytes is None or total is None or total >= min_free_bytes:
+            count += 1
+    return count
+
+
 def _candidates(
     gpu: GpuStats, sample: Sample, *, n: int, output_format: str
 ) -> tuple[list[tuple[Candidate, tuple[GpuProcess, ...]]], str | None]:
@@ -223,8 +248,10 @@ def _candidates(
         return [], f"{label} in MIG mode (its instances need --format uuid)"
     if n > 1:
         return [], f"{label} in MIG mode (a CUDA process uses one MIG instance: -n 1)"
-    if any(process.gpu_instance_id is None for process in processes):
-        # A process not placed in an instance could be in any: none of them is known idle.
+    placed = sum(len(instance_processes(instance, processes)) for instance in gpu.mig_instances)
+    if placed < len(processes):
+        # A process not placed in an instance (its id, or an instance's, not read) could be
+        # in any: none of them is known idle.
         return [], f"{label} processes not matched to MIG instances"
     instances = []
     for instance in gpu.mig_instances:
