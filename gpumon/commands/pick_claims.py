@@ -177,7 +177,15 @@ class PickClaims:
                 mine.append(candidate)
             else:
                 unclaimed.append(candidate)
-        return (unclaimed + mine)[:n], skipped
+        picked = (unclaimed + mine)[:n]
+        if len(picked) == n:  # a second job of this user about to share a GPU: say so
+            for candidate in picked:
+                if candidate in mine:
+                    self._say(
+                        f"{candidate.label}: your own earlier pick claimed it and no job of "
+                        "yours has started there since (two jobs may share it)"
+                    )
+        return picked, skipped
 
     def _claim(
         self,
