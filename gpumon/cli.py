@@ -59,6 +59,8 @@ SUBCOMMAND_HELP: dict[str, str] = {
 CLUSTER_SUBCOMMANDS = frozenset({"once", "pick", "report"})
 #: The subcommands that take the dashboard's start-up filters (--only, --only-visible, --user).
 FILTERED_SUBCOMMANDS = frozenset({"once"})
+#: And those that take only the GPU filters (--only, --only-visible).
+GPU_FILTERED_SUBCOMMANDS = frozenset({"pick"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -233,6 +235,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             options.add_prometheus_arguments(sub, top_level=False)
         if name in FILTERED_SUBCOMMANDS:
             options.add_filter_arguments(sub, top_level=False)
+        elif name in GPU_FILTERED_SUBCOMMANDS:
+            options.add_filter_arguments(sub, top_level=False, users=False)
         importlib.import_module(module_name).add_arguments(sub)
     return parser
 

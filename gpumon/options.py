@@ -246,8 +246,12 @@ def add_sharing_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -
     )
 
 
-def add_filter_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """What the dashboard and ``once`` show at start (nvitop's --only and --only-visible)."""
+def add_filter_arguments(
+    parser: argparse.ArgumentParser, *, top_level: bool, users: bool = True
+) -> None:
+    """What the dashboard and ``once`` show at start (nvitop's --only and --only-visible);
+    without ``users``, the GPU filters only (``pick``: a process filter would make a busy GPU
+    look free)."""
     default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
     group = parser.add_argument_group("start-up filters")
     group.add_argument(
@@ -263,6 +267,8 @@ def add_filter_arguments(parser: argparse.ArgumentParser, *, top_level: bool) ->
         default=default(False),
         help="only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), as CUDA would see them",
     )
+    if not users:
+        return
     group.add_argument(
         "--user",
         type=user_name,

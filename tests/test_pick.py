@@ -542,3 +542,25 @@ def test_demo_pick_too_many_exits_1_with_one_line_and_empty_stdout() -> None:
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "need 99" in lines[0] and "simulated GPUs (--demo)" in lines[0]
+
+
+def test_pick_among_the_gpus_cuda_visible_devices_names_with_only_visible(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A spawner handed the user GPUs 2 and 3: --only-visible picks among them (the output
+    replaces the variable, so it stays in NVML's numbers); without it pick says it chose
+    among every GPU; --only names GPUs as the dashboard's does."""
+    sample = make_sample(tuple(idle_gpu(index) for index in range(4)))
+    environ = {"CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    code, out, err = run_pick(monkeypatch, capsys, ["-n", "2", "--only-visible"], sample, environ)
+    assert (code, out, err) == (0, "2,3\n", "")
+    code, out, err = run_pick(monkeypatch, capsys, ["-n", "2"], sample, environ)
+    assert (code, out) == (0, "0,1\n")
+    assert "CUDA_VISIBLE_DEVICES is set (2,3): picked among every GPU here" in err
+    code, out, _ = run_pick(monkeypatch, capsys, ["--only", "1,3", "-n", "2"], sample)
+    assert (code, out) == (0, "1,3\n")
+    code, out, err = run_pick(monkeypatch, capsys, ["--only", "7"], sample)
+    assert (code, out) == (1, "") and "--only 7: no such GPU here" in err
+    with pytest.raises(SystemExit) as refused:  # no process filter: a busy GPU is not free
+        run_pick(monkeypatch, capsys, ["--user", "alice"], sample)
+    assert refused.value.code == 2

@@ -40,12 +40,14 @@ from gpumon.arguments import (
     whole_number,
 )
 from gpumon.commands.pick_wait import Attempt, attempts, waiting_text
+from gpumon.data import format as fmt
 from gpumon.data.free import MIB
 from gpumon.data.model import Sample
 from gpumon.data.ranking import Candidate, could_ever_qualify, mig_on, qualify
 
 if TYPE_CHECKING:
     from gpumon.commands.pick_claims import PickClaims
+    from gpumon.data.selection import GpuSelection
     from gpumon.sampling.snapshot import SampleReader
     from gpumon.settings import Settings
 
@@ -293,9 +295,12 @@ def run(
                 stderr=sys.stderr,
                 claim=not no_claim,
             )
+        from gpumon.data.selection import selection_from
+
         look = Look(
             reader,
             claims,
+            selection=selection_from(settings.only_gpus, settings.only_visible, os.environ),
             n=n,
             min_free_bytes=min_free_memory,
             max_utilization_pct=max_utilization,
@@ -336,6 +341,7 @@ class Look:
         reader: SampleReader,
         claims: PickClaims | None,
         *,
+        selection: GpuSelection | None = None,
         n: int,
         min_free_bytes: int | None,
         max_utilization_pct: float | None,
@@ -344,6 +350,8 @@ class Look:
     ) -> None:
         self.reader = reader
         self.claims = claims
+        self.selection = selection
+        self._said: set[str] = set()
         self.n = n
         self.min_free_bytes = min_free_bytes
         self.max_utilization_pct = max_utilization_pct
@@ -359,6 +367,9 @@ class Look:
             said = io.StringIO()
             report_unavailable(sample.unavailable, said)
             return Attempt(fatal=tuple(said.getvalue().splitlines()))
+        sample, missing = self._select(sample)
+        if missing:
+            return Attempt(fatal=missing)
         n = self.n
         output_format = resolve_format(self.requested_format, sample, os.environ)
         qualifying, reasons = qualify(
@@ -390,3 +401,28 @@ class Look:
         word = "qualify" if self.free_below_bytes is None else "free"
         status = waiting_text(sample, picked, n, claimed, word=word)
         return Attempt(failure=failure, status=status, hopeless=hopeless)
+
+    def _select(self, sample: Sample) -> tuple[Sample, tuple[str, ...]]:
+        """The GPUs ``--only`` / ``--only-visible`` leave (what to know said once on stderr),
+        and the lines for ``--only`` GPUs not here. Without them, a ``CUDA_VISIBLE_DEVICES``
+        the caller has is named: pick chose among every GPU, which its output replaces."""
+        selection = self.selection
+        if selection is None or not selection.active:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if selection is not None and visible is not None:
+                self._say_once(
+                    f"gpumon pick: CUDA_VISIBLE_DEVICES is set ({fmt.safe_text(visible, 80)}): "
+                    "picked among every GPU here; --only-visible picks among those it names"
+                )
+            return sample, ()
+        from gpumon.data.selection import select_gpus
+
+        selected = select_gpus(sample, selection)
+        for line in selected.notes:
+            self._say_once(f"gpumon pick: {line}")
+        return selected.sample, tuple(f"gpumon pick: {line}" for line in selected.missing)
+
+    def _say_once(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            print(line, file=sys.stderr)
