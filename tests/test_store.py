@@ -423,3 +423,15 @@ def test_samples_are_frozen_so_latest_is_safe_to_read_from_any_thread() -> None:
     assert store.latest is not None
     with pytest.raises(dataclasses.FrozenInstanceError):
         store.latest.gpus[0].temperature_c = 0  # type: ignore[misc]
+
+
+def test_a_new_process_on_a_reused_pid_starts_a_history_of_its_own() -> None:
+    """PID 7 ended and a new process got the number: its graph is not the old one's."""
+    store = Store(1.0)
+    gpus = (gpu(0),)
+    old = process(0, 7, gpu_memory_bytes=70 * GIB, create_time_s=100.0)
+    for n in range(5):
+        store.push(sample(float(n), gpus, (old,)))
+    new = process(0, 7, gpu_memory_bytes=1 * GIB, create_time_s=104.5)
+    store.push(sample(5.0, gpus, (new,)))
+    assert store.process_history((0, 7), "gpu_memory_bytes") == [1.0 * GIB]

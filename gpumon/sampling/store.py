@@ -199,9 +199,13 @@ class _Buckets:
     (the maximum of each field over them); read back one value per sample, the newest
     exactly as it was read."""
 
-    __slots__ = ("_capacity", "_fill", "_last", "_samples", "_series", "_stride")
+    __slots__ = ("_capacity", "_fill", "_last", "_samples", "_series", "_stride", "created_s")
 
-    def __init__(self, width: int, capacity: int, stride: int, typecode: str) -> None:
+    def __init__(
+        self, width: int, capacity: int, stride: int, typecode: str, created_s: float | None
+    ) -> None:
+        #: The process's start: a new process on a reused PID is not this one.
+        self.created_s = created_s
         self._stride = stride
         self._capacity = capacity
         self._series = _Series(width, -(-capacity // stride) + 1, typecode=typecode)
@@ -326,12 +330,13 @@ class Store:
             if key in self._processes:
                 continue  # listed twice: the first entry counts
             found = previous.pop(key, None)
-            if found is None:
+            if found is None or found.created_s != process.create_time_s:  # new, or PID reused
                 found = _Buckets(
                     len(self.process_fields),
                     self._capacity,
                     self._process_stride,
                     self._process_type,
+                    process.create_time_s,
                 )
             found.append(self._read_process(process))
             self._processes[key] = found
