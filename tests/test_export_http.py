@@ -291,7 +291,7 @@ _LOW_FD_EXPORTER = textwrap.dedent(
                 meminfo.read()
             return super().sample()
 
-    exporter = Exporter(ReadsProc(gpu_count=2), SampleCollector(), "127.0.0.1", 0, 0.1)
+    exporter = Exporter(ReadsProc(gpu_count=2), SampleCollector(), "127.0.0.1", 0, 0.5)
     print(exporter.port, flush=True)
     sys.stdin.read()
     """
