@@ -418,3 +418,16 @@ async def test_both_helps_list_w() -> None:
         await pilot.pause()
         text = " ".join(screen_text(cluster).split())
         assert "│ w tell me when this GPU is FREE (its node UP)" in text
+
+
+def test_a_watched_process_whose_pid_is_reused_at_once_has_ended() -> None:
+    """The job ended and a new process got its PID within one interval: the watch fires."""
+    from gpumon.ui.dashboard.watch import is_done, process_watch
+    from tests.ui_helpers import make_gpu, make_process, make_sample
+
+    gpu = make_gpu(0)
+    job = make_process(gpu, 4242, create_time_s=1000.0)
+    watch = process_watch(job)
+    assert not is_done(watch, make_sample((gpu,), (job,)), set())
+    newcomer = replace(job, create_time_s=2000.0, command="python other.py")
+    assert is_done(watch, make_sample((gpu,), (newcomer,)), set())

@@ -33,7 +33,12 @@ COMMAND_CHARS = 40
 def process_watch(process: GpuProcess) -> Watch:
     """A watch for ``process`` to end, named by its PID and (short) command."""
     command = fmt.truncate(shorten_command(process.command or "?"), COMMAND_CHARS)
-    return Watch(process.gpu_index, f"PID {process.pid} ({command})", pid=process.pid)
+    return Watch(
+        process.gpu_index,
+        f"PID {process.pid} ({command})",
+        pid=process.pid,
+        created_s=process.create_time_s,
+    )
 
 
 def gpu_watch(gpu: GpuStats) -> Watch:
@@ -45,7 +50,12 @@ def is_done(watch: Watch, sample: Sample, free: Set[int]) -> bool:
     """Has what ``watch`` waits for happened in ``sample`` (``free``: its FREE GPUs)?"""
     if watch.pid is None:
         return watch.gpu_index in free
-    listed = [process for process in sample.processes if process.pid == watch.pid]
+    listed = [
+        process
+        for process in sample.processes
+        if process.pid == watch.pid
+        and (watch.created_s is None or process.create_time_s in (None, watch.created_s))
+    ]  # a new process on the PID at once (a reused number) is not the one watched
     if listed:
         return all(process.exited for process in listed)
     gpu = next((gpu for gpu in sample.gpus if gpu.index == watch.gpu_index), None)

@@ -27,6 +27,8 @@ class Watch:
     name: str
     pid: int | None = None
     node: str | None = None
+    #: The watched process's start, when known: a new process on its PID is not it.
+    created_s: float | None = None
 
     @property
     def target(self) -> tuple[str | None, int, int | None]:
