@@ -177,6 +177,20 @@ def test_indices_of_different_gpus_without_pci_bus_order_are_taken_in_nvml_order
     assert visible_gpus(uuid(1), sample.gpus, False)[1] == []
 
 
+def test_a_mig_uuid_whose_gpu_cannot_be_told_is_not_no_gpu() -> None:
+    """A job handed CUDA_VISIBLE_DEVICES=MIG-...; as a non-root user NVML refuses the MIG
+    instances: which GPU holds it is unknown, not "CUDA sees no GPU"."""
+    sample = server(2)
+    gpus = (replace(sample.gpus[0], mig_mode=True, mig_instances=None), sample.gpus[1])
+    value = "MIG-00000100-1111-2222-3333-000000000001"
+    shown, notes = visible_gpus(value, gpus, False)
+    assert shown == [0]
+    assert notes == [
+        f"CUDA_VISIBLE_DEVICES: cannot tell which GPU holds {value!r} (the MIG instances of "
+        "GPU 0 cannot be read here): kept"
+    ]
+
+
 def test_only_and_only_visible_together_show_what_both_name() -> None:
     selection = GpuSelection(only=("0", "1", "2"), only_visible=True, visible="2,3,1")
     assert shown(server(), selection) == [1, 2]

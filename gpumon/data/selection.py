@@ -158,6 +158,7 @@ def visible_gpus(
     visible: list[int] = []
     kind: str | None = None
     stop: str | None = None
+    unsure: list[str] = []
     for entry in (part.strip() for part in value.split(",")):
         digits = _LEADING_DIGITS.match(entry)  # "1abc" is 1, as CUDA's strtol reads it
         gpu: GpuStats | None = None
@@ -167,6 +168,16 @@ def visible_gpus(
         elif entry[:4].casefold() in ("gpu-", "mig-") and kind != "index":
             kind = "uuid"
             found = matching_gpus(entry, gpus)
+            unread = [g.index for g in gpus if g.mig_mode and g.mig_instances is None]
+            if not found and entry[:4].casefold() == "mig-" and unread:
+                # A MIG UUID names its instance, not its GPU: with instances that cannot be
+                # read (non-root), it may be any of those GPUs', not "no GPU".
+                unsure.append(
+                    f"CUDA_VISIBLE_DEVICES: cannot tell which GPU holds {entry!r} (the MIG "
+                    f"instances of GPU {index_ranges(unread)} cannot be read here): kept"
+                )
+                visible.extend(index for index in unread if index not in visible)
+                continue
             gpu = found[0] if len(found) == 1 else None
         if gpu is None:
             stop = entry
@@ -190,7 +201,7 @@ def visible_gpus(
             "CUDA_VISIBLE_DEVICES: these GPUs differ and CUDA_DEVICE_ORDER is not PCI_BUS_ID, "
             "so CUDA's indices may not be NVML's; taken in NVML's order (use UUIDs to be sure)"
         )
-    return visible, notes
+    return visible, [*unsure, *notes]
 
 
 def index_ranges(indices: Iterable[int]) -> str:
