@@ -20,6 +20,7 @@ from gpumon.data import format as fmt
 from gpumon.data.model import (
     GpuStats,
     GpuUnavailable,
+    Sample,
     UnavailableReason,
     notable_unlisted_memory_bytes,
     unlisted_memory_bytes,
@@ -196,6 +197,27 @@ def test_the_poller_says_how_long_a_sample_has_been_stuck() -> None:
     assert poller.stalled_s() == pytest.approx(3.1)
 
 
+class SecondSampleHangs:
+    """A source whose second sample hangs in the "driver" until ``gate`` is set (or 30 s);
+    every other sample is ``gpu`` alone."""
+
+    simulated = False
+
+    def __init__(self, gpu: GpuStats) -> None:
+        self.gpu = gpu
+        self.gate = threading.Event()
+        self.samples = 0
+
+    def sample(self) -> Sample:
+        self.samples += 1
+        if self.samples == 2:
+            self.gate.wait(30)
+        return make_sample((self.gpu,))
+
+    def close(self) -> None:
+        self.gate.set()
+
+
 async def until(pilot: Pilot[object], done: Callable[[], bool], failure: str) -> None:
     """Let the app run until ``done()``, for at most 20 s (the poller runs on its own)."""
     deadline = time.monotonic() + 20
@@ -237,7 +259,8 @@ async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() ->
         def close(self) -> None:
             pass
 
-    app = create_app(Failing(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    # 1 s: three intervals leave room to see FREE first, however loaded the machine.
+    app = create_app(Failing(), interval_s=1.0, ascii_only=False)  # type: ignore[arg-type]
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.samples_received >= 1, "no sample")
         await pilot.pause(0.1)
@@ -256,23 +279,9 @@ async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() ->
 async def test_the_detail_screens_say_their_readings_are_stale_while_nvml_hangs(key: str) -> None:
     """The GPU detail (Enter) and the users (u) screens have no header banner: their title
     says the readings are the last sample's, and stops saying it when samples resume."""
-    gate = threading.Event()
-    samples = 0
-
-    class Stuck:
-        simulated = False
-
-        def sample(self):  # type: ignore[no-untyped-def]
-            nonlocal samples
-            samples += 1
-            if samples == 2:
-                gate.wait(30)
-            return make_sample((make_gpu(0),))
-
-        def close(self) -> None:
-            gate.set()
-
-    app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    source = SecondSampleHangs(make_gpu(0))
+    gate = source.gate
+    app = create_app(source, interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.samples_received >= 1, "no sample")
@@ -302,23 +311,9 @@ class StaticSlow:
 
 
 async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answers() -> None:
-    gate = threading.Event()
-    samples = 0
-
-    class Stuck:
-        simulated = False
-
-        def sample(self):  # type: ignore[no-untyped-def]
-            nonlocal samples
-            samples += 1
-            if samples == 2:  # the second sample hangs in the "driver"
-                gate.wait(30)
-            return make_sample((make_gpu(0),))
-
-        def close(self) -> None:
-            gate.set()
-
-    app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    source = SecondSampleHangs(make_gpu(0))
+    gate = source.gate
+    app = create_app(source, interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: "NVML not answering for" in screen_text(app), "no banner")
@@ -337,23 +332,9 @@ async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answer
 async def test_a_stuck_driver_leaves_no_gpu_free_on_the_dashboard() -> None:
     """The last sample said FREE; three intervals later NVML has still not answered: that
     sample is stale, and stale is not free (the header says the driver is not answering)."""
-    gate = threading.Event()
-    samples = 0
-
-    class Stuck:
-        simulated = False
-
-        def sample(self):  # type: ignore[no-untyped-def]
-            nonlocal samples
-            samples += 1
-            if samples == 2:
-                gate.wait(30)
-            return make_sample((make_gpu(0, memory_used_bytes=0, utilization_gpu_pct=0),))
-
-        def close(self) -> None:
-            gate.set()
-
-    app = create_app(Stuck(), interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
+    source = SecondSampleHangs(make_gpu(0, memory_used_bytes=0, utilization_gpu_pct=0))
+    gate = source.gate
+    app = create_app(source, interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await until(pilot, lambda: app.samples_received >= 1, "no sample")
