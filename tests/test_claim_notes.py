@@ -83,3 +83,91 @@ def test_the_note_text() -> None:
     assert rules.note_text(found, 140.0) == "claimed by alice 40 s ago"
     assert rules.note_text(found, 100.0 + 185) == "claimed by alice 3 min ago"
     assert GpuNote(rules.note_text(found, 140.0), "note-warn").style == "note-warn"
+
+
+class Clocks:
+    """The wall clock and the monotonic clock a ClaimNotes reads, moved by hand."""
+
+    def __init__(self) -> None:
+        self.wall = time.time() + 60.0  # the directory's last change is a minute old
+        self.mono = 1000.0
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+def test_an_unchanged_claims_directory_is_not_read_again_each_second(tmp_path: Path) -> None:
+    """Any local user may fill the shared directory with ten thousand files: reading them
+    all every second in every dashboard cost ~0.18 s of CPU a second. An unchanged directory
+    is looked at, not read; a new claim (a rename into it) is read at once."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 1, age_s=5)
+    clocks = Clocks()
+    notes = ClaimNotes(
+        app=None,  # type: ignore[arg-type]  # read() never touches the app
+        path=str(claims_dir),
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,
+    )
+    notes.read()
+    assert notes.full_reads == 1 and [c.key for c in notes.claims] == [
+        rules.claim_key(GPUS[1].uuid)
+    ]
+    for _ in range(5):
+        clocks.advance(1.0)
+        notes.read()
+    assert notes.full_reads == 1 and len(notes.claims) == 1  # the claims stand
+    claim(claims_dir, 3, age_s=1)  # changes the directory (and its time stamp is new)
+    clocks.wall = time.time()
+    clocks.mono += 1.0
+    notes.read()
+    assert notes.full_reads == 2 and len(notes.claims) == 2
+    # Changed less than RECENT_CHANGE_S ago: a second change could hide in the same time
+    # stamp, so it is read whole again.
+    clocks.mono += 1.0
+    notes.read()
+    assert notes.full_reads == 3
+    # A claim file rewritten in place changes no directory: read again every FULL_READ_S.
+    clocks.advance(60.0)
+    notes.read()
+    assert notes.full_reads == 4
+    for _ in range(3):
+        clocks.advance(1.0)
+        notes.read()
+    assert notes.full_reads == 4
+    clocks.advance(30.0)
+    notes.read()
+    assert notes.full_reads == 5
+    # The directory goes: no claims, at once.
+    for name in os.listdir(claims_dir):
+        os.unlink(claims_dir / name)
+    claims_dir.rmdir()
+    clocks.advance(1.0)
+    notes.read()
+    assert notes.claims == ()
+
+
+def test_a_slow_claims_directory_is_read_less_often(tmp_path: Path) -> None:
+    """A read that took a quarter of a second (a directory of thousands of files, changed
+    all the time) waits 12.5 s before the next: reads take at most 2 % of the wall clock."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 0, age_s=5)
+    clocks = Clocks()
+    clocks.wall = time.time()  # a directory changed just now: read whole every time
+
+    class SlowClocks:
+        def __call__(self) -> float:
+            clocks.mono += 0.25  # each look at the clock during a read: a quarter second
+            return clocks.mono
+
+    notes = ClaimNotes(
+        app=None,  # type: ignore[arg-type]
+        path=str(claims_dir),
+        clock=lambda: clocks.wall,
+        monotonic=SlowClocks(),
+    )
+    began = clocks.mono + 0.25
+    notes.read()
+    assert notes.full_reads == 1
+    assert notes._next_read_at == began + 0.25 / 0.02

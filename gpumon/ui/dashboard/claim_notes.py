@@ -7,11 +7,23 @@ never creating it) on the event loop's executor thread at most once every
 every redraw from the last read: the note shows from the redraw after the read. Simulated
 GPUs have no claims. (A Textual thread worker each second cost more than the read: its
 state messages went through the app's message queue, ~4 % of the dashboard's CPU.)
+
+The directory is shared with every local user, who may fill it with thousands of files
+(up to :data:`~gpumon.sources.host.claims.MAX_ENTRIES`): reading them all cost ~0.18 s of
+CPU, every second, in every user's dashboard. So a read first looks at the directory: one
+unchanged since the last full read (same inode and modification time, not changed within
+:data:`RECENT_CHANGE_S`, whose edits a coarse time stamp could hide) is not read again
+until :data:`FULL_READ_S` has passed (a claim file rewritten in place changes no directory;
+``gpumon pick`` renames its files into place, which does). And reads take at most
+:data:`MAX_READ_SHARE` of the wall clock: after a read that took ``t`` seconds the next one
+waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`), so a directory changed all the
+time costs a bounded share of a core, not a core.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +38,13 @@ if TYPE_CHECKING:
 
 #: The claims directory is read at most this often.
 REFRESH_S = 1.0
+#: An unchanged directory's files are read again this often all the same.
+FULL_READ_S = 30.0
+#: A directory whose modification time is newer than this is read whole each time: a second
+#: change within its time stamp's granularity would leave the time stamp as it was.
+RECENT_CHANGE_S = 2.0
+#: The most of the wall clock that reading the directory may take.
+MAX_READ_SHARE = 0.02
 
 
 class ClaimNotes:
@@ -45,7 +64,14 @@ class ClaimNotes:
         self.monotonic = monotonic
         #: The claims of the last read (replaced whole by the worker, never changed).
         self.claims: tuple[rules.Claim, ...] = ()
-        self._read_at: float | None = None
+        #: When the next read may start (monotonic), None: at once.
+        self._next_read_at: float | None = None
+        #: The directory as it was at the last full read: (device, inode, mtime ns), and
+        #: when (monotonic) that read began.
+        self._read_stamp: tuple[int, int, int] | None = None
+        self._full_read_at = 0.0
+        #: How many times the files were read (tests count them).
+        self.full_reads = 0
         self._reading = False
         #: The read in flight or last started (tests wait for it).
         self.pending: asyncio.Future[None] | None = None
@@ -60,24 +86,42 @@ class ClaimNotes:
         }
 
     def _refresh_soon(self) -> None:
-        """Start a read off the loop unless one runs or the last began under
-        :data:`REFRESH_S` ago."""
-        now = self.monotonic()
-        if self._reading or (self._read_at is not None and now - self._read_at < REFRESH_S):
+        """Start a read off the loop unless one runs or it is not yet time for the next."""
+        if self._reading or (
+            self._next_read_at is not None and self.monotonic() < self._next_read_at
+        ):
             return
         if not self.app.is_running:
             return
-        self._reading, self._read_at = True, now
-        self.pending = asyncio.get_running_loop().run_in_executor(None, self._read)
+        self._reading = True
+        self.pending = asyncio.get_running_loop().run_in_executor(None, self.read)
 
-    def _read(self) -> None:
+    def read(self) -> None:
         """Off the loop: touches no widget, only replaces :attr:`claims`."""
+        began = self.monotonic()
         try:
             with ClaimsDir.open(self.path, create=False) as directory:
+                info = os.fstat(directory.fd)
+                stamp = (info.st_dev, info.st_ino, info.st_mtime_ns)
+                if self._unchanged(stamp, info.st_mtime, began):
+                    return
                 self.claims = directory.scan().claims
+                self.full_reads += 1
+                self._read_stamp, self._full_read_at = stamp, began
         except ClaimsOff:  # no directory, or one pick would not use: no claims to show
-            self.claims = ()
+            self.claims, self._read_stamp = (), None
         except Exception:  # as the thread worker did (exit_on_error=False): the last claims
-            pass  # stand, and no "exception was never retrieved" is printed over the screen
+            self._read_stamp = None  # stand, and no "exception was never retrieved" is
+            # printed over the screen
         finally:
+            took = max(0.0, self.monotonic() - began)
+            self._next_read_at = began + max(REFRESH_S, took / MAX_READ_SHARE)
             self._reading = False
+
+    def _unchanged(self, stamp: tuple[int, int, int], mtime_s: float, now: float) -> bool:
+        """Whether the last full read still stands for a directory that looks like ``stamp``."""
+        return (
+            stamp == self._read_stamp
+            and now - self._full_read_at < FULL_READ_S
+            and self.clock() - mtime_s >= RECENT_CHANGE_S
+        )
