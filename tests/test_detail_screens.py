@@ -508,6 +508,38 @@ async def test_a_process_that_comes_back_is_on_the_gpu_again() -> None:
         assert "(2 samples)" in static_text(app, "#process-detail-history")
 
 
+async def test_a_new_process_on_the_same_pid_is_not_the_one_shown() -> None:
+    """The process ends and another takes its PID on the same GPU while its screen is open:
+    the screen says so and keeps the old process's data, not the newcomer's."""
+    gpu = make_gpu(0)
+
+    def sample(started_s: float, sm_pct: int, user: str) -> Sample:
+        process = make_process(gpu, 4242, user=user, sm_utilization_pct=sm_pct)
+        process = dataclasses.replace(process, create_time_s=started_s, command=f"job-{user}")
+        return make_sample((gpu,), (process,), simulated=True)
+
+    app = app_for(sample(1000.0, 40, "alice"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(2):
+            app.receive_sample(sample(1000.0, 40, "alice"))
+        await pilot.pause()
+        await pilot.press("tab", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ProcessDetailScreen)
+        history = static_text(app, "#process-detail-history")
+        assert "SM utilisation  40%" in history
+        app.receive_sample(sample(2000.0, 99, "mallory"))  # PID 4242 again: another process
+        await pilot.pause()
+        assert "its PID is another process's now" in title(app)
+        assert static_text(app, "#process-detail-history") == history
+        identity = static_text(app, "#process-detail-identity")
+        assert "alice" in identity and "mallory" not in identity
+        app.receive_sample(sample(2000.0, 99, "mallory"))
+        await pilot.pause()
+        assert "its PID is another process's now" in title(app)
+        assert static_text(app, "#process-detail-history") == history
+
+
 @pytest.fixture
 def launcher_with_a_long_command() -> Iterator[int]:
     """A child with a command line over 200 characters that starts a grandchild: the

@@ -230,6 +230,9 @@ class ProcessDetailScreen(StoreScreen):
         self._last_seen: GpuProcess | None = None
         self._read_details = read_details
         self.ended = False
+        #: The process's start (psutil's create time) once known: a later process on the same
+        #: PID and GPU is another process, not this one.
+        self.created_s: float | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="process-detail-title", markup=False)
@@ -245,12 +248,20 @@ class ProcessDetailScreen(StoreScreen):
             self.details = ProcessDetails(self.key[1], visible=False)
             return
         process = find(latest, self.key)
+        if process is not None:
+            self.created_s = process.create_time_s
         started = None
         if process is not None and process.elapsed_s is not None and self.store.latest:
             started = self.store.latest.timestamp_s - process.elapsed_s
         self.run_worker(
             lambda: self._reader()(self.key[1], started), thread=True, group="process-details"
         )
+
+    def _another_process(self, process: GpuProcess) -> bool:
+        """Whether ``process``, listed under this screen's PID and GPU, started at another
+        time than the process this screen shows: the PID was reused."""
+        started = process.create_time_s
+        return self.created_s is not None and started is not None and started != self.created_s
 
     def _reader(self) -> Callable[[int, float | None], ProcessDetails]:
         if self._read_details is not None:
@@ -267,12 +278,21 @@ class ProcessDetailScreen(StoreScreen):
     def refresh_from_store(self) -> None:
         sample = self.store.latest
         process = find(sample, self.key)
+        reused = process is not None and self._another_process(process)
+        if reused:
+            process = None
         # Gone from this sample (the last data is kept); NVML may list it again later.
         self.ended = sample is not None and process is None
         if process is not None:
             self._last_seen = process
+            if self.created_s is None:
+                self.created_s = process.create_time_s
         gpu_index, pid = self.key
-        state = "  (no longer on the GPU: last data kept)" if self.ended else ""
+        state = ""
+        if reused:
+            state = "  (ended: its PID is another process's now; last data kept)"
+        elif self.ended:
+            state = "  (no longer on the GPU: last data kept)"
         demo = "  DEMO (simulated)" if sample is not None and sample.simulated else ""
         self.show_title(f" Process {pid} on GPU {gpu_index}{demo}{state}")
         now_s = sample.timestamp_s if sample is not None else time.time()
