@@ -10,6 +10,7 @@ The apps themselves, which this module never imports: ``ui.dashboard.app`` (``gp
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ from gpumon.data import format as fmt
 from gpumon.ui.alerts import alert_sequence
 
 if TYPE_CHECKING:
+    from textual.driver import Driver
+
     from gpumon.sampling.poller import Poller
     from gpumon.settings import Settings
     from gpumon.ui.signals import QuitOnSignals
@@ -63,6 +66,22 @@ class MonitorApp(App[int]):
     glyphs: Glyphs
     settings: Settings
     poller: Poller
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this terminal; on Linux and macOS
+        :class:`~gpumon.ui.input_driver.QuietLinuxDriver` (no input wake-ups while no key
+        comes) instead of Textual's :class:`LinuxDriver`, unless ``TEXTUAL_DRIVER`` chose
+        another."""
+        driver = super().get_driver_class()
+        if sys.platform == "win32":
+            return driver
+        from textual.drivers.linux_driver import LinuxDriver
+
+        if driver is LinuxDriver:
+            from gpumon.ui.input_driver import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return driver
 
     def start_common(self) -> None:
         if self.glyphs.ascii_only:
