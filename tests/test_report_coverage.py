@@ -156,6 +156,42 @@ def test_nobody_idle_now_only_while_the_recorder_writes(
     assert "Who holds GPU memory idle now is unknown: the recorder has not written since " in out
 
 
+def test_memory_held_with_no_sm_reading_is_not_nobody_idle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process on a MIG slice holds 8 GiB with no SM utilisation reading: whether it is
+    idle is unknown, so the report does not say that nobody holds memory idle."""
+    path = tmp_path / "history.db"
+    now = time.time()
+    gpu = make_gpu(0)
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=10.0, history_days=90)
+    try:
+        for back in (30, 20, 10, 0):
+            mig = make_process(
+                gpu, 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
+                create_time_s=now - 99,
+            )  # fmt: skip
+            busy = make_process(gpu, 11, user="finn", sm_utilization_pct=80, create_time_s=now)
+            writer.record(make_sample((gpu,), (mig, busy), timestamp_s=now - back))
+    finally:
+        writer.close()
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
+    assert status == 0 and "Nobody holds GPU memory idle now." not in out
+    assert (
+        "Nobody is known to hold GPU memory idle now: 1 process holds GPU memory with no SM "
+        "utilisation reading (MIG or an unsupported board), so whether it is idle is unknown."
+    ) in out
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    assert document["idle_holders"] == [] and document["idle_unknown_processes"] == 1
+    later = now + 600  # the recorder stopped: unknown altogether, not a count
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: later)
+        status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+    assert json.loads(out)["idle_unknown_processes"] is None
+
+
 def test_a_period_inside_an_hour_counts_only_when_processes_ran(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

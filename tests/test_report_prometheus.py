@@ -129,6 +129,34 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
     )
 
 
+def test_memory_held_with_no_sm_series_is_counted_as_idleness_unknown() -> None:
+    """Two processes hold memory with no SM utilisation series (MIG): the holders query
+    counts them, and the report says their idleness is unknown beside alice's idle one."""
+
+    class MigToo(FakePrometheus):
+        def query(self, expression: str, at_s: float) -> Any:
+            found = super().query(expression, at_s)
+            if "unless on (instance, job, uuid, pid) gpumon_process_sm_utilization_ratio" in (
+                expression
+            ):
+                for pid in ("77", "78"):
+                    labels = {"job": "gpumon", "instance": "n2:9402", "uuid": "MIG-1", "pid": pid}
+                    found["result"].append(
+                        {"metric": {**labels, "gpumon_fact": "unknown"}, "value": [1.0, "1e9"]}
+                    )
+            return found
+
+    report = cluster_usage(MigToo(), WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
+    assert len(report.holders) == 1 and report.idle_unknown == 2
+    text = render_text(report, width=None)
+    assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  python" in text
+    assert (
+        "Not counted: 2 processes hold GPU memory with no SM utilisation reading (MIG or an "
+        "unsupported board), so whether they are idle is unknown."
+    ) in text
+    assert report_to_dict(report)["idle_unknown_processes"] == 2
+
+
 def test_the_recording_rules_series_are_read_where_they_were_loaded() -> None:
     source = FakePrometheus(rules=True)
     report = cluster_usage(source, WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]

@@ -216,7 +216,10 @@ def holder_lines(report: UsageReport) -> list[str]:
         return [
             f"Who holds GPU memory idle now is unknown: the recorder has not written since {since}."
         ]
+    unknown = _idle_unknown_line(report.idle_unknown)
     if not report.holders:
+        if unknown:
+            return [f"Nobody is known to hold GPU memory idle now: {unknown}"]
         return ["Nobody holds GPU memory idle now."]
     lines = ["Holding GPU memory idle now:"]
     for holder in report.holders:
@@ -230,7 +233,22 @@ def holder_lines(report: UsageReport) -> list[str]:
         if holder.command:
             text += f"  {fmt.safe_text(holder.command)}"
         lines.append(text)
+    if unknown:
+        lines.append(f"Not counted: {unknown}")
     return lines
+
+
+def _idle_unknown_line(count: int) -> str:
+    """What is said of ``count`` processes whose idleness is unknown ("" for none)."""
+    if count <= 0:
+        return ""
+    who, it = "1 process holds", "it is"
+    if count > 1:
+        who, it = f"{count} processes hold", "they are"
+    return (
+        f"{who} GPU memory with no SM utilisation reading (MIG or an unsupported board), so "
+        f"whether {it} idle is unknown."
+    )
 
 
 # --- CSV ------------------------------------------------------------------------------------
@@ -339,5 +357,6 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "idle_holders": (
             [holder_to_dict(holder) for holder in report.holders] if report.holders_known else None
         ),
+        "idle_unknown_processes": report.idle_unknown if report.holders_known else None,
         "notes": list(report.notes),
     }

@@ -78,6 +78,9 @@ class UsageReport:
         prorated_s: seconds of the period in the buckets it covers in part (its ends, off a
             bucket's bounds), whose share is estimated: clipped to when the group's
             processes were seen, then as if used evenly; ``None`` for Prometheus.
+        idle_unknown: how many processes hold GPU memory now with no SM utilisation reading
+            (MIG, some boards), so that ``holders`` cannot tell whether they are idle; 0
+            where ``holders`` is not known.
     """
 
     period: Period
@@ -96,6 +99,7 @@ class UsageReport:
     bucket_s: float | None = None
     days_before_s: float | None = None
     prorated_s: float | None = None
+    idle_unknown: int = 0
 
     @property
     def cluster(self) -> bool:

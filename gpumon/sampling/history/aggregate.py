@@ -118,6 +118,9 @@ class Session:
     row_id: int | None = None
     quiet_since_s: float | None = None
     idle_since_s: float | None = None
+    #: It holds memory (by the idle rule) with no SM utilisation reading: idle or not is
+    #: unknown.
+    idle_unknown: bool = False
     peak_memory_bytes: int | None = None
     pending_held_s: float = 0.0
     pending_memory_byte_s: float = 0.0
@@ -143,6 +146,7 @@ class Session:
             and rule.holds(process)
         )
         self.idle_since_s = self.quiet_since_s if idle else None
+        self.idle_unknown = utilization is None and rule.holds(process)
         self.pending_held_s += dt
         if memory is not None:
             self.pending_memory_byte_s += memory * dt

@@ -7,8 +7,9 @@ The API (stable; ``report`` and the dashboard code against it):
   be read: broken, of a newer schema, unreadable.
 - :class:`HistoryReader`: :meth:`~HistoryReader.usage` (a report's rows),
   :meth:`~HistoryReader.gpu_series` (a GPU's readings over time, for graphs),
-  :meth:`~HistoryReader.idle_since` and :meth:`~HistoryReader.idle_holders` (who holds
-  memory idle, as recorded), :meth:`~HistoryReader.gpus` and :meth:`~HistoryReader.span`
+  :meth:`~HistoryReader.idle_since`, :meth:`~HistoryReader.idle_holders` (who holds
+  memory idle, as recorded) and :meth:`~HistoryReader.idle_unknown_count` (how many hold it
+  with idleness unknown), :meth:`~HistoryReader.gpus` and :meth:`~HistoryReader.span`
   (what is recorded). Every method raises only :class:`HistoryError` for a database problem,
   so a caller that catches it never fails because of the history.
 
@@ -290,6 +291,29 @@ class HistoryReader:
                 """
             ).fetchall()
             return [_idle_holder(*row) for row in rows]
+
+        return self._read(read)
+
+    def idle_unknown_count(self, now_s: float) -> int | None:
+        """How many processes of the latest sample recorded hold GPU memory with no SM
+        utilisation reading (MIG, some boards): whether they are idle is unknown; ``None``
+        when that sample is not current at ``now_s``.
+
+        Raises:
+            HistoryError: the database could not be read.
+        """
+
+        def read() -> int | None:
+            if not self.is_current(now_s):
+                return None
+            row = self._connection.execute(
+                """
+                SELECT count(*) FROM sessions
+                WHERE idle_unknown = 1
+                    AND last_seen_s >= (SELECT value FROM meta WHERE key = 'last_sample_s')
+                """
+            ).fetchone()
+            return int(row[0])
 
         return self._read(read)
 

@@ -66,15 +66,16 @@ ON CONFLICT (grouping, start_s, gpu_id, key) DO UPDATE SET
 _INSERT_SESSION = """
 INSERT INTO sessions (gpu_id, pid, create_time_s, user, job_id, container_id, command,
     gpu_instance_id, compute_instance_id, first_seen_s, last_seen_s, memory_bytes,
-    peak_memory_bytes, memory_byte_s, sm_s, held_s, idle_held_s, quiet_since_s, idle_since_s)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    peak_memory_bytes, memory_byte_s, sm_s, held_s, idle_held_s, quiet_since_s, idle_since_s,
+    idle_unknown)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 _UPDATE_SESSION = """
 UPDATE sessions SET last_seen_s = ?1, memory_bytes = ?2,
     peak_memory_bytes = coalesce(max(peak_memory_bytes, ?3), peak_memory_bytes, ?3),
     memory_byte_s = memory_byte_s + ?4, sm_s = sm_s + ?5, held_s = held_s + ?6,
-    idle_held_s = idle_held_s + ?7, quiet_since_s = ?8, idle_since_s = ?9
-WHERE id = ?10
+    idle_held_s = idle_held_s + ?7, quiet_since_s = ?8, idle_since_s = ?9, idle_unknown = ?10
+WHERE id = ?11
 """
 _FIND_SESSION = """
 SELECT id, last_seen_s, quiet_since_s FROM sessions
@@ -124,7 +125,7 @@ def _find_session(
 
 def _progress(session: Session) -> tuple[object, ...]:
     """What a session's row says of it so far, in the order both the insert and the update
-    statements take it (from ``last_seen_s`` to ``idle_since_s``)."""
+    statements take it (from ``last_seen_s`` to ``idle_unknown``)."""
     return (
         session.last_seen_s,
         session.process.gpu_memory_bytes,
@@ -135,6 +136,7 @@ def _progress(session: Session) -> tuple[object, ...]:
         session.pending_idle_held_s,
         session.quiet_since_s,
         session.idle_since_s,
+        int(session.idle_unknown),
     )
 
 

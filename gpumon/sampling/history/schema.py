@@ -1,6 +1,6 @@
 """The history database's tables, their versions, and the one-line errors about it.
 
-Version 2 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
+Version 3 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
 starts at a multiple of its width (UTC):
 
 - ``meta``: key/value facts: ``node`` (the host name), ``interval_s``, ``first_sample_s``
@@ -15,7 +15,9 @@ starts at a multiple of its width (UTC):
 - ``sessions``: one row per process *session* (GPU, PID, start time): who, which Slurm job,
   container and command, first and last seen, the memory it holds now and at its peak,
   memory-seconds, SM-seconds (SM utilisation x seconds), seconds seen and seconds held idle,
-  and the start of its quiet spell (``quiet_since_s``; ``idle_since_s`` while it is IDLE).
+  and the start of its quiet spell (``quiet_since_s``; ``idle_since_s`` while it is IDLE);
+  ``idle_unknown`` (since version 3) is 1 while it holds memory with no SM utilisation
+  reading (MIG, some boards), so whether it is idle cannot be told.
 - ``usage_hours`` and ``usage_days``: per GPU and per holder of it in each grouping of
   :data:`~gpumon.data.usage.GROUPINGS` (``grouping`` is its position: 0 user, 1 job, 2
   container, 3 the GPU itself; ``key`` the user name, job id or container id, ``''`` for
@@ -51,7 +53,7 @@ HISTORY_FIELDS = (
 )
 
 #: What this gpumon writes and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Bucket widths, in seconds.
 MINUTE_S = 60
@@ -156,8 +158,16 @@ def _add_known_seconds(connection: sqlite3.Connection) -> None:
         connection.execute(f"ALTER TABLE {table} ADD COLUMN known_s REAL")
 
 
+def _add_idle_unknown(connection: sqlite3.Connection) -> None:
+    """Version 3: a session holding memory whose idleness cannot be told (no SM reading)."""
+    connection.execute("ALTER TABLE sessions ADD COLUMN idle_unknown INTEGER")
+
+
 #: ``MIGRATIONS[n]`` takes a database of version ``n`` to ``n + 1``, inside a transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_known_seconds}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _add_known_seconds,
+    2: _add_idle_unknown,
+}
 
 
 def create(

@@ -101,10 +101,15 @@ def processes_query(label: str, period: Period, step_s: float) -> str:
     return f"count by ({group}) (count_over_time(({pids}){window}))"
 
 
+#: The idle holders now (``idle``: their idle seconds, ``memory``: what they hold) and the
+#: processes holding memory with no SM utilisation series (``unknown``: MIG, a board without
+#: per-process utilisation), whose idleness nobody can tell.
 HOLDERS_QUERY = (
     f'label_replace(gpumon_process_idle_seconds > 0, "{_FACT}", "idle", "", "") or '
     f"label_replace(gpumon_process_gpu_memory_bytes and on (instance, job, uuid, pid) "
-    f'(gpumon_process_idle_seconds > 0), "{_FACT}", "memory", "", "")'
+    f'(gpumon_process_idle_seconds > 0), "{_FACT}", "memory", "", "") or '
+    f"label_replace(gpumon_process_gpu_memory_bytes > 0 unless on (instance, job, uuid, pid) "
+    f'gpumon_process_sm_utilization_ratio, "{_FACT}", "unknown", "", "")'
 )
 
 
@@ -183,7 +188,9 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
         found = rows.get((_target(item.labels), None if key is None else safe_text(key)))
         if found is not None and item.value is not None:
             found.processes += int(item.value)
-    holders = _holders(_vector(source.query(HOLDERS_QUERY, now_s)))
+    now = _vector(source.query(HOLDERS_QUERY, now_s))
+    holders = _holders(now)
+    idle_unknown = sum(1 for item in now if item.labels.get(_FACT) == "unknown")
     names = _names({target for target, _ in rows} | {t for t, _ in holders}, hosts)
     # No known series at all: recording rules of an older gpumon, which did not record it.
     tracked = not recorded or any(row.known is not None for row in rows.values())
@@ -207,6 +214,7 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
         by=by,
         rows=sorted_rows(usage),
         holders=sorted_holders([_named(holder, names[t]) for t, holder in holders]),
+        idle_unknown=idle_unknown,
         source="prometheus",
         where=source.url,
         step_s=step_s,
