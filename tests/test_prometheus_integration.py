@@ -337,6 +337,8 @@ def test_report_sums_who_held_the_gpus_of_both_nodes(started: Started, tmp_path:
     assert {holder["node"] for holder in holders} == names
     for holder in holders:
         assert holder["idle_s"] > 0 and holder["gpu"] == 3 and holder["gpu_memory_bytes"] > 0
+    # Every demo process has an SM utilisation series: none whose idleness is unknown.
+    assert by_user["idle_unknown_processes"] == 0
 
     by_gpu = report_json(url, "--from", start, "--by", "gpu")
     assert by_gpu["recording_rules"] is False  # the rules record per user only
