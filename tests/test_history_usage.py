@@ -182,10 +182,9 @@ def test_a_database_of_a_newer_gpumon_is_one_line_for_readers_and_the_recorder(
 
 
 def test_a_version_1_file_opens_and_migrates_one_step_at_a_time(tmp_path: Path) -> None:
-    """A v1 file with data: the real steps of versions 2 (known seconds) and 3 (idleness
-    unknown), then a test step that adds a column; the data kept, each version in turn, and
-    the report's numbers the same as a file written at the current version (v1 rows count
-    as known)."""
+    """A v1 file with data: version 2's real step (known seconds), then a test step that
+    adds a column; the data kept, each version in turn, and the report's numbers the same
+    as a file written at the current version (v1 rows count as known)."""
     path = tmp_path / "history.db"
     connection = sqlite3.connect(path, isolation_level=None)
     synthetic.fill(connection, START, 1, minutes=False, version=1)
@@ -196,14 +195,12 @@ def test_a_version_1_file_opens_and_migrates_one_step_at_a_time(tmp_path: Path) 
     def add_gpu_serial(database: sqlite3.Connection) -> None:
         database.execute("ALTER TABLE gpus ADD COLUMN serial TEXT")
 
-    assert schema.SCHEMA_VERSION == 3
-    steps = {**schema.MIGRATIONS, 3: add_gpu_serial}
-    assert schema.migrate(connection, str(path), steps, target=4) == 1
-    assert schema.user_version(connection) == 4
+    steps = {**schema.MIGRATIONS, 2: add_gpu_serial}
+    assert schema.migrate(connection, str(path), steps, target=3) == 1
+    assert schema.user_version(connection) == 3
     assert connection.execute("SELECT count(serial) FROM gpus").fetchone() == (0,)
-    assert connection.execute("SELECT count(idle_unknown) FROM sessions").fetchone() == (0,)
     # Again: nothing to do.
-    assert schema.migrate(connection, str(path), steps, target=4) == 4
+    assert schema.migrate(connection, str(path), steps, target=3) == 3
     connection.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
     connection.close()
     current = tmp_path / "current.db"

@@ -149,3 +149,35 @@ def test_the_dashboard_uses_it_unless_textual_driver_says_otherwise(
     assert app.get_driver_class() is QuietLinuxDriver
     monkeypatch.setattr(constants, "DRIVER", "textual.drivers.headless_driver:HeadlessDriver")
     assert app.get_driver_class().__name__ == "HeadlessDriver"
+
+
+def test_textuals_input_loop_is_the_one_this_driver_follows() -> None:
+    """QuietLinuxDriver.run_input_thread is Textual 8.2's loop with other waits: when
+    Textual changes its loop, look at the change and carry it over, then update the hash."""
+    import hashlib
+    import inspect
+
+    from textual.drivers.linux_driver import LinuxDriver
+
+    source = inspect.getsource(LinuxDriver.run_input_thread)
+    assert hashlib.sha256(source.encode()).hexdigest() == (
+        "d796af6d69db337d6fa6bd463984f7d17188d991dbb22f60efb92a8a9619507c"
+    ), "Textual's input loop changed: carry the change over to gpumon/ui/input_driver.py"
+
+
+async def test_a_closed_driver_never_writes_to_a_reused_descriptor() -> None:
+    read, write = os.pipe()
+    recording = Recording(read)
+    wake = recording._wake_write
+    recording.close()
+    assert recording.exit_event.wake_fd == -1
+    reused_read, reused_write = os.pipe()  # may take the closed numbers
+    try:
+        recording.exit_event.set()  # after close (a second stop): writes nowhere
+        os.set_blocking(reused_read, False)
+        with pytest.raises(BlockingIOError):
+            os.read(reused_read, 1)
+        assert wake >= 0
+    finally:
+        for fd in (read, write, reused_read, reused_write):
+            os.close(fd)

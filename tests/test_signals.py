@@ -256,6 +256,25 @@ def test_suspend_and_resume_still_work(dashboard: PtyDashboard) -> None:
     assert_terminal_restored(dashboard, after)
 
 
+def test_keys_still_arrive_after_suspend_and_resume(dashboard: PtyDashboard) -> None:
+    """Textual closes a driver it suspends and starts the same one again: gpumon's key
+    thread (gpumon.ui.input_driver) opens its wake-up pipe again and reads keys, and q quits."""
+    dashboard.wait_for_first_frame()
+    process = psutil.Process(dashboard.process.pid)
+    for _ in range(2):
+        suspended_at = dashboard.signal(signal.SIGTSTP)
+        wait_until(lambda: process.status() == psutil.STATUS_STOPPED, 30, "gpumon to stop")
+        dashboard.wait_for_output(suspended_at, [b"\x1b[?1049l"])
+        resumed_at = dashboard.signal(signal.SIGCONT)
+        dashboard.wait_for_output(resumed_at, [b"\x1b[?1049h"])
+    time.sleep(1.5)  # past the thread's ticking: asleep until a key comes
+    before = len(dashboard.output())
+    os.write(dashboard.master, b"q")
+    assert dashboard.wait_exit() == 0
+    assert b"Traceback" not in dashboard.output() and b"Error" not in dashboard.output(before)
+    assert_terminal_restored(dashboard, before)
+
+
 def test_a_sigcont_without_a_suspend_does_not_restart_application_mode(
     dashboard: PtyDashboard,
 ) -> None:

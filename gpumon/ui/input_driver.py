@@ -9,7 +9,8 @@ nothing: 0.18 % of a core on the benchmark VM, about a twelfth of gpumon's whole
 :class:`QuietLinuxDriver` wakes that often only while a key could still be half read: for
 :data:`TICKING_S` after the last input. Otherwise it waits for input with no timeout, and
 its exit event, when set, wakes it through a pipe, so quitting and suspending (``Ctrl+Z``)
-are as prompt as before. Everything else is Textual's driver.
+are as prompt as before. Everything else is Textual's driver; the loop is Textual 8.2's
+(``tests/test_input_driver.py`` notices when Textual's changes, to be looked at again).
 """
 
 from __future__ import annotations
@@ -53,13 +54,27 @@ class QuietLinuxDriver(LinuxDriver):
 
     def __init__(self, app: Any, **options: Any) -> None:
         super().__init__(app, **options)
+        self._wake_read = self._wake_write = -1
+        self.exit_event: WakingEvent = WakingEvent(-1)
+        self._open_wake_pipe()
+
+    def _open_wake_pipe(self) -> None:
+        """The pipe that wakes the input thread, (re)opened: :meth:`close` closes it, and
+        Textual closes a driver it suspends (``Ctrl+Z``) and starts the same one again."""
+        if self._wake_read >= 0:
+            return
         self._wake_read, self._wake_write = os.pipe()  # not inherited by children
         for fd in (self._wake_read, self._wake_write):
             os.set_blocking(fd, False)
-        self.exit_event = WakingEvent(self._wake_write)
+        self.exit_event.wake_fd = self._wake_write
+
+    def start_application_mode(self) -> None:
+        self._open_wake_pipe()  # before Textual starts the input thread
+        super().start_application_mode()
 
     def close(self) -> None:
         super().close()
+        self.exit_event.wake_fd = -1  # its number may be another file's once closed
         for fd in (self._wake_read, self._wake_write):
             with contextlib.suppress(OSError):
                 os.close(fd)
