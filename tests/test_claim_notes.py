@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from gpumon.data import claims as rules
 from gpumon.settings import Settings
 from gpumon.sources.host.claims import ClaimsDir, user_name
@@ -149,25 +151,61 @@ def test_an_unchanged_claims_directory_is_not_read_again_each_second(tmp_path: P
 
 
 def test_a_slow_claims_directory_is_read_less_often(tmp_path: Path) -> None:
-    """A read that took a quarter of a second (a directory of thousands of files, changed
-    all the time) waits 12.5 s before the next: reads take at most 2 % of the wall clock."""
+    """A read that took a quarter of a second of CPU (a directory of thousands of files,
+    changed all the time) waits 12.5 s before the next: reads take at most 2 % of a core.
+    Wall time does not count (a busy machine), and no wait is longer than FULL_READ_S."""
     claims_dir = tmp_path / "claims"
     claim(claims_dir, 0, age_s=5)
     clocks = Clocks()
     clocks.wall = time.time()  # a directory changed just now: read whole every time
+    cpu = [0.0]
 
-    class SlowClocks:
-        def __call__(self) -> float:
-            clocks.mono += 0.25  # each look at the clock during a read: a quarter second
-            return clocks.mono
+    def thread_time() -> float:
+        cpu[0] += 0.125  # each look at the CPU clock during a read: an eighth of a second
+        return cpu[0]
 
     notes = ClaimNotes(
         app=None,  # type: ignore[arg-type]
         path=str(claims_dir),
         clock=lambda: clocks.wall,
-        monotonic=SlowClocks(),
+        monotonic=lambda: clocks.mono,
+        thread_time=thread_time,
     )
-    began = clocks.mono + 0.25
     notes.read()
     assert notes.full_reads == 1
-    assert notes._next_read_at == began + 0.25 / 0.02
+    assert notes._next_read_at == clocks.mono + 0.125 / 0.02
+    cpu[0] = 0.0
+
+    def slower() -> float:
+        cpu[0] += 5.0
+        return cpu[0]
+
+    notes.thread_time = slower
+    notes.read()
+    assert notes._next_read_at == clocks.mono + 30.0  # FULL_READ_S at most
+
+
+def test_an_overfull_claims_directory_is_not_listed_again_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over MAX_ENTRIES entries claims are off; listing them all again each second would
+    cost every dashboard what the limit is there to spare it."""
+    from gpumon.sources.host import claims as host_claims
+
+    claims_dir = tmp_path / "claims"
+    for index in range(4):
+        claim(claims_dir, index, age_s=5)
+    monkeypatch.setattr(host_claims, "MAX_ENTRIES", 2)
+    clocks = Clocks()
+    notes = ClaimNotes(
+        app=None,  # type: ignore[arg-type]
+        path=str(claims_dir),
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,
+    )
+    notes.read()
+    assert notes.full_reads == 1 and notes.claims == ()
+    for _ in range(3):
+        clocks.advance(1.0)
+        notes.read()
+    assert notes.full_reads == 1

@@ -15,9 +15,11 @@ unchanged since the last full read (same inode and modification time, not change
 :data:`RECENT_CHANGE_S`, whose edits a coarse time stamp could hide) is not read again
 until :data:`FULL_READ_S` has passed (a claim file rewritten in place changes no directory;
 ``gpumon pick`` renames its files into place, which does). And reads take at most
-:data:`MAX_READ_SHARE` of the wall clock: after a read that took ``t`` seconds the next one
-waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`), so a directory changed all the
-time costs a bounded share of a core, not a core.
+:data:`MAX_READ_SHARE` of a core: after a read that took ``t`` seconds of CPU the next one
+waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`, at most :data:`FULL_READ_S`), so a
+directory changed all the time costs a bounded share of a core, not a core. A directory
+over :data:`~gpumon.sources.host.claims.MAX_ENTRIES` entries (claims are off) is not listed
+again until it changes.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ FULL_READ_S = 30.0
 #: A directory whose modification time is newer than this is read whole each time: a second
 #: change within its time stamp's granularity would leave the time stamp as it was.
 RECENT_CHANGE_S = 2.0
-#: The most of the wall clock that reading the directory may take.
+#: The most of a core that reading the directory may take.
 MAX_READ_SHARE = 0.02
 
 
@@ -57,11 +59,13 @@ class ClaimNotes:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        thread_time: Callable[[], float] = time.thread_time,
     ) -> None:
         self.app = app
         self.path = path
         self.clock = clock
         self.monotonic = monotonic
+        self.thread_time = thread_time
         #: The claims of the last read (replaced whole by the worker, never changed).
         self.claims: tuple[rules.Claim, ...] = ()
         #: When the next read may start (monotonic), None: at once.
@@ -98,24 +102,30 @@ class ClaimNotes:
 
     def read(self) -> None:
         """Off the loop: touches no widget, only replaces :attr:`claims`."""
-        began = self.monotonic()
+        began, cpu_began = self.monotonic(), self.thread_time()
         try:
             with ClaimsDir.open(self.path, create=False) as directory:
                 info = os.fstat(directory.fd)
                 stamp = (info.st_dev, info.st_ino, info.st_mtime_ns)
                 if self._unchanged(stamp, info.st_mtime, began):
                     return
-                self.claims = directory.scan().claims
-                self.full_reads += 1
                 self._read_stamp, self._full_read_at = stamp, began
+                self.full_reads += 1
+                try:
+                    self.claims = directory.scan().claims
+                except ClaimsOff:  # too many entries: off until the directory changes
+                    self.claims = ()
         except ClaimsOff:  # no directory, or one pick would not use: no claims to show
             self.claims, self._read_stamp = (), None
         except Exception:  # as the thread worker did (exit_on_error=False): the last claims
             self._read_stamp = None  # stand, and no "exception was never retrieved" is
             # printed over the screen
         finally:
-            took = max(0.0, self.monotonic() - began)
-            self._next_read_at = began + max(REFRESH_S, took / MAX_READ_SHARE)
+            # The CPU this read took (not the wall clock: a busy machine is not a reason to
+            # read less often), as a share of the wait, which is at most FULL_READ_S.
+            took = max(0.0, self.thread_time() - cpu_began)
+            wait = min(FULL_READ_S, max(REFRESH_S, took / MAX_READ_SHARE))
+            self._next_read_at = began + wait
             self._reading = False
 
     def _unchanged(self, stamp: tuple[int, int, int], mtime_s: float, now: float) -> bool:
