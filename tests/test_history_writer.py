@@ -314,3 +314,30 @@ def test_simulated_and_real_samples_never_share_a_database(tmp_path: Path) -> No
     writer.close()
     assert "holds real GPU history" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_a_file_of_an_older_recorder_is_read_and_then_gets_the_idleness_unknown_column(
+    tmp_path: Path,
+) -> None:
+    """sessions.idle_unknown was added without a new schema version: a file an older
+    recorder writes (no such column) is still read (no count: None), an older gpumon still
+    uses a file that has it, and this recorder adds it when it opens the file."""
+    database = tmp_path / "history.db"
+    record(database, range(31))
+    with reader_at(database, HOUR0 + 30 * MINUTE) as reader:
+        assert reader.idle_unknown_count(HOUR0 + 30 * MINUTE) == 0
+    connection = sqlite3.connect(database, isolation_level=None)
+    connection.execute("ALTER TABLE sessions DROP COLUMN idle_unknown")  # an older recorder's
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    connection.close()
+    with reader_at(database, HOUR0 + 30 * MINUTE) as reader:
+        assert reader.idle_unknown_count(HOUR0 + 30 * MINUTE) is None
+        assert reader.usage(HOUR0, HOUR0 + 3600, "user")  # read as before
+    record(database, range(31, 33))
+    connection = sqlite3.connect(database, isolation_level=None)
+    columns = [row[1] for row in connection.execute("PRAGMA table_info(sessions)")]
+    assert "idle_unknown" in columns
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == version  # unchanged
+    connection.close()
+    with reader_at(database, HOUR0 + 32 * MINUTE) as reader:
+        assert reader.idle_unknown_count(HOUR0 + 32 * MINUTE) == 0

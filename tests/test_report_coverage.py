@@ -179,7 +179,7 @@ def test_memory_held_with_no_sm_reading_is_not_nobody_idle(
     assert status == 0 and "Nobody holds GPU memory idle now." not in out
     assert (
         "Nobody is known to hold GPU memory idle now: 1 process holds GPU memory with no SM "
-        "utilisation reading (MIG or an unsupported board), so whether it is idle is unknown."
+        "utilisation reading (MIG, or no sample from the driver), so whether it is idle is unknown."
     ) in out
     status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
     document = json.loads(out)

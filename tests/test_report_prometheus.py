@@ -5,6 +5,7 @@ recording rules' series where they were loaded, and the rules themselves under p
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -151,8 +152,8 @@ def test_memory_held_with_no_sm_series_is_counted_as_idleness_unknown() -> None:
     text = render_text(report, width=None)
     assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  python" in text
     assert (
-        "Not counted: 2 processes hold GPU memory with no SM utilisation reading (MIG or an "
-        "unsupported board), so whether they are idle is unknown."
+        "Not counted: 2 processes hold GPU memory with no SM utilisation reading (MIG, or no "
+        "sample from the driver), so whether they are idle is unknown."
     ) in text
     assert report_to_dict(report)["idle_unknown_processes"] == 2
 
@@ -235,3 +236,55 @@ def test_the_rules_read_only_series_gpumon_exports() -> None:
     used = names_in(exprs)
     assert "gpumon_process_gpu_memory_bytes" in used
     assert used <= exported_names(), sorted(used - exported_names())
+
+
+def test_the_holders_query_finds_memory_held_with_no_sm_series_under_promtool(
+    tmp_path: Path,
+) -> None:
+    """The query on a Prometheus (promtool's): 100 is idle (idle and memory facts), 101
+    busy, 102 holds 8 GiB on a MIG slice with no SM series (unknown), 103 holds 100 MiB
+    with none (under the idle rule's 1 GiB: not counted)."""
+    from gpumon.sources.prometheus.usage import holders_query
+    from tests.test_contrib import run_promtool
+
+    processes = [  # pid, memory GiB, SM ratio or None, idle seconds or None
+        ("100", 4, "0", "600"),
+        ("101", 4, "0.9", "0"),
+        ("102", 8, None, None),
+        ("103", 0.1, None, None),
+    ]
+    series = []
+    for pid, memory, sm, idle in processes:
+        labels = f'job="gpumon", instance="n1:9402", uuid="GPU-1", pid="{pid}"'
+        series.append(
+            f"      - series: 'gpumon_process_gpu_memory_bytes{{{labels}}}'\n"
+            f"        values: '{int(memory * GIB)}x3'\n"
+        )
+        if sm is not None:
+            series.append(
+                f"      - series: 'gpumon_process_sm_utilization_ratio{{{labels}}}'\n"
+                f"        values: '{sm}x3'\n"
+                f"      - series: 'gpumon_process_idle_seconds{{{labels}}}'\n"
+                f"        values: '{idle}x3'\n"
+            )
+
+    def expected(name: str, pid: str, fact: str, value: float) -> str:
+        return (
+            f'          - labels: \'{name}{{job="gpumon", instance="n1:9402", uuid="GPU-1", '
+            f'pid="{pid}", gpumon_fact="{fact}"}}\'\n            value: {value}\n'
+        )
+
+    test = tmp_path / "holders.test.yml"
+    test.write_text(
+        "rule_files: []\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+        + "".join(series)
+        + "    promql_expr_test:\n"
+        + f"      - expr: {json.dumps(holders_query(GIB))}\n"
+        + "        eval_time: 2m\n        exp_samples:\n"
+        + expected("gpumon_process_idle_seconds", "100", "idle", 600)
+        + expected("gpumon_process_gpu_memory_bytes", "100", "memory", 4 * GIB)
+        + expected("gpumon_process_gpu_memory_bytes", "102", "unknown", 8 * GIB),
+        encoding="utf-8",
+    )
+    result = run_promtool("test", "rules", str(test))
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -149,6 +149,7 @@ def history_report(settings: Settings, chosen: Period, by: str, now_s: float) ->
 
 def cluster_report(settings: Settings, chosen: Period, by: str, now_s: float) -> UsageReport | int:
     """The report from Prometheus, or the exit code after one line."""
+    from gpumon.sampling.idle import idle_rule
     from gpumon.settings import SettingsError
     from gpumon.sources.cluster_base import open_headless_source
     from gpumon.sources.prometheus.client import PrometheusError
@@ -160,7 +161,8 @@ def cluster_report(settings: Settings, chosen: Period, by: str, now_s: float) ->
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 2
     try:
-        return cluster_usage(source, chosen, by, now_s)
+        minimum = idle_rule(settings).min_memory_bytes  # as the exporters judge IDLE
+        return cluster_usage(source, chosen, by, now_s, min_memory_bytes=minimum)
     except PrometheusError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 1

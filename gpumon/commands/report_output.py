@@ -246,8 +246,8 @@ def _idle_unknown_line(count: int) -> str:
     if count > 1:
         who, it = f"{count} processes hold", "they are"
     return (
-        f"{who} GPU memory with no SM utilisation reading (MIG or an unsupported board), so "
-        f"whether {it} idle is unknown."
+        f"{who} GPU memory with no SM utilisation reading (MIG, or no sample from the "
+        f"driver), so whether {it} idle is unknown."
     )
 
 

@@ -43,6 +43,7 @@ from gpumon.sampling.history.schema import (
     check_not_newer,
     check_objects,
     explain,
+    has_column,
     has_tables,
     user_version,
 )
@@ -296,8 +297,9 @@ class HistoryReader:
 
     def idle_unknown_count(self, now_s: float) -> int | None:
         """How many processes of the latest sample recorded hold GPU memory with no SM
-        utilisation reading (MIG, some boards): whether they are idle is unknown; ``None``
-        when that sample is not current at ``now_s``.
+        utilisation reading (MIG, no sample from the driver): whether they are idle is
+        unknown; ``None`` when that sample is not current at ``now_s``, or the file has no
+        such count (its recorder is an older gpumon).
 
         Raises:
             HistoryError: the database could not be read.
@@ -306,6 +308,10 @@ class HistoryReader:
         def read() -> int | None:
             if not self.is_current(now_s):
                 return None
+            if not has_column(self._connection, "sessions", "idle_unknown"):
+                return None
+            # A scan of the sessions (no index: an older gpumon refuses unknown indexes);
+            # only ``report`` asks, once.
             row = self._connection.execute(
                 """
                 SELECT count(*) FROM sessions

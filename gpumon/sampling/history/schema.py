@@ -1,6 +1,6 @@
 """The history database's tables, their versions, and the one-line errors about it.
 
-Version 3 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
+Version 2 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
 starts at a multiple of its width (UTC):
 
 - ``meta``: key/value facts: ``node`` (the host name), ``interval_s``, ``first_sample_s``
@@ -16,8 +16,9 @@ starts at a multiple of its width (UTC):
   container and command, first and last seen, the memory it holds now and at its peak,
   memory-seconds, SM-seconds (SM utilisation x seconds), seconds seen and seconds held idle,
   and the start of its quiet spell (``quiet_since_s``; ``idle_since_s`` while it is IDLE);
-  ``idle_unknown`` (since version 3) is 1 while it holds memory with no SM utilisation
-  reading (MIG, some boards), so whether it is idle cannot be told.
+  ``idle_unknown`` (one of :data:`ADDED_COLUMNS`) is 1 while it holds memory with no SM
+  utilisation reading (MIG, no sample from the driver), so whether it is idle cannot be
+  told.
 - ``usage_hours`` and ``usage_days``: per GPU and per holder of it in each grouping of
   :data:`~gpumon.data.usage.GROUPINGS` (``grouping`` is its position: 0 user, 1 job, 2
   container, 3 the GPU itself; ``key`` the user name, job id or container id, ``''`` for
@@ -31,7 +32,10 @@ starts at a multiple of its width (UTC):
   year.
 
 A newer version adds a function to :data:`MIGRATIONS`; :func:`migrate` runs each step from
-the file's version in its own transaction. A reader reads only the current version.
+the file's version in its own transaction. A reader reads only the current version. A
+column that older gpumons can ignore is added without a new version (:data:`ADDED_COLUMNS`):
+every statement names its columns, so an older recorder or reader still uses the file, and
+this one reads such a column only where the file has it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ HISTORY_FIELDS = (
 )
 
 #: What this gpumon writes and reads.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 2
 
 #: Bucket widths, in seconds.
 MINUTE_S = 60
@@ -158,16 +162,24 @@ def _add_known_seconds(connection: sqlite3.Connection) -> None:
         connection.execute(f"ALTER TABLE {table} ADD COLUMN known_s REAL")
 
 
-def _add_idle_unknown(connection: sqlite3.Connection) -> None:
-    """Version 3: a session holding memory whose idleness cannot be told (no SM reading)."""
-    connection.execute("ALTER TABLE sessions ADD COLUMN idle_unknown INTEGER")
-
-
 #: ``MIGRATIONS[n]`` takes a database of version ``n`` to ``n + 1``, inside a transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: _add_known_seconds,
-    2: _add_idle_unknown,
-}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _add_known_seconds}
+
+#: (table, column, type) added to the current version's files without a new version, for
+#: older gpumons keep working with them (their statements name their columns; NULL where
+#: they insert).
+ADDED_COLUMNS = (("sessions", "idle_unknown", "INTEGER"),)
+
+
+def has_column(connection: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in connection.execute(f"PRAGMA table_info({table})"))
+
+
+def add_columns(connection: sqlite3.Connection) -> None:
+    """Add the :data:`ADDED_COLUMNS` a file lacks (the recorder, when it opens one)."""
+    for table, column, kind in ADDED_COLUMNS:
+        if not has_column(connection, table, column):
+            connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def create(
@@ -182,6 +194,8 @@ def create(
             connection.execute(statement)
         for version in range(1, target):
             migrations[version](connection)
+        if target == SCHEMA_VERSION:
+            add_columns(connection)
         connection.execute(f"PRAGMA user_version = {int(target)}")
 
 

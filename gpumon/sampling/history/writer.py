@@ -37,6 +37,7 @@ from gpumon.sampling.history.retention import prune
 from gpumon.sampling.history.schema import (
     HOUR_S,
     HistoryError,
+    add_columns,
     check_objects,
     explain,
     migrate,
@@ -101,6 +102,7 @@ class HistoryWriter:
             configure_for_writing(connection)
             check_sidecars(self.path)
             migrate(connection, self.path)
+            add_columns(connection)
             # A trigger or view put in the file would run in every write, or every read.
             check_objects(connection, self.path)
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")

@@ -32,6 +32,7 @@ from typing import Any
 
 from gpumon.data.cluster import node_names
 from gpumon.data.format import ascii_int, safe_text
+from gpumon.data.idle import IdleRule
 from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
@@ -101,16 +102,19 @@ def processes_query(label: str, period: Period, step_s: float) -> str:
     return f"count by ({group}) (count_over_time(({pids}){window}))"
 
 
-#: The idle holders now (``idle``: their idle seconds, ``memory``: what they hold) and the
-#: processes holding memory with no SM utilisation series (``unknown``: MIG, a board without
-#: per-process utilisation), whose idleness nobody can tell.
-HOLDERS_QUERY = (
-    f'label_replace(gpumon_process_idle_seconds > 0, "{_FACT}", "idle", "", "") or '
-    f"label_replace(gpumon_process_gpu_memory_bytes and on (instance, job, uuid, pid) "
-    f'(gpumon_process_idle_seconds > 0), "{_FACT}", "memory", "", "") or '
-    f"label_replace(gpumon_process_gpu_memory_bytes > 0 unless on (instance, job, uuid, pid) "
-    f'gpumon_process_sm_utilization_ratio, "{_FACT}", "unknown", "", "")'
-)
+def holders_query(min_memory_bytes: int) -> str:
+    """The idle holders now (``idle``: their idle seconds, ``memory``: what they hold) and
+    the processes holding at least ``min_memory_bytes`` (the idle rule's minimum) with no SM
+    utilisation series (``unknown``: MIG, no sample from the driver), whose idleness nobody
+    can tell."""
+    return (
+        f'label_replace(gpumon_process_idle_seconds > 0, "{_FACT}", "idle", "", "") or '
+        f"label_replace(gpumon_process_gpu_memory_bytes and on (instance, job, uuid, pid) "
+        f'(gpumon_process_idle_seconds > 0), "{_FACT}", "memory", "", "") or '
+        f"label_replace(gpumon_process_gpu_memory_bytes >= {int(min_memory_bytes)} "
+        "unless on (instance, job, uuid, pid) gpumon_process_sm_utilization_ratio, "
+        f'"{_FACT}", "unknown", "", "")'
+    )
 
 
 @dataclass
@@ -148,7 +152,14 @@ def _matrix(data: Any) -> list[tuple[dict[str, str], list[float]]]:
     return found
 
 
-def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: float) -> UsageReport:
+def cluster_usage(
+    source: PrometheusSource,
+    period: Period,
+    by: str,
+    now_s: float,
+    *,
+    min_memory_bytes: int = IdleRule().min_memory_bytes,
+) -> UsageReport:
     """The report of ``period`` grouped ``by`` (see the module docstring).
 
     Raises:
@@ -188,7 +199,7 @@ def cluster_usage(source: PrometheusSource, period: Period, by: str, now_s: floa
         found = rows.get((_target(item.labels), None if key is None else safe_text(key)))
         if found is not None and item.value is not None:
             found.processes += int(item.value)
-    now = _vector(source.query(HOLDERS_QUERY, now_s))
+    now = _vector(source.query(holders_query(min_memory_bytes), now_s))
     holders = _holders(now)
     idle_unknown = sum(1 for item in now if item.labels.get(_FACT) == "unknown")
     names = _names({target for target, _ in rows} | {t for t, _ in holders}, hosts)
