@@ -540,6 +540,36 @@ async def test_a_new_process_on_the_same_pid_is_not_the_one_shown() -> None:
         assert static_text(app, "#process-detail-history") == history
 
 
+async def test_the_process_shown_is_the_row_chosen_even_if_its_pid_was_reused_since() -> None:
+    """Enter on alice's row; by the time the screen opens the latest sample lists another
+    process on that PID: the screen keeps to alice's (its host details are asked for with
+    her start time, so the newcomer reads as gone) and says the PID is another's."""
+    from gpumon.sources.host.details import ProcessDetails
+
+    gpu = make_gpu(0)
+    newcomer = dataclasses.replace(
+        make_process(gpu, 4242, user="mallory", sm_utilization_pct=99), create_time_s=2000.0
+    )
+    sample = make_sample((gpu,), (newcomer,))
+    asked: list[tuple[int, float | None]] = []
+
+    def read(pid: int, started: float | None) -> ProcessDetails:
+        asked.append((pid, started))
+        return ProcessDetails(pid, visible=False)
+
+    app = app_for(sample)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        screen = ProcessDetailScreen(app.store, (0, 4242), read_details=read, created_s=1000.0)
+        await app.push_screen(screen)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert asked == [(4242, 1000.0)]
+        assert "its PID is another process's now" in title(app)
+        assert "mallory" not in static_text(app, "#process-detail-identity")
+
+
 @pytest.fixture
 def launcher_with_a_long_command() -> Iterator[int]:
     """A child with a command line over 200 characters that starts a grandchild: the

@@ -316,8 +316,12 @@ class GpumonApp(HistoryKeys, MonitorApp):
         ascii_only = self.glyphs.ascii_only
         table = self.dashboard.query_one(ProcessTable)
         if self.focused is table and table.cursor_key is not None:
+            chosen = table.cursor_process  # the row on the screen, not the latest sample's
+            created_s = None if chosen is None else chosen.create_time_s
             self.push_screen(
-                ProcessDetailScreen(self.store, table.cursor_key, ascii_only=ascii_only)
+                ProcessDetailScreen(
+                    self.store, table.cursor_key, ascii_only=ascii_only, created_s=created_s
+                )
             )
             return
         gpu = self.dashboard.query_one(GpuPanel).selected_gpu

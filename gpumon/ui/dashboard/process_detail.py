@@ -221,6 +221,7 @@ class ProcessDetailScreen(StoreScreen):
         *,
         ascii_only: bool = False,
         read_details: Callable[[int, float | None], ProcessDetails] | None = None,
+        created_s: float | None = None,
     ) -> None:
         super().__init__(store)
         self.key = key
@@ -230,9 +231,10 @@ class ProcessDetailScreen(StoreScreen):
         self._last_seen: GpuProcess | None = None
         self._read_details = read_details
         self.ended = False
-        #: The process's start (psutil's create time) once known: a later process on the same
-        #: PID and GPU is another process, not this one.
-        self.created_s: float | None = None
+        #: The process's start (psutil's create time) once known (from the row chosen, else
+        #: the first sample that lists it): a later process on the same PID and GPU is
+        #: another process, not this one.
+        self.created_s = created_s
 
     def compose(self) -> ComposeResult:
         yield Static(id="process-detail-title", markup=False)
@@ -248,11 +250,15 @@ class ProcessDetailScreen(StoreScreen):
             self.details = ProcessDetails(self.key[1], visible=False)
             return
         process = find(latest, self.key)
-        if process is not None:
+        if process is not None and self._another_process(process):
+            process = None  # the PID was reused since the row was drawn: read nothing of it
+        if process is not None and self.created_s is None:
             self.created_s = process.create_time_s
-        started = None
-        if process is not None and process.elapsed_s is not None and self.store.latest:
-            started = self.store.latest.timestamp_s - process.elapsed_s
+        # Its start as the table knew it: a process now on that PID reads as gone.
+        started = self.created_s
+        elapsed_s = None if process is None else process.elapsed_s
+        if started is None and latest is not None and elapsed_s is not None:
+            started = latest.timestamp_s - elapsed_s
         self.run_worker(
             lambda: self._reader()(self.key[1], started), thread=True, group="process-details"
         )
