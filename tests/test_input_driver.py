@@ -151,18 +151,29 @@ def test_the_dashboard_uses_it_unless_textual_driver_says_otherwise(
     assert app.get_driver_class().__name__ == "HeadlessDriver"
 
 
-def test_textuals_input_loop_is_the_one_this_driver_follows() -> None:
+def test_textuals_input_loop_is_the_one_this_driver_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """QuietLinuxDriver.run_input_thread is Textual 8.2's loop with other waits: when
-    Textual changes its loop, look at the change and carry it over, then update the hash."""
+    Textual changes its loop, look at the change and carry it over, then update
+    FOLLOWED_LOOP_SHA256. Until then (a user's other Textual 8), Textual's driver is used."""
     import hashlib
     import inspect
 
     from textual.drivers.linux_driver import LinuxDriver
 
+    from gpumon.ui.dashboard.app import GpumonApp
+
     source = inspect.getsource(LinuxDriver.run_input_thread)
-    assert hashlib.sha256(source.encode()).hexdigest() == (
-        "d796af6d69db337d6fa6bd463984f7d17188d991dbb22f60efb92a8a9619507c"
-    ), "Textual's input loop changed: carry the change over to gpumon/ui/input_driver.py"
+    assert input_driver.textual_loop_sha256() == hashlib.sha256(source.encode()).hexdigest()
+    assert input_driver.follows_textual(), (
+        "Textual's input loop changed: carry the change over to gpumon/ui/input_driver.py"
+    )
+    monkeypatch.setattr(input_driver, "FOLLOWED_LOOP_SHA256", "another loop")
+    app = GpumonApp.__new__(GpumonApp)
+    assert app.get_driver_class() is LinuxDriver
+    monkeypatch.setattr(input_driver, "textual_loop_sha256", lambda: 1 / 0)
+    assert not input_driver.follows_textual()
 
 
 async def test_a_closed_driver_never_writes_to_a_reused_descriptor() -> None:

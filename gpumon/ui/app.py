@@ -71,17 +71,20 @@ class MonitorApp(App[int]):
         """Textual's driver for this terminal; on Linux and macOS
         :class:`~gpumon.ui.input_driver.QuietLinuxDriver` (no input wake-ups while no key
         comes) instead of Textual's :class:`LinuxDriver`, unless ``TEXTUAL_DRIVER`` chose
-        another."""
+        another or the installed Textual's input loop is not the one it follows."""
         driver = super().get_driver_class()
         if sys.platform == "win32":
             return driver
         from textual.drivers.linux_driver import LinuxDriver
 
-        if driver is LinuxDriver:
-            from gpumon.ui.input_driver import QuietLinuxDriver
-
-            return QuietLinuxDriver
-        return driver
+        if driver is not LinuxDriver:
+            return driver
+        try:
+            from gpumon.ui.input_driver import QuietLinuxDriver, follows_textual
+        except ImportError:  # a Textual 8 without the parser modules it uses
+            return driver
+        # Another Textual's input loop: its own driver, as it is.
+        return QuietLinuxDriver if follows_textual() else driver
 
     def start_common(self) -> None:
         if self.glyphs.ascii_only:

@@ -9,13 +9,16 @@ nothing: 0.18 % of a core on the benchmark VM, about a twelfth of gpumon's whole
 :class:`QuietLinuxDriver` wakes that often only while a key could still be half read: for
 :data:`TICKING_S` after the last input. Otherwise it waits for input with no timeout, and
 its exit event, when set, wakes it through a pipe, so quitting and suspending (``Ctrl+Z``)
-are as prompt as before. Everything else is Textual's driver; the loop is Textual 8.2's
-(``tests/test_input_driver.py`` notices when Textual's changes, to be looked at again).
+are as prompt as before. Everything else is Textual's driver. The loop is Textual 8.2's:
+where the installed Textual's differs (:func:`follows_textual`), gpumon uses Textual's own
+driver, and ``tests/test_input_driver.py`` fails until the change is carried over.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import linecache
 import os
 import selectors
 import time
@@ -33,6 +36,36 @@ TICK_S = 0.1
 #: How long after the last input the thread keeps ticking: well past Textual's escape
 #: delay, so a lone Esc is delivered as promptly as Textual delivers it.
 TICKING_S = max(1.0, 4 * constants.ESCAPE_DELAY)
+
+
+#: SHA-256 of the source lines of the Textual ``LinuxDriver.run_input_thread`` that
+#: :meth:`QuietLinuxDriver.run_input_thread` follows (Textual 8.2.8).
+FOLLOWED_LOOP_SHA256 = "d796af6d69db337d6fa6bd463984f7d17188d991dbb22f60efb92a8a9619507c"
+
+
+def textual_loop_sha256() -> str | None:
+    """SHA-256 of the installed Textual's ``LinuxDriver.run_input_thread`` source lines
+    (``None`` when its source cannot be read): from its code objects' line numbers, a
+    fraction of a millisecond (``inspect.getsource`` takes ~4 ms)."""
+    code = LinuxDriver.run_input_thread.__code__
+    codes, last = [code], code.co_firstlineno
+    while codes:
+        current = codes.pop()
+        last = max([last, *(line for _, _, line in current.co_lines() if line is not None)])
+        codes.extend(const for const in current.co_consts if hasattr(const, "co_lines"))
+    lines = linecache.getlines(code.co_filename)
+    if len(lines) < last:
+        return None
+    return hashlib.sha256("".join(lines[code.co_firstlineno - 1 : last]).encode()).hexdigest()
+
+
+def follows_textual() -> bool:
+    """Whether the installed Textual's input loop is the one :class:`QuietLinuxDriver`
+    follows (else its driver is used as it is)."""
+    try:
+        return textual_loop_sha256() == FOLLOWED_LOOP_SHA256
+    except Exception:  # no source, an unexpected code object: Textual's own is safe
+        return False
 
 
 class WakingEvent(Event):
