@@ -153,6 +153,23 @@ def chosen_subcommand(argv: Sequence[str]) -> str | None:
     return None
 
 
+#: ``build_parser(only=NO_SUBCOMMAND)``: the top level's options, no subcommand.
+NO_SUBCOMMAND = ""
+
+
+def has_operand(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` holds a word that is neither an option nor a top-level option's
+    value (a subcommand, or a typo of one)."""
+    previous = ""
+    for word in argv:
+        if word == "--" or (
+            not word.startswith("-") and previous not in options.TOP_LEVEL_VALUE_OPTIONS
+        ):
+            return True
+        previous = word
+    return False
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only``, the other subcommands are left out (their
     parsers not made, their modules not imported): ``argv`` is known to run ``only``, and
@@ -246,6 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = chosen_subcommand(words)
     if only is not None and {"-h", "--help"} & set(words[: words.index(only)]):
         only = None  # `gpumon --help status`: the top level's help lists every subcommand
+    elif only is None and not {"-h", "--help"} & set(words) and not has_operand(words):
+        # Options only: the dashboard. No subcommand's parser (nor module) is needed; a
+        # word that could be one (a typo) keeps them all, for argparse's "invalid choice".
+        only = NO_SUBCOMMAND
     args = build_parser(only=only).parse_args(words)
     from gpumon.settings import SettingsError, describe, load_settings
 
