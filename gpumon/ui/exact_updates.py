@@ -22,14 +22,21 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-import textual
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
 from textual.strip import Strip
 
-TEXTUAL_VERSION = "8.2.8"
+from gpumon.ui.textual_source import source_sha256
+
+#: SHA-256 of the source lines of Textual 8.2.8's ``ChopsUpdate.__init__`` (what sets the
+#: ``chops``, ``chop_ends`` and ``spans`` that :func:`_render_exact` reads) and
+#: ``ChopsUpdate.render_segments`` (what it replaces): see :mod:`gpumon.ui.textual_source`.
+FOLLOWED_SHA256 = (
+    "f40588bd8fbd6469def23efdbbff268fe3517c00255ea1965b640b4fba87d75d",
+    "4c1cdb567e0b8354bd70cb129da78a42314c39eb8aacd5bf21951cbd5aaba0ef",
+)
 
 # Gaps wider than this are never re-sent: a move costs at most 6 bytes up to column 999.
 _MAX_BRIDGE_CELLS = 6
@@ -342,11 +349,23 @@ def _pieces(strip: Strip, start: int, stop: int) -> list[Piece]:
     return parts
 
 
+def follows_textual() -> bool:
+    """Whether the installed Textual's ``ChopsUpdate`` is the one :func:`_render_exact`
+    was written against."""
+    try:
+        from textual._compositor import ChopsUpdate  # private: checked line for line below
+    except ImportError:
+        return False
+    if ChopsUpdate.render_segments is _render_exact:
+        return True  # installed already
+    found = (source_sha256(ChopsUpdate.__init__), source_sha256(ChopsUpdate.render_segments))
+    return found == FOLLOWED_SHA256
+
+
 def install() -> bool:
     """Use the exact crop; return False (and change nothing) on an unknown Textual."""
-    if textual.__version__ != TEXTUAL_VERSION:
+    if not follows_textual():
         return False
-    # Private API: imported only for the version it was written against.
     from textual._compositor import ChopsUpdate
 
     ChopsUpdate.render_segments = _render_exact  # type: ignore[method-assign]

@@ -17,8 +17,6 @@ driver, and ``tests/test_input_driver.py`` fails until the change is carried ove
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import linecache
 import os
 import selectors
 import time
@@ -30,6 +28,8 @@ from textual import constants
 from textual._parser import ParseError
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
+
+from gpumon.ui.textual_source import source_sha256
 
 #: Textual's tick while a key may be half read (its own input thread's select timeout).
 TICK_S = 0.1
@@ -44,19 +44,8 @@ FOLLOWED_LOOP_SHA256 = "d796af6d69db337d6fa6bd463984f7d17188d991dbb22f60efb92a8a
 
 
 def textual_loop_sha256() -> str | None:
-    """SHA-256 of the installed Textual's ``LinuxDriver.run_input_thread`` source lines
-    (``None`` when its source cannot be read): from its code objects' line numbers, a
-    fraction of a millisecond (``inspect.getsource`` takes ~4 ms)."""
-    code = LinuxDriver.run_input_thread.__code__
-    codes, last = [code], code.co_firstlineno
-    while codes:
-        current = codes.pop()
-        last = max([last, *(line for _, _, line in current.co_lines() if line is not None)])
-        codes.extend(const for const in current.co_consts if hasattr(const, "co_lines"))
-    lines = linecache.getlines(code.co_filename)
-    if len(lines) < last:
-        return None
-    return hashlib.sha256("".join(lines[code.co_firstlineno - 1 : last]).encode()).hexdigest()
+    """SHA-256 of the installed Textual's ``LinuxDriver.run_input_thread`` source lines."""
+    return source_sha256(LinuxDriver.run_input_thread)
 
 
 def follows_textual() -> bool:
