@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -157,17 +158,41 @@ def chosen_subcommand(argv: Sequence[str]) -> str | None:
 NO_SUBCOMMAND = ""
 
 
+#: What argparse takes for a negative number, not an option (its own pattern).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def _looks_like_option(word: str) -> bool:
+    """Whether argparse reads ``word`` as an option (not ``-``, ``-5`` or ``"-x y"``)."""
+    return (
+        word.startswith("-")
+        and len(word) > 1
+        and " " not in word
+        and not _NEGATIVE_NUMBER.match(word)
+    )
+
+
 def has_operand(argv: Sequence[str]) -> bool:
     """Whether ``argv`` holds a word that is neither an option nor a top-level option's
     value (a subcommand, or a typo of one)."""
     previous = ""
     for word in argv:
         if word == "--" or (
-            not word.startswith("-") and previous not in options.TOP_LEVEL_VALUE_OPTIONS
+            not _looks_like_option(word) and previous not in options.TOP_LEVEL_VALUE_OPTIONS
         ):
             return True
         previous = word
     return False
+
+
+def asks_help(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for help: ``-h``, ``--help`` or what argparse takes for it
+    (``--he``, ``-hh``; the top level has no other short option)."""
+    return any(
+        (word.startswith("--he") and "--help".startswith(word))
+        or (word.startswith("-") and not word.startswith("--") and "h" in word[1:])
+        for word in argv
+    )
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -263,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = chosen_subcommand(words)
     if only is not None and {"-h", "--help"} & set(words[: words.index(only)]):
         only = None  # `gpumon --help status`: the top level's help lists every subcommand
-    elif only is None and not {"-h", "--help"} & set(words) and not has_operand(words):
+    elif only is None and not asks_help(words) and not has_operand(words):
         # Options only: the dashboard. No subcommand's parser (nor module) is needed; a
         # word that could be one (a typo) keeps them all, for argparse's "invalid choice".
         only = NO_SUBCOMMAND

@@ -163,7 +163,7 @@ import gpumon.data.fields, gpumon.settings
 )
 def test_the_dashboards_options_are_parsed_without_the_subcommands(argv: list[str]) -> None:
     """`gpumon` with options only (the dashboard) builds no subcommand's parser and imports
-    no subcommand's module: ~60 ms less CPU before the first frame."""
+    no subcommand's module: ~20 ms less CPU before the first frame."""
     body = f"""
 from gpumon.cli import main
 assert main({argv!r}) == 0
@@ -183,6 +183,10 @@ assert not loaded, loaded
         (["stauts"], True),  # a typo keeps every subcommand: argparse names the choices
         (["--demo", "once"], True),
         (["--", "--demo"], True),
+        (["-5"], True),  # argparse: a negative number, an operand
+        (["-"], True),
+        (["--idle-below", "-5"], False),  # a value
+        (["-x y"], True),
     ],
 )
 def test_an_operand_is_told_from_option_values(argv: list[str], operand: bool) -> None:
@@ -201,3 +205,17 @@ def test_a_typo_of_a_subcommand_still_lists_the_choices(
     assert ended.value.code == 2
     error = capsys.readouterr().err
     assert "invalid choice: 'stauts'" in error and "'status'" in error
+
+
+@pytest.mark.parametrize("argv", [["--he"], ["--hel"], ["-hh"], ["--demo", "--help"]])
+def test_help_in_any_form_lists_every_subcommand(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse takes --he and -hh for --help: the top level's help with every subcommand."""
+    from gpumon.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    assert ended.value.code == 0
+    out = capsys.readouterr().out
+    assert all(f"    {name}" in out for name in ("status", "once", "pick", "report", "record"))

@@ -155,25 +155,23 @@ def test_textuals_input_loop_is_the_one_this_driver_follows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """QuietLinuxDriver.run_input_thread is Textual 8.2's loop with other waits: when
-    Textual changes its loop, look at the change and carry it over, then update
-    FOLLOWED_LOOP_SHA256. Until then (a user's other Textual 8), Textual's driver is used."""
-    import hashlib
-    import inspect
-
+    Textual changes the modules it relies on, look at the change and carry it over, then
+    update FOLLOWED. Until then (a user's other Textual 8), Textual's driver is used."""
     from textual.drivers.linux_driver import LinuxDriver
 
     from gpumon.ui.dashboard.app import GpumonApp
+    from gpumon.ui.textual_source import module_sha256
 
-    source = inspect.getsource(LinuxDriver.run_input_thread)
-    assert input_driver.textual_loop_sha256() == hashlib.sha256(source.encode()).hexdigest()
-    assert input_driver.follows_textual(), (
-        "Textual's input loop changed: carry the change over to gpumon/ui/input_driver.py"
-    )
-    monkeypatch.setattr(input_driver, "FOLLOWED_LOOP_SHA256", "another loop")
+    changed = [
+        name for name, digest in input_driver.FOLLOWED.items() if module_sha256(name) != digest
+    ]
+    assert not changed, f"Textual changed {changed}: carry it over to gpumon/ui/input_driver.py"
+    assert input_driver.follows_textual()
+    monkeypatch.setitem(input_driver.FOLLOWED, "textual._parser", "another _parser.py")
     app = GpumonApp.__new__(GpumonApp)
     assert app.get_driver_class() is LinuxDriver
-    monkeypatch.setattr(input_driver, "textual_loop_sha256", lambda: 1 / 0)
-    assert not input_driver.follows_textual()
+    assert module_sha256("textual.no_such_module") is None
+    assert module_sha256("_thread") is None  # built in: no source file
 
 
 async def test_a_closed_driver_never_writes_to_a_reused_descriptor() -> None:

@@ -28,15 +28,15 @@ from rich.console import Console
 from rich.style import Style
 from textual.strip import Strip
 
-from gpumon.ui.textual_source import source_sha256
+from gpumon.ui.textual_source import follows
 
-#: SHA-256 of the source lines of Textual 8.2.8's ``ChopsUpdate.__init__`` (what sets the
-#: ``chops``, ``chop_ends`` and ``spans`` that :func:`_render_exact` reads) and
-#: ``ChopsUpdate.render_segments`` (what it replaces): see :mod:`gpumon.ui.textual_source`.
-FOLLOWED_SHA256 = (
-    "f40588bd8fbd6469def23efdbbff268fe3517c00255ea1965b640b4fba87d75d",
-    "4c1cdb567e0b8354bd70cb129da78a42314c39eb8aacd5bf21951cbd5aaba0ef",
-)
+#: The Textual 8.2.8 modules :func:`_render_exact` was written against (``ChopsUpdate`` and
+#: how the compositor cuts spans and chops; how a ``Strip`` renders and crops), by SHA-256
+#: of their source: see :mod:`gpumon.ui.textual_source`.
+FOLLOWED = {
+    "textual._compositor": "820ca6940bec3a42f3082a96818237de1febf0e2bcd40ee2f21e36951ffc1a48",
+    "textual.strip": "b58d946c8b0cbabc879bb2f4d3c6d191a6f7667fe6d04338e9f6e4345379525f",
+}
 
 # Gaps wider than this are never re-sent: a move costs at most 6 bytes up to column 999.
 _MAX_BRIDGE_CELLS = 6
@@ -353,13 +353,12 @@ def follows_textual() -> bool:
     """Whether the installed Textual's ``ChopsUpdate`` is the one :func:`_render_exact`
     was written against."""
     try:
-        from textual._compositor import ChopsUpdate  # private: checked line for line below
+        from textual._compositor import ChopsUpdate  # private: checked byte for byte below
     except ImportError:
         return False
     if ChopsUpdate.render_segments is _render_exact:
         return True  # installed already
-    found = (source_sha256(ChopsUpdate.__init__), source_sha256(ChopsUpdate.render_segments))
-    return found == FOLLOWED_SHA256
+    return follows(FOLLOWED)
 
 
 def install() -> bool:

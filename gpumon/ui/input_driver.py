@@ -10,8 +10,9 @@ nothing: 0.18 % of a core on the benchmark VM, about a twelfth of gpumon's whole
 :data:`TICKING_S` after the last input. Otherwise it waits for input with no timeout, and
 its exit event, when set, wakes it through a pipe, so quitting and suspending (``Ctrl+Z``)
 are as prompt as before. Everything else is Textual's driver. The loop is Textual 8.2's:
-where the installed Textual's differs (:func:`follows_textual`), gpumon uses Textual's own
-driver, and ``tests/test_input_driver.py`` fails until the change is carried over.
+where the installed Textual's modules differ (:func:`follows_textual`), gpumon uses
+Textual's own driver, and ``tests/test_input_driver.py`` fails until the change is carried
+over.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from textual._parser import ParseError
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
 
-from gpumon.ui.textual_source import source_sha256
+from gpumon.ui.textual_source import follows
 
 #: Textual's tick while a key may be half read (its own input thread's select timeout).
 TICK_S = 0.1
@@ -38,23 +39,23 @@ TICK_S = 0.1
 TICKING_S = max(1.0, 4 * constants.ESCAPE_DELAY)
 
 
-#: SHA-256 of the source lines of the Textual ``LinuxDriver.run_input_thread`` that
-#: :meth:`QuietLinuxDriver.run_input_thread` follows (Textual 8.2.8).
-FOLLOWED_LOOP_SHA256 = "d796af6d69db337d6fa6bd463984f7d17188d991dbb22f60efb92a8a9619507c"
-
-
-def textual_loop_sha256() -> str | None:
-    """SHA-256 of the installed Textual's ``LinuxDriver.run_input_thread`` source lines."""
-    return source_sha256(LinuxDriver.run_input_thread)
+#: The Textual 8.2.8 modules :class:`QuietLinuxDriver` was written against (its loop is
+#: ``LinuxDriver.run_input_thread``'s; it relies on how ``Driver`` suspends and resumes and
+#: on the key parser's only timeout being the escape delay), by SHA-256 of their source.
+FOLLOWED = {
+    "textual.driver": "64c0b658c795c3a405ca50b18a8fbfd776f886afebcb91d8695abf364be4494e",
+    "textual.drivers.linux_driver": (
+        "db42ae6006b8bece79ae44baee9e1c1f9ce8e92214d54d8d672516fa53f29ac4"
+    ),
+    "textual._xterm_parser": "7e279d11dee84514f8b150b781f7817ca37dbfb78463d91d6a7baebe31350e9b",
+    "textual._parser": "82b19697cd0cdcb175ea03f4480808caf526b5609034d970da200f68bece2b34",
+}
 
 
 def follows_textual() -> bool:
-    """Whether the installed Textual's input loop is the one :class:`QuietLinuxDriver`
-    follows (else its driver is used as it is)."""
-    try:
-        return textual_loop_sha256() == FOLLOWED_LOOP_SHA256
-    except Exception:  # no source, an unexpected code object: Textual's own is safe
-        return False
+    """Whether the installed Textual is the one :class:`QuietLinuxDriver` follows (else
+    Textual's own driver is used, as it is)."""
+    return follows(FOLLOWED)
 
 
 class WakingEvent(Event):

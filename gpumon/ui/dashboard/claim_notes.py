@@ -17,9 +17,11 @@ until :data:`FULL_READ_S` has passed (a claim file rewritten in place changes no
 ``gpumon pick`` renames its files into place, which does). And reads take at most
 :data:`MAX_READ_SHARE` of a core: after a read that took ``t`` seconds of CPU the next one
 waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`, at most :data:`FULL_READ_S`), so a
-directory changed all the time costs a bounded share of a core, not a core. A directory
-over :data:`~gpumon.sources.host.claims.MAX_ENTRIES` entries (claims are off) is not listed
-again until it changes.
+directory changed all the time costs a bounded share of a core, not a core (a read of over
+0.6 CPU-seconds, which MAX_ENTRIES makes unlikely, may take more: one every FULL_READ_S).
+A directory that could not be listed whole (over
+:data:`~gpumon.sources.host.claims.MAX_ENTRIES` entries, an I/O error: claims are off) is
+treated as one read: listed again when it changes, or after FULL_READ_S.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ class ClaimNotes:
                 self.full_reads += 1
                 try:
                     self.claims = directory.scan().claims
-                except ClaimsOff:  # too many entries: off until the directory changes
+                except ClaimsOff:  # too many entries, or the listing failed: as read
                     self.claims = ()
         except ClaimsOff:  # no directory, or one pick would not use: no claims to show
             self.claims, self._read_stamp = (), None
