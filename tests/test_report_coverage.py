@@ -15,6 +15,7 @@ import pytest
 
 from gpumon.cli import main
 from gpumon.data.idle import IdleRule
+from gpumon.data.model import GpuProcess
 from gpumon.sampling.history.writer import HistoryWriter
 from tests.ui_helpers import GIB, make_gpu, make_process, make_sample
 
@@ -125,6 +126,16 @@ def test_a_period_covered_in_part_says_which_part(
     assert "the 1h00m after it are not in the database" in notes
 
 
+def record_recently(path: Path, now: float, *processes: GpuProcess) -> None:
+    """A recorder at a 10 s interval that wrote ``processes`` on GPU 0 over the last 30 s."""
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=10.0, history_days=90)
+    try:
+        for back in (30, 20, 10, 0):
+            writer.record(make_sample((make_gpu(0),), processes, timestamp_s=now - back))
+    finally:
+        writer.close()
+
+
 def test_nobody_idle_now_only_while_the_recorder_writes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -133,13 +144,8 @@ def test_nobody_idle_now_only_while_the_recorder_writes(
     path = tmp_path / "history.db"
     now = time.time()
     gpu = make_gpu(0)
-    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=10.0, history_days=90)
-    try:
-        for back in (30, 20, 10, 0):
-            busy = make_process(gpu, 10, user="erin", sm_utilization_pct=90, create_time_s=now - 99)
-            writer.record(make_sample((gpu,), (busy,), timestamp_s=now - back))
-    finally:
-        writer.close()
+    busy = make_process(gpu, 10, user="erin", sm_utilization_pct=90, create_time_s=now - 99)
+    record_recently(path, now, busy)
     status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
     assert status == 0 and "Nobody holds GPU memory idle now." in out
     assert "; the recorder is writing" in out
@@ -164,17 +170,12 @@ def test_memory_held_with_no_sm_reading_is_not_nobody_idle(
     path = tmp_path / "history.db"
     now = time.time()
     gpu = make_gpu(0)
-    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=10.0, history_days=90)
-    try:
-        for back in (30, 20, 10, 0):
-            mig = make_process(
-                gpu, 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
-                create_time_s=now - 99,
-            )  # fmt: skip
-            busy = make_process(gpu, 11, user="finn", sm_utilization_pct=80, create_time_s=now)
-            writer.record(make_sample((gpu,), (mig, busy), timestamp_s=now - back))
-    finally:
-        writer.close()
+    mig = make_process(
+        gpu, 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
+        create_time_s=now - 99,
+    )  # fmt: skip
+    busy = make_process(gpu, 11, user="finn", sm_utilization_pct=80, create_time_s=now)
+    record_recently(path, now, mig, busy)
     status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
     assert status == 0 and "Nobody holds GPU memory idle now." not in out
     assert (
