@@ -286,7 +286,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     only = chosen_subcommand(words)
-    if only is not None and {"-h", "--help"} & set(words[: words.index(only)]):
+    if only is not None and asks_help(words[: words.index(only)]):
         only = None  # `gpumon --help status`: the top level's help lists every subcommand
     elif only is None and not asks_help(words) and not has_operand(words):
         # Options only: the dashboard. No subcommand's parser (nor module) is needed; a

@@ -207,7 +207,10 @@ def test_a_typo_of_a_subcommand_still_lists_the_choices(
     assert "invalid choice: 'stauts'" in error and "'status'" in error
 
 
-@pytest.mark.parametrize("argv", [["--he"], ["--hel"], ["-hh"], ["--demo", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--he"], ["--hel"], ["-hh"], ["--demo", "--help"], ["--hel", "status"], ["-h", "once"]],
+)
 def test_help_in_any_form_lists_every_subcommand(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
