@@ -26,7 +26,7 @@ from gpumon.data.model import (
     unlisted_memory_bytes,
 )
 from gpumon.sampling import snapshot
-from gpumon.ui.dashboard.app import create_app
+from gpumon.ui.dashboard.app import GpumonApp, create_app
 from tests.test_once import validate
 from tests.ui_helpers import (
     GIB,
@@ -226,6 +226,15 @@ async def until(pilot: Pilot[object], done: Callable[[], bool], failure: str) ->
         await pilot.pause(0.05)
 
 
+async def free_until_banner(pilot: Pilot[object], app: GpumonApp, banner: str) -> None:
+    """The first sample shows FREE; then ``banner`` comes up and FREE goes."""
+    await until(pilot, lambda: app.samples_received >= 1, "no sample")
+    await pilot.pause(0.1)
+    assert "FREE" in screen_text(app)
+    await until(pilot, lambda: banner in screen_text(app), "no banner")
+    assert "FREE" not in screen_text(app)
+
+
 def test_a_longer_interval_does_not_make_a_stuck_poll_current_again() -> None:
     """+ pressed while NVML hangs: the sample shown was taken at the old cadence, and the
     poll in flight is as stuck as before."""
@@ -262,11 +271,7 @@ async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() ->
     # 1 s: three intervals leave room to see FREE first, however loaded the machine.
     app = create_app(Failing(), interval_s=1.0, ascii_only=False)  # type: ignore[arg-type]
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.samples_received >= 1, "no sample")
-        await pilot.pause(0.1)
-        assert "FREE" in screen_text(app)
-        await until(pilot, lambda: "reads failing for" in screen_text(app), "no banner")
-        assert "FREE" not in screen_text(app)
+        await free_until_banner(pilot, app, "reads failing for")
         failing.clear()
         await until(
             pilot,
@@ -337,11 +342,7 @@ async def test_a_stuck_driver_leaves_no_gpu_free_on_the_dashboard() -> None:
     app = create_app(source, interval_s=0.25, ascii_only=False)  # type: ignore[arg-type]
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.samples_received >= 1, "no sample")
-            await pilot.pause(0.1)
-            assert "FREE" in screen_text(app)
-            await until(pilot, lambda: "NVML not answering for" in screen_text(app), "no banner")
-            assert "FREE" not in screen_text(app)
+            await free_until_banner(pilot, app, "NVML not answering for")
             gate.set()
             await until(pilot, lambda: app.samples_received >= 3, "no sample")
             await pilot.pause(0.1)
