@@ -548,6 +548,69 @@ def test_read_proc_stat_of_a_real_busy_child() -> None:
     assert host.read_proc_stat(child.pid) is None  # reaped: gone
 
 
+# --- a new PID read from /proc directly: what psutil would say, in fewer reads ---------------
+
+
+def test_a_new_pid_reads_as_psutil_reads_it_without_psutil(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Owner, command line (argv with spaces, escapes and bytes that are not UTF-8) and start
+    time, read from /proc for a real child, are what the psutil way reads; the boot time is
+    read once for all the new PIDs of a sample, not once per PID."""
+    import subprocess
+    import sys
+
+    if not host._proc_is_readable():
+        pytest.skip("no /proc")
+    argv = [sys.executable, "-c", "import time; time.sleep(30)", "two words", "\x1b[2J", b"\xff"]
+    children = [subprocess.Popen(argv, stdin=subprocess.DEVNULL) for _ in range(3)]
+    boot_reads = []
+    real_boot_time = psutil.boot_time
+
+    def counted_boot_time() -> float:
+        boot_reads.append(1)
+        return real_boot_time()
+
+    try:
+        pids = [child.pid for child in children]
+        deadline = time.monotonic() + 10
+        while not all("time.sleep(30)" in " ".join(psutil.Process(p).cmdline()) for p in pids):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        monkeypatch.setattr(psutil, "boot_time", counted_boot_time)
+        direct = ProcessInspector().inspect(pids)
+        by_psutil = ProcessInspector(process_factory=lambda pid: psutil.Process(pid)).inspect(pids)
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    for pid in pids:
+        assert (direct[pid].user, direct[pid].command, direct[pid].create_time_s) == (
+            by_psutil[pid].user,
+            by_psutil[pid].command,
+            by_psutil[pid].create_time_s,
+        )
+        assert direct[pid].is_current_user is True
+    command = direct[pids[0]].command
+    assert command is not None and command.endswith("time.sleep(30) two words ?[2J \\xff")
+    assert len(boot_reads) == 1
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "command"),
+    [
+        (b"python\0train.py\0--lr\0\0", "python train.py --lr "),  # an empty last argument
+        (b"python\0a b\0", "python a b"),
+        (b"title set by the process ", "title set by the process"),  # setproctitle: spaces
+        (b"title\0padding", "title?padding"),  # no NUL at the end: split at spaces only
+        (b"\0", ""),
+        (b"tab\there\x9b\xe2\x80\xae\0", "tab?here\\x9b\\u202e"),  # C1 byte, bidi override
+    ],
+)
+def test_command_line_text_is_psutils_join(cmdline: bytes, command: str) -> None:
+    assert host.command_line_text(cmdline) == command
+
+
 # --- a PID NVML lists that /proc lacks: exited, or outside this namespace -------------------
 
 
