@@ -46,6 +46,10 @@ processes), first full frame <= 0.5x, bytes/s <= 1x, and gpumon's peak RSS <= 80
 ``contrib`` component, ``apt-get install nvtop``) as ``nvtop -d TENTHS -c FILE`` (its delay
 in tenths of a second; a config file of its own, so none of the user's) in the same
 rotation, and prints gpumon/nvtop ratios for the record, without targets.
+``--compare ...,floor`` also runs Textual's floor (``textual_floor.py``: one ``Static`` with
+the first-frame markers on as many rows, with ``--python``'s Textual), what any Textual app
+costs to import, start and draw a frame: gpumon/floor ratios, for the record, say how much is
+gpumon's own.
 
 Which gpumon, and what it shows (both scenarios; by default gpumon is ``python -m gpumon``
 as ``--python`` imports it, on the dashboard, as before):
@@ -166,7 +170,7 @@ COLUMNS = 200
 ROWS = 50
 MIB = 1024 * 1024
 NVITOP_VERSION = "1.7.2"
-PEERS = ("nvitop", "nvtop")  # --compare: the monitors gpumon is compared with
+PEERS = ("nvitop", "nvtop", "floor")  # --compare: what gpumon is compared with
 OLD_TTL_S = 4 * 3600.0  # --jobs-age old: the kept jobs exit by themselves after this
 YOUNG_LIMIT_S = 60.0  # --jobs-age young: every job must be younger than this in the window
 
@@ -1875,6 +1879,11 @@ def make_plan(args: argparse.Namespace) -> Plan:
         config = str(work_dir() / "nvtop-bench.ini")
         command = [nvtop, "-d", tenths, "-c", config]
         plan.monitors.append(Monitor("nvtop", command, env, rule))
+    if "floor" in args.compare:
+        floor = Path(__file__).with_name("textual_floor.py")
+        plan.versions["floor"] = f"{floor.name}: one Static, {rule.rows} rows of the markers"
+        command = [args.python, str(floor), str(rule.rows), *rule.markers]
+        plan.monitors.append(Monitor("floor", command, env, rule))
     reference = ISSUE_NVITOP.get((args.gpus, args.per_gpu), {}) if fake else {}
     cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
     ratios = {"cpu_percent": cpu_ratio, "first_frame_s": FRAME_RATIO, "bytes_per_s": BYTES_RATIO}
@@ -2037,9 +2046,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     side = parser.add_argument_group("side by side")
     side.add_argument(
         "--compare",
-        metavar="nvitop[,nvtop]",
-        help="real scenario: run nvitop and/or nvtop (comma-separated) alternately with gpumon "
-        "and print the ratios (targets against nvitop; nvtop's for the record)",
+        metavar="nvitop[,nvtop][,floor]",
+        help="real scenario: run nvitop, nvtop and/or Textual's floor (comma-separated) "
+        "alternately with gpumon and print the ratios (targets against nvitop; the others' "
+        "for the record)",
     )
     side.add_argument(
         "--nvitop-version",
