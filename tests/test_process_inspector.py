@@ -596,6 +596,34 @@ def test_a_new_pid_reads_as_psutil_reads_it_without_psutil(
     assert len(boot_reads) == 1
 
 
+def test_a_process_cannot_forge_its_owner_through_its_name() -> None:
+    """The owner is parsed from /proc/PID/status, whose first line is the name a process
+    sets itself (prctl PR_SET_NAME): a name with a line break and a Uid line of its own
+    does not make another user's process ours, or ours another user's."""
+    import subprocess
+    import sys
+
+    if not host._proc_is_readable():
+        pytest.skip("no /proc")
+    forged = os.getuid() + 4242
+    code = (
+        "import ctypes, time\n"
+        f"ctypes.CDLL(None).prctl(15, b'x\\nUid:\\t{forged}\\t{forged}', 0, 0, 0)\n"
+        "print('named', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"named\n"
+        uid = host.read_real_uid(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert uid == os.getuid()
+
+
 @pytest.mark.parametrize(
     ("cmdline", "command"),
     [
