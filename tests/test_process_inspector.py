@@ -124,8 +124,10 @@ def test_access_denied_on_cmdline_falls_back_to_name() -> None:
     assert info.visible is True
 
 
-def test_empty_cmdline_falls_back_to_name() -> None:
-    table = FakeProcessTable(FakeProcess(21, cmdline_parts=[], process_name="Xorg"))
+@pytest.mark.parametrize("parts", [[], [""], ["", " "]])
+def test_empty_cmdline_falls_back_to_name(parts: list[str]) -> None:
+    """No command line, or blank arguments only: the name, never an empty command."""
+    table = FakeProcessTable(FakeProcess(21, cmdline_parts=parts, process_name="Xorg"))
 
     assert inspect_one(inspector_for(table), 21).command == "Xorg"
 
@@ -624,6 +626,61 @@ def test_a_process_cannot_forge_its_owner_through_its_name() -> None:
     assert uid == os.getuid()
 
 
+def test_a_new_pid_that_exits_while_being_read_has_exited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process that ends between its stat read and the rest of its discovery is gone
+    (EXITED where gpumon sees every PID), not a live row of an unknown user and command."""
+    import subprocess
+    import sys
+
+    if not host._proc_is_readable():
+        pytest.skip("no /proc")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], stdin=subprocess.DEVNULL
+    )
+    real_read_uid = host.read_real_uid
+
+    def exit_first(pid: int) -> int | None:
+        child.kill()
+        child.wait()  # reaped: its /proc entry is gone
+        return real_read_uid(pid)
+
+    monkeypatch.setattr(host, "read_real_uid", exit_first)
+    try:
+        info = ProcessInspector(sees_every_pid=True).inspect([child.pid])[child.pid]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert info == host.EXITED
+
+
+def test_a_blank_command_line_from_proc_is_no_command() -> None:
+    """argv [""] (a NUL alone in /proc/PID/cmdline) reads as no command, so the row shows
+    the process's name, never an empty command."""
+    import subprocess
+    import sys
+
+    if not host._proc_is_readable():
+        pytest.skip("no /proc")
+    # Python with argv [""] reads its program from stdin: alive until stdin closes.
+    child = subprocess.Popen([""], executable=sys.executable, stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).cmdline() != [""]:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        text = host.read_command_line(child.pid)
+        info = ProcessInspector().inspect([child.pid])[child.pid]
+        name = psutil.Process(child.pid).name()
+    finally:
+        child.kill()
+        child.wait()
+    assert text is None
+    assert info.command == name and name
+
+
 @pytest.mark.parametrize(
     ("cmdline", "command"),
     [
@@ -632,6 +689,8 @@ def test_a_process_cannot_forge_its_owner_through_its_name() -> None:
         (b"title set by the process ", "title set by the process"),  # setproctitle: spaces
         (b"title\0padding", "title?padding"),  # no NUL at the end: split at spaces only
         (b"\0", ""),
+        (b"a\r\nb\0", "a?b"),  # psutil reads it as text: \r\n and \r are one \n each
+        (b"a\rb\r\n", "a?b?"),
         (b"tab\there\x9b\xe2\x80\xae\0", "tab?here\\x9b\\u202e"),  # C1 byte, bidi override
     ],
 )

@@ -205,7 +205,8 @@ def read_real_uid(pid: int) -> int | None:
 
 def read_command_line(pid: int) -> str | None:
     """Process ``pid``'s command line as psutil's ``" ".join(cmdline())`` makes it, made
-    safe; ``None`` when it cannot be read or is empty (a zombie, a kernel thread).
+    safe; ``None`` when it cannot be read or holds no command (empty: a zombie, a kernel
+    thread; or blank arguments only).
 
     psutil splits at NULs when the text ends with one, else at spaces (a process that
     rewrote its title); joined with spaces, that is every NUL a space in the first case
@@ -216,12 +217,14 @@ def read_command_line(pid: int) -> str | None:
             data = file.read()
     except OSError:
         return None
-    return command_line_text(data) if data else None
+    text = command_line_text(data)
+    return text if text.strip() else None  # argv [""]: no command, not an empty one
 
 
 def command_line_text(data: bytes) -> str:
-    """:func:`read_command_line`'s text of a non-empty ``/proc/PID/cmdline``."""
-    text = os.fsdecode(data)  # psutil's encoding and error handler (surrogateescape)
+    """:func:`read_command_line`'s text of a ``/proc/PID/cmdline``."""
+    # psutil's encoding and error handler (surrogateescape), and its text mode's newlines
+    text = os.fsdecode(data).replace("\r\n", "\n").replace("\r", "\n")
     separator = "\0" if text.endswith("\0") else " "
     if text.endswith(separator):
         text = text[:-1]
@@ -460,6 +463,11 @@ class ProcessInspector:
                 command = _read_command(psutil.Process(pid))
             except _PSUTIL_ERRORS:
                 command = None
+        again = read_proc_stat(pid)
+        if again is None or again.start_ticks != start_ticks:
+            # It exited (or its PID went to another process) while being read: what was read
+            # is not its owner and command but nothing, and it is gone, not a row of unknowns.
+            return None
         return self._keep(
             pid,
             _Tracked(
@@ -523,9 +531,9 @@ def _read_uid(process: psutil.Process) -> int | None:
 
 def _read_command(process: psutil.Process) -> str | None:
     try:
-        parts = process.cmdline()
-        if parts:
-            return safe_text(" ".join(parts))
+        text = " ".join(process.cmdline())
+        if text.strip():  # argv [""] is no command: the name, as for an empty one
+            return safe_text(text)
     except _PSUTIL_ERRORS:
         pass
     try:
