@@ -564,7 +564,14 @@ def test_a_new_pid_reads_as_psutil_reads_it_without_psutil(
 
     if not host._proc_is_readable():
         pytest.skip("no /proc")
-    argv = [sys.executable, "-c", "import time; time.sleep(30)", "two words", "\x1b[2J", b"\xff"]
+    argv: list[str | bytes] = [
+        sys.executable,
+        "-c",
+        "import time; time.sleep(30)",
+        "two words",
+        "\x1b[2J",
+        b"\xff",
+    ]
     children = [subprocess.Popen(argv, stdin=subprocess.DEVNULL) for _ in range(3)]
     boot_reads = []
     real_boot_time = psutil.boot_time
