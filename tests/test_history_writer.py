@@ -341,3 +341,13 @@ def test_a_file_of_an_older_recorder_is_read_and_then_gets_the_idleness_unknown_
     connection.close()
     with reader_at(database, HOUR0 + 32 * MINUTE) as reader:
         assert reader.idle_unknown_count(HOUR0 + 32 * MINUTE) == 0
+    # An older recorder records the next sample: it moves last_sample_s but neither sets
+    # nor clears the flags, so this sample's count is unknown, not the newer one's 0.
+    connection = sqlite3.connect(database, isolation_level=None)
+    connection.execute(
+        "UPDATE meta SET value = value + 60 WHERE key = 'last_sample_s'"
+    )  # what an older recorder's next write does to meta
+    connection.execute("UPDATE sessions SET last_seen_s = last_seen_s + 60")
+    connection.close()
+    with reader_at(database, HOUR0 + 33 * MINUTE) as reader:
+        assert reader.idle_unknown_count(HOUR0 + 33 * MINUTE) is None

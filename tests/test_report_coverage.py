@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -191,6 +192,35 @@ def test_memory_held_with_no_sm_reading_is_not_nobody_idle(
         patch.setattr(time, "time", lambda: later)
         status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
     assert json.loads(out)["idle_unknown_processes"] is None
+
+
+def test_a_database_an_older_recorder_writes_does_not_say_nobody_is_idle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The recorder is an older gpumon (no idle_unknown column): it does not mark processes
+    with no SM reading, so the report cannot say that nobody holds memory idle, and its JSON
+    count is null, not 0."""
+    path = tmp_path / "history.db"
+    now = time.time()
+    gpu = make_gpu(0)
+    mig = make_process(
+        gpu, 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
+        create_time_s=now - 99,
+    )  # fmt: skip
+    record_recently(path, now, mig)
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("ALTER TABLE sessions DROP COLUMN idle_unknown")  # an older recorder's
+    connection.close()
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
+    assert status == 0 and "Nobody holds GPU memory idle now." not in out
+    assert (
+        "Nobody is known to hold GPU memory idle now: the recorder (an older gpumon) does not "
+        "mark processes that hold GPU memory with no SM utilisation reading"
+    ) in out
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    assert document["idle_holders"] == [] and document["idle_unknown_processes"] is None
 
 
 def test_a_period_inside_an_hour_counts_only_when_processes_ran(

@@ -238,8 +238,15 @@ def holder_lines(report: UsageReport) -> list[str]:
     return lines
 
 
-def _idle_unknown_line(count: int) -> str:
-    """What is said of ``count`` processes whose idleness is unknown ("" for none)."""
+def _idle_unknown_line(count: int | None) -> str:
+    """What is said of ``count`` processes whose idleness is unknown ("" for none; ``None``:
+    not counted)."""
+    if count is None:
+        return (
+            "the recorder (an older gpumon) does not mark processes that hold GPU memory "
+            "with no SM utilisation reading (MIG, or no sample from the driver), so whether "
+            "such processes are idle is unknown."
+        )
     if count <= 0:
         return ""
     who, it = "1 process holds", "it is"

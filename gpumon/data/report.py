@@ -79,8 +79,9 @@ class UsageReport:
             bucket's bounds), whose share is estimated: clipped to when the group's
             processes were seen, then as if used evenly; ``None`` for Prometheus.
         idle_unknown: how many processes hold GPU memory now with no SM utilisation reading
-            (MIG, some boards), so that ``holders`` cannot tell whether they are idle; 0
-            where ``holders`` is not known.
+            (MIG, some boards), so that ``holders`` cannot tell whether they are idle;
+            ``None`` when nobody counted them (a database whose recorder is an older
+            gpumon) or ``holders`` is not known.
     """
 
     period: Period
@@ -99,7 +100,7 @@ class UsageReport:
     bucket_s: float | None = None
     days_before_s: float | None = None
     prorated_s: float | None = None
-    idle_unknown: int = 0
+    idle_unknown: int | None = 0
 
     @property
     def cluster(self) -> bool:

@@ -120,7 +120,7 @@ def report_from_history(
         by=by,
         rows=tuple(rows),
         holders=sorted_holders(holders),
-        idle_unknown=reader.idle_unknown_count(now_s) or 0,
+        idle_unknown=reader.idle_unknown_count(now_s),
         source="history",
         where=path,
         simulated=reader.simulated,

@@ -299,7 +299,8 @@ class HistoryReader:
         """How many processes of the latest sample recorded hold GPU memory with no SM
         utilisation reading (MIG, no sample from the driver): whether they are idle is
         unknown; ``None`` when that sample is not current at ``now_s``, or the file has no
-        such count (its recorder is an older gpumon).
+        such count for it (the recorder of that sample is an older gpumon: no column, or
+        ``idle_unknown_at_s`` behind ``last_sample_s``).
 
         Raises:
             HistoryError: the database could not be read.
@@ -310,6 +311,14 @@ class HistoryReader:
                 return None
             if not has_column(self._connection, "sessions", "idle_unknown"):
                 return None
+            stamps = dict(
+                self._connection.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', "
+                    "'idle_unknown_at_s')"
+                ).fetchall()
+            )
+            if stamps.get("idle_unknown_at_s") != stamps.get("last_sample_s"):
+                return None  # an older recorder wrote the latest sample: its rows say nothing
             # A scan of the sessions (no index: an older gpumon refuses unknown indexes);
             # only ``report`` asks, once.
             row = self._connection.execute(

@@ -238,6 +238,9 @@ class HistoryWriter:
                 ("interval_s", self.interval_s),
                 ("batch_s", self.batch_s),
                 ("last_sample_s", pending.last_sample_s),
+                # sessions.idle_unknown is this recorder's as of this sample: an older
+                # recorder writing after it leaves this behind (its rows have no such flag)
+                ("idle_unknown_at_s", pending.last_sample_s),
             ],
         )
         connection.execute(
