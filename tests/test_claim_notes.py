@@ -150,6 +150,37 @@ def test_an_unchanged_claims_directory_is_not_read_again_each_second(tmp_path: P
     assert notes.claims == ()
 
 
+def test_a_claim_in_the_same_time_stamp_tick_as_the_last_read_is_not_hidden(
+    tmp_path: Path,
+) -> None:
+    """The last read came just after a change (the directory's time stamp then new); a second
+    claim lands within the same tick of that stamp (`pick -n 4` renames several files within
+    microseconds), so the stamp does not move. The next read, seconds later, must read the
+    files again: the stamp was not settled when the last one was read."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 1, age_s=5)
+    stamp_s = time.time()
+    os.utime(claims_dir, (stamp_s, stamp_s))
+    clocks = Clocks()
+    clocks.wall = stamp_s + 0.001
+    notes = ClaimNotes(
+        app=None,  # type: ignore[arg-type]  # read() never touches the app
+        path=str(claims_dir),
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,
+    )
+    notes.read()
+    assert notes.full_reads == 1 and len(notes.claims) == 1
+    claim(claims_dir, 3, age_s=1)
+    os.utime(claims_dir, (stamp_s, stamp_s))  # the same tick: the stamp is as it was
+    clocks.advance(2.5)
+    notes.read()
+    assert notes.full_reads == 2 and len(notes.claims) == 2
+    clocks.advance(1.0)  # read when settled: now an unchanged stamp stands
+    notes.read()
+    assert notes.full_reads == 2
+
+
 def test_a_slow_claims_directory_is_read_less_often(tmp_path: Path) -> None:
     """A read that took a quarter of a second of CPU (a directory of thousands of files,
     changed all the time) waits 12.5 s before the next: reads take at most 2 % of a core.

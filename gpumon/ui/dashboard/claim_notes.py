@@ -76,6 +76,10 @@ class ClaimNotes:
         #: when (monotonic) that read began.
         self._read_stamp: tuple[int, int, int] | None = None
         self._full_read_at = 0.0
+        #: Whether the directory's time stamp was already RECENT_CHANGE_S old at that read:
+        #: a change after it would have moved the stamp (else one within the stamp's tick,
+        #: after the read, would leave it as it was, hidden until the next full read).
+        self._read_settled = False
         #: How many times the files were read (tests count them).
         self.full_reads = 0
         self._reading = False
@@ -109,9 +113,10 @@ class ClaimNotes:
             with ClaimsDir.open(self.path, create=False) as directory:
                 info = os.fstat(directory.fd)
                 stamp = (info.st_dev, info.st_ino, info.st_mtime_ns)
-                if self._unchanged(stamp, info.st_mtime, began):
+                if self._unchanged(stamp, began):
                     return
                 self._read_stamp, self._full_read_at = stamp, began
+                self._read_settled = self.clock() - info.st_mtime >= RECENT_CHANGE_S
                 self.full_reads += 1
                 try:
                     self.claims = directory.scan().claims
@@ -130,10 +135,12 @@ class ClaimNotes:
             self._next_read_at = began + wait
             self._reading = False
 
-    def _unchanged(self, stamp: tuple[int, int, int], mtime_s: float, now: float) -> bool:
-        """Whether the last full read still stands for a directory that looks like ``stamp``."""
+    def _unchanged(self, stamp: tuple[int, int, int], now: float) -> bool:
+        """Whether the last full read still stands for a directory that looks like ``stamp``:
+        the same stamp, which was already settled when that read was made (a clock stepped
+        back reads as not settled: read again)."""
         return (
             stamp == self._read_stamp
+            and self._read_settled
             and now - self._full_read_at < FULL_READ_S
-            and self.clock() - mtime_s >= RECENT_CHANGE_S
         )
