@@ -688,6 +688,33 @@ def test_a_blank_command_line_from_proc_is_no_command() -> None:
     assert info.command == name and name
 
 
+def test_a_process_listed_again_after_a_clock_step_keeps_its_create_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NVML leaves a process out of one sample and lists it again after the wall clock
+    stepped (psutil's boot time moves with it): it is the same process, with the same create
+    time (its identity in the store and on the detail screen), not another one; the
+    inspector remembers the newest FORGOTTEN_MAX identities."""
+    if not host._proc_is_readable():
+        pytest.skip("no /proc")
+    pid = os.getpid()
+    parent = os.getppid()
+    inspector = ProcessInspector()
+    first = inspector.inspect([pid, parent])
+    inspector.inspect([])  # left out of a sample: forgotten, its identity remembered
+    real_boot_time = psutil.boot_time
+    monkeypatch.setattr(psutil, "boot_time", lambda: real_boot_time() + 1.0)  # a clock step
+    again = inspector.inspect([pid])
+    assert again[pid].create_time_s == first[pid].create_time_s
+    fresh = ProcessInspector().inspect([pid])[pid]  # a new run knows only the clock's
+    assert fresh.create_time_s == pytest.approx((first[pid].create_time_s or 0) + 1.0)
+    monkeypatch.setattr(host, "FORGOTTEN_MAX", 1)
+    inspector.inspect([])  # the parent was forgotten first: only pid's identity is kept
+    both = inspector.inspect([pid, parent])
+    assert both[pid].create_time_s == first[pid].create_time_s
+    assert both[parent].create_time_s == pytest.approx((first[parent].create_time_s or 0) + 1.0)
+
+
 @pytest.mark.parametrize(
     ("cmdline", "command"),
     [

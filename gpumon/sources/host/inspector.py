@@ -143,6 +143,8 @@ def proc_hides_pids(mountinfo: str, proc: str = "/proc") -> bool:
 
 
 _PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
+#: How many PIDs no longer listed the inspector remembers the identity of.
+FORGOTTEN_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,13 +320,23 @@ class ProcessInspector:
             read_cgroup = cgroup.read_cgroup_ids if real else _no_cgroup_ids
         self._read_cgroup = read_cgroup
         self._tracked: dict[int, _Tracked] = {}
+        #: PIDs no longer asked about -> (start ticks, create time) as last known, the
+        #: newest FORGOTTEN_MAX: a process NVML lists again after a gap keeps its create time
+        #: (its identity in the store, the history and the detail screen) even when the
+        #: clock stepped meanwhile (psutil's boot time moves with the clock).
+        self._forgotten: dict[int, tuple[int, float]] = {}
         self._user_names: dict[int, str] = {}
 
     def inspect(self, pids: Iterable[int]) -> dict[int, HostProcessInfo]:
         """Return details for each PID; forget PIDs not asked about (bounded memory)."""
         wanted = set(pids)
         for gone in self._tracked.keys() - wanted:
-            del self._tracked[gone]
+            tracked = self._tracked.pop(gone)
+            if tracked.start_ticks is not None:
+                self._forgotten.pop(gone, None)  # to the end: the newest
+                self._forgotten[gone] = (tracked.start_ticks, tracked.create_time)
+        while len(self._forgotten) > FORGOTTEN_MAX:
+            del self._forgotten[next(iter(self._forgotten))]
         for gone in self._collisions.keys() - wanted:
             del self._collisions[gone]
         now = self._clock()
@@ -454,6 +466,9 @@ class ProcessInspector:
             except (OSError, RuntimeError):
                 return None
         create_time = start_ticks / _CLOCK_TICKS + self._boot_s
+        known = self._forgotten.pop(pid, None)
+        if known is not None and known[0] == start_ticks:
+            create_time = known[1]  # seen before in this run: the same process, as then
         if self._is_a_collision(pid, create_time):
             return None
         uid = read_real_uid(pid)
