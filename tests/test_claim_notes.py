@@ -12,6 +12,7 @@ import pytest
 
 from gpumon.data import claims as rules
 from gpumon.settings import Settings
+from gpumon.sources.host import claims as host_claims
 from gpumon.sources.host.claims import ClaimsDir, user_name
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.claim_notes import ClaimNotes
@@ -77,6 +78,32 @@ async def test_simulated_gpus_and_a_missing_directory_have_no_claim_notes(tmp_pa
             app.receive_sample(make_sample(GPUS, simulated=True))
             await pilot.pause()
             await settle(app)
+        assert app.dashboard.query_one(GpuPanel).notes == {}
+
+
+async def test_claims_that_cannot_be_read_are_said_to_be_off_not_shown_as_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user fills the shared directory past MAX_ENTRIES: pick then reads no claim,
+    and neither does the dashboard; no claim notes must not read as no claims, so it says
+    once, in a notice, that claims are off and why."""
+    monkeypatch.setattr(host_claims, "MAX_ENTRIES", 3)
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 2, age_s=40)
+    for number in range(5):
+        (claims_dir / f"junk-{number}").write_text("")
+    sample = make_sample(GPUS)
+    app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
+    async with app.run_test(size=(200, 50), notifications=True) as pilot:
+        for _ in range(3):
+            app.receive_sample(sample)
+            await pilot.pause()
+            await settle(app)
+        said = [str(notification.message) for notification in app._notifications]
+        assert said == [
+            f"Claims are off: {claims_dir} holds more than 3 entries. GPUs claimed with "
+            "gpumon pick are not marked."
+        ]
         assert app.dashboard.query_one(GpuPanel).notes == {}
 
 

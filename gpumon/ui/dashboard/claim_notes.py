@@ -21,7 +21,8 @@ directory changed all the time costs a bounded share of a core, not a core (a re
 0.6 CPU-seconds, which MAX_ENTRIES makes unlikely, may take more: one every FULL_READ_S).
 A directory that could not be listed whole (over
 :data:`~gpumon.sources.host.claims.MAX_ENTRIES` entries, an I/O error: claims are off) is
-treated as one read: listed again when it changes, or after FULL_READ_S.
+treated as one read: listed again when it changes, or after FULL_READ_S. Its claims are
+unknown then, not none: the dashboard says so once, in a notice (as ``pick`` says it).
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class ClaimNotes:
         #: a change after it would have moved the stamp (else one within the stamp's tick,
         #: after the read, would leave it as it was, hidden until the next full read).
         self._read_settled = False
+        #: Why the claims cannot be read now (``claims are off: ...``: an over-full directory,
+        #: a listing that failed), None when they can; and what the notice last said.
+        self.off: str | None = None
+        self._said_off: str | None = None
         #: How many times the files were read (tests count them).
         self.full_reads = 0
         self._reading = False
@@ -90,10 +95,25 @@ class ClaimNotes:
         if sample is None or sample.simulated:
             return {}
         self._refresh_soon()
+        self._say_off()
         said = rules.notes(sample, self.claims, self.clock())
         return {
             index: [GpuNote(text, "note-warn") for text in texts] for index, texts in said.items()
         }
+
+    def _say_off(self) -> None:
+        """On the loop: a directory whose claims cannot be read is said once per reason, so
+        that no claim notes do not read as no claims."""
+        off = self.off
+        if off is None or off == self._said_off or not self.app.is_running:
+            return
+        self._said_off = off
+        self.app.notify(
+            f"{off[:1].upper()}{off[1:]}. GPUs claimed with gpumon pick are not marked.",
+            severity="warning",
+            timeout=10,
+            markup=False,  # a path may hold brackets
+        )
 
     def _refresh_soon(self) -> None:
         """Start a read off the loop unless one runs or it is not yet time for the next."""
@@ -119,11 +139,11 @@ class ClaimNotes:
                 self._read_settled = self.clock() - info.st_mtime >= RECENT_CHANGE_S
                 self.full_reads += 1
                 try:
-                    self.claims = directory.scan().claims
-                except ClaimsOff:  # too many entries, or the listing failed: as read
-                    self.claims = ()
+                    self.claims, self.off = directory.scan().claims, None
+                except ClaimsOff as off:  # too many entries, or the listing failed: as read
+                    self.claims, self.off = (), str(off)
         except ClaimsOff:  # no directory, or one pick would not use: no claims to show
-            self.claims, self._read_stamp = (), None
+            self.claims, self._read_stamp, self.off = (), None, None
         except Exception:  # as the thread worker did (exit_on_error=False): the last claims
             self._read_stamp = None  # stand, and no "exception was never retrieved" is
             # printed over the screen
