@@ -118,7 +118,9 @@ def test_the_sampling_thread_feeds_the_idle_tracker() -> None:
     exporter = Exporter(source, SampleCollector(idle=tracker), "127.0.0.1", 0, 0.25)
     try:
         deadline = time.monotonic() + 10
-        while source.calls < 5 and time.monotonic() < deadline:
+        # A sixth call has begun only once the fifth sample was fed to the tracker (one
+        # sampling thread): at five, a scrape could come between its call and its feeding.
+        while source.calls < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
         series = scrape(exporter.port)
     finally:
