@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, NodeState
@@ -43,6 +43,7 @@ from gpumon.ui.widgets.gpu_fields import (
     render_processes,
 )
 from gpumon.ui.widgets.graphs import chart, time_columns
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.text_lines import TextLines
 
 HISTORY_S = 3600.0
@@ -139,7 +140,7 @@ class NodeGpuScreen(ClusterView):
             yield TextLines(id="node-gpu-graphs")
             yield TextLines(id="node-gpu-fields")
             yield TextLines(id="node-gpu-processes")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.show_cluster(self.cluster_app.cluster)

@@ -32,6 +32,7 @@ from gpumon.ui.cluster.view import (
 )
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages
 from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
 
@@ -82,7 +83,7 @@ class NodeScreen(ClusterView):
         yield GpuPanel(glyphs, id="node-gpus")
         yield ProcessTable(glyphs, id="node-processes")
         yield Static(id="node-note", markup=False)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         panel = self.query_one(GpuPanel)

@@ -14,7 +14,7 @@ from rich.style import Style
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from gpumon.data.cluster import ClusterSample
 from gpumon.data.format import known_time
@@ -28,6 +28,7 @@ from gpumon.ui.cluster.node_columns import (
 )
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.view import ClusterBanner, ClusterBar, ClusterView
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.lines import Line
 
 EMPTY_UNREACHABLE = "No data: Prometheus has not answered yet (see above)."
@@ -149,7 +150,7 @@ class ClusterScreen(ClusterView):
         yield NodeList(glyphs, id="nodes")
         yield Input(placeholder="filter: node or user (Enter keeps, Esc clears)",
                     id="node-search")  # fmt: skip
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(NodeList).focus()

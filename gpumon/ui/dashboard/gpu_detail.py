@@ -12,7 +12,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats
@@ -30,6 +30,7 @@ from gpumon.ui.widgets.gpu_fields import (
     render_processes,
 )
 from gpumon.ui.widgets.graphs import bucketed, chart
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.text_lines import TextLines
 
 CHART_ROWS = 3
@@ -115,7 +116,7 @@ class GpuDetailScreen(StoreScreen):
             yield TextLines(id="gpu-detail-graphs")
             yield TextLines(id="gpu-detail-fields")
             yield TextLines(id="gpu-detail-processes")
-        yield Footer()
+        yield KeysFooter()
 
     def refresh_from_store(self) -> None:
         """Redraw everything from the store's history and latest sample."""

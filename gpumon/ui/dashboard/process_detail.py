@@ -16,7 +16,7 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from gpumon.data import format as fmt
@@ -26,6 +26,7 @@ from gpumon.sources.host.details import CUDA_VARIABLES, ProcessDetails
 from gpumon.ui.dashboard.store_screen import StoreScreen
 from gpumon.ui.widgets.gpu_fields import Piece, append_chart, chart_width, fitted_line
 from gpumon.ui.widgets.graphs import bucketed, chart
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.text_lines import TextLines
 
 ProcessKey = tuple[int, int]
@@ -241,7 +242,7 @@ class ProcessDetailScreen(StoreScreen):
         with VerticalScroll():
             yield TextLines(id="process-detail-identity")
             yield TextLines(id="process-detail-history")
-        yield Footer()
+        yield KeysFooter()
 
     def before_first_draw(self) -> None:
         latest = self.store.latest

@@ -28,6 +28,7 @@ from gpumon.ui.widgets.bars import HeaderBar, HostStrip
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.widgets.gpu_notes import gather_notes
 from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages
 from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
 
@@ -101,7 +102,7 @@ class DashboardScreen(Screen[None]):
                           id="process-search")  # fmt: skip
         yield HostStrip(glyphs, id="host")
         yield Static("", id="too-small")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         app = self.gpumon

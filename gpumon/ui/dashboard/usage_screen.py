@@ -19,13 +19,14 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.data import format as fmt
 from gpumon.data.report import NO_KEY, bar_cells, hours_text
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.usage_history import HistoryError, usage
 from gpumon.ui.dashboard.history import DEMO_LINE, DashboardHistory, NoDatabase
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.text_lines import TextLines
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class UsageScreen(Screen[None]):
         )
         with VerticalScroll():
             yield TextLines(id="usage")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self._draw("Reading the history database...")

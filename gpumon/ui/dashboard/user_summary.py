@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.data import format as fmt
 from gpumon.data.free import processes_known
@@ -22,6 +22,7 @@ from gpumon.data.model import Sample
 from gpumon.data.views import UserUsage, user_summary
 from gpumon.ui.dashboard.process_detail import wrap_cells
 from gpumon.ui.dashboard.store_screen import StoreScreen
+from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.text_lines import TextLines
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class UserSummaryScreen(StoreScreen):
         yield Static("", id=self.TITLE_ID, markup=False)
         with VerticalScroll():
             yield TextLines(id="user-summary")
-        yield Footer()
+        yield KeysFooter()
 
     def refresh_from_store(self) -> None:
         sample = self.store.latest

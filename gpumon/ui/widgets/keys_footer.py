@@ -1,0 +1,91 @@
+"""The key footer, rebuilt only when the keys it shows change.
+
+Textual's :class:`~textual.widgets.Footer` rebuilds all its key widgets (a mount, styles and
+a layout each) after every bindings refresh, whether or not the keys changed, and once per
+refresh even when several come before the first rebuild ran. The dashboard's start makes
+three (focus, the screen stack, an idle callback), ~13 ms of CPU each with its dozen keys,
+while the first sample is still being taken on the sampling thread and the first frame
+waits for both; a focus change while the dashboard runs makes one more each time.
+
+:class:`KeysFooter` is that footer, except that a refresh that comes while a rebuild is
+pending adds none, and a rebuild whose keys (bindings, enabled, tooltips, the command
+palette's key) are those already shown is skipped. It relies on how Textual's footer composes
+(:attr:`FOLLOWED`, compared by :func:`~gpumon.ui.textual_source.follows`); against another
+Textual's footer it behaves exactly as that footer does, and ``tests/test_keys_footer.py``
+fails until the change is looked at.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+from textual.widgets import Footer
+
+from gpumon.ui.textual_source import follows
+
+if TYPE_CHECKING:
+    from textual.app import ComposeResult
+    from textual.screen import Screen
+
+#: The Textual 8.2.8 footer module :class:`KeysFooter` follows (its ``compose`` reads the
+#: screen's active bindings and ``_bindings_ready``; ``bindings_changed`` schedules a
+#: ``recompose``), by SHA-256 of its source: see :mod:`gpumon.ui.textual_source`.
+FOLLOWED = {
+    "textual.widgets._footer": "c42603fddf87466d206a881699a589115b3f9ab25444c49d4d7af91cfa6ad7d0",
+}
+
+
+@cache
+def follows_textual() -> bool:
+    """Whether the installed Textual's footer is the one :class:`KeysFooter` follows."""
+    return follows(FOLLOWED)
+
+
+class KeysFooter(Footer):
+    """Textual's footer, rebuilt only when the keys it shows change (see the module)."""
+
+    def __init__(self, *, show_command_palette: bool = True, compact: bool = False) -> None:
+        super().__init__(show_command_palette=show_command_palette, compact=compact)
+        self._rebuild_pending = False
+        #: What the last compose showed (see :meth:`_keys_shown`); None: nothing yet.
+        self._composed: tuple[object, ...] | None = None
+        #: How many times the keys were rebuilt (tests count them).
+        self.rebuilds = 0
+
+    def compose(self) -> ComposeResult:
+        self._composed = self._keys_shown() if self._bindings_ready else None
+        if self._composed is not None:
+            self.rebuilds += 1
+        yield from super().compose()
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        if not follows_textual():
+            super().bindings_changed(screen)
+            return
+        self._bindings_ready = True
+        if not screen.app.app_focus:
+            return
+        if self.is_attached and screen is self.screen and not self._rebuild_pending:
+            self._rebuild_pending = True
+            self.call_after_refresh(self._rebuild_if_changed)
+
+    async def _rebuild_if_changed(self) -> None:
+        self._rebuild_pending = False
+        if not self.is_attached or self._keys_shown() == self._composed:
+            return
+        await self.recompose()
+
+    def _keys_shown(self) -> tuple[object, ...]:
+        """Everything :meth:`Footer.compose` builds the keys from."""
+        active = self.screen.active_bindings
+        keys = tuple(
+            (binding, enabled, tooltip)
+            for (_, binding, enabled, tooltip) in active.values()
+            if binding.show
+        )
+        palette = None
+        if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
+            found = active.get(self.app.COMMAND_PALETTE_BINDING)
+            palette = None if found is None else found[1:]
+        return (keys, palette)
