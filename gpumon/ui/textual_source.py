@@ -1,8 +1,10 @@
 """Whether the Textual code gpumon replaces parts of is still the code it was written against.
 
 gpumon replaces two of Textual's private methods (:mod:`gpumon.ui.exact_updates`,
-:mod:`gpumon.ui.input_driver`). Each relies on more than the method it replaces (how spans
-and strips are cut, how a driver is suspended, how the key parser times out), so each does
+:mod:`gpumon.ui.input_driver`) and how its footer rebuilds
+(:mod:`gpumon.ui.widgets.keys_footer`). Each relies on more than the method it replaces (how
+spans and strips are cut, how a driver is suspended, how the key parser times out, what the
+footer composes from), so each does
 so only where the Textual modules it was written against are those installed, byte for
 byte: :func:`follows` compares their SHA-256 (a fraction of a millisecond, where
 ``textual.__version__`` costs ~11 ms of ``importlib.metadata`` at start-up). Another
