@@ -126,6 +126,18 @@ class Clocks:
         self.mono += seconds
 
 
+def notes_read_by(clocks: Clocks, claims_dir: Path, **options: object) -> ClaimNotes:
+    """Claim notes of ``claims_dir`` on ``clocks``, read by hand (``read()`` never touches
+    the app)."""
+    return ClaimNotes(
+        app=None,  # type: ignore[arg-type]
+        path=str(claims_dir),
+        clock=lambda: clocks.wall,
+        monotonic=lambda: clocks.mono,
+        **options,  # type: ignore[arg-type]
+    )
+
+
 def test_an_unchanged_claims_directory_is_not_read_again_each_second(tmp_path: Path) -> None:
     """Any local user may fill the shared directory with ten thousand files: reading them
     all every second in every dashboard cost ~0.18 s of CPU a second. An unchanged directory
@@ -133,12 +145,7 @@ def test_an_unchanged_claims_directory_is_not_read_again_each_second(tmp_path: P
     claims_dir = tmp_path / "claims"
     claim(claims_dir, 1, age_s=5)
     clocks = Clocks()
-    notes = ClaimNotes(
-        app=None,  # type: ignore[arg-type]  # read() never touches the app
-        path=str(claims_dir),
-        clock=lambda: clocks.wall,
-        monotonic=lambda: clocks.mono,
-    )
+    notes = notes_read_by(clocks, claims_dir)
     notes.read()
     assert notes.full_reads == 1 and [c.key for c in notes.claims] == [
         rules.claim_key(GPUS[1].uuid)
@@ -190,12 +197,7 @@ def test_a_claim_in_the_same_time_stamp_tick_as_the_last_read_is_not_hidden(
     os.utime(claims_dir, (stamp_s, stamp_s))
     clocks = Clocks()
     clocks.wall = stamp_s + 0.001
-    notes = ClaimNotes(
-        app=None,  # type: ignore[arg-type]  # read() never touches the app
-        path=str(claims_dir),
-        clock=lambda: clocks.wall,
-        monotonic=lambda: clocks.mono,
-    )
+    notes = notes_read_by(clocks, claims_dir)
     notes.read()
     assert notes.full_reads == 1 and len(notes.claims) == 1
     claim(claims_dir, 3, age_s=1)
@@ -222,13 +224,7 @@ def test_a_slow_claims_directory_is_read_less_often(tmp_path: Path) -> None:
         cpu[0] += 0.125  # each look at the CPU clock during a read: an eighth of a second
         return cpu[0]
 
-    notes = ClaimNotes(
-        app=None,  # type: ignore[arg-type]
-        path=str(claims_dir),
-        clock=lambda: clocks.wall,
-        monotonic=lambda: clocks.mono,
-        thread_time=thread_time,
-    )
+    notes = notes_read_by(clocks, claims_dir, thread_time=thread_time)
     notes.read()
     assert notes.full_reads == 1
     assert notes._next_read_at == clocks.mono + 0.125 / 0.02
@@ -255,12 +251,7 @@ def test_an_overfull_claims_directory_is_not_listed_again_until_it_changes(
         claim(claims_dir, index, age_s=5)
     monkeypatch.setattr(host_claims, "MAX_ENTRIES", 2)
     clocks = Clocks()
-    notes = ClaimNotes(
-        app=None,  # type: ignore[arg-type]
-        path=str(claims_dir),
-        clock=lambda: clocks.wall,
-        monotonic=lambda: clocks.mono,
-    )
+    notes = notes_read_by(clocks, claims_dir)
     notes.read()
     assert notes.full_reads == 1 and notes.claims == ()
     for _ in range(3):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from textual.pilot import Pilot
 
 from gpumon.ui.textual_source import module_sha256
 from gpumon.ui.widgets import keys_footer
@@ -29,6 +30,12 @@ def test_textuals_footer_is_the_one_keys_footer_follows(monkeypatch: pytest.Monk
         keys_footer.follows_textual.cache_clear()
 
 
+async def settle(pilot: Pilot[None]) -> None:
+    """Let the refreshes and the rebuilds they schedule run (each after a refresh)."""
+    for _ in range(3):
+        await pilot.pause()
+
+
 async def test_the_footer_is_built_once_at_start_and_again_only_when_its_keys_change() -> None:
     """The dashboard's start refreshes its bindings three times (focus, the screen stack, an
     idle callback): Textual's footer rebuilt its dozen keys each time (~13 ms of CPU each,
@@ -37,22 +44,18 @@ async def test_the_footer_is_built_once_at_start_and_again_only_when_its_keys_ch
     app = app_for(SAMPLE)
     async with app.run_test(size=(160, 40)) as pilot:
         app.receive_sample(SAMPLE)
-        for _ in range(3):
-            await pilot.pause()
+        await settle(pilot)
         footer = app.dashboard.query_one(KeysFooter)
         assert footer.rebuilds == 1
         assert "Details" in screen_text(app).splitlines()[-1]
         app.dashboard.refresh_bindings()  # nothing changed
-        for _ in range(3):
-            await pilot.pause()
+        await settle(pilot)
         assert footer.rebuilds == 1
         await pilot.resize_terminal(39, 9)  # too small: the dashboard's keys are off
-        for _ in range(3):
-            await pilot.pause()
+        await settle(pilot)
         assert footer.rebuilds == 2 and "Details" not in screen_text(app)
         await pilot.resize_terminal(160, 40)
-        for _ in range(3):
-            await pilot.pause()
+        await settle(pilot)
         assert footer.rebuilds == 3 and "Details" in screen_text(app).splitlines()[-1]
 
 
@@ -63,13 +66,11 @@ async def test_against_another_textuals_footer_it_rebuilds_as_textuals_does(
     app = app_for(SAMPLE)
     async with app.run_test(size=(160, 40)) as pilot:
         app.receive_sample(SAMPLE)
-        for _ in range(3):
-            await pilot.pause()
+        await settle(pilot)
         footer = app.dashboard.query_one(KeysFooter)
         before = footer.rebuilds
         assert before >= 2  # one per refresh at start, as Textual's footer
         app.dashboard.refresh_bindings()
-        for _ in range(3):
-            await pilot.pause()
+        await settle(pilot)
         assert footer.rebuilds == before + 1
         assert "Details" in screen_text(app).splitlines()[-1]

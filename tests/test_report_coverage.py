@@ -10,6 +10,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -170,27 +171,18 @@ def test_memory_held_with_no_sm_reading_is_not_nobody_idle(
     idle is unknown, so the report does not say that nobody holds memory idle."""
     path = tmp_path / "history.db"
     now = time.time()
-    gpu = make_gpu(0)
-    mig = make_process(
-        gpu, 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
-        create_time_s=now - 99,
-    )  # fmt: skip
-    busy = make_process(gpu, 11, user="finn", sm_utilization_pct=80, create_time_s=now)
-    record_recently(path, now, mig, busy)
-    status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
-    assert status == 0 and "Nobody holds GPU memory idle now." not in out
+    busy = make_process(make_gpu(0), 11, user="finn", sm_utilization_pct=80, create_time_s=now)
+    record_mig_holder(path, now, busy)
+    out, document = text_and_json_reports(capsys, path)
     assert (
         "Nobody is known to hold GPU memory idle now: 1 process holds GPU memory with no SM "
         "utilisation reading (MIG, or no sample from the driver), so whether it is idle is unknown."
     ) in out
-    status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
-    document = json.loads(out)
-    jsonschema.Draft202012Validator(SCHEMA).validate(document)
     assert document["idle_holders"] == [] and document["idle_unknown_processes"] == 1
     later = now + 600  # the recorder stopped: unknown altogether, not a count
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(time, "time", lambda: later)
-        status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+        _, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
     assert json.loads(out)["idle_unknown_processes"] is None
 
 
@@ -201,26 +193,39 @@ def test_a_database_an_older_recorder_writes_does_not_say_nobody_is_idle(
     with no SM reading, so the report cannot say that nobody holds memory idle, and its JSON
     count is null, not 0."""
     path = tmp_path / "history.db"
-    now = time.time()
-    gpu = make_gpu(0)
-    mig = make_process(
-        gpu, 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
-        create_time_s=now - 99,
-    )  # fmt: skip
-    record_recently(path, now, mig)
+    record_mig_holder(path, time.time())
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("ALTER TABLE sessions DROP COLUMN idle_unknown")  # an older recorder's
     connection.close()
-    status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
-    assert status == 0 and "Nobody holds GPU memory idle now." not in out
+    out, document = text_and_json_reports(capsys, path)
     assert (
         "Nobody is known to hold GPU memory idle now: the recorder (an older gpumon) does not "
         "mark processes that hold GPU memory with no SM utilisation reading"
     ) in out
-    status, out, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
-    document = json.loads(out)
-    jsonschema.Draft202012Validator(SCHEMA).validate(document)
     assert document["idle_holders"] == [] and document["idle_unknown_processes"] is None
+
+
+def record_mig_holder(path: Path, now: float, *others: GpuProcess) -> None:
+    """Record, as the recorder would have just now, erin's process holding 8 GiB on a MIG
+    slice (no SM utilisation reading), beside ``others``."""
+    mig = make_process(
+        make_gpu(0), 10, user="erin", sm_utilization_pct=None, gpu_memory_bytes=8 * 1024**3,
+        create_time_s=now - 99,
+    )  # fmt: skip
+    record_recently(path, now, mig, *others)
+
+
+def text_and_json_reports(
+    capsys: pytest.CaptureFixture[str], path: Path
+) -> tuple[str, dict[str, Any]]:
+    """The last hour's report of ``path`` as text (which never says that nobody holds memory
+    idle) and as JSON (valid by the schema)."""
+    status, out, _ = report(capsys, "--db", str(path), "--since", "1h")
+    assert status == 0 and "Nobody holds GPU memory idle now." not in out
+    status, text, _ = report(capsys, "--db", str(path), "--since", "1h", "--json")
+    document = json.loads(text)
+    jsonschema.Draft202012Validator(SCHEMA).validate(document)
+    return out, document
 
 
 def test_a_period_inside_an_hour_counts_only_when_processes_ran(
