@@ -561,13 +561,15 @@ async def test_the_process_shown_is_the_row_chosen_even_if_its_pid_was_reused_si
     async with app.run_test(size=(120, 40)) as pilot:
         app.receive_sample(sample)
         await pilot.pause()
-        screen = ProcessDetailScreen(app.store, (0, 4242), read_details=read, created_s=1000.0)
+        alice = dataclasses.replace(newcomer, user="alice", create_time_s=1000.0)
+        screen = ProcessDetailScreen(app.store, (0, 4242), read_details=read, chosen=alice)
         await app.push_screen(screen)
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert asked == [(4242, 1000.0)]
         assert "its PID is another process's now" in title(app)
-        assert "mallory" not in static_text(app, "#process-detail-identity")
+        identity = static_text(app, "#process-detail-identity")
+        assert "mallory" not in identity and "alice" in identity  # her row, as it was listed
 
 
 @pytest.fixture

@@ -317,10 +317,9 @@ class GpumonApp(HistoryKeys, MonitorApp):
         table = self.dashboard.query_one(ProcessTable)
         if self.focused is table and table.cursor_key is not None:
             chosen = table.cursor_process  # the row on the screen, not the latest sample's
-            created_s = None if chosen is None else chosen.create_time_s
             self.push_screen(
                 ProcessDetailScreen(
-                    self.store, table.cursor_key, ascii_only=ascii_only, created_s=created_s
+                    self.store, table.cursor_key, ascii_only=ascii_only, chosen=chosen
                 )
             )
             return
