@@ -26,11 +26,10 @@ def run() -> NoReturn:
     from gpumon import startup
 
     startup.begin()
-    from gpumon.cli import is_one_shot, main
+    from gpumon.cli import main, ran_one_shot
 
-    words = sys.argv[1:]
-    status = main(words)
-    if not is_one_shot(words):
+    status = main(sys.argv[1:])
+    if not ran_one_shot():
         sys.exit(status)
     _exit_now(status)
 

@@ -136,10 +136,17 @@ def _man_page(_: object) -> str:
 ONE_SHOT = frozenset({"status", "once"})
 
 
-def is_one_shot(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` runs a one-shot command (``--help`` and usage errors end in
-    ``SystemExit`` before this matters)."""
-    return chosen_subcommand(argv) in ONE_SHOT
+class _Ran:
+    """The subcommand the last :func:`main` call parsed (None: the dashboard, or none)."""
+
+    command: str | None = None
+
+
+def ran_one_shot() -> bool:
+    """Whether the last :func:`main` call ran a one-shot command, as argparse parsed its
+    words (``gpumon --conf status`` runs the dashboard: ``status`` is ``--config``'s value;
+    ``--help`` and usage errors end in ``SystemExit`` before this matters)."""
+    return _Ran.command in ONE_SHOT
 
 
 def chosen_subcommand(argv: Sequence[str]) -> str | None:
@@ -292,7 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Options only: the dashboard. No subcommand's parser (nor module) is needed; a
         # word that could be one (a typo) keeps them all, for argparse's "invalid choice".
         only = NO_SUBCOMMAND
+    _Ran.command = None
     args = build_parser(only=only).parse_args(words)
+    _Ran.command = args.command
     from gpumon.settings import SettingsError, describe, load_settings
 
     try:

@@ -98,6 +98,20 @@ def test_every_other_mode_exits_the_usual_way_with_the_collector_back_on(
     capsys.readouterr()
 
 
+def test_a_subcommands_name_as_an_abbreviated_options_value_is_no_one_shot(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], collector: None
+) -> None:
+    """``gpumon --conf status`` is the dashboard with the config file ``status`` (argparse
+    takes ``--conf`` for ``--config``): it ends the usual way, so that the atexit hook that
+    ends a probe child still running runs."""
+    monkeypatch.setattr(entry.os, "_exit", lambda status: pytest.fail("no fast exit here"))
+    monkeypatch.setattr(sys, "argv", ["gpumon", "--conf", "status"])
+    with pytest.raises(SystemExit) as ended:
+        entry.run()
+    assert ended.value.code == 2  # no config file named "status" here
+    assert "status" in capsys.readouterr().err
+
+
 def test_help_and_usage_errors_take_the_usual_way_out(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], collector: None
 ) -> None:
