@@ -239,6 +239,27 @@ def test_a_slow_claims_directory_is_read_less_often(tmp_path: Path) -> None:
     assert notes._next_read_at == clocks.mono + 30.0  # FULL_READ_S at most
 
 
+def test_a_claims_directory_on_a_slow_file_system_is_read_less_often(tmp_path: Path) -> None:
+    """A read that waited three quarters of a second on the file system (NFS) and took next
+    to no CPU waits 7.5 s before the next: reads take at most a tenth of the time, and are
+    not made back to back."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 0, age_s=5)
+    clocks = Clocks()
+    clocks.wall = time.time()  # a directory changed just now: read whole every time
+    began = clocks.mono
+
+    def monotonic() -> float:
+        clocks.mono += 0.75  # each look at the clock: three quarters of a second later
+        return clocks.mono
+
+    notes = notes_read_by(clocks, claims_dir)
+    notes.monotonic = monotonic
+    notes.read()
+    assert notes.full_reads == 1
+    assert notes._next_read_at == pytest.approx(began + 0.75 + 0.75 / 0.1)
+
+
 def test_an_overfull_claims_directory_is_not_listed_again_until_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,6 +19,8 @@ until :data:`FULL_READ_S` has passed (a claim file rewritten in place changes no
 waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`, at most :data:`FULL_READ_S`), so a
 directory changed all the time costs a bounded share of a core, not a core (a read of over
 0.6 CPU-seconds, which MAX_ENTRIES makes unlikely, may take more: one every FULL_READ_S).
+Reads also take at most :data:`MAX_WALL_SHARE` of the time: a directory on a slow network
+file system, whose reads wait rather than compute, is not asked back to back either.
 A directory that could not be listed whole (over
 :data:`~gpumon.sources.host.claims.MAX_ENTRIES` entries, an I/O error: claims are off) is
 treated as one read: listed again when it changes, or after FULL_READ_S. Its claims are
@@ -50,6 +52,9 @@ FULL_READ_S = 30.0
 RECENT_CHANGE_S = 2.0
 #: The most of a core that reading the directory may take.
 MAX_READ_SHARE = 0.02
+#: The most of the time that reading it may take (a read waiting on a slow file system costs
+#: no CPU; one slowed by a busy machine rarely takes a tenth of a second).
+MAX_WALL_SHARE = 0.1
 
 
 class ClaimNotes:
@@ -148,10 +153,13 @@ class ClaimNotes:
             self._read_stamp = None  # stand, and no "exception was never retrieved" is
             # printed over the screen
         finally:
-            # The CPU this read took (not the wall clock: a busy machine is not a reason to
-            # read less often), as a share of the wait, which is at most FULL_READ_S.
+            # The CPU this read took as a share of the wait, and (more loosely: a busy
+            # machine is no reason to read less often) its wall time, for a slow file
+            # system; the wait is at most FULL_READ_S.
             took = max(0.0, self.thread_time() - cpu_began)
-            wait = min(FULL_READ_S, max(REFRESH_S, took / MAX_READ_SHARE))
+            waited = max(0.0, self.monotonic() - began)
+            shares = (took / MAX_READ_SHARE, waited / MAX_WALL_SHARE)
+            wait = min(FULL_READ_S, max(REFRESH_S, *shares))
             self._next_read_at = began + wait
             self._reading = False
 
