@@ -321,6 +321,12 @@ def test_200_idle_sockets_under_a_64_descriptor_limit_starve_neither_scrapes_nor
     try:
         assert child.stdout is not None
         port = int(child.stdout.readline())
+        # Its first sample first (a loaded machine may take a while to start it): what is
+        # tested is that the sockets below stop neither scrapes nor the sampling after it.
+        deadline = time.monotonic() + 20
+        while fetch(port)[0] != 200:
+            assert time.monotonic() < deadline, "the exporter never served a sample"
+            time.sleep(0.1)
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
         time.sleep(0.5)
         fds, threads = proc_count(child.pid)
