@@ -79,8 +79,9 @@ class KeysFooter(Footer):
     def _keys_shown(self) -> tuple[object, ...]:
         """Everything :meth:`Footer.compose` builds the keys from."""
         active = self.screen.active_bindings
+        display = self.app.get_key_display
         keys = tuple(
-            (binding, enabled, tooltip)
+            (binding, display(binding), enabled, tooltip)
             for (_, binding, enabled, tooltip) in active.values()
             if binding.show
         )
