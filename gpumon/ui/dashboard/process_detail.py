@@ -222,25 +222,22 @@ class ProcessDetailScreen(StoreScreen):
         *,
         ascii_only: bool = False,
         read_details: Callable[[int, float | None], ProcessDetails] | None = None,
-        created_s: float | None = None,
         chosen: GpuProcess | None = None,
     ) -> None:
-        """``chosen``: the row Enter was pressed on (its start is ``created_s`` unless that
-        is given): shown as it was listed should its PID already be another's."""
+        """``chosen``: the row Enter was pressed on: its start tells it from a later process
+        on the same PID, and it is shown as it was listed should its PID already be another's."""
         super().__init__(store)
         self.key = key
         self.ascii_only = ascii_only
         self.details: ProcessDetails | None = None
         # The process as last listed: what the identity shows once it has left the GPU.
         self._last_seen: GpuProcess | None = chosen
-        if created_s is None and chosen is not None:
-            created_s = chosen.create_time_s
         self._read_details = read_details
         self.ended = False
         #: The process's start (psutil's create time) once known (from the row chosen, else
         #: the first sample that lists it): a later process on the same PID and GPU is
         #: another process, not this one.
-        self.created_s = created_s
+        self.created_s = None if chosen is None else chosen.create_time_s
 
     def compose(self) -> ComposeResult:
         yield Static(id="process-detail-title", markup=False)
