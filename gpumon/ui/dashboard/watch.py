@@ -8,7 +8,8 @@ sample from the store: a GPU is done when it is FREE by the dashboard's own rule
 process when no GPU lists it any more (or NVML lists it as exited) and its GPU's process
 list was read. Then the app alerts (a notification, the bell, a desktop notification) and
 the watch ends. A GPU that is FREE already, or a process that has ended, is said so at once
-and not watched: there is nothing to wait for.
+and not watched: there is nothing to wait for. A GPU whose process list is unknown (refused,
+LOST) is watched, but ``w`` says that no FREE can come while it stays unknown.
 """
 
 from __future__ import annotations
@@ -91,11 +92,26 @@ class DashboardWatches:
         if over is not None and not self.watches.watching(watch):
             notify(f"{over}: nothing to wait for.", markup=False)
         elif self.watches.toggle(watch):
+            unknown = None if watch.pid is not None or gpu is None else self._unknown(gpu)
+            if unknown is not None:
+                notify(f"Watching {watch.name}, but its processes are unknown ({unknown}): "
+                       "it cannot be told FREE while they are (w again: stop).",
+                       severity="warning", markup=False)  # fmt: skip
+                return
             when = "is FREE" if watch.pid is None else "ends"
             notify(f"Watching {watch.name}: you will be told when it {when} (w again: stop).",
                    markup=False)  # fmt: skip
         else:
             notify(f"Stopped watching {watch.name}.", markup=False)
+
+    def _unknown(self, gpu: GpuStats) -> str | None:
+        """Why ``gpu``'s process list is unknown in the latest sample, or ``None``."""
+        sample = self._app.store.latest
+        if gpu.lost:
+            return "LOST"
+        if sample is None or processes_known(gpu, sample):
+            return None
+        return gpu.processes_error or "not read"
 
     def _on_sample(self, sample: Sample) -> None:
         app = self._app
