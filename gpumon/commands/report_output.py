@@ -93,7 +93,8 @@ def granularity_line(report: UsageReport) -> str:
         return unit
     return (
         f"{unit}; {fmt.duration(prorated)} of the period is in partly covered buckets: "
-        "estimated over when the processes were seen"
+        "estimated over when the processes were seen (PEAK-MEM there: of the processes seen "
+        "in the period, over their whole run)"
     )
 
 
