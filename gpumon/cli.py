@@ -367,7 +367,7 @@ def _stdout_closed() -> bool:
     """True when there is no standard output to write to: closed by the shell (``>&-``, so
     Python sets ``sys.stdout`` to None), or a stream whose descriptor is gone (EBADF)."""
     stream = sys.stdout
-    if stream is None or stream.closed:
+    if stream is None or getattr(stream, "closed", False):
         return True
     try:
         os.fstat(stream.fileno())
