@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import re
@@ -291,6 +292,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if _stdout_closed():
+        # `gpumon once >&-`: nowhere to write, and a file opened later would take its
+        # descriptor. One line, as a write to a pipe whose reader went away would get.
+        print(f"gpumon: error: cannot write output: {CLOSED_STDOUT}", file=sys.stderr)
+        return 1
     words = sys.argv[1:] if argv is None else list(argv)
     only = chosen_subcommand(words)
     if only is not None and asks_help(words[: words.index(only)]):
@@ -352,6 +358,24 @@ def _misplaced_prometheus(args: argparse.Namespace, settings: Settings) -> str |
     if settings.demo:
         return "--demo and --prometheus: choose one (the demo is one simulated machine)"
     return None
+
+
+CLOSED_STDOUT = "standard output is closed"
+
+
+def _stdout_closed() -> bool:
+    """True when there is no standard output to write to: closed by the shell (``>&-``, so
+    Python sets ``sys.stdout`` to None), or a stream whose descriptor is gone (EBADF)."""
+    stream = sys.stdout
+    if stream is None or getattr(stream, "closed", False):
+        return True
+    try:
+        os.fstat(stream.fileno())
+    except (AttributeError, ValueError):  # no descriptor of its own (a test's StringIO)
+        return False
+    except OSError as error:
+        return error.errno == errno.EBADF
+    return False
 
 
 def _silence_stdout() -> None:

@@ -11,7 +11,9 @@ What the keys mean, how each is checked and how the layers stack: :mod:`gpumon.s
 
 from __future__ import annotations
 
+import errno
 import os
+import pwd
 import stat
 import sys
 from collections.abc import Mapping
@@ -97,6 +99,7 @@ def read_guarded(
     Raises:
         SettingsError: the file cannot be used; its text names the file and why.
     """
+    check_links(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -105,6 +108,8 @@ def read_guarded(
             raise SettingsError(f"{path}: no such file") from None
         return None
     except OSError as error:
+        if missing_ok and error.errno == errno.EACCES and not _searchable(path):
+            return None  # under a home that is not ours (su without -): no file we can have
         raise SettingsError(f"{path}: cannot read it: {error.strerror or error}") from None
     try:
         return _read_regular(path, fd, max_bytes)
@@ -141,8 +146,8 @@ def _check_owner(path: str, info: os.stat_result, what: str) -> None:
     uid = os.geteuid()
     if info.st_uid not in (uid, 0):
         raise SettingsError(
-            f"{path}: refused: {what} belongs to another user (uid {info.st_uid}); a config "
-            "file must be yours or root's"
+            f"{path}: refused: {what} belongs to another user, {owner_name(info.st_uid)}; "
+            "a config file must be yours or root's"
         )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         if what != "the file" and info.st_mode & stat.S_ISVTX and info.st_uid == 0:
@@ -152,8 +157,22 @@ def _check_owner(path: str, info: os.stat_result, what: str) -> None:
         )
 
 
+def _searchable(path: str) -> bool:
+    """False when a directory on the way to ``path`` cannot be searched (EACCES), so
+    whether the file is there cannot be told; True when the file itself refused."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
 def _check_directories(path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+    """Refuse ``path`` when a directory on the way to it, as the kernel resolved it (through
+    any symbolic link), is another user's or writable by others."""
+    directory = os.path.dirname(os.path.realpath(path))
     while True:
         try:
             info = os.stat(directory)
@@ -164,6 +183,55 @@ def _check_directories(path: str) -> None:
         if parent == directory:
             return
         directory = parent
+
+
+def check_links(path: str) -> None:
+    """Refuse ``path`` when a symbolic link on the way to it (the file itself, a directory
+    above it, or one in a link's target) belongs to another user than this one or root:
+    its owner could point it elsewhere at any time. Each component is looked at with
+    ``lstat``; what cannot be looked at is left to the opening to report.
+
+    Raises:
+        SettingsError: one line naming the link and its owner.
+    """
+    uid = os.geteuid()
+    pending = os.path.join(os.getcwd() if not os.path.isabs(path) else "/", path).split("/")
+    resolved = "/"
+    for _ in range(256):  # a loop of links ends here; the opening refuses it after
+        if not pending:
+            return
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        try:
+            info = os.lstat(candidate)
+            target = os.readlink(candidate) if stat.S_ISLNK(info.st_mode) else None
+        except OSError:
+            return
+        if target is None:
+            resolved = candidate
+            continue
+        if info.st_uid not in (uid, 0):
+            raise SettingsError(
+                f"{path}: refused: {candidate} is a symbolic link that "
+                f"{owner_name(info.st_uid)} owns, who could point it elsewhere (use the real "
+                "path)"
+            )
+        if target.startswith("/"):
+            resolved = "/"
+        pending = target.split("/") + pending
+
+
+def owner_name(uid: int) -> str:
+    """``alice (uid 1000)``, or ``uid 1000`` where the system has no name for it."""
+    try:
+        return f"{safe_text(pwd.getpwuid(uid).pw_name, 64)} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _parse(path: str, data: bytes) -> dict[str, Any]:

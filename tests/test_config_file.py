@@ -111,7 +111,7 @@ def test_a_file_another_user_owns_is_refused_also_for_root(tmp_path: Path) -> No
     os.chown(path, 65534, 65534)
     result = gpumon("--config", str(path), "--print-config")
     assert result.returncode == 2
-    assert "belongs to another user (uid 65534)" in result.stderr
+    assert "belongs to another user, nobody (uid 65534)" in result.stderr
     assert "/tmp/evil" not in result.stdout
 
 

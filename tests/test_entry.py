@@ -166,3 +166,25 @@ async def test_the_cluster_list_turns_the_collector_back_on_once_drawn(collector
         await pilot.pause()
         await pilot.pause()
         assert gc.isenabled()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["once"], ["once", "--json"], ["status"], ["pick"], ["report", "--db", "/nonexistent.db"],
+     ["--version"]],
+    ids=lambda args: " ".join(args),
+)  # fmt: skip
+def test_a_closed_stdout_is_one_line_and_a_failure_not_a_traceback(args: list[str]) -> None:
+    """``gpumon once >&-``: nowhere to write the output; it says so and fails."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ran = subprocess.run(
+        [sys.executable, "-m", "gpumon", *args, *(DEMO if args[0] != "--version" else [])],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        timeout=60,
+        preexec_fn=lambda: os.close(1),  # the shell's >&-
+    )
+    assert ran.returncode != 0
+    assert ran.stderr == "gpumon: error: cannot write output: standard output is closed\n"

@@ -180,7 +180,7 @@ def test_status_shows_free_in_place_of_zero_percent(monkeypatch: pytest.MonkeyPa
     code, out, asked = run_cli(monkeypatch, ["status"], shared_server())
 
     assert code == 0
-    assert out == "GPU 0:87/15% 1:FREE 2:87/2% 3:0/0% 4:LOST 5:87/N/A%\n"
+    assert out == "GPU 0:87/15% 1:FREE 2:87/2% 3:0/0%? 4:LOST 5:87/N/A%\n"  # 3: refused list
     # Process lists from NVML to tell FREE, but nothing about the processes from the host.
     assert asked["processes"] is True and asked["host_details"] is False
 

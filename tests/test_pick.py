@@ -560,7 +560,10 @@ def test_pick_among_the_gpus_cuda_visible_devices_names_with_only_visible(
     code, out, _ = run_pick(monkeypatch, capsys, ["--only", "1,3", "-n", "2"], sample)
     assert (code, out) == (0, "1,3\n")
     code, out, err = run_pick(monkeypatch, capsys, ["--only", "7"], sample)
-    assert (code, out) == (1, "") and "--only 7: no such GPU here" in err
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == "gpumon pick: --only 7: no such GPU here (GPUs here: 0-3)\n"
     with pytest.raises(SystemExit) as refused:  # no process filter: a busy GPU is not free
         run_pick(monkeypatch, capsys, ["--user", "alice"], sample)
     assert refused.value.code == 2

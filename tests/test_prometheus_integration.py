@@ -327,6 +327,9 @@ def test_report_sums_who_held_the_gpus_of_both_nodes(started: Started, tmp_path:
     by_user = report_json(url, "--from", start)
     assert by_user["recording_rules"] is True and by_user["simulated"] is True
     period_h = (by_user["to_s"] - by_user["from_s"]) / 3600
+    # What the exporters' data covers, read from Prometheus: within the period asked for.
+    assert by_user["from_s"] <= by_user["recorded_from_s"] <= by_user["recorded_to_s"]
+    assert by_user["recorded_to_s"] <= by_user["to_s"]
     assert {row["node"] for row in by_user["rows"]} == names
     for row in by_user["rows"]:
         assert 0 < row["gpu_hours_held"] <= 4 * period_h + 1e-9  # 4 GPUs a node at most

@@ -70,6 +70,12 @@ class FakePrometheus:
     def query(self, expression: str, at_s: float) -> Any:
         self.asked.append(("instant", expression))
         base = {"job": "gpumon", "instance": "n1:9402"}
+        if "timestamp(gpumon_host_info)" in expression:  # both nodes scraped all the period
+            return vector(*[
+                ({"job": "gpumon", "instance": node, "gpumon_fact": fact}, at)
+                for node in ("n1:9402", "n2:9402")
+                for fact, at in (("first", at_s - 30 * 86400), ("last", at_s))
+            ])  # fmt: skip
         if RULES_MARKER in expression:
             return vector(({}, 5.0)) if self.rules else vector()
         if "count_over_time" in expression:  # processes
@@ -107,7 +113,7 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
     assert (holder.idle_s, holder.gpu_memory_bytes, holder.command) == (7980.0, 20 * GIB, "python")
     assert report.recording_rules is False and report.simulated is False
     kinds = [kind for kind, _ in source.asked]
-    assert kinds == ["instant", "range", "instant", "instant"]  # whatever the period
+    assert kinds == ["instant", "instant", "range", "instant", "instant"]  # whatever the period
     text = render_text(report, width=None)
     assert "from Prometheus at http://prometheus.example:9090 (sampled every 14m)" in text
     assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  python" in text
@@ -171,7 +177,7 @@ def test_the_recording_rules_series_are_read_where_they_were_loaded() -> None:
     assert report.recording_rules is False
     (ranged,) = [expression for kind, expression in source.asked if kind == "range"]
     assert "job_id" in ranged and "instance_user:" not in ranged
-    assert [kind for kind, _ in source.asked] == ["range", "instant", "instant"]
+    assert [kind for kind, _ in source.asked] == ["instant", "range", "instant", "instant"]
 
 
 def test_a_period_sets_the_step_within_bounds() -> None:

@@ -148,4 +148,4 @@ def test_a_system_file_another_user_owns_is_refused(
     os.chown(system, 65534, 65534)
     monkeypatch.setenv("XDG_CONFIG_DIRS", str(dirs["site"]))
     assert main(["--print-config"]) == 2
-    assert "belongs to another user (uid 65534)" in capsys.readouterr().err
+    assert "belongs to another user, nobody (uid 65534)" in capsys.readouterr().err

@@ -6,6 +6,7 @@ writes it: its driver."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +25,15 @@ from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.watches import Watch, Watches
 from tests.test_cluster_ui import cluster_app, gpu_is_free, make_cluster, shown
-from tests.ui_helpers import MIB, app_for, make_gpu, make_process, make_sample, screen_text
+from tests.ui_helpers import (
+    FIXED_TIME,
+    MIB,
+    app_for,
+    make_gpu,
+    make_process,
+    make_sample,
+    screen_text,
+)
 
 ESC, BEL = "\x1b", "\a"
 SIZE = (120, 40)
@@ -42,6 +51,11 @@ def busy_server(*, gpu2_free: bool = False, gone: frozenset[int] = frozenset()) 
         if not (gpu2_free and gpu.index == 2) and 100 + gpu.index not in gone
     )
     return make_sample(tuple(gpus), processes)
+
+
+def clock(timestamp_s: float) -> str:
+    """``14:02``: when an alert says a GPU was FREE, in local time."""
+    return time.strftime("%H:%M", time.localtime(timestamp_s))
 
 
 def terminal_writes(app: App[Any]) -> list[str]:
@@ -146,7 +160,7 @@ async def test_a_watched_gpu_that_becomes_free_rings_once_and_stops_watching(
         assert alerts(written) == []
         app.receive_sample(busy_server(gpu2_free=True))
         await pilot.pause()
-        expected = "GPU 2 (NVIDIA Test Board) on testhost is FREE"
+        expected = f"GPU 2 (NVIDIA Test Board) on testhost was FREE at {clock(FIXED_TIME)}"
         assert alerts(written) == [alert_sequence("gpumon", expected)]
         assert f"{ESC}]9;{expected}{BEL}" in alerts(written)[0]
         assert f"{ESC}]777;notify;gpumon;{expected}{BEL}" in alerts(written)[0]
@@ -155,6 +169,28 @@ async def test_a_watched_gpu_that_becomes_free_rings_once_and_stops_watching(
         app.receive_sample(busy_server(gpu2_free=True))  # told once: no second alert
         await pilot.pause()
         assert len(alerts(written)) == 1
+
+
+async def test_the_free_notice_says_when_and_goes_once_the_gpu_is_taken_again() -> None:
+    """The notice stays ten minutes: "was FREE at 22:13" dates it, and once the GPU is busy
+    again it is taken down rather than left claiming FREE."""
+    app = app_for(busy_server())
+    async with app.run_test(size=SIZE) as pilot:
+        app.receive_sample(busy_server())
+        await pilot.pause()
+        await select_gpu(pilot, 2)
+        await pilot.press("w")
+        free = replace(busy_server(gpu2_free=True), timestamp_s=FIXED_TIME + 120)
+        app.receive_sample(free)
+        await pilot.pause()
+        expected = f"GPU 2 (NVIDIA Test Board) on testhost was FREE at {clock(FIXED_TIME + 120)}"
+        assert [notice for notice in notices(app) if "was FREE" in notice] == [expected]
+        app.receive_sample(free)  # still FREE: still said
+        await pilot.pause()
+        assert expected in notices(app)
+        app.receive_sample(busy_server())  # taken again
+        await pilot.pause()
+        assert not [notice for notice in notices(app) if "was FREE" in notice]
 
 
 async def test_inside_tmux_the_alert_is_wrapped_for_passthrough(
@@ -171,7 +207,7 @@ async def test_inside_tmux_the_alert_is_wrapped_for_passthrough(
         app.receive_sample(busy_server(gpu2_free=True))
         await pilot.pause()
         (alert,) = alerts(written)
-        body = "GPU 2 (NVIDIA Test Board) on testhost is FREE"
+        body = f"GPU 2 (NVIDIA Test Board) on testhost was FREE at {clock(FIXED_TIME)}"
         assert alert == f"{BEL}{ESC}Ptmux;{ESC}{ESC}]9;{body}{BEL}{ESC}\\" + (
             f"{ESC}Ptmux;{ESC}{ESC}]777;notify;gpumon;{body}{BEL}{ESC}\\"
         )
@@ -360,10 +396,13 @@ async def test_w_on_a_nodes_gpu_rings_when_it_becomes_free_and_only_while_the_no
         await shown(app, pilot, freed(cluster, "node3", 1))
         assert alerts(written) == []
         await shown(app, pilot, freed(cluster, "node2", 1))
-        expected = "GPU 1 (NVIDIA H100 80GB HBM3) on node2 is FREE"
+        at = clock(freed(cluster, "node2", 1).timestamp_s)
+        expected = f"GPU 1 (NVIDIA H100 80GB HBM3) on node2 was FREE at {at}"
         assert alerts(written) == [alert_sequence("gpumon", expected)]
         assert expected in notices(app)
         assert "watching" not in screen_text(app)
+        await shown(app, pilot, cluster)  # node2's GPU 1 taken again: the notice goes
+        assert expected not in notices(app)
 
 
 async def test_the_gpu_screen_watches_too_and_w_again_stops() -> None:

@@ -368,8 +368,8 @@ class Look:
             report_unavailable(sample.unavailable, said)
             return Attempt(fatal=tuple(said.getvalue().splitlines()))
         sample, missing = self._select(sample)
-        if missing:
-            return Attempt(fatal=missing)
+        if missing:  # --only naming no GPU here: a usage error, as in once
+            return Attempt(fatal=missing, fatal_status=2)
         n = self.n
         output_format = resolve_format(self.requested_format, sample, os.environ)
         qualifying, reasons = qualify(

@@ -36,8 +36,8 @@ class Attempt:
 
     ``output``: the stdout line when enough qualify (then ``notes`` go to stderr after it);
     otherwise ``failure`` (the one stderr line for giving up now) and ``status`` (the
-    waiting line). ``fatal``: lines to say before exiting 1 at once (no driver: waiting
-    would not bring one).
+    waiting line). ``fatal``: lines to say before exiting ``fatal_status`` at once (no
+    driver: waiting would not bring one; 2 for a usage error, ``--only`` naming no GPU).
     """
 
     output: str | None = None
@@ -45,6 +45,7 @@ class Attempt:
     failure: str = ""
     status: str = ""
     fatal: tuple[str, ...] = ()
+    fatal_status: int = 1
     #: Too few could ever qualify (too few GPUs, MIG, too little memory on any board):
     #: waiting would not help, so ``--wait`` does not.
     hopeless: bool = False
@@ -103,7 +104,8 @@ def attempts(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Attempt | int:
     """Look until an attempt succeeds (returned, for the caller to print) or not: an exit
-    status (1: too few and no ``--wait``, the wait ran out, or fatal; 130: Ctrl+C).
+    status (1: too few and no ``--wait``, the wait ran out, or fatal; 2: a fatal usage
+    error; 130: Ctrl+C).
 
     ``wait_s``: None looks once; ``math.inf`` waits without limit.
     """
@@ -119,7 +121,7 @@ def attempts(
                 status.clear()
                 for line in result.fatal:
                     print(line, file=stderr)
-                return 1
+                return result.fatal_status
             waited = clock() - started
             if result.output is not None:
                 status.clear()

@@ -58,6 +58,7 @@ def header_lines(report: UsageReport) -> list[str]:
         rules = "; recording rules" if report.recording_rules else ""
         step = fmt.duration(report.step_s) if report.step_s else "?"
         lines.append(f"from Prometheus at {report.where} (sampled every {step}{rules})")
+        lines.append(coverage_line(report))
     else:
         lines.append(f"from the history database {report.where}")
         lines.append(coverage_line(report))
@@ -68,8 +69,13 @@ def header_lines(report: UsageReport) -> list[str]:
 
 
 def coverage_line(report: UsageReport) -> str:
-    """What a database covers: its first and latest recorded sample."""
+    """What a database covers: its first and latest recorded sample; for Prometheus, the
+    first and last sample of the exporters in the period (the hours are summed over that)."""
     first, last = report.recorded_from_s, report.recorded_to_s
+    if report.cluster:
+        if first is None or last is None:
+            return "gpumon exporters' data in this period: none found"
+        return f"gpumon exporters' data from {_when(first)} to {_when(last)} (hours summed over it)"
     if first is None or last is None:
         return "recorded: nothing yet"
     writing = "; the recorder is writing" if report.recording else "; the recorder is stopped"
@@ -87,7 +93,8 @@ def granularity_line(report: UsageReport) -> str:
         return unit
     return (
         f"{unit}; {fmt.duration(prorated)} of the period is in partly covered buckets: "
-        "estimated over when the processes were seen"
+        "estimated over when the processes were seen (PEAK-MEM there: of the processes seen "
+        "in the period, over their whole run)"
     )
 
 

@@ -3,8 +3,10 @@
 Run every few seconds by tmux, so it must start fast: one sample, no psutil, no textual, no
 colours (tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``). The
 default is one compact cell per GPU, ``GPU 0:87/26% 1:FREE ...`` (utilisation / memory used,
-in percent; ``FREE`` for a GPU with no process and less than ``free_threshold_mib`` in use):
-8 GPUs fit in under 100 columns, leaving room for a clock in tmux's 120.
+in percent; ``FREE`` for a GPU with no process and less than ``free_threshold_mib`` in use;
+a ``?`` after a GPU whose process list is unknown, ``4:0/0%?``: it may look idle, but who
+uses it cannot be told): 8 GPUs fit in under 100 columns, ``?`` on each included, leaving
+room for a clock in tmux's 120.
 
 To tell FREE, the line reads NVML's process lists, and nothing about the processes from the
 host (no psutil, no /proc reads of other users' processes); a ``--format`` without
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 DEFAULT_FORMAT = "{index}:{util_num}/{mem_pct_num}%"
 #: What the default format shows for a FREE GPU, in place of ``0/0%``.
 FREE_CELL = "{index}:FREE"
+#: What the default format adds after a GPU whose process list is unknown.
+UNKNOWN_MARK = "?"
 FREE = "FREE"
 DEFAULT_SEPARATOR = " "
 DEFAULT_PREFIX = "GPU "
@@ -103,10 +107,13 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
         print(NO_DATA)  # the bar says so; the reason goes to stderr (tmux shows stdout only)
         report_unavailable(sample.unavailable)
         return 1
-    from gpumon.data.free import free_gpu_indices
+    from gpumon.data.free import free_gpu_indices, processes_known
 
     free = free_gpu_indices(sample, settings.free_threshold_mib)
-    line = status_line(sample, template=template, separator=separator, prefix=prefix, free=free)
+    unknown = {gpu.index for gpu in sample.gpus if shows_free and not processes_known(gpu, sample)}
+    line = status_line(
+        sample, template=template, separator=separator, prefix=prefix, free=free, unknown=unknown
+    )
     print(line)
     return 0
 
@@ -191,12 +198,14 @@ def gpu_fields(gpu: GpuStats, ascii_only: bool = False, free: bool = False) -> d
     }
 
 
-def _cell(gpu: GpuStats, template: str, ascii_only: bool, free: bool) -> str:
+def _cell(gpu: GpuStats, template: str, ascii_only: bool, free: bool, unknown: bool) -> str:
     if gpu.lost:
         return f"{gpu.index}:LOST"
-    if free and template == DEFAULT_FORMAT:
+    if template != DEFAULT_FORMAT:
+        return template.format(**gpu_fields(gpu, ascii_only, free))
+    if free:
         return FREE_CELL.format(index=gpu.index)
-    return template.format(**gpu_fields(gpu, ascii_only, free))
+    return template.format(**gpu_fields(gpu, ascii_only)) + (UNKNOWN_MARK if unknown else "")
 
 
 def _number(value: float | None) -> str:
@@ -211,6 +220,7 @@ def status_line(
     prefix: str | None = None,
     ascii_only: bool | None = None,
     free: Set[int] = frozenset(),
+    unknown: Set[int] = frozenset(),
 ) -> str:
     """One line for every GPU in ``sample``.
 
@@ -223,6 +233,8 @@ def status_line(
         ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
         free: NVML indices of the FREE GPUs (:func:`gpumon.data.free.free_gpu_indices`): the
             default template shows them as ``3:FREE``; any template's ``{free}`` says FREE.
+        unknown: NVML indices of the GPUs whose process list is unknown (refused): the
+            default template marks them ``4:0/0%?``.
 
     Returns:
         The line without a newline; a lost GPU shows as ``2:LOST``, and simulated data
@@ -230,7 +242,10 @@ def status_line(
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
-    parts = [_cell(gpu, template, ascii_only, gpu.index in free) for gpu in sample.gpus]
+    parts = [
+        _cell(gpu, template, ascii_only, gpu.index in free, gpu.index in unknown)
+        for gpu in sample.gpus
+    ]
     if prefix is None:
         prefix = DEFAULT_PREFIX if template == DEFAULT_FORMAT else ""
     line = prefix + separator.join(parts)

@@ -68,7 +68,8 @@ class UsageReport:
         simulated: some of the data is from ``--demo``.
         notes: what the reader should know (a node whose names were not found, ...).
         recorded_from_s, recorded_to_s: a database's first and latest recorded sample
-            (what it covers, gaps aside); ``None`` for Prometheus, or nothing recorded.
+            (what it covers, gaps aside); for Prometheus, the exporters' first and last
+            sample within the period (the hours are summed over that); ``None``: nothing.
         recording: a database's recorder is writing now (its latest sample is at most
             three intervals old), so ``holders`` is who holds memory idle now; when False,
             nobody knows who does. ``None`` for Prometheus (its answer is now's).

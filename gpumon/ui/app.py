@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.command import CommandPalette
+from textual.notifications import Notification, Notify
 
 from gpumon.data import format as fmt
 from gpumon.ui.alerts import alert_sequence
@@ -97,14 +98,31 @@ class MonitorApp(App[int]):
             self.quit_signals = QuitOnSignals(self)
         self.quit_signals.install()
 
-    def alert(self, message: str) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        #: The alerts on screen that say something may stop being true, by what they say.
+        self._alerts: dict[Hashable, Notification] = {}
+
+    def alert(self, message: str, about: Hashable | None = None) -> None:
         """Tell the user now, also when they look elsewhere: a notification that stays
         :data:`ALERT_NOTICE_S`, the bell and a desktop notification
         (:func:`~gpumon.ui.alerts.alert_sequence`), written to the terminal the app draws on
-        (Textual's driver: stderr, never stdout) in one write."""
-        self.notify(message, title="gpumon", timeout=ALERT_NOTICE_S, markup=False)
+        (Textual's driver: stderr, never stdout) in one write. ``about``: what the alert
+        says, for :meth:`withdraw_alerts` to take its notification down once untrue."""
+        notification = Notification(message, "gpumon", timeout=ALERT_NOTICE_S, markup=False)
+        self.post_message(Notify(notification))
+        if about is not None:
+            self._alerts[about] = notification
         if self.is_running and self._driver is not None:
             self._driver.write(alert_sequence("gpumon", message, tmux=bool(os.environ.get("TMUX"))))
+
+    def withdraw_alerts(self, untrue: Callable[[Hashable], bool]) -> None:
+        """Take down the notifications of the alerts whose ``about`` is ``untrue`` now (a GPU
+        said FREE that is taken again): ten minutes of a stale "FREE" would mislead."""
+        for about, notification in list(self._alerts.items()):
+            if notification.has_expired or untrue(about):
+                del self._alerts[about]
+                self._unnotify(notification)
 
     def action_command_palette(self) -> None:
         """Ctrl+P: the command palette (:class:`CommandPaletteTypedAhead`)."""

@@ -37,7 +37,9 @@ def usage_rows(
     # and in which the holder's processes were seen (their sessions' first and last seen, an
     # interval before the first: the first sample credits the time since the one before).
     # Only the (at most four) buckets the period's ends fall in are clipped: one pass over
-    # the sessions that overlap them.
+    # the sessions that overlap them. Their peak memory too: a bucket's peak may be a job's
+    # that ended before the period began, so there the peak is that of the sessions seen in
+    # the period (each over its whole run).
     group_column = "gpu_id" if by == "gpu" else "owner_key"
     meta = dict(
         connection.execute(
@@ -58,7 +60,9 @@ def usage_rows(
         ),
         seen AS (
             SELECT e.start_s, e.width, s.gpu_id, {session_key} AS key,
-                min(s.first_seen_s) - :slack AS seen_from, max(s.last_seen_s) AS seen_to
+                min(s.first_seen_s) - :slack AS seen_from, max(s.last_seen_s) AS seen_to,
+                max(CASE WHEN s.last_seen_s >= :start AND s.first_seen_s < :end
+                    THEN s.peak_memory_bytes END) AS seen_peak
             FROM edges e JOIN sessions s
                 ON s.last_seen_s >= e.start_s AND s.first_seen_s - :slack < e.start_s + e.width
             GROUP BY 1, 2, 3, 4
@@ -67,12 +71,13 @@ def usage_rows(
             SELECT * FROM rows WHERE start_s < :start OR start_s + width > :end
         ),
         joined AS (
-            SELECT edge_rows.*, seen.seen_from, seen.seen_to
+            SELECT edge_rows.*, seen.seen_from, seen.seen_to, seen.seen_peak AS period_peak
             FROM edge_rows LEFT JOIN seen ON seen.start_s = edge_rows.start_s
                 AND seen.width = edge_rows.width AND seen.gpu_id = edge_rows.gpu_id
                 AND seen.key = edge_rows.key
             UNION ALL
-            SELECT *, NULL, NULL FROM rows WHERE start_s >= :start AND start_s + width <= :end
+            SELECT *, NULL, NULL, peak_memory_bytes FROM rows
+            WHERE start_s >= :start AND start_s + width <= :end
         ),
         bounded AS (
             SELECT *, max(min(start_s + width, :recorded_to), start_s + 1) AS stop_s
@@ -84,19 +89,19 @@ def usage_rows(
             FROM bounded
         ),
         spans AS (
-            SELECT key AS owner_key, gpu_id, held_s, used_s, idle_held_s, peak_memory_bytes,
+            SELECT key AS owner_key, gpu_id, held_s, used_s, idle_held_s, period_peak,
                 known_s, from_s AS start_s, max(to_s, from_s + 1) AS stop_s
             FROM clipped
         ),
         parts AS (
-            SELECT {group_column} AS owner, held_s, used_s, idle_held_s, peak_memory_bytes,
+            SELECT {group_column} AS owner, held_s, used_s, idle_held_s, period_peak,
                 known_s,
                 max(0.0, min(stop_s, :end) - max(start_s, :start)) * 1.0 / (stop_s - start_s)
                     AS part
             FROM spans
         )
         SELECT owner, sum(held_s * part), sum(used_s * part), sum(idle_held_s * part),
-            max(peak_memory_bytes), sum(known_s * part)
+            max(period_peak), sum(known_s * part)
         FROM parts GROUP BY owner
         """,
         {

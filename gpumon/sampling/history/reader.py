@@ -199,8 +199,10 @@ class HistoryReader:
             processes on that GPU (as if used evenly through that part). Two processes of a
             group on one GPU at once count once (the recorder keeps each grouping's own
             rows). ``processes`` counts the process sessions seen in the period;
-            ``peak_memory_bytes`` is the most one process of the group held at once, in the
-            buckets of the period.
+            ``peak_memory_bytes`` is the most one process of the group held at once: in the
+            buckets inside the period, and in those it covers in part, of the processes
+            seen in the period (over their whole run: a bucket's own peak may be a job's
+            that ended before the period began).
 
         Raises:
             ValueError: ``by`` is not one of :data:`GROUPINGS`.

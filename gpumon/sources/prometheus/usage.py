@@ -21,6 +21,14 @@ period counts once); one asks who is idle now, and one whether the contrib recor
 were, and the report is by user, the range query reads their per-user series
 (:data:`RECORDED`) instead of the raw per-process ones: a few series per node instead of one
 per process. Every request is the source's: its timeout, its size cap, its redaction.
+
+Hours are never summed over time Prometheus holds no data of: one instant query first finds
+when each node's exporter was scraped (its first and last sample in the period,
+:func:`extent_query`), the period is clipped to that (2 minutes of data in a 7-day report
+are summed over those 2 minutes, at a step that fits them), and a node seen for less than
+the evaluations that saw it stand for (a node that came up late) has its hours scaled down
+to the time it was there. The report says what the data covers (``recorded_from_s`` and
+``recorded_to_s``).
 """
 
 from __future__ import annotations
@@ -81,6 +89,25 @@ def raw_expressions(label: str) -> dict[str, str]:
         "(gpumon_process_sm_utilization_ratio and on (instance, job, uuid, pid) "
         "(gpumon_process_gpu_memory_bytes > 0)))",
     }
+
+
+#: The finest resolution of the extent query: under Prometheus' 5-minute lookback, so no
+#: sample is stepped over, and its first and last samples are read exactly.
+EXTENT_MAX_RESOLUTION_S = 240.0
+EXTENT_POINTS = 10_000
+
+
+def extent_query(period: Period) -> str:
+    """Each node's first (``first``) and last (``last``) sample time in ``period``, from the
+    series every gpumon exporter writes, evaluated at the period's end. ``timestamp()`` reads
+    the samples' own times; the subquery's resolution only has to stay under the lookback."""
+    resolution = min(EXTENT_MAX_RESOLUTION_S, max(MIN_STEP_S, period.seconds / EXTENT_POINTS))
+    window = f"[{max(1, math.ceil(period.seconds))}s:{math.floor(resolution)}s]"
+    return " or ".join(
+        f"label_replace({kind} by (instance, job) ({kind}_over_time(timestamp(gpumon_host_info)"
+        f'{window})), "{_FACT}", "{fact}", "", "")'
+        for kind, fact in (("min", "first"), ("max", "last"))
+    )
 
 
 def range_query(label: str, recorded: bool) -> str:
@@ -166,18 +193,23 @@ def cluster_usage(
         PrometheusError: a query failed (one line without credentials).
     """
     label = LABELS[by]
-    step_s = step_seconds(period)
-    recorded = by == "user" and _rules_loaded(source, period, step_s)
+    extents = _extents(source.query(extent_query(period), period.end_s), period)
+    covered = _covered(period, extents)
+    step_s = step_seconds(covered)
+    # Loaded when the period asked for began, as before clipping: else the raw series.
+    recorded = by == "user" and _rules_loaded(source, period, step_seconds(period))
     answer = source.query_range(
-        range_query(label, recorded), period.start_s + step_s, period.end_s, step_s
+        range_query(label, recorded), covered.start_s + step_s, covered.end_s, step_s
     )
     rows: dict[tuple[tuple[str, str], str | None], _Row] = {}
     hosts: dict[tuple[str, str], str] = {}
+    seen: dict[tuple[str, str], int] = {}  # evaluations that saw each node
     simulated = False
     for labels, values in _matrix(answer):
         fact = labels.get(_FACT)
         target = _target(labels)
         if fact == "host":
+            seen[target] = seen.get(target, 0) + len(values)
             if values and labels.get("hostname"):
                 hosts[target] = safe_text(labels["hostname"])
             continue
@@ -193,7 +225,9 @@ def cluster_usage(
         elif fact in ("held", "used", "idle"):
             hours = sum(values) * step_s / 3600.0
             setattr(row, fact, getattr(row, fact) + hours)
-    counted = source.query(processes_query(label, period, step_s), period.end_s)
+    for (target, _), row in rows.items():
+        _scale(row, _presence(extents.get(target), seen.get(target, 0), step_s))
+    counted = source.query(processes_query(label, covered, step_s), covered.end_s)
     for item in _vector(counted):
         key = item.labels.get(label) or None
         found = rows.get((_target(item.labels), None if key is None else safe_text(key)))
@@ -232,7 +266,55 @@ def cluster_usage(
         recording_rules=recorded,
         simulated=simulated,
         notes=used_notes(by, tuple(usage)),
+        recorded_from_s=min((first for first, _ in extents.values()), default=None),
+        recorded_to_s=max((last for _, last in extents.values()), default=None),
     )
+
+
+def _extents(data: Any, period: Period) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each node's first and last sample in ``period`` (an :func:`extent_query` answer)."""
+    firsts: dict[tuple[str, str], float] = {}
+    lasts: dict[tuple[str, str], float] = {}
+    for item in _vector(data):
+        fact, value = item.labels.get(_FACT), item.value
+        if value is None or not math.isfinite(value):
+            continue
+        (firsts if fact == "first" else lasts if fact == "last" else {})[_target(item.labels)] = (
+            value
+        )
+    return {
+        target: (max(first, period.start_s), min(lasts[target], period.end_s))
+        for target, first in firsts.items()
+        if target in lasts and lasts[target] >= max(first, period.start_s)
+    }
+
+
+def _covered(period: Period, extents: dict[tuple[str, str], tuple[float, float]]) -> Period:
+    """``period`` clipped to the data's extent (at least :data:`MIN_STEP_S` long); the
+    whole period where no extent is known."""
+    if not extents:
+        return period
+    end = max(last for _, last in extents.values())
+    start = max(period.start_s, min(min(first for first, _ in extents.values()), end - MIN_STEP_S))
+    return Period(start, end) if end > start else period
+
+
+def _presence(extent: tuple[float, float] | None, seen: int, step_s: float) -> float:
+    """The share of its evaluations a node was there for: 1 unless its data spans less than
+    the ``seen`` evaluations of ``step_s`` stand for (it came up or went away between
+    them); a sample stands for :data:`MIN_STEP_S` at least, a usual scrape interval."""
+    if extent is None or seen <= 0:
+        return 1.0
+    there_s = extent[1] - extent[0] + MIN_STEP_S
+    return min(1.0, there_s / (seen * step_s))
+
+
+def _scale(row: _Row, share: float) -> None:
+    row.held *= share
+    row.used *= share
+    row.idle *= share
+    if row.known is not None:
+        row.known *= share
 
 
 def _used(row: _Row, tracked: bool) -> float | None:

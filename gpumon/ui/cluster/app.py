@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -207,10 +207,14 @@ class ClusterApp(MonitorApp):
         if not self.is_running:
             return
         threshold = self.settings.free_threshold_mib
-        for watch in self.watches.finish(
-            lambda watch: watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
-        ):
-            self.alert(watch.done_text(watch.node or "?"))
+
+        def free(watch: Hashable) -> bool:
+            assert isinstance(watch, Watch)
+            return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
+
+        self.withdraw_alerts(lambda watch: not free(watch))
+        for watch in self.watches.finish(free):
+            self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
         screen = self.screen
         if isinstance(screen, ClusterView):
             with self.batch_update():

@@ -35,6 +35,7 @@ from gpumon.ui.dashboard.shown_gpus import ShownGpus
 from gpumon.ui.dashboard.signal_dialog import SIGNAL_BINDINGS
 from gpumon.ui.dashboard.watch import DashboardWatches
 from gpumon.ui.widgets.bars import STALL_NOT_ANSWERING, STALL_READS_FAILING
+from gpumon.ui.widgets.gpu_notes import unknown_process_notes
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.graphs import GRAPHED_GPU_FIELDS, GRAPHED_PROCESS_FIELDS
 from gpumon.ui.widgets.lines import Glyphs
@@ -162,8 +163,9 @@ class GpumonApp(HistoryKeys, MonitorApp):
         self.stall_reason = STALL_NOT_ANSWERING
         self.shown_gpus = ShownGpus(self)  # --only, --only-visible: each sample is cut first
         self.watches = DashboardWatches(self)  # w: tell me when a GPU is FREE, a process ends
-        #: What is said of each GPU beside its readings (claims, idle holders, watches).
-        self.note_sources: list[NoteSource] = [self.watches.notes]
+        #: What is said of each GPU beside its readings (processes unknown, watches, claims,
+        #: idle holders).
+        self.note_sources: list[NoteSource] = [unknown_process_notes, self.watches.notes]
         self.note_sources.append(ClaimNotes(self, self.settings.claims_dir))  # pick's claims
         self.idle = watch_idleness(self)  # held idle: the SM% cells, GPU notes, idle memory
         self.history = DashboardHistory(self)  # gpumon record's database: idle since, U, [ ]

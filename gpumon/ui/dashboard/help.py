@@ -52,8 +52,9 @@ Processes (nvidia-smi's Processes table, plus host details)
   seen from the host. <defunct>: a process that exited but was not reaped by
   its parent.
   "GPU n: processes N/A": NVML refused that GPU's process list (with MIG on,
-  it lists processes only to root), or the GPU or driver lists none; its
-  processes are unknown, not none.
+  it lists processes only to root), or the GPU or driver lists none, or the
+  GPU is LOST; its processes are unknown, not none: its card says "procs ?"
+  and it is never FREE.
   "GPU n: 22.0G used by processes not listed": most of that GPU's memory is
   held by processes NVML does not list here (another container or PID
   namespace): it is not free.

@@ -298,6 +298,7 @@ class DashboardScreen(Screen[None]):
         if not self.zoomed:
             panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
         notices, empty_text = table_messages(sample)
+        empty_text = app.shown_gpus.nothing_shown or empty_text
         table = self.query_one(ProcessTable)
         selected = panel.selected_gpu
         table.select_gpu(None if selected is None or len(gpus) < 2 else selected.index)

@@ -5,7 +5,8 @@ and the watches all agree, and ``gpumon once`` cuts the same way
 
 The header says a filter is on (``GPUs 0,3 of 8``); what cannot be matched (``--only 9`` on
 a 4-GPU machine) or is worth knowing about ``CUDA_VISIBLE_DEVICES`` (``-1``: no GPU visible;
-an order CUDA may not share with NVML) is said once, as a notification.
+an order CUDA may not share with NVML) is said once, as a notification. A filter that lets no
+GPU through says so in the process table too, never "No processes on any GPU.".
 """
 
 from __future__ import annotations
@@ -51,3 +52,12 @@ class ShownGpus:
     def header_text(self) -> str:
         """``GPUs 0,3 of 8`` while a filter is on, else ``""``."""
         return self.last.describe() if self.last is not None else ""
+
+    @property
+    def nothing_shown(self) -> str | None:
+        """What the process table says while the filters let no GPU through (``--only 12``
+        on a 4-GPU machine), else ``None``."""
+        if self.last is None or self.last.sample.gpus:
+            return None
+        why = "; ".join(self.last.missing) or f"the start-up filters leave {self.last.describe()}"
+        return f"No GPU shown: {why}."

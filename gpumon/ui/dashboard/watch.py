@@ -7,8 +7,10 @@ sample from the store: a GPU is done when it is FREE by the dashboard's own rule
 (:func:`~gpumon.data.free.free_gpu_indices`: never while its processes are unknown), a
 process when no GPU lists it any more (or NVML lists it as exited) and its GPU's process
 list was read. Then the app alerts (a notification, the bell, a desktop notification) and
-the watch ends. A GPU that is FREE already, or a process that has ended, is said so at once
-and not watched: there is nothing to wait for.
+the watch ends; the notification of a GPU that "was FREE at 14:02" goes once it is not. A
+GPU that is FREE already, or a process that has ended, is said so at once and not watched:
+there is nothing to wait for. A GPU whose process list is unknown (refused, LOST) is
+watched, but ``w`` says that no FREE can come while it stays unknown.
 """
 
 from __future__ import annotations
@@ -91,16 +93,33 @@ class DashboardWatches:
         if over is not None and not self.watches.watching(watch):
             notify(f"{over}: nothing to wait for.", markup=False)
         elif self.watches.toggle(watch):
+            unknown = None if watch.pid is not None or gpu is None else self._unknown(gpu)
+            if unknown is not None:
+                notify(f"Watching {watch.name}, but its processes are unknown ({unknown}): "
+                       "it cannot be told FREE while they are (w again: stop).",
+                       severity="warning", markup=False)  # fmt: skip
+                return
             when = "is FREE" if watch.pid is None else "ends"
             notify(f"Watching {watch.name}: you will be told when it {when} (w again: stop).",
                    markup=False)  # fmt: skip
         else:
             notify(f"Stopped watching {watch.name}.", markup=False)
 
+    def _unknown(self, gpu: GpuStats) -> str | None:
+        """Why ``gpu``'s process list is unknown in the latest sample, or ``None``."""
+        sample = self._app.store.latest
+        if gpu.lost:
+            return "LOST"
+        if sample is None or processes_known(gpu, sample):
+            return None
+        return gpu.processes_error or "not read"
+
     def _on_sample(self, sample: Sample) -> None:
         app = self._app
-        if not app.is_running or not len(self.watches):
+        if not app.is_running:
             return
         free = free_gpu_indices(sample, app.settings.free_threshold_mib)
+        app.withdraw_alerts(lambda about: isinstance(about, Watch) and about.gpu_index not in free)
         for watch in self.watches.finish(lambda watch: is_done(watch, sample, free)):
-            app.alert(watch.done_text(sample.host.hostname))
+            about = watch if watch.pid is None else None  # an ended process stays ended
+            app.alert(watch.done_text(sample.host.hostname, sample.timestamp_s), about)

@@ -1,4 +1,5 @@
-"""What is said of a GPU beside its readings: claimed by a user's pick, held idle, watched.
+"""What is said of a GPU beside its readings: claimed by a user's pick, held idle, watched,
+its processes unknown.
 
 The dashboard hands :class:`GpuNote` objects down to the GPU panel (``GpuPanel.notes``), which
 draws them in a card's bottom border or at the end of a row. No Textual here.
@@ -9,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpumon.data.free import processes_known
 from gpumon.data.model import Sample
+
+#: The note on a GPU whose process list could not be read (refused, unsupported): its
+#: readings may look idle, but who uses it is not known, so it is never FREE.
+UNKNOWN_PROCESSES = "procs ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,4 +45,15 @@ def gather_notes(
         index: tuple(sorted(notes, key=lambda note: note.style != "note-warn"))
         for index, notes in gathered.items()
         if notes
+    }
+
+
+def unknown_process_notes(sample: Sample | None) -> dict[int, tuple[GpuNote, ...]]:
+    """A note source: ``procs ?`` on each GPU whose process list is unknown (a LOST GPU
+    says LOST already)."""
+    if sample is None:
+        return {}
+    note = (GpuNote(UNKNOWN_PROCESSES, "note-warn"),)
+    return {
+        gpu.index: note for gpu in sample.gpus if not gpu.lost and not processes_known(gpu, sample)
     }

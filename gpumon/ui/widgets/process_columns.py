@@ -141,9 +141,9 @@ def _job_number(job_id: str | None) -> int | None:
 def table_messages(sample: Sample | None) -> tuple[list[str], str]:
     """The notice lines below the rows, and the text of an empty table, for ``sample``.
 
-    A GPU whose process list is unknown (refused by NVML) gets a notice, and so does one
-    whose memory is held mostly by processes NVML does not list here. "No processes" is said
-    only when every GPU's list was read.
+    A GPU whose process list is unknown (refused by NVML, or the GPU LOST) gets a notice, and
+    so does one whose memory is held mostly by processes NVML does not list here. "No
+    processes" is said only when every GPU's list was read.
     """
     if sample is None:
         return [], EMPTY_WAITING
@@ -155,8 +155,9 @@ def table_messages(sample: Sample | None) -> tuple[list[str], str]:
     notices: list[str] = []
     unknown = 0
     for gpu in sample.gpus:
-        if gpu.lost:
+        if gpu.lost:  # its processes vanish from the rows: say why, as for a refused list
             unknown += 1
+            notices.append(f"GPU {gpu.index}: processes N/A (LOST: no readings)")
         elif gpu.processes_error is not None:
             unknown += 1
             notices.append(f"GPU {gpu.index}: processes N/A ({gpu.processes_error})")

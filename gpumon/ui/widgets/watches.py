@@ -10,6 +10,7 @@ app) and tells the user with :meth:`gpumon.ui.app.MonitorApp.alert`. No Textual 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -40,10 +41,13 @@ class Watch:
         """The card's note while it is watched."""
         return GpuNote("watching" if self.pid is None else f"watching PID {self.pid}")
 
-    def done_text(self, where: str) -> str:
-        """What the alert says once it happened, ``where`` naming the machine or node."""
+    def done_text(self, where: str, at_s: float) -> str:
+        """What the alert says once it happened, ``where`` naming the machine or node,
+        ``at_s`` the time of the sample that showed it. A GPU "was FREE at 14:02": the alert
+        stays on screen for minutes, and someone may take the GPU meanwhile."""
         if self.pid is None:
-            return f"{self.name} on {where} is FREE"
+            clock = time.strftime("%H:%M", time.localtime(at_s))
+            return f"{self.name} on {where} was FREE at {clock}"
         return f"{self.name} on GPU {self.gpu_index} of {where} has ended"
 
 
