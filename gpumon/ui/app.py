@@ -122,7 +122,11 @@ class MonitorApp(App[int]):
         for about, notification in list(self._alerts.items()):
             if notification.has_expired or untrue(about):
                 del self._alerts[about]
-                self._unnotify(notification)
+                # Textual's one way to take a notification down is private: without it the
+                # notice stays until its timeout, still saying when it was true.
+                unnotify = getattr(self, "_unnotify", None)
+                if unnotify is not None:
+                    unnotify(notification)
 
     def action_command_palette(self) -> None:
         """Ctrl+P: the command palette (:class:`CommandPaletteTypedAhead`)."""
