@@ -74,7 +74,7 @@ class BasicAuth:
         self._users = dict(users)
         self._clock = clock
         self._secret = os.urandom(32)
-        # On the loop's thread only: HMAC of a right (user, hash, password) -> when checked.
+        # On the loop's thread only: HMAC of a right (user, hash, password) -> when last used.
         self._remembered: OrderedDict[bytes, float] = OrderedDict()
         self._checking: dict[bytes, asyncio.Future[bool]] = {}
         costs = {int(hashed[4:6]) for hashed in self._users.values()}

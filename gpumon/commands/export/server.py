@@ -177,6 +177,7 @@ class HttpServer:
         self._tasks: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references
         self._warned: set[str] = set()
         self._date = (0, "")
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -186,9 +187,12 @@ class HttpServer:
         return len(self._connections)
 
     def stop(self, timeout_s: float = 1.0) -> None:
-        """Stop listening and close every connection; returns within about ``timeout_s``."""
-        with contextlib.suppress(RuntimeError):  # the loop has ended already
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop listening and close every connection; returns within about ``timeout_s``.
+        Again: waits again (a second stop of the loop would break the closing under way)."""
+        if not self._stopping:
+            self._stopping = True
+            with contextlib.suppress(RuntimeError):  # the loop has ended already
+                self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout_s)
         self._listening.close()  # closed by the loop's end already, unless it hangs
 
