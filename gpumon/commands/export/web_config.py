@@ -285,11 +285,10 @@ def _handshakes(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> 
     client.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
     client.set_ciphers("ALL:@SECLEVEL=0")
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
-    ends = (
-        (client.wrap_bio(to_client, to_server), to_server, to_client),
-        (context.wrap_bio(to_server, to_client, server_side=True), to_client, to_server),
-    )
-    pending = [end for end, _, _ in ends]
+    pending = [
+        client.wrap_bio(to_client, to_server),
+        context.wrap_bio(to_server, to_client, server_side=True),
+    ]
     try:
         for _ in range(8):  # TLS 1.2 takes two round trips
             for end in list(pending):
