@@ -200,3 +200,26 @@ def test_openmetrics_is_served_when_asked_gzipped_too(serve: Serve) -> None:
     assert text.endswith("\n# EOF\n") and text.count("# EOF") == 1
     names = {sample.name for family in om_parse(text) for sample in family.samples}
     assert {"gpumon_gpu_up", "gpumon_sampler_stalled", "gpumon_sampling_errors_total"} <= names
+
+
+def test_stopping_again_while_connections_close_breaks_nothing(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second stop (an exporter stopped by its owner, then at exit) while the first still
+    closes hundreds of connections: the server thread ends without an exception."""
+    failures: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(args.exc_value))
+    exporter = serve(FakeSource(make_sample()))
+    held = [socket.create_connection(("127.0.0.1", exporter.port), timeout=5) for _ in range(300)]
+    try:
+        deadline = time.monotonic() + 5
+        while exporter.server.connections < 300 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        again_until = time.monotonic() + 1
+        while time.monotonic() < again_until:  # the first stop's closing takes some of it
+            exporter.server.stop(timeout_s=0.001)
+        exporter.server.stop(timeout_s=5)  # its thread has ended
+    finally:
+        for connection in held:
+            connection.close()
+    assert failures == []

@@ -4,7 +4,9 @@ loopback, with certificates made here; hostile TLS clients hold nothing past the
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
+import os
 import re
 import socket
 import ssl
@@ -300,3 +302,44 @@ def test_the_command_serves_https_with_auth(pki: dict[str, object]) -> None:
         process.terminate()
         _, err = process.communicate(timeout=10)
     assert process.returncode == 0 and "Traceback" not in err
+
+
+def server_end(client: socket.socket) -> socket.socket:
+    """The exporter's socket (in this process) of ``client``'s connection, found by its
+    address among this process's descriptors; a duplicate, to close."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:  # not a socket
+            continue
+        try:
+            if sock.family == client.family and sock.getpeername() == client.getsockname():
+                return sock
+        except OSError:
+            pass
+        sock.close()
+    raise AssertionError("the exporter's end of the connection was not found")
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_answers_are_not_held_back_by_nagle(
+    pki: dict[str, object], serve: Serve, scheme: str
+) -> None:
+    """The exporter's end of a connection has TCP_NODELAY: an answer's head and body go out
+    at once, never after the client's delayed ACK (40 ms a scrape on a kept-alive
+    connection, and every TLS one)."""
+    directory = pki["dir"]
+    assert isinstance(directory, Path)
+    path = web_config(pki) if scheme == "https" else write_config(directory, "{}\n", "plain.yml")
+    exporter = serve(path)
+    connection: http.client.HTTPConnection = (
+        http.client.HTTPSConnection("127.0.0.1", exporter.port, context=client_context(pki))
+        if scheme == "https"
+        else http.client.HTTPConnection("127.0.0.1", exporter.port)
+    )
+    with contextlib.closing(connection):
+        connection.request("GET", "/metrics")
+        assert connection.getresponse().read()
+        assert connection.sock is not None
+        with server_end(connection.sock) as end:
+            assert end.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)

@@ -4,15 +4,18 @@ never shows a secret (a hash, a key, the text around a YAML error)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from pathlib import Path
 
 import bcrypt
 import pytest
+from cryptography import x509
 
 from gpumon.cli import main
 from gpumon.commands.export.web_config import WebConfigError, load_web_config
+from tests.test_export_cli import start_process
 from tests.tls_certs import TEST_COST, Authority, write_config
 
 #: A hash that must never be printed (its salt and digest are the secret part).
@@ -27,6 +30,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     server = ca.issue("server", server=True)
     other = ca.issue("other", server=True)
     locked = ca.issue("locked", server=True, password=b"passphrase")
+    expired = ca.issue("expired", server=True, valid_from=datetime.timedelta(days=-10))
+    future = ca.issue("future", server=True, valid_from=datetime.timedelta(days=2))
     return {
         "dir": directory,
         "ca": ca.cert,
@@ -35,6 +40,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "other_key": other.key,
         "locked_cert": locked.cert,
         "locked_key": locked.key,
+        "expired_cert": expired.cert,
+        "expired_key": expired.key,
+        "future_cert": future.cert,
+        "future_key": future.key,
     }
 
 
@@ -117,6 +126,10 @@ BAD = {
         "{tls}  client_allowed_sans: [a]\n",
         "tls_server_config.client_allowed_sans: not supported",
     ),
+    "NUL in a file name": (
+        'tls_server_config:\n  cert_file: "server\\0.crt"\n  key_file: server.key\n',
+        "tls_server_config.cert_file: not a usable file name",
+    ),
     "inline key": ("tls_server_config:\n  key: secret\n", "tls_server_config.key: an inline key"),
     "a number for a file": (
         "tls_server_config:\n  cert_file: 12\n",
@@ -193,6 +206,62 @@ def test_what_is_read_and_what_is_only_warned_about(files: dict[str, Path]) -> N
     assert config.users == {"alice": HASH.encode()}
     assert SECRET not in repr(config)
     assert config.warnings == ("http_server_config is not applied by gpumon (ignored)",)
+
+
+def test_versions_no_handshake_succeeds_with_are_refused_at_start(files: dict[str, Path]) -> None:
+    """TLS 1.0 only: OpenSSL's security level refuses every handshake, so the exporter
+    refuses to start rather than announce an https:// no client can reach."""
+    versions = "  min_version: TLS10\n  max_version: TLS10\n"
+    path = write_config(files["dir"], tls(files, versions), "tls10.yml")
+    process = start_process("--demo", "--listen", "127.0.0.1:0", "--web-config-file", str(path))
+    try:
+        _, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:  # serving
+            process.kill()
+            process.communicate()
+    assert process.returncode == 2, err
+    assert err.count("\n") == 1 and err.startswith(
+        f"gpumon export: error: --web-config-file {path}: tls_server_config.min_version/"
+        "max_version: no TLS handshake succeeds here with TLS10 to TLS10 ("
+    ), err
+    assert err.endswith("): use TLS12 or TLS13\n")
+
+
+def _expected_warning(files: dict[str, Path], case: str, path: Path) -> str:
+    if case == "empty":
+        return f"{path} is empty: serving plain HTTP without authentication"
+    certificate = x509.load_pem_x509_certificate(files[f"{case}_cert"].read_bytes())
+    if case == "expired":
+        when = certificate.not_valid_after_utc.strftime("%Y-%m-%d %H:%M UTC")
+        return f"tls_server_config.cert_file: the certificate expired on {when}: clients will "
+    when = certificate.not_valid_before_utc.strftime("%Y-%m-%d %H:%M UTC")
+    return f"tls_server_config.cert_file: the certificate is not valid before {when}: clients "
+
+
+@pytest.mark.parametrize("case", ["empty", "expired", "future"])
+def test_what_is_served_anyway_is_said_in_one_line_at_start(
+    case: str, files: dict[str, Path]
+) -> None:
+    """An empty file serves plain HTTP without authentication, as the toolkit does; a
+    certificate out of date is served; both are said before the banner."""
+    text = "" if case == "empty" else tls(files, cert=f"{case}_cert", key=f"{case}_key")
+    path = write_config(files["dir"], text, f"said-{case}.yml")
+    process = start_process("--demo", "--listen", "127.0.0.1:0", "--web-config-file", str(path))
+    lines: list[str] = []
+    try:
+        assert process.stderr is not None
+        while len(lines) < 3 and "/metrics" not in "".join(lines[-1:]):  # up to the banner
+            lines.append(process.stderr.readline())
+    finally:
+        process.terminate()
+        _, rest = process.communicate(timeout=10)
+    scheme = "http" if case == "empty" else "https"
+    assert len(lines) == 2 and f"serving {scheme}://127.0.0.1:" in lines[1], lines
+    assert lines[0].startswith(
+        "gpumon export: warning: --web-config-file: " + _expected_warning(files, case, path)
+    ), lines
+    assert process.returncode == 0 and "Traceback" not in rest
 
 
 def test_missing_packages_say_how_to_install(

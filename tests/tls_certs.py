@@ -71,9 +71,17 @@ class Authority:
             directory / f"{slug}.pem", self.certificate.public_bytes(serialization.Encoding.PEM)
         )
 
-    def issue(self, name: str, *, server: bool, password: bytes | None = None) -> Pair:
+    def issue(
+        self,
+        name: str,
+        *,
+        server: bool,
+        password: bytes | None = None,
+        valid_from: datetime.timedelta = datetime.timedelta(minutes=-5),
+    ) -> Pair:
+        """A certificate valid from ``valid_from`` (from now) for about a day."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.timezone.utc) + valid_from
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
             x509.CertificateBuilder()
@@ -81,7 +89,7 @@ class Authority:
             .issuer_name(self.certificate.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_before(now)
             .not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )

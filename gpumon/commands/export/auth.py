@@ -6,14 +6,17 @@ anyone who can connect can send wrong passwords. So:
 
 - **Never on the event loop.** Hashes are checked (``bcrypt.checkpw``, constant-time) by one
   worker thread; the connection waits for the answer, the loop serves everyone else.
-- **Bounded.** At most :data:`QUEUE_SIZE` checks wait for the worker; a request beyond that
-  is answered ``429`` at once, without a check. Requests with the same credentials while a
-  check of them is under way share it. The server gives the whole wait
+- **Fair.** Each client address has its own lane of at most :data:`QUEUE_SIZE` waiting
+  checks, and the worker takes one check from each lane in turn: a flood of wrong passwords
+  from one address fills its own lane (its requests beyond get ``429`` at once, without a
+  check), while a check from another address waits for at most one check per busy lane (at
+  most :data:`LANES`; beyond, ``429``). Requests with the same credentials while a check of
+  them is under way share it. The server gives the whole wait
   :data:`~gpumon.commands.export.server.WRITE_TIMEOUT_S` (then ``503``).
-- **Remembered.** A right password is remembered for :data:`REMEMBER_S` (at most
-  :data:`REMEMBERED` pairs), under an HMAC with a key made at start, never the password:
-  a scraper pays bcrypt once every few minutes, and a flood of wrong passwords, which fills
-  the queue, does not lock out a scraper already known.
+- **Remembered.** A right password is remembered for :data:`REMEMBER_S` from its last use
+  (at most :data:`REMEMBERED` pairs), under an HMAC with a key made at start, never the
+  password: a scraper pays bcrypt once, and its scrapes never wait for the worker, whatever
+  floods it.
 - **No user enumeration by timing.** An unknown user's password is checked against a decoy
   hash of the same cost as the configured ones, which all have one cost (the web config
   refuses mixed costs: a cheaper hash would answer faster than the decoy).
@@ -30,18 +33,23 @@ import concurrent.futures
 import hashlib
 import hmac
 import os
-import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 
 from gpumon.commands.export.messages import Request, Response, plain
 
-#: Checks waiting for the worker at most (one more is being checked).
+#: Checks waiting for the worker at most per client address.
 QUEUE_SIZE = 8
-#: How long a right password is remembered.
+#: Client addresses with checks waiting at most: at about 70 ms a check, a check waits at
+#: most some 5 s, well within the server's limit.
+LANES = 64
+#: How long a right password is remembered after its last use.
 REMEMBER_S = 300.0
+#: How long ``stop()`` waits for a check under way: exiting under a check would abort the
+#: process (bcrypt's Rust code cannot unwind the thread's end at interpreter exit).
+STOP_WAIT_S = 5.0
 #: Right (user, password) pairs remembered at most.
 REMEMBERED = 256
 
@@ -66,13 +74,13 @@ class BasicAuth:
         self._users = dict(users)
         self._clock = clock
         self._secret = os.urandom(32)
-        # On the loop's thread only: HMAC of a right (user, hash, password) -> when checked.
+        # On the loop's thread only: HMAC of a right (user, hash, password) -> when last used.
         self._remembered: OrderedDict[bytes, float] = OrderedDict()
         self._checking: dict[bytes, asyncio.Future[bool]] = {}
         costs = {int(hashed[4:6]) for hashed in self._users.values()}
         if len(costs) > 1:  # the web config refuses them: see its _same_cost
             raise ValueError("basic_auth_users: every bcrypt hash must have the same cost")
-        self._worker = _Worker(queue_size, max(costs, default=10))
+        self._worker = _Worker(queue_size, LANES, max(costs, default=10))
 
     @property
     def checks(self) -> int:
@@ -82,9 +90,9 @@ class BasicAuth:
     def stop(self) -> None:
         self._worker.stop()
 
-    async def gate(self, request: Request) -> Response | None:
+    async def gate(self, request: Request, client: str) -> Response | None:
         """``None`` when the request carries a right user and password; else its answer:
-        ``401``, or ``429`` when too many checks wait already."""
+        ``401``, or ``429`` when too many checks of ``client`` (its address) wait already."""
         credentials = _credentials(request.headers.get("authorization", ""))
         if credentials is None:
             return UNAUTHORIZED
@@ -99,7 +107,7 @@ class BasicAuth:
             return None
         checking = self._checking.get(key)
         if checking is None:
-            submitted = self._worker.submit(hashed, password)
+            submitted = self._worker.submit(client, hashed, password)
             if submitted is None:
                 return BUSY
             checking = asyncio.wrap_future(submitted)
@@ -108,20 +116,22 @@ class BasicAuth:
         right = await asyncio.shield(checking)  # a client that leaves cancels only its wait
         if not right or hashed is None:
             return UNAUTHORIZED
-        self._remember(key)
+        self._remember(key, self._clock())
         return None
 
     def _known(self, key: bytes) -> bool:
         checked = self._remembered.get(key)
         if checked is None:
             return False
-        if not 0 <= self._clock() - checked < REMEMBER_S:
+        now = self._clock()
+        if not 0 <= now - checked < REMEMBER_S:
             del self._remembered[key]
             return False
+        self._remember(key, now)  # from its last use: a steady scraper is never checked again
         return True
 
-    def _remember(self, key: bytes) -> None:
-        self._remembered[key] = self._clock()
+    def _remember(self, key: bytes, now: float) -> None:
+        self._remembered[key] = now
         self._remembered.move_to_end(key)
         while len(self._remembered) > REMEMBERED:
             self._remembered.popitem(last=False)
@@ -143,53 +153,79 @@ def _credentials(header: str) -> tuple[str, bytes] | None:
     return user.decode(errors="surrogateescape"), password
 
 
-class _Worker:
-    """One daemon thread running bcrypt for a bounded queue of checks."""
+_Check = tuple[bytes | None, bytes, concurrent.futures.Future[bool]]
 
-    def __init__(self, size: int, decoy_cost: int) -> None:
-        self._queue: queue.Queue[tuple[bytes | None, bytes, concurrent.futures.Future[bool]]] = (
-            queue.Queue(maxsize=size)
-        )
+
+class _Worker:
+    """One daemon thread running bcrypt for bounded lanes of checks, one lane per client,
+    taking one check from each lane in turn."""
+
+    def __init__(self, size: int, lanes: int, decoy_cost: int) -> None:
+        self._size = size
+        self._most_lanes = lanes
+        # Clients with checks waiting, the next to be served first.
+        self._lanes: OrderedDict[str, deque[_Check]] = OrderedDict()
+        self._ready = threading.Condition()
         self._decoy_cost = decoy_cost
         self._decoy: bytes | None = None  # made by the worker when first needed
         self._thread: threading.Thread | None = None
-        self._stopped = threading.Event()
+        self._stopped = False
         self.checks = 0
 
     def submit(
-        self, hashed: bytes | None, password: bytes
+        self, client: str, hashed: bytes | None, password: bytes
     ) -> concurrent.futures.Future[bool] | None:
         """A future of whether ``password`` matches ``hashed`` (``None``: an unknown user,
-        checked against the decoy); ``None`` when the queue is full."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpumon-auth", daemon=True)
-            self._thread.start()
-        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
-        try:
-            self._queue.put_nowait((hashed, password, future))
-        except queue.Full:
-            return None
+        checked against the decoy); ``None`` when ``client``'s lane (or every lane) is full."""
+        with self._ready:
+            if self._stopped:
+                return None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gpumon-auth", daemon=True)
+                self._thread.start()
+            lane = self._lanes.get(client)
+            if lane is None and len(self._lanes) >= self._most_lanes:
+                return None
+            if lane is None:
+                lane = self._lanes[client] = deque()
+            if len(lane) >= self._size:
+                return None
+            future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            lane.append((hashed, password, future))
+            self._ready.notify()
         return future
 
-    def stop(self) -> None:
-        self._stopped.set()
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """Drop the waiting checks and end the thread, waiting for a check under way."""
+        with self._ready:
+            self._stopped = True
+            for lane in self._lanes.values():
+                for _, _, future in lane:
+                    future.cancel()
+            self._lanes.clear()
+            self._ready.notify()
         if self._thread is not None:
-            while True:  # make room for the wake-up: what waits is dropped
-                try:
-                    self._queue.put_nowait((None, b"", concurrent.futures.Future()))
-                    break
-                except queue.Full:
-                    try:
-                        self._queue.get_nowait()[2].cancel()
-                    except queue.Empty:
-                        pass
+            self._thread.join(timeout_s)
+
+    def _next(self) -> _Check | None:
+        """The next check, round robin over the lanes; ``None`` once stopped."""
+        with self._ready:
+            while not self._lanes and not self._stopped:
+                self._ready.wait()
+            if self._stopped:
+                return None
+            client, lane = self._lanes.popitem(last=False)
+            check = lane.popleft()
+            if lane:
+                self._lanes[client] = lane  # last in turn
+            return check
 
     def _run(self) -> None:
         import bcrypt
 
-        while not self._stopped.is_set():
-            hashed, password, future = self._queue.get()
-            if self._stopped.is_set() or not future.set_running_or_notify_cancel():
+        while (check := self._next()) is not None:
+            hashed, password, future = check
+            if not future.set_running_or_notify_cancel():
                 continue
             if hashed is None:
                 if self._decoy is None:

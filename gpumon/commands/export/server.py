@@ -29,8 +29,8 @@ no news: no traceback.
 With an ``ssl.SSLContext`` every connection is TLS (:mod:`gpumon.commands.export.tls`): the
 handshake counts against the request deadline and the connection against the cap from the
 moment it is accepted, so the guarantees above hold for TLS as well. A ``gate`` (basic
-authentication) may refuse a request before the handler sees it; it runs on the loop but may
-wait, for at most :data:`WRITE_TIMEOUT_S` (then ``503``).
+authentication) may refuse a request before the handler sees it, given the client's address;
+it runs on the loop but may wait, for at most :data:`WRITE_TIMEOUT_S` (then ``503``).
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from gpumon.commands.export.messages import (
 )
 from gpumon.commands.export.tls import CLOSE_GRACE_S, open_stream
 
-#: Refuses a request (its answer) or lets it through (``None``), before the handler.
-Gate = Callable[[Request], Awaitable[Response | None]]
+#: Refuses a request (its answer) or lets it through (``None``), before the handler; the
+#: second argument is the client's address.
+Gate = Callable[[Request, str], Awaitable[Response | None]]
 
 #: Request line and headers, in bytes.
 MAX_HEAD_BYTES = 16 * 1024
@@ -176,6 +177,7 @@ class HttpServer:
         self._tasks: set[asyncio.Task[None]] = set()  # asyncio keeps only weak references
         self._warned: set[str] = set()
         self._date = (0, "")
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -185,9 +187,12 @@ class HttpServer:
         return len(self._connections)
 
     def stop(self, timeout_s: float = 1.0) -> None:
-        """Stop listening and close every connection; returns within about ``timeout_s``."""
-        with contextlib.suppress(RuntimeError):  # the loop has ended already
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop listening and close every connection; returns within about ``timeout_s``.
+        Again: waits again (a second stop of the loop would break the closing under way)."""
+        if not self._stopping:
+            self._stopping = True
+            with contextlib.suppress(RuntimeError):  # the loop has ended already
+                self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout_s)
         self._listening.close()  # closed by the loop's end already, unless it hangs
 
@@ -234,7 +239,7 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                connection, _ = await loop.sock_accept(self._listening)
+                connection, peer = await loop.sock_accept(self._listening)
             except OSError as error:
                 if error.errno in _OUT_OF_RESOURCES:  # free one, let the rest catch up
                     self._warn_once(f"cannot accept a connection: {error}")
@@ -243,10 +248,14 @@ class HttpServer:
                 continue  # else: a client that gave up before it was accepted
             while len(self._connections) >= self.limits.max_connections:
                 self._close_oldest()
+            # asyncio sets it only on sockets made as IPPROTO_TCP: without it, an answer's
+            # second write waits for the client's delayed ACK (40 ms on Linux).
+            with contextlib.suppress(OSError):  # not TCP
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # Counted from now, also while its TLS handshake goes on.
             entry = _Connection(connection)
             self._connections[entry] = None
-            entry.task = self._start(self._connected(connection, entry))
+            entry.task = self._start(self._connected(connection, entry, str(peer[0])))
 
     def _close_oldest(self) -> None:
         if self._connections:
@@ -261,7 +270,7 @@ class HttpServer:
         self._connections.move_to_end(entry)
         return True
 
-    async def _connected(self, connection: socket.socket, entry: _Connection) -> None:
+    async def _connected(self, connection: socket.socket, entry: _Connection, client: str) -> None:
         entry.started = True
         limits = self.limits
         deadline = self._loop.time() + limits.request_timeout_s  # for the first request
@@ -280,7 +289,7 @@ class HttpServer:
         transport.set_write_buffer_limits(high=_PIECE)
         graceful = False
         try:
-            graceful = await self._converse(reader, writer, entry, deadline)
+            graceful = await self._converse(reader, writer, entry, client, deadline)
         except (OSError, EOFError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass  # the client left, or ran out of time
         finally:
@@ -296,6 +305,7 @@ class HttpServer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         entry: _Connection,
+        client: str,
         deadline: float,
     ) -> bool:
         """Answer requests until one asks to close (True), or the client leaves (False).
@@ -314,7 +324,7 @@ class HttpServer:
                 return True
             if not self._busy_since_now(entry):  # the answer begins
                 return False
-            response = await self._let_through(request) or self._answer(request)
+            response = await self._let_through(request, client) or self._answer(request)
             keep = request.keep_alive
             body = () if request.method == "HEAD" else response.parts
             await asyncio.wait_for(
@@ -330,12 +340,12 @@ class HttpServer:
                 return True  # the client closed its kept-alive connection
             deadline = self._loop.time() + limits.request_timeout_s
 
-    async def _let_through(self, request: Request) -> Response | None:
+    async def _let_through(self, request: Request, client: str) -> Response | None:
         """The gate's refusal, or ``None``: the request may be answered."""
         if self._gate is None:
             return None
         try:
-            return await asyncio.wait_for(self._gate(request), self.limits.write_timeout_s)
+            return await asyncio.wait_for(self._gate(request, client), self.limits.write_timeout_s)
         except asyncio.TimeoutError:
             return plain(503, "busy: try again\n", ("Retry-After", "1"))
 

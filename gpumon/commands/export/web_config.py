@@ -20,6 +20,12 @@ and ``key``, ``cipher_suites``, ``curve_preferences`` and ``client_allowed_sans`
 Accepted but not applied, with a warning at start: ``http_server_config`` (gpumon serves
 HTTP/1.1 and adds no headers) and ``rate_limit``. Any other key is an error.
 
+Checked at start as well, so that ``serving https`` is never said of a server no client can
+reach: a TLS context with which no handshake succeeds here (``TLS10``/``TLS11`` only, which
+OpenSSL's security level forbids on most systems) is refused; an expired certificate (or one
+not valid yet) and an empty file (plain HTTP, no authentication, as the toolkit serves it) are
+served with a warning.
+
 Unlike the toolkit, the file is read once, at start: a changed file (or certificate) needs a
 restart. It is read as gpumon's own config is (:func:`gpumon.config_file.read_guarded`): a
 regular file, at most :data:`MAX_WEB_CONFIG_BYTES`, that no other user controls; the TLS files
@@ -29,9 +35,11 @@ hashes and keys are never printed.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,16 +113,21 @@ def load_web_config(path: str) -> WebConfig:
     assert data is not None
     document = _parse_yaml(data)
     if document is None:
-        return WebConfig()
+        return WebConfig(warnings=(f"{path} is empty: serving plain HTTP without authentication",))
     table = _mapping(document, "")
     _check_keys(table, "", _TOP)
-    warnings = tuple(
+    warnings = [
         f"{key} is not applied by gpumon (ignored)" for key in ("http_server_config", "rate_limit")
         if table.get(key)
-    )  # fmt: skip
+    ]  # fmt: skip
     base = os.path.dirname(os.path.abspath(path))
-    tls, client_auth = _tls(table.get("tls_server_config"), base)
-    return WebConfig(tls, client_auth, _users(table.get("basic_auth_users")), warnings)
+    tls, client_auth = _tls(table.get("tls_server_config"), base, warnings)
+    users = _users(table.get("basic_auth_users"))
+    if tls is None and not users:
+        warnings.append(
+            f"{path} sets no TLS and no users: serving plain HTTP without authentication"
+        )
+    return WebConfig(tls, client_auth, users, tuple(warnings))
 
 
 def _parse_yaml(data: bytes) -> Any:
@@ -148,7 +161,9 @@ def _parse_yaml(data: bytes) -> Any:
         raise WebConfigError("", "not valid YAML") from None
 
 
-def _tls(value: Any, base: str) -> tuple[ssl.SSLContext | None, str]:
+def _tls(value: Any, base: str, warnings: list[str]) -> tuple[ssl.SSLContext | None, str]:
+    """The server's TLS context and ``client_auth_type``; what is worth a warning goes into
+    ``warnings``."""
     key = "tls_server_config"
     if value is None or value == {}:
         return None, "NoClientCert"
@@ -172,7 +187,8 @@ def _tls(value: Any, base: str) -> tuple[ssl.SSLContext | None, str]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)  # renegotiation: a DoS lever
     _versions(context, table, key)
-    _certificate(context, table, key, base)
+    warnings.extend(_certificate(context, table, key, base))
+    _handshakes(context, table, key)  # before a client certificate is asked for
     ca = _client_ca(table, key, base)
     if ca is None and mode != "NoClientCert":
         raise WebConfigError(f"{key}.client_ca_file", f"required by {mode}")
@@ -209,7 +225,10 @@ def _versions(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> No
         raise WebConfigError(f"{key}.min_version", f"not available here ({_ssl(error)})") from None
 
 
-def _certificate(context: ssl.SSLContext, table: Mapping[str, Any], key: str, base: str) -> None:
+def _certificate(
+    context: ssl.SSLContext, table: Mapping[str, Any], key: str, base: str
+) -> list[str]:
+    """Load ``cert_file`` and ``key_file``; a warning when the certificate is out of date."""
     paths = []
     for name in ("cert_file", "key_file"):
         text = _text(table, key, name)
@@ -225,6 +244,71 @@ def _certificate(context: ssl.SSLContext, table: Mapping[str, Any], key: str, ba
             f"{key}.cert_file/key_file",
             f"cannot use them: {_ssl(error)} (PEM, an unencrypted key matching the certificate)",
         ) from None
+    return _out_of_date(paths[0], f"{key}.cert_file")
+
+
+def _out_of_date(path: str, key: str) -> list[str]:
+    """A warning when the certificate in ``path`` has expired or is not valid yet: served
+    anyway, as the toolkit does, but clients that check it refuse it."""
+    # The ssl module's own decoder (used by its tests, present since Python 2.7): the
+    # standard library has no public one, and the warning is not worth a dependency.
+    decode = getattr(ssl._ssl, "_test_decode_cert", None)  # type: ignore[attr-defined]
+    try:
+        valid = decode(path) if decode is not None else {}
+        after = ssl.cert_time_to_seconds(valid["notAfter"])
+        before = ssl.cert_time_to_seconds(valid["notBefore"])
+    except (ssl.SSLError, OSError, KeyError, ValueError, TypeError):
+        return []  # not said rather than guessed
+    now = time.time()
+    if now > after:
+        return [f"{key}: the certificate expired on {_utc(after)}: clients will refuse it"]
+    if now < before:
+        return [
+            f"{key}: the certificate is not valid before {_utc(before)}: clients will refuse it"
+        ]
+    return []
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"
+    )
+
+
+def _handshakes(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> None:
+    """Refuse a context with which no TLS handshake succeeds here, tried in memory with a
+    client that takes any version and cipher OpenSSL has (OpenSSL's security level disables
+    TLS 1.0 and 1.1 on most systems: a server limited to them fails every handshake)."""
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    client.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    client.set_ciphers("ALL:@SECLEVEL=0")
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    pending = [
+        client.wrap_bio(to_client, to_server),
+        context.wrap_bio(to_server, to_client, server_side=True),
+    ]
+    try:
+        for _ in range(8):  # TLS 1.2 takes two round trips
+            for end in list(pending):
+                try:
+                    end.do_handshake()
+                    pending.remove(end)
+                except ssl.SSLWantReadError:
+                    pass
+            if not pending:
+                return
+    except ssl.SSLError as error:
+        reason = _ssl(error)
+    else:
+        reason = "it does not end"
+    low = _text(table, key, "min_version") or "TLS12"
+    high = _text(table, key, "max_version") or "TLS13"
+    raise WebConfigError(
+        f"{key}.min_version/max_version",
+        f"no TLS handshake succeeds here with {low} to {high} ({reason}): use TLS12 or TLS13",
+    )
 
 
 def _client_ca(table: Mapping[str, Any], key: str, base: str) -> str | None:
@@ -283,6 +367,10 @@ def _guarded(path: str, key: str) -> bytes:
         data = read_guarded(path, max_bytes=MAX_PEM_BYTES)
     except SettingsError as error:
         raise WebConfigError(key, str(error)) from None
+    except ValueError:  # a NUL byte, or a character no file name can hold
+        raise WebConfigError(
+            key, "not a usable file name (a NUL or an invalid character)"
+        ) from None
     assert data is not None
     return data
 
