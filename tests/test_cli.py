@@ -147,7 +147,7 @@ def test_a_full_disk_is_one_clear_line() -> None:
         (["--demo-gpus", "65"], "must be from 1 to 64"),
         (["--demo-processes", "100000"], "must be from 1 to 4096"),
         (["--demo-gpus", "abc"], "not a whole number"),
-        # Issue 7, item 10: what int() and float() accept but a person does not mean.
+        # What int() and float() accept but a person does not mean.
         (["--interval", "1_0"], "not a number of seconds"),
         (["--interval", "1e1"], "not a number of seconds"),
         (["--interval", "\u0663"], "not a number of seconds"),  # an Arabic-Indic 3

@@ -299,7 +299,7 @@ def test_promtool_finds_no_lint_problem_in_the_exposition(ecc: bool) -> None:
     assert problems == ""
 
 
-# --- Held idle (issue 18) ------------------------------------------------------------------
+# --- Held idle ----------------------------------------------------------------------------
 
 IDLE_PANEL = "Idle-held GPU memory by user"
 

@@ -210,7 +210,7 @@ def test_impossible_churn_is_refused(churn: float) -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_issue_9_readings_are_plausible(seed: int) -> None:
+def test_activity_readings_are_plausible(seed: int) -> None:
     """Free memory adds up, idle GPUs say so, per-process SM % shares the GPU's."""
     for sample in run(demo(gpu_count=8, process_count=12, seed=seed), 300):
         for gpu in sample.gpus:

@@ -427,7 +427,7 @@ def test_a_lost_gpu_has_no_mig_series() -> None:
 
 
 def test_host_info_names_the_machine_for_cluster_views(serve: Serve) -> None:
-    """The Prometheus source names a node by ``gpumon_host_info``'s hostname (issue 11)."""
+    """The Prometheus source names a node by ``gpumon_host_info``'s hostname."""
     series = scrape(serve(FakeSource(make_sample())).port)
     assert series["gpumon_host_info"] == {(("hostname", "node7"),): 1.0}
 

@@ -49,7 +49,7 @@ def test_listen_address_parses(text: str, expected: tuple[str, int]) -> None:
         "host:port",
         "host:70000",
         "",
-        # Issue 7, item 10: hosts that cannot be encoded used to end in a UnicodeError
+        # Hosts that cannot be encoded used to end in a UnicodeError
         # traceback, and Unicode digits were a port.
         "\u00fc\u00d770:0",  # u-umlaut, multiplication sign
         "x" * 300 + ":0",
@@ -223,7 +223,7 @@ _STUCK_DRIVER = textwrap.dedent(
 
 
 def test_a_stuck_driver_listens_at_once_answers_503_and_stops_within_a_second() -> None:
-    """Issue 7, item 12: it listened only after the first sample (21 s with a slow driver)
+    """It listened only after the first sample (21 s with a slow driver)
     and took 6-7 s to stop while a sample was stuck."""
     started = time.monotonic()
     process = subprocess.Popen(

@@ -36,7 +36,7 @@ UNTYPED = {
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
 }
-#: Every default counter of dcgm-exporter that NVML can tell (issue 20: 18 of its 26), with
+#: Every default counter of dcgm-exporter that NVML can tell (18 of its 26), with
 #: dcgm-exporter's units.
 COMPAT_NAMES = UNTYPED | {
     "DCGM_FI_DEV_GPU_TEMP",

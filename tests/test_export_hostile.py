@@ -1,4 +1,4 @@
-"""`gpumon export` and other users' text (issue 7, item 6): a process name with a byte that
+"""`gpumon export` and other users' text: a process name with a byte that
 is not UTF-8 used to make every scrape answer HTTP 500. Scraped over HTTP, parsed with
 prometheus_client's parser and linted (promtool is not installed here)."""
 

@@ -1,4 +1,4 @@
-"""Other users' command lines and names reach no output unsafe (issue 7, items 6-8).
+"""Other users' command lines and names reach no output unsafe.
 
 One corpus (:mod:`tests.hostile`: ANSI and OSC 52 escapes, raw C1 bytes, ``\\r``, bytes that
 are not UTF-8, bidi overrides, zero-width characters, emoji and CJK, a 100k-character

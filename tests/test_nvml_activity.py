@@ -1,4 +1,4 @@
-"""NvmlSource's issue-9 readings: PCIe throughput and its call rate, clock event reasons,
+"""NvmlSource's activity readings: PCIe throughput and its call rate, clock event reasons,
 encoder/decoder utilisation, free memory and per-process SM utilisation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How often NvmlSource asks NVML for each field (issue 21: no more NVML calls than nvitop).
+"""How often NvmlSource asks NVML for each field (the target: no more NVML calls than nvitop).
 
 Settings (power limit, persistence, display, compute and MIG mode) and error counters (ECC)
 change when an administrator changes them, not from one sample to the next: they are read at
@@ -143,7 +143,8 @@ def test_what_changes_is_read_every_sample() -> None:
 def test_a_steady_sample_costs_at_most_14_calls_per_gpu() -> None:
     """nvitop 1.7.2 makes ~17 NVML calls per GPU per refresh (pynvml's process calls count
     twice with the real library); gpumon made 22 here, on a board with a fan and processes,
-    before issue 21. (The second sample registers the Xid events.)"""
+    before settings, counters and idle codecs were read less often. (The second sample
+    registers the Xid events.)"""
     fake = FakeNvml([make_gpu(0, compute_processes=[ProcessInfo(4242, 1024**3)])])
     source = make_source(fake)
     source.sample()

@@ -1,4 +1,4 @@
-"""NVML's process lists and per-process samples in one call each (issue 21).
+"""NVML's process lists and per-process samples in one call each.
 
 nvidia-ml-py asks NVML twice per list (the count, then the entries); gpumon keeps a buffer per
 GPU and list and asks once, growing the buffer when NVML answers INSUFFICIENT_SIZE. These

@@ -429,7 +429,7 @@ def test_gpu_lost_on_a_later_memory_read() -> None:
 
 def test_mig_off_has_no_instances_and_asks_nothing_of_mig() -> None:
     """A GPU without MIG asks nothing of MIG but its mode, at the first sample and then every
-    SETTINGS_REFRESH_S (issue 21; the test clock stands still)."""
+    SETTINGS_REFRESH_S (the test clock stands still)."""
     fake = FakeNvml([make_gpu(0), make_gpu(1, mig=NOT_SUPPORTED)])
     source = make_source(fake)
 

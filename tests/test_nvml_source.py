@@ -348,7 +348,7 @@ PER_TICK_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
     ("clock_sm", "nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,), ("clock_sm_mhz",)),
 ]
 
-# Settings and counters (issue 21): read on the first sample, then at most every
+# Settings and counters: read on the first sample, then at most every
 # SETTINGS_REFRESH_S or HEALTH_REFRESH_S (the test clock stands still); MIG mode also every
 # sample while it is on (GPU 1), the memory clock when the performance state changes.
 SLOW_FIELDS: list[tuple[str, str, tuple[Any, ...], tuple[str, ...]]] = [
@@ -441,7 +441,7 @@ def test_unsupported_field_is_na_and_never_asked_again(
 
 
 def test_unsupported_uuid_is_unknown_not_a_placeholder() -> None:
-    """A made-up value in the uuid field would break every join on it (issue 7, item 3)."""
+    """A made-up value in the uuid field would break every join on it."""
     fake, table = four_gpus_with_jobs()
     fake.gpus[0]["uuid"] = NOT_SUPPORTED
     fake.gpus[1]["uuid"] = NOT_SUPPORTED
@@ -662,7 +662,7 @@ def test_gpu_lost_before_start_is_shown_lost_and_others_work() -> None:
 
 
 def test_gpu_lost_before_start_has_no_made_up_uuid() -> None:
-    """Not "LOST-1": JSON and Prometheus consumers join on the UUID (issue 7, item 3)."""
+    """Not "LOST-1": JSON and Prometheus consumers join on the UUID."""
     fake, table = four_gpus_with_jobs()
     fake.gpus[1]["handle"] = GPU_IS_LOST
 
@@ -747,7 +747,7 @@ def test_a_process_list_nvml_refuses_is_unknown_not_empty() -> None:
 
 
 def test_a_gpu_that_supports_neither_process_list_has_unknown_processes() -> None:
-    """Issue 7, item 1: 53 GiB in use and NOT_SUPPORTED for both lists is not "no processes"."""
+    """53 GiB in use and NOT_SUPPORTED for both lists is not "no processes"."""
     fake, table = four_gpus_with_jobs()
     for field in (
         "compute_processes",

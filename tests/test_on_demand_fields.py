@@ -1,6 +1,6 @@
 """Fields only the GPU screen shows (the graphics clock, why the clocks are held down, the
-memory's temperature) are read while it is open, not every second for nobody (issue 21: one
-NVML call each per GPU and sample). What a user notices: the GPU screen shows them from the
+memory's temperature) are read while it is open, not every second for nobody (one NVML
+call each per GPU and sample). What a user notices: the GPU screen shows them from the
 sample it asks for when it opens, never N/A for "not read"; one-shot commands and exporters
 read them always."""
 

@@ -29,7 +29,7 @@ def run(
 
 
 def every_gpu_busy() -> Sample:
-    """Five GPUs, each running jobs: the server the issue was about."""
+    """Five GPUs, each running jobs: where pick used to hand out busy GPUs."""
     gpus = tuple(gpu(index, utilization_gpu_pct=10 * index) for index in range(5))
     processes: list[GpuProcess] = []
     for index, owners in enumerate((["alice"], ["bob"], ["carol"], ["dave"], ["alice", "bob"])):

@@ -1,4 +1,4 @@
-"""The Prometheus source (issue 11): real Prometheus answers, replayed over HTTP on loopback.
+"""The Prometheus source: real Prometheus answers, replayed over HTTP on loopback.
 
 The answers in tests/fixtures/prometheus were recorded from a real Prometheus scraping real
 exporters (``record.py`` there says how, and regenerates them). A small HTTP server replays

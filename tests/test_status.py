@@ -141,7 +141,7 @@ def test_every_documented_field_can_be_used() -> None:
         ("{nope}", "unknown field {nope}"),
         ("{util", "expected '}'"),
         ("{}", "named fields"),
-        # Issue 7, item 9: no attribute or index access, no conversions, bounded widths.
+        # No attribute or index access, no conversions, bounded widths.
         ("{index.__class__}", "unknown field {index.__class__}"),
         ("{uuid[0]}", "unknown field {uuid[0]}"),
         ("{util!r}", "conversions are not supported"),

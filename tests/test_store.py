@@ -300,7 +300,7 @@ def test_the_dashboards_full_history_of_8_gpus_and_64_processes_fits_in_2_4_mib(
 
 
 def test_a_process_history_keeps_a_record_per_few_seconds_and_every_spike() -> None:
-    """512 processes at 0.25 s kept 14.7 MB of history (issue 21): a process keeps one
+    """512 processes at 0.25 s used to keep 14.7 MB of history; now a process keeps one
     record per PROCESS_POINT_S, the maximum of each field over it, read back one value per
     sample (the newest exactly as read), aligned to the timestamps as before."""
     store = Store(0.25)

@@ -1,4 +1,4 @@
-"""Unknown is never shown as free, zero or none (issue 7, items 1-5 and 16), in every mode.
+"""Unknown is never shown as free, zero or none, in every mode.
 
 A GPU whose processes cannot be known, a table before the first sample, a UUID NVML has not
 told, a fan above 100 % and a power cap that is N/A: each one read wrong in some mode. And a
@@ -184,7 +184,7 @@ async def test_dashboard_power_never_reads_n_a_as_watts() -> None:
 
 
 def test_the_poller_says_how_long_a_sample_has_been_stuck() -> None:
-    """Issue 7, item 16: past three intervals the driver is "not answering"."""
+    """Past three intervals the driver is "not answering"."""
     from gpumon.sampling.poller import Poller
 
     now = [100.0]

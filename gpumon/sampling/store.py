@@ -67,7 +67,7 @@ def history_points(interval_s: float, history_s: float = HISTORY_S) -> int:
 
 #: A process's history keeps one record per this many seconds at most (per sample at longer
 #: intervals): the maximum of each field over the samples in it, so a spike stays. 512
-#: processes at 0.25 s kept 14.7 MB of history per sample (issue 21); the process screen
+#: processes at 0.25 s kept 14.7 MB of history per sample before this limit; the process screen
 #: draws ten minutes in at most a couple of hundred columns, a few seconds each.
 PROCESS_POINT_S = 4.0
 

@@ -40,7 +40,7 @@ the master side:
 ``--compare nvitop`` (real scenario) installs a pinned nvitop with pip into a throw-away venv
 under $TMPDIR (reused later) and runs gpumon and nvitop alternately (ABAB...) on the same
 pty, scenario, interval and first-frame marker, then prints each metric's median for both
-and the ratio gpumon/nvitop against issue 7's targets: CPU <= 0.5x nvitop (<= 0.25x from 512
+and the ratio gpumon/nvitop against the targets: CPU <= 0.5x nvitop (<= 0.25x from 512
 processes), first full frame <= 0.5x, bytes/s <= 1x, and gpumon's peak RSS <= 80 MiB.
 ``--compare nvitop,nvtop`` (or ``nvtop``) also runs nvtop (C; ``nvtop`` on PATH: Debian's
 ``contrib`` component, ``apt-get install nvtop``) as ``nvtop -d TENTHS -c FILE`` (its delay
@@ -188,14 +188,15 @@ METRICS: dict[str, tuple[str, str, float, float]] = {
     "peak_rss_mib": ("peak RSS", "MiB", 80.0, 26.0),
     "bytes_per_s": ("bytes to terminal", "B/s", 1000.0, 900.0),
 }
-# Real-PID scenario (issue 7, item 18): gpumon/nvitop ratios, and gpumon's RSS.
+# Real-PID scenario targets: gpumon/nvitop ratios, and gpumon's RSS.
 RSS_LIMIT_MIB = 80.0
 FRAME_RATIO = 0.5
 BYTES_RATIO = 1.0
-NVML_CALLS_RATIO = 1.0  # issue 21: NVML calls per second <= nvitop's (with --nvml-stats)
-# nvitop's medians in issue 7 (fake NVML, real PIDs, 200x50, --interval 1), keyed by
-# (GPUs, processes per GPU): the reference for targets when nvitop is not run alongside.
-ISSUE_NVITOP: dict[tuple[int, int], dict[str, float]] = {
+NVML_CALLS_RATIO = 1.0  # NVML calls per second <= nvitop's (with --nvml-stats)
+# nvitop's recorded medians, measured on another day (fake NVML, real PIDs, 200x50,
+# --interval 1), keyed by (GPUs, processes per GPU): the reference for targets when nvitop is
+# not run alongside.
+RECORDED_NVITOP: dict[tuple[int, int], dict[str, float]] = {
     (8, 8): {"cpu_percent": 7.75, "first_frame_s": 1.41, "bytes_per_s": 977.0},
     (8, 64): {"cpu_percent": 37.6},
 }
@@ -1277,7 +1278,7 @@ def compare(
     cpu_ratio: float,
     peer: str = "nvitop",
 ) -> dict[str, dict[str, Any]]:
-    """Per metric: both medians, the ratio gpumon/PEER and its verdict (issue 7's targets
+    """Per metric: both medians, the ratio gpumon/PEER and its verdict (the targets
     against nvitop; none against another peer: ``pass`` is None)."""
     limits: dict[str, tuple[str, float]] = {
         "cpu_percent": ("ratio", cpu_ratio),
@@ -1303,7 +1304,7 @@ def compare(
             "pass": (value is not None and value <= limit) if peer == "nvitop" else None,
         }
     a, b = median_of(ours, "nvml_calls_per_s"), median_of(theirs, "nvml_calls_per_s")
-    if a is not None and b:  # --nvml-stats (issue 21: no more calls than nvitop)
+    if a is not None and b:  # --nvml-stats (the target: no more calls than nvitop)
         rows["nvml_calls_per_s"] = {
             "label": "NVML calls",
             "unit": "/s",
@@ -1884,14 +1885,14 @@ def make_plan(args: argparse.Namespace) -> Plan:
         plan.versions["floor"] = f"{floor.name}: one Static, {rule.rows} rows of the markers"
         command = [args.python, str(floor), str(rule.rows), *rule.markers]
         plan.monitors.append(Monitor("floor", command, env, rule))
-    reference = ISSUE_NVITOP.get((args.gpus, args.per_gpu), {}) if fake else {}
+    reference = RECORDED_NVITOP.get((args.gpus, args.per_gpu), {}) if fake else {}
     cpu_ratio = args.cpu_ratio_target or cpu_ratio_target(plan.processes)
     ratios = {"cpu_percent": cpu_ratio, "first_frame_s": FRAME_RATIO, "bytes_per_s": BYTES_RATIO}
     plan.targets = {
         key: (ratios[key] * reference[key], reference[key]) for key in ratios if key in reference
     }
     plan.targets["peak_rss_mib"] = (RSS_LIMIT_MIB, None)
-    plan.reference = "issue 7" if reference else "nvitop"
+    plan.reference = "recorded" if reference else "nvitop"
     return plan
 
 
@@ -2377,9 +2378,9 @@ def report(
             print_comparison(rows, args.runs, peer)
         if comparison is None:
             print_summary(summary, args.runs, plan.reference)
-            if plan.reference == "issue 7":
+            if plan.reference == "recorded":
                 print(
-                    "(targets from nvitop's figures in issue 7, measured on another day; "
+                    "(recorded: nvitop's medians measured on another day, the base of the targets; "
                     "--compare nvitop measures it alongside)"
                 )
         print()

@@ -39,10 +39,10 @@ Two scenarios (``--scenario both``, the default, runs demo then real):
 
 ``demo``
     gpumon only, on its simulated server (``--demo --demo-gpus 8``, 64 processes):
-    ``once --json``, ``once``, ``once --no-processes``, ``status``. Absolute targets from
-    issue 4: ``once --json`` and ``once`` at most 0.25 s, ``status`` at most 0.15 s.
+    ``once --json``, ``once``, ``once --no-processes``, ``status``. Absolute targets:
+    ``once --json`` and ``once`` at most 0.25 s, ``status`` at most 0.15 s.
 
-``real`` (issue 8)
+``real``
     NVML through ``--nvml-lib``: by default the fake ``libnvidia-ml.so.1`` of
     ``../shared/fakenvml`` (built if needed, in a copy under $TMPDIR when that directory is
     read-only) with ``--gpus`` x ``--per-gpu`` (8 x 8) *real* idle job processes started by
@@ -51,7 +51,7 @@ Two scenarios (``--scenario both``, the default, runs demo then real):
     the installed driver (no LD_LIBRARY_PATH override, no jobs); ``--nvml-lib DIR`` puts DIR
     (holding libnvidia-ml.so.1) first on LD_LIBRARY_PATH. Commands: gpumon ``once --json``,
     ``once``, ``once --no-processes``, ``status`` and ``nvitop -1`` (``--compare none``
-    leaves nvitop out). Goal (issue 8): ``gpumon status`` and ``gpumon once
+    leaves nvitop out). Goal: ``gpumon status`` and ``gpumon once
     --no-processes`` take at most half of ``nvitop -1``'s median wall time on the same
     machine (ratio <= 0.5x); the other ratios are printed without a goal.
 
@@ -111,7 +111,7 @@ NVITOP_VERSION = "1.7.2"
 COLUMNS, LINES = 120, 40
 DEMO = ["--demo", "--demo-gpus", "8"]
 DEMO_PROCESSES = ["--demo-processes", "64"]
-# Issue 8: these gpumon commands take at most this fraction of nvitop -1's wall time.
+# The goal: these gpumon commands take at most this fraction of nvitop -1's wall time.
 NVITOP_RATIO_GOALS = {"gpumon once --no-processes": 0.5, "gpumon status": 0.5}
 
 # A check gets a warm-up run's stdout and returns what is wrong with it ("" when nothing).
@@ -266,7 +266,7 @@ def demo_scenario(runner: Gpumon) -> Scenario:
     ]
     return Scenario(
         "demo",
-        "demo: gpumon --demo, 8 simulated GPUs x 64 simulated processes (targets: issue 4)",
+        "demo: gpumon --demo, 8 simulated GPUs x 64 simulated processes (absolute targets)",
         commands,
         child_environment(),
     )
@@ -401,9 +401,9 @@ def report(scenario: Scenario, runs: int, noise: tuple[float, float]) -> bool:
         print(f"  {note}")
     head = f"{'command':<28} {'min':>7} {'median':>7} {'max':>7}"
     if scenario.name == "real":
-        print(f"{head} {'vs nvitop -1':>13}  goal (issue 8)")
+        print(f"{head} {'vs nvitop -1':>13}  goal")
     else:
-        print(f"{head}  target (issue 4)")
+        print(f"{head}  target")
     missed = False
     for command in scenario.commands:
         times = command.times

@@ -3,7 +3,7 @@
 One ``Static`` with ROWS lines of the first-frame markers, no data source, no CSS of its own:
 what Python and Textual take to import, start and draw one frame, and the memory they hold
 after it. A gpumon figure measured beside it says how much of gpumon's cost is its own and how
-much any Textual app would pay; a target below this floor (the first frame of issue 21 on a
+much any Textual app would pay; a target below this floor (the first frame's target on a
 busy machine, for one) cannot be met by a Textual app.
 
     python tests/benchmarks/textual_floor.py ROWS MARKER [MARKER ...]

@@ -2,7 +2,7 @@
 
 nvidia-ml-py asks NVML twice for each list: once with no buffer to learn the count, then
 again with a buffer of that size, and turns every entry into a Python object. On a GPU with
-processes that is two driver calls per list per sample (issue 21: 32 of the ~125 calls a
+processes that is two driver calls per list per sample (32 of the ~125 NVML calls a
 second on 8 GPUs), each an ioctl on a real driver. :class:`ListReader` keeps a buffer per GPU
 and list, sized for the last count with room to spare, and asks once: NVML fills it and says
 how many it filled, or answers INSUFFICIENT_SIZE with the count it needs, and the buffer grows

@@ -4,9 +4,10 @@
 The enforced power limit, persistence mode, display, compute mode and MIG mode change when an
 administrator runs ``nvidia-smi -pl/-pm/-c/-mig`` (MIG mode takes effect only after a GPU
 reset), not from one sample to the next. Reading them every tick was five of the ~22 NVML calls
-per GPU per sample (issue 21); nvitop reads most of them every few seconds too. So they are
-read together at the first sample (a one-shot command has everything), then at most every
-:data:`SETTINGS_REFRESH_S` seconds per GPU; samples in between repeat the last reading.
+per GPU per sample (the target: no more than nvitop's); nvitop reads most of them every few
+seconds too. So they are read together at the first sample (a one-shot command has everything),
+then at most every :data:`SETTINGS_REFRESH_S` seconds per GPU; samples in between repeat the
+last reading.
 
 The memory clock is paced with them: it follows the performance state (full in P0, low in
 P8) and otherwise changes only when an administrator locks it, so it is read with the settings
