@@ -107,8 +107,32 @@ async def test_claims_that_cannot_be_read_are_said_to_be_off_not_shown_as_none(
         assert app.dashboard.query_one(GpuPanel).notes == {}
 
 
+async def test_a_touched_claim_shows_the_age_written_in_it(tmp_path: Path) -> None:
+    """`touch` moves a claim file's mtime, not its claim: one claimed 40 s ago and touched
+    now reads 40 s old, one claimed 20 minutes ago is over however new its mtime; of one
+    user's several claims on a GPU the newest is the one shown."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 1, age_s=40)
+    claim(claims_dir, 1, age_s=90)
+    claim(claims_dir, 3, age_s=1200)
+    for name in os.listdir(claims_dir):
+        os.utime(claims_dir / name)  # touched just now
+    sample = make_sample(GPUS)
+    app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
+    me = user_name(os.geteuid())
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        await settle(app)
+        app.receive_sample(sample)
+        await pilot.pause()
+        notes = app.dashboard.query_one(GpuPanel).notes
+        assert list(notes) == [1] and len(notes[1]) == 1
+        assert notes[1][0].text.startswith(f"claimed by {me} 4")  # 40 s ago (41 if slow)
+
+
 def test_the_note_text() -> None:
-    found = rules.Claim("GPU-x", 1000, "alice", "GPU-x.1000.00000000", 100.0, 100.0, 220.0)
+    found = rules.Claim("GPU-x", 1000, "alice", "GPU-x.1000.00000000", 100.0, 220.0)
     assert rules.note_text(found, 140.0) == "claimed by alice 40 s ago"
     assert rules.note_text(found, 100.0 + 185) == "claimed by alice 3 min ago"
     assert GpuNote(rules.note_text(found, 140.0), "note-warn").style == "note-warn"

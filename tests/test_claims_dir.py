@@ -86,9 +86,9 @@ def hard_link(directory: Path, elsewhere: Path) -> str:
 
 
 def future(directory: Path, elsewhere: Path) -> str:
-    path = own_claim(directory)
     later = time.time() + 3600
-    os.utime(path, (later, later))
+    name = rules.file_name(KEY0, os.geteuid(), TOKEN)
+    (directory / name).write_bytes(rules.claim_text(KEY0, later, later + 120, 1))
     return "dated in the future"
 
 

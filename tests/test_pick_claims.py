@@ -183,11 +183,32 @@ def test_an_expired_claim_does_not_block(
     assert stale not in [claim.file_name for claim in claims_in(claims_dir)]  # mine: tidied
 
 
-def test_no_claim_outlives_its_file_by_ten_minutes_whatever_it_says() -> None:
+def test_no_claim_outlives_the_time_written_in_it_by_ten_minutes_whatever_it_says() -> None:
     text = rules.claim_text(KEY0, 1000.0, 9e11, 1)
     claimed, stated = rules.parse_claim_text(text, KEY0)
     assert (claimed, stated) == (1000.0, 9e11)
-    assert rules.expiry(stated, mtime_s=5000.0) == 5600.0
+    assert rules.expiry(stated, claimed_s=claimed) == 1600.0
+
+
+@needs_root
+def test_a_claim_kept_fresh_with_touch_ends_all_the_same(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    """Another user's claim file, touched every few minutes, is as old as the time written
+    in it: one written 20 minutes ago holds no GPU, --busy-ok or not; one written 40 s ago
+    is named as 40 s old, not as new as its mtime."""
+    claim_as(OTHER_UID, shared, KEY0, age_s=1200, ttl_s=86400)  # written by hand
+    claim_as(OTHER_UID, shared, rules.claim_key(gpu(1).uuid), age_s=40)
+
+    def touch() -> None:
+        for name in os.listdir(shared):
+            os.utime(shared / name)
+
+    assert as_user(OTHER_UID, touch) == 0
+    for argv in ((), ("--busy-ok",)):
+        code, out, err = pick(monkeypatch, capsys, shared, "-n", "2", "--no-claim", *argv)
+        assert (code, out) == (1, ""), err
+        assert f"GPU 1: claimed by {user_name(OTHER_UID)} 4" in err and "GPU 0" not in err
 
 
 @needs_root

@@ -46,7 +46,7 @@ def blocking_claim(
         and not rules.ended_by(claim, processes, now_s)
         and (claim.uid != uid or claim.claimed_s >= started_s)
     ]
-    return max(holders, key=lambda claim: claim.made_s) if holders else None
+    return max(holders, key=lambda claim: claim.claimed_s) if holders else None
 
 
 def claimed_reason(candidate: Candidate, claim: rules.Claim, uid: int, now_s: float) -> str:

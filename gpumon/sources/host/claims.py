@@ -29,7 +29,7 @@ not remove it from the sticky directory.
 
 What is read is other users' input: a file that is a symlink, a directory or anything but
 a regular file, with other hard links, larger than a claim, not one gpumon writes, naming
-another GPU, owned by someone other than the uid in its name or dated in the future is
+another GPU, owned by someone other than the uid in its name or claimed in the future is
 ignored (and reported once by the caller), never followed, never read beyond
 :data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened.
 """
@@ -207,16 +207,15 @@ class ClaimsDir:
             claimed_s, stated_s = rules.parse_claim_text(data, key)
         except ValueError as error:
             return None, str(error)
-        if rules.from_the_future(opened.st_mtime, now_s):
+        if rules.from_the_future(claimed_s, now_s):
             return None, "dated in the future"
         claim = rules.Claim(
             key=key,
             uid=opened.st_uid,
             owner=user_name(opened.st_uid),
             file_name=name,
-            made_s=opened.st_mtime,
             claimed_s=claimed_s,
-            expires_s=rules.expiry(stated_s, opened.st_mtime),
+            expires_s=rules.expiry(stated_s, claimed_s),
         )
         return claim, ""
 
