@@ -68,9 +68,11 @@ def race(
     prepare: Callable[[Path], None] | None = None,
 ) -> list[list[tuple[int, int, str, str]]]:
     """Run one pick process per uid in ``uids``, ``rounds`` times over ``gpus`` FREE GPUs,
-    released together (or ``stagger_s`` apart) once all have begun. ``prepare`` is given
-    each round's claims directory (made root's, mode 1777) first. Returns each round's
-    ``(uid, exit status, stdout, stderr)`` of each racer."""
+    released together once all have begun (``stagger_s``: one round, each racer started
+    that long after the one before and released at once). ``prepare`` is given each round's
+    claims directory (made root's, mode 1777) first. Returns each round's ``(uid, exit
+    status, stdout, stderr)`` of each racer."""
+    assert not stagger_s or rounds == 1
     for round_number in range(rounds):
         directory = base / f"round-{round_number}"
         directory.mkdir()
@@ -96,15 +98,19 @@ def race(
                 status = 1
             os._exit(status)
         children[child] = uid
+        if stagger_s:
+            assert read_all(ready_read, 1) == b"r"
+            os.write(gates[len(children) - 1][1], b"g")
+            time.sleep(stagger_s)
     # Only the children hold these now: a child that dies ends the reads below (b"").
     for descriptor in (ready_write, done_write, *(go_read for go_read, _ in gates)):
         os.close(descriptor)
     try:
         for _ in range(rounds):
-            assert read_all(ready_read, len(uids)) == b"r" * len(uids)
-            for _, go_write in gates:
-                os.write(go_write, b"g")
-                time.sleep(stagger_s)
+            if not stagger_s:
+                assert read_all(ready_read, len(uids)) == b"r" * len(uids)
+                for _, go_write in gates:
+                    os.write(go_write, b"g")
             assert read_all(done_read, len(uids)) == b"d" * len(uids)
     finally:
         for descriptor in (ready_read, done_read, *(go_write for _, go_write in gates)):
@@ -137,6 +143,24 @@ def test_two_picks_racing_for_one_gpu_exactly_one_wins(base: Path) -> None:
 def test_two_users_racing_for_one_gpu_exactly_one_wins(base: Path) -> None:
     for found in race(base, (ME, NOBODY), rounds=20):
         assert winners(found) == ["0\n"], found
+
+
+def test_waiting_picks_of_one_user_never_share_a_gpu(base: Path) -> None:
+    """Four `pick --wait` of one user started half a second apart, for two FREE GPUs: two
+    get one each; the other two wait (their user's own claims hold the GPUs: the first jobs
+    may be about to start there) and give up, rather than hand out a GPU again."""
+    (found,) = race(base, (ME,) * 4, "--wait", "2", gpus=2, stagger_s=0.5)
+    assert winners(found) == ["0\n", "1\n"], found
+    for _, code, _, err in found:
+        assert code == 0 or err.startswith("gpumon pick: gave up after waiting"), err
+
+
+@needs_root
+def test_waiting_picks_of_two_users_never_share_a_gpu(base: Path) -> None:
+    """Two users, two `pick --wait` each, started in turn for two FREE GPUs: each GPU is
+    printed once."""
+    (found,) = race(base, (ME, NOBODY, ME, NOBODY), "--wait", "2", gpus=2, stagger_s=0.5)
+    assert winners(found) == ["0\n", "1\n"], found
 
 
 def hold_lock(claims_dir: Path) -> Callable[[], None]:

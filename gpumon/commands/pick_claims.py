@@ -68,7 +68,7 @@ def blocking_claim(
         for claim in claims
         if claim.live(now_s)
         and not rules.ended_by(claim, processes, now_s)
-        and (claim.uid != uid or claim.claimed_s >= started_s)
+        and (claim.uid != uid or waiting or claim.claimed_s >= started_s)
     ]
     return max(holders, key=lambda claim: claim.claimed_s) if holders else None
 
