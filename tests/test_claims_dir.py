@@ -316,3 +316,31 @@ def test_many_entries_of_one_user_that_are_not_claims_are_one_line(
         f"gpumon pick: ignored 5000 entries of nobody (uid 65534) in {claims_dir} that are "
         "not claims\n"
     )
+
+
+@pytest.mark.parametrize("given_by", ["flag", "config", "environment"])
+def test_a_relative_claims_dir_is_refused_in_one_line(
+    given_by: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A relative claims_dir would make a world-writable directory wherever pick starts."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUMON_CLAIMS_DIR")
+    argv = ["--claims-dir", "claims"] if given_by == "flag" else []
+    if given_by == "config":
+        (tmp_path / "config" / "gpumon").mkdir(parents=True)
+        (tmp_path / "config" / "gpumon" / "config.toml").write_text('claims_dir = "claims"\n')
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    if given_by == "environment":
+        monkeypatch.setenv("GPUMON_CLAIMS_DIR", "claims")
+    serve(monkeypatch, sample((gpu(0),)))
+    try:
+        code = main(["pick", *argv])
+    except SystemExit as exit_:
+        code = exit_.code  # type: ignore[assignment]
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "expected an absolute path, got 'claims'" in err, err
+    assert not (tmp_path / "claims").exists()
