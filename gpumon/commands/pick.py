@@ -41,7 +41,7 @@ from gpumon.arguments import (
     size_bytes,
     whole_number,
 )
-from gpumon.commands.pick_wait import Attempt, attempts, waiting_text
+from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
 from gpumon.data import format as fmt
 from gpumon.data.free import MIB
 from gpumon.data.model import Sample
@@ -313,6 +313,7 @@ def run(
             max_utilization_pct=max_utilization,
             free_below_bytes=free_below_bytes,
             requested_format=format,
+            wait_s=wait,
         )
         result = attempts(look, wait_s=wait, interval_s=settings.interval_s, stderr=sys.stderr)
         if isinstance(result, int):
@@ -354,8 +355,11 @@ class Look:
         max_utilization_pct: float | None,
         free_below_bytes: int | None,
         requested_format: str,
+        wait_s: float | None = None,
     ) -> None:
         self.reader = reader
+        self.wait_s = wait_s
+        self._began: float | None = None  # the first look (monotonic)
         self.claims = claims
         self.selection = selection
         self._said: set[str] = set()
@@ -368,7 +372,9 @@ class Look:
     def __call__(self) -> Attempt:
         from gpumon.sampling.snapshot import no_gpu_data, report_unavailable
 
-        sample = self.reader.read()
+        now = time.monotonic()
+        self._began = now if self._began is None else self._began
+        sample = self.reader.read(read_timeout(self.wait_s, now - self._began))
         if no_gpu_data(sample):
             assert sample.unavailable is not None
             said = io.StringIO()
