@@ -260,3 +260,31 @@ def test_gpus_that_never_reach_the_user_are_not_left_claimed(
     monkeypatch.setattr("gpumon.cli._silence_stdout", lambda: None)
     assert main(["pick", "--claims-dir", str(tmp_path / "claims")]) == 141
     assert claims_in(tmp_path / "claims") == []
+
+
+@pytest.mark.parametrize("rival_after_s", [-0.001, 0.001], ids=["earlier", "later"])
+def test_a_claim_that_lands_beside_this_picks_own_is_never_shared(
+    rival_after_s: float,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Another pick's claim on the GPU lands just as this pick writes its own: one claimed
+    earlier wins at once, and one claimed later that stays (its pick did not see this one)
+    is kept to after SETTLE_S; either way this pick withdraws and prints nothing."""
+    claims_dir = tmp_path / "claims"
+    write = ClaimsDir.write
+    rival = "f" * 16
+
+    def write_beside_a_rival(
+        self: ClaimsDir, key: str, claimed_s: float, expires_s: float, token: str | None = None
+    ) -> str:
+        name = write(self, key, claimed_s, expires_s, token)
+        write(self, key, claimed_s + rival_after_s, expires_s, rival)
+        return name
+
+    monkeypatch.setattr(ClaimsDir, "write", write_beside_a_rival)
+    code, out, err = pick(monkeypatch, capsys, claims_dir, samples=(sample((gpu(0),)),))
+    assert (code, out) == (1, "")
+    assert err.endswith("s ago (by another pick of yours)\n")
+    assert [claim.file_name.endswith(rival) for claim in claims_in(claims_dir)] == [True]
