@@ -284,7 +284,10 @@ def test_a_claim_that_lands_beside_this_picks_own_is_never_shared(
         return name
 
     monkeypatch.setattr(ClaimsDir, "write", write_beside_a_rival)
-    code, out, err = pick(monkeypatch, capsys, claims_dir, samples=(sample((gpu(0),)),))
+    # --wait: the rival blocks however soon after this pick began it was claimed.
+    code, out, err = pick(monkeypatch, capsys, claims_dir, "--wait", "1",
+                          samples=(sample((gpu(0),)),))  # fmt: skip
     assert (code, out) == (1, "")
+    assert err.startswith("gpumon pick: gave up after waiting ")
     assert err.endswith("s ago (by another pick of yours)\n")
     assert [claim.file_name.endswith(rival) for claim in claims_in(claims_dir)] == [True]

@@ -40,7 +40,7 @@ from gpumon.sources.host.claims import ClaimsDir, ClaimsOff, Ignored, user_name
 
 #: How long a pick waits for a racing pick's later claim to be withdrawn (that pick lists the
 #: directory right after writing it); a claim still there after this is kept to.
-SETTLE_S = 0.5
+SETTLE_S = 1.0
 #: How often it lists the directory meanwhile.
 SETTLE_POLL_S = 0.02
 #: A user's entries that are not claims are named one by one up to this many, then counted.
