@@ -15,8 +15,8 @@ that sees a blocking claim that came before its own (:func:`~gpumon.data.claims.
 withdraws; one that sees only later ones waits up to :data:`SETTLE_S` for them to be
 withdrawn (their picks saw this one first), and withdraws if they stay. A pick keeps its
 claims only when its last listing shows no other blocking claim on its GPUs, so two picks
-never both keep one. Another user can delay a pick only on GPUs they claim, by SETTLE_S at
-most, and is named as any claimer is.
+never both keep one. Another user can delay a pick only by claiming, SETTLE_S for each
+claim landing beside the pick's own, and is named as any claimer is.
 
 A pick claims all its GPUs or none, and removes its claims again when it cannot hand the
 GPUs over (stdout gone, interrupted). Claims fail closed: when they cannot be used (the
