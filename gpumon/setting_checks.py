@@ -83,10 +83,17 @@ def interpreter(value: Any) -> str:
 
 
 def directory(value: Any) -> str:
-    """A directory's path (it need not exist yet: gpumon may create it)."""
+    """A directory's absolute path (``~`` expanded; it need not exist yet: gpumon may create
+    it). A relative path is refused: gpumon would make the directory wherever it started."""
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a directory, got {shown(value)}")
-    return os.path.expanduser(value)
+    expanded = os.path.expanduser(value)
+    if not os.path.isabs(expanded):
+        raise SettingsError(
+            f"expected an absolute path, got {shown(value)} (a relative one would be made "
+            "in whatever directory gpumon starts in)"
+        )
+    return expanded
 
 
 def directory_or_file(value: Any) -> str:

@@ -81,17 +81,26 @@ async def test_simulated_gpus_and_a_missing_directory_have_no_claim_notes(tmp_pa
         assert app.dashboard.query_one(GpuPanel).notes == {}
 
 
-async def test_claims_that_cannot_be_read_are_said_to_be_off_not_shown_as_none(
+def cannot_list(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Listing the claims directory fails (an I/O error); returns the count of tries."""
+    tries = [0]
+
+    def scan(self: ClaimsDir, *args: object, **options: object) -> object:
+        tries[0] += 1
+        raise host_claims.ClaimsOff(f"cannot list {self.path}: Input/output error")
+
+    monkeypatch.setattr(ClaimsDir, "scan", scan)
+    return tries
+
+
+async def test_claims_that_cannot_be_read_are_said_to_be_unknown_not_shown_as_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Another user fills the shared directory past MAX_ENTRIES: pick then reads no claim,
-    and neither does the dashboard; no claim notes must not read as no claims, so it says
-    once, in a notice, that claims are off and why."""
-    monkeypatch.setattr(host_claims, "MAX_ENTRIES", 3)
+    """The directory cannot be listed: pick would refuse to pick, and the dashboard shows no
+    claim; no claim notes must not read as no claims, so it says once, in a notice, why."""
     claims_dir = tmp_path / "claims"
     claim(claims_dir, 2, age_s=40)
-    for number in range(5):
-        (claims_dir / f"junk-{number}").write_text("")
+    cannot_list(monkeypatch)
     sample = make_sample(GPUS)
     app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
     async with app.run_test(size=(200, 50), notifications=True) as pilot:
@@ -101,14 +110,58 @@ async def test_claims_that_cannot_be_read_are_said_to_be_off_not_shown_as_none(
             await settle(app)
         said = [str(notification.message) for notification in app._notifications]
         assert said == [
-            f"Claims are off: {claims_dir} holds more than 3 entries. GPUs claimed with "
-            "gpumon pick are not marked."
+            f"Claims cannot be read: cannot list {claims_dir}: Input/output error. GPUs "
+            "claimed with gpumon pick are not marked."
         ]
         assert app.dashboard.query_one(GpuPanel).notes == {}
 
 
+async def test_another_users_junk_in_the_claims_directory_hides_no_claim(tmp_path: Path) -> None:
+    """10,001 files that are not claims (which once switched claim notes off for everyone)
+    change nothing: the claim among them is shown, and no notice is given."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 2, age_s=40)
+    for number in range(10_001):
+        os.close(os.open(claims_dir / f"junk-{number}", os.O_CREAT | os.O_WRONLY, 0o644))
+    sample = make_sample(GPUS)
+    app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
+    async with app.run_test(size=(200, 50), notifications=True) as pilot:
+        for _ in range(2):
+            app.receive_sample(sample)
+            await pilot.pause()
+            await settle(app)
+        app.receive_sample(sample)
+        await pilot.pause()
+        assert list(app.dashboard.query_one(GpuPanel).notes) == [2]
+        assert not app._notifications
+
+
+async def test_a_touched_claim_shows_the_age_written_in_it(tmp_path: Path) -> None:
+    """`touch` moves a claim file's mtime, not its claim: one claimed 40 s ago and touched
+    now reads 40 s old, one claimed 20 minutes ago is over however new its mtime; of one
+    user's several claims on a GPU the newest is the one shown."""
+    claims_dir = tmp_path / "claims"
+    claim(claims_dir, 1, age_s=40)
+    claim(claims_dir, 1, age_s=90)
+    claim(claims_dir, 3, age_s=1200)
+    for name in os.listdir(claims_dir):
+        os.utime(claims_dir / name)  # touched just now
+    sample = make_sample(GPUS)
+    app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
+    me = user_name(os.geteuid())
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        await settle(app)
+        app.receive_sample(sample)
+        await pilot.pause()
+        notes = app.dashboard.query_one(GpuPanel).notes
+        assert list(notes) == [1] and len(notes[1]) == 1
+        assert notes[1][0].text.startswith(f"claimed by {me} 4")  # 40 s ago (41 if slow)
+
+
 def test_the_note_text() -> None:
-    found = rules.Claim("GPU-x", 1000, "alice", "GPU-x.1000.00000000", 100.0, 100.0, 220.0)
+    found = rules.Claim("GPU-x", 1000, "alice", "GPU-x.1000.00000000", 100.0, 220.0)
     assert rules.note_text(found, 140.0) == "claimed by alice 40 s ago"
     assert rules.note_text(found, 100.0 + 185) == "claimed by alice 3 min ago"
     assert GpuNote(rules.note_text(found, 140.0), "note-warn").style == "note-warn"
@@ -260,22 +313,19 @@ def test_a_claims_directory_on_a_slow_file_system_is_read_less_often(tmp_path: P
     assert notes._next_read_at == pytest.approx(began + 0.75 + 0.75 / 0.1)
 
 
-def test_an_overfull_claims_directory_is_not_listed_again_until_it_changes(
+def test_a_claims_directory_that_cannot_be_listed_is_not_listed_again_each_second(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Over MAX_ENTRIES entries claims are off; listing them all again each second would
-    cost every dashboard what the limit is there to spare it."""
-    from gpumon.sources.host import claims as host_claims
-
+    """A listing that fails counts as a read: tried again when the directory changes, or
+    after FULL_READ_S, not every second."""
     claims_dir = tmp_path / "claims"
-    for index in range(4):
-        claim(claims_dir, index, age_s=5)
-    monkeypatch.setattr(host_claims, "MAX_ENTRIES", 2)
+    claim(claims_dir, 0, age_s=5)
+    tries = cannot_list(monkeypatch)
     clocks = Clocks()
     notes = notes_read_by(clocks, claims_dir)
     notes.read()
-    assert notes.full_reads == 1 and notes.claims == ()
+    assert tries == [1] and notes.claims == () and notes.off is not None
     for _ in range(3):
         clocks.advance(1.0)
         notes.read()
-    assert notes.full_reads == 1
+    assert tries == [1]

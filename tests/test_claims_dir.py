@@ -1,10 +1,13 @@
 """The claims directory is other users' input: hostile claim files are ignored (said once,
-never followed, never read whole), and a directory pick cannot trust turns claims off with
-one line while pick goes on."""
+never followed, never read whole), other users' junk and locks change nothing, and a
+directory pick cannot use fails closed: one line, nothing printed, exit 1 (--wait: it
+waits; --no-claim: it picks unclaimed)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +16,9 @@ import pytest
 
 from gpumon.cli import main
 from gpumon.data import claims as rules
-from gpumon.sources.host import claims as claims_io
 from gpumon.sources.host.claims import ClaimsDir
 from tests.pick_helpers import gpu, job, sample, serve
+from tests.test_pick_claims import as_user
 
 KEY0 = rules.claim_key(gpu(0).uuid)
 assert KEY0 is not None
@@ -86,9 +89,9 @@ def hard_link(directory: Path, elsewhere: Path) -> str:
 
 
 def future(directory: Path, elsewhere: Path) -> str:
-    path = own_claim(directory)
     later = time.time() + 3600
-    os.utime(path, (later, later))
+    name = rules.file_name(KEY0, os.geteuid(), TOKEN)
+    (directory / name).write_bytes(rules.claim_text(KEY0, later, later + 120, 1))
     return "dated in the future"
 
 
@@ -139,15 +142,25 @@ def test_a_hostile_claim_file_is_ignored_and_said_once(
         assert len(list(elsewhere.iterdir())) == 1
 
 
-def test_a_claims_dir_that_cannot_be_made_leaves_pick_working(
+def unclaimed(err: str) -> bool:
+    return err.endswith(
+        "gpumon pick: note: not claimed (--no-claim): another pick may get them too\n"
+    )
+
+
+def test_a_claims_dir_that_cannot_be_made_fails_closed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     (tmp_path / "file").write_text("")
     code, out, err = pick(monkeypatch, capsys, tmp_path / "file" / "claims")
-    assert (code, out) == (0, "0\n")
+    assert (code, out) == (1, "")
     assert err == (
-        f"gpumon pick: claims are off: cannot create {tmp_path}/file/claims: Not a directory\n"
+        f"gpumon pick: cannot claim: cannot create {tmp_path}/file/claims: Not a directory; "
+        "nothing picked (--no-claim: pick unclaimed)\n"
     )
+    code, out, err = pick(monkeypatch, capsys, tmp_path / "file" / "claims", "--no-claim")
+    assert (code, out) == (0, "0\n") and unclaimed(err)
+    assert err.startswith("gpumon pick: other picks' claims cannot be read: cannot create ")
 
 
 def not_sticky(path: Path) -> str:
@@ -173,7 +186,7 @@ UNTRUSTED = [not_sticky, a_symlink, a_file]
 
 
 @pytest.mark.parametrize("make", UNTRUSTED, ids=[make.__name__ for make in UNTRUSTED])
-def test_a_claims_dir_pick_cannot_trust_turns_claims_off_in_one_line(
+def test_a_claims_dir_pick_cannot_trust_fails_closed_in_one_line(
     make: Callable[[Path], str],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -182,9 +195,42 @@ def test_a_claims_dir_pick_cannot_trust_turns_claims_off_in_one_line(
     path = tmp_path / "claims"
     why = make(path)
     code, out, err = pick(monkeypatch, capsys, path)
-    assert (code, out) == (0, "0\n")
-    assert err.startswith(f"gpumon pick: claims are off: {path} {why}") and err.count("\n") == 1
+    assert (code, out) == (1, "")
+    assert err.startswith(f"gpumon pick: cannot claim: {path} {why}") and err.count("\n") == 1
+    assert err.endswith("; nothing picked (--no-claim: pick unclaimed)\n")
     assert not list(Path(os.path.realpath(path)).glob("GPU-*")) if path.is_dir() else True
+
+
+def test_waiting_for_a_claims_dir_that_cannot_be_used_says_why_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--wait waits until claims can be made (here: the file in the way is removed after a
+    few looks), saying why once; it never prints an unclaimed GPU meanwhile."""
+    from tests.pick_helpers import SampleSource
+
+    path = tmp_path / "claims"
+    path.write_text("")
+    reads = SampleSource.sample
+
+    def sample_and_clear_the_way(self: SampleSource) -> object:
+        if self.reads == 3 and path.is_file():
+            path.unlink()
+        return reads(self)
+
+    monkeypatch.setattr(SampleSource, "sample", sample_and_clear_the_way)
+    code, out, err = pick(monkeypatch, capsys, path, "--wait", "--interval", "0.25")
+    assert (code, out) == (0, "0\n")
+    lines = err.splitlines()
+    assert lines[0] == (
+        f"gpumon pick: cannot claim: {path} is not a directory; waiting until it can "
+        "(--no-claim: pick unclaimed)"
+    )
+    assert len(lines) == 2 and lines[1].startswith("gpumon pick: waited "), err
+    assert len(list(path.glob("GPU-*"))) == 1
+    path.chmod(0o1755)  # claims cannot be made again: the wait runs out
+    code, out, err = pick(monkeypatch, capsys, path, "--wait", "0.6", "--interval", "0.25")
+    assert (code, out) == (1, "") and err.count("\n") == 2
+    assert err.splitlines()[1].startswith("gpumon pick: gave up after waiting ")
 
 
 def test_a_shared_directory_another_user_made_first_still_holds_claims(
@@ -201,24 +247,6 @@ def test_a_shared_directory_another_user_made_first_still_holds_claims(
     code, out, err = pick(monkeypatch, capsys, path)
     assert (code, out, err) == (0, "0\n", "")
     assert len(list(path.glob("GPU-*"))) == 1
-
-
-def test_a_lock_held_for_ever_claims_nothing_but_still_reads_the_claims(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    import fcntl
-
-    path = tmp_path / "claims"
-    holder = ClaimsDir.open(str(path), create=True)
-    fcntl.flock(os.open(path, os.O_RDONLY), fcntl.LOCK_EX)  # another open file: another pick
-    monkeypatch.setattr(claims_io, "LOCK_TIMEOUT_S", 0.2)
-    code, out, err = pick(monkeypatch, capsys, path)
-    holder.close()
-    assert (code, out) == (0, "0\n")
-    assert err == (
-        f"gpumon pick: another process has held {path} locked for 0.2 s: other picks' claims "
-        "are kept to, none written\n"
-    )
 
 
 def test_the_directory_is_made_mode_1777_whatever_the_umask(tmp_path: Path) -> None:
@@ -240,15 +268,79 @@ def test_claim_files_are_readable_by_everyone_whatever_the_umask(tmp_path: Path)
     assert (tmp_path / "claims" / name).stat().st_mode & 0o777 == 0o644
 
 
-def test_a_claims_dir_that_cannot_be_written_leaves_pick_working(
+def test_a_claims_dir_that_cannot_be_written_fails_closed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    def read_only(self: ClaimsDir, key: str, claimed_s: float, expires_s: float) -> str:
-        raise OSError(30, "Read-only file system")
+    """A full /dev/shm: no claim can be written, so no GPU is printed (it would be printed
+    to every racing pick alike)."""
+    import errno
 
-    monkeypatch.setattr(ClaimsDir, "write", read_only)
+    def full(self: ClaimsDir, *args: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ClaimsDir, "write", full)
     code, out, err = pick(monkeypatch, capsys, tmp_path / "claims")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"gpumon pick: cannot claim: cannot write in {tmp_path}/claims: No space left on "
+        "device; nothing picked (--no-claim: pick unclaimed)\n"
+    )
+    code, out, err = pick(monkeypatch, capsys, tmp_path / "claims", "--no-claim")
+    assert (code, out) == (0, "0\n") and unclaimed(err) and err.count("\n") == 1
+
+
+def test_many_entries_of_one_user_that_are_not_claims_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """5,000 claim-like symlinks of another user: one line that counts them and names the
+    user, not 5,000 lines; the pick claims all the same."""
+    if os.geteuid() != 0:
+        pytest.skip("entries of another user need a second uid: run as root")
+    reachable = Path(tempfile.mkdtemp(prefix="gpumon-claims-test-", dir="/tmp"))
+    reachable.chmod(0o755)  # the test's tmp_path is root's alone
+    claims_dir = reachable / "claims"
+    ClaimsDir.open(str(claims_dir), create=True).close()
+
+    def plant() -> None:
+        for number in range(5000):
+            name = rules.file_name(KEY0, 65534, f"{number:08x}")
+            os.symlink("/etc/passwd", claims_dir / name)
+
+    try:
+        assert as_user(65534, plant) == 0
+        code, out, err = pick(monkeypatch, capsys, claims_dir)
+    finally:
+        shutil.rmtree(reachable)
     assert (code, out) == (0, "0\n")
     assert err == (
-        f"gpumon pick: claims are off: cannot write in {tmp_path}/claims: Read-only file system\n"
+        f"gpumon pick: ignored 5000 entries of nobody (uid 65534) in {claims_dir} that are "
+        "not claims\n"
     )
+
+
+@pytest.mark.parametrize("given_by", ["flag", "config", "environment"])
+def test_a_relative_claims_dir_is_refused_in_one_line(
+    given_by: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A relative claims_dir would make a world-writable directory wherever pick starts."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUMON_CLAIMS_DIR")
+    argv = ["--claims-dir", "claims"] if given_by == "flag" else []
+    if given_by == "config":
+        (tmp_path / "config" / "gpumon").mkdir(parents=True)
+        (tmp_path / "config" / "gpumon" / "config.toml").write_text('claims_dir = "claims"\n')
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    if given_by == "environment":
+        monkeypatch.setenv("GPUMON_CLAIMS_DIR", "claims")
+    serve(monkeypatch, sample((gpu(0),)))
+    try:
+        code = main(["pick", *argv])
+    except SystemExit as exit_:
+        code = exit_.code  # type: ignore[assignment]
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "expected an absolute path, got 'claims'" in err, err
+    assert not (tmp_path / "claims").exists()

@@ -11,7 +11,7 @@ import pytest
 from gpumon.arguments import percentage, size_bytes
 from gpumon.cli import main
 from gpumon.commands import pick
-from gpumon.commands.pick import failure_line, indices_match_cuda, resolve_format
+from gpumon.commands.pick import UNCLAIMED_NOTE, failure_line, indices_match_cuda, resolve_format
 from gpumon.data import ranking
 from gpumon.data.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
 from gpumon.data.ranking import rank
@@ -361,7 +361,7 @@ def run_pick(
     assert opened and all(source.options["processes"] for source in opened)
     assert all(source.closed for source in opened)
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, err.replace(UNCLAIMED_NOTE + "\n", "")  # said after each pick here
 
 
 def four_gpus() -> Sample:

@@ -1,12 +1,11 @@
 """`gpumon pick` claims the GPUs it prints: another user's pick skips them and says who has
-them, two picks racing for one GPU never both get it, the claimer's own later pick may take
-it again, and a claims directory that cannot be trusted turns claims off, never pick."""
+them, the claimer's own later pick may take it again (not under --wait), and a claim lasts
+as long as the time written in it allows (races: tests/test_pick_races.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -116,25 +115,6 @@ def test_another_users_claim_is_skipped_and_named(
     assert f"claimed by {user_name(OTHER_UID)} 4" in err and err.endswith(" s ago\n")
 
 
-@needs_root
-def test_a_lock_someone_holds_does_not_hand_out_what_others_claimed(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
-) -> None:
-    """Any user can hold the claims directory's lock: the pick then writes no claim, but
-    still skips the GPU another user's live claim holds."""
-    import fcntl
-
-    from gpumon.sources.host import claims as claims_io
-
-    claim_as(OTHER_UID, shared, KEY0)
-    fcntl.flock(os.open(shared, os.O_RDONLY), fcntl.LOCK_EX)  # held by another open file
-    monkeypatch.setattr(claims_io, "LOCK_TIMEOUT_S", 0.2)
-    code, out, err = pick(monkeypatch, capsys, shared)
-    assert (code, out) == (0, "1\n")  # not GPU 0, the freer: claimed by nobody
-    assert "none written" in err
-    assert [claim.uid for claim in claims_in(shared)] == [OTHER_UID]
-
-
 def test_the_claimers_own_later_pick_takes_its_gpu_again(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -183,11 +163,32 @@ def test_an_expired_claim_does_not_block(
     assert stale not in [claim.file_name for claim in claims_in(claims_dir)]  # mine: tidied
 
 
-def test_no_claim_outlives_its_file_by_ten_minutes_whatever_it_says() -> None:
+def test_no_claim_outlives_the_time_written_in_it_by_ten_minutes_whatever_it_says() -> None:
     text = rules.claim_text(KEY0, 1000.0, 9e11, 1)
     claimed, stated = rules.parse_claim_text(text, KEY0)
     assert (claimed, stated) == (1000.0, 9e11)
-    assert rules.expiry(stated, mtime_s=5000.0) == 5600.0
+    assert rules.expiry(stated, claimed_s=claimed) == 1600.0
+
+
+@needs_root
+def test_a_claim_kept_fresh_with_touch_ends_all_the_same(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    """Another user's claim file, touched every few minutes, is as old as the time written
+    in it: one written 20 minutes ago holds no GPU, --busy-ok or not; one written 40 s ago
+    is named as 40 s old, not as new as its mtime."""
+    claim_as(OTHER_UID, shared, KEY0, age_s=1200, ttl_s=86400)  # written by hand
+    claim_as(OTHER_UID, shared, rules.claim_key(gpu(1).uuid), age_s=40)
+
+    def touch() -> None:
+        for name in os.listdir(shared):
+            os.utime(shared / name)
+
+    assert as_user(OTHER_UID, touch) == 0
+    for argv in ((), ("--busy-ok",)):
+        code, out, err = pick(monkeypatch, capsys, shared, "-n", "2", "--no-claim", *argv)
+        assert (code, out) == (1, ""), err
+        assert f"GPU 1: claimed by {user_name(OTHER_UID)} 4" in err and "GPU 0" not in err
 
 
 @needs_root
@@ -213,7 +214,9 @@ def test_no_claim_leaves_none_and_still_skips_what_others_hold(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
 ) -> None:
     claim_as(OTHER_UID, shared, KEY0)
-    assert pick(monkeypatch, capsys, shared, "--no-claim") == (0, "1\n", "")
+    code, out, err = pick(monkeypatch, capsys, shared, "--no-claim")
+    assert (code, out) == (0, "1\n")
+    assert err == "gpumon pick: note: not claimed (--no-claim): another pick may get them too\n"
     assert [claim.uid for claim in claims_in(shared)] == [OTHER_UID]
 
 
@@ -259,105 +262,32 @@ def test_gpus_that_never_reach_the_user_are_not_left_claimed(
     assert claims_in(tmp_path / "claims") == []
 
 
-# --- racing picks ---------------------------------------------------------------------------
+@pytest.mark.parametrize("rival_after_s", [-0.001, 0.001], ids=["earlier", "later"])
+def test_a_claim_that_lands_beside_this_picks_own_is_never_shared(
+    rival_after_s: float,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Another pick's claim on the GPU lands just as this pick writes its own: one claimed
+    earlier wins at once, and one claimed later that stays (its pick did not see this one)
+    is kept to after SETTLE_S; either way this pick withdraws and prints nothing."""
+    claims_dir = tmp_path / "claims"
+    write = ClaimsDir.write
+    rival = "f" * 16
 
-ROUNDS = 20
+    def write_beside_a_rival(
+        self: ClaimsDir, key: str, claimed_s: float, expires_s: float, token: str | None = None
+    ) -> str:
+        name = write(self, key, claimed_s, expires_s, token)
+        write(self, key, claimed_s + rival_after_s, expires_s, rival)
+        return name
 
-
-def test_two_picks_racing_for_one_gpu_exactly_one_wins(tmp_path: Path) -> None:
-    """Two real `gpumon pick` processes, released together 20 times: one GPU each time."""
-    gates = [os.pipe() for _ in range(2)]
-    ready_read, ready_write = os.pipe()
-    done_read, done_write = os.pipe()
-    for round_number in range(ROUNDS):
-        (tmp_path / f"round-{round_number}").mkdir()
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.pick_race_child", str(tmp_path), str(ROUNDS),
-             str(go_read), str(ready_write), str(done_write)],
-            cwd=ROOT,
-            pass_fds=(go_read, ready_write, done_write),
-        )
-        for go_read, _ in gates
-    ]  # fmt: skip
-    # Only the children hold these now: a child that dies ends the reads below (b"").
-    for descriptor in (ready_write, done_write, *(go_read for go_read, _ in gates)):
-        os.close(descriptor)
-    try:
-        for _ in range(ROUNDS):
-            assert os.read(ready_read, 1) + os.read(ready_read, 1) == b"rr"  # both have begun
-            for _, go_write in gates:
-                os.write(go_write, b"g")
-            assert os.read(done_read, 1) + os.read(done_read, 1) == b"dd"
-    finally:
-        for descriptor in (ready_read, done_read, *(go_write for _, go_write in gates)):
-            os.close(descriptor)
-        codes = [child.wait(timeout=60) for child in children]
-    assert codes == [0, 0]
-    for round_number in range(ROUNDS):
-        directory = tmp_path / f"round-{round_number}"
-        results = sorted(
-            path.read_text()
-            for path in directory.iterdir()
-            if path.is_file() and path.suffix != ".err"
-        )
-        said = [path.read_text() for path in directory.glob("*.err")]
-        assert results == ["0 0\n", "1 "], (round_number, results, said)
-        assert len(claims_in(directory / "claims")) == 1
-
-
-@needs_root
-def test_two_users_racing_for_one_gpu_exactly_one_wins(shared: Path) -> None:
-    """root and nobody, each in its own process, take the directory's lock 20 times at once."""
-    one_gpu = sample((gpu(0),))
-    qualifying, _ = qualify(one_gpu, free_below_bytes=1024**3)
-    gates = [os.pipe() for _ in range(2)]
-    done_read, done_write = os.pipe()
-    shared.mkdir(mode=0o755)
-
-    def racer(go: int) -> Callable[[], None]:
-        def run() -> None:
-            for round_number in range(ROUNDS):
-                started = time.time()
-                os.read(go, 1)
-                claims = PickClaims(str(shared / str(round_number)), claim_seconds=120,
-                                    started_s=started, stderr=sys.stderr)  # fmt: skip
-                picked, _, _ = claims.take(qualifying, 1, one_gpu)
-                claims.close()
-                os.write(done_write, b"1" if picked else b"0")
-
-        return run
-
-    for round_number in range(ROUNDS):
-        ClaimsDir.open(str(shared / str(round_number)), create=True).close()
-    children = []
-    for (go_read, _), uid in zip(gates, (0, OTHER_UID), strict=True):
-        child = os.fork()
-        if child == 0:  # pragma: no cover - the child
-            status = 0
-            try:
-                if uid:
-                    os.setgid(uid)
-                    os.setuid(uid)
-                racer(go_read)()
-            except BaseException:
-                traceback.print_exc()
-                status = 1
-            os._exit(status)
-        children.append(child)
-    for descriptor in (done_write, *(go_read for go_read, _ in gates)):
-        os.close(descriptor)  # the children's now: one that dies ends the reads below
-    winners = []
-    try:
-        for _ in range(ROUNDS):
-            for _, go_write in gates:
-                os.write(go_write, b"g")
-            winners.append(os.read(done_read, 1) + os.read(done_read, 1))
-    finally:
-        for descriptor in (done_read, *(go_write for _, go_write in gates)):
-            os.close(descriptor)
-        statuses = [os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) for child in children]
-    assert statuses == [0, 0]
-    assert all(sorted(result) == [ord("0"), ord("1")] for result in winners), winners
-    owners = {claims_in(shared / str(n))[0].uid for n in range(ROUNDS)}
-    assert owners <= {0, OTHER_UID}
+    monkeypatch.setattr(ClaimsDir, "write", write_beside_a_rival)
+    # --wait: the rival blocks however soon after this pick began it was claimed.
+    code, out, err = pick(monkeypatch, capsys, claims_dir, "--wait", "1",
+                          samples=(sample((gpu(0),)),))  # fmt: skip
+    assert (code, out) == (1, "")
+    assert err.startswith("gpumon pick: gave up after waiting ")
+    assert err.endswith("s ago (by another pick of yours)\n")
+    assert [claim.file_name.endswith(rival) for claim in claims_in(claims_dir)] == [True]

@@ -210,3 +210,42 @@ def test_wait_takes_no_value_before_another_option(
     serve(monkeypatch, sample((gpu(0), gpu(1))))
     assert main(["pick", "--wait", "-n", "2"]) == 0
     assert capsys.readouterr().out == "0,1\n"
+
+
+STUCK_LATER = """
+import sys, threading
+import gpumon.sources.base
+from tests.pick_helpers import SampleSource, gpu, job, sample
+
+class StuckLater(SampleSource):
+    def sample(self):
+        if self.reads:  # the first look answers (GPU 0 busy); then the driver is stuck
+            threading.Event().wait()
+        return super().sample()
+
+gpus = (gpu(0),)
+busy = sample(gpus, (job(gpus[0], 100, user="alice"),))
+gpumon.sources.base.source_for = lambda settings, **options: StuckLater(busy)
+from gpumon.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_driver_stuck_while_waiting_ends_the_pick_when_the_wait_does() -> None:
+    """`pick --wait 3s`: the driver answers once, then a call never returns; the pick ends
+    about when its wait does (not SAMPLE_TIMEOUT_S, 30 s, later), saying the driver did not
+    answer."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", STUCK_LATER, "pick", "--wait", "3s", "--interval", "0.25"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+    assert time.monotonic() - started < 20  # 3 s and a start-up on a loaded machine
+    assert (result.returncode, result.stdout) == (1, "")
+    said = "gpumon: no NVIDIA GPU data: NVML did not answer within [0-9.]+ s "
+    assert re.match(said, result.stderr), result.stderr
+    assert "Traceback" not in result.stderr

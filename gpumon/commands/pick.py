@@ -5,7 +5,8 @@
 No Textual. stdout carries the value and nothing else (``2,3`` and a newline), so ``$(...)``
 is either right or empty; why too few GPUs qualify, the label of simulated data and notes go
 to stderr, and the exit status tells a script which happened: 0 picked, 1 too few qualify
-(or no driver, or the wait ran out), 2 bad arguments, 130 interrupted.
+(or no driver, or the wait ran out, or the GPUs could not be claimed), 2 bad arguments, 130
+interrupted.
 
 Which GPUs qualify (:mod:`gpumon.data.ranking`): by default only FREE ones (no process, less
 memory in use than ``free_threshold_mib``); with ``--min-free-memory`` or
@@ -13,7 +14,8 @@ memory in use than ``free_threshold_mib``); with ``--min-free-memory`` or
 process list is known, the freest first. Never a lost GPU, never one whose processes are
 unknown. ``--wait`` looks again every interval until enough qualify
 (:mod:`gpumon.commands.pick_wait`); each GPU printed is claimed for ``claim_seconds``, and
-another pick skips it (:mod:`gpumon.commands.pick_claims`). ``--prometheus`` picks in a
+another pick skips it (:mod:`gpumon.commands.pick_claims`); a GPU that cannot be claimed is
+not printed (``--no-claim`` prints it unclaimed). ``--prometheus`` picks in a
 cluster instead (:mod:`gpumon.commands.pick_cluster`).
 
 MIG: a GPU in MIG mode offers its MIG instances instead of itself, each by its ``MIG-...``
@@ -39,7 +41,7 @@ from gpumon.arguments import (
     size_bytes,
     whole_number,
 )
-from gpumon.commands.pick_wait import Attempt, attempts, waiting_text
+from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
 from gpumon.data import format as fmt
 from gpumon.data.free import MIB
 from gpumon.data.model import Sample
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("auto", "index", "uuid")
 DEMO_LABEL = "simulated GPUs (--demo)"
+UNCLAIMED_NOTE = "gpumon pick: note: not claimed (--no-claim): another pick may get them too"
 #: The failure line names at most this many reasons, then says how many more there are.
 MAX_REASONS = 12
 
@@ -65,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in use, in tenths of its total; then utilisation, in steps of 10%), then the fewest "
         "processes (ties: the lowest index). A lost GPU, or one whose processes NVML will "
         "not list, is never picked. Prints them comma-separated, freest first, and claims "
-        "each for --claim-seconds: another pick skips a GPU claimed by someone else. When "
+        "each for --claim-seconds: another pick skips a GPU claimed by someone else; where "
+        "claims cannot be made it prints nothing and exits 1 (--wait: waits). When "
         "fewer than N qualify it prints nothing, says why on stderr and exits 1 (--wait: "
         "looks again every --interval). A GPU in MIG mode offers its MIG instances instead, "
         "as MIG-... UUIDs and for -n 1 only: a CUDA process uses one MIG instance."
@@ -134,7 +138,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-claim",
         action="store_true",
-        help="leave no claim on the GPUs printed (claims: see --claims-dir)",
+        help="print the GPUs without claiming them (and say so on stderr), also where claims "
+        "cannot be made; other picks' claims are still skipped where they can be read "
+        "(claims: see --claims-dir)",
     )
     parser.add_argument(
         "--cluster",
@@ -294,6 +300,7 @@ def run(
                 started_s=started_s,
                 stderr=sys.stderr,
                 claim=not no_claim,
+                waiting=wait is not None,
             )
         from gpumon.data.selection import selection_from
 
@@ -306,6 +313,7 @@ def run(
             max_utilization_pct=max_utilization,
             free_below_bytes=free_below_bytes,
             requested_format=format,
+            wait_s=wait,
         )
         result = attempts(look, wait_s=wait, interval_s=settings.interval_s, stderr=sys.stderr)
         if isinstance(result, int):
@@ -347,8 +355,11 @@ class Look:
         max_utilization_pct: float | None,
         free_below_bytes: int | None,
         requested_format: str,
+        wait_s: float | None = None,
     ) -> None:
         self.reader = reader
+        self.wait_s = wait_s
+        self._began: float | None = None  # the first look (monotonic)
         self.claims = claims
         self.selection = selection
         self._said: set[str] = set()
@@ -361,7 +372,9 @@ class Look:
     def __call__(self) -> Attempt:
         from gpumon.sampling.snapshot import no_gpu_data, report_unavailable
 
-        sample = self.reader.read()
+        now = time.monotonic()
+        self._began = now if self._began is None else self._began
+        sample = self.reader.read(read_timeout(self.wait_s, now - self._began))
         if no_gpu_data(sample):
             assert sample.unavailable is not None
             said = io.StringIO()
@@ -384,11 +397,21 @@ class Look:
         if self.claims is None:
             picked = list(qualifying[:n])
         else:
-            picked, skipped, claimed = self.claims.take(qualifying, n, sample)
+            from gpumon.commands.pick_claims import CannotClaim
+
+            try:
+                picked, skipped, claimed = self.claims.take(qualifying, n, sample)
+            except CannotClaim as cannot:
+                return Attempt(
+                    failure=f"gpumon pick: {cannot}; nothing picked (--no-claim: pick unclaimed)",
+                    status=f"waiting: {cannot}",
+                )
             reasons += tuple(skipped)
         if len(picked) >= n:
             lines = [f"gpumon pick: {DEMO_LABEL}"] if sample.simulated else []
             lines += notes(picked, n, sample, output_format, os.environ)
+            if self.claims is not None and not self.claims.claim:
+                lines.append(UNCLAIMED_NOTE)
             value = ",".join(candidate.value(output_format) for candidate in picked)
             return Attempt(output=value, notes=tuple(lines))
         failure = failure_line(

@@ -1,24 +1,34 @@
 """``gpumon pick``'s claims: skip the GPUs another pick holds, claim the ones it prints.
 
-Which claim blocks a pick (:func:`blocking_claim`): a live claim of another user; or one of
-this user's made while this pick was running, by another pick of theirs beside it (two jobs
-started at once must not share a GPU either). A claim this user made before this pick began
-does not block: the claimer's own later picks may take that GPU again (and claim it anew),
-but only after every GPU nobody claimed, so that a script's second pick gets another GPU
-while there is one. A claim whose GPU now runs its owner's process has ended: its job
-started.
+Which claim blocks a pick (:func:`blocking_claim`): a live claim of another user; one of
+this user's made while this pick was running (two jobs started at once must not share a
+GPU either); under ``--wait``, any live claim of this user's (a waiting pick waits rather
+than hand a job the GPU an earlier job may be about to use). Without ``--wait`` a claim this
+user made before this pick began does not block: the claimer's own later picks may take that
+GPU again (and claim it anew), but only after every GPU nobody claimed. A claim whose GPU
+now runs its owner's process has ended: its job started.
 
-A pick claims all its GPUs or none, inside the directory's lock
-(:mod:`gpumon.sources.host.claims` says why that makes exactly one of two racing picks win),
-and removes its claims again when it cannot hand the GPUs over (stdout gone, interrupted).
-``--no-claim`` still skips what others hold, and leaves no claim. Claims that cannot be used
-(the directory cannot be made, is a symlink, the lock is held for ever) turn claims off for
-this pick, with one line on stderr; the pick goes on without them.
+Why exactly one of racing picks wins a GPU, with no lock that anybody could hold for ever:
+a pick writes its claims first, then lists the directory again (:meth:`PickClaims._settle`).
+Of two picks that both wrote, the one that listed second sees the other's claim. A pick
+that sees a blocking claim that came before its own (:func:`~gpumon.data.claims.precedes`)
+withdraws; one that sees only later ones waits up to :data:`SETTLE_S` for them to be
+withdrawn (their picks saw this one first), and withdraws if they stay. A pick keeps its
+claims only when its last listing shows no other blocking claim on its GPUs, so two picks
+never both keep one. Another user can delay a pick only by claiming, SETTLE_S for each
+claim landing beside the pick's own, and is named as any claimer is.
+
+A pick claims all its GPUs or none, and removes its claims again when it cannot hand the
+GPUs over (stdout gone, interrupted). Claims fail closed: when they cannot be used (the
+directory cannot be made, is a symlink, cannot be listed or written, as on a full
+``/dev/shm``) :meth:`PickClaims.take` raises :class:`CannotClaim` and nothing is printed.
+``--no-claim`` still skips what others hold where it can read it, and writes nothing.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
@@ -26,7 +36,19 @@ from typing import TextIO
 from gpumon.data import claims as rules
 from gpumon.data.model import GpuProcess, Sample
 from gpumon.data.ranking import Candidate
-from gpumon.sources.host.claims import ClaimsDir, ClaimsLocked, ClaimsOff
+from gpumon.sources.host.claims import ClaimsDir, ClaimsOff, Ignored, user_name
+
+#: How long a pick waits for a racing pick's later claim to be withdrawn (that pick lists the
+#: directory right after writing it); a claim still there after this is kept to.
+SETTLE_S = 1.0
+#: How often it lists the directory meanwhile.
+SETTLE_POLL_S = 0.02
+#: A user's entries that are not claims are named one by one up to this many, then counted.
+MAX_NAMED = 3
+
+
+class CannotClaim(Exception):
+    """This pick cannot claim GPUs, so it prints none; the text says why in one line."""
 
 
 def blocking_claim(
@@ -36,17 +58,19 @@ def blocking_claim(
     uid: int,
     started_s: float,
     now_s: float,
+    waiting: bool = False,
 ) -> rules.Claim | None:
-    """The claim that keeps this pick (of ``uid``, begun at ``started_s``) off one GPU, or
-    None. ``claims`` are that GPU's, ``processes`` what runs on it."""
+    """The claim that keeps this pick (of ``uid``, begun at ``started_s``; ``waiting``: under
+    ``--wait``) off one GPU, or None. ``claims`` are that GPU's, ``processes`` what runs on
+    it."""
     holders = [
         claim
         for claim in claims
         if claim.live(now_s)
         and not rules.ended_by(claim, processes, now_s)
-        and (claim.uid != uid or claim.claimed_s >= started_s)
+        and (claim.uid != uid or waiting or claim.claimed_s >= started_s)
     ]
-    return max(holders, key=lambda claim: claim.made_s) if holders else None
+    return max(holders, key=lambda claim: claim.claimed_s) if holders else None
 
 
 def claimed_reason(candidate: Candidate, claim: rules.Claim, uid: int, now_s: float) -> str:
@@ -66,68 +90,69 @@ class PickClaims:
         started_s: float,
         stderr: TextIO,
         claim: bool = True,
+        waiting: bool = False,
     ) -> None:
         #: False for --no-claim: what others hold is skipped, nothing is written.
         self.claim = claim
+        self.waiting = waiting
         self.claim_seconds = claim_seconds
         self.started_s = started_s
         self.stderr = stderr
         self.written: list[str] = []
         self._said: set[str] = set()
+        self._counted: set[int] = set()
         self.path = path
         self.dir: ClaimsDir | None = None
         self.uid = os.geteuid()
-        self._opened = False
 
     def _say(self, line: str) -> None:
         if line not in self._said:
             self._said.add(line)
             print(f"gpumon pick: {line}", file=self.stderr)
 
-    def _off(self, line: str) -> None:
-        self._say(line)
+    def _cannot(self, why: str) -> None:
+        """Claims cannot be used: raise CannotClaim, or (--no-claim) say so once."""
         self.close()
+        if not self.claim:
+            self._say(f"other picks' claims cannot be read: {why}")
+            return
+        if self.waiting:
+            self._say(f"cannot claim: {why}; waiting until it can (--no-claim: pick unclaimed)")
+        raise CannotClaim(f"cannot claim: {why}")
 
     def take(
         self, qualifying: Sequence[Candidate], n: int, sample: Sample
     ) -> tuple[list[Candidate], list[str], dict[int, str]]:
         """The first ``n`` of ``qualifying`` (freest first) that no other pick holds, claimed;
         why each skipped one was skipped (``GPU 3: claimed by alice 40 s ago``); and NVML
-        index -> who holds each skipped one. Fewer than ``n``: nothing is claimed."""
-        if not self._opened:  # at the first look with GPUs: no driver, no directory made
-            self._opened = True
+        index -> who holds each skipped one. Fewer than ``n``: nothing is claimed.
+
+        Raises:
+            CannotClaim: the claims directory cannot be used (not with --no-claim).
+        """
+        if self.dir is None:  # opened at the first look with GPUs (no driver: none made)
             try:
                 self.dir = ClaimsDir.open(self.path, create=True, uid=self.uid)
             except ClaimsOff as off:
-                self._say(str(off))
-        if self.dir is None:
-            return list(qualifying[:n]), [], {}
+                self._cannot(str(off))
+                return list(qualifying[:n]), [], {}
         running = {key: target.processes for key, target in rules.targets(sample).items()}
         try:
-            with self.dir.locked():
+            for _ in range(len(qualifying) + 1):  # each lost race leaves a GPU claimed
                 now_s = time.time()
                 claims = self._read(running, now_s)
                 picked, skipped = self._choose(qualifying, n, running, claims, now_s)
-                if len(picked) == n and self.claim:
-                    self._claim(picked, claims, now_s)
-        except ClaimsLocked as locked:
-            # Anyone may hold the lock: what other picks hold is still read and skipped,
-            # only this look claims nothing (the next look tries the lock again).
-            self._say(f"{locked}: other picks' claims are kept to, none written")
-            now_s = time.time()
-            try:
-                claims = self._read(running, now_s, tidy=False)
-            except (ClaimsOff, OSError) as error:
-                self._off(f"claims are off: cannot read {self.dir.path}: {error}")
-                return list(qualifying[:n]), [], {}
-            picked, skipped = self._choose(qualifying, n, running, claims, now_s)
+                if len(picked) < n or not self.claim or self._claim(picked, running, claims):
+                    break
+            else:
+                picked = []
         except ClaimsOff as off:
-            self._off(str(off))
+            self.release()
+            self._cannot(str(off))
             return list(qualifying[:n]), [], {}
         except OSError as error:
-            path = self.dir.path if self.dir is not None else ""
             self.release()
-            self._off(f"claims are off: cannot write in {path}: {error.strerror or error}")
+            self._cannot(f"cannot write in {self.path}: {error.strerror or error}")
             return list(qualifying[:n]), [], {}
         reasons = [claimed_reason(c, claim, self.uid, now_s) for c, claim in skipped]
         holders = {candidate.gpu_index: claim.owner for candidate, claim in skipped}
@@ -137,20 +162,47 @@ class PickClaims:
         self, running: Mapping[str, Sequence[GpuProcess]], now_s: float, *, tidy: bool = True
     ) -> dict[str, list[rules.Claim]]:
         """Every GPU's claims; this user's own that are over are removed on the way (with
-        ``tidy``: only under the lock)."""
+        ``tidy``)."""
         assert self.dir is not None
         scan = self.dir.scan(keys=running.keys(), now_s=now_s)
-        for name, why in scan.ignored:
-            self._say(f"ignored claim file {name} in {self.dir.path}: {why}")
+        self._report(scan.ignored)
         by_key: dict[str, list[rules.Claim]] = {}
         for claim in scan.claims:
             over = not claim.live(now_s) or rules.ended_by(claim, running.get(claim.key, ()), now_s)
-            if claim.uid == self.dir.uid and over:
+            if claim.uid == self.uid and over:
                 if self.claim and tidy:  # tidy this user's files; --no-claim changes nothing
                     self.dir.remove(claim.file_name)
                 continue
             by_key.setdefault(claim.key, []).append(claim)
         return by_key
+
+    def _report(self, ignored: Sequence[Ignored]) -> None:
+        """Name each ignored entry once; a user with many is one count line, said once."""
+        by_uid: dict[int, list[Ignored]] = {}
+        for entry in ignored:
+            by_uid.setdefault(entry.uid, []).append(entry)
+        for uid, entries in by_uid.items():
+            if len(entries) <= MAX_NAMED:
+                for entry in entries:
+                    self._say(f"ignored claim file {entry.name} in {self.path}: {entry.why}")
+            elif uid not in self._counted:
+                self._counted.add(uid)
+                self._say(
+                    f"ignored {len(entries)} entries of {user_name(uid)} (uid {uid}) in "
+                    f"{self.path} that are not claims"
+                )
+
+    def _blocking(
+        self, found: Sequence[rules.Claim], processes: Sequence[GpuProcess], now_s: float
+    ) -> rules.Claim | None:
+        return blocking_claim(
+            found,
+            processes,
+            uid=self.uid,
+            started_s=self.started_s,
+            now_s=now_s,
+            waiting=self.waiting,
+        )
 
     def _choose(
         self,
@@ -160,7 +212,6 @@ class PickClaims:
         claims: Mapping[str, Sequence[rules.Claim]],
         now_s: float,
     ) -> tuple[list[Candidate], list[tuple[Candidate, rules.Claim]]]:
-        assert self.dir is not None
         unclaimed: list[Candidate] = []
         mine: list[Candidate] = []  # claimed by this user before this pick began
         skipped: list[tuple[Candidate, rules.Claim]] = []
@@ -168,9 +219,7 @@ class PickClaims:
             key = rules.claim_key(candidate.uuid)
             found = claims.get(key, ()) if key is not None else ()
             processes = running.get(key, ()) if key is not None else ()
-            holder = blocking_claim(
-                found, processes, uid=self.dir.uid, started_s=self.started_s, now_s=now_s
-            )
+            holder = self._blocking(found, processes, now_s)
             if holder is not None:
                 skipped.append((candidate, holder))
             elif any(c.live(now_s) and not rules.ended_by(c, processes, now_s) for c in found):
@@ -183,26 +232,66 @@ class PickClaims:
                 if candidate in mine:
                     self._say(
                         f"{candidate.label}: your own earlier pick claimed it and no job of "
-                        "yours has started there since (two jobs may share it)"
+                        "yours has started there since (two jobs may share it; --wait waits "
+                        "instead)"
                     )
         return picked, skipped
 
     def _claim(
         self,
         picked: Sequence[Candidate],
+        running: Mapping[str, Sequence[GpuProcess]],
         claims: Mapping[str, Sequence[rules.Claim]],
-        now_s: float,
-    ) -> None:
-        """Claim every picked GPU, replacing this user's earlier claims on them."""
+    ) -> bool:
+        """Claim every picked GPU, then settle any race for them: True when this pick keeps
+        its claims (this user's earlier ones on those GPUs are removed then), False when it
+        withdrew them all."""
         assert self.dir is not None
+        claimed_s = time.time()
+        token = secrets.token_hex(8)
+        mine: dict[str, rules.Claim] = {}
         for candidate in picked:
             key = rules.claim_key(candidate.uuid)
             if key is None:
                 continue  # no UUID to name it by: it goes unclaimed
-            self.written.append(self.dir.write(key, now_s, now_s + self.claim_seconds))
+            expires_s = claimed_s + self.claim_seconds
+            name = self.dir.write(key, claimed_s, expires_s, token)
+            self.written.append(name)
+            owner = user_name(self.uid)
+            mine[key] = rules.Claim(key, self.uid, owner, name, claimed_s, expires_s)
+        if not self._settle(mine, running):
+            self.release()
+            return False
+        for key in mine:
             for earlier in claims.get(key, ()):
-                if earlier.uid == self.dir.uid:
+                if earlier.uid == self.uid:
                     self.dir.remove(earlier.file_name)
+        return True
+
+    def _settle(
+        self, mine: Mapping[str, rules.Claim], running: Mapping[str, Sequence[GpuProcess]]
+    ) -> bool:
+        """List the directory again until no other blocking claim is on this pick's GPUs
+        (True), one came before this pick's own (False), or later ones stayed SETTLE_S."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            now_s = time.time()
+            claims = self._read(running, now_s, tidy=False)
+            later = False
+            for key, own in mine.items():
+                for rival in claims.get(key, ()):
+                    if rival.file_name == own.file_name:
+                        continue
+                    if self._blocking((rival,), running.get(key, ()), now_s) is None:
+                        continue
+                    if rules.precedes(rival, own):
+                        return False
+                    later = True
+            if not later:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SETTLE_POLL_S)
 
     def release(self) -> None:
         """Remove the claims this pick wrote: the GPUs never reached the user."""

@@ -26,6 +26,9 @@ from gpumon.data.model import Sample
 from gpumon.data.ranking import Candidate, users_text
 
 PREFIX = "gpumon pick: "
+#: A look at the wait's end still gives the driver this long to answer (a healthy read takes
+#: milliseconds): it ends as a wait that ran out, not as a driver that did not answer.
+LAST_READ_S = 1.0
 #: Erase the line the cursor is on and go to its start.
 CLEAR_LINE = "\r\x1b[2K"
 
@@ -149,6 +152,18 @@ def attempts(
     except KeyboardInterrupt:
         status.clear()
         return 130
+
+
+def read_timeout(wait_s: float | None, waited_s: float) -> float | None:
+    """How long one look may wait for the driver: what is left of ``--wait`` (at least
+    :data:`LAST_READ_S`, in tenths of a second), so that a stuck driver cannot hold a pick
+    past its wait; None (the usual limit) without a limited wait."""
+    if wait_s is None or math.isinf(wait_s):
+        return None
+    from gpumon.sampling.snapshot import SAMPLE_TIMEOUT_S
+
+    left = math.ceil((wait_s - waited_s) * 10) / 10
+    return min(SAMPLE_TIMEOUT_S, max(LAST_READ_S, left))
 
 
 def waiting_text(

@@ -10,9 +10,15 @@ rules, with no I/O:
   their own files, so a stale claim of one user never stops another from claiming.
 - Its owner is the file's ``st_uid``, never its text; a file whose owner is not the uid its
   name says is ignored.
-- It lasts until ``min(the expiry its text states, its mtime + MAX_CLAIM_S)``, whatever the
-  text says; one dated more than :data:`CLOCK_SLACK_S` in the future is ignored.
+- Its time is the one its text states (``claimed``), never the file's mtime, which ``touch``
+  moves: it lasts until ``min(the expiry its text states, claimed + MAX_CLAIM_S)``, and one
+  claimed more than :data:`CLOCK_SLACK_S` in the future is ignored. Keeping a GPU longer
+  takes writing a new claim, as a new pick does.
+- A user has one claim on a GPU: the newest (:func:`current`); pick removes its user's
+  older ones when it claims anew.
 - It ends early once its GPU runs a process of its owner (the job it was for has started).
+- Of two claims on one GPU, the one claimed first (ties: by file name) comes first
+  (:func:`precedes`): racing picks settle who won by that order.
 """
 
 from __future__ import annotations
@@ -25,9 +31,9 @@ from gpumon.data.model import GpuProcess, Sample
 from gpumon.data.ranking import mig_on
 from gpumon.data.views import instance_processes
 
-#: No claim outlives its file's mtime by more than this, whatever its text says.
+#: No claim outlives the time its text states by more than this, whatever else it says.
 MAX_CLAIM_S = 600.0
-#: A file's mtime this far ahead of our clock is not a claim anybody made.
+#: A claim dated this far ahead of our clock is not one anybody made.
 CLOCK_SLACK_S = 5.0
 #: A claim file gpumon writes is about 150 bytes; a larger one is not one of ours.
 MAX_CLAIM_FILE_BYTES = 512
@@ -108,17 +114,15 @@ def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
 class Claim:
     """One claim file that passed every check.
 
-    ``uid`` is the file's owner (``st_uid``) and ``owner`` that user's name; ``made_s`` its
-    mtime; ``claimed_s`` when its text says it was made (trusted only for the reader's own
-    files: it tells a pick's own earlier claims from those of a pick running beside it);
-    ``expires_s`` the end :func:`expiry` allows.
+    ``uid`` is the file's owner (``st_uid``) and ``owner`` that user's name; ``claimed_s``
+    when its text says it was made (its age, and what bounds it); ``expires_s`` the end
+    :func:`expiry` allows.
     """
 
     key: str
     uid: int
     owner: str
     file_name: str
-    made_s: float
     claimed_s: float
     expires_s: float
 
@@ -127,18 +131,35 @@ class Claim:
 
     def ago(self, now_s: float) -> str:
         """``40 s ago``, ``3 min ago``."""
-        age = max(0, int(now_s - self.made_s))
+        age = max(0, int(now_s - self.claimed_s))
         return f"{age} s ago" if age < 60 else f"{age // 60} min ago"
 
 
-def expiry(stated_s: float, mtime_s: float) -> float:
-    """When a claim ends: what its text states, but never after ``mtime + MAX_CLAIM_S``."""
-    return min(stated_s, mtime_s + MAX_CLAIM_S)
+def expiry(stated_s: float, claimed_s: float) -> float:
+    """When a claim ends: what its text states, but never after ``claimed + MAX_CLAIM_S``."""
+    return min(stated_s, claimed_s + MAX_CLAIM_S)
 
 
-def from_the_future(mtime_s: float, now_s: float) -> bool:
-    """True for a file dated later than any clock drift explains (a forged mtime)."""
-    return mtime_s > now_s + CLOCK_SLACK_S
+def from_the_future(claimed_s: float, now_s: float) -> bool:
+    """True for a claim dated later than any clock drift explains (a forged time)."""
+    return claimed_s > now_s + CLOCK_SLACK_S
+
+
+def precedes(first: Claim, second: Claim) -> bool:
+    """True when ``first`` came before ``second`` (one GPU's): claimed earlier, or at the same
+    moment with the smaller file name (its ``uid.token``): an order every pick agrees on."""
+    return (first.claimed_s, first.file_name) < (second.claimed_s, second.file_name)
+
+
+def current(claims: Iterable[Claim]) -> list[Claim]:
+    """Each user's newest claim on each GPU: a user holds one claim on a GPU, however many
+    files they leave."""
+    newest: dict[tuple[str, int], Claim] = {}
+    for claim in claims:
+        held = newest.get((claim.key, claim.uid))
+        if held is None or precedes(held, claim):
+            newest[(claim.key, claim.uid)] = claim
+    return list(newest.values())
 
 
 def ended_by(claim: Claim, processes: Iterable[GpuProcess], now_s: float) -> bool:
@@ -146,7 +167,7 @@ def ended_by(claim: Claim, processes: Iterable[GpuProcess], now_s: float) -> boo
     claim's owner that started after the claim was made: the job the claim was for has
     started, and the claim is over. A process the owner already ran there (a notebook)
     does not end it, nor one whose start is not known: the claim then runs to its expiry."""
-    after = claim.made_s - CLOCK_SLACK_S
+    after = claim.claimed_s - CLOCK_SLACK_S
     for process in processes:
         if process.user != claim.owner:
             continue
@@ -161,7 +182,7 @@ def ended_by(claim: Claim, processes: Iterable[GpuProcess], now_s: float) -> boo
 def newest_live(claims: Iterable[Claim], now_s: float) -> Claim | None:
     """The newest live claim among ``claims`` (one GPU's), or None."""
     live = [claim for claim in claims if claim.live(now_s)]
-    return max(live, key=lambda claim: claim.made_s) if live else None
+    return max(live, key=lambda claim: claim.claimed_s) if live else None
 
 
 def note_text(claim: Claim, now_s: float) -> str:
@@ -202,14 +223,14 @@ def notes(sample: Sample, claims: Iterable[Claim], now_s: float) -> dict[int, li
     its MIG instances, that has not ended."""
     where = targets(sample)
     by_key: dict[str, list[Claim]] = {}
-    for claim in claims:
+    for claim in current(claims):
         if claim.key in where:
             by_key.setdefault(claim.key, []).append(claim)
     said: dict[int, list[str]] = {}
     for key, found in by_key.items():
         target = where[key]
-        current = newest_live((c for c in found if not ended_by(c, target.processes, now_s)), now_s)
-        if current is not None:
+        shown = newest_live((c for c in found if not ended_by(c, target.processes, now_s)), now_s)
+        if shown is not None:
             mig = "" if target.mig_index is None else f"MIG {target.mig_index} "
-            said.setdefault(target.gpu_index, []).append(mig + note_text(current, now_s))
+            said.setdefault(target.gpu_index, []).append(mig + note_text(shown, now_s))
     return said

@@ -1,4 +1,4 @@
-"""The shared claims directory: opened and checked, read, locked and written safely.
+"""The shared claims directory: opened and checked, read and written safely.
 
 ``gpumon pick`` claims the GPUs it prints here, so that two users waiting for GPUs never get
 the same one; the dashboard reads it to note a claimed GPU. The rules (names, text, expiry)
@@ -7,29 +7,29 @@ are :mod:`gpumon.data.claims`; this module does the file I/O.
 The directory (``claims_dir``, default ``/dev/shm/gpumon-claims``) is shared by every user,
 as ``/tmp`` is: created mode 1777 (sticky and world-writable, so nobody removes another's
 files) when missing. It is used only when it is a real directory (opened with
-``O_NOFOLLOW``: a symlink is refused) that is sticky and world-writable; otherwise claims
-are off, and :class:`ClaimsOff` says why in one line. Its owner may be any user: on a server
+``O_NOFOLLOW``: a symlink is refused) that is sticky and world-writable; otherwise
+:class:`ClaimsOff` says why in one line. Its owner may be any user: on a server
 where nobody made it, the first user to pick did. That owner could remove others' claims or
 rename the directory, which only takes claims back to none (they are advisory) and never
 makes a pick read or write anything but a claim; root can own it instead
 (``install -d -m 1777 /dev/shm/gpumon-claims``, or a tmpfiles.d line; the README says so).
 
-Why exactly one of two racing picks wins a GPU: a pick decides and writes its claims while
-holding ``flock(LOCK_EX)`` on the directory itself. Every pick, of any user, takes that one
-lock (any user may lock a directory it can read), the kernel drops it when its holder exits
-however it exits, and nobody can swap the directory for another (only its owner, root or the
-user, could rename it in its sticky parent). Inside the lock a pick reads the live claims,
-skips the GPUs another pick holds, writes its own claim files and only then lets go, so the
-next pick to take the lock sees them. Each claim is written under a hidden temporary name
-and renamed into place, so a reader without the lock (the dashboard) sees a whole file or
-none. A pick that cannot get the lock within :data:`LOCK_TIMEOUT_S` (someone holds it for
-ever) carries on without claims and says so. Each user owns their own files
-(``<uuid>.<uid>.<token>``), so an expired claim of one user never stops another, who could
-not remove it from the sticky directory.
+There is no lock: any lock another user can open, that user can hold for ever. Racing picks
+settle who won a GPU with the claim files themselves (:mod:`gpumon.commands.pick_claims`);
+all this module promises is that a claim is written under a hidden temporary name and
+renamed into place, so a reader sees a whole file or none, and that a listing begun after
+the rename finds it. Each user owns their own files (``<uuid>.<uid>.<token>``), so an
+expired claim of one user never stops another, who could not remove it from the sticky
+directory.
+
+Only names that are claims (of the GPUs asked about) are looked at; anything else in the
+directory costs a listing and is never counted, so nobody's junk turns claims off. The
+entries that have a claim's name but are not claims are attributed to their owner (the
+file's ``st_uid``), and a user's claim files past :data:`MAX_FILES_PER_USER` are not read.
 
 What is read is other users' input: a file that is a symlink, a directory or anything but
 a regular file, with other hard links, larger than a claim, not one gpumon writes, naming
-another GPU, owned by someone other than the uid in its name or dated in the future is
+another GPU, owned by someone other than the uid in its name or claimed in the future is
 ignored (and reported once by the caller), never followed, never read beyond
 :data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened.
 """
@@ -38,22 +38,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import pwd
 import secrets
 import stat
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from gpumon.data import claims as rules
 from gpumon.data.format import safe_text
 
-#: How long a pick waits for another pick's lock before it goes on without claims.
-LOCK_TIMEOUT_S = 2.0
-#: A claims directory holding more entries than this is being abused: claims are off.
-MAX_ENTRIES = 10_000
+#: A user has a claim per GPU (or MIG instance) at most, and a pick's new one beside it for a
+#: moment: more claim files of one user than this are not read.
+MAX_FILES_PER_USER = 256
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -62,21 +60,27 @@ _SHARED_MODE = stat.S_ISVTX | stat.S_IWOTH
 
 
 class ClaimsOff(Exception):
-    """Claims cannot be used here; the text says why in one line (``claims are off: ...``)."""
+    """The claims directory cannot be used; the text says why in one line
+    (``/dev/shm/gpumon-claims is a symbolic link``)."""
 
 
-class ClaimsLocked(ClaimsOff):
-    """Another process has held the directory's lock too long: its claims can still be read
-    (each file is written whole, by a rename), none can be written now."""
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """An entry with a claim's name that is not a claim: its name (made safe to show), why,
+    and its owner's uid."""
+
+    name: str
+    why: str
+    uid: int
 
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """What the directory holds: the valid claims (live or not), and the files that were
-    ignored, each with why (``GPU-....0.1a2b3c4d: a symbolic link``)."""
+    """What the directory holds: the valid claims (live or not), and the entries that were
+    ignored, each with why (``a symbolic link``) and whose."""
 
     claims: tuple[rules.Claim, ...]
-    ignored: tuple[tuple[str, str], ...]
+    ignored: tuple[Ignored, ...]
 
 
 _user_names: dict[int, str] = {}
@@ -120,7 +124,7 @@ class ClaimsDir:
             info = os.fstat(fd)
             if info.st_mode & _SHARED_MODE != _SHARED_MODE:
                 raise ClaimsOff(
-                    f"claims are off: {path} is not sticky and world-writable "
+                    f"{path} is not sticky and world-writable "
                     f"(mode {stat.S_IMODE(info.st_mode):o}; chmod 1777 {path})"
                 )
         except BaseException:
@@ -145,46 +149,52 @@ class ClaimsDir:
         """Every claim file (of ``keys`` only, when given) checked and read.
 
         Raises:
-            ClaimsOff: the directory cannot be listed or holds more than MAX_ENTRIES.
+            ClaimsOff: the directory cannot be listed.
         """
         now_s = time.time() if now_s is None else now_s
         found: list[rules.Claim] = []
-        ignored: list[tuple[str, str]] = []
+        ignored: list[Ignored] = []
+        files_of: dict[int, int] = {}
         try:
             with os.scandir(self.fd) as entries:
-                for count, entry in enumerate(entries):
-                    if count >= MAX_ENTRIES:
-                        raise ClaimsOff(
-                            f"claims are off: {self.path} holds more than {MAX_ENTRIES} entries"
-                        )
+                for entry in entries:
                     parsed = rules.parse_file_name(entry.name)
                     if parsed is None or (keys is not None and parsed[0] not in keys):
                         continue  # hidden temporary files, other names, other GPUs
-                    claim, why = self._read(entry.name, parsed, now_s)
+                    claim, why, owner = self._read(entry.name, parsed, now_s, files_of)
                     if claim is not None:
                         found.append(claim)
                     elif why:  # no why: removed since the listing, as claims are
                         # Both are shown to every user who picks: another user's text.
-                        ignored.append((safe_text(entry.name, 120), safe_text(why, 200)))
+                        name = safe_text(entry.name, 120)
+                        ignored.append(Ignored(name, safe_text(why, 200), owner))
         except OSError as error:
-            raise ClaimsOff(
-                f"claims are off: cannot list {self.path}: {error.strerror or error}"
-            ) from None
+            raise ClaimsOff(f"cannot list {self.path}: {error.strerror or error}") from None
         return Scan(tuple(found), tuple(ignored))
 
     def _read(
-        self, name: str, parsed: tuple[str, int, str], now_s: float
-    ) -> tuple[rules.Claim | None, str]:
+        self, name: str, parsed: tuple[str, int, str], now_s: float, files_of: dict[int, int]
+    ) -> tuple[rules.Claim | None, str, int]:
+        """The claim ``name`` holds, or why it is none; and whose the entry is."""
         key, uid, _ = parsed
         try:
             info = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:  # removed since the listing: not a claim any more
-            return None, ""
+            return None, "", uid
         except OSError as error:
-            return None, str(error.strerror)
+            return None, str(error.strerror), uid
         problem = _kind_problem(info, uid)
         if problem is not None:
-            return None, problem
+            return None, problem, info.st_uid
+        files_of[uid] = files_of.get(uid, 0) + 1
+        if files_of[uid] > MAX_FILES_PER_USER:
+            return None, f"more than {MAX_FILES_PER_USER} claim files of one user", uid
+        claim, why = self._read_file(name, key, uid, info, now_s)
+        return claim, why, uid
+
+    def _read_file(
+        self, name: str, key: str, uid: int, info: os.stat_result, now_s: float
+    ) -> tuple[rules.Claim | None, str]:
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
         except FileNotFoundError:
@@ -207,57 +217,28 @@ class ClaimsDir:
             claimed_s, stated_s = rules.parse_claim_text(data, key)
         except ValueError as error:
             return None, str(error)
-        if rules.from_the_future(opened.st_mtime, now_s):
+        if rules.from_the_future(claimed_s, now_s):
             return None, "dated in the future"
         claim = rules.Claim(
             key=key,
             uid=opened.st_uid,
             owner=user_name(opened.st_uid),
             file_name=name,
-            made_s=opened.st_mtime,
             claimed_s=claimed_s,
-            expires_s=rules.expiry(stated_s, opened.st_mtime),
+            expires_s=rules.expiry(stated_s, claimed_s),
         )
         return claim, ""
 
     # -- writing -----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def locked(self, timeout_s: float | None = None) -> Iterator[None]:
-        """Hold the directory's lock: one pick at a time decides and writes its claims.
-
-        Raises:
-            ClaimsOff: the lock was not had within ``timeout_s`` (default
-                :data:`LOCK_TIMEOUT_S`), or cannot be taken here.
-        """
-        timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ClaimsLocked(
-                        f"another process has held {self.path} locked for {timeout_s:g} s"
-                    ) from None
-                time.sleep(0.02)
-            except OSError as error:
-                raise ClaimsOff(
-                    f"claims are off: cannot lock {self.path}: {error.strerror or error}"
-                ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-
-    def write(self, key: str, claimed_s: float, expires_s: float) -> str:
-        """Write this user's claim on ``key``; returns its file name.
+    def write(self, key: str, claimed_s: float, expires_s: float, token: str | None = None) -> str:
+        """Write this user's claim on ``key`` (named with ``token``, a random one when not
+        given); returns its file name.
 
         Raises:
             OSError: it could not be written (nothing is left behind then).
         """
-        token = secrets.token_hex(8)
+        token = secrets.token_hex(8) if token is None else token
         name = rules.file_name(key, self.uid, token)
         temporary = f".{name}.tmp"
         fd = os.open(temporary, _CREATE_FLAGS, 0o644, dir_fd=self.fd)
@@ -291,9 +272,7 @@ def _create(path: str) -> None:
     except FileExistsError:
         return  # another pick made it first, or it is there: checked on opening
     except OSError as error:
-        raise ClaimsOff(
-            f"claims are off: cannot create {path}: {error.strerror or error}"
-        ) from None
+        raise ClaimsOff(f"cannot create {path}: {error.strerror or error}") from None
     finally:
         os.umask(previous)
 
@@ -306,8 +285,8 @@ def _open_failure(path: str, error: OSError) -> str:
         except OSError:
             link = error.errno == errno.ELOOP
         what = "a symbolic link" if link else "not a directory"
-        return f"claims are off: {path} is {what}"
-    return f"claims are off: cannot open {path}: {error.strerror or error}"
+        return f"{path} is {what}"
+    return f"cannot open {path}: {error.strerror or error}"
 
 
 def _kind_problem(info: os.stat_result, name_uid: int) -> str | None:

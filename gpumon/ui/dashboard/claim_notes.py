@@ -9,7 +9,7 @@ GPUs have no claims. (A Textual thread worker each second cost more than the rea
 state messages went through the app's message queue, ~4 % of the dashboard's CPU.)
 
 The directory is shared with every local user, who may fill it with thousands of files
-(up to :data:`~gpumon.sources.host.claims.MAX_ENTRIES`): reading them all cost ~0.18 s of
+(only claim-named ones are read, but each is checked): reading them all cost ~0.18 s of
 CPU, every second, in every user's dashboard. So a read first looks at the directory: one
 unchanged since the last full read (same inode and modification time, not changed within
 :data:`RECENT_CHANGE_S`, whose edits a coarse time stamp could hide) is not read again
@@ -17,14 +17,12 @@ until :data:`FULL_READ_S` has passed (a claim file rewritten in place changes no
 ``gpumon pick`` renames its files into place, which does). And reads take at most
 :data:`MAX_READ_SHARE` of a core: after a read that took ``t`` seconds of CPU the next one
 waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`, at most :data:`FULL_READ_S`), so a
-directory changed all the time costs a bounded share of a core, not a core (a read of over
-0.6 CPU-seconds, which MAX_ENTRIES makes unlikely, may take more: one every FULL_READ_S).
+directory changed all the time costs a bounded share of a core, not a core.
 Reads also take at most :data:`MAX_WALL_SHARE` of the time: a directory on a slow network
 file system, whose reads wait rather than compute, is not asked back to back either.
-A directory that could not be listed whole (over
-:data:`~gpumon.sources.host.claims.MAX_ENTRIES` entries, an I/O error: claims are off) is
-treated as one read: listed again when it changes, or after FULL_READ_S. Its claims are
-unknown then, not none: the dashboard says so once, in a notice (as ``pick`` says it).
+A directory that could not be listed (an I/O error) is treated as one read: listed again
+when it changes, or after FULL_READ_S. Its claims are unknown then, not none: the dashboard
+says so once, in a notice (as ``pick`` says it).
 """
 
 from __future__ import annotations
@@ -86,8 +84,8 @@ class ClaimNotes:
         #: a change after it would have moved the stamp (else one within the stamp's tick,
         #: after the read, would leave it as it was, hidden until the next full read).
         self._read_settled = False
-        #: Why the claims cannot be read now (``claims are off: ...``: an over-full directory,
-        #: a listing that failed), None when they can; and what the notice last said.
+        #: Why the claims cannot be read now (``cannot list ...``), None when they can; and
+        #: what the notice last said.
         self.off: str | None = None
         self._said_off: str | None = None
         #: How many times the files were read (tests count them).
@@ -114,7 +112,7 @@ class ClaimNotes:
             return
         self._said_off = off
         self.app.notify(
-            f"{off[:1].upper()}{off[1:]}. GPUs claimed with gpumon pick are not marked.",
+            f"Claims cannot be read: {off}. GPUs claimed with gpumon pick are not marked.",
             severity="warning",
             timeout=10,
             markup=False,  # a path may hold brackets
@@ -145,7 +143,7 @@ class ClaimNotes:
                 self.full_reads += 1
                 try:
                     self.claims, self.off = directory.scan().claims, None
-                except ClaimsOff as off:  # too many entries, or the listing failed: as read
+                except ClaimsOff as off:  # the listing failed: as read
                     self.claims, self.off = (), str(off)
         except ClaimsOff:  # no directory, or one pick would not use: no claims to show
             self.claims, self._read_stamp, self.off = (), None, None
