@@ -340,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 128 + signal.SIGPIPE
     except OSError as error:
+        if error.filename is not None:  # a file the command read or wrote, not the output
+            print(f"gpumon: error: {error.filename}: {error.strerror or error}", file=sys.stderr)
+            return 1
         _silence_stdout()
         print(f"gpumon: error: cannot write output: {error.strerror or error}", file=sys.stderr)
         return 1

@@ -332,3 +332,18 @@ def test_start_up_filters_land_in_settings_before_or_after_once(tmp_path: Path) 
     args = build_parser().parse_args(["--only-visible"])
     settings = load_settings(settings_flags(args), environ={"XDG_CONFIG_HOME": str(tmp_path)})
     assert settings.only_visible and settings.user_filter is None
+
+
+def test_a_file_the_command_cannot_use_is_named_not_taken_for_the_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An OSError about a file (a directory where a file was expected) names that file: it
+    is not the output that failed."""
+    import gpumon.commands.once as once
+
+    def run(*args: object, **kwargs: object) -> int:
+        raise IsADirectoryError(21, "Is a directory", "/tmp/some-dir")
+
+    monkeypatch.setattr(once, "run", run)
+    assert main(["once", "--demo"]) == 1
+    assert capsys.readouterr().err == "gpumon: error: /tmp/some-dir: Is a directory\n"
