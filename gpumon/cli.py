@@ -112,9 +112,14 @@ class _PrintAndExit(argparse.Action):
 
 
 def _version(_: object) -> str:
+    """gpumon's version, Textual's, and whether each of gpumon's replacements of a piece of
+    Textual is on (:mod:`gpumon.ui.textual_source`, which reads Textual's files without
+    importing Textual: a few milliseconds)."""
     import gpumon
+    from gpumon.ui.textual_source import status_lines, textual_version
 
-    return f"gpumon {gpumon.__version__}\n"
+    lines = [f"gpumon {gpumon.__version__}", f"Textual {textual_version()}", *status_lines()]
+    return "\n".join(lines) + "\n"
 
 
 def _completion(shell: str) -> str:
