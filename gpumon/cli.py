@@ -220,7 +220,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "Without an NVIDIA driver, try `gpumon --demo`.",
     )
     parser.add_argument(
-        "--version", action=_PrintAndExit, text=_version, help="print the version and exit"
+        "--version",
+        action=_PrintAndExit,
+        text=_version,
+        help="print gpumon's and Textual's versions, and which of gpumon's replacements of "
+        "Textual's code are on, and exit",
     )
     parser.add_argument(
         "--interval",

@@ -43,7 +43,8 @@ class CommandPaletteTypedAhead(CommandPalette):
     the palette before its option list has laid out its lines, and Textual 8's
     ``OptionList._move_page`` then raises ``KeyError`` and ends the app. Such a key does what
     it does on an empty list: nothing. Used only where Textual's palette and option list are
-    ones it was tested with (:data:`gpumon.ui.textual_source.PALETTE_TYPED_AHEAD`).
+    ones it was tested with (:data:`gpumon.ui.textual_source.PALETTE_TYPED_AHEAD`; see
+    docs/textual-replacements.md).
     """
 
     def _action_command_list(self, action: str) -> None:
