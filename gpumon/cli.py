@@ -112,9 +112,14 @@ class _PrintAndExit(argparse.Action):
 
 
 def _version(_: object) -> str:
+    """gpumon's version, Textual's, and whether each of gpumon's replacements of a piece of
+    Textual is on (:mod:`gpumon.ui.textual_source`, which reads Textual's files without
+    importing Textual: a few milliseconds)."""
     import gpumon
+    from gpumon.ui.textual_source import status_lines, textual_version
 
-    return f"gpumon {gpumon.__version__}\n"
+    lines = [f"gpumon {gpumon.__version__}", f"Textual {textual_version()}", *status_lines()]
+    return "\n".join(lines) + "\n"
 
 
 def _completion(shell: str) -> str:
@@ -215,7 +220,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "Without an NVIDIA driver, try `gpumon --demo`.",
     )
     parser.add_argument(
-        "--version", action=_PrintAndExit, text=_version, help="print the version and exit"
+        "--version",
+        action=_PrintAndExit,
+        text=_version,
+        help="print gpumon's and Textual's versions, and which of gpumon's replacements of "
+        "Textual's code are on, and exit",
     )
     parser.add_argument(
         "--interval",

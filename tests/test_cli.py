@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ def run_gpumon(*args: str) -> subprocess.CompletedProcess[str]:
 def test_version() -> None:
     result = run_gpumon("--version")
     assert result.returncode == 0
-    assert result.stdout.strip() == f"gpumon {__version__}"
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [f"gpumon {__version__}", f"Textual {version('textual')}"]
+    assert len(lines) == 6  # and one per replacement of Textual's code (test_textual_source)
 
 
 def test_help_lists_options_and_modes() -> None:

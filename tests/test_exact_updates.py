@@ -30,17 +30,18 @@ from tests.ui_helpers import (
 )
 
 
-def test_the_override_matches_the_pinned_textual(monkeypatch: pytest.MonkeyPatch) -> None:
-    """If this fails, Textual was upgraded: review exact_updates.py against its new
-    compositor and strips, then update FOLLOWED. Until then another Textual's code is kept."""
+def test_the_override_follows_the_installed_textual(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If this fails, Textual changed a function EXACT_UPDATES lists: review exact_updates.py
+    against it, then accept its digest. Until then another Textual's code is kept."""
     from textual._compositor import ChopsUpdate
 
+    from gpumon.ui.textual_source import EXACT_UPDATES, changed
+
+    assert not changed(EXACT_UPDATES), "review exact_updates.py against Textual's change"
     assert exact_updates.install()
-    assert exact_updates.follows_textual()
     original = lambda self, console: ""  # noqa: E731  # stands for Textual's own
     monkeypatch.setattr(ChopsUpdate, "render_segments", original)
-    monkeypatch.setitem(exact_updates.FOLLOWED, "textual.strip", "another strip.py")
-    assert exact_updates.follows_textual() is False
+    monkeypatch.setitem(EXACT_UPDATES.follows, "textual.strip:Strip.crop", frozenset({"other"}))
     assert exact_updates.install() is False
     assert ChopsUpdate.render_segments is original
 
@@ -116,7 +117,7 @@ def _replay(width: int, height: int, text: str) -> pyte.Screen:
 
 async def test_steady_state_refresh_is_small() -> None:
     """Bytes per refresh of an 8-GPU, 64-process demo at 200x50 (the benchmark's setup)."""
-    exact_updates.install()
+    assert exact_updates.install(), "exact updates are off: `gpumon --version` says why"
     source = DemoSource(8, seed=0, process_count=64, current_user="alice")
     app = create_app(source, autostart=False, ascii_only=False)
     async with app.run_test(size=(200, 50)) as pilot:

@@ -160,18 +160,13 @@ def test_textuals_input_loop_is_the_one_this_driver_follows(
     from textual.drivers.linux_driver import LinuxDriver
 
     from gpumon.ui.dashboard.app import GpumonApp
-    from gpumon.ui.textual_source import module_sha256
+    from gpumon.ui.textual_source import QUIET_INPUT, changed
 
-    changed = [
-        name for name, digest in input_driver.FOLLOWED.items() if module_sha256(name) != digest
-    ]
-    assert not changed, f"Textual changed {changed}: carry it over to gpumon/ui/input_driver.py"
+    assert not changed(QUIET_INPUT), "carry Textual's change over to gpumon/ui/input_driver.py"
     assert input_driver.follows_textual()
-    monkeypatch.setitem(input_driver.FOLLOWED, "textual._parser", "another _parser.py")
+    monkeypatch.setitem(QUIET_INPUT.follows, "textual._parser:Parser.tick", frozenset({"other"}))
     app = GpumonApp.__new__(GpumonApp)
     assert app.get_driver_class() is LinuxDriver
-    assert module_sha256("textual.no_such_module") is None
-    assert module_sha256("_thread") is None  # built in: no source file
 
 
 async def test_a_closed_driver_never_writes_to_a_reused_descriptor() -> None:

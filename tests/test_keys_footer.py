@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.pilot import Pilot
 
-from gpumon.ui.textual_source import module_sha256
+from gpumon.ui.textual_source import KEYS_FOOTER, changed
 from gpumon.ui.widgets import keys_footer
 from gpumon.ui.widgets.keys_footer import KeysFooter
 from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
@@ -14,20 +14,15 @@ SAMPLE = make_sample(tuple(make_gpu(index) for index in range(2)))
 
 
 def test_textuals_footer_is_the_one_keys_footer_follows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """KeysFooter relies on how Textual 8.2's footer composes: when Textual changes it, look
-    at the change and carry it over, then update FOLLOWED. Until then (a user's other
-    Textual 8), the footer does what Textual's does."""
-    changed = [
-        name for name, digest in keys_footer.FOLLOWED.items() if module_sha256(name) != digest
-    ]
-    assert not changed, f"Textual changed {changed}: carry it over to keys_footer.py"
+    """KeysFooter relies on how Textual's footer composes: when Textual changes one of the
+    functions in KEYS_FOOTER, look at the change, carry it over and accept its digest. Until
+    then (a user's other Textual 8), the footer does what Textual's does."""
+    assert not changed(KEYS_FOOTER), "carry Textual's change over to keys_footer.py"
     assert keys_footer.follows_textual()
-    keys_footer.follows_textual.cache_clear()
-    monkeypatch.setitem(keys_footer.FOLLOWED, "textual.widgets._footer", "another _footer.py")
-    try:
-        assert keys_footer.follows_textual() is False
-    finally:
-        keys_footer.follows_textual.cache_clear()
+    monkeypatch.setitem(
+        KEYS_FOOTER.follows, "textual.widgets._footer:Footer.compose", frozenset({"another"})
+    )
+    assert keys_footer.follows_textual() is False
 
 
 async def settle(pilot: Pilot[None]) -> None:

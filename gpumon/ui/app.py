@@ -20,6 +20,7 @@ from textual.notifications import Notification, Notify
 
 from gpumon.data import format as fmt
 from gpumon.ui.alerts import alert_sequence
+from gpumon.ui.textual_source import PALETTE_TYPED_AHEAD, is_on
 
 if TYPE_CHECKING:
     from textual.driver import Driver
@@ -39,9 +40,11 @@ class CommandPaletteTypedAhead(CommandPalette):
     """Textual's command palette, safe against keys typed ahead of its first layout.
 
     Ctrl+P and PageDown in one read (a laggy SSH link, ``tmux send-keys C-p PageDown``) reach
-    the palette before its option list has laid out its lines, and Textual 8.2's
+    the palette before its option list has laid out its lines, and Textual 8's
     ``OptionList._move_page`` then raises ``KeyError`` and ends the app. Such a key does what
-    it does on an empty list: nothing.
+    it does on an empty list: nothing. Used only where Textual's palette and option list are
+    ones it was tested with (:data:`gpumon.ui.textual_source.PALETTE_TYPED_AHEAD`; see
+    docs/textual-replacements.md).
     """
 
     def _action_command_list(self, action: str) -> None:
@@ -129,9 +132,11 @@ class MonitorApp(App[int]):
                     unnotify(notification)
 
     def action_command_palette(self) -> None:
-        """Ctrl+P: the command palette (:class:`CommandPaletteTypedAhead`)."""
+        """Ctrl+P: the command palette (:class:`CommandPaletteTypedAhead`, or Textual's own
+        where that is not one it was tested with)."""
         if self.use_command_palette and not isinstance(self.screen, CommandPalette):
-            self.push_screen(CommandPaletteTypedAhead(id="--command-palette"))
+            palette = CommandPaletteTypedAhead if is_on(PALETTE_TYPED_AHEAD) else CommandPalette
+            self.push_screen(palette(id="--command-palette"))
 
     def on_unmount(self) -> None:
         self.poller.close()

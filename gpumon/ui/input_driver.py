@@ -9,10 +9,10 @@ nothing: 0.18 % of a core on the benchmark VM, about a twelfth of gpumon's whole
 :class:`QuietLinuxDriver` wakes that often only while a key could still be half read: for
 :data:`TICKING_S` after the last input. Otherwise it waits for input with no timeout, and
 its exit event, when set, wakes it through a pipe, so quitting and suspending (``Ctrl+Z``)
-are as prompt as before. Everything else is Textual's driver. The loop is Textual 8.2's:
-where the installed Textual's modules differ (:func:`follows_textual`), gpumon uses
-Textual's own driver, and ``tests/test_input_driver.py`` fails until the change is carried
-over.
+are as prompt as before. Everything else is Textual's driver. The loop is Textual 8's: it
+is used only where the Textual functions it relies on are ones it was tested with
+(:func:`follows_textual`); elsewhere gpumon uses Textual's own driver, and
+``gpumon --version`` says why. docs/textual-replacements.md has the whole story.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from textual._parser import ParseError
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
 
-from gpumon.ui.textual_source import follows
+from gpumon.ui.textual_source import QUIET_INPUT, is_on
 
 #: Textual's tick while a key may be half read (its own input thread's select timeout).
 TICK_S = 0.1
@@ -39,23 +39,11 @@ TICK_S = 0.1
 TICKING_S = max(1.0, 4 * constants.ESCAPE_DELAY)
 
 
-#: The Textual 8.2.8 modules :class:`QuietLinuxDriver` was written against (its loop is
-#: ``LinuxDriver.run_input_thread``'s; it relies on how ``Driver`` suspends and resumes and
-#: on the key parser's only timeout being the escape delay), by SHA-256 of their source.
-FOLLOWED = {
-    "textual.driver": "64c0b658c795c3a405ca50b18a8fbfd776f886afebcb91d8695abf364be4494e",
-    "textual.drivers.linux_driver": (
-        "db42ae6006b8bece79ae44baee9e1c1f9ce8e92214d54d8d672516fa53f29ac4"
-    ),
-    "textual._xterm_parser": "7e279d11dee84514f8b150b781f7817ca37dbfb78463d91d6a7baebe31350e9b",
-    "textual._parser": "82b19697cd0cdcb175ea03f4480808caf526b5609034d970da200f68bece2b34",
-}
-
-
 def follows_textual() -> bool:
-    """Whether the installed Textual is the one :class:`QuietLinuxDriver` follows (else
-    Textual's own driver is used, as it is)."""
-    return follows(FOLLOWED)
+    """Whether the installed Textual's driver and key parser are ones :class:`QuietLinuxDriver`
+    was tested with (:data:`gpumon.ui.textual_source.QUIET_INPUT`); else Textual's own driver
+    is used, as it is."""
+    return is_on(QUIET_INPUT)
 
 
 class WakingEvent(Event):

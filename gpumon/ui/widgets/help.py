@@ -21,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gpumon.data.fields import FIELDS
+from gpumon.ui.textual_source import off_line
 
 #: Lines are kept to this width: the dialog fits an 80-column terminal.
 WIDTH = 76
@@ -140,6 +141,9 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         text = self.build_text()
+        off = off_line(WIDTH)  # a replaced piece of Textual left as it is: said first
+        if off is not None:
+            text = f"{off}\n\n{text}"
         # Plain Text, not markup: the [nvidia-smi names] in brackets must stay literal.
         content = Text()
         for line in text.splitlines(keepends=True):

@@ -10,36 +10,27 @@ waits for both; a focus change while the dashboard runs makes one more each time
 :class:`KeysFooter` is that footer, except that a refresh that comes while a rebuild is
 pending adds none, and a rebuild whose keys (bindings, enabled, tooltips, the command
 palette's key) are those already shown is skipped. It relies on how Textual's footer composes
-(:attr:`FOLLOWED`, compared by :func:`~gpumon.ui.textual_source.follows`); against another
-Textual's footer it behaves exactly as that footer does, and ``tests/test_keys_footer.py``
-fails until the change is looked at.
+and recomposes (:data:`gpumon.ui.textual_source.KEYS_FOOTER`); against a footer it was not
+tested with it behaves exactly as that footer does, and ``gpumon --version`` says why.
+docs/textual-replacements.md has the whole story.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING
 
 from textual.widgets import Footer
 
-from gpumon.ui.textual_source import follows
+from gpumon.ui.textual_source import KEYS_FOOTER, is_on
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
     from textual.screen import Screen
 
-#: The Textual 8.2.8 footer module :class:`KeysFooter` follows (its ``compose`` reads the
-#: screen's active bindings and ``_bindings_ready``; ``bindings_changed`` schedules a
-#: ``recompose``), by SHA-256 of its source: see :mod:`gpumon.ui.textual_source`.
-FOLLOWED = {
-    "textual.widgets._footer": "c42603fddf87466d206a881699a589115b3f9ab25444c49d4d7af91cfa6ad7d0",
-}
 
-
-@cache
 def follows_textual() -> bool:
-    """Whether the installed Textual's footer is the one :class:`KeysFooter` follows."""
-    return follows(FOLLOWED)
+    """Whether the installed Textual's footer is one :class:`KeysFooter` was tested with."""
+    return is_on(KEYS_FOOTER)
 
 
 class KeysFooter(Footer):
