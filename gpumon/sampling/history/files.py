@@ -29,7 +29,7 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
-from gpumon.sampling.history.schema import HistoryError, explain
+from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
 from gpumon.sources.host.claims import user_name
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def connect_read_only(path: str) -> ReadConnection | None:
         uri += "&immutable=1"
     try:
         return _connect(uri)
-    except sqlite3.Error as error:
+    except DATABASE_ERRORS as error:
         raise explain(path, error, writing=False) from None
 
 

@@ -37,11 +37,13 @@ from gpumon.sampling.history.files import (
 )
 from gpumon.sampling.history.queries import series, usage_rows
 from gpumon.sampling.history.schema import (
+    DATABASE_ERRORS,
     HISTORY_FIELDS,
     SCHEMA_VERSION,
     HistoryError,
-    check_not_newer,
     check_objects,
+    check_version,
+    damaged,
     explain,
     has_column,
     has_tables,
@@ -49,6 +51,8 @@ from gpumon.sampling.history.schema import (
 )
 
 T = TypeVar("T")
+#: Seconds since the epoch at the start of the year 10000: no sample is recorded later.
+_YEAR_10000_S = 253_402_300_800
 
 __all__ = [
     "GROUPINGS",
@@ -123,7 +127,7 @@ def open_history(path: str) -> HistoryReader | None:
         if version == 0 and not has_tables(connection):
             connection.close()
             return None  # made a moment ago: the recorder is creating its tables
-        check_not_newer(version, path)
+        check_version(version, path)
         if version < SCHEMA_VERSION:
             raise HistoryError(
                 f"{path} is not a gpumon history database of this version (version "
@@ -131,9 +135,9 @@ def open_history(path: str) -> HistoryReader | None:
             )
         check_objects(connection, path)
         meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
-    except sqlite3.Error as error:
+    except DATABASE_ERRORS as error:
         connection.close()
-        if _interrupted(error):
+        if isinstance(error, sqlite3.Error) and _interrupted(error):
             raise past_deadline(path) from None
         raise explain(path, error, writing=False) from None
     except BaseException:
@@ -363,7 +367,10 @@ class HistoryReader:
             first, last = found.get("first_sample_s"), found.get("last_sample_s")
             if first is None or last is None:
                 return None
-            return float(first), float(last)
+            span = float(first), float(last)
+            if not all(0 <= time_s < _YEAR_10000_S for time_s in span):  # NaN too
+                raise ValueError(f"a sample time of {span} is out of range")
+            return span
 
         return self._read(read)
 
@@ -398,10 +405,13 @@ class HistoryReader:
         self._connection.start_read()
         try:
             return read()
-        except sqlite3.Error as error:
-            if _interrupted(error):
+        except DATABASE_ERRORS as error:
+            if isinstance(error, sqlite3.Error) and _interrupted(error):
                 raise past_deadline(self.path) from None
             raise explain(self.path, error, writing=False) from None
+        except (ValueError, TypeError, OverflowError) as error:
+            # A value of a type or size no recorder writes (text for a number, infinity).
+            raise damaged(self.path, f"{type(error).__name__}: {error}", writing=False) from None
 
 
 def _interrupted(error: sqlite3.Error) -> bool:

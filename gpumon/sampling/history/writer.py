@@ -35,6 +35,7 @@ from gpumon.sampling.history.files import (
 )
 from gpumon.sampling.history.retention import prune
 from gpumon.sampling.history.schema import (
+    DATABASE_ERRORS,
     HOUR_S,
     HistoryError,
     add_columns,
@@ -110,7 +111,7 @@ class HistoryWriter:
             last = connection.execute(
                 "SELECT value FROM meta WHERE key = 'last_sample_s'"
             ).fetchone()
-        except sqlite3.Error as error:
+        except DATABASE_ERRORS as error:
             database.close()
             raise explain(self.path, error, writing=True) from None
         except BaseException:
@@ -160,7 +161,7 @@ class HistoryWriter:
                 hour = int(pending.last_sample_s // HOUR_S)
                 if hour != self._pruned_hour:
                     prune(connection, pending.last_sample_s, self.history_days)
-        except sqlite3.Error as error:
+        except DATABASE_ERRORS as error:
             pending.trim(MAX_PENDING_ROWS)
             raise explain(self.path, error, writing=True) from None
         except HistoryError:
@@ -187,7 +188,7 @@ class HistoryWriter:
         try:
             database.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             database.connection.execute("PRAGMA journal_mode = DELETE")
-        except sqlite3.Error:
+        except DATABASE_ERRORS:
             pass  # a reader holds it: the WAL stays, and readers open it read-only
         finally:
             database.close()
