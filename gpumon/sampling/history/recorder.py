@@ -2,9 +2,11 @@
 
 :class:`Recorder` hands each sample to a :class:`HistoryWriter` and turns its errors into
 one line each (through ``report``; a line repeats only when the problem changes), plus one
-when writing works again. A problem that may pass (a locked database, a full disk, a file
-system remounted read-only) keeps the samples pending and retries with the next batch; one
-that will not (a damaged file, a newer schema) stops the recording: :attr:`Recorder.failed`.
+when writing works again; likewise a clock more than a day ahead of the history (nothing is
+pruned meanwhile: :class:`~gpumon.sampling.history.retention.PruneHorizon`). A problem that
+may pass (a locked database, a full disk, a file system remounted read-only) keeps the
+samples pending and retries with the next batch; one that will not (a damaged file, a newer
+schema) stops the recording: :attr:`Recorder.failed`.
 
 :class:`RecorderThread` runs a :class:`Recorder` on its own thread, for the exporter: a slow
 or locked database must never delay a sample or a scrape. Samples wait in a short queue;
@@ -41,6 +43,7 @@ class Recorder:
         #: The problem that stopped the recording, if one did.
         self.failed: HistoryError | None = None
         self._problem = ""
+        self._clock_ahead = False
 
     def open(self) -> bool:
         """Open the database now, to say at once what is wrong; False when the recording
@@ -72,7 +75,19 @@ class Recorder:
         if self._problem:
             self.report(f"recording to {self.writer.path} again")
             self._problem = ""
+        self._say_clock()
         return True
+
+    def _say_clock(self) -> None:
+        """One line when the clock runs ahead of the history (nothing is pruned), one when
+        it no longer does."""
+        notice = self.writer.clock_notice()
+        if (notice is not None) == self._clock_ahead:
+            return
+        self._clock_ahead = notice is not None
+        self.report(
+            f"warning: {notice}" if notice else "the clock agrees with the history: pruning resumes"
+        )
 
 
 class RecorderThread:

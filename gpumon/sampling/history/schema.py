@@ -7,7 +7,8 @@ starts at a multiple of its width (UTC):
   and ``last_sample_s``, ``usage_days_until_s`` (``usage_hours`` rows before this were
   rolled up into ``usage_days``), ``idle_unknown_at_s`` (the latest sample whose recorder
   set ``sessions.idle_unknown``: behind ``last_sample_s`` when an older gpumon recorded
-  since).
+  since), ``prune_horizon_s`` (the newest sample time pruning trusts: a clock stepped
+  ahead does not move it; :class:`~gpumon.sampling.history.retention.PruneHorizon`).
 - ``gpus``: one row per GPU UUID (``id`` is what the other tables refer to), with its NVML
   index and name as last seen.
 - ``gpu_minutes`` and ``gpu_hours``: per GPU, the mean and max of each of

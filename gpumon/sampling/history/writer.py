@@ -18,6 +18,7 @@ will not help. The writer is used by one thread.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import sqlite3
 import time
@@ -33,7 +34,7 @@ from gpumon.sampling.history.files import (
     configure_for_writing,
     open_for_writing,
 )
-from gpumon.sampling.history.retention import prune
+from gpumon.sampling.history.retention import PruneHorizon, prune
 from gpumon.sampling.history.schema import (
     DATABASE_ERRORS,
     HOUR_S,
@@ -81,6 +82,8 @@ class HistoryWriter:
         self.batch_s = batch_s
         self.max_gap_s = max(3 * interval_s, 60.0)
         self.pending = Pending(rule, self.max_gap_s)
+        #: What pruning goes by: the newest sample time it trusts.
+        self.horizon = PruneHorizon(self.max_gap_s)
         self._clock = clock
         self._database: WritableHistory | None = None
         self._gpu_ids: dict[str, int] = {}
@@ -108,9 +111,11 @@ class HistoryWriter:
             check_objects(connection, self.path)
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
-            last = connection.execute(
-                "SELECT value FROM meta WHERE key = 'last_sample_s'"
-            ).fetchone()
+            meta = dict(
+                connection.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'prune_horizon_s')"
+                ).fetchall()
+            )
         except DATABASE_ERRORS as error:
             database.close()
             raise explain(self.path, error, writing=True) from None
@@ -118,8 +123,14 @@ class HistoryWriter:
             database.close()
             raise
         self._database = database
-        if last is not None and isinstance(last[0], (int, float)):
-            self.pending.resume(float(last[0]))
+        last, horizon = (
+            meta.get("last_sample_s"),
+            meta.get("prune_horizon_s", meta.get("last_sample_s")),
+        )
+        if isinstance(last, (int, float)):
+            self.pending.resume(float(last))
+        if isinstance(horizon, (int, float)) and math.isfinite(horizon):
+            self.horizon.resume(float(horizon))
 
     def record(self, sample: Sample) -> None:
         """Take in ``sample``; write the batch when it is due.
@@ -133,6 +144,8 @@ class HistoryWriter:
             with contextlib.suppress(HistoryError):
                 self.open()
         self.pending.observe(sample)
+        if self.pending.last_sample_s == sample.timestamp_s:
+            self.horizon.observe(sample.timestamp_s)
         now = self._clock()
         if self._last_write is None or now - self._last_write >= self.batch_s:
             self.write()
@@ -158,9 +171,10 @@ class HistoryWriter:
                 rows.write_minutes(connection, pending.minutes, gpu_ids)
                 rows.write_usage(connection, pending.usage, gpu_ids)
                 self._write_meta(connection)
-                hour = int(pending.last_sample_s // HOUR_S)
-                if hour != self._pruned_hour:
-                    prune(connection, pending.last_sample_s, self.history_days)
+                horizon_s = self.horizon.trusted_s
+                hour = None if horizon_s is None else int(horizon_s // HOUR_S)
+                if horizon_s is not None and hour != self._pruned_hour:
+                    prune(connection, horizon_s, self.history_days)
         except DATABASE_ERRORS as error:
             pending.trim(MAX_PENDING_ROWS)
             raise explain(self.path, error, writing=True) from None
@@ -173,6 +187,11 @@ class HistoryWriter:
         for session, row_id in found:
             session.row_id = row_id
         pending.written()
+
+    def clock_notice(self) -> str | None:
+        """One line while the clock is more than a day past the newest sample the history
+        had (nothing is pruned meanwhile); ``None`` otherwise."""
+        return self.horizon.ahead_notice()
 
     def close(self) -> None:
         """Write what is pending (one try), then close. A database left by a clean stop is
@@ -242,6 +261,7 @@ class HistoryWriter:
                 # sessions.idle_unknown is this recorder's as of this sample: an older
                 # recorder writing after it leaves this behind (its rows have no such flag)
                 ("idle_unknown_at_s", pending.last_sample_s),
+                ("prune_horizon_s", self.horizon.trusted_s),
             ],
         )
         connection.execute(
