@@ -225,7 +225,8 @@ def test_sigterm_stops_record_at_once_while_another_program_holds_the_database_l
     assert process.stderr is not None
     assert process.stderr.readline().startswith("gpumon record: recording to")
     time.sleep(0.5)
-    other = sqlite3.connect(path, isolation_level=None, timeout=10)
+    # Only the recorder's own user (or root) can reach its live database.
+    other = sqlite3.connect(f"{path}.live/history.db", isolation_level=None, timeout=10)
     try:
         other.execute("BEGIN EXCLUSIVE")
         time.sleep(1.5)  # the writer now waits on the lock, with samples queued behind it

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from gpumon.data.model import Sample
 from gpumon.sampling.history.schema import HistoryError
-from gpumon.sampling.history.writer import HistoryWriter
+from gpumon.sampling.history.writer import RESOLVED, HistoryWriter
 
 #: Samples that may wait for the exporter's writer thread.
 QUEUE_SAMPLES = 16
@@ -43,7 +43,7 @@ class Recorder:
         #: The problem that stopped the recording, if one did.
         self.failed: HistoryError | None = None
         self._problem = ""
-        self._clock_ahead = False
+        self._notices: set[str] = set()
 
     def open(self) -> bool:
         """Open the database now, to say at once what is wrong; False when the recording
@@ -75,19 +75,18 @@ class Recorder:
         if self._problem:
             self.report(f"recording to {self.writer.path} again")
             self._problem = ""
-        self._say_clock()
+        self._say_notices()
         return True
 
-    def _say_clock(self) -> None:
-        """One line when the clock runs ahead of the history (nothing is pruned), one when
-        it no longer does."""
-        notice = self.writer.clock_notice()
-        if (notice is not None) == self._clock_ahead:
-            return
-        self._clock_ahead = notice is not None
-        self.report(
-            f"warning: {notice}" if notice else "the clock agrees with the history: pruning resumes"
-        )
+    def _say_notices(self) -> None:
+        """One line when a problem the writer notices begins (a clock ahead of the history,
+        a write-ahead log that cannot be reset), one when it is over."""
+        notices = self.writer.notices()
+        for kind in notices.keys() - self._notices:
+            self.report(f"warning: {notices[kind]}")
+        for kind in self._notices - notices.keys():
+            self.report(RESOLVED[kind])
+        self._notices = set(notices)
 
 
 class RecorderThread:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import shlex
 import socket
 import sqlite3
 import time
@@ -26,14 +28,10 @@ from collections.abc import Callable
 
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import Sample
-from gpumon.sampling.history import rows
+from gpumon.sampling.history import live, rows
 from gpumon.sampling.history.aggregate import Pending
-from gpumon.sampling.history.files import (
-    WritableHistory,
-    check_sidecars,
-    configure_for_writing,
-    open_for_writing,
-)
+from gpumon.sampling.history.files import LIVE_SUFFIX, check_sidecars
+from gpumon.sampling.history.live import WritableHistory, configure_for_writing, open_for_writing
 from gpumon.sampling.history.retention import PruneHorizon, prune
 from gpumon.sampling.history.schema import (
     DATABASE_ERRORS,
@@ -51,6 +49,14 @@ from gpumon.sampling.history.schema import (
 MAX_PENDING_ROWS = 12_000
 #: The write-ahead log is cut back to this after a checkpoint.
 WAL_LIMIT_BYTES = 8 * 1024 * 1024
+#: A write-ahead log that cannot be reset (a process of this user or root holds the live
+#: database open) grows at most to this: then the samples wait in memory instead.
+WAL_MAX_BYTES = 64 * 1024 * 1024
+#: What :meth:`HistoryWriter.notices` says once a problem it reported is over.
+RESOLVED = {
+    "clock": "the clock agrees with the history: pruning resumes",
+    "wal": "the write-ahead log is reset again",
+}
 
 
 class HistoryWriter:
@@ -63,7 +69,9 @@ class HistoryWriter:
             them (at least a minute) is not credited to anyone.
         history_days: how long minute rows are kept.
         batch_s: write at most this often (0: every sample).
-        clock: monotonic seconds, for ``batch_s``.
+        publish_s: publish the snapshot readers read at most this often (the default:
+            :data:`~gpumon.sampling.history.live.PUBLISH_S`), and as it stops.
+        clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
     """
 
     def __init__(
@@ -74,12 +82,14 @@ class HistoryWriter:
         interval_s: float,
         history_days: int,
         batch_s: float = 0.0,
+        publish_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
         self.interval_s = interval_s
         self.history_days = history_days
         self.batch_s = batch_s
+        self.publish_s = live.PUBLISH_S if publish_s is None else publish_s
         self.max_gap_s = max(3 * interval_s, 60.0)
         self.pending = Pending(rule, self.max_gap_s)
         #: What pruning goes by: the newest sample time it trusts.
@@ -91,6 +101,8 @@ class HistoryWriter:
         self._node = socket.gethostname()
         self._last_write: float | None = None
         self._pruned_hour: int | None = None
+        self._published: float | None = None
+        self._wal_stuck = False
 
     def open(self) -> None:
         """Open the database now (else the first write does).
@@ -104,11 +116,11 @@ class HistoryWriter:
         try:
             connection = database.connection
             configure_for_writing(connection)
-            check_sidecars(self.path)
-            migrate(connection, self.path)
+            check_sidecars(database.live_path)
+            migrate(connection, self._named(database))
             add_columns(connection)
             # A trigger or view put in the file would run in every write, or every read.
-            check_objects(connection, self.path)
+            check_objects(connection, self._named(database))
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
             meta = dict(
@@ -117,8 +129,12 @@ class HistoryWriter:
                 ).fetchall()
             )
         except DATABASE_ERRORS as error:
-            database.close()
-            raise explain(self.path, error, writing=True) from None
+            problem = explain(self._named(database), error, writing=True)
+            database.close(discard=database.taken_in and not problem.retry)
+            raise problem from None
+        except HistoryError as error:
+            database.close(discard=database.taken_in and not error.retry)
+            raise
         except BaseException:
             database.close()
             raise
@@ -164,6 +180,7 @@ class HistoryWriter:
             self.open()
             assert self._database is not None
             connection = self._database.connection
+            self._check_wal_size(self._database)
             with transaction(connection):
                 self._check_simulated(connection)
                 gpu_ids = self._write_gpus(connection)
@@ -177,7 +194,10 @@ class HistoryWriter:
                     prune(connection, horizon_s, self.history_days)
         except DATABASE_ERRORS as error:
             pending.trim(MAX_PENDING_ROWS)
-            raise explain(self.path, error, writing=True) from None
+            problem = explain(self.path, error, writing=True)
+            if not problem.retry and self._database is not None:  # the live database's
+                problem = explain(self._database.live_path, error, writing=True)
+            raise problem from None
         except HistoryError:
             pending.trim(MAX_PENDING_ROWS)
             raise
@@ -187,16 +207,76 @@ class HistoryWriter:
         for session, row_id in found:
             session.row_id = row_id
         pending.written()
+        if self._published is None or self._clock() - self._published >= self.publish_s:
+            self._publish(self._database)
 
-    def clock_notice(self) -> str | None:
-        """One line while the clock is more than a day past the newest sample the history
-        had (nothing is pruned meanwhile); ``None`` otherwise."""
-        return self.horizon.ahead_notice()
+    def _named(self, database: WritableHistory) -> str:
+        """The file a problem found on opening is about: ``path`` for a database just taken
+        in from there (it is discarded: move ``path`` aside), else the live database."""
+        return self.path if database.taken_in else database.live_path
+
+    def notices(self) -> dict[str, str]:
+        """What to say once while it lasts (by kind; :data:`RESOLVED` says when it is over):
+        a clock more than a day past the newest sample the history had (nothing is pruned
+        meanwhile), a write-ahead log that cannot be reset."""
+        found = {}
+        clock = self.horizon.ahead_notice()
+        if clock is not None:
+            found["clock"] = clock
+        if self._wal_stuck:
+            found["wal"] = (
+                f"the write-ahead log of {self.path} cannot be reset: a process of yours or "
+                "root's holds the live database open (fuser "
+                f"{shlex.quote(self.path + LIVE_SUFFIX)}/*); it grows to at most "
+                f"{WAL_MAX_BYTES // 2**20} MiB, then the samples wait in memory"
+            )
+        return found
+
+    def _publish(self, database: WritableHistory) -> None:
+        """Reset the write-ahead log, then publish the snapshot.
+
+        Raises:
+            HistoryError: the snapshot could not be written (retry).
+        """
+        self._published = self._clock()
+        connection = database.connection
+        try:
+            # Not waiting: a TRUNCATE checkpoint waits for every reader, for the busy timeout.
+            connection.execute("PRAGMA busy_timeout = 0")
+            busy, *_ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except DATABASE_ERRORS:
+            busy = 1
+        finally:
+            connection.execute(f"PRAGMA busy_timeout = {int(live.BUSY_TIMEOUT_S * 1000)}")
+        self._wal_stuck = bool(busy)
+        database.publish()
+
+    def _check_wal_size(self, database: WritableHistory) -> None:
+        """Refuse to grow a write-ahead log that cannot be reset past :data:`WAL_MAX_BYTES`.
+
+        Raises:
+            HistoryError: it is that large (retry: the samples wait in memory).
+        """
+        if not self._wal_stuck:
+            return
+        try:
+            size = os.stat(database.live_path + "-wal").st_size
+        except OSError:
+            return
+        if size < WAL_MAX_BYTES:
+            return
+        self._publish(database)  # resets it when the other process has let go
+        if self._wal_stuck:
+            raise HistoryError(
+                f"{self.path}: the write-ahead log of the live database is "
+                f"{size // 2**20} MiB and cannot be reset (a process of yours or root's holds "
+                "it open): the samples wait in memory; retrying",
+                retry=True,
+            )
 
     def close(self) -> None:
-        """Write what is pending (one try), then close. A database left by a clean stop is
-        in rollback-journal mode with no ``-wal`` file: readers that cannot write its
-        directory open it too. Never raises."""
+        """Write what is pending (one try), publish the snapshot, then close. Never
+        raises."""
         try:
             self.write()
         except HistoryError:
@@ -205,10 +285,9 @@ class HistoryWriter:
         if database is None:
             return
         try:
-            database.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            database.connection.execute("PRAGMA journal_mode = DELETE")
-        except DATABASE_ERRORS:
-            pass  # a reader holds it: the WAL stays, and readers open it read-only
+            self._publish(database)
+        except HistoryError:
+            pass  # readers keep the last snapshot
         finally:
             database.close()
 
