@@ -157,7 +157,8 @@ class HistoryReader:
         interval_s: the recorder's sampling interval, when recorded.
         current_for_s: how long the latest sample stays current: three of the recorder's
             periods (its interval, or its batch period when it writes in batches, as
-            ``export --record``): data older than three intervals is never current.
+            ``export --record``), plus how often a running recorder publishes what readers
+            read (a snapshot is up to that much older): older data is never current.
         simulated: the history is of a simulated server (``gpumon record --demo``): label
             it DEMO.
         usage_days_until_s: usage before this is kept per UTC day, not hour.
@@ -180,7 +181,10 @@ class HistoryReader:
         period = max(
             self.interval_s or 10.0, float(batch) if isinstance(batch, (int, float)) else 0
         )
-        self.current_for_s = 3 * period
+        publish = meta.get("publish_s")  # 0 once the recorder has stopped
+        self.current_for_s = 3 * period + (
+            float(publish) if isinstance(publish, (int, float)) and 0 < publish < 3600 else 0
+        )
         self.simulated = bool(meta.get("simulated"))
         #: Usage before this is kept per UTC day (rolled up after ``history_days``), as of
         #: opening; ``None`` when nothing is yet.

@@ -8,7 +8,8 @@ starts at a multiple of its width (UTC):
   rolled up into ``usage_days``), ``idle_unknown_at_s`` (the latest sample whose recorder
   set ``sessions.idle_unknown``: behind ``last_sample_s`` when an older gpumon recorded
   since), ``prune_horizon_s`` (the newest sample time pruning trusts: a clock stepped
-  ahead does not move it; :class:`~gpumon.sampling.history.retention.PruneHorizon`).
+  ahead does not move it; :class:`~gpumon.sampling.history.retention.PruneHorizon`),
+  ``publish_s`` (how often the running recorder publishes the snapshot; 0 once stopped).
 - ``gpus``: one row per GPU UUID (``id`` is what the other tables refer to), with its NVML
   index and name as last seen.
 - ``gpu_minutes`` and ``gpu_hours``: per GPU, the mean and max of each of

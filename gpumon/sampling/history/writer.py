@@ -139,6 +139,8 @@ class HistoryWriter:
             database.close()
             raise
         self._database = database
+        if database.taken_in:
+            self._publish(database)  # readers read it as a snapshot from now on
         last, horizon = (
             meta.get("last_sample_s"),
             meta.get("prune_horizon_s", meta.get("last_sample_s")),
@@ -285,6 +287,8 @@ class HistoryWriter:
         if database is None:
             return
         try:
+            with contextlib.suppress(*DATABASE_ERRORS):  # what readers allow for: not any more
+                database.connection.execute("UPDATE meta SET value = 0 WHERE key = 'publish_s'")
             self._publish(database)
         except HistoryError:
             pass  # readers keep the last snapshot
@@ -341,6 +345,8 @@ class HistoryWriter:
                 # recorder writing after it leaves this behind (its rows have no such flag)
                 ("idle_unknown_at_s", pending.last_sample_s),
                 ("prune_horizon_s", self.horizon.trusted_s),
+                # readers allow for it while the recorder runs (0: it has stopped)
+                ("publish_s", self.publish_s),
             ],
         )
         connection.execute(
