@@ -76,3 +76,21 @@ def test_a_report_55_s_after_a_10_s_recorder_stopped_shows_no_one_idle_now(
     assert status == 0, err
     assert "alice" in out  # the hour's use is reported ...
     assert "Holding GPU memory idle now" not in out  # ... but not as happening now
+
+
+def test_while_the_recorder_runs_its_snapshot_is_current_for_one_publication_more(
+    tmp_path: Path,
+) -> None:
+    """Readers read a snapshot published every minute: a 10 s recorder's latest sample in it
+    may be 60 s older than the recorder's own, and is still current for 30 + 60 s."""
+    path = tmp_path / "h.db"
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=10.0, history_days=90)
+    gpu = make_gpu(0)
+    process = make_process(gpu, 100, user="alice", gpu_memory_bytes=20 * GIB)
+    writer.record(make_sample((gpu,), (process,), timestamp_s=END))
+    with open_history(str(path)) as reader:  # type: ignore[union-attr]
+        assert reader.current_for_s == 90.0
+        assert reader.is_current(END + 85) and not reader.is_current(END + 95)
+    writer.close()
+    with open_history(str(path)) as reader:  # type: ignore[union-attr]
+        assert reader.current_for_s == 30.0  # stopped: nothing newer is coming

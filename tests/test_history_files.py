@@ -30,6 +30,9 @@ from tests.test_history_writer import HOUR0, server
 
 T = TypeVar("T")
 NOBODY = 65534
+#: What the recorder leaves in the history's directory: the snapshot readers read, and its
+#: own private directory.
+LAYOUT = ["history.db", "history.db.live"]
 
 
 def as_other_user(call: Callable[[], T]) -> T:
@@ -76,6 +79,11 @@ def recorded(path: Path, minutes: int = 3) -> None:
         writer.close()
 
 
+def older_recorders(path: Path) -> None:
+    """Make ``path`` a database as an older recorder left it: no live directory beside it."""
+    shutil.rmtree(f"{path}.live")
+
+
 def read_everything(path: Path) -> tuple[int, int]:
     """(users in a report, points in a graph), as a reader would."""
     reader = open_history(str(path))
@@ -110,7 +118,10 @@ def test_the_recorder_creates_a_directory_and_file_everyone_can_read(tmp_path: P
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
-    assert sorted(os.listdir(path.parent)) == ["history.db"]  # a clean stop leaves no -wal
+    assert sorted(os.listdir(path.parent)) == LAYOUT  # a snapshot: never a -wal beside it
+    live = Path(f"{path}.live")
+    assert stat.S_IMODE(live.stat().st_mode) == 0o700
+    assert sorted(os.listdir(live)) == ["history.db", "recorder.lock"]  # a clean stop
 
 
 def test_another_user_reads_it_but_cannot_record_into_it(shared: Path) -> None:
@@ -120,34 +131,29 @@ def test_another_user_reads_it_but_cannot_record_into_it(shared: Path) -> None:
     assert as_other_user(lambda: read_everything(path)) == (3, 3)
     with pytest.raises(
         RuntimeError,
-        match=r"HistoryError: .*history.db: refused: the file "
-        r"belongs to another user|cannot write",
+        match=r"HistoryError: .*history.db: refused: its live directory .*history.db.live "
+        r"belongs to root \(uid 0\)",
     ):
         as_other_user(
             lambda: HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90).open()
         )
     assert path.read_bytes() == before
-    assert sorted(os.listdir(shared)) == ["history.db"]
+    assert sorted(os.listdir(shared)) == LAYOUT
 
 
 def test_readers_read_while_the_recorder_runs_and_after_it_was_killed(shared: Path) -> None:
-    """The WAL files exist while the recorder runs (or after it was killed): another user
-    reads through them. A file left in WAL mode without them is read as it is."""
+    """Readers read the snapshot while the recorder runs, and after it was killed: nothing
+    of the live database is beside it."""
     path = shared / "history.db"
-    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
+    writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90, publish_s=0)
     for minute in range(3):
         writer.record(server(minute))
-    assert os.path.exists(f"{path}-wal")
+    assert sorted(os.listdir(shared)) == LAYOUT
     assert as_other_user(lambda: read_everything(path)) == (3, 3)
-    # As after kill -9 and someone removing the -wal and -shm files: WAL mode, no files.
     assert writer._database is not None
-    writer._database.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    writer._database.close()
-    for sidecar in ("-wal", "-shm"):
-        if os.path.exists(f"{path}{sidecar}"):
-            os.remove(f"{path}{sidecar}")
+    writer._database.close()  # as after kill -9
     assert as_other_user(lambda: read_everything(path)) == (3, 3)
-    assert sorted(os.listdir(shared)) == ["history.db"]
+    assert sorted(os.listdir(shared)) == LAYOUT
 
 
 def test_a_reader_never_creates_the_database_or_its_directory(tmp_path: Path) -> None:
@@ -166,7 +172,7 @@ def test_a_reader_changes_nothing_and_cannot_write(tmp_path: Path) -> None:
     with reader, pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only"):
         reader._connection.execute("DELETE FROM meta")
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
-    assert sorted(os.listdir(tmp_path)) == ["history.db"]
+    assert sorted(os.listdir(tmp_path)) == LAYOUT
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o775, 0o1777])
@@ -239,6 +245,7 @@ def test_a_planted_journal_is_refused_and_never_rolled_into_the_history(
 ) -> None:
     path = tmp_path / "history.db"
     recorded(path)
+    older_recorders(path)  # the recorder reads the file at path only to take it in
     names = gpu_names(path)
     forged = tmp_path / "forged.db"
     shutil.copyfile(path, forged)
@@ -266,6 +273,7 @@ def test_the_recorder_refuses_a_trigger_put_in_the_file(tmp_path: Path) -> None:
     file anyway): the recorder stops with one line instead of recording into it."""
     path = tmp_path / "history.db"
     recorded(path)
+    older_recorders(path)
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("CREATE TRIGGER evil AFTER INSERT ON meta BEGIN DELETE FROM gpus; END")
     connection.close()
@@ -278,11 +286,13 @@ def test_the_recorder_refuses_a_trigger_put_in_the_file(tmp_path: Path) -> None:
     )
     assert raised.value.retry is False
     assert gpu_names(path) != []
+    assert not Path(f"{path}.live/history.db").exists()  # moving path aside starts anew
 
 
 def test_the_recorder_refuses_a_file_others_can_write_or_own(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     recorded(path)
+    older_recorders(path)
     os.chmod(path, 0o666)
     writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
     with pytest.raises(HistoryError, match="the file is writable by other users"):
@@ -298,6 +308,7 @@ def test_the_recorder_refuses_a_file_others_can_write_or_own(tmp_path: Path) -> 
 def test_a_planted_link_beside_the_database_is_refused(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / "history.db"
     recorded(path)
+    older_recorders(path)
     os.symlink("/etc/passwd", f"{path}{suffix}")
     writer = HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90)
     refusal = rf"history\.db: refused: its file .*history\.db{suffix} is a symbolic link"
@@ -338,8 +349,8 @@ def test_a_directory_that_cannot_be_written_is_one_line(shared: Path) -> None:
         except HistoryError as error:  # not root: raised here, not in a child
             raise RuntimeError(f"HistoryError: {error}") from None
     assert str(raised.value) == (
-        f"HistoryError: {directory}/history.db: cannot write the history: Permission denied "
-        "(a read-only file system? --db chooses another place)"
+        f"HistoryError: {directory}/history.db.live: cannot create the recorder's directory: "
+        "Permission denied (a read-only file system? --db chooses another place)"
     )
 
 
@@ -385,4 +396,4 @@ def test_root_refuses_a_directory_link_another_user_owns(tmp_path: Path) -> None
         os.lchown(link, 0, 0)
     # A link of root's or one's own is followed.
     recorded(link / "history.db")
-    assert os.listdir(target) == ["history.db"]
+    assert sorted(os.listdir(target)) == LAYOUT

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.data.idle import IdleRule
-from gpumon.sampling.history import files
+from gpumon.sampling.history import live, writer
 from gpumon.sampling.history.reader import HistoryError, open_history
 from gpumon.sampling.history.recorder import Recorder
 from gpumon.sampling.history.writer import HistoryWriter
@@ -52,7 +52,8 @@ MARKED = textwrap.dedent(
 
 
 def samples_of_first_gpu(path: Path) -> int:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    """What the recorder has committed: its live database's, not the snapshot's."""
+    connection = sqlite3.connect(f"file:{path}.live/history.db?mode=ro", uri=True)
     try:
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         (count,) = connection.execute(
@@ -97,11 +98,11 @@ def test_a_recorder_killed_while_writing_loses_at_most_that_batch(tmp_path: Path
         assert committed_before + committed <= found <= committed_before + committed + 1
         committed_before = found
     assert committed_before >= 10
-    connection = sqlite3.connect(path)
+    connection = sqlite3.connect(f"{path}.live/history.db")
     (sessions,) = connection.execute("SELECT count(*) FROM sessions").fetchone()
     connection.close()
     assert 512 <= sessions < 600  # the demo's 512, and the few that came and went
-    # A clean stop after all that: exit 0, the file back in rollback mode, nothing left over.
+    # A clean stop after all that: exit 0, the snapshot published, nothing left over.
     process = subprocess.Popen(
         [sys.executable, "-c", MARKED, "record", *DEMO, "--db", str(path)],
         stdout=subprocess.PIPE,
@@ -114,8 +115,10 @@ def test_a_recorder_killed_while_writing_loses_at_most_that_batch(tmp_path: Path
     process.send_signal(signal.SIGTERM)
     _, errors = process.communicate(timeout=30)
     assert process.returncode == 0, errors
-    assert sorted(os.listdir(tmp_path)) == ["history.db"]
+    assert sorted(os.listdir(tmp_path)) == ["history.db", "history.db.live"]
     assert samples_of_first_gpu(path) > committed_before
+    with open_history(str(path)) as reader:  # type: ignore[union-attr]
+        assert reader.span() is not None
 
 
 READER = textwrap.dedent(
@@ -154,10 +157,23 @@ READER = textwrap.dedent(
 )
 
 
+#: `gpumon record`, publishing what readers read every half second (not every minute).
+PUBLISHING = textwrap.dedent(
+    """
+    import sys
+    from gpumon.sampling.history import live
+
+    live.PUBLISH_S = 0.5
+    from gpumon.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
 def test_readers_never_see_a_locked_database_while_the_recorder_writes(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "gpumon", "record", *DEMO, "--db", str(path)],
+        [sys.executable, "-c", PUBLISHING, "record", *DEMO, "--db", str(path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -230,11 +246,13 @@ def test_a_full_disk_is_one_line_and_nothing_is_lost_once_there_is_room(tmp_path
 def test_a_locked_database_is_one_line_and_the_recorder_carries_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(files, "BUSY_TIMEOUT_S", 0.05)
+    """A program of the recorder's own user (or root) that locks the live database; other
+    users cannot reach it."""
+    monkeypatch.setattr(live, "BUSY_TIMEOUT_S", 0.05)
     path = tmp_path / "history.db"
     recorder, lines = lines_of(path)
     recorder.sampled(server(0))
-    other = sqlite3.connect(path, isolation_level=None)
+    other = sqlite3.connect(f"{path}.live/history.db", isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
     for minute in range(1, 4):
         recorder.sampled(server(minute))
@@ -279,3 +297,37 @@ def test_a_file_damaged_under_a_reader_is_a_history_error(tmp_path: Path) -> Non
     path.write_bytes(bytes(data))
     with reader, pytest.raises(HistoryError, match="is damaged or not a gpumon history database"):
         reader.usage(HOUR0, HOUR0 + 3600, "user")
+
+
+def test_a_wal_that_cannot_be_reset_is_one_line_and_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process of the recorder's own user (or root) holding a read transaction open on
+    the live database: the write-ahead log cannot be reset; it grows to a bound, then the
+    samples wait in memory, and all of it is back in the history once the reader lets go."""
+    monkeypatch.setattr(writer, "WAL_MAX_BYTES", 256 * 1024)
+    path = tmp_path / "history.db"
+    lines: list[str] = []
+    recorder = Recorder(
+        HistoryWriter(str(path), rule=IdleRule(), interval_s=60, history_days=90, publish_s=0),
+        lines.append,
+    )
+    recorder.sampled(server(0))
+    reader = sqlite3.connect(f"file:{path}.live/history.db?mode=ro", uri=True, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM sessions").fetchone()
+    wal = Path(f"{path}.live/history.db-wal")
+    largest = 0
+    for minute in range(1, 200):
+        recorder.sampled(server(minute))
+        largest = max(largest, wal.stat().st_size)
+    assert largest < 2 * 256 * 1024
+    assert lines[0].startswith(f"warning: the write-ahead log of {path} cannot be reset")
+    assert lines[1].startswith(f"warning: {path}: the write-ahead log of the live database is")
+    assert lines[1].endswith("the samples wait in memory; retrying")
+    assert len(lines) == 2, lines
+    reader.close()
+    recorder.sampled(server(200))
+    recorder.close()
+    assert lines[2:] == [f"recording to {path} again", "the write-ahead log is reset again"]
+    assert held_hours(path) == pytest.approx(2 * 60 / 60)  # nothing of the hour lost

@@ -129,8 +129,39 @@ def test_export_record_writes_the_exporters_own_samples(tmp_path: Path) -> None:
     assert samples >= 1 and simulated == 1
 
 
-def test_export_serves_on_when_the_history_cannot_be_written(tmp_path: Path) -> None:
-    path = newer_database(tmp_path / "history.db")
+def damaged_database(path: Path, damage: str) -> Path:
+    """A history whose version is one no gpumon writes, or whose schema is not UTF-8."""
+    newer_database(path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    if damage == "version":
+        connection.execute("PRAGMA user_version = -80124291")
+    else:
+        connection.execute("PRAGMA user_version = 2")
+        connection.execute("PRAGMA writable_schema = ON")
+        connection.execute(
+            "UPDATE sqlite_master SET name = CAST(x'ff' || CAST(name AS BLOB) AS TEXT) "
+            "WHERE name = 'meta'"
+        )
+    connection.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("newer", "was written by a newer gpumon"),
+        ("version", "is not a gpumon history database (its version is -80124291"),
+        ("utf8", "is damaged or not a gpumon history database (its schema is not UTF-8"),
+    ],
+)
+def test_export_serves_on_when_the_history_cannot_be_written(
+    tmp_path: Path, damage: str, expected: str
+) -> None:
+    path = tmp_path / "history.db"
+    if damage == "newer":
+        newer_database(path)
+    else:
+        damaged_database(path, damage)
     process = gpumon(
         "export",
         "--demo",
@@ -141,9 +172,7 @@ def test_export_serves_on_when_the_history_cannot_be_written(tmp_path: Path) -> 
         "127.0.0.1:0",
     )
     assert process.stderr is not None
-    assert process.stderr.readline().startswith(
-        f"gpumon export: error: {path} was written by a newer gpumon"
-    )
+    assert process.stderr.readline().startswith(f"gpumon export: error: {path} {expected}")
     assert process.stderr.readline() == "gpumon export: serving without recording\n"
     match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", process.stderr.readline())
     assert match
@@ -196,7 +225,8 @@ def test_sigterm_stops_record_at_once_while_another_program_holds_the_database_l
     assert process.stderr is not None
     assert process.stderr.readline().startswith("gpumon record: recording to")
     time.sleep(0.5)
-    other = sqlite3.connect(path, isolation_level=None, timeout=10)
+    # Only the recorder's own user (or root) can reach its live database.
+    other = sqlite3.connect(f"{path}.live/history.db", isolation_level=None, timeout=10)
     try:
         other.execute("BEGIN EXCLUSIVE")
         time.sleep(1.5)  # the writer now waits on the lock, with samples queued behind it

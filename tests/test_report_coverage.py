@@ -284,7 +284,9 @@ def test_a_local_day_of_rolled_up_days_counts_the_job_not_a_share_of_utc_days(
             job = make_process(gpu, 10, user="alice", sm_utilization_pct=100,
                                create_time_s=begin - 10)  # fmt: skip
             writer.record(make_sample((gpu,), (job,), timestamp_s=begin + minute * MINUTE))
-        writer.record(make_sample((gpu,), (), timestamp_s=begin + 100 * 86400))  # rolls up
+        later = begin + 100 * 86400  # a day recorded there (a clock jump alone prunes nothing)
+        for minute in range(0, 24 * 60 + 3, 3):  # rolls up
+            writer.record(make_sample((gpu,), (), timestamp_s=later + minute * MINUTE))
     finally:
         writer.close()
     day = ("--db", str(path), "--from", "2026-07-15T00:00-07:00", "--to", "2026-07-16T00:00-07:00")

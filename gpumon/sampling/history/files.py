@@ -1,25 +1,23 @@
-"""Where the history database is, and opening it: read-only for every reader, read-write
-(with checks on who else could write it) for the one recorder.
+"""Where the history database is, opening it read-only for every reader, and the checks on
+who else could write it that the recorder (:mod:`~gpumon.sampling.history.live`) makes too.
 
-The database is readable by every user and writable only by the recorder: it is created
-0644 in a directory created 0755 (whatever the umask), and SQLite gives its ``-journal``,
-``-wal`` and ``-shm`` files the database's mode. The recorder refuses a database, or a
-directory, that another user can write or owns: they could rewrite what the dashboard and
-reports show, or plant a link. That holds for a sticky directory such as /tmp too: SQLite
-opens the files beside the database by name, and reads a ``-journal`` someone else put
-there into the database (a "hot journal" it rolls back), so no check made before opening
-would be free of races. One recorder per database: a second one is refused (an ``flock`` on
-the file, which SQLite's own locks never touch).
+What readers open (``history.db``, what ``--db`` names) is a snapshot the recorder publishes
+(:mod:`~gpumon.sampling.history.live`): a file of its own, 0644 in a directory 0755 (whatever
+the umask), never written in place. The recorder refuses a directory, or a file, that another
+user can write or owns: they could rewrite what the dashboard and reports show, or plant a
+link. That holds for a sticky directory such as /tmp too: SQLite opens the files beside the
+database by name, and reads a ``-journal`` someone else put there into the database (a "hot
+journal" it rolls back), so no check made before opening would be free of races.
 
 A reader opens ``file:...?mode=ro``: it never creates the database, nor writes it, and it
 holds the database, its directory and the files beside it to the same rules (root's or its
-own, and writable by no one else). Readers never wait on the recorder (WAL), and a busy
-timeout covers the moments when SQLite itself must wait (the recorder's checkpoints).
+own, and writable by no one else). A snapshot it opens ``immutable=1``: no locks, no files
+beside it, so no reader can stall the recorder. A database of an older recorder (a live WAL
+database at that path, no live directory beside it) is read as it is, through its WAL.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shlex
 import sqlite3
@@ -29,15 +27,16 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from gpumon.config_file import default_history_path
-from gpumon.sampling.history.schema import HistoryError, explain
+from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
 from gpumon.sources.host.claims import user_name
 
 if TYPE_CHECKING:
     from gpumon.settings import Settings
 
-#: How long a statement waits for a lock before it fails with "database is locked".
-BUSY_TIMEOUT_S = 5.0
-#: A reader waits less: the dashboard must not stall on the history.
+#: The private directory beside the history that holds the recorder's live database.
+LIVE_SUFFIX = ".live"
+#: How long a reader waits for a lock (an older recorder's checkpoints): the dashboard must
+#: not stall on the history.
 READER_BUSY_TIMEOUT_S = 2.0
 #: The longest one read may run: a report over a year of a busy server takes well under a
 #: second; a database made to loop (or huge) is given up on, with one line, after this.
@@ -99,13 +98,16 @@ def connect_read_only(path: str) -> ReadConnection | None:
     for sidecar, sidecar_info in _sidecars(path):
         _check_reader_owner(path, sidecar_info, sidecar)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-    if _left_in_wal_mode(path) and not os.path.exists(path + "-shm"):
-        # No recorder has it open (a running one has its -shm file), and SQLite would create
-        # the -wal and -shm files to read it: read the file as it is instead.
+    if os.path.isdir(path + LIVE_SUFFIX) or (
+        _left_in_wal_mode(path) and not os.path.exists(path + "-shm")
+    ):
+        # A snapshot, never written in place: read without locks. Or an older recorder's
+        # database in WAL mode that no recorder has open (a running one has its -shm file),
+        # for which SQLite would create the -wal and -shm files: read it as it is.
         uri += "&immutable=1"
     try:
         return _connect(uri)
-    except sqlite3.Error as error:
+    except DATABASE_ERRORS as error:
         raise explain(path, error, writing=False) from None
 
 
@@ -181,58 +183,7 @@ def _connect(uri: str) -> ReadConnection:
     return connection
 
 
-class WritableHistory:
-    """The recorder's connection and its claim on the file; see :func:`open_for_writing`."""
-
-    def __init__(self, path: str, connection: sqlite3.Connection, lock_fd: int) -> None:
-        self.path = path
-        self.connection = connection
-        self._lock_fd = lock_fd
-
-    def close(self) -> None:
-        """Close the connection, then let go of the file (in that order: closing any
-        descriptor of the file drops this process's SQLite locks on it)."""
-        try:
-            self.connection.close()
-        finally:
-            if self._lock_fd >= 0:
-                os.close(self._lock_fd)
-                self._lock_fd = -1
-
-
-def open_for_writing(path: str) -> WritableHistory:
-    """Open (creating it and its directory when missing) the database at ``path`` for the
-    recorder, in WAL mode.
-
-    Raises:
-        HistoryError: one line: the directory or file is unsafe (another user can write
-            it, or owns it), another recorder writes it, or it cannot be created or opened.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    _check_links(path, directory)
-    _make_directory(directory)
-    _check_safe(path, os.stat(directory), f"its directory {directory}", directory)
-    lock_fd = _open_file(path)
-    try:
-        check_sidecars(path)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise HistoryError(
-                f"{path}: another recorder (gpumon record or export --record) is writing "
-                "it: one recorder per database"
-            ) from None
-        # Opened where the recorder starts, written on its own thread (one at a time).
-        connection = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-    except BaseException:
-        os.close(lock_fd)
-        raise
-    return WritableHistory(path, connection, lock_fd)
-
-
-def _check_links(path: str, directory: str) -> None:
+def check_links(path: str, directory: str) -> None:
     """Refuse a symbolic link on the way to ``directory`` (in the path or in a link's target)
     that neither this user nor root owns: its owner could point it elsewhere at any time,
     at a directory of root's that the recorder would then write into. Each component is
@@ -290,7 +241,7 @@ def check_sidecars(path: str) -> None:
         HistoryError: one of them is unsafe.
     """
     for sidecar, info in _sidecars(path):
-        _check_safe(path, info, f"its file {sidecar}", sidecar)
+        check_safe(path, info, f"its file {sidecar}", sidecar)
 
 
 def _sidecars(path: str) -> list[tuple[str, os.stat_result]]:
@@ -316,20 +267,7 @@ def _sidecars(path: str) -> list[tuple[str, os.stat_result]]:
     return found
 
 
-def configure_for_writing(connection: sqlite3.Connection) -> None:
-    """WAL (readers never wait on the writer) and ``synchronous = NORMAL`` (a commit
-    survives the recorder's crash; only a power cut may lose the last ones).
-
-    Raises:
-        sqlite3.Error: the database cannot be read or switched to WAL.
-    """
-    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-    if str(mode).lower() != "wal":
-        raise sqlite3.OperationalError(f"cannot use WAL mode (journal mode stays {mode})")
-    connection.execute("PRAGMA synchronous = NORMAL")
-
-
-def _make_directory(directory: str) -> None:
+def make_directory(directory: str) -> None:
     if os.path.isdir(directory):
         return
     try:
@@ -342,7 +280,7 @@ def _make_directory(directory: str) -> None:
         ) from None
 
 
-def _open_file(path: str) -> int:
+def open_database_file(path: str) -> int:
     """A descriptor of the database file, created 0644 when missing; its owner and mode
     checked."""
     flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -367,7 +305,7 @@ def _open_file(path: str) -> int:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise HistoryError(f"{path}: not a file: --db chooses the history database")
-        _check_safe(path, info, "the file", path)
+        check_safe(path, info, "the file", path)
     except BaseException:
         os.close(fd)
         raise
@@ -381,7 +319,7 @@ def _cannot_write(path: str, error: OSError) -> HistoryError:
     )
 
 
-def _check_safe(path: str, info: os.stat_result, what: str, target: str) -> None:
+def check_safe(path: str, info: os.stat_result, what: str, target: str) -> None:
     """Refuse the database at ``path`` when another user owns or can write ``target`` (the
     file itself, its directory, or one of its :data:`SIDECARS`; ``what`` names it): a
     directory may be root's, never writable by others (with the sticky bit neither)."""

@@ -7,6 +7,7 @@ primary key's range on time; a graph reads minute rows of one GPU in a range of 
 
 from __future__ import annotations
 
+import math
 import sqlite3
 
 from gpumon.data.usage import GROUPINGS, UsageRow
@@ -125,6 +126,8 @@ def usage_rows(
     names = _gpu_names(connection) if by == "gpu" else {}
     rows = []
     for owner, held, used, idle, peak, known in totals:
+        if not all(math.isfinite(total) for total in (held, used, idle, known)):
+            raise ValueError("a usage total that is not a finite number")
         count = processes.pop(owner, 0)
         if held < 0.5 and not count:
             continue  # a bucket the period touches, when none of the group's processes ran

@@ -37,11 +37,13 @@ from gpumon.sampling.history.files import (
 )
 from gpumon.sampling.history.queries import series, usage_rows
 from gpumon.sampling.history.schema import (
+    DATABASE_ERRORS,
     HISTORY_FIELDS,
     SCHEMA_VERSION,
     HistoryError,
-    check_not_newer,
     check_objects,
+    check_version,
+    damaged,
     explain,
     has_column,
     has_tables,
@@ -49,6 +51,8 @@ from gpumon.sampling.history.schema import (
 )
 
 T = TypeVar("T")
+#: Seconds since the epoch at the start of the year 10000: no sample is recorded later.
+_YEAR_10000_S = 253_402_300_800
 
 __all__ = [
     "GROUPINGS",
@@ -123,7 +127,7 @@ def open_history(path: str) -> HistoryReader | None:
         if version == 0 and not has_tables(connection):
             connection.close()
             return None  # made a moment ago: the recorder is creating its tables
-        check_not_newer(version, path)
+        check_version(version, path)
         if version < SCHEMA_VERSION:
             raise HistoryError(
                 f"{path} is not a gpumon history database of this version (version "
@@ -131,9 +135,9 @@ def open_history(path: str) -> HistoryReader | None:
             )
         check_objects(connection, path)
         meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
-    except sqlite3.Error as error:
+    except DATABASE_ERRORS as error:
         connection.close()
-        if _interrupted(error):
+        if isinstance(error, sqlite3.Error) and _interrupted(error):
             raise past_deadline(path) from None
         raise explain(path, error, writing=False) from None
     except BaseException:
@@ -153,7 +157,8 @@ class HistoryReader:
         interval_s: the recorder's sampling interval, when recorded.
         current_for_s: how long the latest sample stays current: three of the recorder's
             periods (its interval, or its batch period when it writes in batches, as
-            ``export --record``): data older than three intervals is never current.
+            ``export --record``), plus how often a running recorder publishes what readers
+            read (a snapshot is up to that much older): older data is never current.
         simulated: the history is of a simulated server (``gpumon record --demo``): label
             it DEMO.
         usage_days_until_s: usage before this is kept per UTC day, not hour.
@@ -176,7 +181,10 @@ class HistoryReader:
         period = max(
             self.interval_s or 10.0, float(batch) if isinstance(batch, (int, float)) else 0
         )
-        self.current_for_s = 3 * period
+        publish = meta.get("publish_s")  # 0 once the recorder has stopped
+        self.current_for_s = 3 * period + (
+            float(publish) if isinstance(publish, (int, float)) and 0 < publish < 3600 else 0
+        )
         self.simulated = bool(meta.get("simulated"))
         #: Usage before this is kept per UTC day (rolled up after ``history_days``), as of
         #: opening; ``None`` when nothing is yet.
@@ -365,7 +373,10 @@ class HistoryReader:
             first, last = found.get("first_sample_s"), found.get("last_sample_s")
             if first is None or last is None:
                 return None
-            return float(first), float(last)
+            span = float(first), float(last)
+            if not all(0 <= time_s < _YEAR_10000_S for time_s in span):  # NaN too
+                raise ValueError(f"a sample time of {span} is out of range")
+            return span
 
         return self._read(read)
 
@@ -400,10 +411,13 @@ class HistoryReader:
         self._connection.start_read()
         try:
             return read()
-        except sqlite3.Error as error:
-            if _interrupted(error):
+        except DATABASE_ERRORS as error:
+            if isinstance(error, sqlite3.Error) and _interrupted(error):
                 raise past_deadline(self.path) from None
             raise explain(self.path, error, writing=False) from None
+        except (ValueError, TypeError, OverflowError) as error:
+            # A value of a type or size no recorder writes (text for a number, infinity).
+            raise damaged(self.path, f"{type(error).__name__}: {error}", writing=False) from None
 
 
 def _interrupted(error: sqlite3.Error) -> bool:

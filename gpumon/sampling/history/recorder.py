@@ -2,9 +2,11 @@
 
 :class:`Recorder` hands each sample to a :class:`HistoryWriter` and turns its errors into
 one line each (through ``report``; a line repeats only when the problem changes), plus one
-when writing works again. A problem that may pass (a locked database, a full disk, a file
-system remounted read-only) keeps the samples pending and retries with the next batch; one
-that will not (a damaged file, a newer schema) stops the recording: :attr:`Recorder.failed`.
+when writing works again; likewise a clock more than a day ahead of the history (nothing is
+pruned meanwhile: :class:`~gpumon.sampling.history.retention.PruneHorizon`). A problem that
+may pass (a locked database, a full disk, a file system remounted read-only) keeps the
+samples pending and retries with the next batch; one that will not (a damaged file, a newer
+schema) stops the recording: :attr:`Recorder.failed`.
 
 :class:`RecorderThread` runs a :class:`Recorder` on its own thread, for the exporter: a slow
 or locked database must never delay a sample or a scrape. Samples wait in a short queue;
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 from gpumon.data.model import Sample
 from gpumon.sampling.history.schema import HistoryError
-from gpumon.sampling.history.writer import HistoryWriter
+from gpumon.sampling.history.writer import RESOLVED, HistoryWriter
 
 #: Samples that may wait for the exporter's writer thread.
 QUEUE_SAMPLES = 16
@@ -41,6 +43,7 @@ class Recorder:
         #: The problem that stopped the recording, if one did.
         self.failed: HistoryError | None = None
         self._problem = ""
+        self._notices: set[str] = set()
 
     def open(self) -> bool:
         """Open the database now, to say at once what is wrong; False when the recording
@@ -72,7 +75,18 @@ class Recorder:
         if self._problem:
             self.report(f"recording to {self.writer.path} again")
             self._problem = ""
+        self._say_notices()
         return True
+
+    def _say_notices(self) -> None:
+        """One line when a problem the writer notices begins (a clock ahead of the history,
+        a write-ahead log that cannot be reset), one when it is over."""
+        notices = self.writer.notices()
+        for kind in notices.keys() - self._notices:
+            self.report(f"warning: {notices[kind]}")
+        for kind in self._notices - notices.keys():
+            self.report(RESOLVED[kind])
+        self._notices = set(notices)
 
 
 class RecorderThread:

@@ -14,11 +14,15 @@ a day row says so (``prorated_s``) and clips the estimate to when the processes 
 The recorder prunes once an hour, in the transaction of a batch, so the file's size is
 bounded whatever the uptime: SQLite reuses the freed pages. The cuts are whole hours (GPU
 minutes) and whole days (usage), so a bucket is never half pruned.
+
+Pruning goes by :class:`PruneHorizon`, never by the clock alone: a clock stepped a year ahead
+(by mistake, or by an NTP server that lies) would otherwise delete the whole history at once.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from gpumon.data.usage import GROUPINGS
 from gpumon.sampling.history.schema import DAY_S, HOUR_S, YEAR_DAYS
@@ -82,3 +86,56 @@ def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> No
     execute("DELETE FROM gpu_hours WHERE start_s < ?", (year_cut,))
     execute(f"DELETE FROM usage_days WHERE grouping IN ({_GROUPINGS}) AND start_s < ?", (year_cut,))
     execute("DELETE FROM sessions WHERE last_seen_s < ?", (year_cut,))
+
+
+class PruneHorizon:
+    """The newest sample time that pruning trusts (:attr:`trusted_s`): it follows the
+    samples while each is at most a day past it; a sample further ahead (a clock stepped
+    forward) leaves it where it was until the samples have run on from there for a whole
+    day, without a gap longer than ``max_gap_s``: the clock was right after all (the
+    recorder had been stopped for long). A clock put back is trusted again at once.
+
+    Args:
+        max_gap_s: the longest time between two samples that still counts as recording on.
+    """
+
+    def __init__(self, max_gap_s: float) -> None:
+        self.max_gap_s = max_gap_s
+        self.trusted_s: float | None = None
+        #: While the clock is ahead: the first and the latest sample of the run there.
+        self.ahead_from_s: float | None = None
+        self._ahead_to_s = 0.0
+
+    def resume(self, trusted_s: float | None) -> None:
+        """Start from the database's horizon (before the first sample)."""
+        if self.trusted_s is None:
+            self.trusted_s = trusted_s
+
+    def observe(self, sample_s: float) -> None:
+        """Take in the time of a sample."""
+        trusted = self.trusted_s
+        if trusted is None or sample_s <= trusted + DAY_S:
+            self.trusted_s = sample_s if trusted is None else max(trusted, sample_s)
+            self.ahead_from_s = None
+            return
+        ahead_from = self.ahead_from_s
+        if ahead_from is None or not 0 <= sample_s - self._ahead_to_s <= self.max_gap_s:
+            ahead_from = self.ahead_from_s = sample_s  # a new run ahead
+        self._ahead_to_s = sample_s
+        if sample_s - ahead_from >= DAY_S:
+            self.trusted_s, self.ahead_from_s = sample_s, None
+
+    def ahead_notice(self) -> str | None:
+        """While the clock is ahead: one line saying so and what it means; else ``None``."""
+        if self.ahead_from_s is None or self.trusted_s is None:
+            return None
+        days = (self._ahead_to_s - self.trusted_s) / DAY_S
+        return (
+            f"the clock ({_utc(self._ahead_to_s)}) is {days:.1f} days past the newest "
+            f"sample in the history ({_utc(self.trusted_s)}): nothing is pruned until the "
+            "clock is put back, or the recorder has recorded a whole day at this time"
+        )
+
+
+def _utc(time_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time_s))

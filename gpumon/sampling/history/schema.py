@@ -7,7 +7,9 @@ starts at a multiple of its width (UTC):
   and ``last_sample_s``, ``usage_days_until_s`` (``usage_hours`` rows before this were
   rolled up into ``usage_days``), ``idle_unknown_at_s`` (the latest sample whose recorder
   set ``sessions.idle_unknown``: behind ``last_sample_s`` when an older gpumon recorded
-  since).
+  since), ``prune_horizon_s`` (the newest sample time pruning trusts: a clock stepped
+  ahead does not move it; :class:`~gpumon.sampling.history.retention.PruneHorizon`),
+  ``publish_s`` (how often the running recorder publishes the snapshot; 0 once stopped).
 - ``gpus``: one row per GPU UUID (``id`` is what the other tables refer to), with its NVML
   index and name as last seen.
 - ``gpu_minutes`` and ``gpu_hours``: per GPU, the mean and max of each of
@@ -226,7 +228,7 @@ def migrate(
             )
         create(connection, migrations, target)
         return 0
-    check_not_newer(version, path, target)
+    check_version(version, path, target)
     start = version
     while version < target:
         with _transaction(connection):
@@ -236,8 +238,14 @@ def migrate(
     return start
 
 
-def check_not_newer(version: int, path: str, target: int = SCHEMA_VERSION) -> None:
-    """Raise :class:`HistoryError` for a database written by a newer gpumon."""
+def check_version(version: int, path: str, target: int = SCHEMA_VERSION) -> None:
+    """Raise :class:`HistoryError` for a database written by a newer gpumon, or of a version
+    no gpumon writes (below 1, with tables: damaged, or another program's)."""
+    if version < 1:
+        raise HistoryError(
+            f"{path} is not a gpumon history database (its version is {version}, which no "
+            "gpumon writes): use --db to choose another file"
+        )
     if version > target:
         raise HistoryError(
             f"{path} was written by a newer gpumon (history version {version}; this one "
@@ -332,6 +340,15 @@ _BY_MESSAGE = (
 )
 
 
+def damaged(path: str, reason: str, *, writing: bool) -> HistoryError:
+    """The one line for a file that is damaged (``reason`` says how) or not a history."""
+    who = "gpumon record" if writing else "the recorder (gpumon record)"
+    return HistoryError(
+        f"{path} is damaged or not a gpumon history database ({reason}): move it aside "
+        f"(mv {shlex.quote(path)} {shlex.quote(path + '.broken')}); {who} starts a new one"
+    )
+
+
 def error_code(error: sqlite3.Error) -> int | None:
     """SQLite's primary result code of ``error``; ``None`` when it cannot be told."""
     code = getattr(error, "sqlite_errorcode", None)
@@ -341,8 +358,15 @@ def error_code(error: sqlite3.Error) -> int | None:
     return next((code for words, code in _BY_MESSAGE if words in text), None)
 
 
-def explain(path: str, error: sqlite3.Error, *, writing: bool) -> HistoryError:
+#: What using a damaged file may raise: SQLite's errors, and Python's failure to decode one
+#: of SQLite's messages as UTF-8 (it quotes the file's schema, which may hold any bytes).
+DATABASE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
+def explain(path: str, error: sqlite3.Error | UnicodeDecodeError, *, writing: bool) -> HistoryError:
     """``error`` as one line that names ``path`` and what to do about it."""
+    if isinstance(error, UnicodeDecodeError):
+        return damaged(path, "its schema is not UTF-8 text", writing=writing)
     code = error_code(error)
     # SQLite's text quotes what the file holds ("malformed database schema (<a name>)").
     reason = safe_text(str(error).splitlines()[0], 200) if str(error) else type(error).__name__
@@ -362,10 +386,7 @@ def explain(path: str, error: sqlite3.Error, *, writing: bool) -> HistoryError:
             retry=True,
         )
     if code in (_CORRUPT, _NOTADB):
-        return HistoryError(
-            f"{path} is damaged or not a gpumon history database ({reason}): move it aside "
-            f"(mv {shlex.quote(path)} {shlex.quote(path + '.broken')}); {who} starts a new one"
-        )
+        return damaged(path, reason, writing=writing)
     if code == _IOERR and writing:
         return HistoryError(
             f"{path} cannot be written ({reason}): check the disk and its mount; retrying",

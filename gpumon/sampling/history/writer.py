@@ -18,6 +18,9 @@ will not help. The writer is used by one thread.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
+import shlex
 import socket
 import sqlite3
 import time
@@ -25,16 +28,13 @@ from collections.abc import Callable
 
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import Sample
-from gpumon.sampling.history import rows
+from gpumon.sampling.history import live, rows
 from gpumon.sampling.history.aggregate import Pending
-from gpumon.sampling.history.files import (
-    WritableHistory,
-    check_sidecars,
-    configure_for_writing,
-    open_for_writing,
-)
-from gpumon.sampling.history.retention import prune
+from gpumon.sampling.history.files import LIVE_SUFFIX, check_sidecars
+from gpumon.sampling.history.live import WritableHistory, configure_for_writing, open_for_writing
+from gpumon.sampling.history.retention import PruneHorizon, prune
 from gpumon.sampling.history.schema import (
+    DATABASE_ERRORS,
     HOUR_S,
     HistoryError,
     add_columns,
@@ -49,6 +49,14 @@ from gpumon.sampling.history.schema import (
 MAX_PENDING_ROWS = 12_000
 #: The write-ahead log is cut back to this after a checkpoint.
 WAL_LIMIT_BYTES = 8 * 1024 * 1024
+#: A write-ahead log that cannot be reset (a process of this user or root holds the live
+#: database open) grows at most to this: then the samples wait in memory instead.
+WAL_MAX_BYTES = 64 * 1024 * 1024
+#: What :meth:`HistoryWriter.notices` says once a problem it reported is over.
+RESOLVED = {
+    "clock": "the clock agrees with the history: pruning resumes",
+    "wal": "the write-ahead log is reset again",
+}
 
 
 class HistoryWriter:
@@ -61,7 +69,9 @@ class HistoryWriter:
             them (at least a minute) is not credited to anyone.
         history_days: how long minute rows are kept.
         batch_s: write at most this often (0: every sample).
-        clock: monotonic seconds, for ``batch_s``.
+        publish_s: publish the snapshot readers read at most this often (the default:
+            :data:`~gpumon.sampling.history.live.PUBLISH_S`), and as it stops.
+        clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
     """
 
     def __init__(
@@ -72,14 +82,18 @@ class HistoryWriter:
         interval_s: float,
         history_days: int,
         batch_s: float = 0.0,
+        publish_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
         self.interval_s = interval_s
         self.history_days = history_days
         self.batch_s = batch_s
+        self.publish_s = live.PUBLISH_S if publish_s is None else publish_s
         self.max_gap_s = max(3 * interval_s, 60.0)
         self.pending = Pending(rule, self.max_gap_s)
+        #: What pruning goes by: the newest sample time it trusts.
+        self.horizon = PruneHorizon(self.max_gap_s)
         self._clock = clock
         self._database: WritableHistory | None = None
         self._gpu_ids: dict[str, int] = {}
@@ -87,6 +101,8 @@ class HistoryWriter:
         self._node = socket.gethostname()
         self._last_write: float | None = None
         self._pruned_hour: int | None = None
+        self._published: float | None = None
+        self._wal_stuck = False
 
     def open(self) -> None:
         """Open the database now (else the first write does).
@@ -100,25 +116,39 @@ class HistoryWriter:
         try:
             connection = database.connection
             configure_for_writing(connection)
-            check_sidecars(self.path)
-            migrate(connection, self.path)
+            check_sidecars(database.live_path)
+            migrate(connection, self._named(database))
             add_columns(connection)
             # A trigger or view put in the file would run in every write, or every read.
-            check_objects(connection, self.path)
+            check_objects(connection, self._named(database))
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
-            last = connection.execute(
-                "SELECT value FROM meta WHERE key = 'last_sample_s'"
-            ).fetchone()
-        except sqlite3.Error as error:
-            database.close()
-            raise explain(self.path, error, writing=True) from None
+            meta = dict(
+                connection.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'prune_horizon_s')"
+                ).fetchall()
+            )
+        except DATABASE_ERRORS as error:
+            problem = explain(self._named(database), error, writing=True)
+            database.close(discard=database.taken_in and not problem.retry)
+            raise problem from None
+        except HistoryError as error:
+            database.close(discard=database.taken_in and not error.retry)
+            raise
         except BaseException:
             database.close()
             raise
         self._database = database
-        if last is not None and isinstance(last[0], (int, float)):
-            self.pending.resume(float(last[0]))
+        if database.taken_in:
+            self._publish(database)  # readers read it as a snapshot from now on
+        last, horizon = (
+            meta.get("last_sample_s"),
+            meta.get("prune_horizon_s", meta.get("last_sample_s")),
+        )
+        if isinstance(last, (int, float)):
+            self.pending.resume(float(last))
+        if isinstance(horizon, (int, float)) and math.isfinite(horizon):
+            self.horizon.resume(float(horizon))
 
     def record(self, sample: Sample) -> None:
         """Take in ``sample``; write the batch when it is due.
@@ -132,6 +162,8 @@ class HistoryWriter:
             with contextlib.suppress(HistoryError):
                 self.open()
         self.pending.observe(sample)
+        if self.pending.last_sample_s == sample.timestamp_s:
+            self.horizon.observe(sample.timestamp_s)
         now = self._clock()
         if self._last_write is None or now - self._last_write >= self.batch_s:
             self.write()
@@ -150,6 +182,7 @@ class HistoryWriter:
             self.open()
             assert self._database is not None
             connection = self._database.connection
+            self._check_wal_size(self._database)
             with transaction(connection):
                 self._check_simulated(connection)
                 gpu_ids = self._write_gpus(connection)
@@ -157,12 +190,16 @@ class HistoryWriter:
                 rows.write_minutes(connection, pending.minutes, gpu_ids)
                 rows.write_usage(connection, pending.usage, gpu_ids)
                 self._write_meta(connection)
-                hour = int(pending.last_sample_s // HOUR_S)
-                if hour != self._pruned_hour:
-                    prune(connection, pending.last_sample_s, self.history_days)
-        except sqlite3.Error as error:
+                horizon_s = self.horizon.trusted_s
+                hour = None if horizon_s is None else int(horizon_s // HOUR_S)
+                if horizon_s is not None and hour != self._pruned_hour:
+                    prune(connection, horizon_s, self.history_days)
+        except DATABASE_ERRORS as error:
             pending.trim(MAX_PENDING_ROWS)
-            raise explain(self.path, error, writing=True) from None
+            problem = explain(self.path, error, writing=True)
+            if not problem.retry and self._database is not None:  # the live database's
+                problem = explain(self._database.live_path, error, writing=True)
+            raise problem from None
         except HistoryError:
             pending.trim(MAX_PENDING_ROWS)
             raise
@@ -172,11 +209,76 @@ class HistoryWriter:
         for session, row_id in found:
             session.row_id = row_id
         pending.written()
+        if self._published is None or self._clock() - self._published >= self.publish_s:
+            self._publish(self._database)
+
+    def _named(self, database: WritableHistory) -> str:
+        """The file a problem found on opening is about: ``path`` for a database just taken
+        in from there (it is discarded: move ``path`` aside), else the live database."""
+        return self.path if database.taken_in else database.live_path
+
+    def notices(self) -> dict[str, str]:
+        """What to say once while it lasts (by kind; :data:`RESOLVED` says when it is over):
+        a clock more than a day past the newest sample the history had (nothing is pruned
+        meanwhile), a write-ahead log that cannot be reset."""
+        found = {}
+        clock = self.horizon.ahead_notice()
+        if clock is not None:
+            found["clock"] = clock
+        if self._wal_stuck:
+            found["wal"] = (
+                f"the write-ahead log of {self.path} cannot be reset: a process of yours or "
+                "root's holds the live database open (fuser "
+                f"{shlex.quote(self.path + LIVE_SUFFIX)}/*); it grows to at most "
+                f"{WAL_MAX_BYTES // 2**20} MiB, then the samples wait in memory"
+            )
+        return found
+
+    def _publish(self, database: WritableHistory) -> None:
+        """Reset the write-ahead log, then publish the snapshot.
+
+        Raises:
+            HistoryError: the snapshot could not be written (retry).
+        """
+        self._published = self._clock()
+        connection = database.connection
+        try:
+            # Not waiting: a TRUNCATE checkpoint waits for every reader, for the busy timeout.
+            connection.execute("PRAGMA busy_timeout = 0")
+            busy, *_ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except DATABASE_ERRORS:
+            busy = 1
+        finally:
+            connection.execute(f"PRAGMA busy_timeout = {int(live.BUSY_TIMEOUT_S * 1000)}")
+        self._wal_stuck = bool(busy)
+        database.publish()
+
+    def _check_wal_size(self, database: WritableHistory) -> None:
+        """Refuse to grow a write-ahead log that cannot be reset past :data:`WAL_MAX_BYTES`.
+
+        Raises:
+            HistoryError: it is that large (retry: the samples wait in memory).
+        """
+        if not self._wal_stuck:
+            return
+        try:
+            size = os.stat(database.live_path + "-wal").st_size
+        except OSError:
+            return
+        if size < WAL_MAX_BYTES:
+            return
+        self._publish(database)  # resets it when the other process has let go
+        if self._wal_stuck:
+            raise HistoryError(
+                f"{self.path}: the write-ahead log of the live database is "
+                f"{size // 2**20} MiB and cannot be reset (a process of yours or root's holds "
+                "it open): the samples wait in memory; retrying",
+                retry=True,
+            )
 
     def close(self) -> None:
-        """Write what is pending (one try), then close. A database left by a clean stop is
-        in rollback-journal mode with no ``-wal`` file: readers that cannot write its
-        directory open it too. Never raises."""
+        """Write what is pending (one try), publish the snapshot, then close. Never
+        raises."""
         try:
             self.write()
         except HistoryError:
@@ -185,10 +287,11 @@ class HistoryWriter:
         if database is None:
             return
         try:
-            database.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            database.connection.execute("PRAGMA journal_mode = DELETE")
-        except sqlite3.Error:
-            pass  # a reader holds it: the WAL stays, and readers open it read-only
+            with contextlib.suppress(*DATABASE_ERRORS):  # what readers allow for: not any more
+                database.connection.execute("UPDATE meta SET value = 0 WHERE key = 'publish_s'")
+            self._publish(database)
+        except HistoryError:
+            pass  # readers keep the last snapshot
         finally:
             database.close()
 
@@ -241,6 +344,9 @@ class HistoryWriter:
                 # sessions.idle_unknown is this recorder's as of this sample: an older
                 # recorder writing after it leaves this behind (its rows have no such flag)
                 ("idle_unknown_at_s", pending.last_sample_s),
+                ("prune_horizon_s", self.horizon.trusted_s),
+                # readers allow for it while the recorder runs (0: it has stopped)
+                ("publish_s", self.publish_s),
             ],
         )
         connection.execute(

@@ -1,0 +1,267 @@
+"""The recorder's own database, and the snapshot of it that every reader reads.
+
+Any file another user may open gives them its locks: an ``flock`` that stops a second start
+of the recorder, a POSIX lock on the WAL's write byte in ``-shm`` that stalls every write,
+a read transaction that keeps the WAL from ever being reset. So the live database is
+private: it, its ``-wal`` and ``-shm`` files and the one-recorder lock live in a directory
+beside the history, ``history.db.live/``, 0700 and the recorder's (refused, naming its owner,
+otherwise). What ``--db`` names, ``history.db``, is a snapshot the recorder publishes at most
+every :data:`PUBLISH_S` while samples arrive, and as it stops: SQLite's backup of the live
+database into a new file (0644, created ``O_EXCL`` beside the history, in rollback-journal
+mode, synced), then renamed over the old one. Readers open it ``immutable=1``: no locks, no
+files beside it. A reader that keeps an old snapshot open holds a copy it could have made
+itself; it never holds up the recorder.
+
+An older recorder's database at that path (WAL mode, no live directory) is taken into the
+live directory by the first start (copied, with its WAL: new files, so no descriptor opened
+on the old ones reaches the live database), then published: its history is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import os
+import shlex
+import shutil
+import sqlite3
+import stat
+
+from gpumon.sampling.history.files import (
+    LIVE_SUFFIX,
+    SIDECARS,
+    check_links,
+    check_safe,
+    check_sidecars,
+    make_directory,
+    open_database_file,
+)
+from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
+from gpumon.sources.host.claims import user_name
+
+#: How long a statement waits for a lock before it fails with "database is locked".
+BUSY_TIMEOUT_S = 5.0
+#: Readers see the recorder's data at most this old (while samples arrive).
+PUBLISH_S = 60.0
+#: The live database's name in its directory, and the one-recorder lock's.
+LIVE_NAME = "history.db"
+LOCK_NAME = "recorder.lock"
+
+
+class WritableHistory:
+    """The recorder's connection to the live database and its claim on it; see
+    :func:`open_for_writing`. ``path`` is the history's (the snapshot's)."""
+
+    def __init__(
+        self, path: str, connection: sqlite3.Connection, lock_fd: int, *, taken_in: bool
+    ) -> None:
+        self.path = path
+        self.live_path = os.path.join(path + LIVE_SUFFIX, LIVE_NAME)
+        self.connection = connection
+        #: The live database was copied from ``path`` just now (an older recorder's).
+        self.taken_in = taken_in
+        self._lock_fd = lock_fd
+
+    def publish(self) -> None:
+        """Publish the live database as the snapshot readers read.
+
+        Raises:
+            HistoryError: it could not be written (retry: the next publication tries again).
+        """
+        temporary = _publishing(self.path, str(os.getpid()))
+        try:
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            raise _not_published(self.path, error) from None
+        try:
+            os.fchmod(fd, 0o644)  # readable by everyone, whatever the umask
+            copy = sqlite3.connect(temporary, isolation_level=None)
+            try:
+                copy.execute("PRAGMA journal_mode = OFF")  # a new file: nothing to roll back
+                copy.execute("PRAGMA synchronous = OFF")  # synced once, below
+                self.connection.backup(copy)
+                copy.execute("PRAGMA journal_mode = DELETE")  # as the live database said WAL
+            finally:
+                copy.close()
+            os.fsync(fd)
+            os.replace(temporary, self.path)
+            _sync_directory(os.path.dirname(self.path))
+        except (OSError, *DATABASE_ERRORS) as error:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if isinstance(error, OSError):
+                raise _not_published(self.path, error) from None
+            raise explain(self.path, error, writing=True) from None
+        finally:
+            os.close(fd)
+        for suffix in SIDECARS:  # an older recorder's, beside a file that is now a snapshot
+            with contextlib.suppress(OSError):
+                os.unlink(self.path + suffix)
+
+    def close(self, *, discard: bool = False) -> None:
+        """Close the connection, then let go of the lock; ``discard``: remove the live
+        database first (one just taken in that cannot be used: ``path`` stays the one to
+        move aside)."""
+        try:
+            self.connection.close()
+            if discard:
+                for suffix in ("", *SIDECARS):
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.live_path + suffix)
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+
+def open_for_writing(path: str) -> WritableHistory:
+    """Open (creating it, its live directory and the history's directory when missing) the
+    live database of the history at ``path`` for the one recorder; an older recorder's
+    database at ``path`` is taken in first.
+
+    Raises:
+        HistoryError: one line: the directory, the live directory or the file is unsafe
+            (another user can write it, or owns it), another recorder writes it, or it
+            cannot be created or opened.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    check_links(path, directory)
+    make_directory(directory)
+    check_safe(path, os.stat(directory), f"its directory {directory}", directory)
+    if os.path.isdir(path):
+        raise HistoryError(
+            f"{path} is a directory: --db takes the database file's path, such as "
+            f"{os.path.join(path, 'history.db')}"
+        )
+    live = _live_directory(path)
+    lock_fd = _claim(path, live)
+    try:
+        for left in glob.glob(glob.escape(_publishing(path, "")) + "*"):
+            os.unlink(left)  # a publication a stop or a crash cut short
+        live_path = os.path.join(live, LIVE_NAME)
+        check_sidecars(live_path)
+        taken_in = not os.path.exists(live_path) and os.path.lexists(path)
+        if taken_in:
+            _take_in(path, live_path)
+        # Opened where the recorder starts, written on its own thread (one at a time).
+        connection = sqlite3.connect(
+            live_path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return WritableHistory(path, connection, lock_fd, taken_in=taken_in)
+
+
+def configure_for_writing(connection: sqlite3.Connection) -> None:
+    """WAL (the snapshot is copied while nothing waits) and ``synchronous = NORMAL`` (a
+    commit survives the recorder's crash; only a power cut may lose the last ones).
+
+    Raises:
+        sqlite3.Error: the database cannot be read or switched to WAL.
+    """
+    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise sqlite3.OperationalError(f"cannot use WAL mode (journal mode stays {mode})")
+    connection.execute("PRAGMA synchronous = NORMAL")
+
+
+def _live_directory(path: str) -> str:
+    """The live directory of the history at ``path``, created 0700 when missing.
+
+    Raises:
+        HistoryError: it is not a directory of this user's that only this user may enter.
+    """
+    live = path + LIVE_SUFFIX
+    try:
+        os.mkdir(live, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise HistoryError(
+            f"{live}: cannot create the recorder's directory: {error.strerror or error} (a "
+            "read-only file system? --db chooses another place)"
+        ) from None
+    info = os.lstat(live)
+    if not stat.S_ISDIR(info.st_mode):
+        raise HistoryError(
+            f"{path}: refused: {live} is not a directory (rm {shlex.quote(live)}; the recorder "
+            "keeps its live database there)"
+        )
+    if info.st_uid != os.geteuid():
+        name = user_name(info.st_uid)
+        owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
+        raise HistoryError(
+            f"{path}: refused: its live directory {live} belongs to {owner}; the recorder "
+            f"keeps its database only in its own (remove it, or --db elsewhere)"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise HistoryError(
+            f"{path}: refused: other users may enter its live directory {live}, and lock the "
+            f"recorder's files there (chmod 700 {shlex.quote(live)})"
+        )
+    return live
+
+
+def _claim(path: str, live: str) -> int:
+    """The one-recorder lock: an ``flock`` on a file in the live directory, which no other
+    user can open."""
+    lock = os.path.join(live, LOCK_NAME)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(lock, flags, 0o600)
+    except OSError as error:
+        raise HistoryError(f"{lock}: cannot open the recorder's lock: {error.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise HistoryError(
+            f"{path}: another recorder (gpumon record or export --record) is writing it: "
+            "one recorder per database"
+        ) from None
+    return fd
+
+
+def _take_in(path: str, live_path: str) -> None:
+    """Copy the database at ``path`` (an older recorder's, or a snapshot whose live
+    database is gone) into the live directory: the file and its ``-wal`` (or ``-journal``),
+    which SQLite then reads as it would have beside ``path``. Copied as files, not through
+    SQLite: another user may hold a lock on the old ``-shm``, which would stall SQLite."""
+    fd = open_database_file(path)  # the same checks as for the recorder's own file
+    os.close(fd)
+    check_sidecars(path)
+    try:
+        for suffix in ("", "-wal", "-journal"):
+            if suffix == "" or os.path.exists(path + suffix):
+                shutil.copyfile(path + suffix, live_path + suffix, follow_symlinks=False)
+    except OSError as error:
+        for suffix in ("", "-wal", "-journal"):
+            with contextlib.suppress(OSError):
+                os.unlink(live_path + suffix)
+        raise HistoryError(
+            f"{path}: cannot take it into {os.path.dirname(live_path)}: {error.strerror or error}"
+        ) from None
+
+
+def _publishing(path: str, pid: str) -> str:
+    """The file a snapshot of ``path`` is written to by the recorder of ``pid``."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.publishing.{pid}")
+
+
+def _sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _not_published(path: str, error: OSError) -> HistoryError:
+    return HistoryError(
+        f"{path}: cannot publish the history for readers: {error.strerror or error} (a full "
+        "disk? readers see it as of the last publication); retrying",
+        retry=True,
+    )
