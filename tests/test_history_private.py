@@ -24,6 +24,7 @@ import pytest
 
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import Sample
+from gpumon.sampling.history import live
 from gpumon.sampling.history.reader import open_history
 from gpumon.sampling.history.recorder import Recorder
 from gpumon.sampling.history.writer import WAL_LIMIT_BYTES, HistoryWriter
@@ -282,3 +283,28 @@ def test_an_older_recorders_database_is_taken_in_with_all_its_rows(shared: Path)
         live.close()
     assert late == 1 and after >= sessions
     assert count() == jobs  # the snapshot holds the older recorder's rows
+
+
+def test_a_history_too_large_to_copy_every_minute_is_published_less_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each publication is a whole copy: past what the hourly write budget allows once a
+    minute, publications stretch (and readers are told how far, in the snapshot)."""
+    path = tmp_path / "history.db"
+    now = [0.0]
+    writer = writer_at(path, publish_s=60, clock=lambda: now[0])
+    server = busy_server()
+    writer.record(next(server))
+    size = path.stat().st_size
+    assert writer.publish_s == 60  # the default budget copies this every minute
+    monkeypatch.setattr(live, "PUBLISH_BYTES_PER_HOUR", size * 4)  # 4 copies an hour
+    for _ in range(7):
+        now[0] += 10
+        writer.record(next(server))  # published at 60 s, then stretched
+    assert writer.publish_s >= 12 * 60
+    published = path.stat().st_mtime_ns
+    for _ in range(60):  # ten more minutes: no publication
+        now[0] += 10
+        writer.record(next(server))
+    assert path.stat().st_mtime_ns == published
+    writer.close()

@@ -6,7 +6,8 @@ a read transaction that keeps the WAL from ever being reset. So the live databas
 private: it, its ``-wal`` and ``-shm`` files and the one-recorder lock live in a directory
 beside the history, ``history.db.live/``, 0700 and the recorder's (refused, naming its owner,
 otherwise). What ``--db`` names, ``history.db``, is a snapshot the recorder publishes at most
-every :data:`PUBLISH_S` while samples arrive, and as it stops: SQLite's backup of the live
+every :data:`PUBLISH_S` (longer for a large history: :data:`PUBLISH_BYTES_PER_HOUR`) while
+samples arrive, and as it stops: SQLite's backup of the live
 database into a new file (0644, created ``O_EXCL`` beside the history, in rollback-journal
 mode, synced), then renamed over the old one. Readers open it ``immutable=1``: no locks, no
 files beside it. A reader that keeps an old snapshot open holds a copy it could have made
@@ -42,8 +43,11 @@ from gpumon.sources.host.claims import user_name
 
 #: How long a statement waits for a lock before it fails with "database is locked".
 BUSY_TIMEOUT_S = 5.0
-#: Readers see the recorder's data at most this old (while samples arrive).
+#: Readers see the recorder's data at most this old (while samples arrive) ...
 PUBLISH_S = 60.0
+#: ... while each publication, a whole copy, keeps to this many bytes written an hour
+#: (1 GiB: a history up to 17 MiB is published every minute, one of 140 MB every 8 minutes).
+PUBLISH_BYTES_PER_HOUR = 2**30
 #: The live database's name in its directory, and the one-recorder lock's.
 LIVE_NAME = "history.db"
 LOCK_NAME = "recorder.lock"

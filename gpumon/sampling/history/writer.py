@@ -70,7 +70,9 @@ class HistoryWriter:
         history_days: how long minute rows are kept.
         batch_s: write at most this often (0: every sample).
         publish_s: publish the snapshot readers read at most this often (the default:
-            :data:`~gpumon.sampling.history.live.PUBLISH_S`), and as it stops.
+            :data:`~gpumon.sampling.history.live.PUBLISH_S`; less often for a history too
+            large to copy that often within
+            :data:`~gpumon.sampling.history.live.PUBLISH_BYTES_PER_HOUR`), and as it stops.
         clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
     """
 
@@ -89,7 +91,10 @@ class HistoryWriter:
         self.interval_s = interval_s
         self.history_days = history_days
         self.batch_s = batch_s
-        self.publish_s = live.PUBLISH_S if publish_s is None else publish_s
+        self._least_publish_s = live.PUBLISH_S if publish_s is None else publish_s
+        #: How often the snapshot is published now: at least every ``publish_s``, stretched
+        #: for a large history (readers read it from the meta table).
+        self.publish_s = self._least_publish_s
         self.max_gap_s = max(3 * interval_s, 60.0)
         self.pending = Pending(rule, self.max_gap_s)
         #: What pruning goes by: the newest sample time it trusts.
@@ -252,6 +257,11 @@ class HistoryWriter:
             connection.execute(f"PRAGMA busy_timeout = {int(live.BUSY_TIMEOUT_S * 1000)}")
         self._wal_stuck = bool(busy)
         database.publish()
+        if self._least_publish_s:  # 0: at every write, whatever the size
+            with contextlib.suppress(OSError):
+                size = os.stat(database.path).st_size
+                stretched = min(size * 3600 / live.PUBLISH_BYTES_PER_HOUR, 3000.0)  # readers: < 1 h
+                self.publish_s = max(self._least_publish_s, stretched)
 
     def _check_wal_size(self, database: WritableHistory) -> None:
         """Refuse to grow a write-ahead log that cannot be reset past :data:`WAL_MAX_BYTES`.
