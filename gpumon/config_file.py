@@ -186,20 +186,33 @@ def _check_directories(path: str) -> None:
 
 
 def check_links(path: str) -> None:
-    """Refuse ``path`` when a symbolic link on the way to it (the file itself, a directory
-    above it, or one in a link's target) belongs to another user than this one or root:
-    its owner could point it elsewhere at any time. Each component is looked at with
-    ``lstat``; what cannot be looked at is left to the opening to report.
+    """Refuse ``path`` when a symbolic link on the way to it belongs to another user than
+    this one or root (:func:`foreign_link`).
 
     Raises:
         SettingsError: one line naming the link and its owner.
     """
+    found = foreign_link(path)
+    if found is not None:
+        link, owner = found
+        raise SettingsError(
+            f"{path}: refused: {link} is a symbolic link that {owner_name(owner)} owns, who "
+            "could point it elsewhere (use the real path)"
+        )
+
+
+def foreign_link(path: str) -> tuple[str, int] | None:
+    """The first symbolic link on the way to ``path`` (the file itself, a directory above
+    it, or one in a link's target) that neither this user nor root owns, and its owner's
+    uid: its owner could point it elsewhere at any time. ``None`` when there is none. Each
+    component is looked at with ``lstat``; what cannot be looked at is left to the opening
+    to report."""
     uid = os.geteuid()
     pending = os.path.join(os.getcwd() if not os.path.isabs(path) else "/", path).split("/")
     resolved = "/"
     for _ in range(256):  # a loop of links ends here; the opening refuses it after
         if not pending:
-            return
+            return None
         name = pending.pop(0)
         if name in ("", "."):
             continue
@@ -211,19 +224,16 @@ def check_links(path: str) -> None:
             info = os.lstat(candidate)
             target = os.readlink(candidate) if stat.S_ISLNK(info.st_mode) else None
         except OSError:
-            return
+            return None
         if target is None:
             resolved = candidate
             continue
         if info.st_uid not in (uid, 0):
-            raise SettingsError(
-                f"{path}: refused: {candidate} is a symbolic link that "
-                f"{owner_name(info.st_uid)} owns, who could point it elsewhere (use the real "
-                "path)"
-            )
+            return candidate, info.st_uid
         if target.startswith("/"):
             resolved = "/"
         pending = target.split("/") + pending
+    return None
 
 
 def owner_name(uid: int) -> str:

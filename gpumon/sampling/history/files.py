@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from gpumon.config_file import default_history_path
+from gpumon.config_file import default_history_path, foreign_link
 from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
 from gpumon.sources.host.claims import user_name
 
@@ -184,48 +184,23 @@ def _connect(uri: str) -> ReadConnection:
 
 
 def check_links(path: str, directory: str) -> None:
-    """Refuse a symbolic link on the way to ``directory`` (in the path or in a link's target)
-    that neither this user nor root owns: its owner could point it elsewhere at any time,
-    at a directory of root's that the recorder would then write into. Each component is
-    looked at with ``lstat`` (the database file itself is opened ``O_NOFOLLOW``).
+    """Refuse a symbolic link on the way to ``directory`` that neither this user nor root
+    owns (:func:`~gpumon.config_file.foreign_link`): its owner could point it at a directory
+    of root's that the recorder would then write into (the database file itself is opened
+    ``O_NOFOLLOW``).
 
     Raises:
         HistoryError: one line naming the link and its owner.
     """
-    uid = os.geteuid()
-    pending = directory.split("/")
-    resolved = "/"
-    for _ in range(256):  # a loop of links ends here; SQLite refuses it after
-        if not pending:
-            return
-        name = pending.pop(0)
-        if name in ("", "."):
-            continue
-        if name == "..":
-            resolved = os.path.dirname(resolved)
-            continue
-        candidate = os.path.join(resolved, name)
-        try:
-            info = os.lstat(candidate)
-        except OSError:
-            return  # missing (made below) or not to be looked at: the opening says why
-        if not stat.S_ISLNK(info.st_mode):
-            resolved = candidate
-            continue
-        if info.st_uid not in (uid, 0):
-            name = user_name(info.st_uid)
-            owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
-            raise HistoryError(
-                f"{path}: refused: {candidate} is a symbolic link that {owner} owns, who "
-                "could point it elsewhere (use the real path, or --db elsewhere)"
-            )
-        try:
-            target = os.readlink(candidate)
-        except OSError:
-            return
-        if target.startswith("/"):
-            resolved = "/"
-        pending = target.split("/") + pending
+    found = foreign_link(directory)
+    if found is not None:
+        link, uid = found
+        name = user_name(uid)
+        owner = name if name.startswith("uid ") else f"{name} (uid {uid})"
+        raise HistoryError(
+            f"{path}: refused: {link} is a symbolic link that {owner} owns, who could point "
+            "it elsewhere (use the real path, or --db elsewhere)"
+        )
 
 
 #: The files SQLite opens by name beside the database: what they hold goes into it.
