@@ -9,8 +9,6 @@ import random
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 from gpumon.data.idle import IdleRule
 from gpumon.sampling.history.writer import HistoryWriter
 from gpumon.sources.demo import DemoSource
+from tests.test_record_cli import gpumon
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 20261128
@@ -72,17 +71,6 @@ def damage(path: Path, kind: str, rng: random.Random) -> None:
             connection.execute(f"UPDATE meta SET value = {value} WHERE key = ?", (key,))
     finally:
         connection.close()
-
-
-def gpumon(*argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpumon", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        cwd=ROOT,
-    )
 
 
 @pytest.fixture(scope="module")
