@@ -19,7 +19,6 @@ from gpumon.sampling.history.writer import HistoryWriter
 from gpumon.sources.demo import DemoSource
 from tests.test_record_cli import gpumon
 
-ROOT = Path(__file__).resolve().parent.parent
 SEED = 20261128
 PAGE = 4096
 #: One damage per file: the kinds the fuzzing of the command line found tracebacks with.
