@@ -68,10 +68,15 @@ def exported_names() -> frozenset[str]:
     """Every series name a scrape of gpumon can hold (counters with ``_total``)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    from gpumon.commands.export.collector import exporter_families
+
     names = set()
     for ecc in (False, True):
         for family in text_string_to_metric_families(exposition(ecc=ecc)):
             names.update(sample.name for sample in family.samples)
+    # The health series a scrape adds: the sample's age, a stall, --record's recording.
+    health = exporter_families(False, 0, age_s=0.0, stalled=False, recording=True)
+    names.update(sample.name for family in health for sample in family.samples)
     return frozenset(names)
 
 

@@ -123,7 +123,9 @@ def test_export_record_writes_the_exporters_own_samples(tmp_path: Path) -> None:
     banner = process.stderr.readline()
     match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics \(DEMO", banner)
     assert match, banner
-    assert len(scrape(int(match.group(1)))["gpumon_gpu_up"]) == 2
+    scraped = scrape(int(match.group(1)))
+    assert len(scraped["gpumon_gpu_up"]) == 2
+    assert scraped["gpumon_history_recording"] == {(): 1.0}
     assert stop(process) == (0, "")
     samples, simulated = recorded_samples(path)  # the last batch is written as it stops
     assert samples >= 1 and simulated == 1
@@ -176,7 +178,9 @@ def test_export_serves_on_when_the_history_cannot_be_written(
     assert process.stderr.readline() == "gpumon export: serving without recording\n"
     match = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", process.stderr.readline())
     assert match
-    assert scrape(int(match.group(1)))["gpumon_simulated"] == {(): 1.0}
+    scraped = scrape(int(match.group(1)))
+    assert scraped["gpumon_simulated"] == {(): 1.0}
+    assert scraped["gpumon_history_recording"] == {(): 0.0}  # what an alert can watch
     assert stop(process) == (0, "")
 
 

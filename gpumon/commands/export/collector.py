@@ -96,6 +96,7 @@ def exporter_families(
     *,
     age_s: float | None = None,
     stalled: bool | None = None,
+    recording: bool | None = None,
 ) -> list[Any]:
     """The exporter's own health, served whatever state sampling is in.
 
@@ -105,6 +106,8 @@ def exporter_families(
         age_s: seconds since the latest good sample was read; ``None``: no series (no good
             sample yet, or the caller does not know the time).
         stalled: whether the latest good sample is too old to serve; ``None``: no series.
+        recording: whether ``--record`` writes the history now; ``None``: no series
+            (no ``--record``).
     """
     families = _Families(_DEMO_NOTE if simulated else "")
     families.gauge("gpumon_simulated", "1 when the data is simulated (gpumon --demo).")
@@ -127,6 +130,13 @@ def exporter_families(
             "MIG series are left out until sampling recovers.",
         )
         families[-1].add_metric([], 1.0 if stalled else 0.0)
+    if recording is not None:
+        families.gauge(
+            "gpumon_history_recording",
+            "1 while export --record writes the history; 0 while it cannot (the exporter's "
+            "log says why in one line).",
+        )
+        families[-1].add_metric([], 1.0 if recording else 0.0)
     return list(families)
 
 
@@ -211,7 +221,7 @@ def _every_family(dcgm_compat: bool) -> tuple[Any, ...]:
     host = HostStats("", None, None, None, None, None, None)
     empty = Sample(0.0, host, DriverInfo(None, None, None), gpus=())
     return (
-        *exporter_families(False, 0, age_s=0.0, stalled=False),
+        *exporter_families(False, 0, age_s=0.0, stalled=False, recording=False),
         *sample_families(empty, dcgm_compat=dcgm_compat),
     )
 

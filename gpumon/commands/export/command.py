@@ -122,9 +122,9 @@ def run(
     return serve_until_signalled(exporter, host)
 
 
-def _recorder(settings: Settings) -> RecorderThread | None:
-    """The history recorder of ``--record``, on its own thread; ``None`` (after one line)
-    when the database cannot be used: the exporter serves on without it."""
+def _recorder(settings: Settings) -> RecorderThread:
+    """The history recorder of ``--record``, on its own thread. When the database cannot be
+    used, one line says so and the exporter serves on, its ``gpumon_history_recording`` 0."""
     from gpumon.commands.record import recorder_for
     from gpumon.sampling.history.recorder import RecorderThread
 
@@ -136,7 +136,6 @@ def _recorder(settings: Settings) -> RecorderThread | None:
     )
     if not recorder.open():
         print("gpumon export: serving without recording", file=sys.stderr)
-        return None
     return RecorderThread(recorder)
 
 

@@ -162,6 +162,8 @@ class Exposition:
         self._clock = clock
         self._started = clock()
         self._rendered = _Rendered(collector.latest)
+        #: Whether ``--record`` writes the history now; ``None`` without ``--record``.
+        self.recording: Callable[[], bool] | None = None
 
     # -- the sampling thread -------------------------------------------------------------
 
@@ -218,6 +220,7 @@ class Exposition:
             errors,
             age_s=None if read_at is None else round(now - read_at, 3),
             stalled=stalled,
+            recording=None if self.recording is None else self.recording(),
         )
         end = _EOF if openmetrics else b""
         health_parts = render(health, openmetrics=openmetrics)

@@ -142,6 +142,7 @@ class Exporter:
         self.recorder = recorder
         if recorder is not None:
             self.store.subscribe(recorder.submit)
+            self.exposition.recording = lambda: recorder.recorder.recording
         self._last_error = ""
         family, _, _, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE

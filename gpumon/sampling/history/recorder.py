@@ -56,6 +56,12 @@ class Recorder:
         if self.failed is None:
             self._attempt(lambda: self.writer.record(sample))
 
+    @property
+    def recording(self) -> bool:
+        """Samples reach the history now: nothing stopped the recording, and no problem
+        keeps them waiting for a retry."""
+        return self.failed is None and not self._problem
+
     def close(self) -> None:
         """Write what is pending (one try) and close the database."""
         self.writer.close()
