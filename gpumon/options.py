@@ -13,8 +13,10 @@ import argparse
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 from gpumon.arguments import decimal_number, whole_number
+from gpumon.settings import CLUSTER_COMMANDS, KEYS, TAKEN_BY, Settings, takes
 
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
 MAX_DEMO_GPUS = 64
@@ -40,6 +42,8 @@ SHARED = frozenset(
     | {"idle_min_memory", "only", "only_visible", "user", "db", "history_days"}
 )
 
+__all__ = ["CLUSTER_COMMANDS"]
+
 #: Shared options given as ``--name VALUE`` -> the Settings attribute they set.
 _SETTING_OPTIONS = {
     "free_threshold": "free_threshold_mib",
@@ -59,6 +63,12 @@ _GPU_ID = re.compile(r"[0-9]{1,2}|(?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{0,63}", re
 _USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?", re.ASCII)
 
 
+def _default(command: str | None, value: object) -> object:
+    """The top level's default; in a subcommand, SUPPRESS keeps an unset option from
+    overwriting the top-level value."""
+    return value if command is None else argparse.SUPPRESS
+
+
 def bounded_int(highest: int) -> Callable[[str], int]:
     """An argparse type: a whole number from 1 to ``highest``."""
 
@@ -71,39 +81,41 @@ def bounded_int(highest: int) -> Callable[[str], int]:
     return parse
 
 
-def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--demo and friends, accepted before or after a subcommand."""
-    # In a subparser, SUPPRESS keeps an unset option from overwriting the top-level value.
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+def add_source_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """--demo and friends, accepted before or after a subcommand that samples this machine."""
+    if not takes(command, "demo"):
+        return
     parser.add_argument(
         "--demo",
         action="store_true",
-        default=default(False),
+        default=_default(command, False),
         help="use a simulated GPU server (always labelled DEMO)",
     )
     parser.add_argument(
         "--demo-gpus",
         type=bounded_int(MAX_DEMO_GPUS),
         metavar="N",
-        default=default(4),
+        default=_default(command, 4),
         help="number of simulated GPUs with --demo (default: 4)",
     )
     parser.add_argument(
         "--demo-processes",
         type=bounded_int(MAX_DEMO_PROCESSES),
         metavar="N",
-        default=default(None),
+        default=_default(command, None),
         help="number of simulated GPU processes with --demo (default: 1.5 per GPU)",
     )
 
 
-def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--prometheus and its access options, accepted before or after ``once`` and ``pick``."""
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+def add_prometheus_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """--prometheus and its access options, accepted before or after a cluster command."""
+    if not takes(command, "prometheus_url"):
+        return
+    top_level = command is None
     parser.add_argument(
         "--prometheus",
         metavar="URL",
-        default=default(None),
+        default=_default(command, None),
         help="read a whole cluster from this Prometheus server (or Thanos, VictoriaMetrics, "
         "Mimir): http:// or https://, no credentials in it (config: prometheus_url)",
     )
@@ -113,7 +125,7 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool
         dest="prometheus_header" if top_level else "prometheus_header_after",
         action="append",
         metavar="'NAME: VALUE'",
-        default=default(None),
+        default=_default(command, None),
         help="an HTTP header for the Prometheus server, e.g. 'Authorization: Bearer TOKEN' "
         "(repeatable; never printed; other users can read a command line: the config "
         "file's prometheus_headers is safer)",
@@ -121,7 +133,7 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool
     parser.add_argument(
         "--prometheus-ca-file",
         metavar="PATH",
-        default=default(None),
+        default=_default(command, None),
         help="verify the Prometheus server's HTTPS certificate with the CA certificates "
         "in this PEM file (default: the system's)",
     )
@@ -129,7 +141,7 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool
         "--prometheus-timeout",
         type=_timeout_seconds,
         metavar="SECONDS",
-        default=default(None),
+        default=_default(command, None),
         help="give up on a request to the Prometheus server after this long (default: 5)",
     )
 
@@ -182,100 +194,71 @@ def settings_flags(args: argparse.Namespace) -> dict[str, object]:
     return flags
 
 
-def add_sharing_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+#: The flags of the settings that have no config key.
+_COMMAND_LINE_FLAGS = {
+    "only_gpus": "--only",
+    "only_visible": "--only-visible",
+    "user_filter": "--user",
+}
+
+
+def not_taken(command: str | None, flags: dict[str, object]) -> str | None:
+    """Why a shared option given before ``command`` is refused (it does not use it: after
+    the subcommand, argparse would not know the option), or None. ``flags``:
+    :func:`settings_flags`."""
+    if command is None:
+        return None
+    defaults = Settings()
+    flag_of = {spec.attribute: spec.flag for spec in KEYS.values() if spec.flag}
+    for attribute, value in flags.items():
+        if attribute not in TAKEN_BY or takes(command, attribute):
+            continue
+        if attribute in flag_of or value != getattr(defaults, attribute):
+            flag = flag_of.get(attribute) or _COMMAND_LINE_FLAGS.get(attribute)
+            flag = flag or "--" + attribute.replace("_", "-")
+            return f"{flag}: gpumon {command} does not use it (see `gpumon {command} --help`)"
+    return None
+
+
+def add_sharing_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
     """What FREE, idle and claimed mean here (config keys of the same names), before or
-    after a subcommand."""
-    default = None if top_level else argparse.SUPPRESS
+    after a subcommand that reads them."""
     group = parser.add_argument_group("sharing (config: the same names)")
-    group.add_argument(
-        "--free-threshold",
-        type=_whole(0, 1024 * 1024),
-        metavar="MIB",
-        default=default,
-        help="a GPU with no process and less than this much memory in use is FREE "
-        "(default: 1024; free_threshold_mib)",
-    )
-    group.add_argument(
-        "--claims-dir",
-        metavar="DIR",
-        default=default,
-        help="the shared directory of pick's claims (default: /dev/shm/gpumon-claims)",
-    )
-    group.add_argument(
-        "--claim-seconds",
-        type=_whole(1, 600),
-        metavar="SECONDS",
-        default=default,
-        help="how long pick's claim on a GPU it printed lasts (default: 120, at most 600)",
-    )
-    group.add_argument(
-        "--idle-after",
-        type=_minutes,
-        metavar="MINUTES",
-        default=default,
-        help="a process is idle after this long at low utilisation (default: 15; 0.1 is 6 s)",
-    )
-    group.add_argument(
-        "--idle-below",
-        type=_whole(0, 100),
-        metavar="PCT",
-        default=default,
-        help="low utilisation: its SM utilisation at or below this (default: 5)",
-    )
-    group.add_argument(
-        "--db",
-        metavar="PATH",
-        default=default,
-        help="the history database (default: /var/lib/gpumon/history.db for root, else "
-        "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
-        "instead while that one is missing; history_db)",
-    )
-    group.add_argument(
-        "--history-days",
-        type=_whole(1, 3650),
-        metavar="DAYS",
-        default=default,
-        help="keep per-minute history this long (default: 90; hourly rows: a year)",
-    )
-    group.add_argument(
-        "--idle-min-memory",
-        type=_whole(0, 1024 * 1024),
-        metavar="MIB",
-        default=default,
-        help="only a process holding at least this much GPU memory can be idle (default: 1024)",
-    )
+    for attribute, flag, kwargs in _SHARING:
+        if takes(command, attribute):
+            group.add_argument(flag, default=_default(command, None), **kwargs)
 
 
-def add_filter_arguments(
-    parser: argparse.ArgumentParser, *, top_level: bool, users: bool = True
-) -> None:
-    """What the dashboard and ``once`` show at start (nvitop's --only and --only-visible);
-    without ``users``, the GPU filters only (``pick``: a process filter would make a busy GPU
-    look free)."""
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+def add_filter_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """What the dashboard, ``once`` and ``pick`` show at start (nvitop's --only and
+    --only-visible; ``--user`` not for ``pick``: a process filter would make a busy GPU look
+    free)."""
     group = parser.add_argument_group("start-up filters")
-    group.add_argument(
-        "--only",
-        type=gpu_list,
-        metavar="GPUS",
-        default=default(None),
-        help="only these GPUs: NVML indices, GPU-... or MIG-... UUIDs, comma-separated (e.g. 0,3)",
-    )
-    group.add_argument(
-        "--only-visible",
-        action="store_true",
-        default=default(False),
-        help="only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), as CUDA would see them",
-    )
-    if not users:
-        return
-    group.add_argument(
-        "--user",
-        type=user_name,
-        metavar="NAME",
-        default=default(None),
-        help="only this user's processes",
-    )
+    if takes(command, "only_gpus"):
+        group.add_argument(
+            "--only",
+            type=gpu_list,
+            metavar="GPUS",
+            default=_default(command, None),
+            help="only these GPUs: NVML indices, GPU-... or MIG-... UUIDs, comma-separated "
+            "(e.g. 0,3)",
+        )
+    if takes(command, "only_visible"):
+        group.add_argument(
+            "--only-visible",
+            action="store_true",
+            default=_default(command, False),
+            help="only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), as CUDA would "
+            "see them",
+        )
+    if takes(command, "user_filter"):
+        group.add_argument(
+            "--user",
+            type=user_name,
+            metavar="NAME",
+            default=_default(command, None),
+            help="only this user's processes",
+        )
 
 
 def gpu_list(text: str) -> tuple[str, ...]:
@@ -309,3 +292,93 @@ def _minutes(text: str) -> float:
     if not 0.01 <= value <= 10080:
         raise argparse.ArgumentTypeError(f"must be from 0.01 to 10080 minutes (got {text})")
     return value
+
+
+#: The sharing options: Settings attribute, flag, argparse's other arguments.
+_SHARING: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    (
+        "free_threshold_mib",
+        "--free-threshold",
+        {
+            "type": _whole(0, 1024 * 1024),
+            "metavar": "MIB",
+            "help": "a GPU with no process and less than this much memory in use is FREE "
+            "(default: 1024; free_threshold_mib)",
+        },
+    ),
+    (
+        "claims_dir",
+        "--claims-dir",
+        {
+            "metavar": "DIR",
+            "help": "the shared directory of pick's claims (default: /dev/shm/gpumon-claims)",
+        },
+    ),
+    (
+        "claim_seconds",
+        "--claim-seconds",
+        {
+            "type": _whole(1, 600),
+            "metavar": "SECONDS",
+            "help": "how long pick's claim on a GPU it printed lasts (default: 120, at most 600)",
+        },
+    ),
+    (
+        "idle_after_minutes",
+        "--idle-after",
+        {
+            "type": _minutes,
+            "metavar": "MINUTES",
+            "help": "a process is idle after this long at low utilisation (default: 15; "
+            "0.1 is 6 s)",
+        },
+    ),
+    (
+        "idle_below_pct",
+        "--idle-below",
+        {
+            "type": _whole(0, 100),
+            "metavar": "PCT",
+            "help": "low utilisation: its SM utilisation at or below this (default: 5)",
+        },
+    ),
+    (
+        "history_db",
+        "--db",
+        {
+            "metavar": "PATH",
+            "help": "the history database (default: /var/lib/gpumon/history.db for root, else "
+            "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
+            "instead while that one is missing; history_db)",
+        },
+    ),
+    (
+        "history_days",
+        "--history-days",
+        {
+            "type": _whole(1, 3650),
+            "metavar": "DAYS",
+            "help": "keep per-minute history this long (default: 90; hourly rows: a year)",
+        },
+    ),
+    (
+        "idle_min_memory_mib",
+        "--idle-min-memory",
+        {
+            "type": _whole(0, 1024 * 1024),
+            "metavar": "MIB",
+            "help": "only a process holding at least this much GPU memory can be idle "
+            "(default: 1024)",
+        },
+    ),
+)
+
+
+#: The option groups the top level and each subcommand add, each only the options the
+#: command takes (:data:`gpumon.settings.TAKEN_BY`).
+SHARED_GROUPS: tuple[Callable[[argparse.ArgumentParser, str | None], None], ...] = (
+    add_source_arguments,
+    add_prometheus_arguments,
+    add_sharing_arguments,
+    add_filter_arguments,
+)

@@ -231,6 +231,42 @@ KEYS: dict[str, _Key] = {
     ),
 }
 
+#: The subcommands that read a cluster (``--prometheus`` and its access options).
+CLUSTER_COMMANDS = frozenset({"once", "pick", "report"})
+_DEMO_COMMANDS = frozenset({"once", "status", "export", "probe", "pick", "record"})
+
+#: Setting -> the subcommands whose option it is (``gpumon`` without one, the dashboard,
+#: takes them all). A subcommand's parser, ``--help``, man page section and completions
+#: offer only these; another is a usage error there. The config file and the environment
+#: apply to every command: a setting a command does not read is ignored there.
+TAKEN_BY: dict[str, frozenset[str]] = {
+    "demo": _DEMO_COMMANDS,
+    "demo_gpus": _DEMO_COMMANDS,
+    "demo_processes": _DEMO_COMMANDS,
+    "prometheus_url": CLUSTER_COMMANDS,
+    "prometheus_headers": CLUSTER_COMMANDS,
+    "prometheus_ca_file": CLUSTER_COMMANDS,
+    "prometheus_timeout_s": CLUSTER_COMMANDS,
+    "free_threshold_mib": frozenset({"once", "status", "export", "pick"}),
+    "claims_dir": frozenset({"pick"}),
+    "claim_seconds": frozenset({"pick"}),
+    # once shows how long a process has been idle from the history (export and record judge).
+    "idle_after_minutes": frozenset({"export", "record"}),
+    "idle_below_pct": frozenset({"once", "export", "record"}),
+    "idle_min_memory_mib": frozenset({"export", "record", "report"}),
+    "history_db": frozenset({"once", "export", "record", "report"}),
+    "history_days": frozenset({"export", "record"}),
+    "only_gpus": frozenset({"once", "pick"}),
+    "only_visible": frozenset({"once", "pick"}),
+    "user_filter": frozenset({"once"}),
+}
+
+
+def takes(command: str | None, attribute: str) -> bool:
+    """Whether ``command`` (``None``: the dashboard) has the option of setting ``attribute``."""
+    return command is None or command in TAKEN_BY[attribute]
+
+
 #: Never printed: --print-config shows ``(set)``, errors never quote them.
 SECRET_KEYS = frozenset({"prometheus_password", "prometheus_headers"})
 

@@ -350,3 +350,70 @@ def test_a_file_the_command_cannot_use_is_named_not_taken_for_the_output(
     monkeypatch.setattr(once, "run", run)
     assert main(["once", "--demo"]) == 1
     assert capsys.readouterr().err == "gpumon: error: /tmp/some-dir: Is a directory\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "offered", "not_offered"),
+    [
+        ("pick", ["--claims-dir", "--claim-seconds", "--free-threshold"], ["--db", "--idle-after"]),
+        ("report", ["--db", "--idle-min-memory"], ["--claims-dir", "--claim-seconds", "--demo"]),
+        ("status", ["--demo", "--free-threshold"], ["--claims-dir", "--db", "--history-days"]),
+        (
+            "record",
+            ["--db", "--history-days", "--idle-after"],
+            ["--claims-dir", "--free-threshold"],
+        ),
+        ("probe", ["--demo"], ["--free-threshold", "--claims-dir", "--db", "--idle-below"]),
+    ],
+)
+def test_a_subcommands_help_offers_only_the_shared_options_it_uses(
+    command: str,
+    offered: list[str],
+    not_offered: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out.split()
+    assert all(option in shown for option in offered)
+    assert not [option for option in not_offered if option in shown]
+
+
+def test_a_shared_option_after_a_command_that_does_not_use_it_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "--claim-seconds", "5"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --claim-seconds 5" in capsys.readouterr().err
+
+
+def test_a_config_file_setting_a_command_does_not_use_is_ignored_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("claim_seconds = 5\nidle_after_minutes = 1\n")
+    missing = str(tmp_path / "none.db")
+    assert main(["--config", str(config), "report", "--db", missing]) == 1
+    assert "no history" in capsys.readouterr().err.lower()
+
+
+def test_a_shared_option_before_a_command_that_does_not_use_it_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--claim-seconds", "5", "report"]) == 2
+    err = capsys.readouterr().err
+    assert err == "gpumon: error: --claim-seconds: gpumon report does not use it " + (
+        "(see `gpumon report --help`)\n"
+    )
+    assert main(["--user", "alice", "pick"]) == 2
+    assert capsys.readouterr().err.startswith("gpumon: error: --user: gpumon pick does not use")
+
+
+def test_the_man_page_lists_each_commands_shared_options_as_its_help_does() -> None:
+    page = run_gpumon("--print-man").stdout.replace("\\-", "-")
+    report = page.split('.SS "gpumon report"')[1].split(".SS")[0]
+    pick = page.split('.SS "gpumon pick"')[1].split(".SS")[0]
+    assert "--db" in report and "--claims-dir" not in report and "--demo" not in report
+    assert "--claims-dir" in pick and "--claim-seconds" in pick
