@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpumon import options, startup
 from gpumon.arguments import interval_seconds
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpumon.settings import CLUSTER_COMMANDS
 
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -347,7 +348,7 @@ def _misplaced_prometheus(args: argparse.Namespace, settings: Settings) -> str |
     """Why --prometheus on this command line cannot be followed, or None."""
     if settings.origins.get("prometheus_url") != "--prometheus":
         return None  # from the config or the environment: the dashboard's, once's --cluster
-    if args.command is not None and args.command not in options.CLUSTER_COMMANDS:
+    if args.command is not None and args.command not in CLUSTER_COMMANDS:
         return (
             f"--prometheus: gpumon {args.command} reads this machine's GPUs; the dashboard, "
             "once, pick and report read a cluster"

@@ -13,49 +13,25 @@ import argparse
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from dataclasses import fields
 
-from gpumon.arguments import decimal_number, whole_number
-from gpumon.settings import CLUSTER_COMMANDS, KEYS, TAKEN_BY, Settings, takes
+from gpumon.arguments import whole_number
+from gpumon.setting_checks import Number
+from gpumon.settings import KEYS, TAKEN_BY, Settings, takes
 
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
 MAX_DEMO_GPUS = 64
 MAX_DEMO_PROCESSES = 4096
 
-# Top-level options that take a value: a subcommand's name after one of them is its value.
-TOP_LEVEL_VALUE_OPTIONS = frozenset(
-    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
-    | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
-    | {"--free-threshold", "--claims-dir", "--claim-seconds"}
-    | {"--idle-after", "--idle-below", "--idle-min-memory", "--only", "--user"}
-    | {"--db", "--history-days"}
-    | {"--print-completion"}
-)
-
-# Options every mode shares: they go into Settings; the rest are the subcommand's own.
-SHARED = frozenset(
+# Options every mode shares: they go into Settings; the rest are the subcommand's own (the
+# sharing options' are their Settings attributes, see _SHARING).
+_SHARED_OTHERS = frozenset(
     {"command", "interval", "probe_python", "theme", "config", "print_config", "readonly"}
     | {"demo", "demo_gpus", "demo_processes"}
     | {"prometheus", "prometheus_header", "prometheus_header_after"}
     | {"prometheus_ca_file", "prometheus_timeout"}
-    | {"free_threshold", "claims_dir", "claim_seconds", "idle_after", "idle_below"}
-    | {"idle_min_memory", "only", "only_visible", "user", "db", "history_days"}
+    | {"only", "only_visible", "user"}
 )
-
-__all__ = ["CLUSTER_COMMANDS"]
-
-#: Shared options given as ``--name VALUE`` -> the Settings attribute they set.
-_SETTING_OPTIONS = {
-    "free_threshold": "free_threshold_mib",
-    "claims_dir": "claims_dir",
-    "claim_seconds": "claim_seconds",
-    "idle_after": "idle_after_minutes",
-    "idle_below": "idle_below_pct",
-    "idle_min_memory": "idle_min_memory_mib",
-    "user": "user_filter",
-    "db": "history_db",
-    "history_days": "history_days",
-}
 
 #: ``--only``: an NVML index, a GPU UUID or a MIG UUID (or a unique prefix of one).
 _GPU_ID = re.compile(r"[0-9]{1,2}|(?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{0,63}", re.ASCII)
@@ -139,15 +115,11 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, command: str | Non
     )
     parser.add_argument(
         "--prometheus-timeout",
-        type=_timeout_seconds,
+        type=KEYS["prometheus_timeout_s"].from_text,
         metavar="SECONDS",
         default=_default(command, None),
         help="give up on a request to the Prometheus server after this long (default: 5)",
     )
-
-
-def _timeout_seconds(text: str) -> float:
-    return decimal_number(text, "a number of seconds such as 5 or 2.5")
 
 
 def _typed_here(path: str) -> str:
@@ -183,10 +155,12 @@ def settings_flags(args: argparse.Namespace) -> dict[str, object]:
     headers = [*(args.prometheus_header or ()), *getattr(args, "prometheus_header_after", ())]
     if headers:
         flags["prometheus_headers"] = tuple(headers)
-    for option, attribute in _SETTING_OPTIONS.items():
-        value = getattr(args, option, None)
-        if value is not None:
-            flags[attribute] = value
+    for key, _, _ in _SHARING:
+        attribute = KEYS[key].attribute
+        if getattr(args, attribute, None) is not None:
+            flags[attribute] = getattr(args, attribute)
+    if getattr(args, "user", None) is not None:
+        flags["user_filter"] = args.user
     if getattr(args, "only", None):
         flags["only_gpus"] = args.only
     if getattr(args, "only_visible", False):
@@ -222,11 +196,20 @@ def not_taken(command: str | None, flags: dict[str, object]) -> str | None:
 
 def add_sharing_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
     """What FREE, idle and claimed mean here (config keys of the same names), before or
-    after a subcommand that reads them."""
+    after a subcommand that reads them. The value is checked with the config file's check
+    (:func:`gpumon.settings.load_settings`), once, whichever of the three gave it."""
     group = parser.add_argument_group("sharing (config: the same names)")
-    for attribute, flag, kwargs in _SHARING:
-        if takes(command, attribute):
-            group.add_argument(flag, default=_default(command, None), **kwargs)
+    for key, metavar, text in _SHARING:
+        spec = KEYS[key]
+        if takes(command, spec.attribute):
+            group.add_argument(
+                spec.flag or "",
+                dest=spec.attribute,
+                type=spec.from_text,
+                metavar=metavar,
+                default=_default(command, None),
+                help=_sharing_help(key, text),
+            )
 
 
 def add_filter_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
@@ -277,101 +260,45 @@ def user_name(text: str) -> str:
     return text
 
 
-def _whole(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = whole_number(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high} (got {value})")
-        return value
-
-    return parse
-
-
-def _minutes(text: str) -> float:
-    value = decimal_number(text, "a number of minutes such as 15 or 0.5")
-    if not 0.01 <= value <= 10080:
-        raise argparse.ArgumentTypeError(f"must be from 0.01 to 10080 minutes (got {text})")
-    return value
-
-
-#: The sharing options: Settings attribute, flag, argparse's other arguments.
-_SHARING: tuple[tuple[str, str, dict[str, Any]], ...] = (
+#: The sharing options: config key (:data:`~gpumon.settings.KEYS` gives the flag, the
+#: attribute, the text's conversion and the check, whose bounds --help shows), metavar, help.
+_SHARING = (
     (
         "free_threshold_mib",
-        "--free-threshold",
-        {
-            "type": _whole(0, 1024 * 1024),
-            "metavar": "MIB",
-            "help": "a GPU with no process and less than this much memory in use is FREE "
-            "(default: 1024; free_threshold_mib)",
-        },
+        "MIB",
+        "a GPU with no process and less than this much memory in use is FREE",
     ),
     (
         "claims_dir",
-        "--claims-dir",
-        {
-            "metavar": "DIR",
-            "help": "the shared directory of pick's claims (default: /dev/shm/gpumon-claims)",
-        },
+        "DIR",
+        "the shared directory of pick's claims (default: /dev/shm/gpumon-claims)",
     ),
-    (
-        "claim_seconds",
-        "--claim-seconds",
-        {
-            "type": _whole(1, 600),
-            "metavar": "SECONDS",
-            "help": "how long pick's claim on a GPU it printed lasts (default: 120, at most 600)",
-        },
-    ),
-    (
-        "idle_after_minutes",
-        "--idle-after",
-        {
-            "type": _minutes,
-            "metavar": "MINUTES",
-            "help": "a process is idle after this long at low utilisation (default: 15; "
-            "0.1 is 6 s)",
-        },
-    ),
-    (
-        "idle_below_pct",
-        "--idle-below",
-        {
-            "type": _whole(0, 100),
-            "metavar": "PCT",
-            "help": "low utilisation: its SM utilisation at or below this (default: 5)",
-        },
-    ),
+    ("claim_seconds", "SECONDS", "how long pick's claim on a GPU it printed lasts"),
+    ("idle_after_minutes", "MINUTES", "a process is idle after this long at low utilisation"),
+    ("idle_below_pct", "PCT", "low utilisation: its SM utilisation at or below this"),
     (
         "history_db",
-        "--db",
-        {
-            "metavar": "PATH",
-            "help": "the history database (default: /var/lib/gpumon/history.db for root, else "
-            "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
-            "instead while that one is missing; history_db)",
-        },
+        "PATH",
+        "the history database (default: /var/lib/gpumon/history.db for root, else "
+        "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
+        "instead while that one is missing)",
     ),
-    (
-        "history_days",
-        "--history-days",
-        {
-            "type": _whole(1, 3650),
-            "metavar": "DAYS",
-            "help": "keep per-minute history this long (default: 90; hourly rows: a year)",
-        },
-    ),
+    ("history_days", "DAYS", "keep per-minute history this long (hourly rows: a year)"),
     (
         "idle_min_memory_mib",
-        "--idle-min-memory",
-        {
-            "type": _whole(0, 1024 * 1024),
-            "metavar": "MIB",
-            "help": "only a process holding at least this much GPU memory can be idle "
-            "(default: 1024)",
-        },
+        "MIB",
+        "only a process holding at least this much GPU memory can be idle",
     ),
 )
+
+
+def _sharing_help(key: str, text: str) -> str:
+    """``text``, and for a number its bounds and default, as the setting's check says them."""
+    check = KEYS[key].check
+    if not isinstance(check, Number):
+        return text
+    default = next(item.default for item in fields(Settings) if item.name == KEYS[key].attribute)
+    return f"{text} ({check.what}; default: {default:g})"
 
 
 #: The option groups the top level and each subcommand add, each only the options the
@@ -381,4 +308,14 @@ SHARED_GROUPS: tuple[Callable[[argparse.ArgumentParser, str | None], None], ...]
     add_prometheus_arguments,
     add_sharing_arguments,
     add_filter_arguments,
+)
+
+SHARED = _SHARED_OTHERS | {KEYS[key].attribute for key, _, _ in _SHARING}
+
+# Top-level options that take a value: a subcommand's name after one of them is its value.
+TOP_LEVEL_VALUE_OPTIONS = frozenset(
+    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
+    | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
+    | {"--only", "--user", "--print-completion"}
+    | {KEYS[key].flag or "" for key, _, _ in _SHARING}
 )

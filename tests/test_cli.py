@@ -247,7 +247,10 @@ def test_modes_about_this_machine_take_no_prometheus_option(mode: str) -> None:
     ("args", "message"),
     [
         (["--prometheus-timeout", "0.1", "once"], "--prometheus-timeout: expected seconds from"),
-        (["--prometheus-timeout", "1e3", "once"], "not a number of seconds"),
+        (
+            ["--prometheus-timeout", "1e3", "once"],
+            "timeout: expected seconds from 0.5 to 120, got '1e3'",
+        ),
         (["--prometheus", "gopher://p", "pick"], "--prometheus: expected an http:// or https://"),
     ],
 )
@@ -311,20 +314,54 @@ def test_sharing_options_land_in_settings_from_flag_environment_and_file(
 @pytest.mark.parametrize(
     ("argv", "error"),
     [
-        (["--claim-seconds", "601"], "must be from 1 to 600"),
-        (["--idle-after", "0"], "must be from 0.01 to 10080 minutes"),
-        (["--idle-below", "101"], "must be from 0 to 100"),
         (["--only", "0,;rm"], "expected NVML indices"),
         (["--user", "a b"], "not a user name"),
     ],
 )
-def test_bad_sharing_and_filter_options_are_one_line_and_exit_2(
+def test_bad_filter_options_are_one_line_and_exit_2(
     argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(argv)
     assert exit_info.value.code == 2
     assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("claim_seconds", 601, "whole seconds from 1 to 600"),
+        ("idle_after_minutes", 0.001, "minutes from 0.01 to 10080 (0.1 is 6 s)"),
+        ("idle_below_pct", 101, "a whole percentage from 0 to 100"),
+        ("prometheus_timeout_s", 0.25, "seconds from 0.5 to 120"),
+    ],
+)
+def test_a_bad_value_is_refused_in_the_same_words_from_a_flag_a_variable_or_the_file(
+    key: str,
+    value: float,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One check per setting: its bounds are said once, whichever way the value came."""
+    from gpumon.settings import KEYS
+
+    flag, variable = KEYS[key].flag, KEYS[key].env
+    assert flag and variable
+    config = tmp_path / "config.toml"
+    config.write_text(f"{key} = {value}\n")
+    assert main([flag, str(value), "--print-config"]) == 2
+    from_flag = capsys.readouterr().err
+    assert main(["--config", str(config), "--print-config"]) == 2
+    from_file = capsys.readouterr().err
+    monkeypatch.setenv(variable, str(value))
+    assert main(["--print-config"]) == 2
+    from_variable = capsys.readouterr().err
+    reason = f": expected {expected}, got {value}\n"
+    assert from_flag == f"gpumon: error: {flag}{reason}"
+    assert from_file == f"gpumon: error: {config}: {key}{reason}"
+    assert from_variable == f"gpumon: error: {variable}{reason}"
 
 
 def test_start_up_filters_land_in_settings_before_or_after_once(tmp_path: Path) -> None:
