@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from gpumon.cli import main
 from gpumon.settings import KEYS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(path for path in Path(__file__).resolve().parents if (path / "pyproject.toml").exists())
 
 
 def test_every_settings_variable_is_named_gpumon_something() -> None:
@@ -18,16 +21,20 @@ def test_every_settings_variable_is_named_gpumon_something() -> None:
     assert names and all(name.startswith("GPUMON_") for name in names)
 
 
-def test_no_gpumon_variable_reaches_a_test() -> None:
+def test_no_gpumon_variable_reaches_a_test(capsys: pytest.CaptureFixture[str]) -> None:
     leaked = [name for name in os.environ if name.startswith("GPUMON_")]
-    assert leaked == ["GPUMON_CLAIMS_DIR"]
+    assert leaked == ["GPUMON_CLAIMS_DIR"]  # conftest's: a directory of the test's own
+    assert main(["--print-config"]) == 0
+    origins = [line.rpartition("  # ")[2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert set(origins) == {"default", "GPUMON_CLAIMS_DIR"}
 
 
 def test_the_tests_pass_with_every_gpumon_variable_set_badly() -> None:
     environ = {**os.environ, "GPUMON_ASCII": "1"}
     environ.update({spec.env: "not a value" for spec in KEYS.values() if spec.env})
-    test = "tests/test_settings.py::test_print_config_is_toml_with_where_each_value_came_from"
-    canary = __name__.replace(".", "/") + ".py::" + test_no_gpumon_variable_reaches_a_test.__name__
+    canary = (
+        f"{Path(__file__).relative_to(ROOT)}::{test_no_gpumon_variable_reaches_a_test.__name__}"
+    )
     result = subprocess.run(
         [
             sys.executable,
@@ -38,7 +45,6 @@ def test_the_tests_pass_with_every_gpumon_variable_set_badly() -> None:
             "no:randomly",
             "-p",
             "no:cacheprovider",
-            test,
             canary,
         ],
         cwd=ROOT,
