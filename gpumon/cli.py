@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpumon import options, startup
 from gpumon.arguments import interval_seconds
 from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpumon.settings import CLUSTER_COMMANDS
 
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -55,14 +56,6 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "record": "record the GPUs' history (per-minute readings, who held which GPU) into the "
     "history database (--db), for report and the dashboard's graphs",
 }
-
-#: The subcommands that read a cluster with --prometheus; status, export and probe are about
-#: this machine.
-CLUSTER_SUBCOMMANDS = frozenset({"once", "pick", "report"})
-#: The subcommands that take the dashboard's start-up filters (--only, --only-visible, --user).
-FILTERED_SUBCOMMANDS = frozenset({"once"})
-#: And those that take only the GPU filters (--only, --only-visible).
-GPU_FILTERED_SUBCOMMANDS = frozenset({"pick"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -277,10 +270,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-man", action=_PrintAndExit, text=_man_page, help="print the man page and exit"
     )
-    options.add_source_arguments(parser, top_level=True)
-    options.add_prometheus_arguments(parser, top_level=True)
-    options.add_sharing_arguments(parser, top_level=True)
-    options.add_filter_arguments(parser, top_level=True)
+    for add in options.SHARED_GROUPS:
+        add(parser, None)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         if only is not None and name != only:
@@ -288,14 +279,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         text = SUBCOMMAND_HELP[name]
         # argparse %-formats help strings; a literal "87%" must not break --help.
         sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
-        options.add_source_arguments(sub, top_level=False)
-        options.add_sharing_arguments(sub, top_level=False)
-        if name in CLUSTER_SUBCOMMANDS:
-            options.add_prometheus_arguments(sub, top_level=False)
-        if name in FILTERED_SUBCOMMANDS:
-            options.add_filter_arguments(sub, top_level=False)
-        elif name in GPU_FILTERED_SUBCOMMANDS:
-            options.add_filter_arguments(sub, top_level=False, users=False)
+        for add in options.SHARED_GROUPS:
+            add(sub, name)  # only the options this subcommand takes (settings.TAKEN_BY)
         importlib.import_module(module_name).add_arguments(sub)
     return parser
 
@@ -319,15 +304,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Ran.command = args.command
     from gpumon.settings import SettingsError, describe, load_settings
 
+    flags = options.settings_flags(args)
     try:
-        settings = load_settings(options.settings_flags(args), config=args.config)
+        settings = load_settings(flags, config=args.config)
     except SettingsError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 2
     if args.print_config:
         print(describe(settings))
         return 0
-    misplaced = _misplaced_prometheus(args, settings)
+    misplaced = _misplaced_prometheus(args, settings) or options.not_taken(args.command, flags)
     if misplaced is not None:
         print(f"gpumon: error: {misplaced}", file=sys.stderr)
         return 2
@@ -362,7 +348,7 @@ def _misplaced_prometheus(args: argparse.Namespace, settings: Settings) -> str |
     """Why --prometheus on this command line cannot be followed, or None."""
     if settings.origins.get("prometheus_url") != "--prometheus":
         return None  # from the config or the environment: the dashboard's, once's --cluster
-    if args.command is not None and args.command not in CLUSTER_SUBCOMMANDS:
+    if args.command is not None and args.command not in CLUSTER_COMMANDS:
         return (
             f"--prometheus: gpumon {args.command} reads this machine's GPUs; the dashboard, "
             "once, pick and report read a cluster"

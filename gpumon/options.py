@@ -13,50 +13,36 @@ import argparse
 import os
 import re
 from collections.abc import Callable
+from dataclasses import fields
 
-from gpumon.arguments import decimal_number, whole_number
+from gpumon.arguments import whole_number
+from gpumon.setting_checks import Number
+from gpumon.settings import KEYS, TAKEN_BY, Settings, takes
 
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
 MAX_DEMO_GPUS = 64
 MAX_DEMO_PROCESSES = 4096
 
-# Top-level options that take a value: a subcommand's name after one of them is its value.
-TOP_LEVEL_VALUE_OPTIONS = frozenset(
-    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
-    | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
-    | {"--free-threshold", "--claims-dir", "--claim-seconds"}
-    | {"--idle-after", "--idle-below", "--idle-min-memory", "--only", "--user"}
-    | {"--db", "--history-days"}
-    | {"--print-completion"}
-)
-
-# Options every mode shares: they go into Settings; the rest are the subcommand's own.
-SHARED = frozenset(
+# Options every mode shares: they go into Settings; the rest are the subcommand's own (the
+# sharing options' are their Settings attributes, see _SHARING).
+_SHARED_OTHERS = frozenset(
     {"command", "interval", "probe_python", "theme", "config", "print_config", "readonly"}
     | {"demo", "demo_gpus", "demo_processes"}
     | {"prometheus", "prometheus_header", "prometheus_header_after"}
     | {"prometheus_ca_file", "prometheus_timeout"}
-    | {"free_threshold", "claims_dir", "claim_seconds", "idle_after", "idle_below"}
-    | {"idle_min_memory", "only", "only_visible", "user", "db", "history_days"}
+    | {"only", "only_visible", "user"}
 )
-
-#: Shared options given as ``--name VALUE`` -> the Settings attribute they set.
-_SETTING_OPTIONS = {
-    "free_threshold": "free_threshold_mib",
-    "claims_dir": "claims_dir",
-    "claim_seconds": "claim_seconds",
-    "idle_after": "idle_after_minutes",
-    "idle_below": "idle_below_pct",
-    "idle_min_memory": "idle_min_memory_mib",
-    "user": "user_filter",
-    "db": "history_db",
-    "history_days": "history_days",
-}
 
 #: ``--only``: an NVML index, a GPU UUID or a MIG UUID (or a unique prefix of one).
 _GPU_ID = re.compile(r"[0-9]{1,2}|(?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{0,63}", re.ASCII)
 #: ``--user``: a user name as useradd and LDAP allow it.
 _USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?", re.ASCII)
+
+
+def _default(command: str | None, value: object) -> object:
+    """The top level's default; in a subcommand, SUPPRESS keeps an unset option from
+    overwriting the top-level value."""
+    return value if command is None else argparse.SUPPRESS
 
 
 def bounded_int(highest: int) -> Callable[[str], int]:
@@ -71,39 +57,41 @@ def bounded_int(highest: int) -> Callable[[str], int]:
     return parse
 
 
-def add_source_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--demo and friends, accepted before or after a subcommand."""
-    # In a subparser, SUPPRESS keeps an unset option from overwriting the top-level value.
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+def add_source_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """--demo and friends, accepted before or after a subcommand that samples this machine."""
+    if not takes(command, "demo"):
+        return
     parser.add_argument(
         "--demo",
         action="store_true",
-        default=default(False),
+        default=_default(command, False),
         help="use a simulated GPU server (always labelled DEMO)",
     )
     parser.add_argument(
         "--demo-gpus",
         type=bounded_int(MAX_DEMO_GPUS),
         metavar="N",
-        default=default(4),
+        default=_default(command, 4),
         help="number of simulated GPUs with --demo (default: 4)",
     )
     parser.add_argument(
         "--demo-processes",
         type=bounded_int(MAX_DEMO_PROCESSES),
         metavar="N",
-        default=default(None),
+        default=_default(command, None),
         help="number of simulated GPU processes with --demo (default: 1.5 per GPU)",
     )
 
 
-def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
-    """--prometheus and its access options, accepted before or after ``once`` and ``pick``."""
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+def add_prometheus_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """--prometheus and its access options, accepted before or after a cluster command."""
+    if not takes(command, "prometheus_url"):
+        return
+    top_level = command is None
     parser.add_argument(
         "--prometheus",
         metavar="URL",
-        default=default(None),
+        default=_default(command, None),
         help="read a whole cluster from this Prometheus server (or Thanos, VictoriaMetrics, "
         "Mimir): http:// or https://, no credentials in it (config: prometheus_url)",
     )
@@ -113,7 +101,7 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool
         dest="prometheus_header" if top_level else "prometheus_header_after",
         action="append",
         metavar="'NAME: VALUE'",
-        default=default(None),
+        default=_default(command, None),
         help="an HTTP header for the Prometheus server, e.g. 'Authorization: Bearer TOKEN' "
         "(repeatable; never printed; other users can read a command line: the config "
         "file's prometheus_headers is safer)",
@@ -121,21 +109,17 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, *, top_level: bool
     parser.add_argument(
         "--prometheus-ca-file",
         metavar="PATH",
-        default=default(None),
+        default=_default(command, None),
         help="verify the Prometheus server's HTTPS certificate with the CA certificates "
         "in this PEM file (default: the system's)",
     )
     parser.add_argument(
         "--prometheus-timeout",
-        type=_timeout_seconds,
+        type=KEYS["prometheus_timeout_s"].from_text,
         metavar="SECONDS",
-        default=default(None),
+        default=_default(command, None),
         help="give up on a request to the Prometheus server after this long (default: 5)",
     )
-
-
-def _timeout_seconds(text: str) -> float:
-    return decimal_number(text, "a number of seconds such as 5 or 2.5")
 
 
 def _typed_here(path: str) -> str:
@@ -171,10 +155,12 @@ def settings_flags(args: argparse.Namespace) -> dict[str, object]:
     headers = [*(args.prometheus_header or ()), *getattr(args, "prometheus_header_after", ())]
     if headers:
         flags["prometheus_headers"] = tuple(headers)
-    for option, attribute in _SETTING_OPTIONS.items():
-        value = getattr(args, option, None)
-        if value is not None:
-            flags[attribute] = value
+    for key, _, _ in _SHARING:
+        attribute = KEYS[key].attribute
+        if getattr(args, attribute, None) is not None:
+            flags[attribute] = getattr(args, attribute)
+    if getattr(args, "user", None) is not None:
+        flags["user_filter"] = args.user
     if getattr(args, "only", None):
         flags["only_gpus"] = args.only
     if getattr(args, "only_visible", False):
@@ -182,100 +168,80 @@ def settings_flags(args: argparse.Namespace) -> dict[str, object]:
     return flags
 
 
-def add_sharing_arguments(parser: argparse.ArgumentParser, *, top_level: bool) -> None:
+#: The flags of the settings that have no config key.
+_COMMAND_LINE_FLAGS = {
+    "only_gpus": "--only",
+    "only_visible": "--only-visible",
+    "user_filter": "--user",
+}
+
+
+def not_taken(command: str | None, flags: dict[str, object]) -> str | None:
+    """Why a shared option given before ``command`` is refused (it does not use it: after
+    the subcommand, argparse would not know the option), or None. ``flags``:
+    :func:`settings_flags`."""
+    if command is None:
+        return None
+    defaults = Settings()
+    flag_of = {spec.attribute: spec.flag for spec in KEYS.values() if spec.flag}
+    for attribute, value in flags.items():
+        if attribute not in TAKEN_BY or takes(command, attribute):
+            continue
+        if attribute in flag_of or value != getattr(defaults, attribute):
+            flag = flag_of.get(attribute) or _COMMAND_LINE_FLAGS.get(attribute)
+            flag = flag or "--" + attribute.replace("_", "-")
+            return f"{flag}: gpumon {command} does not use it (see `gpumon {command} --help`)"
+    return None
+
+
+def add_sharing_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
     """What FREE, idle and claimed mean here (config keys of the same names), before or
-    after a subcommand."""
-    default = None if top_level else argparse.SUPPRESS
+    after a subcommand that reads them. The value is checked with the config file's check
+    (:func:`gpumon.settings.load_settings`), once, whichever of the three gave it."""
     group = parser.add_argument_group("sharing (config: the same names)")
-    group.add_argument(
-        "--free-threshold",
-        type=_whole(0, 1024 * 1024),
-        metavar="MIB",
-        default=default,
-        help="a GPU with no process and less than this much memory in use is FREE "
-        "(default: 1024; free_threshold_mib)",
-    )
-    group.add_argument(
-        "--claims-dir",
-        metavar="DIR",
-        default=default,
-        help="the shared directory of pick's claims (default: /dev/shm/gpumon-claims)",
-    )
-    group.add_argument(
-        "--claim-seconds",
-        type=_whole(1, 600),
-        metavar="SECONDS",
-        default=default,
-        help="how long pick's claim on a GPU it printed lasts (default: 120, at most 600)",
-    )
-    group.add_argument(
-        "--idle-after",
-        type=_minutes,
-        metavar="MINUTES",
-        default=default,
-        help="a process is idle after this long at low utilisation (default: 15; 0.1 is 6 s)",
-    )
-    group.add_argument(
-        "--idle-below",
-        type=_whole(0, 100),
-        metavar="PCT",
-        default=default,
-        help="low utilisation: its SM utilisation at or below this (default: 5)",
-    )
-    group.add_argument(
-        "--db",
-        metavar="PATH",
-        default=default,
-        help="the history database (default: /var/lib/gpumon/history.db for root, else "
-        "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
-        "instead while that one is missing; history_db)",
-    )
-    group.add_argument(
-        "--history-days",
-        type=_whole(1, 3650),
-        metavar="DAYS",
-        default=default,
-        help="keep per-minute history this long (default: 90; hourly rows: a year)",
-    )
-    group.add_argument(
-        "--idle-min-memory",
-        type=_whole(0, 1024 * 1024),
-        metavar="MIB",
-        default=default,
-        help="only a process holding at least this much GPU memory can be idle (default: 1024)",
-    )
+    for key, metavar, text in _SHARING:
+        spec = KEYS[key]
+        if takes(command, spec.attribute):
+            group.add_argument(
+                spec.flag or "",
+                dest=spec.attribute,
+                type=spec.from_text,
+                metavar=metavar,
+                default=_default(command, None),
+                help=_sharing_help(key, text),
+            )
 
 
-def add_filter_arguments(
-    parser: argparse.ArgumentParser, *, top_level: bool, users: bool = True
-) -> None:
-    """What the dashboard and ``once`` show at start (nvitop's --only and --only-visible);
-    without ``users``, the GPU filters only (``pick``: a process filter would make a busy GPU
-    look free)."""
-    default = (lambda value: value) if top_level else (lambda value: argparse.SUPPRESS)
+def add_filter_arguments(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """What the dashboard, ``once`` and ``pick`` show at start (nvitop's --only and
+    --only-visible; ``--user`` not for ``pick``: a process filter would make a busy GPU look
+    free)."""
     group = parser.add_argument_group("start-up filters")
-    group.add_argument(
-        "--only",
-        type=gpu_list,
-        metavar="GPUS",
-        default=default(None),
-        help="only these GPUs: NVML indices, GPU-... or MIG-... UUIDs, comma-separated (e.g. 0,3)",
-    )
-    group.add_argument(
-        "--only-visible",
-        action="store_true",
-        default=default(False),
-        help="only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), as CUDA would see them",
-    )
-    if not users:
-        return
-    group.add_argument(
-        "--user",
-        type=user_name,
-        metavar="NAME",
-        default=default(None),
-        help="only this user's processes",
-    )
+    if takes(command, "only_gpus"):
+        group.add_argument(
+            "--only",
+            type=gpu_list,
+            metavar="GPUS",
+            default=_default(command, None),
+            help="only these GPUs: NVML indices, GPU-... or MIG-... UUIDs, comma-separated "
+            "(e.g. 0,3)",
+        )
+    if takes(command, "only_visible"):
+        group.add_argument(
+            "--only-visible",
+            action="store_true",
+            default=_default(command, False),
+            help="only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), as CUDA would "
+            "see them",
+        )
+    if takes(command, "user_filter"):
+        group.add_argument(
+            "--user",
+            type=user_name,
+            metavar="NAME",
+            default=_default(command, None),
+            help="only this user's processes",
+        )
 
 
 def gpu_list(text: str) -> tuple[str, ...]:
@@ -294,18 +260,62 @@ def user_name(text: str) -> str:
     return text
 
 
-def _whole(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = whole_number(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high} (got {value})")
-        return value
+#: The sharing options: config key (:data:`~gpumon.settings.KEYS` gives the flag, the
+#: attribute, the text's conversion and the check, whose bounds --help shows), metavar, help.
+_SHARING = (
+    (
+        "free_threshold_mib",
+        "MIB",
+        "a GPU with no process and less than this much memory in use is FREE",
+    ),
+    (
+        "claims_dir",
+        "DIR",
+        "the shared directory of pick's claims (default: /dev/shm/gpumon-claims)",
+    ),
+    ("claim_seconds", "SECONDS", "how long pick's claim on a GPU it printed lasts"),
+    ("idle_after_minutes", "MINUTES", "a process is idle after this long at low utilisation"),
+    ("idle_below_pct", "PCT", "low utilisation: its SM utilisation at or below this"),
+    (
+        "history_db",
+        "PATH",
+        "the history database (default: /var/lib/gpumon/history.db for root, else "
+        "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
+        "instead while that one is missing)",
+    ),
+    ("history_days", "DAYS", "keep per-minute history this long (hourly rows: a year)"),
+    (
+        "idle_min_memory_mib",
+        "MIB",
+        "only a process holding at least this much GPU memory can be idle",
+    ),
+)
 
-    return parse
+
+def _sharing_help(key: str, text: str) -> str:
+    """``text``, and for a number its bounds and default, as the setting's check says them."""
+    check = KEYS[key].check
+    if not isinstance(check, Number):
+        return text
+    default = next(item.default for item in fields(Settings) if item.name == KEYS[key].attribute)
+    return f"{text} ({check.what}; default: {default:g})"
 
 
-def _minutes(text: str) -> float:
-    value = decimal_number(text, "a number of minutes such as 15 or 0.5")
-    if not 0.01 <= value <= 10080:
-        raise argparse.ArgumentTypeError(f"must be from 0.01 to 10080 minutes (got {text})")
-    return value
+#: The option groups the top level and each subcommand add, each only the options the
+#: command takes (:data:`gpumon.settings.TAKEN_BY`).
+SHARED_GROUPS: tuple[Callable[[argparse.ArgumentParser, str | None], None], ...] = (
+    add_source_arguments,
+    add_prometheus_arguments,
+    add_sharing_arguments,
+    add_filter_arguments,
+)
+
+SHARED = _SHARED_OTHERS | {KEYS[key].attribute for key, _, _ in _SHARING}
+
+# Top-level options that take a value: a subcommand's name after one of them is its value.
+TOP_LEVEL_VALUE_OPTIONS = frozenset(
+    {"--interval", "--probe-python", "--demo-gpus", "--demo-processes", "--config", "--theme"}
+    | {"--prometheus", "--prometheus-header", "--prometheus-ca-file", "--prometheus-timeout"}
+    | {"--only", "--user", "--print-completion"}
+    | {KEYS[key].flag or "" for key, _, _ in _SHARING}
+)

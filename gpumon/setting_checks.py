@@ -7,7 +7,7 @@ The table of keys that uses them is :data:`gpumon.settings.KEYS`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gpumon.config_file import SettingsError
@@ -39,17 +39,24 @@ THEMES = (
 )
 
 
-def number(kind: type, low: float, high: float, what: str) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
+@dataclass(frozen=True, slots=True)
+class Number:
+    """A number from ``low`` to ``high`` (``kind``: int or float); ``what`` says so in words
+    (errors, and ``--help``)."""
+
+    kind: type
+    low: float
+    high: float
+    what: str
+
+    def __call__(self, value: Any) -> Any:
         # bool is an int in Python, never a number here; integers are fine for floats.
         wrong_type = isinstance(value, bool) or not isinstance(value, (int, float))
-        if wrong_type or (kind is int and isinstance(value, float)):
-            raise SettingsError(f"expected {what}, got {shown(value)}")
-        if not low <= value <= high:  # NaN fails this too
-            raise SettingsError(f"expected {what}, got {shown(value)}")
-        return kind(value)
-
-    return check
+        if wrong_type or (self.kind is int and isinstance(value, float)):
+            raise SettingsError(f"expected {self.what}, got {shown(value)}")
+        if not self.low <= value <= self.high:  # NaN fails this too
+            raise SettingsError(f"expected {self.what}, got {shown(value)}")
+        return self.kind(value)
 
 
 def theme(value: Any) -> str:

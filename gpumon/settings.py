@@ -142,7 +142,7 @@ def _whole_text(text: str) -> Any:
 KEYS: dict[str, _Key] = {
     "interval": _Key(
         "interval_s",
-        checks.number(float, MIN_INTERVAL_S, MAX_INTERVAL_S, "seconds from 0.25 to 60"),
+        checks.Number(float, MIN_INTERVAL_S, MAX_INTERVAL_S, "seconds from 0.25 to 60"),
         "GPUMON_INTERVAL",
         "--interval",
         _decimal_text,
@@ -152,22 +152,22 @@ KEYS: dict[str, _Key] = {
         "probe_python", checks.interpreter, "GPUMON_PROBE_PYTHON", "--probe-python"
     ),
     "temperature_hot_margin_c": _Key(
-        "temperature_hot_margin_c", checks.number(int, 0, 50, "degrees from 0 to 50")
+        "temperature_hot_margin_c", checks.Number(int, 0, 50, "degrees from 0 to 50")
     ),
     "temperature_warm_margin_c": _Key(
-        "temperature_warm_margin_c", checks.number(int, 0, 80, "degrees from 0 to 80")
+        "temperature_warm_margin_c", checks.Number(int, 0, 80, "degrees from 0 to 80")
     ),
     "load_warn_pct": _Key(
-        "load_warn_pct", checks.number(int, 1, 100, "a percentage from 1 to 100")
+        "load_warn_pct", checks.Number(int, 1, 100, "a percentage from 1 to 100")
     ),
-    "load_hot_pct": _Key("load_hot_pct", checks.number(int, 1, 100, "a percentage from 1 to 100")),
+    "load_hot_pct": _Key("load_hot_pct", checks.Number(int, 1, 100, "a percentage from 1 to 100")),
     # At most 2,400 points per reading are kept: 40 minutes at 1 s, 10 at 0.25 s.
     "history_minutes": _Key(
-        "history_minutes", checks.number(int, 1, 40, "whole minutes from 1 to 40")
+        "history_minutes", checks.Number(int, 1, 40, "whole minutes from 1 to 40")
     ),
     "free_threshold_mib": _Key(
         "free_threshold_mib",
-        checks.number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
+        checks.Number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
         "GPUMON_FREE_THRESHOLD_MIB",
         "--free-threshold",
         _whole_text,
@@ -175,7 +175,7 @@ KEYS: dict[str, _Key] = {
     "readonly": _Key("readonly", checks.boolean, flag="--readonly"),
     "claim_seconds": _Key(
         "claim_seconds",
-        checks.number(int, 1, 600, "whole seconds from 1 to 600"),
+        checks.Number(int, 1, 600, "whole seconds from 1 to 600"),
         "GPUMON_CLAIM_SECONDS",
         "--claim-seconds",
         _whole_text,
@@ -183,14 +183,14 @@ KEYS: dict[str, _Key] = {
     "claims_dir": _Key("claims_dir", checks.directory, "GPUMON_CLAIMS_DIR", "--claims-dir"),
     "idle_min_memory_mib": _Key(
         "idle_min_memory_mib",
-        checks.number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
+        checks.Number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
         "GPUMON_IDLE_MIN_MEMORY_MIB",
         "--idle-min-memory",
         _whole_text,
     ),
     "idle_below_pct": _Key(
         "idle_below_pct",
-        checks.number(int, 0, 100, "a whole percentage from 0 to 100"),
+        checks.Number(int, 0, 100, "a whole percentage from 0 to 100"),
         "GPUMON_IDLE_BELOW_PCT",
         "--idle-below",
         _whole_text,
@@ -198,14 +198,14 @@ KEYS: dict[str, _Key] = {
     "history_db": _Key("history_db", checks.directory_or_file, "GPUMON_HISTORY_DB", "--db"),
     "history_days": _Key(
         "history_days",
-        checks.number(int, 1, 3650, "whole days from 1 to 3650"),
+        checks.Number(int, 1, 3650, "whole days from 1 to 3650"),
         "GPUMON_HISTORY_DAYS",
         "--history-days",
         _whole_text,
     ),
     "idle_after_minutes": _Key(
         "idle_after_minutes",
-        checks.number(float, 0.01, 10080, "minutes from 0.01 to 10080 (0.1 is 6 s)"),
+        checks.Number(float, 0.01, 10080, "minutes from 0.01 to 10080 (0.1 is 6 s)"),
         "GPUMON_IDLE_AFTER_MINUTES",
         "--idle-after",
         _decimal_text,
@@ -224,12 +224,48 @@ KEYS: dict[str, _Key] = {
     ),
     "prometheus_timeout_s": _Key(
         "prometheus_timeout_s",
-        checks.number(float, 0.5, 120, "seconds from 0.5 to 120"),
+        checks.Number(float, 0.5, 120, "seconds from 0.5 to 120"),
         "GPUMON_PROMETHEUS_TIMEOUT",
         "--prometheus-timeout",
         _decimal_text,
     ),
 }
+
+#: The subcommands that read a cluster (``--prometheus`` and its access options).
+CLUSTER_COMMANDS = frozenset({"once", "pick", "report"})
+_DEMO_COMMANDS = frozenset({"once", "status", "export", "probe", "pick", "record"})
+
+#: Setting -> the subcommands whose option it is (``gpumon`` without one, the dashboard,
+#: takes them all). A subcommand's parser, ``--help``, man page section and completions
+#: offer only these; another is a usage error there. The config file and the environment
+#: apply to every command: a setting a command does not read is ignored there.
+TAKEN_BY: dict[str, frozenset[str]] = {
+    "demo": _DEMO_COMMANDS,
+    "demo_gpus": _DEMO_COMMANDS,
+    "demo_processes": _DEMO_COMMANDS,
+    "prometheus_url": CLUSTER_COMMANDS,
+    "prometheus_headers": CLUSTER_COMMANDS,
+    "prometheus_ca_file": CLUSTER_COMMANDS,
+    "prometheus_timeout_s": CLUSTER_COMMANDS,
+    "free_threshold_mib": frozenset({"once", "status", "export", "pick"}),
+    "claims_dir": frozenset({"pick"}),
+    "claim_seconds": frozenset({"pick"}),
+    # once shows how long a process has been idle from the history (export and record judge).
+    "idle_after_minutes": frozenset({"export", "record"}),
+    "idle_below_pct": frozenset({"once", "export", "record"}),
+    "idle_min_memory_mib": frozenset({"export", "record", "report"}),
+    "history_db": frozenset({"once", "export", "record", "report"}),
+    "history_days": frozenset({"export", "record"}),
+    "only_gpus": frozenset({"once", "pick"}),
+    "only_visible": frozenset({"once", "pick"}),
+    "user_filter": frozenset({"once"}),
+}
+
+
+def takes(command: str | None, attribute: str) -> bool:
+    """Whether ``command`` (``None``: the dashboard) has the option of setting ``attribute``."""
+    return command is None or command in TAKEN_BY[attribute]
+
 
 #: Never printed: --print-config shows ``(set)``, errors never quote them.
 SECRET_KEYS = frozenset({"prometheus_password", "prometheus_headers"})
@@ -246,7 +282,7 @@ def load_settings(
 
     Args:
         flags: setting attribute -> value, for the options given on the command line only
-            (already checked by argparse).
+            (parsed by argparse; checked here, as the file's and the environment's are).
         environ: the environment.
         config: ``--config PATH``, read in place of the user's file (the system-wide files
             still lie under it); ``None`` reads the user's file if it exists.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -48,8 +49,10 @@ def no_user_config(
     # Nor the developer's history database (gpumon record's, under $XDG_STATE_HOME).
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "no-state"))
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    for name in ("GPUMON_INTERVAL", "GPUMON_THEME", "GPUMON_PROBE_PYTHON"):
-        monkeypatch.delenv(name, raising=False)
+    # Every GPUMON_* variable: the settings' (each named GPUMON_..., see settings.KEYS),
+    # GPUMON_ASCII and any added later.
+    for name in [name for name in os.environ if name.startswith("GPUMON_")]:
+        monkeypatch.delenv(name)
     # `gpumon pick` claims what it prints: never in the machine's shared /dev/shm directory,
     # and never seen by the next test.
     claims = tmp_path_factory.mktemp("claims", numbered=True) / "gpumon-claims"

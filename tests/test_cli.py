@@ -247,7 +247,10 @@ def test_modes_about_this_machine_take_no_prometheus_option(mode: str) -> None:
     ("args", "message"),
     [
         (["--prometheus-timeout", "0.1", "once"], "--prometheus-timeout: expected seconds from"),
-        (["--prometheus-timeout", "1e3", "once"], "not a number of seconds"),
+        (
+            ["--prometheus-timeout", "1e3", "once"],
+            "timeout: expected seconds from 0.5 to 120, got '1e3'",
+        ),
         (["--prometheus", "gopher://p", "pick"], "--prometheus: expected an http:// or https://"),
     ],
 )
@@ -311,20 +314,54 @@ def test_sharing_options_land_in_settings_from_flag_environment_and_file(
 @pytest.mark.parametrize(
     ("argv", "error"),
     [
-        (["--claim-seconds", "601"], "must be from 1 to 600"),
-        (["--idle-after", "0"], "must be from 0.01 to 10080 minutes"),
-        (["--idle-below", "101"], "must be from 0 to 100"),
         (["--only", "0,;rm"], "expected NVML indices"),
         (["--user", "a b"], "not a user name"),
     ],
 )
-def test_bad_sharing_and_filter_options_are_one_line_and_exit_2(
+def test_bad_filter_options_are_one_line_and_exit_2(
     argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(argv)
     assert exit_info.value.code == 2
     assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("claim_seconds", 601, "whole seconds from 1 to 600"),
+        ("idle_after_minutes", 0.001, "minutes from 0.01 to 10080 (0.1 is 6 s)"),
+        ("idle_below_pct", 101, "a whole percentage from 0 to 100"),
+        ("prometheus_timeout_s", 0.25, "seconds from 0.5 to 120"),
+    ],
+)
+def test_a_bad_value_is_refused_in_the_same_words_from_a_flag_a_variable_or_the_file(
+    key: str,
+    value: float,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One check per setting: its bounds are said once, whichever way the value came."""
+    from gpumon.settings import KEYS
+
+    flag, variable = KEYS[key].flag, KEYS[key].env
+    assert flag and variable
+    config = tmp_path / "config.toml"
+    config.write_text(f"{key} = {value}\n")
+    assert main([flag, str(value), "--print-config"]) == 2
+    from_flag = capsys.readouterr().err
+    assert main(["--config", str(config), "--print-config"]) == 2
+    from_file = capsys.readouterr().err
+    monkeypatch.setenv(variable, str(value))
+    assert main(["--print-config"]) == 2
+    from_variable = capsys.readouterr().err
+    reason = f": expected {expected}, got {value}\n"
+    assert from_flag == f"gpumon: error: {flag}{reason}"
+    assert from_file == f"gpumon: error: {config}: {key}{reason}"
+    assert from_variable == f"gpumon: error: {variable}{reason}"
 
 
 def test_start_up_filters_land_in_settings_before_or_after_once(tmp_path: Path) -> None:
@@ -350,3 +387,70 @@ def test_a_file_the_command_cannot_use_is_named_not_taken_for_the_output(
     monkeypatch.setattr(once, "run", run)
     assert main(["once", "--demo"]) == 1
     assert capsys.readouterr().err == "gpumon: error: /tmp/some-dir: Is a directory\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "offered", "not_offered"),
+    [
+        ("pick", ["--claims-dir", "--claim-seconds", "--free-threshold"], ["--db", "--idle-after"]),
+        ("report", ["--db", "--idle-min-memory"], ["--claims-dir", "--claim-seconds", "--demo"]),
+        ("status", ["--demo", "--free-threshold"], ["--claims-dir", "--db", "--history-days"]),
+        (
+            "record",
+            ["--db", "--history-days", "--idle-after"],
+            ["--claims-dir", "--free-threshold"],
+        ),
+        ("probe", ["--demo"], ["--free-threshold", "--claims-dir", "--db", "--idle-below"]),
+    ],
+)
+def test_a_subcommands_help_offers_only_the_shared_options_it_uses(
+    command: str,
+    offered: list[str],
+    not_offered: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out.split()
+    assert all(option in shown for option in offered)
+    assert not [option for option in not_offered if option in shown]
+
+
+def test_a_shared_option_after_a_command_that_does_not_use_it_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "--claim-seconds", "5"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --claim-seconds 5" in capsys.readouterr().err
+
+
+def test_a_config_file_setting_a_command_does_not_use_is_ignored_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("claim_seconds = 5\nidle_after_minutes = 1\n")
+    missing = str(tmp_path / "none.db")
+    assert main(["--config", str(config), "report", "--db", missing]) == 1
+    assert "no history" in capsys.readouterr().err.lower()
+
+
+def test_a_shared_option_before_a_command_that_does_not_use_it_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--claim-seconds", "5", "report"]) == 2
+    err = capsys.readouterr().err
+    assert err == "gpumon: error: --claim-seconds: gpumon report does not use it " + (
+        "(see `gpumon report --help`)\n"
+    )
+    assert main(["--user", "alice", "pick"]) == 2
+    assert capsys.readouterr().err.startswith("gpumon: error: --user: gpumon pick does not use")
+
+
+def test_the_man_page_lists_each_commands_shared_options_as_its_help_does() -> None:
+    page = run_gpumon("--print-man").stdout.replace("\\-", "-")
+    report = page.split('.SS "gpumon report"')[1].split(".SS")[0]
+    pick = page.split('.SS "gpumon pick"')[1].split(".SS")[0]
+    assert "--db" in report and "--claims-dir" not in report and "--demo" not in report
+    assert "--claims-dir" in pick and "--claim-seconds" in pick

@@ -92,12 +92,9 @@ def test_bash_completes_subcommands_options_choices_and_paths(tmp_path: Path) ->
     script = tmp_path / "gpumon.bash"
     script.write_text(gpumon("--print-completion", "bash").stdout)
     assert bash_complete(script, "gpumon", "o") == ["once"]
-    assert bash_complete(script, "gpumon", "once", "--c") == [
-        "--claims-dir",
-        "--claim-seconds",
-        "--color",
-        "--cluster",
-    ]
+    # Only the shared options once uses: not pick's --claims-dir.
+    assert bash_complete(script, "gpumon", "once", "--c") == ["--color", "--cluster"]
+    assert bash_complete(script, "gpumon", "pick", "--claim") == ["--claims-dir", "--claim-seconds"]
     assert bash_complete(script, "gpumon", "once", "--color", "") == ["auto", "always", "never"]
     # A subcommand's name as an option's value is not the subcommand.
     assert "once" in bash_complete(script, "gpumon", "--config", "status", "")
