@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging_helpers import (
+from tests.support.packaging_helpers import (
     ROOT,
     copy_of_the_clone,
     fresh_environment,

@@ -163,9 +163,9 @@ def test_twine_check_strict_passes(distributions: tuple[Path, Path]) -> None:
 SDIST_SUBSET = (
     "tests/test_settings.py",
     "tests/test_system_config.py",
-    "tests/test_cgroup.py",
-    "tests/test_prometheus_source.py",
-    "tests/test_snapshots.py::test_one_gpu",
+    "tests/sources/host/test_cgroup.py",
+    "tests/sources/prometheus/test_prometheus_source.py",
+    "tests/ui/dashboard/test_snapshots.py::test_one_gpu",
 )
 
 

@@ -27,8 +27,8 @@ from gpumon.data.model import (
 )
 from gpumon.sampling import snapshot
 from gpumon.ui.dashboard.app import GpumonApp, create_app
-from tests.test_once import validate
-from tests.ui_helpers import (
+from tests.commands.test_once import validate
+from tests.support.ui_helpers import (
     GIB,
     MIB,
     make_gpu,

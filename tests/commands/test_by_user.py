@@ -17,7 +17,7 @@ from gpumon.commands import once
 from gpumon.data import painting
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sampling import snapshot
-from tests.test_once import GIB, gpu, process, troubled_sample, validate
+from tests.commands.test_once import GIB, gpu, process, troubled_sample, validate
 
 HEADER = ["USER", "GPUS", "GPU-MEM", "PROCS"]
 
@@ -128,7 +128,7 @@ def test_the_current_users_row_is_bold_and_ascii_marks_a_lower_bound() -> None:
 
 def test_hostile_user_names_stay_one_safe_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """User names are other users' text, made safe where read; the summary keeps them so."""
-    from tests.hostile import hostile_source, unsafe_characters
+    from tests.support.hostile import hostile_source, unsafe_characters
 
     sample = hostile_source().sample()
     text = once.render_users(sample)

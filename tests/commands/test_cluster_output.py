@@ -23,9 +23,9 @@ from gpumon.commands import cluster_pick as cp
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sources import cluster_base
-from tests.ui_helpers import FIXED_TIME, GIB, MIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import FIXED_TIME, GIB, MIB, make_gpu, make_process, make_sample
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = ROOT / "gpumon" / "schema"
 URL = "http://prometheus.example:9090"
 

@@ -14,8 +14,8 @@ from gpumon.commands import cluster_pick as cp
 from gpumon.commands import pick_cluster
 from gpumon.data.cluster import ClusterSample, Node
 from gpumon.sources import cluster_base
-from tests.test_cluster_output import URL, answering, busy_node, cluster, idle, node, run
-from tests.ui_helpers import GIB, make_process, make_sample
+from tests.commands.test_cluster_output import URL, answering, busy_node, cluster, idle, node, run
+from tests.support.ui_helpers import GIB, make_process, make_sample
 
 FREE_BELOW = 1024**3
 

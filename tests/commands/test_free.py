@@ -21,7 +21,7 @@ from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.sampling import snapshot
 from gpumon.settings import Settings
 from gpumon.sources import base
-from tests.test_once import GIB, MIB, gpu, process, troubled_sample, validate
+from tests.commands.test_once import GIB, MIB, gpu, process, troubled_sample, validate
 
 IDLE = {"memory_used_bytes": 3 * MIB, "utilization_gpu_pct": 0}
 

@@ -35,7 +35,7 @@ GIB = 1024**3
 MIB = 1024**2
 FIXED_TIME = 1_700_000_000.0
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LONG_COMMAND = "python train.py " + " ".join(f"--option-{n} value-{n}" for n in range(12))
 
 

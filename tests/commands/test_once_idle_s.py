@@ -1,6 +1,6 @@
 """`gpumon once --json` gives each process's ``idle_s`` from the history database: how long
-it has held its memory idle as recorded (tests/history_fill.py, recorded until now), 0 when it
-is not idle, null without a database or where nobody can tell; the schema accepts both.
+it has held its memory idle as recorded (tests/support/history_fill.py, recorded until now), 0
+when it is not idle, null without a database or where nobody can tell; the schema accepts both.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 
 from gpumon.cli import main
 from gpumon.data.model import Sample
-from tests.history_fill import fill, sample_at
+from tests.support.history_fill import fill, sample_at
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "gpumon" / "schema" / "once.schema.json").read_text())
 
 

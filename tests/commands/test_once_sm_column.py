@@ -10,7 +10,7 @@ import dataclasses
 from gpumon.commands import once
 from gpumon.data.model import ProcessKind
 from gpumon.sampling.snapshot import sample_to_dict
-from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
 GPU = make_gpu(0)
 LONG = "python train.py --config configs/llama-7b.yaml --bf16 --resume runs/0412/ckpt-1800.pt"

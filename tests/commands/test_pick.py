@@ -15,9 +15,9 @@ from gpumon.commands.pick import UNCLAIMED_NOTE, failure_line, indices_match_cud
 from gpumon.data import ranking
 from gpumon.data.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
 from gpumon.data.ranking import rank
-from tests.pick_helpers import serve
+from tests.support.pick_helpers import serve
+from tests.support.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 from tests.test_cli import run_gpumon
-from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
 
 def idle_gpu(index: int, **fields: object) -> GpuStats:

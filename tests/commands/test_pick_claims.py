@@ -1,6 +1,6 @@
 """`gpumon pick` claims the GPUs it prints: another user's pick skips them and says who has
 them, the claimer's own later pick may take it again (not under --wait), and a claim lasts
-as long as the time written in it allows (races: tests/test_pick_races.py)."""
+as long as the time written in it allows (races: tests/commands/test_pick_races.py)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from gpumon.commands.pick_claims import PickClaims
 from gpumon.data import claims as rules
 from gpumon.data.ranking import qualify
 from gpumon.sources.host.claims import ClaimsDir, user_name
-from tests.pick_helpers import gpu, job, sample, serve
+from tests.support.pick_helpers import gpu, job, sample, serve
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OTHER_UID = 65534  # nobody
 UUID0 = gpu(0).uuid
 KEY0 = rules.claim_key(UUID0)

@@ -12,7 +12,7 @@ import pytest
 from gpumon.cli import main
 from gpumon.commands.pick import MAX_REASONS
 from gpumon.data.model import GpuProcess, Sample
-from tests.pick_helpers import GIB, MIB, gpu, job, sample, serve
+from tests.support.pick_helpers import GIB, MIB, gpu, job, sample, serve
 
 
 def run(

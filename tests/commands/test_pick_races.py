@@ -1,7 +1,7 @@
 """Racing `gpumon pick` processes never get the same GPU: of users or of one user, with or
 without --wait, and whatever another user does to the shared claims directory (holds a
 lock on it, fills it with junk). Each racer is a forked process (as nobody where a test
-says so) running the real pick (tests/pick_race_child.py), released together."""
+says so) running the real pick (tests/support/pick_race_child.py), released together."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.sources.host.claims import ClaimsDir
-from tests import pick_race_child
+from tests.support import pick_race_child
 
 NOBODY = 65534
 ME = os.geteuid()

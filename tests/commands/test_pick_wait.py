@@ -26,9 +26,9 @@ from gpumon.cli import main
 from gpumon.commands.pick_wait import CLEAR_LINE, waiting_text
 from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.data.ranking import qualify
-from tests.pick_helpers import gpu, job, sample, serve
+from tests.support.pick_helpers import gpu, job, sample, serve
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
 
 
@@ -130,7 +130,7 @@ CHILD = """
 import sys
 from gpumon.cli import main
 from gpumon.sources import base
-from tests.pick_helpers import SampleSource, gpu, job, sample
+from tests.support.pick_helpers import SampleSource, gpu, job, sample
 
 gpus = tuple(gpu(index) for index in range(6))
 busy = sample(gpus, tuple(job(g, 100 + g.index, user=f"user{g.index}") for g in gpus))
@@ -215,7 +215,7 @@ def test_wait_takes_no_value_before_another_option(
 STUCK_LATER = """
 import sys, threading
 import gpumon.sources.base
-from tests.pick_helpers import SampleSource, gpu, job, sample
+from tests.support.pick_helpers import SampleSource, gpu, job, sample
 
 class StuckLater(SampleSource):
     def sample(self):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from gpumon.sampling.history import schema
-from tests.test_export import scrape
+from tests.commands.export.test_export import scrape
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gpumon(*argv: str) -> subprocess.Popen[str]:

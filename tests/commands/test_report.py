@@ -1,5 +1,5 @@
 """`gpumon report` on a history database the recorder's own writer filled with an hour a person
-can check by hand (tests/history_fill.py): the text with its bars, JSON that the published
+can check by hand (tests/support/history_fill.py): the text with its bars, JSON that the published
 schema accepts, CSV a spreadsheet reads safely; the period's arguments; and one line, exit 1,
 where there is no database or one gpumon cannot read.
 """
@@ -22,9 +22,9 @@ from gpumon.commands.report_output import render_csv, render_text, report_to_dic
 from gpumon.data.periods import Period, PeriodError, moment, period, span_seconds
 from gpumon.data.report import UsageReport
 from gpumon.data.usage import UsageRow
-from tests.history_fill import EXPECTED, fill
+from tests.support.history_fill import EXPECTED, fill
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "gpumon" / "schema" / "report.schema.json").read_text())
 #: 2026-11-02 00:00 UTC: the filled hour starts here.
 START = 1_793_577_600.0

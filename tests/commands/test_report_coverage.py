@@ -19,9 +19,9 @@ from gpumon.cli import main
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import GpuProcess
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.ui_helpers import GIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, make_gpu, make_process, make_sample
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "gpumon" / "schema" / "report.schema.json").read_text())
 #: 2026-11-02 00:00 UTC.
 START = 1_793_577_600.0

@@ -12,8 +12,8 @@ import pytest
 from gpumon.cli import main
 from gpumon.data.idle import IdleRule
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.test_report_coverage import MINUTE, START
-from tests.ui_helpers import GIB, make_gpu, make_process, make_sample
+from tests.commands.test_report_coverage import MINUTE, START
+from tests.support.ui_helpers import GIB, make_gpu, make_process, make_sample
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """`gpumon report --prometheus`: the hours summed from the answers of a few queries whatever
-the period (a fake server here; the real one: tests/test_prometheus_integration.py), the
-recording rules' series where they were loaded, and the rules themselves under promtool.
+the period (a fake server here; the real one:
+tests/sources/prometheus/test_prometheus_integration.py), the recording rules' series where they
+were loaded, and the rules themselves under promtool.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gpumon.sources.prometheus.usage import (
     step_seconds,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "contrib" / "prometheus" / "gpumon-recording.yml"
 RULES_TEST = ROOT / "contrib" / "prometheus" / "gpumon-recording.test.yml"
 GIB = 1024**3
@@ -235,7 +236,7 @@ def test_the_rules_record_what_the_report_reads() -> None:
 
 
 def test_the_rules_read_only_series_gpumon_exports() -> None:
-    from tests.test_contrib import exported_names, names_in, rule_exprs
+    from tests.commands.export.test_contrib import exported_names, names_in, rule_exprs
 
     exprs = rule_exprs(RULES.read_text(encoding="utf-8"))
     assert len(exprs) == len(RECORDED) + 1
@@ -251,7 +252,7 @@ def test_the_holders_query_finds_memory_held_with_no_sm_series_under_promtool(
     busy, 102 holds 8 GiB on a MIG slice with no SM series (unknown), 103 holds 100 MiB
     with none (under the idle rule's 1 GiB: not counted)."""
     from gpumon.sources.prometheus.usage import holders_query
-    from tests.test_contrib import run_promtool
+    from tests.commands.export.test_contrib import run_promtool
 
     processes = [  # pid, memory GiB, SM ratio or None, idle seconds or None
         ("100", 4, "0", "600"),

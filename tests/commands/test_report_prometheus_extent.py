@@ -17,7 +17,7 @@ import pytest
 from gpumon.commands.report_output import render_text, report_to_dict
 from gpumon.data.periods import Period
 from gpumon.sources.prometheus.usage import cluster_usage
-from tests.test_report_prometheus import GIB, WEEK, vector
+from tests.commands.test_report_prometheus import GIB, WEEK, vector
 
 LOOKBACK_S = 300.0
 SCRAPE_S = 15.0

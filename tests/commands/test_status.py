@@ -24,7 +24,7 @@ from gpumon.data.model import (
 from gpumon.sampling import snapshot
 
 GIB = 1024**3
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_sample(*gpus: GpuStats, simulated: bool = False) -> Sample:
@@ -266,8 +266,8 @@ def test_fields_read_only_on_demand_are_read_when_the_line_shows_them(
 def test_a_sample_taken_without_details_reads_them_as_not_read_not_na() -> None:
     from gpumon.data.model import ON_DEMAND_GPU_FIELDS
     from gpumon.sources.base import read_details
-    from tests.fake_nvml import FakeNvml, make_gpu
-    from tests.test_nvml_source import make_source
+    from tests.sources.nvml.test_nvml_source import make_source
+    from tests.support.fake_nvml import FakeNvml, make_gpu
 
     source = make_source(FakeNvml([make_gpu(0, clock_graphics=1755)]))
     assert read_details(source, False)

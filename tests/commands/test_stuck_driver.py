@@ -16,7 +16,7 @@ from gpumon.data.model import UnavailableReason
 from gpumon.sampling import snapshot
 from gpumon.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class StuckDriver:

@@ -22,7 +22,7 @@ from gpumon.data.free import free_gpu_indices
 from gpumon.data.painting import Painter, fit_line, use_color
 from gpumon.sources.demo import DemoSource
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 

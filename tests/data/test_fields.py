@@ -13,7 +13,7 @@ from gpumon.data.model import GpuStats
 from gpumon.sampling.snapshot import SCHEMA_PATH
 from gpumon.sources.demo import DemoSource
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def every_field_set() -> GpuStats:

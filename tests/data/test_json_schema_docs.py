@@ -11,7 +11,7 @@ import jsonschema
 
 from gpumon.data.model import GpuStats
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def docs_example() -> dict[str, object]:

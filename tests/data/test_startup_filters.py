@@ -26,8 +26,16 @@ from gpumon.settings import Settings
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.bars import HeaderBar
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.test_once import validate
-from tests.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample, screen_text
+from tests.commands.test_once import validate
+from tests.support.ui_helpers import (
+    GIB,
+    MIB,
+    app_for,
+    make_gpu,
+    make_process,
+    make_sample,
+    screen_text,
+)
 
 SIZE = (120, 40)
 USERS = ("alice", "bob")

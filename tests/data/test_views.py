@@ -21,7 +21,7 @@ from gpumon.data.views import (
     shorten_command,
     user_summary,
 )
-from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
 GPU0, GPU1, GPU3 = make_gpu(0), make_gpu(1), make_gpu(3)
 IDLE = {"memory_used_bytes": 3 * MIB, "utilization_gpu_pct": 0}

@@ -13,7 +13,7 @@ from gpumon.commands.once import render_table
 from gpumon.data import format as fmt
 from gpumon.ui.widgets.lines import Glyphs, Line
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
+from tests.support.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 CJK_USER = "用户名用户名用户"  # 8 characters, 16 cells: wider than the USER column (10)
 CJK_COMMAND = "python 训练模型" + "训练模型" * 12 + ".py --epochs 3"

@@ -17,7 +17,7 @@ from gpumon.data.model import Sample
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import Hello, Request, decode
 from gpumon.probe.runner import ProbeOutcome, run_probe
-from tests.fake_children import (
+from tests.support.fake_children import (
     FAKE_TORCH_UUIDS,
     MIB,
     NVML_GPUS,
@@ -25,7 +25,7 @@ from tests.fake_children import (
     real_child,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Found, not imported: the test process itself stays free of torch.
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(

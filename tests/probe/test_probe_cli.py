@@ -22,9 +22,9 @@ from gpumon.probe import cli as probe_cli
 from gpumon.probe import steps as S
 from gpumon.probe.cli import _choose_gpu
 from gpumon.probe.protocol import Done, Hello, Request, StepEvent, decode
-from tests.fake_children import FAKE_TORCH_UUIDS, HERE, MIB, NVML_GPUS, children_sample
+from tests.support.fake_children import FAKE_TORCH_UUIDS, HERE, MIB, NVML_GPUS, children_sample
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ChildrenOnEveryGpu:
@@ -182,7 +182,7 @@ def test_gpu_index_without_nvml_is_reported_by_the_mapping_step(
     fake_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from gpumon.data.model import GpuUnavailable, UnavailableReason
-    from tests.fake_children import sample
+    from tests.support.fake_children import sample
 
     unavailable = GpuUnavailable(UnavailableReason.LIBRARY_NOT_FOUND, "No NVIDIA driver.", "")
 

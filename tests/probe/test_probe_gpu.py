@@ -16,10 +16,10 @@ from gpumon.probe import steps as S
 from gpumon.probe.protocol import Request, StepEvent, decode
 from gpumon.probe.runner import ProbeOutcome, run_probe
 from gpumon.sources.nvml.source import NvmlSource
-from tests.fake_children import MIB, gone
+from tests.support.fake_children import MIB, gone
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _torch_cuda_build() -> str | None:

@@ -18,10 +18,10 @@ import pytest
 from gpumon.probe import child_process
 from gpumon.probe.protocol import StepEvent
 from gpumon.probe.runner import run_probe
-from tests.fake_children import gone, script
-from tests.test_probe_runner import REQUEST, Recorder
+from tests.probe.test_probe_runner import REQUEST, Recorder
+from tests.support.fake_children import gone, script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HAS_PIDFDS = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 PIDFDS_ONLY = pytest.mark.skipif(not HAS_PIDFDS, reason="pidfds are Linux's (>= 5.3)")
 

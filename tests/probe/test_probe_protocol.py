@@ -26,7 +26,7 @@ from gpumon.probe.protocol import (
     is_continue,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "probe-protocol.md"
 
 EVENTS = [

@@ -24,7 +24,7 @@ from gpumon.probe.child_io import EXIT_PARENT_GONE
 from gpumon.probe.confirm import check_holding, check_released
 from gpumon.probe.protocol import Done, Event, Hello, Holding, Request, StepEvent
 from gpumon.probe.runner import ProbeOutcome, child_command, run_probe
-from tests.fake_children import HERE, MIB, NVML_GPUS, gone, real_child, sample, script
+from tests.support.fake_children import HERE, MIB, NVML_GPUS, gone, real_child, sample, script
 
 REQUEST = Request(cuda_index=0)
 

@@ -3,7 +3,7 @@
 A process holding at least ``idle_min_memory_mib`` whose SM utilisation stays at or below
 ``idle_below_pct`` for ``idle_after_minutes`` is IDLE; N/A utilisation never is. The tracker
 (gpumon/sampling/idle.py) runs on an injected clock; the NVML cases run on the faked NVML
-(tests/fake_nvml.py), where a compute process with no sample in the window reads 0 % and
+(tests/support/fake_nvml.py), where a compute process with no sample in the window reads 0 % and
 MIG, an unsupported call or a failed one read N/A.
 """
 
@@ -25,7 +25,9 @@ from gpumon.data.idle import (
 from gpumon.data.model import GpuProcess, ProcessKind, Sample
 from gpumon.sampling.idle import IdleTracker, idle_rule
 from gpumon.settings import Settings
-from tests.fake_nvml import (
+from tests.sources.nvml.test_nvml_mig import jobs, mig_server
+from tests.sources.nvml.test_nvml_source import NOT_SUPPORTED, FakeClock, make_source
+from tests.support.fake_nvml import (
     GIB,
     Fail,
     FakeNvml,
@@ -35,10 +37,8 @@ from tests.fake_nvml import (
     ProcessUtilizationSample,
     make_gpu,
 )
-from tests.test_nvml_mig import jobs, mig_server
-from tests.test_nvml_source import NOT_SUPPORTED, FakeClock, make_source
-from tests.ui_helpers import make_gpu as model_gpu
-from tests.ui_helpers import make_process, make_sample
+from tests.support.ui_helpers import make_gpu as model_gpu
+from tests.support.ui_helpers import make_process, make_sample
 
 MINUTE = 60.0
 RULE = IdleRule(min_memory_bytes=GIB, below_pct=5, after_s=15 * MINUTE)

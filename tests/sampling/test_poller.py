@@ -29,7 +29,7 @@ from gpumon.sampling.poller import (
     clamp_interval,
 )
 from gpumon.sampling.store import Store
-from tests.ui_helpers import make_sample
+from tests.support.ui_helpers import make_sample
 
 # How long to wait for something that should happen. On an idle machine it takes
 # milliseconds; the deadline only bounds how long a broken poller keeps the test running.

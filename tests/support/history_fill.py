@@ -23,7 +23,7 @@ from pathlib import Path
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import Sample
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
 MINUTE = 60.0
 GPUS = tuple(make_gpu(index, energy_j=1000.0 * index) for index in range(3))

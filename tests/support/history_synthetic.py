@@ -1,6 +1,7 @@
 """A month (or any number of days) of a busy 8-GPU server's history, written straight into the
 history database's tables in seconds, with what a report must say computed by hand beside it
-(``tests/test_history_usage.py`` checks one against the other; the benchmark times it).
+(``tests/sampling/history/test_history_usage.py`` checks one against the other; the benchmark
+times it).
 
 The server: 8 GPUs x 64 process slots. Slot ``p`` of GPU ``g`` belongs to user ``u00`` to
 ``u15`` (``(64 g + p) % 16``), Slurm job ``g * 8 + p // 8`` (eight slots a job), container

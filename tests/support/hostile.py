@@ -19,7 +19,7 @@ import psutil
 
 from gpumon.sources.host.inspector import ProcessInspector
 from gpumon.sources.nvml.source import NvmlSource
-from tests.fake_nvml import (
+from tests.support.fake_nvml import (
     GIB,
     FakeNvml,
     FakeProcess,

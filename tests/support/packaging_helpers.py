@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What a checkout holds that is not the project: never copied as "the clone".
 NOT_THE_PROJECT = (

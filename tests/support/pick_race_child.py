@@ -1,5 +1,6 @@
-"""A `gpumon pick` process for the claim races: ``python -m tests.pick_race_child BASE ROUNDS
-GO_FD READY_FD DONE_FD [GPUS [PICK ARGUMENTS...]]``.
+"""A `gpumon pick` process for the claim races:
+``python -m tests.support.pick_race_child BASE ROUNDS GO_FD READY_FD DONE_FD [GPUS [ARGS...]]``,
+ARGS being pick's arguments.
 
 Each round it runs the real ``gpumon pick`` (its ``main``; ``-n 1`` unless other arguments
 are given) over ``GPUS`` FREE GPUs (1 unless given), with the claims directory
@@ -18,7 +19,7 @@ import sys
 
 from gpumon.cli import main
 from gpumon.sources import base
-from tests.pick_helpers import SampleSource, gpu, sample
+from tests.support.pick_helpers import SampleSource, gpu, sample
 
 
 class GatedSource(SampleSource):

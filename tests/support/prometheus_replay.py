@@ -1,7 +1,7 @@
 """Loopback servers for the Prometheus source's tests: one that replays recorded answers,
 one that answers as slowly as a hostile server can.
 
-The answers in tests/fixtures/prometheus were recorded from a real Prometheus scraping real
+The answers in tests/support/fixtures/prometheus were recorded from a real Prometheus scraping real
 exporters (``record.py`` there says how, and regenerates them). :class:`Replay` serves them
 by query over real HTTP, so the source's whole path runs: its requests, urllib, JSON, the
 parser. :class:`Trickler` sends scripted bytes one at a time (or nothing at all), over TCP or
@@ -35,7 +35,8 @@ def load(scenario: str) -> dict[str, Any]:
     """The three recorded answers of a scenario, by role."""
     document = json.loads((FIXTURES / f"{scenario}.json").read_text())
     assert tuple(document["queries"].values()) == QUERIES, (
-        "the source's queries changed: re-record (python tests/fixtures/prometheus/record.py)"
+        "the source's queries changed: re-record"
+        " (python tests/support/fixtures/prometheus/record.py)"
     )
     return dict(document["answers"])
 

@@ -19,7 +19,7 @@ from gpumon.sources.demo import DemoSource
 from gpumon.ui import exact_updates
 from gpumon.ui.dashboard.app import create_app
 from gpumon.ui.widgets.lines import changed_runs
-from tests.ui_helpers import (
+from tests.support.ui_helpers import (
     FIXED_TIME,
     app_for,
     make_gpu,

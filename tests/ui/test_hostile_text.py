@@ -1,11 +1,11 @@
 """Other users' command lines and names reach no output unsafe.
 
-One corpus (:mod:`tests.hostile`: ANSI and OSC 52 escapes, raw C1 bytes, ``\\r``, bytes that
+One corpus (:mod:`tests.support.hostile`: ANSI and OSC 52 escapes, raw C1 bytes, ``\\r``, bytes that
 are not UTF-8, bidi overrides, zero-width characters, emoji and CJK, a 100k-character
 argument) goes through the real NVML source with faked NVML and psutil, then into every
 output: the sample itself, ``gpumon once`` in four locales, ``once --json`` read strictly,
 and the dashboard's bytes replayed in a terminal emulator. The exporter has its own check in
-tests/test_export_hostile.py.
+tests/commands/export/test_export_hostile.py.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pytest
 from gpumon.data import format as fmt
 from gpumon.ui import exact_updates
 from gpumon.ui.dashboard.app import create_app
-from tests.hostile import HOSTILE_ARGV, HOSTILE_USER, hostile_source, unsafe_characters
-from tests.ui_helpers import record_terminal_writes
+from tests.support.hostile import HOSTILE_ARGV, HOSTILE_USER, hostile_source, unsafe_characters
+from tests.support.ui_helpers import record_terminal_writes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_safe_text_escapes_each_kind_of_hostile_character_visibly() -> None:
@@ -84,7 +84,7 @@ _ONCE_WITH_HOSTILE_SAMPLE = """
 import sys
 sys.path.insert(0, {root!r})
 import gpumon.sampling.snapshot
-from tests.hostile import hostile_source
+from tests.support.hostile import hostile_source
 sample = hostile_source().sample()
 gpumon.sampling.snapshot.take_sample = lambda args, **options: sample
 from gpumon.cli import main
@@ -183,7 +183,7 @@ async def test_dashboard_writes_no_hostile_byte_and_shows_the_escapes() -> None:
 async def test_a_gpu_name_with_brackets_is_shown_as_text_not_read_as_markup() -> None:
     """The GPU detail's title: "[/]" in a name crashed it (MarkupError), "[b]" vanished."""
     from gpumon.ui.dashboard.app import create_app
-    from tests.ui_helpers import make_gpu, make_sample, screen_text
+    from tests.support.ui_helpers import make_gpu, make_sample, screen_text
 
     name = "Board [/]x [b]y[/b]"
 

@@ -12,7 +12,7 @@ from textual.command import CommandPalette
 
 from gpumon.settings import Settings
 from gpumon.ui.dashboard.app import create_app
-from tests.test_cluster_ui import cluster_app, make_cluster
+from tests.ui.cluster.test_cluster_ui import cluster_app, make_cluster
 
 # Every key either app binds, and the ones a palette, a dialog or a screen reads. Never "y"
 # (the signal dialog's yes), and the dashboard runs read-only besides.

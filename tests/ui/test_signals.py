@@ -31,9 +31,9 @@ from textual.selection import Selection
 from gpumon.probe.runner import run_probe
 from gpumon.ui.signals import QUIT_SIGNALS, QuitOnSignals, detach_hung_up_terminal, hung_up
 from gpumon.ui.widgets.help import HelpScreen
-from tests.fake_children import gone, script
-from tests.test_app_probe import probe_app, start_probe, until
-from tests.test_probe_runner import REQUEST, Recorder
+from tests.probe.test_probe_runner import REQUEST, Recorder
+from tests.support.fake_children import gone, script
+from tests.ui.dashboard.test_app_probe import probe_app, start_probe, until
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="signals and ptys as on Linux"

@@ -17,9 +17,9 @@ from gpumon.ui import exact_updates, textual_source
 from gpumon.ui.app import CommandPaletteTypedAhead
 from gpumon.ui.textual_source import REPLACEMENTS, is_on, source_digest
 from gpumon.ui.widgets.help import HelpScreen
-from tests.ui_helpers import app_for, make_gpu, make_sample
+from tests.support.ui_helpers import app_for, make_gpu, make_sample
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # A change to mouse hit-testing, which exact updates do not rely on, as Textual 8.2.8's one
 # change to _compositor.py was: the whole-file check took that for a reason to stop.

@@ -24,8 +24,7 @@ from gpumon.ui.widgets.gpu_notes import GpuNote, gather_notes
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.watches import Watch, Watches
-from tests.test_cluster_ui import cluster_app, gpu_is_free, make_cluster, shown
-from tests.ui_helpers import (
+from tests.support.ui_helpers import (
     FIXED_TIME,
     MIB,
     app_for,
@@ -34,6 +33,7 @@ from tests.ui_helpers import (
     make_sample,
     screen_text,
 )
+from tests.ui.cluster.test_cluster_ui import cluster_app, gpu_is_free, make_cluster, shown
 
 ESC, BEL = "\x1b", "\a"
 SIZE = (120, 40)
@@ -462,7 +462,7 @@ async def test_both_helps_list_w() -> None:
 def test_a_watched_process_whose_pid_is_reused_at_once_has_ended() -> None:
     """The job ended and a new process got its PID within one interval: the watch fires."""
     from gpumon.ui.dashboard.watch import is_done, process_watch
-    from tests.ui_helpers import make_gpu, make_process, make_sample
+    from tests.support.ui_helpers import make_gpu, make_process, make_sample
 
     gpu = make_gpu(0)
     job = make_process(gpu, 4242, create_time_s=1000.0)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "contrib" / "grafana" / "gpumon-dashboard.json"
 RULES = ROOT / "contrib" / "prometheus" / "gpumon-alerts.yml"
 RULES_TEST = ROOT / "contrib" / "prometheus" / "gpumon-alerts.test.yml"

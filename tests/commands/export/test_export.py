@@ -31,7 +31,7 @@ from gpumon.data.model import (
 )
 
 GIB = 1024**3
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 HOST = HostStats("node7", None, None, None, None, None, None)
 UUID0 = "GPU-00000000-1111-2222-3333-444444444444"
 UUID1 = "GPU-11111111-1111-2222-3333-444444444444"

@@ -17,8 +17,8 @@ import pytest
 from gpumon.commands.export import auth
 from gpumon.commands.export.auth import BasicAuth
 from gpumon.commands.export.messages import Request
-from tests.test_export_cli import start_process
-from tests.test_export_tls import (  # noqa: F401 (pki and serve are fixtures)
+from tests.commands.export.test_export_cli import start_process
+from tests.commands.export.test_export_tls import (  # noqa: F401 (pki and serve are fixtures)
     PASSWORD,
     Serve,
     client_context,

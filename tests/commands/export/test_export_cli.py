@@ -17,9 +17,9 @@ import pytest
 
 from gpumon.cli import main
 from gpumon.commands.export import listen
-from tests.test_export import FakeSource, fetch, no_driver_sample, scrape
+from tests.commands.export.test_export import FakeSource, fetch, no_driver_sample, scrape
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,8 @@ from gpumon.commands.export.collector import SampleCollector, build_families
 from gpumon.commands.export.dcgm import DCGM_FIELDS, DCGM_LABELS
 from gpumon.commands.export.http import Exporter
 from gpumon.data.model import Sample
-from tests.test_export import GIB, UUID0, UUID2, FakeSource, make_sample
-from tests.test_export_cli import start_process
+from tests.commands.export.test_export import GIB, UUID0, UUID2, FakeSource, make_sample
+from tests.commands.export.test_export_cli import start_process
 
 MIB = 1024**2
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -232,7 +232,7 @@ def test_simulated_compat_series_say_so() -> None:
 
 
 def test_every_compat_field_is_documented() -> None:
-    from tests.test_export import ROOT
+    from tests.commands.export.test_export import ROOT
 
     docs = (ROOT / "docs" / "prometheus.md").read_text()
     assert {field.name for field in DCGM_FIELDS} == COMPAT_NAMES

@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumon.commands.export import collector as export
 from gpumon.data.model import DriverInfo
-from tests.hostile import HOSTILE_ARGV, hostile_source, unsafe_characters
-from tests.test_export import FakeSource, Serve, make_sample, parse
-from tests.test_export import serve as serve_fixture
+from tests.commands.export.test_export import FakeSource, Serve, make_sample, parse
+from tests.commands.export.test_export import serve as serve_fixture
+from tests.support.hostile import HOSTILE_ARGV, hostile_source, unsafe_characters
 
 serve = serve_fixture  # the same fixture as in test_export.py
 

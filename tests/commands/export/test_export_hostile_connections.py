@@ -22,13 +22,13 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 
 from gpumon.commands.export.server import Limits
-from tests.test_export import FakeSource, Serve, make_sample, parse
-from tests.test_export import serve as serve_fixture
-from tests.test_export_http import closed_after
+from tests.commands.export.test_export import FakeSource, Serve, make_sample, parse
+from tests.commands.export.test_export import serve as serve_fixture
+from tests.commands.export.test_export_http import closed_after
 
 serve = serve_fixture  # the same fixture as in test_export.py
 
-BENCHMARK = Path(__file__).resolve().parent / "benchmarks" / "bench_exporter_hostile.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_exporter_hostile.py"
 sys.path.insert(0, str(BENCHMARK.parent))
 from bench_exporter_hostile import scrape as timed_scrape  # noqa: E402
 from bench_exporter_hostile import start_attacker, stop  # noqa: E402

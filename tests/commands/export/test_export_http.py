@@ -20,7 +20,7 @@ import pytest
 
 from gpumon.commands.export.server import Limits
 from gpumon.data.model import GpuProcess, ProcessKind, Sample
-from tests.test_export import (
+from tests.commands.export.test_export import (
     GIB,
     FakeSource,
     Serve,
@@ -30,9 +30,9 @@ from tests.test_export import (
     no_driver_sample,
     parse,
 )
-from tests.test_export import serve as serve_fixture
+from tests.commands.export.test_export import serve as serve_fixture
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 serve = serve_fixture  # the same fixture as in test_export.py
 
 

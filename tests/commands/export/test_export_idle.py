@@ -24,7 +24,16 @@ from gpumon.data.idle import IdleRule
 from gpumon.data.model import GpuProcess, GpuStats, ProcessKind, Sample
 from gpumon.sampling.idle import IdleTracker
 from gpumon.sources.demo import DemoSource
-from tests.test_export import GIB, HOST, UUID0, UUID1, FakeSource, Series, parse, scrape
+from tests.commands.export.test_export import (
+    GIB,
+    HOST,
+    UUID0,
+    UUID1,
+    FakeSource,
+    Series,
+    parse,
+    scrape,
+)
 
 MINUTE = 60.0
 RULE = IdleRule(min_memory_bytes=GIB, below_pct=5, after_s=15 * MINUTE)

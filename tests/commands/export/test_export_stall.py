@@ -27,9 +27,15 @@ from gpumon.commands.export.collector import SampleCollector
 from gpumon.commands.export.exposition import Exposition
 from gpumon.commands.export.http import Exporter
 from gpumon.data.model import Sample
-from tests.test_export import Series, gpu_key, make_sample, mig_and_jobs_sample, parse
+from tests.commands.export.test_export import (
+    Series,
+    gpu_key,
+    make_sample,
+    mig_and_jobs_sample,
+    parse,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 INTERVAL_S = 0.25  # the shortest: stale after 0.75 s
 
 

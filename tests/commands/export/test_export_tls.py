@@ -23,10 +23,10 @@ from gpumon.commands.export.collector import SampleCollector
 from gpumon.commands.export.http import Exporter
 from gpumon.commands.export.server import Limits
 from gpumon.commands.export.web_config import load_web_config
-from tests.test_export import FakeSource, make_sample, parse
-from tests.test_export_cli import start_process
-from tests.test_export_http import closed_after, closed_now
-from tests.tls_certs import TEST_COST, Authority, Pair, write_config
+from tests.commands.export.test_export import FakeSource, make_sample, parse
+from tests.commands.export.test_export_cli import start_process
+from tests.commands.export.test_export_http import closed_after, closed_now
+from tests.support.tls_certs import TEST_COST, Authority, Pair, write_config
 
 PASSWORD = "s3cret-p4ss"
 Serve = Callable[..., Exporter]

@@ -16,8 +16,8 @@ from cryptography import x509
 
 from gpumon.cli import main
 from gpumon.commands.export.web_config import WebConfigError, load_web_config
-from tests.test_export_cli import start_process
-from tests.tls_certs import TEST_COST, Authority, write_config
+from tests.commands.export.test_export_cli import start_process
+from tests.support.tls_certs import TEST_COST, Authority, write_config
 
 #: A hash that must never be printed (its salt and digest are the secret part).
 HASH = bcrypt.hashpw(b"hunter2", bcrypt.gensalt(TEST_COST)).decode()
@@ -308,7 +308,7 @@ def test_the_error_type_is_one_line() -> None:
 
 def test_the_documented_example_is_a_file_gpumon_reads(files: dict[str, Path]) -> None:
     """docs/prometheus.md's example, with its certificate files put where it names them."""
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "prometheus.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "prometheus.md").read_text()
     start = docs.index("## TLS and authentication")
     example = docs[
         docs.index("```yaml\n", start) + 8 : docs.index("```", docs.index("```yaml\n", start) + 8)

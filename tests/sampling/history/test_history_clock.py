@@ -12,8 +12,8 @@ from gpumon.data.idle import IdleRule
 from gpumon.sampling.history.recorder import Recorder
 from gpumon.sampling.history.schema import DAY_S
 from gpumon.sampling.history.writer import HistoryWriter
-from tests import history_synthetic
-from tests.test_history_writer import server
+from tests.sampling.history.test_history_writer import server
+from tests.support import history_synthetic
 
 WEEK_START = 1_790_035_200  # a whole day (UTC)
 WEEK_END = WEEK_START + 7 * DAY_S

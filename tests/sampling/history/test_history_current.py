@@ -12,7 +12,7 @@ from gpumon.cli import main
 from gpumon.data.idle import IdleRule
 from gpumon.sampling.history.reader import open_history
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.ui_helpers import GIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, make_gpu, make_process, make_sample
 
 END = 1_793_577_600.0  # the last sample: 2026-11-02 00:00 UTC
 

@@ -26,7 +26,7 @@ from gpumon.data.idle import IdleRule
 from gpumon.sampling.history import files
 from gpumon.sampling.history.reader import HistoryError, open_history
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.test_history_writer import HOUR0, server
+from tests.sampling.history.test_history_writer import HOUR0, server
 
 T = TypeVar("T")
 NOBODY = 65534

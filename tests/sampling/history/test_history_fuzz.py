@@ -17,7 +17,7 @@ import pytest
 from gpumon.data.idle import IdleRule
 from gpumon.sampling.history.writer import HistoryWriter
 from gpumon.sources.demo import DemoSource
-from tests.test_record_cli import gpumon
+from tests.commands.test_record_cli import gpumon
 
 SEED = 20261128
 PAGE = 4096

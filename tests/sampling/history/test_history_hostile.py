@@ -18,7 +18,7 @@ from gpumon.data.idle import IdleRule
 from gpumon.sampling.history import files, reader
 from gpumon.sampling.history.reader import HistoryError, open_history
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.ui_helpers import GIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, make_gpu, make_process, make_sample
 
 NOBODY = 65534
 #: A user name made to drive the terminal: set its title, reorder the line, open a C1 CSI.

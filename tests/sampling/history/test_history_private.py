@@ -29,7 +29,7 @@ from gpumon.sampling.history.reader import open_history
 from gpumon.sampling.history.recorder import Recorder
 from gpumon.sampling.history.writer import WAL_LIMIT_BYTES, HistoryWriter
 from gpumon.sources.demo import DemoSource
-from tests import history_synthetic
+from tests.support import history_synthetic
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="acting as another user (nobody) needs root"

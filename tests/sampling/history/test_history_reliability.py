@@ -21,9 +21,9 @@ from gpumon.sampling.history import live, writer
 from gpumon.sampling.history.reader import HistoryError, open_history
 from gpumon.sampling.history.recorder import Recorder
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.test_history_writer import HOUR0, server
+from tests.sampling.history.test_history_writer import HOUR0, server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 DEMO = ["--demo", "--demo-gpus", "8", "--demo-processes", "512", "--interval", "0.25"]
 
 #: `gpumon record`, saying on stdout when a batch's transaction has begun writing and when it

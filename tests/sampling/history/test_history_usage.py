@@ -1,5 +1,5 @@
 """A report's numbers over a month of a busy 8-GPU server (64 processes each), against sums
-computed by hand (tests/history_synthetic.py); what pruning keeps; the schema's versions."""
+computed by hand (tests/support/history_synthetic.py); what pruning keeps; the schema's versions."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from gpumon.data.usage import GROUPINGS, UsageRow
 from gpumon.sampling.history import retention, schema
 from gpumon.sampling.history.reader import HistoryError, open_history
 from gpumon.sampling.history.writer import HistoryWriter
-from tests import history_synthetic as synthetic
+from tests.support import history_synthetic as synthetic
 
 START = 1_700_006_400  # a whole day (UTC)
 DAYS = 30

@@ -14,7 +14,7 @@ from gpumon.data.idle import IdleRule
 from gpumon.data.model import GpuProcess, GpuStats, GpuUnavailable, Sample, UnavailableReason
 from gpumon.sampling.history.reader import HistoryReader, open_history
 from gpumon.sampling.history.writer import HistoryWriter
-from tests.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, MIB, make_gpu, make_process, make_sample
 
 HOUR0 = 1_699_999_200.0  # a whole hour (UTC)
 MINUTE = 60.0

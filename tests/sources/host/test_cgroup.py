@@ -18,7 +18,7 @@ from gpumon.sources.host import cgroup
 from gpumon.sources.host.cgroup import NO_IDS, CgroupIds, parse_cgroup, read_cgroup_ids
 from gpumon.sources.host.inspector import ProcessInspector
 
-FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
+FIXTURES = Path(__file__).resolve().parents[2] / "support" / "fixtures" / "cgroup"
 
 # What `squeue` and `docker ps` (`crictl ps`, `podman ps`) would show for each fixture.
 EXPECTED: dict[str, CgroupIds] = {

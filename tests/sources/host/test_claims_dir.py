@@ -17,8 +17,8 @@ import pytest
 from gpumon.cli import main
 from gpumon.data import claims as rules
 from gpumon.sources.host.claims import ClaimsDir
-from tests.pick_helpers import gpu, job, sample, serve
-from tests.test_pick_claims import as_user
+from tests.commands.test_pick_claims import as_user
+from tests.support.pick_helpers import gpu, job, sample, serve
 
 KEY0 = rules.claim_key(gpu(0).uuid)
 assert KEY0 is not None
@@ -206,7 +206,7 @@ def test_waiting_for_a_claims_dir_that_cannot_be_used_says_why_once(
 ) -> None:
     """--wait waits until claims can be made (here: the file in the way is removed after a
     few looks), saying why once; it never prints an unclaimed GPU meanwhile."""
-    from tests.pick_helpers import SampleSource
+    from tests.support.pick_helpers import SampleSource
 
     path = tmp_path / "claims"
     path.write_text("")

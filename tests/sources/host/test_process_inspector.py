@@ -18,8 +18,8 @@ from gpumon.sources.host.inspector import (
     ProcessInspector,
     sample_host,
 )
-from tests.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
-from tests.ui_helpers import make_gpu, make_process
+from tests.support.fake_nvml import GIB, FakeProcess, FakeProcessTable, user_name
+from tests.support.ui_helpers import make_gpu, make_process
 
 MY_UID = 1000
 OTHER_UID = 1001

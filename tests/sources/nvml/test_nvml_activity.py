@@ -11,7 +11,16 @@ import pytest
 
 from gpumon.data.model import GpuProcess
 from gpumon.sources.nvml.device import CLOCK_EVENT_REASONS, PCIE_REFRESH_S, clock_event_names
-from tests.fake_nvml import (
+from tests.sources.nvml.test_nvml_source import (
+    EXPECTED_GPU_0,
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    NOT_SUPPORTED,
+    FakeClock,
+    make_source,
+    two_gpus,
+)
+from tests.support.fake_nvml import (
     GIB,
     Fail,
     FakeNvml,
@@ -20,15 +29,6 @@ from tests.fake_nvml import (
     ProcessInfo,
     ProcessUtilizationSample,
     make_gpu,
-)
-from tests.test_nvml_source import (
-    EXPECTED_GPU_0,
-    FUNCTION_NOT_FOUND,
-    GPU_IS_LOST,
-    NOT_SUPPORTED,
-    FakeClock,
-    make_source,
-    two_gpus,
 )
 
 RX, TX = pynvml.NVML_PCIE_UTIL_RX_BYTES, pynvml.NVML_PCIE_UTIL_TX_BYTES

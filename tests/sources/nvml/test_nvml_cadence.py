@@ -16,8 +16,8 @@ import pynvml
 from gpumon.sources.nvml.codecs import CODECS_IDLE_REFRESH_S
 from gpumon.sources.nvml.health import HEALTH_REFRESH_S
 from gpumon.sources.nvml.settings import SETTINGS_REFRESH_S
-from tests.fake_nvml import FakeNvml, ProcessInfo, Utilization, make_gpu, make_mig_device
-from tests.test_nvml_source import GPU_IS_LOST, NOT_SUPPORTED, FakeClock, make_source
+from tests.sources.nvml.test_nvml_source import GPU_IS_LOST, NOT_SUPPORTED, FakeClock, make_source
+from tests.support.fake_nvml import FakeNvml, ProcessInfo, Utilization, make_gpu, make_mig_device
 
 SETTINGS_CALLS = (
     "nvmlDeviceGetEnforcedPowerLimit",

@@ -10,8 +10,13 @@ import pytest
 from gpumon.data.model import GpuStats
 from gpumon.sources.nvml.health import HEALTH_REFRESH_S, MAX_XID_EVENTS_PER_SAMPLE
 from gpumon.sources.nvml.source import NvmlSource
-from tests.fake_nvml import Fail, FakeNvml, make_gpu
-from tests.test_nvml_source import FUNCTION_NOT_FOUND, GPU_IS_LOST, FakeClock, make_source
+from tests.sources.nvml.test_nvml_source import (
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    FakeClock,
+    make_source,
+)
+from tests.support.fake_nvml import Fail, FakeNvml, make_gpu
 
 HEALTHY = {
     "memory_temperature": 64,

@@ -17,8 +17,8 @@ import pynvml
 import pytest
 
 from gpumon.sources.nvml.lists import VALUE_NOT_AVAILABLE, ListReader
-from tests.fake_nvml import FakeNvml, ProcessInfo, make_gpu
-from tests.test_nvml_source import make_source
+from tests.sources.nvml.test_nvml_source import make_source
+from tests.support.fake_nvml import FakeNvml, ProcessInfo, make_gpu
 
 SUCCESS, INSUFFICIENT_SIZE, NOT_FOUND = 0, 7, 6
 INFO = pynvml.c_nvmlProcessInfo_v3_t

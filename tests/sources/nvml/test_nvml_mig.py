@@ -12,7 +12,8 @@ from gpumon.data.model import GpuProcess, MigInstance, ProcessKind, Sample
 from gpumon.sources.host.inspector import ProcessInspector
 from gpumon.sources.nvml.mig import MIG_RESCAN_S, mig_profile
 from gpumon.sources.nvml.source import NvmlSource
-from tests.fake_nvml import (
+from tests.sources.nvml.test_nvml_source import GPU_IS_LOST, NOT_SUPPORTED, FakeClock, make_source
+from tests.support.fake_nvml import (
     A100_40GB,
     GIB,
     MIB,
@@ -30,7 +31,6 @@ from tests.fake_nvml import (
     make_mig_gpu,
     user_name,
 )
-from tests.test_nvml_source import GPU_IS_LOST, NOT_SUPPORTED, FakeClock, make_source
 
 NO_PERMISSION = Fail(pynvml.NVML_ERROR_NO_PERMISSION)
 IN_INSTANCE_1 = {"gpu_instance_id": 1, "compute_instance_id": 0}

@@ -17,7 +17,7 @@ from gpumon.sources.nvml.errors import PROCESSES_NOT_SUPPORTED
 from gpumon.sources.nvml.processes import IMPOSSIBLE_PID
 from gpumon.sources.nvml.settings import SETTINGS_REFRESH_S
 from gpumon.sources.nvml.source import NvmlSource
-from tests.fake_nvml import (
+from tests.support.fake_nvml import (
     GIB,
     MIB,
     Fail,

@@ -2,7 +2,7 @@
 a node naming more GPUs than a machine has is refused; an exporter serving an old sample (or
 saying its sampler is stalled) is STALE; times that are not real moments read "unknown".
 
-The recorded demo answers (tests/fixtures/prometheus) with one thing changed, replayed over
+The recorded demo answers (tests/support/fixtures/prometheus) with one thing changed, replayed over
 loopback HTTP; `gpumon once --prometheus` and `gpumon pick --prometheus` read them through
 `main`.
 """
@@ -23,8 +23,8 @@ from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import ProcessKind
 from gpumon.sources.prometheus.nodes import MAX_GPUS_PER_NODE
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.prometheus_replay import ROLES, Replay, load, series
-from tests.test_cluster_output import validator
+from tests.commands.test_cluster_output import validator
+from tests.support.prometheus_replay import ROLES, Replay, load, series
 
 FREE_MIB = 1024
 IDLE_GPU = 2  # the demo's one FREE GPU

@@ -1,7 +1,7 @@
 """A Prometheus that answers slowly, hugely or elsewhere: every request ends within its
 timeout however the bytes arrive, an answer too large is refused, a redirect is not followed.
 
-Real loopback servers (tests/prometheus_replay.py): a trickling one sends the status line,
+Real loopback servers (tests/support/prometheus_replay.py): a trickling one sends the status line,
 the headers or the body one byte every 0.2 s, over TCP or TLS; `gpumon once` and `gpumon
 pick` run as subprocesses against it. Bounds are generous (the timeout + 1.5 s): they fail
 only when a request is not bounded at all.
@@ -22,7 +22,7 @@ import pytest
 from gpumon.data.cluster import NodeState
 from gpumon.sources.prometheus import client
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.prometheus_replay import (
+from tests.support.prometheus_replay import (
     Replay,
     Reply,
     Script,
@@ -32,7 +32,7 @@ from tests.prometheus_replay import (
     self_signed,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 1.5
 #: How much longer than its timeout a request may take on a busy machine.
 SLACK_S = 1.5

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(
     "(Debian: apt-get install prometheus; .ci/run installs it as root)",
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 #: Long enough for a slow CI machine, short enough that a hang fails the test in seconds.
 START_S = 20.0
 #: Scrapes every second: a stopped exporter is `up 0` at the next scrape.

@@ -1,7 +1,7 @@
 """Credentials never reach an error line, whatever a server echoes; redirects are not followed.
 
-A loopback server (tests/prometheus_replay.py) answers 401, 403 and 500 with bodies and reason
-phrases that quote the request's credentials in every form a server could: as sent, in
+A loopback server (tests/support/prometheus_replay.py) answers 401, 403 and 500 with bodies and
+reason phrases that quote the request's credentials in every form a server could: as sent, in
 another case, percent-encoded, base64; and 3xx answers that point elsewhere.
 """
 
@@ -20,8 +20,8 @@ import pytest
 
 from gpumon.sources.prometheus.redaction import HIDDEN
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.hostile import unsafe_characters
-from tests.prometheus_replay import Replay, Reply, self_signed
+from tests.support.hostile import unsafe_characters
+from tests.support.prometheus_replay import Replay, Reply, self_signed
 
 TOKEN = "SecretToken123"
 USER, PASSWORD = "alice", "Hunter2-pass"

@@ -1,6 +1,6 @@
 """The Prometheus source: real Prometheus answers, replayed over HTTP on loopback.
 
-The answers in tests/fixtures/prometheus were recorded from a real Prometheus scraping real
+The answers in tests/support/fixtures/prometheus were recorded from a real Prometheus scraping real
 exporters (``record.py`` there says how, and regenerates them). A small HTTP server replays
 them by query, so the source's whole path runs: its requests, urllib, JSON, the parser.
 """
@@ -31,8 +31,8 @@ from gpumon.sources.prometheus import source as prometheus
 from gpumon.sources.prometheus.client import Backoff, PrometheusError
 from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.hostile import unsafe_characters
-from tests.prometheus_replay import FIXTURES, ROLES, Replay, Reply, load, series
+from tests.support.hostile import unsafe_characters
+from tests.support.prometheus_replay import FIXTURES, ROLES, Replay, Reply, load, series
 
 MIB = 1024**2
 FREE_MIB = 1024

@@ -15,8 +15,8 @@ import pytest
 from gpumon.data.cluster import ClusterSample
 from gpumon.ui.cluster.node_history import NodeGpuScreen
 from gpumon.ui.cluster.node_screen import NodeScreen
-from tests.test_cluster_ui import cluster_app, make_cluster, shown
-from tests.ui_helpers import screen_text
+from tests.support.ui_helpers import screen_text
+from tests.ui.cluster.test_cluster_ui import cluster_app, make_cluster, shown
 
 #: Names with brackets: gpumon's own ``name [job]``, a style, a bare close tag, an action.
 BRACKETED = ["gpu01 [gpumon-b]", "gpu01 [reverse]X", "evil[/]", "[@click=app.quit]x"]

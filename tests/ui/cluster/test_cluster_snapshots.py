@@ -1,10 +1,10 @@
 """SVG snapshots of the cluster dashboard (pytest-textual-snapshot).
 
-Deterministic: the hand-built cluster of tests/test_cluster_ui.py (100 nodes of 8 GPUs,
+Deterministic: the hand-built cluster of tests/ui/cluster/test_cluster_ui.py (100 nodes of 8 GPUs,
 node7 DOWN, node13 stale, node91-100 on dcgm-exporter), a fixed clock (FIXED_TIME, 22:13:20
 UTC; conftest sets TZ=UTC), a last hour from a fake source.
 Regenerate after an intended change with:
-pytest tests/test_cluster_snapshots.py --snapshot-update
+pytest tests/ui/cluster/test_cluster_snapshots.py --snapshot-update
 Each docstring below appears in the snapshot report next to the diff.
 """
 
@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 
 from gpumon.ui.cluster.app import ClusterApp
 from gpumon.ui.cluster.node_history import NodeGpuScreen
-from tests.test_cluster_ui import FakeSource, cluster_app, make_cluster, unreachable
+from tests.ui.cluster.test_cluster_ui import FakeSource, cluster_app, make_cluster, unreachable
 
 
 def after(*keys: str, failing: bool = False) -> Callable[[Pilot[Any]], Awaitable[None]]:

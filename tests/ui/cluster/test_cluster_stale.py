@@ -14,8 +14,8 @@ from gpumon.settings import Settings
 from gpumon.ui.cluster.app import ClusterApp, create_cluster_app, free_gpus
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.node_screen import NodeScreen
-from tests.test_cluster_ui import URL, FakeSource, make_cluster, row_of, shown
-from tests.ui_helpers import FIXED_TIME, screen_text
+from tests.support.ui_helpers import FIXED_TIME, screen_text
+from tests.ui.cluster.test_cluster_ui import URL, FakeSource, make_cluster, row_of, shown
 
 #: node1's FREE GPU in make_cluster (GPU i of node n is FREE when n + i is a multiple of 5).
 NODE1_FREE = {4}

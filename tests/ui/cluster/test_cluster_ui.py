@@ -24,7 +24,7 @@ from gpumon.ui.cluster.node_columns import NodeFilter, node_rows, sort_rows, sta
 from gpumon.ui.cluster.node_history import NodeGpuScreen, time_columns
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.node_screen import NodeScreen
-from tests.ui_helpers import FIXED_TIME, GIB, MIB, screen_text
+from tests.support.ui_helpers import FIXED_TIME, GIB, MIB, screen_text
 
 URL = "http://prometheus.example:9090"
 USERS = ("alice", "bob", "carol", "dave", "erin")

@@ -15,7 +15,7 @@ from gpumon.ui.dashboard.app import create_app
 from gpumon.ui.widgets.gpu_layout import Layout, choose_layout
 from gpumon.ui.widgets.help import HelpScreen
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.ui_helpers import (
+from tests.support.ui_helpers import (
     FIXED_TIME,
     GIB,
     StaticSource,

@@ -18,8 +18,8 @@ from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.probe_panel import ProbePanel
 from gpumon.ui.widgets.bars import HostStrip
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script
-from tests.ui_helpers import screen_text
+from tests.support.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script
+from tests.support.ui_helpers import screen_text
 
 
 class FakeServer:

@@ -14,8 +14,8 @@ from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.signal_dialog import READONLY_NOTICE, SignalDialog
 from gpumon.ui.widgets.help import HelpScreen
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.test_process_signals import Children, assert_alive, ended_by, process_of
-from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
+from tests.sources.host.test_process_signals import Children, assert_alive, ended_by, process_of
+from tests.support.ui_helpers import app_for, make_gpu, make_sample, screen_text
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.claim_notes import ClaimNotes
 from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_panel import GpuPanel
-from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
+from tests.support.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 GPUS = tuple(make_gpu(index) for index in range(4))
 

@@ -26,7 +26,7 @@ from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.text_lines import TextLines
-from tests.ui_helpers import (
+from tests.support.ui_helpers import (
     app_for,
     demo_app,
     make_gpu,

@@ -3,7 +3,7 @@
 Deterministic: demo seed 0, a fixed number of samples, a clock that starts at FIXED_TIME and
 moves one second a sample (the spans "last 59s", the header's time), no host reads.
 Regenerate after an intended change with:
-pytest tests/test_detail_snapshots.py --snapshot-update
+pytest tests/ui/dashboard/test_detail_snapshots.py --snapshot-update
 Each docstring below appears in the snapshot report next to the diff.
 """
 
@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
-from tests.ui_helpers import FIXED_TIME
+from tests.support.ui_helpers import FIXED_TIME
 
 
 def demo_app(gpus: int) -> GpumonApp:

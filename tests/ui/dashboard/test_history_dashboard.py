@@ -1,4 +1,4 @@
-"""The dashboard with a history database (tests/history_fill.py, recorded up to now): idle
+"""The dashboard with a history database (tests/support/history_fill.py, recorded up to now): idle
 durations as recorded, ``U``'s GPU-hours per user, ``[`` and ``]`` through the GPU detail's
 spans; and without one (or with one gpumon cannot read) everything as before, the help saying
 how to start recording, at most one notice.
@@ -21,9 +21,9 @@ from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.dashboard.help import DashboardHelpScreen
 from gpumon.ui.dashboard.usage_screen import UsageScreen
-from tests.history_fill import MINUTE, fill, sample_at
-from tests.test_nvml_source import FakeClock
-from tests.ui_helpers import app_for, screen_text
+from tests.sources.nvml.test_nvml_source import FakeClock
+from tests.support.history_fill import MINUTE, fill, sample_at
+from tests.support.ui_helpers import app_for, screen_text
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from gpumon.ui.dashboard.user_summary import UserSummaryScreen
 from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.test_nvml_source import FakeClock
-from tests.ui_helpers import (
+from tests.sources.nvml.test_nvml_source import FakeClock
+from tests.support.ui_helpers import (
     FIXED_TIME,
     GIB,
     MIB,

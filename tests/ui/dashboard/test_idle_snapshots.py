@@ -1,9 +1,9 @@
 """SVG snapshots of a server with one GPU held idle (pytest-textual-snapshot).
 
-Deterministic: the hand-built four-GPU server of tests/test_idle_dashboard.py, its samples
-handed in on a fake clock (alice's notebook on GPU 1 quiet for 2h13m, dana's job beside
+Deterministic: the hand-built four-GPU server of tests/ui/dashboard/test_idle_dashboard.py, its
+samples handed in on a fake clock (alice's notebook on GPU 1 quiet for 2h13m, dana's job beside
 chen's on GPU 2 for 1h13m). Regenerate after an intended change with:
-pytest tests/test_idle_snapshots.py --snapshot-update
+pytest tests/ui/dashboard/test_idle_snapshots.py --snapshot-update
 Each docstring below appears in the snapshot report next to the diff.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from tests.test_idle_dashboard import TIMELINE, replay, server
-from tests.ui_helpers import app_for
+from tests.support.ui_helpers import app_for
+from tests.ui.dashboard.test_idle_dashboard import TIMELINE, replay, server
 
 
 def after(*keys: str, quiet_since_start: bool = False) -> Callable[[Pilot[Any]], Awaitable[None]]:

@@ -18,7 +18,7 @@ from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.text_lines import TextLines
-from tests.ui_helpers import (
+from tests.support.ui_helpers import (
     GIB,
     MIB,
     StaticSource,

@@ -13,8 +13,8 @@ from gpumon.ui.dashboard.app import create_app
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.widgets.gpu_fields import NOT_READ_YET
 from gpumon.ui.widgets.text_lines import TextLines
-from tests.fake_nvml import FakeNvml, make_gpu
-from tests.test_nvml_source import make_source
+from tests.sources.nvml.test_nvml_source import make_source
+from tests.support.fake_nvml import FakeNvml, make_gpu
 
 DETAIL_CALLS = (
     ("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_GRAPHICS),

@@ -1,6 +1,6 @@
 """The probe panel in a minimal app: live steps, messages, keys, and no child left behind.
 
-Snapshots: regenerate with ``pytest tests/test_probe_panel.py --snapshot-update``.
+Snapshots: regenerate with ``pytest tests/ui/dashboard/test_probe_panel.py --snapshot-update``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from textual.widgets import Input, Static
 from gpumon.data.model import Sample
 from gpumon.probe import steps as S
 from gpumon.ui.dashboard.probe_panel import ProbePanel, StepRow
-from tests.fake_children import MIB, gone, sample, script
+from tests.support.fake_children import MIB, gone, sample, script
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"  # the GPU the fake children "hold"
 

@@ -12,7 +12,7 @@ from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen
 from gpumon.ui.widgets.process_table import ProcessTable
 from gpumon.ui.widgets.text_lines import TextLines
-from tests.ui_helpers import app_for, demo_app, make_gpu, make_process, make_sample, push
+from tests.support.ui_helpers import app_for, demo_app, make_gpu, make_process, make_sample, push
 
 SIZE = (120, 40)
 GPU = make_gpu(0)

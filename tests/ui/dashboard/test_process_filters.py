@@ -22,7 +22,7 @@ from gpumon.ui.dashboard.screen import DashboardScreen
 from gpumon.ui.dashboard.user_summary import UserSummaryScreen
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.ui_helpers import (
+from tests.support.ui_helpers import (
     FIXED_TIME,
     GIB,
     MIB,

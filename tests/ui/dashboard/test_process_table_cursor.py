@@ -13,7 +13,7 @@ from textual.pilot import Pilot
 from gpumon.data.model import GpuProcess, Sample
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
+from tests.support.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
 SIZE = (100, 30)
 GPU = make_gpu(0)

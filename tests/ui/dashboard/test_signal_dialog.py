@@ -19,8 +19,8 @@ from textual.widgets import Static
 
 from gpumon.data.model import GpuProcess
 from gpumon.ui.dashboard.signal_dialog import SignalDialog, request_signal
-from tests.test_process_signals import Children, assert_alive, ended_by, process_of
-from tests.ui_helpers import screen_text
+from tests.sources.host.test_process_signals import Children, assert_alive, ended_by, process_of
+from tests.support.ui_helpers import screen_text
 
 
 class SignalApp(App[None]):

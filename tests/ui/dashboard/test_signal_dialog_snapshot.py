@@ -1,7 +1,7 @@
 """SVG snapshot of the signal dialog (pytest-textual-snapshot).
 
 Regenerate after an intended change with:
-pytest tests/test_signal_dialog_snapshot.py --snapshot-update
+pytest tests/ui/dashboard/test_signal_dialog_snapshot.py --snapshot-update
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """SVG snapshots of the main views (pytest-textual-snapshot).
 
-Regenerate after an intended change with: pytest tests/test_snapshots.py --snapshot-update
+Regenerate after an intended change with:
+pytest tests/ui/dashboard/test_snapshots.py --snapshot-update
 Each docstring below appears in the snapshot report next to the diff.
 """
 
@@ -11,7 +12,7 @@ from textual.pilot import Pilot
 from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
-from tests.ui_helpers import FIXED_TIME, StaticSource, make_sample
+from tests.support.ui_helpers import FIXED_TIME, StaticSource, make_sample
 
 
 def demo_app(gpus: int, processes: int | None = None) -> GpumonApp:

@@ -40,7 +40,7 @@ from gpumon.sources.base import GpuSource
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.widgets.process_table import ProcessTable
-from tests.ui_helpers import FIXED_TIME, screen_text
+from tests.support.ui_helpers import FIXED_TIME, screen_text
 
 MIB = 1024**2
 

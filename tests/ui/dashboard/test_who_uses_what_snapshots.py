@@ -3,7 +3,7 @@ per-user summary, and MIG instance lines.
 
 Built from hand-made samples (no demo source, a fixed clock) so that they change only when
 the views do. Regenerate after an intended change with:
-pytest tests/test_who_uses_what_snapshots.py --snapshot-update
+pytest tests/ui/dashboard/test_who_uses_what_snapshots.py --snapshot-update
 Each docstring below appears in the snapshot report next to the diff.
 """
 
@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 
 from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.ui.dashboard.app import GpumonApp
-from tests.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample
+from tests.support.ui_helpers import GIB, MIB, app_for, make_gpu, make_process, make_sample
 
 
 def shared_server() -> Sample:

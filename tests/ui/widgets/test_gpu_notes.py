@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpumon.ui.widgets.gpu_notes import GpuNote, gather_notes
-from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
+from tests.support.ui_helpers import app_for, make_gpu, make_sample, screen_text
 
 
 def test_notes_are_gathered_per_gpu_in_the_sources_order() -> None:

@@ -8,7 +8,7 @@ from textual.pilot import Pilot
 from gpumon.ui.textual_source import KEYS_FOOTER, changed
 from gpumon.ui.widgets import keys_footer
 from gpumon.ui.widgets.keys_footer import KeysFooter
-from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
+from tests.support.ui_helpers import app_for, make_gpu, make_sample, screen_text
 
 SAMPLE = make_sample(tuple(make_gpu(index) for index in range(2)))
 

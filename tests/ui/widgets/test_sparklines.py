@@ -11,7 +11,7 @@ from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, Layout
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.graphs import BLOCKS, bucketed, history_sparkline
-from tests.ui_helpers import demo_app, push, screen_text
+from tests.support.ui_helpers import demo_app, push, screen_text
 
 #: A sparkline's glyphs that a bar never uses (bars: full and left-eighth blocks).
 SPARK_ONLY = set(BLOCKS) - {"█"}

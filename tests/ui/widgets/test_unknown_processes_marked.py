@@ -13,9 +13,9 @@ from textual.pilot import Pilot
 from gpumon.data.model import Sample
 from gpumon.settings import Settings
 from gpumon.ui.widgets.process_columns import EMPTY_NONE
-from tests.test_status import run_status
-from tests.test_watch import notices, select_gpu
-from tests.ui_helpers import GIB, app_for, make_gpu, make_process, make_sample, screen_text
+from tests.commands.test_status import run_status
+from tests.support.ui_helpers import GIB, app_for, make_gpu, make_process, make_sample, screen_text
+from tests.ui.test_watch import notices, select_gpu
 
 REFUSED = "NVML: Not Supported"
 
