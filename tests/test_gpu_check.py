@@ -41,6 +41,7 @@ def rows_of(report: dict[str, object], section: str) -> dict[str, dict[str, str]
     return {row["key"]: row for row in sections[section]["data"]["rows"]}
 
 
+@pytest.mark.slow
 def test_the_fake_run_agrees_on_every_field_and_writes_its_report(tmp_path: Path) -> None:
     """Every field agrees (energy: nvidia-smi shows none), the exporter's series too, the
     sections that need a GPU say why they were skipped, and the files land in --out."""

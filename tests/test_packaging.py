@@ -169,6 +169,7 @@ SDIST_SUBSET = (
 )
 
 
+@pytest.mark.slow
 def test_the_tests_run_from_the_unpacked_sdist(
     distributions: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -140,11 +140,13 @@ def test_two_picks_racing_for_one_gpu_exactly_one_wins(base: Path) -> None:
 
 
 @needs_root
+@pytest.mark.slow
 def test_two_users_racing_for_one_gpu_exactly_one_wins(base: Path) -> None:
     for found in race(base, (ME, NOBODY), rounds=20):
         assert winners(found) == ["0\n"], found
 
 
+@pytest.mark.slow
 def test_waiting_picks_of_one_user_never_share_a_gpu(base: Path) -> None:
     """Four `pick --wait` of one user started half a second apart, for two FREE GPUs: two
     get one each; the other two wait (their user's own claims hold the GPUs: the first jobs
@@ -156,6 +158,7 @@ def test_waiting_picks_of_one_user_never_share_a_gpu(base: Path) -> None:
 
 
 @needs_root
+@pytest.mark.slow
 def test_waiting_picks_of_two_users_never_share_a_gpu(base: Path) -> None:
     """Two users, two `pick --wait` each, started in turn for two FREE GPUs: each GPU is
     printed once."""
@@ -207,6 +210,7 @@ def fill_with_junk(claims_dir: Path) -> None:
 
 @needs_root
 @pytest.mark.parametrize("wait", [(), ("--wait", "1")], ids=["once", "wait"])
+@pytest.mark.slow
 def test_another_users_lock_on_the_claims_directory_hands_nobody_a_taken_gpu(
     base: Path, wait: tuple[str, ...]
 ) -> None:

@@ -231,6 +231,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_driver_stuck_while_waiting_ends_the_pick_when_the_wait_does() -> None:
     """`pick --wait 3s`: the driver answers once, then a call never returns; the pick ends
     about when its wait does (not SAMPLE_TIMEOUT_S, 30 s, later), saying the driver did not

@@ -216,6 +216,7 @@ def test_the_systemd_unit_records_hardened_into_its_state_directory() -> None:
     assert problems == []
 
 
+@pytest.mark.slow
 def test_sigterm_stops_record_at_once_while_another_program_holds_the_database_locked(
     tmp_path: Path,
 ) -> None:

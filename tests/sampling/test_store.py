@@ -103,6 +103,7 @@ def test_history_covers_ten_minutes_within_fixed_bounds(interval_s: float, point
 # -- bounds ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_hundred_thousand_pushes_keep_every_buffer_at_capacity_and_memory_flat() -> None:
     store = Store(1.0)
     samples = [
@@ -133,6 +134,7 @@ def test_a_hundred_thousand_pushes_keep_every_buffer_at_capacity_and_memory_flat
     assert store.sequence == 2 * 600 + 100_000
 
 
+@pytest.mark.slow
 def test_process_churn_keeps_only_the_processes_of_the_latest_sample() -> None:
     """16 processes, 4 of them replaced on every poll: 100,000 PIDs go by, memory is flat."""
     store = Store(0.25)

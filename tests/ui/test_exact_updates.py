@@ -69,6 +69,7 @@ def test_changed_runs_handles_a_bar_that_grew() -> None:
 
 
 @pytest.mark.parametrize("width, height", [(80, 24), (120, 40), (200, 50)])
+@pytest.mark.slow
 async def test_terminal_shows_exactly_the_rendered_screen_after_partial_updates(
     width: int, height: int
 ) -> None:

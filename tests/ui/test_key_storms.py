@@ -82,6 +82,7 @@ async def test_ctrl_p_and_a_page_key_in_one_read_leave_the_cluster_view_running(
 
 
 @pytest.mark.parametrize("seed", range(2))
+@pytest.mark.slow
 async def test_a_storm_of_keys_and_resizes_leaves_the_dashboard_answering(seed: int) -> None:
     settings = Settings(demo=True, demo_gpus=4, interval_s=0.25, readonly=True)
     app = create_app(settings=settings, ascii_only=False)
@@ -103,6 +104,7 @@ async def test_a_storm_of_keys_and_resizes_leaves_the_dashboard_answering(seed: 
 
 
 @pytest.mark.parametrize("seed", range(2))
+@pytest.mark.slow
 async def test_a_storm_of_keys_and_resizes_leaves_the_cluster_view_answering(seed: int) -> None:
     app = cluster_app(make_cluster(30))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -256,6 +256,7 @@ def test_suspend_and_resume_still_work(dashboard: PtyDashboard) -> None:
     assert_terminal_restored(dashboard, after)
 
 
+@pytest.mark.slow
 def test_keys_still_arrive_after_suspend_and_resume(dashboard: PtyDashboard) -> None:
     """Textual closes a driver it suspends and starts the same one again: gpumon's key
     thread (gpumon.ui.input_driver) opens its wake-up pipe again and reads keys, and q quits."""

@@ -106,6 +106,7 @@ def slow_bcrypt(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("slow_bcrypt")
 @pytest.mark.parametrize("known", [False, True], ids=["fresh", "known"])
+@pytest.mark.slow
 def test_a_flood_of_wrong_passwords_from_one_client_does_not_lock_the_scraper_out(
     pki: dict[str, object],  # noqa: F811
     serve: Serve,  # noqa: F811
@@ -178,6 +179,7 @@ def test_stopping_waits_for_the_check_under_way(
         assert "gpumon-auth" not in {thread.name for thread in threading.enumerate()}
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_flood_exits_cleanly(pki: dict[str, object]) -> None:  # noqa: F811
     """SIGTERM while bcrypt runs on the auth thread: the usual exit, not an abort (a check
     that ended while the interpreter exited used to abort it, about one time in three)."""

@@ -222,6 +222,7 @@ _STUCK_DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_stuck_driver_listens_at_once_answers_503_and_stops_within_a_second() -> None:
     """It listened only after the first sample (21 s with a slow driver)
     and took 6-7 s to stop while a sample was stuck."""

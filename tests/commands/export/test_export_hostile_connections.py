@@ -66,6 +66,7 @@ def exchange(port: int, request: bytes) -> tuple[int, dict[str, str], bytes, boo
     return status, headers, body, closed
 
 
+@pytest.mark.slow
 def test_scrapes_get_through_while_another_process_holds_150_hostile_connections(
     serve: Serve,
 ) -> None:
@@ -202,6 +203,7 @@ def test_openmetrics_is_served_when_asked_gzipped_too(serve: Serve) -> None:
     assert {"gpumon_gpu_up", "gpumon_sampler_stalled", "gpumon_sampling_errors_total"} <= names
 
 
+@pytest.mark.slow
 def test_stopping_again_while_connections_close_breaks_nothing(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:

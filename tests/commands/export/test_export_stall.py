@@ -109,6 +109,7 @@ def stuck() -> Iterator[Exporter]:
     source.release()
 
 
+@pytest.mark.slow
 def test_a_stuck_driver_is_served_as_stalled_never_as_current(stuck: Exporter) -> None:
     source = stuck.source
     assert stuck.first_sample.wait(5)
@@ -199,6 +200,7 @@ _STUCK_AT_4 = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_gpumon_export_with_a_driver_stuck_at_the_4th_sample() -> None:
     """The command as a user runs it: stalled after 3 intervals, no readings, and it still
     stops at once on SIGTERM with exit code 0."""

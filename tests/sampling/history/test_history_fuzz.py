@@ -105,6 +105,7 @@ def test_report_on_a_damaged_history_is_one_line_or_a_report(
         assert_one_line_or_success("report", path, process.returncode, errors)
 
 
+@pytest.mark.slow
 def test_record_on_a_damaged_history_is_one_line_or_records(
     damaged_files: dict[str, list[Path]],
 ) -> None:

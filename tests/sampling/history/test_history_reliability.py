@@ -64,6 +64,7 @@ def samples_of_first_gpu(path: Path) -> int:
         connection.close()
 
 
+@pytest.mark.slow
 def test_a_recorder_killed_while_writing_loses_at_most_that_batch(tmp_path: Path) -> None:
     """Ten times: `gpumon record` killed with SIGKILL inside a transaction (at a different
     point of it each time). Each time the file passes integrity_check, holds every batch
@@ -170,6 +171,7 @@ PUBLISHING = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_readers_never_see_a_locked_database_while_the_recorder_writes(tmp_path: Path) -> None:
     path = tmp_path / "history.db"
     recorder = subprocess.Popen(

@@ -20,6 +20,9 @@ START = 1_700_006_400  # a whole day (UTC)
 DAYS = 30
 END = START + DAYS * 86400
 
+#: A month of a busy server, filled once for the module: seconds.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def month(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, synthetic.Expected]]:

@@ -131,6 +131,7 @@ def test_tls_is_bounded_too(tmp_path: Path, script: str) -> None:
         ["pick", "-n", "1"],
     ],
 )
+@pytest.mark.slow
 def test_the_headless_modes_end_within_the_timeout(argv: list[str]) -> None:
     server = Trickler(SCRIPTS["body"])
     command = [sys.executable, "-m", "gpumon", *argv, "--prometheus", server.url]

@@ -28,11 +28,14 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="gpumon export needs prometheus_client")
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="needs the Prometheus server binary `prometheus` on PATH "
-    "(Debian: apt-get install prometheus; .ci/run installs it as root)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PROMETHEUS is None,
+        reason="needs the Prometheus server binary `prometheus` on PATH "
+        "(Debian: apt-get install prometheus; .ci/run installs it as root)",
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Long enough for a slow CI machine, short enough that a hang fails the test in seconds.

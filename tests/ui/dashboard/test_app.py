@@ -130,6 +130,7 @@ async def test_a_gpu_whose_process_list_was_refused_says_so_in_the_table() -> No
     assert "No processes on any GPU" not in text
 
 
+@pytest.mark.slow
 async def test_every_gpu_stays_reachable_when_not_all_fit() -> None:
     """64 GPUs at 80x24: the panel scrolls to the selected GPU and says which are shown."""
     gpus = tuple(make_gpu(i, name=f"Board {i:02d}") for i in range(64))

@@ -175,6 +175,7 @@ async def test_the_probe_confirms_with_nvml_even_while_the_dashboard_is_paused(
         assert "FAIL" not in text, text
 
 
+@pytest.mark.slow
 async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
     """Both keys in one read: the old panel's Closed arrives after the new panel mounted."""
     from textual import events
@@ -208,6 +209,7 @@ async def test_a_too_small_terminal_during_a_probe_still_says_so() -> None:
 
 
 @pytest.mark.parametrize("size", [(80, 24), (59, 15)])
+@pytest.mark.slow
 async def test_the_verdict_shows_on_a_short_terminal(size: tuple[int, int]) -> None:
     """Nine steps do not fit in 13 lines: the panel follows the probe to its verdict, the
     verdict is also on its border, and the keyboard scrolls it."""
@@ -254,6 +256,7 @@ async def test_a_redraw_while_the_probe_panel_is_being_removed_never_crashes() -
         assert not app.dashboard.has_class("-probe-right")
 
 
+@pytest.mark.slow
 async def test_probe_escape_and_the_command_palette_in_a_loop_leave_the_app_running() -> None:
     app = probe_app(real_child("fake"))
     async with app.run_test(size=(200, 50)) as pilot:

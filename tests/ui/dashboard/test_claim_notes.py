@@ -116,6 +116,7 @@ async def test_claims_that_cannot_be_read_are_said_to_be_unknown_not_shown_as_no
         assert app.dashboard.query_one(GpuPanel).notes == {}
 
 
+@pytest.mark.slow
 async def test_another_users_junk_in_the_claims_directory_hides_no_claim(tmp_path: Path) -> None:
     """10,001 files that are not claims (which once switched claim notes off for everyone)
     change nothing: the claim among them is shown, and no notice is given."""

@@ -141,6 +141,7 @@ async def test_enter_opens_the_selected_gpu_and_escape_goes_back_to_it() -> None
         assert "GPU 2" in screen_text(app) and "GPU▲" in screen_text(app)  # the dashboard
 
 
+@pytest.mark.slow
 async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -209,6 +210,7 @@ async def test_every_field_of_the_field_table_is_shown_with_its_value() -> None:
     assert "Processes" in seen
 
 
+@pytest.mark.slow
 async def test_a_gpus_processes_are_listed_biggest_first() -> None:
     app, source = demo_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -171,6 +171,7 @@ async def test_r_reruns_and_kills_the_previous_child() -> None:
         assert row_status(panel, 1) == S.RUNNING
 
 
+@pytest.mark.slow
 async def test_the_interpreter_can_be_changed_in_the_panel() -> None:
     panel = make_panel(script("hanging"))
     async with PanelApp(panel).run_test() as pilot:

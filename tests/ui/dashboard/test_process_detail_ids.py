@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
 from gpumon.data.model import GpuProcess, Sample
@@ -86,6 +87,7 @@ async def test_the_ids_stay_once_the_process_leaves_the_gpu() -> None:
         assert placement_line(app) == "Slurm job 77    Container abcdef012345"
 
 
+@pytest.mark.slow
 async def test_demo_processes_show_their_simulated_ids() -> None:
     """``--demo``: the selected process's ids, as the demo source made them."""
     app, source = demo_app()

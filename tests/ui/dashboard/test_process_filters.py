@@ -377,6 +377,7 @@ async def test_program_paths_are_shortened_to_their_name() -> None:
         assert "/opt/conda" not in text and "/usr/local/bin" not in text
 
 
+@pytest.mark.slow
 async def test_left_right_scroll_the_command_column() -> None:
     gpu = make_gpu(0)
     command = "python train.py " + " ".join(f"--option-{n} {n}" for n in range(30))
@@ -451,6 +452,7 @@ async def test_clicking_a_column_title_sorts_and_goes_to_the_top() -> None:
         assert row_pids(app)[:3] == [100, 99, 98]
 
 
+@pytest.mark.slow
 async def test_every_sort_title_keeps_its_arrow_uncut() -> None:
     """Cycle through every column with s, both ways with r: each title reads whole with its
     arrow (``GPU▲`` by default), including JOB and CONTAINER."""

@@ -7,6 +7,7 @@ follows it); one the user scrolled out of view with the mouse wheel is left alon
 
 from __future__ import annotations
 
+import pytest
 from textual import events
 from textual.pilot import Pilot
 
@@ -133,6 +134,7 @@ async def test_refresh_that_reorders_rows_follows_a_visible_cursor() -> None:
         assert cursor_pid_on_screen(app) == 5
 
 
+@pytest.mark.slow
 async def test_refresh_keeps_the_scroll_position_when_nothing_moves() -> None:
     sample = by_cpu({pid: 1.0 for pid in range(1, 101)})
     app = app_for(sample)

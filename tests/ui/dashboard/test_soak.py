@@ -306,6 +306,7 @@ def checkpoints(polls: int, warm_up: int, every: int) -> list[int]:
     return sorted(point for point in points if 0 <= point <= polls)
 
 
+@pytest.mark.slow
 async def test_twenty_thousand_polls_with_process_churn_grow_nothing() -> None:
     config = SoakConfig()
     result = await run_soak(config, checkpoints(POLLS, WARM_UP_POLLS, CHECK_EVERY_POLLS))

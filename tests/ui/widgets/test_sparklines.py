@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from gpumon.data.model import GpuStats, Sample
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, Layout
@@ -171,6 +173,7 @@ async def test_two_line_rows_too_narrow_for_a_sparkline_have_none() -> None:
 # -- bucketing -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_only_the_newest_column_changes_until_the_sparkline_shifts() -> None:
     """11 cells at 1 s, once five minutes fill them: 27 samples a column (300 s / 11).
     Within a column's samples, every column left of the newest stays as drawn; the next
