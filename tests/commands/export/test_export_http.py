@@ -307,6 +307,7 @@ def proc_count(pid: int) -> tuple[int, int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow
 def test_200_idle_sockets_under_a_64_descriptor_limit_starve_neither_scrapes_nor_sampling() -> None:
     """What went wrong: with `ulimit -n 1024`, 1,100 silent sockets stopped scrapes and then
     sampling itself (`Too many open files: '/proc/meminfo'`). Here 200 under a limit of 64."""
