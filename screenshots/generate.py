@@ -187,7 +187,7 @@ async def shoot_signal_dialog() -> None:
 async def shoot_probe() -> None:
     """The probe panel, run against the stand-in torch of the tests (there is no GPU where
     screenshots are made). The GPUs are the demo's and the header says DEMO."""
-    from tests.fake_children import real_child
+    from tests.support.fake_children import real_child
 
     source = _DemoSeenByNvml(
         4, seed=7, process_count=6, current_user="alice", clock=lambda: FIXED_TIME

@@ -63,6 +63,6 @@ def no_user_config(
 def distributions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist and the wheel built from this tree, once per test run (the packaging
     tests: tests/test_packaging.py, tests/test_install_commands.py)."""
-    from tests.packaging_helpers import build
+    from tests.support.packaging_helpers import build
 
     return build(tmp_path_factory.mktemp("dist"))

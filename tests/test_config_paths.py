@@ -16,7 +16,7 @@ import pytest
 from gpumon.cli import main
 from gpumon.config_file import SettingsError
 from gpumon.settings import load_settings
-from tests.test_pick_claims import as_user
+from tests.commands.test_pick_claims import as_user
 from tests.test_system_config import write_config
 
 NOBODY = 65534

@@ -126,7 +126,7 @@ def test_help_and_usage_errors_take_the_usual_way_out(
 async def test_the_dashboard_turns_the_collector_back_on_once_its_first_sample_is_drawn(
     collector: None,
 ) -> None:
-    from tests.ui_helpers import app_for, make_gpu, make_sample, screen_text
+    from tests.support.ui_helpers import app_for, make_gpu, make_sample, screen_text
 
     sample = make_sample((make_gpu(0, name="NVIDIA Test Board"),))
     app = app_for(sample)
@@ -145,7 +145,7 @@ async def test_a_first_sample_that_never_comes_does_not_leave_the_collector_off(
     collector: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gpumon.ui.dashboard import app as dashboard_app
-    from tests.ui_helpers import app_for, make_gpu, make_sample
+    from tests.support.ui_helpers import app_for, make_gpu, make_sample
 
     monkeypatch.setattr(dashboard_app, "SETTLED_AT_LATEST_S", 0.2)
     app = app_for(make_sample((make_gpu(0),)))  # the sample is never handed to it
@@ -158,7 +158,7 @@ async def test_a_first_sample_that_never_comes_does_not_leave_the_collector_off(
 
 
 async def test_the_cluster_list_turns_the_collector_back_on_once_drawn(collector: None) -> None:
-    from tests.test_cluster_ui import cluster_app
+    from tests.ui.cluster.test_cluster_ui import cluster_app
 
     app = cluster_app()
     gc.disable()

@@ -13,7 +13,6 @@ import pytest
 
 from gpumon.data.fields import FIELDS
 from gpumon.sources.nvml.source import NvmlSource
-from tests.fake_children import gone
 from tests.gpu_check import rules
 from tests.gpu_check.children import Child
 from tests.gpu_check.exporter_check import exported_values, parse_metrics
@@ -21,6 +20,7 @@ from tests.gpu_check.fake import FakeSmi, fake_nvml, wrong
 from tests.gpu_check.fields_check import NOT_IN_NVIDIA_SMI, check_fields
 from tests.gpu_check.pytest_check import gpu_test_files, outcomes
 from tests.gpu_check.smi import NvidiaSmi, SmiError, parse_details, parse_properties
+from tests.support.fake_children import gone
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024**2
@@ -41,6 +41,7 @@ def rows_of(report: dict[str, object], section: str) -> dict[str, dict[str, str]
     return {row["key"]: row for row in sections[section]["data"]["rows"]}
 
 
+@pytest.mark.slow
 def test_the_fake_run_agrees_on_every_field_and_writes_its_report(tmp_path: Path) -> None:
     """Every field agrees (energy: nvidia-smi shows none), the exporter's series too, the
     sections that need a GPU say why they were skipped, and the files land in --out."""
@@ -287,11 +288,11 @@ def test_pytest_outcomes_come_from_its_junit_report(tmp_path: Path) -> None:
     xml = tmp_path / "report.xml"
     xml.write_text(
         '<testsuites><testsuite name="pytest">'
-        '<testcase classname="tests.test_gpu_real" name="test_a"/>'
-        '<testcase classname="tests.test_gpu_real" name="test_b">'
+        '<testcase classname="tests.sources.nvml.test_gpu_real" name="test_a"/>'
+        '<testcase classname="tests.sources.nvml.test_gpu_real" name="test_b">'
         '<skipped type="pytest.skip" message="no usable NVIDIA GPU: no driver">x</skipped>'
         "</testcase>"
-        '<testcase classname="tests.test_probe_gpu" name="test_c">'
+        '<testcase classname="tests.probe.test_probe_gpu" name="test_c">'
         '<failure message="assert 1 == 0&#10;more">trace</failure></testcase>'
         "</testsuite></testsuites>"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging_helpers import (
+from tests.support.packaging_helpers import (
     ROOT,
     copy_of_the_clone,
     fresh_environment,
@@ -24,7 +24,7 @@ tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
 requirements = pytest.importorskip("packaging.requirements", reason="needs `packaging`")
 Version = pytest.importorskip("packaging.version", reason="needs `packaging`").Version
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 README = (ROOT / "README.md").read_text()

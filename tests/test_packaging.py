@@ -163,12 +163,13 @@ def test_twine_check_strict_passes(distributions: tuple[Path, Path]) -> None:
 SDIST_SUBSET = (
     "tests/test_settings.py",
     "tests/test_system_config.py",
-    "tests/test_cgroup.py",
-    "tests/test_prometheus_source.py",
-    "tests/test_snapshots.py::test_one_gpu",
+    "tests/sources/host/test_cgroup.py",
+    "tests/sources/prometheus/test_prometheus_source.py",
+    "tests/ui/dashboard/test_snapshots.py::test_one_gpu",
 )
 
 
+@pytest.mark.slow
 def test_the_tests_run_from_the_unpacked_sdist(
     distributions: tuple[Path, Path], tmp_path: Path
 ) -> None:

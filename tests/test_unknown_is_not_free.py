@@ -27,8 +27,8 @@ from gpumon.data.model import (
 )
 from gpumon.sampling import snapshot
 from gpumon.ui.dashboard.app import GpumonApp, create_app
-from tests.test_once import validate
-from tests.ui_helpers import (
+from tests.commands.test_once import validate
+from tests.support.ui_helpers import (
     GIB,
     MIB,
     make_gpu,
@@ -248,6 +248,7 @@ def test_a_longer_interval_does_not_make_a_stuck_poll_current_again() -> None:
     assert poller.stalled_s() == pytest.approx(3.5)
 
 
+@pytest.mark.slow
 async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() -> None:
     """One good sample (GPU 0 FREE), then every read raises: three intervals on, the header
     says the reads are failing and nothing is FREE; a good read clears both."""
@@ -281,6 +282,7 @@ async def test_reads_that_keep_failing_leave_the_last_sample_stale_not_free() ->
 
 
 @pytest.mark.parametrize("key", ["enter", "u"])
+@pytest.mark.slow
 async def test_the_detail_screens_say_their_readings_are_stale_while_nvml_hangs(key: str) -> None:
     """The GPU detail (Enter) and the users (u) screens have no header banner: their title
     says the readings are the last sample's, and stops saying it when samples resume."""
@@ -334,6 +336,7 @@ async def test_dashboard_says_nvml_is_not_answering_and_clears_it_when_it_answer
         gate.set()
 
 
+@pytest.mark.slow
 async def test_a_stuck_driver_leaves_no_gpu_free_on_the_dashboard() -> None:
     """The last sample said FREE; three intervals later NVML has still not answered: that
     sample is stale, and stale is not free (the header says the driver is not answering)."""

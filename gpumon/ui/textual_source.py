@@ -45,7 +45,7 @@ def _digests(*digests: str) -> frozenset[str]:
 
 #: ``ChopsUpdate.render_segments`` (:mod:`gpumon.ui.exact_updates`): the spans and chops the
 #: compositor hands it, and how a strip crops and renders its styles. Each table below holds
-#: what every Textual release from 8.0.0 to 8.2.8 has (tests/test_textual_source.py and the
+#: what every Textual release from 8.0.0 to 8.2.8 has (tests/ui/test_textual_source.py and the
 #: UI tests pass on each).
 EXACT_UPDATES = Replacement(
     "exact updates",

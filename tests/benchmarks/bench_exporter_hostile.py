@@ -12,8 +12,9 @@ succeeded (200 with GPU series) of those tried, their p50 and p95 latency, the e
 peak RSS, thread count and open descriptors while attacked (``/proc/PID``), and the age of
 the sample the last scrape got (sampling goes on).
 
-The attacker (``attack``, also run by tests/test_export_hostile_connections.py) is one
-thread with ``selectors``; a third of its connections each:
+The attacker (``attack``, also run by
+tests/commands/export/test_export_hostile_connections.py) is one thread with ``selectors``; a
+third of its connections each:
 
 * ``idle``: connect and send nothing;
 * ``slow-lines``: send ``GET /metrics HTTP/1.1`` one byte a second (slowloris);

@@ -13,7 +13,7 @@ benchmark script, not collected by pytest).
     (target: at most 1.2x).
 ``query``
     30 days of 8 GPUs x 64 processes (16 users, one Slurm job per process: 85 usage rows per
-    GPU and hour; tests/history_synthetic.py) written straight into a database, then the
+    GPU and hour; tests/support/history_synthetic.py) written straight into a database, then the
     medians of ``--repeat`` runs of ``HistoryReader.usage`` over the 30 days for each
     grouping (target: at most 1 s), and of ``gpu_series`` over 7 days.
 ``size``
@@ -53,8 +53,8 @@ from gpumon.sampling.history import retention  # noqa: E402
 from gpumon.sampling.history.reader import open_history  # noqa: E402
 from gpumon.sampling.history.writer import HistoryWriter  # noqa: E402
 from gpumon.sources.demo import DemoSource  # noqa: E402
-from tests import history_synthetic as synthetic  # noqa: E402
 from tests.benchmarks import bench_env  # noqa: E402
+from tests.support import history_synthetic as synthetic  # noqa: E402
 
 DAY = 86400
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

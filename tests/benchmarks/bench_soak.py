@@ -3,8 +3,8 @@
 
 A script, not a pytest test (the name does not start with ``test_``). Two modes:
 
-* accelerated (the default): the soak of ``tests/test_soak.py`` (the real app and poller
-  over a simulated server with heavy process churn, the poller's clock jumping past every
+* accelerated (the default): the soak of ``tests/ui/dashboard/test_soak.py`` (the real app and
+  poller over a simulated server with heavy process churn, the poller's clock jumping past every
   wait) for ``--polls`` polls, by default 100,000 on 8 GPUs and 64 processes at 200x50, one
   process replaced per poll. Prints RSS (after ``gc.collect()``), threads and open fds
   before the first poll, after the warm-up and every ``--every`` polls.
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 from pty_terminal import spawn_in_pty  # noqa: E402  (this script's own directory)
 
 from gpumon.sampling.store import history_points  # noqa: E402
-from tests.test_soak import (  # noqa: E402
+from tests.ui.dashboard.test_soak import (  # noqa: E402
     RSS_GROWTH_LIMIT_BYTES,
     WARM_UP_POLLS,
     Reading,

@@ -1,7 +1,7 @@
 """``--fake``: the check without a GPU, nvidia-smi or torch, so that it runs in the test suite.
 
 gpumon's side is its own :class:`~gpumon.sources.nvml.source.NvmlSource` driving the faked
-``pynvml`` of :mod:`tests.fake_nvml`; nvidia-smi's side is :class:`FakeSmi`, a runner that
+``pynvml`` of :mod:`tests.support.fake_nvml`; nvidia-smi's side is :class:`FakeSmi`, a runner that
 answers ``--query-gpu``, ``-q``, ``--query-compute-apps`` and ``--help-query-gpu`` from the
 same faked NVML readings, written as nvidia-smi writes them (MiB, ``P0``, ``Enabled``,
 ``Exclusive_Process``, the clock event mask in hex, ``[N/A]``...). Every field then agrees,
@@ -17,7 +17,7 @@ from typing import Any
 import pynvml
 
 from gpumon.data.fields import FIELDS
-from tests.fake_nvml import MIB, Fail, FakeNvml, make_gpu
+from tests.support.fake_nvml import MIB, Fail, FakeNvml, make_gpu
 
 Gpu = dict[str, Any]
 NA = "[N/A]"

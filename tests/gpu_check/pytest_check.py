@@ -26,7 +26,7 @@ def gpu_test_files(root: Path = ROOT) -> list[Path]:
     """The test files that mark tests ``gpu``."""
     return [
         path
-        for path in sorted((root / "tests").glob("test_*.py"))
+        for path in sorted((root / "tests").rglob("test_*.py"))
         if "pytest.mark.gpu" in path.read_text(encoding="utf-8")
     ]
 
