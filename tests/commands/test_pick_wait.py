@@ -160,6 +160,8 @@ def test_ctrl_c_is_exit_130_with_nothing_on_stdout_and_the_line_cleared() -> Non
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=slave,
+        # A suite started in the background ignores SIGINT, and a child inherits that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(slave)
     seen = bytearray()
