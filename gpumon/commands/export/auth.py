@@ -6,13 +6,16 @@ anyone who can connect can send wrong passwords. So:
 
 - **Never on the event loop.** Hashes are checked (``bcrypt.checkpw``, constant-time) by one
   worker thread; the connection waits for the answer, the loop serves everyone else.
-- **Fair.** Each client address has its own lane of at most :data:`QUEUE_SIZE` waiting
-  checks, and the worker takes one check from each lane in turn: a flood of wrong passwords
-  from one address fills its own lane (its requests beyond get ``429`` at once, without a
-  check), while a check from another address waits for at most one check per busy lane (at
-  most :data:`LANES`; beyond, ``429``). Requests with the same credentials while a check of
-  them is under way share it. The server gives the whole wait
-  :data:`~gpumon.commands.export.server.WRITE_TIMEOUT_S` (then ``503``).
+- **Fair.** Each client address (an IPv6 client's whole /64, which one host holds: see
+  :func:`client_lane`) has its own lane of at most :data:`QUEUE_SIZE` waiting checks, and
+  the worker takes one check from each lane in turn: a flood of wrong passwords from one
+  address fills its own lane (its requests beyond get ``429`` at once, without a check),
+  while a check from another address waits for at most one check per busy lane (at most
+  :data:`LANES`; beyond, ``429``). A local user can still take every lane from as many
+  loopback addresses: a scraper already remembered is not delayed, a new one may be.
+  Requests with the same credentials while a check of them is under way share it. The
+  server gives the whole wait :data:`~gpumon.commands.export.server.WRITE_TIMEOUT_S` (then
+  ``503``).
 - **Remembered.** A right password is remembered for :data:`REMEMBER_S` from its last use
   (at most :data:`REMEMBERED` pairs), under an HMAC with a key made at start, never the
   password: a scraper pays bcrypt once, and its scrapes never wait for the worker, whatever
@@ -32,6 +35,7 @@ import binascii
 import concurrent.futures
 import hashlib
 import hmac
+import ipaddress
 import os
 import threading
 import time
@@ -107,7 +111,7 @@ class BasicAuth:
             return None
         checking = self._checking.get(key)
         if checking is None:
-            submitted = self._worker.submit(client, hashed, password)
+            submitted = self._worker.submit(client_lane(client), hashed, password)
             if submitted is None:
                 return BUSY
             checking = asyncio.wrap_future(submitted)
@@ -135,6 +139,21 @@ class BasicAuth:
         self._remembered.move_to_end(key)
         while len(self._remembered) > REMEMBERED:
             self._remembered.popitem(last=False)
+
+
+def client_lane(address: str) -> str:
+    """The lane of the client at ``address``: its /64 for IPv6 (one host holds a whole /64,
+    and could otherwise take every lane), the IPv4 address itself (an IPv4-mapped IPv6 one
+    too); text that is not an address is its own lane."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    if isinstance(ip, ipaddress.IPv6Address) and not ip.is_loopback:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 def _credentials(header: str) -> tuple[str, bytes] | None:

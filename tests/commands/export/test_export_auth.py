@@ -15,7 +15,7 @@ import bcrypt
 import pytest
 
 from gpumon.commands.export import auth
-from gpumon.commands.export.auth import BasicAuth
+from gpumon.commands.export.auth import BasicAuth, client_lane
 from gpumon.commands.export.messages import Request
 from tests.commands.export.test_export_cli import start_process
 from tests.commands.export.test_export_tls import (  # noqa: F401 (pki and serve are fixtures)
@@ -201,3 +201,20 @@ def test_sigterm_during_a_flood_exits_cleanly(pki: dict[str, object]) -> None:  
                 process.communicate()
         assert process.returncode == 0, err
         assert "FATAL" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("address", "lane"),
+    [
+        ("127.0.0.2", "127.0.0.2"),
+        ("::ffff:10.0.0.7", "10.0.0.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9%eth0", "2001:db8:1:2::/64"),
+        ("::1", "::1"),
+    ],
+)
+def test_one_host_is_one_lane_whatever_address_of_its_ipv6_64_it_uses(
+    address: str, lane: str
+) -> None:
+    """Otherwise one host with a /64 could take every lane and lock new scrapers out."""
+    assert client_lane(address) == lane
