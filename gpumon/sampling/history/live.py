@@ -142,7 +142,8 @@ def open_for_writing(path: str) -> WritableHistory:
     lock_fd = _claim(path, live)
     try:
         for left in glob.glob(glob.escape(_publishing(path, "")) + "*"):
-            os.unlink(left)  # a publication a stop or a crash cut short
+            with contextlib.suppress(OSError):  # the next publication's name is its own
+                os.unlink(left)  # a publication a stop or a crash cut short
         live_path = os.path.join(live, LIVE_NAME)
         check_sidecars(live_path)
         taken_in = not os.path.exists(live_path) and os.path.lexists(path)

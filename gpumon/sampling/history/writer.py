@@ -144,8 +144,6 @@ class HistoryWriter:
             database.close()
             raise
         self._database = database
-        if database.taken_in:
-            self._publish(database)  # readers read it as a snapshot from now on
         last, horizon = (
             meta.get("last_sample_s"),
             meta.get("prune_horizon_s", meta.get("last_sample_s")),
@@ -153,7 +151,9 @@ class HistoryWriter:
         if isinstance(last, (int, float)):
             self.pending.resume(float(last))
         if isinstance(horizon, (int, float)) and math.isfinite(horizon):
-            self.horizon.resume(float(horizon))
+            self.horizon.resume(float(horizon))  # before anything that may fail: it guards pruning
+        if database.taken_in:
+            self._publish(database)  # readers read it as a snapshot from now on
 
     def record(self, sample: Sample) -> None:
         """Take in ``sample``; write the batch when it is due.
@@ -246,6 +246,16 @@ class HistoryWriter:
             HistoryError: the snapshot could not be written (retry).
         """
         self._published = self._clock()
+        self._reset_wal(database)
+        database.publish()
+        if self._least_publish_s:  # 0: at every write, whatever the size
+            with contextlib.suppress(OSError):
+                size = os.stat(database.path).st_size
+                stretched = min(size * 3600 / live.PUBLISH_BYTES_PER_HOUR, 3000.0)  # readers: < 1 h
+                self.publish_s = max(self._least_publish_s, stretched)
+
+    def _reset_wal(self, database: WritableHistory) -> None:
+        """Reset the write-ahead log (a TRUNCATE checkpoint), noting when it cannot be."""
         connection = database.connection
         try:
             # Not waiting: a TRUNCATE checkpoint waits for every reader, for the busy timeout.
@@ -256,12 +266,6 @@ class HistoryWriter:
         finally:
             connection.execute(f"PRAGMA busy_timeout = {int(live.BUSY_TIMEOUT_S * 1000)}")
         self._wal_stuck = bool(busy)
-        database.publish()
-        if self._least_publish_s:  # 0: at every write, whatever the size
-            with contextlib.suppress(OSError):
-                size = os.stat(database.path).st_size
-                stretched = min(size * 3600 / live.PUBLISH_BYTES_PER_HOUR, 3000.0)  # readers: < 1 h
-                self.publish_s = max(self._least_publish_s, stretched)
 
     def _check_wal_size(self, database: WritableHistory) -> None:
         """Refuse to grow a write-ahead log that cannot be reset past :data:`WAL_MAX_BYTES`.
@@ -277,7 +281,7 @@ class HistoryWriter:
             return
         if size < WAL_MAX_BYTES:
             return
-        self._publish(database)  # resets it when the other process has let go
+        self._reset_wal(database)  # when the other process has let go (no copy published)
         if self._wal_stuck:
             raise HistoryError(
                 f"{self.path}: the write-ahead log of the live database is "

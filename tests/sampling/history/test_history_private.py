@@ -27,6 +27,7 @@ from gpumon.data.model import Sample
 from gpumon.sampling.history import live
 from gpumon.sampling.history.reader import open_history
 from gpumon.sampling.history.recorder import Recorder
+from gpumon.sampling.history.schema import HistoryError
 from gpumon.sampling.history.writer import WAL_LIMIT_BYTES, HistoryWriter
 from gpumon.sources.demo import DemoSource
 from tests.support import history_synthetic
@@ -307,4 +308,24 @@ def test_a_history_too_large_to_copy_every_minute_is_published_less_often(
         now[0] += 10
         writer.record(next(server))
     assert path.stat().st_mtime_ns == published
+    writer.close()
+
+
+def test_a_failed_first_publication_keeps_what_pruning_goes_by(
+    shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk right after an older database is taken in: the recorder still knows the
+    newest sample the history had, so a clock ahead prunes nothing."""
+    path = shared / "history.db"
+    older_recorders_database(path)
+
+    def full(self: object) -> None:
+        raise HistoryError("no space left", retry=True)
+
+    monkeypatch.setattr(live.WritableHistory, "publish", full)
+    writer = writer_at(path)
+    with pytest.raises(HistoryError):
+        writer.open()
+    assert writer.horizon.trusted_s is not None
+    monkeypatch.undo()
     writer.close()
