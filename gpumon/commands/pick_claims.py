@@ -137,15 +137,23 @@ class PickClaims:
                 self._cannot(str(off))
                 return list(qualifying[:n]), [], {}
         running = {key: target.processes for key, target in rules.targets(sample).items()}
+        lost: tuple[Candidate, rules.Claim] | None = None
         try:
             for _ in range(len(qualifying) + 1):  # each lost race leaves a GPU claimed
                 now_s = time.time()
                 claims = self._read(running, now_s)
                 picked, skipped = self._choose(qualifying, n, running, claims, now_s)
-                if len(picked) < n or not self.claim or self._claim(picked, running, claims):
+                if len(picked) < n or not self.claim:
+                    break
+                lost = self._claim(picked, running, claims)
+                if lost is None:
                     break
             else:
+                # Every round lost a race: name the claim that won the last one, even if it
+                # is gone now (a claim that blocks and vanishes must not block unnamed).
                 picked = []
+                if lost is not None:
+                    skipped.append(lost)
         except ClaimsOff as off:
             self.release()
             self._cannot(str(off))
@@ -242,42 +250,52 @@ class PickClaims:
         picked: Sequence[Candidate],
         running: Mapping[str, Sequence[GpuProcess]],
         claims: Mapping[str, Sequence[rules.Claim]],
-    ) -> bool:
-        """Claim every picked GPU, then settle any race for them: True when this pick keeps
-        its claims (this user's earlier ones on those GPUs are removed then), False when it
-        withdrew them all."""
+    ) -> tuple[Candidate, rules.Claim] | None:
+        """Claim every picked GPU, then settle any race for them: None when this pick keeps
+        its claims (this user's earlier ones on those GPUs are removed then); when it
+        withdrew them all, the GPU and the rival claim it lost to.
+
+        Each claim file has its own random token: once one is in place anybody can read its
+        name, and a shared token would let another user take the names (or the temporary
+        names) of this pick's other claims first, so that writing them fails. A prefix
+        common to the pick's tokens keeps exact ties ordered alike on all its GPUs."""
         assert self.dir is not None
         claimed_s = time.time()
-        token = secrets.token_hex(8)
+        prefix = secrets.token_hex(4)
         mine: dict[str, rules.Claim] = {}
+        by_key: dict[str, Candidate] = {}
         for candidate in picked:
             key = rules.claim_key(candidate.uuid)
             if key is None:
                 continue  # no UUID to name it by: it goes unclaimed
             expires_s = claimed_s + self.claim_seconds
+            token = prefix + secrets.token_hex(8)
             name = self.dir.write(key, claimed_s, expires_s, token)
             self.written.append(name)
             owner = user_name(self.uid)
             mine[key] = rules.Claim(key, self.uid, owner, name, claimed_s, expires_s)
-        if not self._settle(mine, running):
+            by_key[key] = candidate
+        rival = self._settle(mine, running)
+        if rival is not None:
             self.release()
-            return False
+            return by_key[rival.key], rival
         for key in mine:
             for earlier in claims.get(key, ()):
                 if earlier.uid == self.uid:
                     self.dir.remove(earlier.file_name)
-        return True
+        return None
 
     def _settle(
         self, mine: Mapping[str, rules.Claim], running: Mapping[str, Sequence[GpuProcess]]
-    ) -> bool:
+    ) -> rules.Claim | None:
         """List the directory again until no other blocking claim is on this pick's GPUs
-        (True), one came before this pick's own (False), or later ones stayed SETTLE_S."""
+        (None: keep them); the rival to withdraw for: one that came before this pick's own,
+        or a later one that stayed SETTLE_S."""
         deadline = time.monotonic() + SETTLE_S
         while True:
             now_s = time.time()
             claims = self._read(running, now_s, tidy=False)
-            later = False
+            later: rules.Claim | None = None
             for key, own in mine.items():
                 for rival in claims.get(key, ()):
                     if rival.file_name == own.file_name:
@@ -285,12 +303,12 @@ class PickClaims:
                     if self._blocking((rival,), running.get(key, ()), now_s) is None:
                         continue
                     if rules.precedes(rival, own):
-                        return False
-                    later = True
-            if not later:
-                return True
+                        return rival
+                    later = rival
+            if later is None:
+                return None
             if time.monotonic() >= deadline:
-                return False
+                return later
             time.sleep(SETTLE_POLL_S)
 
     def release(self) -> None:

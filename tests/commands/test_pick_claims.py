@@ -4,6 +4,7 @@ as long as the time written in it allows (races: tests/commands/test_pick_races.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -291,3 +292,128 @@ def test_a_claim_that_lands_beside_this_picks_own_is_never_shared(
     assert err.startswith("gpumon pick: gave up after waiting ")
     assert err.endswith("s ago (by another pick of yours)\n")
     assert [claim.file_name.endswith(rival) for claim in claims_in(claims_dir)] == [True]
+
+
+# --- what another user can do to a pick ----------------------------------------------------
+
+
+@needs_root
+def test_another_user_who_reads_one_claims_name_cannot_make_the_picks_others_fail(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    """Once a pick's first claim is in place, another user reads its name and takes, for
+    every GPU, the name (and the temporary name) a claim with the same token would have:
+    the pick's other claims are named otherwise, so it still claims both GPUs."""
+    write = ClaimsDir.write
+    me = os.geteuid()
+    keys = [rules.claim_key(gpu(index).uuid) for index in (0, 1)]
+
+    def squat() -> None:
+        for name in os.listdir(shared):
+            parsed = rules.parse_file_name(name)
+            if parsed is None or parsed[1] != me:
+                continue
+            for key in keys:
+                assert key is not None
+                taken = rules.file_name(key, me, parsed[2])
+                for squatted in (taken, f".{taken}.tmp"):
+                    with contextlib.suppress(FileExistsError):
+                        os.close(os.open(shared / squatted, os.O_CREAT | os.O_EXCL, 0o644))
+
+    def write_then_squat(
+        self: ClaimsDir, key: str, claimed_s: float, expires_s: float, token: str | None = None
+    ) -> str:
+        name = write(self, key, claimed_s, expires_s, token)
+        assert as_user(OTHER_UID, squat) == 0
+        return name
+
+    monkeypatch.setattr(ClaimsDir, "write", write_then_squat)
+    code, out, err = pick(monkeypatch, capsys, shared, "-n", "2")
+    assert (code, out) == (0, "0,1\n"), err
+    assert sorted(claim.key for claim in claims_in(shared)) == sorted(keys)  # type: ignore[type-var]
+
+
+@needs_root
+def test_a_user_whose_claims_make_every_pick_withdraw_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    """Another user answers each of the pick's claims with one dated just before it, and
+    removes it once the pick withdrew (or lets it expire at once): that user is never seen
+    holding the GPU when the pick chooses, yet the pick gives up, and says who blocked it."""
+    write, remove = ClaimsDir.write, ClaimsDir.remove
+
+    def answer(
+        self: ClaimsDir, key: str, claimed_s: float, expires_s: float, token: str | None = None
+    ) -> str:
+        name = write(self, key, claimed_s, expires_s, token)
+
+        def rival() -> None:
+            with ClaimsDir.open(str(shared), create=False) as directory:
+                write(directory, key, claimed_s - 1, claimed_s + 599)  # not answer()
+
+        assert as_user(OTHER_UID, rival) == 0
+        return name
+
+    def withdraw(self: ClaimsDir, name: str) -> None:
+        remove(self, name)
+
+        def gone() -> None:
+            for entry in os.listdir(shared):
+                parsed = rules.parse_file_name(entry)
+                if parsed is not None and parsed[1] == OTHER_UID:
+                    os.unlink(shared / entry)
+
+        assert as_user(OTHER_UID, gone) == 0
+
+    monkeypatch.setattr(ClaimsDir, "write", answer)
+    monkeypatch.setattr(ClaimsDir, "remove", withdraw)
+    code, out, err = pick(monkeypatch, capsys, shared, samples=(sample((gpu(0),)),))
+    assert (code, out) == (1, "")
+    assert err.startswith("gpumon pick: the only GPU does not qualify (need 1): GPU 0: "), err
+    assert f"GPU 0: claimed by {user_name(OTHER_UID)} " in err
+    assert [claim.uid for claim in claims_in(shared)] == []
+
+
+@needs_root
+def test_a_hard_link_to_a_live_claim_does_not_hide_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shared: Path
+) -> None:
+    """A hard link to another user's claim under a second name (root makes it here, as any
+    user may where fs.protected_hardlinks is 0): both names are that user's claim, and the
+    GPU stays claimed."""
+    claim_as(OTHER_UID, shared, KEY0, age_s=40)
+    (original,) = shared.iterdir()
+    os.link(original, shared / rules.file_name(KEY0, OTHER_UID, "0123456789abcdef"))
+    code, out, err = pick(monkeypatch, capsys, shared, samples=(sample((gpu(0),)),))
+    assert (code, out) == (1, "")
+    assert err.startswith("gpumon pick: the only GPU does not qualify (need 1): GPU 0: "), err
+    assert f"claimed by {user_name(OTHER_UID)} 4" in err
+    assert "ignored" not in err
+
+
+def test_picks_claiming_at_the_same_moment_are_ordered_alike_on_every_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each claim has its own token, yet of two picks whose claims bear the same time, the
+    same one comes first on each of their GPUs (ties are settled by the file name)."""
+    two = sample((gpu(0), gpu(1)))
+    qualifying, _ = qualify(two, n=2)
+    keys = [rules.claim_key(candidate.uuid) for candidate in qualifying]
+    monkeypatch.setattr(PickClaims, "_settle", lambda self, mine, running: None)
+    for attempt in range(20):
+        claims_dir = tmp_path / f"claims-{attempt}"
+        for _ in range(2):
+            claims = PickClaims(str(claims_dir), claim_seconds=120, started_s=0.0,
+                                stderr=sys.stderr)  # fmt: skip
+            claims.dir = ClaimsDir.open(str(claims_dir), create=True)
+            with monkeypatch.context() as frozen:
+                frozen.setattr(time, "time", lambda: 1_700_000_000.0)
+                assert claims._claim(qualifying, {}, {}) is None
+            claims.close()
+        found = claims_in(claims_dir)
+        firsts = []
+        for key in keys:
+            first, second = sorted((c for c in found if c.key == key), key=lambda c: c.file_name)
+            assert first.claimed_s == second.claimed_s and rules.precedes(first, second)
+            firsts.append(first.file_name.rsplit(".", 1)[1][:8])  # the pick's prefix
+        assert firsts[0] == firsts[1]

@@ -28,10 +28,13 @@ entries that have a claim's name but are not claims are attributed to their owne
 file's ``st_uid``), and a user's claim files past :data:`MAX_FILES_PER_USER` are not read.
 
 What is read is other users' input: a file that is a symlink, a directory or anything but
-a regular file, with other hard links, larger than a claim, not one gpumon writes, naming
+a regular file, larger than a claim, not one gpumon writes, naming
 another GPU, owned by someone other than the uid in its name or claimed in the future is
 ignored (and reported once by the caller), never followed, never read beyond
-:data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened.
+:data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened. A file with other
+hard links is read as any other: a link only repeats its owner's own claim under another
+name (the owner and time checks hold for the file), and ignoring it would let anybody who
+may link another's file hide that user's live claim.
 """
 
 from __future__ import annotations
@@ -299,8 +302,6 @@ def _kind_problem(info: os.stat_result, name_uid: int) -> str | None:
         return "not a regular file"
     if info.st_uid != name_uid:
         return f"owned by {user_name(info.st_uid)}, not the uid {name_uid} its name says"
-    if info.st_nlink != 1:
-        return "has other hard links"
     if info.st_size > rules.MAX_CLAIM_FILE_BYTES:
         return f"too large ({info.st_size} bytes)"
     return None

@@ -83,11 +83,6 @@ def fifo(directory: Path, elsewhere: Path) -> str:
     return "not a regular file"  # and never opened: that would block
 
 
-def hard_link(directory: Path, elsewhere: Path) -> str:
-    os.link(own_claim(elsewhere), directory / rules.file_name(KEY0, os.geteuid(), TOKEN))
-    return "has other hard links"
-
-
 def future(directory: Path, elsewhere: Path) -> str:
     later = time.time() + 3600
     name = rules.file_name(KEY0, os.geteuid(), TOKEN)
@@ -111,7 +106,7 @@ def escapes(directory: Path, elsewhere: Path) -> str:
 
 
 HOSTILE = [
-    *(symlink, subdirectory, huge, garbage, wrong_owner, fifo, hard_link, future, another_gpu),
+    *(symlink, subdirectory, huge, garbage, wrong_owner, fifo, future, another_gpu),
     escapes,
 ]
 
