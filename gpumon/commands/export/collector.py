@@ -118,25 +118,23 @@ def exporter_families(
         "since the exporter started.",
     )
     families[-1].add_metric([], float(sampling_errors))
-    if age_s is not None:
-        families.gauge(
-            "gpumon_sample_age_seconds", "Seconds since the latest good sample was read."
-        )
-        families[-1].add_metric([], max(0.0, age_s))
-    if stalled is not None:
-        families.gauge(
-            "gpumon_sampler_stalled",
-            "1 when no good sample was read for over 3 sampling intervals: GPU, process and "
-            "MIG series are left out until sampling recovers.",
-        )
-        families[-1].add_metric([], 1.0 if stalled else 0.0)
-    if recording is not None:
-        families.gauge(
-            "gpumon_history_recording",
-            "1 while export --record writes the history; 0 while it cannot (the exporter's "
-            "log says why in one line).",
-        )
-        families[-1].add_metric([], 1.0 if recording else 0.0)
+    # The optional gauges: each is served only where its caller knows its value.
+    optional = (
+        ("gpumon_sample_age_seconds", "Seconds since the latest good sample was read.",
+         None if age_s is None else max(0.0, age_s)),
+        ("gpumon_sampler_stalled",
+         "1 when no good sample was read for over 3 sampling intervals: GPU, process and "
+         "MIG series are left out until sampling recovers.",
+         None if stalled is None else float(stalled)),
+        ("gpumon_history_recording",
+         "1 while export --record writes the history; 0 while it cannot (the exporter's "
+         "log says why in one line).",
+         None if recording is None else float(recording)),
+    )  # fmt: skip
+    for name, text, value in optional:
+        if value is not None:
+            families.gauge(name, text)
+            families[-1].add_metric([], value)
     return list(families)
 
 
