@@ -17,15 +17,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpumon import options, startup
-from gpumon.arguments import interval_seconds
-from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
-from gpumon.settings import CLUSTER_COMMANDS
+from gpumon import startup
+from gpumon.config import flags
+from gpumon.config.settings import CLUSTER_COMMANDS
 
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
     from gpumon.ui.cluster.app import ClusterApp
     from gpumon.ui.dashboard.app import GpumonApp
 
@@ -154,7 +153,7 @@ def chosen_subcommand(argv: Sequence[str]) -> str | None:
     for word in argv:
         if word == "--":
             return None
-        if word in SUBCOMMANDS and previous not in options.TOP_LEVEL_VALUE_OPTIONS:
+        if word in SUBCOMMANDS and previous not in flags.TOP_LEVEL_VALUE_OPTIONS:
             return word
         previous = word
     return None
@@ -184,7 +183,7 @@ def has_operand(argv: Sequence[str]) -> bool:
     previous = ""
     for word in argv:
         if word == "--" or (
-            not _looks_like_option(word) and previous not in options.TOP_LEVEL_VALUE_OPTIONS
+            not _looks_like_option(word) and previous not in flags.TOP_LEVEL_VALUE_OPTIONS
         ):
             return True
         previous = word
@@ -220,38 +219,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "Textual's code are on, and exit",
     )
     parser.add_argument(
-        "--interval",
-        type=interval_seconds,
-        default=None,
-        metavar="SECONDS",
-        help=f"refresh interval (default: 1; {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})",
-    )
-    parser.add_argument(
-        "--probe-python",
-        metavar="PATH",
-        default=None,
-        help="Python interpreter for the torch probe (default: the one running gpumon)",
-    )
-    parser.add_argument(
-        "--theme",
-        metavar="NAME",
-        default=None,
-        help="the dashboard's colour theme (default: textual-dark; textual-light or "
-        "ansi-light on a light terminal; a bad name lists them)",
-    )
-    parser.add_argument(
         "--config",
         metavar="PATH",
         default=None,
         help="read settings from this TOML file (default: "
         "$XDG_CONFIG_HOME/gpumon/config.toml, else ~/.config/gpumon/config.toml)",
-    )
-    parser.add_argument(
-        "--readonly",
-        action="store_true",
-        default=None,
-        help="never signal a process: the dashboard's T, K and I keys are gone "
-        "(config: readonly = true)",
     )
     parser.add_argument(
         "--print-config",
@@ -270,8 +242,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-man", action=_PrintAndExit, text=_man_page, help="print the man page and exit"
     )
-    for add in options.SHARED_GROUPS:
-        add(parser, None)
+    flags.add_setting_arguments(parser, None)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in SUBCOMMANDS.items():
         if only is not None and name != only:
@@ -279,8 +250,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         text = SUBCOMMAND_HELP[name]
         # argparse %-formats help strings; a literal "87%" must not break --help.
         sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
-        for add in options.SHARED_GROUPS:
-            add(sub, name)  # only the options this subcommand takes (settings.TAKEN_BY)
+        flags.add_setting_arguments(sub, name)  # only the settings this subcommand reads
         importlib.import_module(module_name).add_arguments(sub)
     return parser
 
@@ -302,18 +272,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _Ran.command = None
     args = build_parser(only=only).parse_args(words)
     _Ran.command = args.command
-    from gpumon.settings import SettingsError, describe, load_settings
+    from gpumon.config import SettingsError, describe, load_settings
 
-    flags = options.settings_flags(args)
+    given = flags.settings_flags(args)
     try:
-        settings = load_settings(flags, config=args.config)
+        settings = load_settings(given, config=args.config)
     except SettingsError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 2
     if args.print_config:
         print(describe(settings))
         return 0
-    misplaced = _misplaced_prometheus(args, settings) or options.not_taken(args.command, flags)
+    misplaced = _misplaced_prometheus(args, settings) or flags.not_taken(args.command, given)
     if misplaced is not None:
         print(f"gpumon: error: {misplaced}", file=sys.stderr)
         return 2
@@ -322,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in ONE_SHOT:
         startup.settled()
     module = importlib.import_module(SUBCOMMANDS[args.command])
-    own = {name: value for name, value in vars(args).items() if name not in options.SHARED}
+    own = {name: value for name, value in vars(args).items() if name not in flags.SHARED}
     # In a locale that cannot encode a character (a CJK command in the C locale), print "?"
     # rather than fail: the text is already free of controls and surrogates.
     with contextlib.suppress(AttributeError, ValueError):
@@ -433,7 +403,7 @@ def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
 
         print(f"gpumon: error: {FILTERS_NOT_FOR_CLUSTER}", file=sys.stderr)
         return None
-    from gpumon.settings import SettingsError
+    from gpumon.config import SettingsError
     from gpumon.ui.cluster.app import create_cluster_app
 
     try:

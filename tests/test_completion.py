@@ -16,7 +16,7 @@ from gpumon import cli
 from gpumon.cli_docs import completion
 from gpumon.cli_docs.man_page import man_page
 from gpumon.cli_docs.model import read_parser
-from gpumon.settings import KEYS
+from gpumon.config import SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,7 +150,7 @@ def test_the_man_page_has_every_option_subcommand_and_variable() -> None:
         assert not command or f'.SS "gpumon {command}"' in page
         for flag in flags:
             assert flag.replace("-", "\\-") in page, f"{command or 'gpumon'} {flag}"
-    for spec in KEYS.values():
+    for spec in SETTINGS:
         assert spec.env is None or f"\\fB{spec.env}\\fR" in page
     for variable in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "XDG_CONFIG_DIRS"):
         assert f"\\fB{variable}\\fR" in page

@@ -131,7 +131,8 @@ def test_the_subcommand_is_found_before_parsing(argv: list[str], expected: str |
 
 def test_top_level_value_options_are_all_known() -> None:
     """chosen_subcommand must know every top-level option that takes a value."""
-    from gpumon import cli, options
+    from gpumon import cli
+    from gpumon.config import flags
 
     parser = cli.build_parser(only="status")
     taking_values = {
@@ -140,14 +141,14 @@ def test_top_level_value_options_are_all_known() -> None:
         if action.option_strings and action.nargs != 0
         for option in action.option_strings
     }
-    assert taking_values == options.TOP_LEVEL_VALUE_OPTIONS
+    assert taking_values == flags.TOP_LEVEL_VALUE_OPTIONS
 
 
 def test_the_store_poller_and_exporter_import_no_ui() -> None:
     """The data layers below the UI: the exporter runs them with no terminal at all."""
     body = """
 import gpumon.sampling.store, gpumon.sampling.poller, gpumon.commands.export.http
-import gpumon.data.fields, gpumon.settings
+import gpumon.data.fields, gpumon.config
 """
     result = run_clean(body)
     assert result.returncode == 0, result.stderr

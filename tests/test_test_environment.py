@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from gpumon.cli import main
-from gpumon.settings import KEYS
+from gpumon.config import SETTINGS
 
 ROOT = next(path for path in Path(__file__).resolve().parents if (path / "pyproject.toml").exists())
 
 
 def test_every_settings_variable_is_named_gpumon_something() -> None:
-    names = [spec.env for spec in KEYS.values() if spec.env]
+    names = [spec.env for spec in SETTINGS if spec.env]
     assert names and all(name.startswith("GPUMON_") for name in names)
 
 
@@ -31,7 +31,7 @@ def test_no_gpumon_variable_reaches_a_test(capsys: pytest.CaptureFixture[str]) -
 
 def test_the_tests_pass_with_every_gpumon_variable_set_badly() -> None:
     environ = {**os.environ, "GPUMON_ASCII": "1"}
-    environ.update({spec.env: "not a value" for spec in KEYS.values() if spec.env})
+    environ.update({spec.env: "not a value" for spec in SETTINGS if spec.env})
     canary = (
         f"{Path(__file__).relative_to(ROOT)}::{test_no_gpumon_variable_reaches_a_test.__name__}"
     )

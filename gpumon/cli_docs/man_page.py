@@ -1,16 +1,14 @@
-"""The man page, gpumon(1), generated from the parser (:func:`man_page`).
-
-``gpumon --print-man`` prints it; ``docs/gpumon.1`` is a copy that a test keeps current. The
-options and subcommands come from the parser, the environment variables from the settings'
-table (:data:`gpumon.settings.KEYS`), so none of them can drift; the rest (files, exit
-status) is written here. No date in it: the same gpumon gives the same page.
+"""The man page, gpumon(1), generated (:func:`man_page`): the options and subcommands from
+the parser, the config keys and environment variables from the settings
+(:data:`gpumon.config.SETTINGS`); the rest (files, exit status) is written here. No date in
+it: the same gpumon gives the same page.
 """
 
 from __future__ import annotations
 
 from gpumon.cli_docs.model import Command, Option
-from gpumon.config_file import DEFAULT_CONFIG_DIRS
-from gpumon.settings import KEYS
+from gpumon.config import SETTINGS
+from gpumon.config.files import DEFAULT_CONFIG_DIRS
 
 #: The repository's address: pyproject.toml's [project.urls] Repository.
 HOMEPAGE = "https://github.com/gpumon-tui/gpumon-tui"
@@ -79,7 +77,7 @@ def man_page(program: Command, version: str) -> str:
         if also:
             lines += [".PP", _escape("Also takes " + ", ".join(also) + ", as above.")]
         lines += _options(own)
-    lines += [".SH ENVIRONMENT", *_environment()]
+    lines += [".SH CONFIGURATION", *_configuration(), ".SH ENVIRONMENT", *_environment()]
     lines += [
         ".SH FILES",
         ".TP",
@@ -119,14 +117,22 @@ def _options(options: tuple[Option, ...]) -> list[str]:
     return lines
 
 
+def _configuration() -> list[str]:
+    lines = []
+    for spec in SETTINGS:
+        if spec.key is not None:
+            lines += [".TP", f"\\fB{_escape(spec.key)}\\fR", _escape(spec.described(flag=True))]
+    return lines
+
+
 def _environment() -> list[str]:
     lines = []
-    for key, spec in KEYS.items():
-        if spec.env is None:
-            continue
-        flag = f"; {spec.flag} wins over it" if spec.flag else ""
-        meaning = f"as {key} in the config file, and wins over it{flag}"
-        lines += [".TP", f"\\fB{_escape(spec.env)}\\fR", _escape(meaning)]
+    for spec in SETTINGS:
+        if spec.env is not None:
+            meaning = f"as {spec.key} in the config file, and wins over it"
+            if spec.flag:
+                meaning += f"; {spec.flag} wins over it"
+            lines += [".TP", f"\\fB{_escape(spec.env)}\\fR", _escape(meaning)]
     for name, meaning in _ENVIRONMENT:
         lines += [".TP", f"\\fB{_escape(name)}\\fR", _escape(meaning)]
     return lines

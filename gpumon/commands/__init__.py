@@ -3,6 +3,6 @@
 JSON), ``record`` (the history's recorder) and ``export/``.
 
 May import: :mod:`gpumon.sampling`, :mod:`gpumon.sources`, :mod:`gpumon.data`,
-:mod:`gpumon.settings`, :mod:`gpumon.arguments`; never :mod:`gpumon.ui`, and never textual or
+:mod:`gpumon.config`; never :mod:`gpumon.ui`, and never textual or
 rich: ``gpumon status`` runs every few seconds in a status bar and must start light.
 """

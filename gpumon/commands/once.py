@@ -30,8 +30,8 @@ from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, fit_line, use_c
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.views import ProcessFilter, UserUsage
-    from gpumon.settings import Settings
 
 #: The start-up filters choose among this machine's GPUs; the cluster view is another matter.
 FILTERS_NOT_FOR_CLUSTER = (
@@ -182,7 +182,7 @@ def run_cluster(
     """``gpumon once --prometheus URL``: the whole cluster; exit 1 when Prometheus cannot be
     read or knows no GPU node (the JSON is printed all the same), 2 for bad settings."""
     from gpumon.commands import cluster_output
-    from gpumon.settings import SettingsError
+    from gpumon.config import SettingsError
     from gpumon.sources.cluster_base import take_cluster_sample
 
     try:

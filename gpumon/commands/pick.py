@@ -34,14 +34,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpumon.arguments import (
+from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
+from gpumon.config.text import (
     duration_seconds,
     interval_seconds,
     percentage,
     size_bytes,
     whole_number,
 )
-from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
 from gpumon.data import format as fmt
 from gpumon.data.free import MIB
 from gpumon.data.model import Sample
@@ -49,9 +49,9 @@ from gpumon.data.ranking import Candidate, could_ever_qualify, mig_on, qualify
 
 if TYPE_CHECKING:
     from gpumon.commands.pick_claims import PickClaims
+    from gpumon.config import Settings
     from gpumon.data.selection import GpuSelection
     from gpumon.sampling.snapshot import SampleReader
-    from gpumon.settings import Settings
 
 FORMATS = ("auto", "index", "uuid")
 DEMO_LABEL = "simulated GPUs (--demo)"

@@ -22,7 +22,7 @@ from gpumon.commands.pick_wait import Attempt, attempts
 from gpumon.data.cluster import ClusterSample
 
 if TYPE_CHECKING:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
 
 #: Prometheus is asked at most this often while waiting.
 POLL_FLOOR_S = 5.0
@@ -56,7 +56,7 @@ def run_cluster(
     wait_s: float | None = None,
 ) -> int:
     """Print the picked GPUs (exit 0), or why no node has them (exit 1); 2: bad settings."""
-    from gpumon.settings import SettingsError
+    from gpumon.config import SettingsError
     from gpumon.sources import cluster_base
 
     wanted = Wanted(n, min_free_bytes, max_utilization_pct, free_below_bytes, output_format)

@@ -21,9 +21,9 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.model import Sample
     from gpumon.sampling.history.recorder import Recorder, RecorderThread
-    from gpumon.settings import Settings
 
 #: Seconds between samples unless --interval says otherwise (the dashboard's 1 s is for eyes).
 DEFAULT_INTERVAL_S = 10.0
@@ -36,7 +36,7 @@ PREFIX = "gpumon record"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpumon.arguments import interval_seconds
+    from gpumon.config.text import interval_seconds
 
     parser.add_argument(
         "--interval",
@@ -64,7 +64,7 @@ def demo_needs_own_file(settings: Settings) -> str | None:
         return None
     import os
 
-    from gpumon.config_file import default_history_path
+    from gpumon.config.files import default_history_path
     from gpumon.sampling.history.files import history_path
 
     defaults = {default_history_path(os.environ, os.geteuid()), default_history_path({}, 0)}

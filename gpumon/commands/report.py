@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from gpumon.data.usage import GROUPINGS
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.periods import Period
     from gpumon.data.report import UsageReport
-    from gpumon.settings import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,8 +149,8 @@ def history_report(settings: Settings, chosen: Period, by: str, now_s: float) ->
 
 def cluster_report(settings: Settings, chosen: Period, by: str, now_s: float) -> UsageReport | int:
     """The report from Prometheus, or the exit code after one line."""
+    from gpumon.config import SettingsError
     from gpumon.sampling.idle import idle_rule
-    from gpumon.settings import SettingsError
     from gpumon.sources.cluster_base import open_headless_source
     from gpumon.sources.prometheus.client import PrometheusError
     from gpumon.sources.prometheus.usage import cluster_usage

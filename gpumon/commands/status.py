@@ -27,7 +27,7 @@ from gpumon.data.fields import FIELDS as TABLE
 from gpumon.data.model import ON_DEMAND_GPU_FIELDS, GpuStats, Sample
 
 if TYPE_CHECKING:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
 
 DEFAULT_FORMAT = "{index}:{util_num}/{mem_pct_num}%"
 #: What the default format shows for a FREE GPU, in place of ``0/0%``.

@@ -16,13 +16,13 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from gpumon.arguments import decimal_number, whole_number
+from gpumon.config.text import decimal_number, whole_number
 from gpumon.probe import steps as S
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.probe.protocol import Event, Request, StepEvent
     from gpumon.probe.runner import ProbeOutcome
-    from gpumon.settings import Settings
     from gpumon.sources.base import GpuSource
 
 

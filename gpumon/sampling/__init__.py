@@ -9,6 +9,6 @@ dashboard read it)
 and :mod:`~gpumon.sampling.snapshot` (one sample for the headless modes, and as JSON-able
 data).
 
-May import: :mod:`gpumon.sources`, :mod:`gpumon.data`, :mod:`gpumon.settings`; never textual
+May import: :mod:`gpumon.sources`, :mod:`gpumon.data`, :mod:`gpumon.config`; never textual
 or rich.
 """

@@ -32,7 +32,7 @@ from gpumon.data.model import GpuProcess, Sample
 from gpumon.data.views import STALE_AFTER_INTERVALS
 
 if TYPE_CHECKING:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
 
 __all__ = ["IdleTracker", "idle_rule"]
 

@@ -32,8 +32,8 @@ from gpumon.data.model import (
 )
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.views import ProcessFilter, UserUsage
-    from gpumon.settings import Settings
     from gpumon.sources.base import GpuSource
 
 #: Bumped only for breaking changes (a field removed, renamed, or changing type, unit or

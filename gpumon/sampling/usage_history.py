@@ -15,7 +15,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from gpumon.config_file import default_history_path
+from gpumon.config.files import default_history_path
 from gpumon.data.format import duration, safe_text
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, used_notes
 from gpumon.data.usage import UsageRow
@@ -24,10 +24,10 @@ from gpumon.sampling.history.reader import HistoryError, HistoryReader, open_his
 from gpumon.sampling.history.schema import DAY_S, HOUR_S
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.model import Sample
     from gpumon.data.periods import Period
     from gpumon.sampling.history.reader import IdleHolder as RecordedHolder
-    from gpumon.settings import Settings
 
 __all__ = [
     "HistoryError",

@@ -7,6 +7,6 @@ importer), :mod:`gpumon.sources.host` (psutil, cgroups, signals; other users' te
 once, where it is read), :mod:`gpumon.sources.prometheus` (a cluster from Prometheus) and
 :mod:`~gpumon.sources.cluster_base` (the one place that opens a cluster source).
 
-May import: :mod:`gpumon.data`, :mod:`gpumon.settings`, :mod:`gpumon.arguments`; never the
+May import: :mod:`gpumon.data`, :mod:`gpumon.config`; never the
 sampling layer, the commands or the UI, and never textual or rich.
 """

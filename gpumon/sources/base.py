@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from gpumon.data.model import Sample
 
 if TYPE_CHECKING:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""The one place that opens a cluster source from :class:`~gpumon.settings.Settings`.
+"""The one place that opens a cluster source from :class:`~gpumon.config.Settings`.
 
 The dashboard's node list, ``once --prometheus`` and ``pick --prometheus`` all call
 :func:`open_cluster_source`, so credentials, headers, the CA file and the timeout reach the
@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from gpumon.settings import SettingsError
+from gpumon.config import SettingsError
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.cluster import ClusterSample
-    from gpumon.settings import Settings
     from gpumon.sources.prometheus.source import PrometheusSource
 
 

@@ -25,8 +25,8 @@ from gpumon.ui.textual_source import PALETTE_TYPED_AHEAD, is_on
 if TYPE_CHECKING:
     from textual.driver import Driver
 
+    from gpumon.config import Settings
     from gpumon.sampling.poller import Poller
-    from gpumon.settings import Settings
     from gpumon.ui.signals import QuitOnSignals
     from gpumon.ui.widgets.lines import Glyphs
 

@@ -530,7 +530,7 @@ def test_cluster_without_a_server_or_with_the_demo_is_exit_2(
 def test_open_cluster_source_hands_every_setting_to_the_source() -> None:
     import ssl
 
-    from gpumon.settings import load_settings
+    from gpumon.config import load_settings
 
     ca = ssl.get_default_verify_paths().cafile  # the system's bundle: a real PEM file
     if ca is None:

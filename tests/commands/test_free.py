@@ -15,11 +15,11 @@ import pytest
 from gpumon.cli import main
 from gpumon.commands import once, status
 from gpumon.commands.export import collector as export
+from gpumon.config import Settings
 from gpumon.data import painting
 from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.sampling import snapshot
-from gpumon.settings import Settings
 from gpumon.sources import base
 from tests.commands.test_once import GIB, MIB, gpu, process, troubled_sample, validate
 

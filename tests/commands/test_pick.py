@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpumon.arguments import percentage, size_bytes
 from gpumon.cli import main
 from gpumon.commands import pick
 from gpumon.commands.pick import UNCLAIMED_NOTE, failure_line, indices_match_cuda, resolve_format
+from gpumon.config.text import percentage, size_bytes
 from gpumon.data import ranking
 from gpumon.data.model import GpuStats, GpuUnavailable, MigInstance, Sample, UnavailableReason
 from gpumon.data.ranking import rank

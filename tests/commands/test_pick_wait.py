@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumon.arguments import duration_seconds
 from gpumon.cli import main
 from gpumon.commands.pick_wait import CLEAR_LINE, waiting_text
+from gpumon.config.text import duration_seconds
 from gpumon.data.model import GpuUnavailable, UnavailableReason
 from gpumon.data.ranking import qualify
 from tests.support.pick_helpers import gpu, job, sample, serve

@@ -255,7 +255,7 @@ def test_record_demo_is_refused_into_the_default_path_given_with_db(tmp_path: Pa
     history too."""
     import os
 
-    from gpumon.config_file import default_history_path
+    from gpumon.config.files import default_history_path
 
     system = default_history_path({}, 0)
     existed = os.path.exists(system)

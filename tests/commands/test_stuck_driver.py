@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.config import Settings
 from gpumon.data.model import UnavailableReason
 from gpumon.sampling import snapshot
-from gpumon.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

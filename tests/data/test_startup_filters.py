@@ -13,6 +13,7 @@ import pytest
 from textual.pilot import Pilot
 
 from gpumon.cli import main
+from gpumon.config import Settings
 from gpumon.data.model import GpuStats, MigInstance, Sample
 from gpumon.data.selection import (
     GpuSelection,
@@ -22,7 +23,6 @@ from gpumon.data.selection import (
     visible_gpus,
 )
 from gpumon.sampling import snapshot
-from gpumon.settings import Settings
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.bars import HeaderBar
 from gpumon.ui.widgets.process_table import ProcessTable

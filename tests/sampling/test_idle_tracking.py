@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
+from gpumon.config import Settings
 from gpumon.data.idle import (
     Activity,
     HeldIdle,
@@ -24,7 +25,6 @@ from gpumon.data.idle import (
 )
 from gpumon.data.model import GpuProcess, ProcessKind, Sample
 from gpumon.sampling.idle import IdleTracker, idle_rule
-from gpumon.settings import Settings
 from tests.sources.nvml.test_nvml_mig import jobs, mig_server
 from tests.sources.nvml.test_nvml_source import NOT_SUPPORTED, FakeClock, make_source
 from tests.support.fake_nvml import (

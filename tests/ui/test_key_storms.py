@@ -10,7 +10,7 @@ from textual import events
 from textual.app import App
 from textual.command import CommandPalette
 
-from gpumon.settings import Settings
+from gpumon.config import Settings
 from gpumon.ui.dashboard.app import create_app
 from tests.ui.cluster.test_cluster_ui import cluster_app, make_cluster
 

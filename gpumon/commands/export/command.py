@@ -17,8 +17,8 @@ from gpumon.commands.export.listen import DEFAULT_LISTEN, listen_address
 
 if TYPE_CHECKING:
     from gpumon.commands.export.web_config import WebConfig
+    from gpumon.config import Settings
     from gpumon.sampling.history.recorder import RecorderThread
-    from gpumon.settings import Settings
 
 #: With --record, samples are written to the history at most this often (a batch), so
 #: that sampling every second costs the database one transaction per 10 s.
@@ -26,7 +26,7 @@ RECORD_BATCH_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpumon.arguments import interval_seconds
+    from gpumon.config.text import interval_seconds
 
     parser.add_argument(
         "--listen",

@@ -27,7 +27,7 @@ not valid yet) and an empty file (plain HTTP, no authentication, as the toolkit 
 served with a warning.
 
 Unlike the toolkit, the file is read once, at start: a changed file (or certificate) needs a
-restart. It is read as gpumon's own config is (:func:`gpumon.config_file.read_guarded`): a
+restart. It is read as gpumon's own config is (:func:`gpumon.config.files.read_guarded`): a
 regular file, at most :data:`MAX_WEB_CONFIG_BYTES`, that no other user controls; the TLS files
 likewise (at most :data:`MAX_PEM_BYTES`). A problem is one line naming the key, never a value:
 hashes and keys are never printed.
@@ -44,7 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumon.config_file import SettingsError, read_guarded
+from gpumon.config import SettingsError
+from gpumon.config.files import read_guarded
 from gpumon.data.format import safe_text
 
 MAX_WEB_CONFIG_BYTES = 64 * 1024

@@ -15,6 +15,6 @@ rows; no SQL), :mod:`~gpumon.sampling.history.rows` and
 :mod:`~gpumon.sampling.history.queries` and :mod:`~gpumon.sampling.history.reader` (the
 read API).
 
-May import: :mod:`gpumon.data`, :mod:`gpumon.config_file`, :mod:`gpumon.settings`; never
+May import: :mod:`gpumon.data`, :mod:`gpumon.config`; never
 textual or rich, never a source.
 """

@@ -26,12 +26,12 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from gpumon.config_file import default_history_path, foreign_link
+from gpumon.config.files import default_history_path, foreign_link
 from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
 from gpumon.sources.host.claims import user_name
 
 if TYPE_CHECKING:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
 
 #: The private directory beside the history that holds the recorder's live database.
 LIVE_SUFFIX = ".live"
@@ -185,7 +185,7 @@ def _connect(uri: str) -> ReadConnection:
 
 def check_links(path: str, directory: str) -> None:
     """Refuse a symbolic link on the way to ``directory`` that neither this user nor root
-    owns (:func:`~gpumon.config_file.foreign_link`): its owner could point it at a directory
+    owns (:func:`~gpumon.config.files.foreign_link`): its owner could point it at a directory
     of root's that the recorder would then write into (the database file itself is opened
     ``O_NOFOLLOW``).
 

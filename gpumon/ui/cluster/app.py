@@ -45,8 +45,8 @@ from gpumon.ui.widgets.lines import Glyphs
 from gpumon.ui.widgets.watches import Watch, Watches
 
 if TYPE_CHECKING:
+    from gpumon.config import Settings
     from gpumon.data.model import GpuStats, Sample
-    from gpumon.settings import Settings
     from gpumon.sources.base import GpuSource
 
 #: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
@@ -125,7 +125,7 @@ class ClusterApp(MonitorApp):
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
-        from gpumon.settings import Settings
+        from gpumon.config import Settings
 
         exact_updates.install()
         self.settings = settings or Settings()

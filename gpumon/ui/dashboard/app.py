@@ -42,7 +42,7 @@ from gpumon.ui.widgets.lines import Glyphs
 from gpumon.ui.widgets.process_table import ProcessTable
 
 if TYPE_CHECKING:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
     from gpumon.ui.dashboard.probe_panel import ProbePanel
     from gpumon.ui.widgets.gpu_notes import NoteSource
 
@@ -132,7 +132,7 @@ class GpumonApp(HistoryKeys, MonitorApp):
         early: EarlySample | None = None,
     ) -> None:
         super().__init__()
-        from gpumon.settings import Settings
+        from gpumon.config import Settings
 
         self.settings = settings or Settings(interval_s=interval_s)
         exact_updates.install()

@@ -15,9 +15,9 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 
+from gpumon.config import Settings
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats, GpuUnavailable
-from gpumon.settings import Settings
 from gpumon.ui.widgets.gpu_cards import card_sparks, draw_card
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, mig_lines
 from gpumon.ui.widgets.gpu_notes import GpuNote

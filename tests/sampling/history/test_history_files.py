@@ -355,7 +355,7 @@ def test_a_directory_that_cannot_be_written_is_one_line(shared: Path) -> None:
 
 
 def test_history_path_follows_db_and_else_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpumon.settings import Settings
+    from gpumon.config import Settings
 
     monkeypatch.setenv("XDG_STATE_HOME", "/somewhere/state")
     assert files.history_path(Settings(history_db="/data/h.db")) == "/data/h.db"

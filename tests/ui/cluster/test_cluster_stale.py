@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 
+from gpumon.config import Settings
 from gpumon.data.cluster import ClusterSample
-from gpumon.settings import Settings
 from gpumon.ui.cluster.app import ClusterApp, create_cluster_app, free_gpus
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.node_screen import NodeScreen

@@ -14,10 +14,10 @@ from dataclasses import replace
 
 import pytest
 
+from gpumon.config import Settings
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.format import natural_key
 from gpumon.data.model import GpuProcess, GpuStats, HostStats, ProcessKind, Sample
-from gpumon.settings import Settings
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui.cluster.app import ClusterApp, create_cluster_app
 from gpumon.ui.cluster.node_columns import NodeFilter, node_rows, sort_rows, state_text

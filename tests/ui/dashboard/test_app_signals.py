@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpumon.settings import Settings
+from gpumon.config import Settings
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.signal_dialog import READONLY_NOTICE, SignalDialog
 from gpumon.ui.widgets.help import HelpScreen

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.config import Settings
 from gpumon.data import claims as rules
-from gpumon.settings import Settings
 from gpumon.sources.host import claims as host_claims
 from gpumon.sources.host.claims import ClaimsDir, user_name
 from gpumon.ui.dashboard.app import GpumonApp

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
+from gpumon.config import Settings
 from gpumon.data.model import Sample
-from gpumon.settings import Settings
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.dashboard.help import DashboardHelpScreen

@@ -12,8 +12,8 @@ import re
 
 from textual.pilot import Pilot
 
+from gpumon.config import Settings
 from gpumon.data.model import ProcessKind, Sample
-from gpumon.settings import Settings
 from gpumon.sources.demo import QUIET_FROM_TICK, DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.user_summary import UserSummaryScreen

@@ -10,9 +10,9 @@ import re
 
 import pytest
 
+from gpumon.config import Settings
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuProcess, HostStats
-from gpumon.settings import Settings
 from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.gpu_detail import GpuDetailScreen
 from gpumon.ui.dashboard.process_detail import ProcessDetailScreen

@@ -14,8 +14,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
+from gpumon.config import Settings
 from gpumon.data.model import GpuStats, MigInstance, Sample
-from gpumon.settings import Settings
 from gpumon.sources.demo import DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.screen import DashboardScreen

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from gpumon.config import Settings
 from gpumon.data.model import Sample
-from gpumon.settings import Settings
 from gpumon.ui.widgets.process_columns import EMPTY_NONE
 from tests.commands.test_status import run_status
 from tests.support.ui_helpers import GIB, app_for, make_gpu, make_process, make_sample, screen_text

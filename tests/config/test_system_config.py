@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpumon.cli import main
-from gpumon.config_file import default_config_path, system_config_paths
-from gpumon.settings import load_settings
+from gpumon.config import load_settings
+from gpumon.config.files import default_config_path, system_config_paths
 
 
 def write_config(directory: Path, text: str, mode: int = 0o644) -> Path:

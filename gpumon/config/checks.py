@@ -1,16 +1,26 @@
-"""How each setting's value is checked: one function per kind, each returning the value to
-use or raising :class:`~gpumon.config_file.SettingsError` with what was expected.
-
-The table of keys that uses them is :data:`gpumon.settings.KEYS`.
+"""The one validator family: each check takes a value from a flag, the config file or the
+environment and returns the value to use, or raises :class:`SettingsError` saying what was
+expected. Text from a flag or a variable is first made the config file's type
+(:meth:`Number.from_text`), so one check serves all three and says its bounds once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.config_file import SettingsError
+from gpumon.data.format import safe_text
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; ``str()`` is the one line to print, made safe to
+    print here: a path in it, or a value quoted by the TOML parser, may hold escapes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(safe_text(message))
+
 
 #: Textual's built-in themes (checked in the tests against Textual's own list, so settings
 #: need not import Textual to validate a name).
@@ -58,6 +68,17 @@ class Number:
             raise SettingsError(f"expected {self.what}, got {shown(value)}")
         return self.kind(value)
 
+    def from_text(self, text: str) -> Any:
+        """A flag's or a variable's text as a number: plain ASCII digits only (``int()``
+        takes ``1_0``, ``٣``, ``1e1``, ``nan``); other text is left for the check to refuse."""
+        pattern = _WHOLE if self.kind is int else _DECIMAL
+        stripped = text.strip()
+        return self.kind(stripped) if pattern.fullmatch(stripped) else text
+
+
+_WHOLE = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
+
 
 def theme(value: Any) -> str:
     if not isinstance(value, str) or value not in THEMES:
@@ -76,7 +97,7 @@ def interpreter(value: Any) -> str:
     looked up on ``PATH`` as a shell would. A relative path with a directory part is refused:
     from a config file or the environment it would name a different program in each
     directory gpumon starts in (``/tmp``: anyone's). ``--probe-python`` is made absolute
-    against the directory it was typed in before it comes here (see :mod:`gpumon.options`).
+    against the directory it was typed in before it comes here.
     """
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a Python interpreter, got {shown(value)}")
@@ -103,14 +124,8 @@ def directory(value: Any) -> str:
     return expanded
 
 
-def directory_or_file(value: Any) -> str:
-    """A file's path that need not exist yet (gpumon may create it)."""
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise SettingsError(f"expected the path of a file, got {shown(value)}")
-    return os.path.expanduser(value)
-
-
-def readable_file(value: Any) -> str:
+def file_path(value: Any) -> str:
+    """A file's path (``~`` expanded); whether it must exist is up to whoever opens it."""
     if not isinstance(value, str) or not value or "\x00" in value:
         raise SettingsError(f"expected the path of a file, got {shown(value)}")
     return os.path.expanduser(value)
@@ -196,6 +211,30 @@ def password(value: Any) -> str:
         raise SettingsError("expected a non-empty string (the value is not shown)")
     if any(control(character) for character in value):
         raise SettingsError("expected no control characters (the value is not shown)")
+    return value
+
+
+#: ``--only``: an NVML index, a GPU UUID or a MIG UUID (or a unique prefix of one).
+_GPU_ID = re.compile(r"[0-9]{1,2}|(?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{0,63}", re.ASCII)
+#: ``--user``: a user name as useradd and LDAP allow it.
+_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?", re.ASCII)
+
+
+def gpu_list(value: Any) -> tuple[str, ...]:
+    """``0,3`` or UUIDs, each checked, duplicates dropped."""
+    items = [item.strip() for item in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(
+        isinstance(item, str) and _GPU_ID.fullmatch(item) for item in items
+    ):
+        raise SettingsError(
+            f"expected NVML indices, GPU-... or MIG-... UUIDs, comma-separated, got {shown(value)}"
+        )
+    return tuple(dict.fromkeys(items))
+
+
+def user_name(value: Any) -> str:
+    if not isinstance(value, str) or not _USER_NAME.fullmatch(value):
+        raise SettingsError(f"expected a user name, got {shown(value)}")
     return value
 
 

@@ -1,12 +1,8 @@
-"""The config files: where they are, reading them, and TOML values written back
-(``--print-config``).
+"""The config files: where they are (XDG), reading one safely, and TOML values written back.
 
-The user's file is ``$XDG_CONFIG_HOME/gpumon/config.toml`` (else
-``~/.config/gpumon/config.toml``), or the file ``--config PATH`` names. Under it lie the
-system-wide files an administrator writes, ``gpumon/config.toml`` in each directory of
-``$XDG_CONFIG_DIRS`` (default ``/etc/xdg``): :func:`system_config_paths`. Each is parsed
-with ``tomllib`` only when there is one: ``gpumon status`` builds its settings on every call.
-What the keys mean, how each is checked and how the layers stack: :mod:`gpumon.settings`.
+A config file names a program gpumon runs (``probe_python``), so, as ssh does, only a small
+regular file that no other user controls is read, without blocking on a FIFO; ``tomllib`` is
+imported only when there is a file (``gpumon status`` builds its settings on every call).
 """
 
 from __future__ import annotations
@@ -19,15 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from gpumon.config.checks import SettingsError
 from gpumon.data.format import safe_text
-
-
-class SettingsError(ValueError):
-    """A setting that cannot be used; ``str()`` is the one line to print, made safe to
-    print here: a path in it, or a value quoted by the TOML parser, may hold escapes."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(safe_text(message))
 
 
 def default_config_path(environ: Mapping[str, str]) -> str:

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from gpumon import setting_checks
-from gpumon import settings as S
+from gpumon import config as S
 from gpumon.cli import main
+from gpumon.config import checks
+from gpumon.config.files import default_config_path
+from gpumon.config.settings import BY_KEY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str | bytes) -> Path:
@@ -52,7 +54,7 @@ def test_the_default_file_is_under_xdg_config_home(tmp_path: Path) -> None:
     (tmp_path / "gpumon" / "config.toml").write_text("history_minutes = 30\n")
     settings = S.load_settings({}, {"XDG_CONFIG_HOME": str(tmp_path)})
     assert settings.history_minutes == 30
-    home = S.default_config_path({})
+    home = default_config_path({})
     assert home.endswith("/.config/gpumon/config.toml")
 
 
@@ -165,7 +167,7 @@ def test_print_config_is_toml_with_where_each_value_came_from(
     assert "load_warn_pct = 50  # default" in out
     parsed = tomllib.loads(out)  # paste it into a config file as it is
     assert parsed["theme"] == "nord" and parsed["interval"] == 3.0
-    assert set(parsed) <= set(S.KEYS)
+    assert set(parsed) <= set(BY_KEY)
 
 
 def test_the_config_interval_reaches_the_command(tmp_path: Path) -> None:
@@ -179,12 +181,12 @@ def test_the_config_interval_reaches_the_command(tmp_path: Path) -> None:
 def test_themes_are_textuals_own() -> None:
     from textual.theme import BUILTIN_THEMES
 
-    assert set(setting_checks.THEMES) == set(BUILTIN_THEMES)
+    assert set(checks.THEMES) == set(BUILTIN_THEMES)
 
 
 def test_settings_module_stays_light() -> None:
     code = (
-        "import sys, gpumon.settings as s; s.load_settings({});"
+        "import sys, gpumon.config as s; s.load_settings({});"
         "heavy = [m for m in ('textual', 'psutil', 'pynvml', 'tomllib', 'argparse') "
         "if m in sys.modules]; assert not heavy, heavy"
     )

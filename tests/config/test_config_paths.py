@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpumon.cli import main
-from gpumon.config_file import SettingsError
-from gpumon.settings import load_settings
+from gpumon.config import SettingsError, load_settings
 from tests.commands.test_pick_claims import as_user
-from tests.test_system_config import write_config
+from tests.config.test_system_config import write_config
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")

@@ -1,10 +1,7 @@
-"""Numbers on the command line: plain ASCII decimals only.
-
-Python's ``int()`` and ``float()`` accept more than a person means: ``1_0`` is 10,
-``٣٣`` (Arabic-Indic digits) is 33, ``1e1`` is 10.0, ``nan`` and ``inf`` are floats. An
-option that silently reads ``--interval 1_0`` as ten seconds, or a port typed in another
-script as a number, is a surprise; these parsers accept ``12``, ``0.25``, ``.5`` and ``2.``
-and nothing else, and say what they expected in one line.
+"""argparse types for the subcommands' own options (sizes, durations, percentages, counts):
+plain ASCII decimals only, as the settings' checks read text. Python's ``int()`` and
+``float()`` take ``1_0``, ``٣``, ``1e1`` and ``nan``, which no person means. Each error is one
+line saying what was expected.
 """
 
 from __future__ import annotations
@@ -12,7 +9,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
+from gpumon.config.checks import SettingsError
+from gpumon.config.settings import BY_ATTRIBUTE
 
 _WHOLE = re.compile(r"[0-9]+")
 _DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
@@ -36,16 +34,11 @@ def decimal_number(text: str, what: str = "a number") -> float:
 
 
 def interval_seconds(text: str) -> float:
-    """``--interval``: seconds from :data:`MIN_INTERVAL_S` to :data:`MAX_INTERVAL_S`."""
-    value = decimal_number(text, "a number of seconds such as 0.5 or 2")
-    if value < MIN_INTERVAL_S:
-        raise argparse.ArgumentTypeError(
-            f"must be at least {MIN_INTERVAL_S} seconds (got {text}): NVML's utilisation "
-            "counters do not update faster"
-        )
-    if value > MAX_INTERVAL_S:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_INTERVAL_S:g} seconds (got {text})")
-    return value
+    """A subcommand's ``--interval``: the interval setting's own check."""
+    try:
+        return float(BY_ATTRIBUTE["interval_s"].value_of(text))
+    except SettingsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 #: No GPU comes near a PiB: a bigger size is a typo (and a float overflow, past 1e308).

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from gpumon import settings as S
-from gpumon.config_file import MAX_CONFIG_BYTES, SettingsError, read_config, toml_value
-from gpumon.settings import load_settings
+from gpumon.config import SettingsError, load_settings
+from gpumon.config.files import MAX_CONFIG_BYTES, read_config, toml_value
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gpumon(*argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -150,7 +149,7 @@ def test_a_header_value_that_is_not_latin1_is_refused_when_read(tmp_path: Path) 
     path = config(tmp_path, 'prometheus_headers = ["X-Token: caf\u00e9 \u2603"]\n')
     with pytest.raises(SettingsError, match="header X-Token: expected a value of Latin-1"):
         load_settings({}, environ={}, config=str(path))
-    assert "\u2603" not in str(S.SettingsError("x"))
+    assert "\u2603" not in str(SettingsError("x"))
 
 
 def test_reading_a_config_never_blocks_the_caller(tmp_path: Path) -> None:
