@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpumon.config.settings import VARIABLES
+
 
 @pytest.fixture(autouse=True)
 def utf8_locale(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,10 +51,9 @@ def no_user_config(
     # Nor the developer's history database (gpumon record's, under $XDG_STATE_HOME).
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.getbasetemp() / "no-state"))
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    # Every GPUMON_* variable: the settings' (each named GPUMON_..., see settings.KEYS),
-    # GPUMON_ASCII and any added later.
-    for name in [name for name in os.environ if name.startswith("GPUMON_")]:
-        monkeypatch.delenv(name)
+    # Every GPUMON_* variable gpumon reads (the settings' table names them), and any other.
+    for name in VARIABLES | {name for name in os.environ if name.startswith("GPUMON_")}:
+        monkeypatch.delenv(name, raising=False)
     # `gpumon pick` claims what it prints: never in the machine's shared /dev/shm directory,
     # and never seen by the next test.
     claims = tmp_path_factory.mktemp("claims", numbered=True) / "gpumon-claims"

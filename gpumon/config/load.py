@@ -143,11 +143,16 @@ def describe(settings: Settings) -> str:
 
 
 def sample_config() -> str:
-    """The README's sample config file: every key at its default, with its help."""
-    return "".join(
-        f"# {spec.described(flag=True)}\n{_toml_line(key, spec, spec.default)}\n"
-        for key, spec in BY_KEY.items()
-    )
+    """The README's sample config file: every key at its default, under its help."""
+    import textwrap
+
+    lines = []
+    for key, spec in BY_KEY.items():
+        lines += textwrap.wrap(
+            spec.described(flag=True), 92, initial_indent="# ", subsequent_indent="#   "
+        )
+        lines.append(_toml_line(key, spec, spec.default))
+    return "\n".join(lines) + "\n"
 
 
 def _toml_line(key: str, spec: Setting, value: Any, origin: str = "") -> str:
