@@ -161,8 +161,8 @@ def test_twine_check_strict_passes(distributions: tuple[Path, Path]) -> None:
 #: files (cgroup, a recorded Prometheus server) and one SVG snapshot. The whole suite from
 #: the sdist takes minutes (RELEASING.md says to run it before a release).
 SDIST_SUBSET = (
-    "tests/test_settings.py",
-    "tests/test_system_config.py",
+    "tests/config/test_load.py",
+    "tests/config/test_system_config.py",
     "tests/sources/host/test_cgroup.py",
     "tests/sources/prometheus/test_prometheus_source.py",
     "tests/ui/dashboard/test_snapshots.py::test_one_gpu",

@@ -71,13 +71,14 @@ class Number:
     def from_text(self, text: str) -> Any:
         """A flag's or a variable's text as a number: plain ASCII digits only (``int()``
         takes ``1_0``, ``٣``, ``1e1``, ``nan``); other text is left for the check to refuse."""
-        pattern = _WHOLE if self.kind is int else _DECIMAL
+        pattern = WHOLE if self.kind is int else DECIMAL
         stripped = text.strip()
         return self.kind(stripped) if pattern.fullmatch(stripped) else text
 
 
-_WHOLE = re.compile(r"[0-9]+")
-_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
+#: What a person means by a whole number and a decimal one, in plain ASCII.
+WHOLE = re.compile(r"[0-9]+")
+DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
 
 
 def theme(value: Any) -> str:

@@ -94,18 +94,21 @@ def _apply_file(
     return table
 
 
+#: Pairs of settings whose first must not be above its second.
+_ORDERED = (
+    ("load_warn_pct", "load_hot_pct"),
+    ("temperature_hot_margin_c", "temperature_warm_margin_c"),
+)
+
+
 def _check_together(settings: Settings) -> None:
-    if settings.load_warn_pct > settings.load_hot_pct:
-        raise SettingsError(
-            f"{_origin(settings, 'load_warn_pct')}: load_warn_pct ({settings.load_warn_pct}) "
-            f"must not be above load_hot_pct ({settings.load_hot_pct})"
-        )
-    if settings.temperature_hot_margin_c > settings.temperature_warm_margin_c:
-        raise SettingsError(
-            f"{_origin(settings, 'temperature_hot_margin_c')}: temperature_hot_margin_c "
-            f"({settings.temperature_hot_margin_c}) must not be above "
-            f"temperature_warm_margin_c ({settings.temperature_warm_margin_c})"
-        )
+    for low, high in _ORDERED:
+        low_value, high_value = getattr(settings, low), getattr(settings, high)
+        if low_value > high_value:
+            raise SettingsError(
+                f"{_origin(settings, low)}: {low} ({low_value}) must not be above {high} "
+                f"({high_value})"
+            )
     has_user = settings.prometheus_user is not None
     if has_user != (settings.prometheus_password is not None):
         given, missing = (

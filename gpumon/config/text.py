@@ -9,18 +9,15 @@ from __future__ import annotations
 import argparse
 import re
 
-from gpumon.config.checks import SettingsError
+from gpumon.config.checks import DECIMAL, WHOLE, SettingsError
 from gpumon.config.settings import BY_ATTRIBUTE
-
-_WHOLE = re.compile(r"[0-9]+")
-_DECIMAL = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
 
 
 def whole_number(text: str, what: str = "a whole number") -> int:
     """``text`` as an int, from ASCII digits only; :class:`argparse.ArgumentTypeError`
     naming ``what`` was expected otherwise."""
     stripped = text.strip()
-    if not _WHOLE.fullmatch(stripped):
+    if not WHOLE.fullmatch(stripped):
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
     return int(stripped)
 
@@ -28,7 +25,7 @@ def whole_number(text: str, what: str = "a whole number") -> int:
 def decimal_number(text: str, what: str = "a number") -> float:
     """``text`` as a float, from an ASCII decimal (``2``, ``0.25``, ``.5``) only."""
     stripped = text.strip()
-    if not _DECIMAL.fullmatch(stripped):
+    if not DECIMAL.fullmatch(stripped):
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
     return float(stripped)
 
@@ -104,7 +101,7 @@ def duration_seconds(text: str) -> float:
     number is seconds. More than zero, at most a year."""
     stripped = text.strip()
     expected = "a duration such as 90s, 30m, 2h or 1h30m (a bare number is seconds)"
-    if _DECIMAL.fullmatch(stripped):
+    if DECIMAL.fullmatch(stripped):
         seconds = float(stripped)
     elif _DURATION.fullmatch(stripped):
         seconds = sum(
