@@ -74,7 +74,11 @@ class Setting:
             notes.append(f"default: {self.default:g}" if notes else f"default: {self.default}")
         elsewhere = self.flag if flag else (self.key and f"config: {self.key}")
         notes += [name for name in (elsewhere, self.env) if name]
-        return f"{self.help} ({'; '.join(notes)})" if notes else self.help
+        if not notes:
+            return self.help
+        if self.help.endswith(")"):  # one parenthesis: the help's own notes, then these
+            return f"{self.help[:-1]}; {'; '.join(notes)})"
+        return f"{self.help} ({'; '.join(notes)})"
 
 
 _SPEC = "gpumon.setting"
