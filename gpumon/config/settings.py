@@ -92,13 +92,15 @@ def _setting(
     key: str | None = "",
     env: str | None = None,
     flag: str | None = None,
-    metavar: str | None = None,
     commands: frozenset[str] | None = None,
     repeatable: bool = False,
     secret: bool = False,
 ) -> Any:
-    """A :class:`Settings` field and its :class:`Setting` (``key=""``: the field's name)."""
-    spec = Setting("", default, check, help, key, env, flag, metavar, commands, repeatable, secret)
+    """A :class:`Settings` field and its :class:`Setting` (``key=""``: the field's name;
+    ``flag``: the option and the name of its value, ``"--interval SECONDS"``)."""
+    option, _, metavar = (flag or "").partition(" ")
+    places = (key, env, option or None, metavar or None)
+    spec = Setting("", default, check, help, *places, commands, repeatable, secret)
     return field(default=default, repr=not secret, metadata={_SPEC: spec})
 
 
@@ -115,8 +117,7 @@ class Settings:
         "refresh interval",
         key="interval",
         env="GPUMON_INTERVAL",
-        flag="--interval",
-        metavar="SECONDS",
+        flag="--interval SECONDS",
     )
     theme: str = _setting(
         "textual-dark",
@@ -124,16 +125,14 @@ class Settings:
         "the dashboard's colour theme (textual-light or ansi-light on a light terminal; a "
         "bad name lists them)",
         env="GPUMON_THEME",
-        flag="--theme",
-        metavar="NAME",
+        flag="--theme NAME",
     )
     probe_python: str | None = _setting(
         None,
         checks.interpreter,
         "Python interpreter for the torch probe (default: the one running gpumon)",
         env="GPUMON_PROBE_PYTHON",
-        flag="--probe-python",
-        metavar="PATH",
+        flag="--probe-python PATH",
     )
     temperature_hot_margin_c: int = _setting(
         HOT_MARGIN_C,
@@ -160,8 +159,7 @@ class Settings:
         Number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
         "a GPU with no process and less than this much memory in use is FREE",
         env="GPUMON_FREE_THRESHOLD_MIB",
-        flag="--free-threshold",
-        metavar="MIB",
+        flag="--free-threshold MIB",
         commands=frozenset({"once", "status", "export", "pick"}),
     )
     readonly: bool = _setting(
@@ -175,8 +173,7 @@ class Settings:
         checks.directory,
         "the shared directory of pick's claims, an absolute path",
         env="GPUMON_CLAIMS_DIR",
-        flag="--claims-dir",
-        metavar="DIR",
+        flag="--claims-dir DIR",
         commands=frozenset({"pick"}),
     )
     claim_seconds: int = _setting(
@@ -184,8 +181,7 @@ class Settings:
         Number(int, 1, 600, "whole seconds from 1 to 600"),
         "how long pick's claim on a GPU it printed lasts",
         env="GPUMON_CLAIM_SECONDS",
-        flag="--claim-seconds",
-        metavar="SECONDS",
+        flag="--claim-seconds SECONDS",
         commands=frozenset({"pick"}),
     )
     idle_min_memory_mib: int = _setting(
@@ -193,8 +189,7 @@ class Settings:
         Number(int, 0, 1024 * 1024, "whole MiB from 0 to 1048576"),
         "only a process holding at least this much GPU memory can be idle",
         env="GPUMON_IDLE_MIN_MEMORY_MIB",
-        flag="--idle-min-memory",
-        metavar="MIB",
+        flag="--idle-min-memory MIB",
         commands=frozenset({"export", "record", "report"}),
     )
     idle_below_pct: int = _setting(
@@ -202,8 +197,7 @@ class Settings:
         Number(int, 0, 100, "a whole percentage from 0 to 100"),
         "low utilisation: its SM utilisation at or below this",
         env="GPUMON_IDLE_BELOW_PCT",
-        flag="--idle-below",
-        metavar="PCT",
+        flag="--idle-below PCT",
         commands=frozenset({"once", "export", "record"}),
     )
     history_db: str | None = _setting(
@@ -213,8 +207,7 @@ class Settings:
         "$XDG_STATE_HOME/gpumon/history.db, where readers use /var/lib/gpumon/history.db "
         "instead while that one is missing)",
         env="GPUMON_HISTORY_DB",
-        flag="--db",
-        metavar="PATH",
+        flag="--db PATH",
         commands=_HISTORY_COMMANDS,
     )
     history_days: int = _setting(
@@ -222,8 +215,7 @@ class Settings:
         Number(int, 1, 3650, "whole days from 1 to 3650"),
         "keep per-minute history this long (hourly rows: a year)",
         env="GPUMON_HISTORY_DAYS",
-        flag="--history-days",
-        metavar="DAYS",
+        flag="--history-days DAYS",
         commands=frozenset({"export", "record"}),
     )
     # once shows how long a process has been idle from the history (export and record judge).
@@ -232,8 +224,7 @@ class Settings:
         Number(float, 0.01, 10080, "minutes from 0.01 to 10080 (0.1 is 6 s)"),
         "a process is idle after this long at low utilisation",
         env="GPUMON_IDLE_AFTER_MINUTES",
-        flag="--idle-after",
-        metavar="MINUTES",
+        flag="--idle-after MINUTES",
         commands=frozenset({"export", "record"}),
     )
     prometheus_url: str | None = _setting(
@@ -242,8 +233,7 @@ class Settings:
         "read a whole cluster from this Prometheus server (or Thanos, VictoriaMetrics, "
         "Mimir): http:// or https://, no credentials in it",
         env="GPUMON_PROMETHEUS_URL",
-        flag="--prometheus",
-        metavar="URL",
+        flag="--prometheus URL",
         commands=CLUSTER_COMMANDS,
     )
     prometheus_headers: tuple[str, ...] = _setting(
@@ -252,8 +242,7 @@ class Settings:
         "an HTTP header for the Prometheus server, e.g. 'Authorization: Bearer TOKEN' "
         "(repeatable; never printed; other users can read a command line: the config "
         "file's prometheus_headers is safer)",
-        flag="--prometheus-header",
-        metavar="'NAME: VALUE'",
+        flag="--prometheus-header 'NAME: VALUE'",
         commands=CLUSTER_COMMANDS,
         repeatable=True,
         secret=True,
@@ -277,8 +266,7 @@ class Settings:
         "verify the Prometheus server's HTTPS certificate with the CA certificates in this "
         "PEM file (default: the system's)",
         env="GPUMON_PROMETHEUS_CA_FILE",
-        flag="--prometheus-ca-file",
-        metavar="PATH",
+        flag="--prometheus-ca-file PATH",
         commands=CLUSTER_COMMANDS,
     )
     prometheus_timeout_s: float = _setting(
@@ -286,8 +274,7 @@ class Settings:
         Number(float, 0.5, 120, "seconds from 0.5 to 120"),
         "give up on a request to the Prometheus server after this long",
         env="GPUMON_PROMETHEUS_TIMEOUT",
-        flag="--prometheus-timeout",
-        metavar="SECONDS",
+        flag="--prometheus-timeout SECONDS",
         commands=CLUSTER_COMMANDS,
     )
     demo: bool = _setting(
@@ -303,8 +290,7 @@ class Settings:
         Number(int, 1, MAX_DEMO_GPUS, f"a number of GPUs from 1 to {MAX_DEMO_GPUS}"),
         "number of simulated GPUs with --demo",
         key=None,
-        flag="--demo-gpus",
-        metavar="N",
+        flag="--demo-gpus N",
         commands=_DEMO_COMMANDS,
     )
     demo_processes: int | None = _setting(
@@ -312,8 +298,7 @@ class Settings:
         Number(int, 1, 4096, "a number of processes from 1 to 4096"),
         "number of simulated GPU processes with --demo (default: 1.5 per GPU)",
         key=None,
-        flag="--demo-processes",
-        metavar="N",
+        flag="--demo-processes N",
         commands=_DEMO_COMMANDS,
     )
     only_gpus: tuple[str, ...] = _setting(
@@ -322,8 +307,7 @@ class Settings:
         "only these GPUs at start: NVML indices, GPU-... or MIG-... UUIDs, comma-separated "
         "(e.g. 0,3)",
         key=None,
-        flag="--only",
-        metavar="GPUS",
+        flag="--only GPUS",
         commands=frozenset({"once", "pick"}),
     )
     only_visible: bool = _setting(
@@ -340,8 +324,7 @@ class Settings:
         checks.user_name,
         "only this user's processes at start",
         key=None,
-        flag="--user",
-        metavar="NAME",
+        flag="--user NAME",
         commands=frozenset({"once"}),
     )
     config_path: str | None = None
