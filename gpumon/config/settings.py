@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpumon.config import checks
 from gpumon.config.checks import Number
@@ -82,10 +82,11 @@ class Setting:
 
 
 _SPEC = "gpumon.setting"
+T = TypeVar("T")
 
 
 def _setting(
-    default: Any,
+    default: T,
     check: Callable[[Any], Any],
     help: str,
     *,
@@ -95,7 +96,7 @@ def _setting(
     commands: frozenset[str] | None = None,
     repeatable: bool = False,
     secret: bool = False,
-) -> Any:
+) -> T:
     """A :class:`Settings` field and its :class:`Setting` (``key=""``: the field's name;
     ``flag``: the option and the name of its value, ``"--interval SECONDS"``)."""
     option, _, metavar = (flag or "").partition(" ")
