@@ -1,40 +1,9 @@
 """The shared claims directory: opened and checked, read and written safely.
 
-``gpumon pick`` claims the GPUs it prints here, so that two users waiting for GPUs never get
-the same one; the dashboard reads it to note a claimed GPU. The rules (names, text, expiry)
-are :mod:`gpumon.data.claims`; this module does the file I/O.
-
-The directory (``claims_dir``, default ``/dev/shm/gpumon-claims``) is shared by every user,
-as ``/tmp`` is: created mode 1777 (sticky and world-writable, so nobody removes another's
-files) when missing. It is used only when it is a real directory (opened with
-``O_NOFOLLOW``: a symlink is refused) that is sticky and world-writable; otherwise
-:class:`ClaimsOff` says why in one line. Its owner may be any user: on a server
-where nobody made it, the first user to pick did. That owner could remove others' claims or
-rename the directory, which only takes claims back to none (they are advisory) and never
-makes a pick read or write anything but a claim; root can own it instead
-(``install -d -m 1777 /dev/shm/gpumon-claims``, or a tmpfiles.d line; the README says so).
-
-There is no lock: any lock another user can open, that user can hold for ever. Racing picks
-settle who won a GPU with the claim files themselves (:mod:`gpumon.commands.pick_claims`);
-all this module promises is that a claim is written under a hidden temporary name and
-renamed into place, so a reader sees a whole file or none, and that a listing begun after
-the rename finds it. Each user owns their own files (``<uuid>.<uid>.<token>``), so an
-expired claim of one user never stops another, who could not remove it from the sticky
-directory.
-
-Only names that are claims (of the GPUs asked about) are looked at; anything else in the
-directory costs a listing and is never counted, so nobody's junk turns claims off. The
-entries that have a claim's name but are not claims are attributed to their owner (the
-file's ``st_uid``), and a user's claim files past :data:`MAX_FILES_PER_USER` are not read.
-
-What is read is other users' input: a file that is a symlink, a directory or anything but
-a regular file, larger than a claim, not one gpumon writes, naming
-another GPU, owned by someone other than the uid in its name or claimed in the future is
-ignored (and reported once by the caller), never followed, never read beyond
-:data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened. A file with other
-hard links is read as any other: a link only repeats its owner's own claim under another
-name (the owner and time checks hold for the file), and ignoring it would let anybody who
-may link another's file hide that user's live claim.
+The rules (names, text, expiry) are :mod:`gpumon.data.claims`; this module does the file I/O.
+The directory must be a real, sticky, world-writable directory, else :class:`ClaimsOff` says
+why. A claim is written under a hidden name and renamed into place; what is read is other
+users' input, checked before it counts. There is no lock. Details: docs/claims.md.
 """
 
 from __future__ import annotations
