@@ -3,7 +3,7 @@
 A pick writes its claims, then lists the directory again: of racing picks exactly one keeps
 a GPU, with no lock anybody could hold (:meth:`PickClaims._settle`). A pick claims all its
 GPUs or none; claims fail closed (:class:`CannotClaim`). Which claim blocks and why the race
-settles: docs/claims.md.
+settles: docs/pick.md.
 """
 
 from __future__ import annotations

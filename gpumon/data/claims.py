@@ -3,7 +3,7 @@
 A claim file is ``<key>.<uid>.<token>``; its owner is the file's ``st_uid`` and its time the
 one its text states, never the mtime; a user's newest claim on a GPU counts; of two claims the
 one claimed first comes first (:func:`precedes`). No I/O (:mod:`gpumon.sources.host.claims`
-does it). The rules in full: docs/claims.md.
+does it). The rules in full: docs/pick.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Which GPUs ``gpumon pick`` may name, freest first: pure functions of a :class:`Sample`.
 
-What lives here: :class:`Candidate` (a whole GPU, or one MIG instance of a GPU in MIG mode),
-:func:`mig_on`, :func:`qualify` and :func:`rank`, which ``gpumon pick`` and, per node, the
-cluster's ranking (:mod:`gpumon.commands.cluster_pick`) use.
-
-Which GPUs qualify: a GPU whose process list was read (not lost, not refused by NVML:
-unknown is never free) and, by default (``free_below_bytes``), that is FREE: no process and
-less memory in use than the FREE threshold. Thresholds given instead (``--min-free-memory``,
-``--max-utilization``) define qualification, and so does ``--busy-ok`` (none given): then a
-GPU with processes qualifies too (a reading that is N/A does not pass a threshold), and the
-N *freest* are picked by what the GPU itself reports first, since processes NVML does not
-list (another container's) hold memory and keep it busy all the same: memory used in steps
-of a tenth of its total (a GPU with most of its memory used never comes before an emptier
-one), then utilisation in steps of 10 %, then the number of processes, the exact memory used
-and utilisation, ties by NVML index. A GPU in MIG mode offers its MIG instances instead of
-itself, for ``-n 1`` only and only as UUIDs.
+A GPU qualifies when its process list was read and it is FREE, or when it passes the
+thresholds given (``--busy-ok``: any); the freest come first by what the GPU itself reports.
+A GPU in MIG mode offers its MIG instances, for ``-n 1`` only. The order: docs/pick.md.
 """
 
 from __future__ import annotations

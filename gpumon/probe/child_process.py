@@ -1,20 +1,9 @@
 """Starting and ending the probe child: its command, the parent-death signal, process
 groups killed on exit (also at interpreter exit), and reaping.
 
-Killing a group by number is safe only while its leader (the child) has not been reaped: until
-then neither the PID nor the group number can be reused. A child stuck in the GPU driver may
-outlive :data:`REAP_TIMEOUT_S` and be reaped later by asyncio's child watcher; its number is
-then free, and after a PID wrap-around it may name another user's process group, which a root
-gpumon could kill at exit. So each group is pinned by a pidfd of its leader, opened right after
-the spawn: before the group is killed, a null signal through the pidfd tells whether the leader
-is still unreaped (alive or a zombie); once it is reaped the entry is dropped and nothing is
-sent (a leader reaped late was killed with its group by :func:`end_child` first, so nothing is
-lost). Entries are also dropped as soon as the child watcher reaps the leader. Without pidfds
-(not Linux, a kernel before 5.3, a seccomp filter) the group is killed by its number, as
-before: entries still go when the leader is reaped while the event loop runs, but one reaped
-after the loop ended stays until exit. Left open either way: the moment between the spawn and
-the pidfd's open, and between the check and ``killpg``; a reuse inside them would take the PID
-counter a full round (wrapping at ``pid_max``) within microseconds.
+Each group is pinned by a pidfd of its leader, so a group number reused after the leader
+was reaped is never killed; without pidfds the group is killed by number. Details:
+docs/probe-protocol.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The probe's JSON-lines protocol between gpumon (the parent) and the probe child.
 
-Described for humans in ``docs/probe-protocol.md``. In short: one JSON object per line, UTF-8,
-every object carries ``"v": PROTOCOL_VERSION``.
-
-* parent -> child, argv: ``--request '<Request JSON>'`` (what to probe, how much to allocate);
-* child -> parent, stdout: ``hello``, then ``step`` events (``running`` then a final status),
-  a ``holding`` event while the child holds its tensors for the parent's NVML check, and a
-  ``done`` event;
-* parent -> child, stdin: ``{"v": 1, "command": "continue"}`` once the NVML check is over.
-  The parent keeps stdin open: end of file there means the parent died, and the child exits.
-
-:func:`decode` accepts exactly what :func:`encode` produces (unknown extra keys are ignored, so
-a newer child may add fields) and raises :class:`ProtocolError` for anything else.
-
-This module is loaded by the probe child inside the user's interpreter, which may be older
-than gpumon's own: keep it to Python 3.8 syntax and the standard library.
+One JSON object per line, each with ``"v": PROTOCOL_VERSION`` (docs/probe-protocol.md).
+:func:`decode` accepts exactly what :func:`encode` produces, ignoring unknown extra keys,
+and raises :class:`ProtocolError` otherwise. Loaded by the child inside the user's
+interpreter: Python 3.8 syntax and the standard library only.
 """
 
 from __future__ import annotations

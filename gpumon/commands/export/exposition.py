@@ -1,23 +1,10 @@
 """What ``/metrics`` answers: the latest sample's series rendered once, and whether they are
-still current (``gpumon export``; the families come from
-:mod:`gpumon.commands.export.collector`).
+still current (the families come from :mod:`gpumon.commands.export.collector`).
 
-Rendering happens on the sampling thread, once per read, in both formats a scraper may ask
-for (Prometheus' text format, and OpenMetrics, which Prometheus asks for first): each family
-becomes its bytes (a :class:`Page`), and the whole text is gzip-compressed up to a flush
-point. A scrape on the HTTP thread then only joins bytes: the page, and a few lines made for
-it (the exporter's health: errors, the sample's age, the stall flag) that finish the gzip
-stream from a copy of the compressor. So a scrape costs microseconds, never runs the
-collector, and every scrape of one sample shares the same bytes.
-
-**Stale data is never served as current.** Whether the latest good sample is too old is
-judged at each scrape with :func:`gpumon.data.views.is_stale` (3 intervals) on the monotonic
-clock of when the sample was read (not its wall-clock timestamp, which NTP may step). Once
-it is, and after any failed read, only the sample's identity and the exporter's health are
-served: no GPU, process, MIG or dcgm-compat series, so no ``gpumon_gpu_free 1`` from a
-driver that stopped answering. ``gpumon_sampling_errors_total`` counts each failed read and
-each stall once; the stall is counted from the scrape that first sees it and kept when the
-next good sample ends it, so the counter never goes down.
+Each sample is rendered once, on the sampling thread, in both formats and gzipped; a scrape
+only joins bytes and appends the exporter's health. Stale data is never served as current:
+past 3 intervals (monotonic clock) or after a failed read, only identity and health series
+are served. Details: docs/prometheus.md, "Rendering and staleness".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""The exporter's HTTP side and its sampling thread (``gpumon export``; see
-gpumon/commands/export/collector.py).
+"""The exporter's HTTP side and its sampling thread (``gpumon export``).
 
-The sampling thread runs the same :class:`~gpumon.sampling.poller.Poller` as the dashboard, into a
-:class:`~gpumon.sampling.store.Store`; each sample is rendered once, on that thread, by
-:class:`~gpumon.commands.export.exposition.Exposition`, which also says at each scrape whether
-the sample is still current (stale data is never served as current).
-
-The server is :class:`~gpumon.commands.export.server.HttpServer`: asyncio on one thread, with
-deadlines, size limits and a connection cap, so that no client can hurt the exporter or the
-machine (idle, slow or hostile connections cost no thread, and the sampling thread never runs
-out of descriptors). It is read-only: ``GET`` and ``HEAD`` (the same answer without its body)
-on ``/metrics`` and ``/``; ``405`` for any other method, ``404`` for any other path, and
-``503`` on ``/metrics`` until the first sample has been read. ``/metrics`` is gzipped when the
-client accepts it, and ``?name[]=`` keeps only the named series. ``--web-config-file``
-(:mod:`gpumon.commands.export.web_config`) adds TLS, mutual TLS and basic authentication
-(:mod:`gpumon.commands.export.auth`).
+The sampling thread runs the dashboard's :class:`~gpumon.sampling.poller.Poller` into a
+:class:`~gpumon.sampling.store.Store`; each sample is rendered once by
+:class:`~gpumon.commands.export.exposition.Exposition`. Read-only: ``GET``/``HEAD`` on
+``/metrics`` and ``/``, ``405``/``404`` otherwise, ``503`` until the first sample.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The rules (names, text, expiry) are :mod:`gpumon.data.claims`; this module does the file I/O.
 The directory must be a real, sticky, world-writable directory, else :class:`ClaimsOff` says
 why. A claim is written under a hidden name and renamed into place; what is read is other
-users' input, checked before it counts. There is no lock. Details: docs/claims.md.
+users' input, checked before it counts. There is no lock. Details: docs/pick.md.
 """
 
 from __future__ import annotations
