@@ -1,17 +1,9 @@
 """``gpumon once``: one snapshot of every GPU and its processes, then exit.
 
-A compact table in the spirit of gpustat (one line per GPU, FREE on the free ones, its
-processes indented below, then who uses what: one row per user), or with ``--by-user`` the
-per-user table in place of the processes, or with ``--json`` the same data in the documented,
-versioned JSON shape of :mod:`gpumon.sampling.snapshot`. One sample, no sleeping: fast even on an
-8-GPU server.
-
-Colours are raw ANSI SGR codes (importing rich or textual would cost more than the whole
-snapshot): only on a terminal, never when ``NO_COLOR`` is set to anything non-empty, always
-when ``FORCE_COLOR`` is, unless ``--color`` says otherwise. On a terminal, lines fit
-``$COLUMNS``, else its width (:func:`output_width`); piped, nothing is cut. The codes
-are :mod:`gpumon.data.painting`'s; the GPU and process lines, shared with the cluster view,
-are :mod:`gpumon.data.text_table`'s.
+A compact table (a line per GPU, its processes below, then one row per user), ``--by-user``,
+or ``--json`` (:mod:`gpumon.sampling.snapshot`). Colours are raw ANSI codes
+(:mod:`gpumon.data.painting`), only on a terminal, as ``NO_COLOR``/``FORCE_COLOR``/``--color``
+say; on a terminal lines fit its width, piped nothing is cut.
 """
 
 from __future__ import annotations

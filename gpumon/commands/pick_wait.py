@@ -1,14 +1,8 @@
 """``gpumon pick --wait``: look again every interval until enough GPUs qualify.
 
-    CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py
-
-:func:`attempts` runs one look (an :class:`Attempt`: what to print, or why not yet and who
-holds the rest) until one succeeds, the limit passes (exit 1, one line) or Ctrl+C (exit 130,
-nothing on stdout). While it waits on a terminal, one stderr line is rewritten in place
-(carriage return, erase line, cut to the terminal's width so it never wraps into a scroll):
-``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``. Where stderr is no terminal (a
-log file) nothing is said while waiting, and one final line after. Without ``--wait`` the
-same code looks once.
+:func:`attempts` runs one look (an :class:`Attempt`) until one succeeds, the limit passes
+(exit 1) or Ctrl+C (exit 130). On a terminal one stderr line is rewritten in place while it
+waits; elsewhere one final line. Without ``--wait`` the same code looks once.
 """
 
 from __future__ import annotations

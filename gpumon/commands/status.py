@@ -1,17 +1,8 @@
 """``gpumon status``: one short line for a tmux (or any other) status bar.
 
-Run every few seconds by tmux, so it must start fast: one sample, no psutil, no textual, no
-colours (tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``). The
-default is one compact cell per GPU, ``GPU 0:87/26% 1:FREE ...`` (utilisation / memory used,
-in percent; ``FREE`` for a GPU with no process and less than ``free_threshold_mib`` in use;
-a ``?`` after a GPU whose process list is unknown, ``4:0/0%?``: it may look idle, but who
-uses it cannot be told): 8 GPUs fit in under 100 columns, ``?`` on each included, leaving
-room for a clock in tmux's 120.
-
-To tell FREE, the line reads NVML's process lists, and nothing about the processes from the
-host (no psutil, no /proc reads of other users' processes); a ``--format`` without
-``{free}`` reads no process list at all. A GPU whose process list is unknown (NVML refused
-it) is never FREE.
+Run every few seconds, so it starts fast: one sample, no psutil, no textual, no colours. The
+default is one cell per GPU, ``GPU 0:87/26% 1:FREE ...``, with ``?`` after a GPU whose
+process list is unknown (never FREE); a ``--format`` without ``{free}`` reads no process list.
 """
 
 from __future__ import annotations

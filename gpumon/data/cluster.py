@@ -1,14 +1,8 @@
 """A cluster as Prometheus sees it: nodes, each one scrape target with its own :class:`Sample`.
 
-The Prometheus source (:mod:`gpumon.sources.prometheus.source`) builds a :class:`ClusterSample`
-from a handful of PromQL queries (one per metric for the whole cluster, never one per node);
-the node list, ``once --prometheus`` and ``pick --prometheus`` read it. Pure data and pure
-functions here: no HTTP, no Textual.
-
-Honest staleness: a node whose target is down (``up == 0``), whose series are older than
-three scrape intervals, or whose exporter answers with an old sample (a sampler stuck in the
-driver) is DOWN or STALE with the time it was last seen, never a node of idle GPUs. Its last
-known GPUs are kept (``sample``) but no view may count them as free.
+Pure data and functions. A node whose target is down, whose series are older than three
+scrape intervals or whose exporter serves an old sample is DOWN or STALE with when it was
+last seen; its last known GPUs are kept, and no view may count them free.
 """
 
 from __future__ import annotations

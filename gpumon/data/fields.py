@@ -1,14 +1,9 @@
 """One descriptor per GPU field: every output iterates this table.
 
-A field's key (``status --format``), label and unit (the dashboard, the detail screen), how
-to read it from :class:`~gpumon.data.model.GpuStats` (its attribute, which is also its JSON name
-in ``once --json``), how to show it, its help line (the help screen), nvidia-smi's name for it
-(as its table or ``-q`` shows it, and its ``--query-gpu`` property), and how the exporter serves
-it. Adding a metric is: the model, the source (and the demo), and one :class:`Field` here; the
-tests check that every descriptor is exported, in the JSON schema and in the help, and
-``tests/gpu_check`` compares it with nvidia-smi on a real GPU.
-
-No Textual, no psutil, no pynvml: ``gpumon status`` imports this.
+A field's key, label, unit, attribute (its JSON name), format, help line, nvidia-smi names
+and exporter series. Adding a metric is the model, the source (and the demo), and one
+:class:`Field` here; tests check it is exported, in the schema and in the help. No Textual,
+psutil or pynvml: ``gpumon status`` imports this.
 """
 
 from __future__ import annotations

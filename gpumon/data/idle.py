@@ -1,15 +1,9 @@
 """Idle held: processes that hold GPU memory without using the GPU, as pure data.
 
-A process is IDLE when it holds at least :attr:`IdleRule.min_memory_bytes` of GPU memory and
-its SM utilisation has stayed at or below :attr:`IdleRule.below_pct` for at least
-:attr:`IdleRule.after_s`. A GPU is *held idle* when at least one of its processes is IDLE and
-none of the others holds that much memory without being IDLE, or keeps its SMs busy.
-
-What gpumon has seen of one process is an :class:`Activity`; of one GPU, a :class:`HeldIdle`;
-both for one sample, an :class:`IdleView`. The tracker that watches the samples go by (and
-owns the clock) is :class:`gpumon.sampling.idle.IdleTracker`. An N/A utilisation (MIG, a
-driver that does not sample processes, a graphics-only process without a sample) never
-makes a process idle: it has no :class:`Activity` at all. No I/O, no clock here.
+A process is IDLE when it holds at least :attr:`IdleRule.min_memory_bytes` with SM
+utilisation at or below :attr:`IdleRule.below_pct` for :attr:`IdleRule.after_s`; a GPU is
+held idle when one process is IDLE and no other holds memory or keeps the SMs busy. An N/A
+utilisation never makes a process idle. The clock is :class:`gpumon.sampling.idle.IdleTracker`'s.
 """
 
 from __future__ import annotations

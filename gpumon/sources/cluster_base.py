@@ -1,14 +1,8 @@
 """The one place that opens a cluster source from :class:`~gpumon.settings.Settings`.
 
-The dashboard's node list, ``once --prometheus`` and ``pick --prometheus`` all call
-:func:`open_cluster_source`, so credentials, headers, the CA file and the timeout reach the
-Prometheus server the same way in every mode.
-
-Which headless run reads a cluster (:func:`cluster_requested`): one with ``--prometheus URL``
-on its command line, or ``--cluster`` (the configured ``prometheus_url``). ``prometheus_url``
-in the config file alone does not turn ``gpumon pick`` into a cluster pick: a script's
-``CUDA_VISIBLE_DEVICES=$(gpumon pick)`` on a node whose shared home sets it must keep getting
-this machine's GPUs, and ``once --json`` its one-machine shape.
+A run reads a cluster (:func:`cluster_requested`) only with ``--prometheus URL`` or
+``--cluster`` on its command line: ``prometheus_url`` in a shared config must not turn
+``CUDA_VISIBLE_DEVICES=$(gpumon pick)`` into a cluster pick.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""``gpumon export``: a read-only Prometheus exporter (metrics: docs/prometheus.md).
+"""A sample as Prometheus metric families, and the exporter's own health (docs/prometheus.md).
 
-One background thread samples the source every ``--interval`` seconds and hands each sample
-to :class:`SampleCollector`, which feeds its idle tracker (held idle:
-:mod:`gpumon.sampling.idle`) and turns the sample into metric families once: the sample's own
-(:func:`sample_families`, its series in :mod:`gpumon.commands.export.series`) and, for the
-time the sample gets too old, its identity only. The exporter's health
-(:func:`exporter_families`: errors, the sample's age, whether sampling stalled) depends on
-the time of the scrape and is made for each. :mod:`gpumon.commands.export.exposition`
-renders the families as text once per sample, :mod:`gpumon.commands.export.http` serves them.
-
-A value that is N/A, and every reading of a lost GPU, is left out rather than exported as a
-fake 0; ``gpumon_gpu_up`` says which GPUs answered. prometheus_client is an optional extra
-and is imported only when the exporter runs. The command line (options, ``run``) is
-:mod:`gpumon.commands.export.command`; ``--listen`` is :mod:`gpumon.commands.export.listen`.
+:class:`SampleCollector` feeds its idle tracker and makes each sample's families once
+(:func:`sample_families`); the health (:func:`exporter_families`) depends on the scrape's
+time and is made for each. An N/A value, and every reading of a lost GPU, is left out rather
+than exported as 0; ``gpumon_gpu_up`` says which GPUs answered.
 """
 
 from __future__ import annotations
