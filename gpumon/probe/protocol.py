@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
 from gpumon.probe.steps import BY_ID, FINAL_STATUSES, STATUSES, title
@@ -82,6 +82,7 @@ class Done:
 
 
 Event = Union[Hello, StepEvent, Holding, Done]  # noqa: UP007  (runs on Python 3.8 too)
+_EVENT_NAMES = {Hello: "hello", Holding: "holding", Done: "done"}
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,7 @@ class Request:
 def encode(message: Event | Request) -> str:
     """One protocol line (without the newline) for an event or a request."""
     payload: dict[str, Any] = {"v": PROTOCOL_VERSION}
-    if isinstance(message, Hello):
-        payload.update(
-            event="hello",
-            pid=message.pid,
-            python=message.python,
-            python_version=message.python_version,
-            protocol=message.protocol,
-        )
-    elif isinstance(message, StepEvent):
+    if isinstance(message, StepEvent):
         payload.update(
             event="step",
             step=message.step,
@@ -124,31 +117,18 @@ def encode(message: Event | Request) -> str:
             duration_ms=round(message.duration_ms, 3),
             detail=message.detail,
         )
-    elif isinstance(message, Holding):
-        payload.update(
-            event="holding",
-            pid=message.pid,
-            cuda_index=message.cuda_index,
-            gpu_uuid=message.gpu_uuid,
-            allocated_bytes=message.allocated_bytes,
-            reserved_bytes=message.reserved_bytes,
-        )
-    elif isinstance(message, Done):
-        payload.update(event="done", ok=message.ok, summary=message.summary)
     elif isinstance(message, Request):
-        payload.update(
-            request="probe",
-            gpu_uuid=message.gpu_uuid,
-            gpu_index=message.gpu_index,
-            cuda_index=message.cuda_index,
-            gpus=[[index, uuid] for index, uuid in message.gpus],
-            size_mib=message.size_mib,
-            max_free_fraction=message.max_free_fraction,
-            hold_timeout_s=message.hold_timeout_s,
-        )
+        payload.update(request="probe", **_fields(message))
+        payload["gpus"] = [[index, uuid] for index, uuid in message.gpus]
+    elif type(message) in _EVENT_NAMES:
+        payload.update(event=_EVENT_NAMES[type(message)], **_fields(message))
     else:
         raise TypeError(f"not a protocol message: {message!r}")
     return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+
+
+def _fields(message: Any) -> dict[str, Any]:
+    return {name.name: getattr(message, name.name) for name in fields(message)}
 
 
 def encode_continue() -> str:
