@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,25 +74,42 @@ def rank_cluster(
     Within a node, :func:`gpumon.data.ranking.rank` decides, with the same thresholds (and
     ``free_below_bytes``: only FREE GPUs).
     """
-    qualifying: list[ClusterCandidate] = []
     reasons: list[str] = []
+    nodes = _each_node(
+        cluster,
+        reasons,
+        rank,
+        n=n,
+        min_free_bytes=min_free_bytes,
+        max_utilization_pct=max_utilization_pct,
+        output_format=output_format,
+        free_below_bytes=free_below_bytes,
+    )
+    qualifying = [ClusterCandidate(node.name, each) for node, picked in nodes for each in picked]
+    qualifying.sort(key=ClusterCandidate.sort_key)
+    return tuple(qualifying[:n]), tuple(reasons)
+
+
+def _each_node(
+    cluster: ClusterSample,
+    reasons: list[str],
+    choose: Callable[..., tuple[tuple[Candidate, ...], tuple[str, ...]]],
+    *,
+    ssh_names_only: bool = False,
+    **thresholds: Any,
+) -> Iterator[tuple[Node, tuple[Candidate, ...]]]:
+    """Each node that offers GPUs, with what ``choose`` (:func:`rank` or :func:`qualify`)
+    takes of them; why the other nodes and GPUs do not qualify goes to ``reasons``."""
     for node in ordered(cluster.nodes):
         unusable = node_problem(node, cluster.timestamp_s)
+        if unusable is None and ssh_names_only and not safe_host_name(node.name):
+            unusable = f"{node.name!r} is no host name to ssh to"
         if unusable is not None:
             reasons.append(unusable)
             continue
-        picked, why = rank(
-            node.sample,
-            n=n,
-            min_free_bytes=min_free_bytes,
-            max_utilization_pct=max_utilization_pct,
-            output_format=output_format,
-            free_below_bytes=free_below_bytes,
-        )
-        qualifying += [ClusterCandidate(node.name, candidate) for candidate in picked]
+        chosen, why = choose(node.sample, **thresholds)
         reasons += [f"{node.name}: {reason}" for reason in why]
-    qualifying.sort(key=ClusterCandidate.sort_key)
-    return tuple(qualifying[:n]), tuple(reasons)
+        yield node, chosen
 
 
 def node_problem(node: Node, now_s: float) -> str | None:
@@ -147,22 +164,17 @@ def pick_one_node(
     reasons: list[str] = []
     offers: list[tuple[Any, NodePick]] = []
     counts: list[tuple[int, str]] = []
-    for node in ordered(cluster.nodes):
-        unusable = node_problem(node, cluster.timestamp_s)
-        if unusable is None and not safe_host_name(node.name):
-            unusable = f"{node.name!r} is no host name to ssh to"
-        if unusable is not None:
-            reasons.append(unusable)
-            continue
-        qualifying, why = qualify(
-            node.sample,
-            n=n,
-            min_free_bytes=min_free_bytes,
-            max_utilization_pct=max_utilization_pct,
-            output_format=output_format,
-            free_below_bytes=free_below_bytes,
-        )
-        reasons += [f"{node.name}: {reason}" for reason in why]
+    for node, qualifying in _each_node(
+        cluster,
+        reasons,
+        qualify,
+        ssh_names_only=True,
+        n=n,
+        min_free_bytes=min_free_bytes,
+        max_utilization_pct=max_utilization_pct,
+        output_format=output_format,
+        free_below_bytes=free_below_bytes,
+    ):
         if qualifying:
             counts.append((len(qualifying), node.name))
         if len(qualifying) >= n:
@@ -217,9 +229,4 @@ def cluster_failure_line(
         head = f"only {len(picked)} GPU{'' if len(picked) == 1 else 's'} {where} {verb}"
     else:
         head = f"no GPU {where} qualifies"
-    if not reasons:
-        return f"{prefix}{head} (need {n})"
-    shown = list(reasons[:max_reasons])
-    if len(reasons) > max_reasons:
-        shown.append(f"{len(reasons) - max_reasons} more")
-    return f"{prefix}{head} (need {n}): {', '.join(shown)}"
+    return _with_reasons(f"{prefix}{head} (need {n})", reasons, max_reasons)
