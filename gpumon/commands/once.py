@@ -275,21 +275,16 @@ def render_table(
     free: Set[int] = frozenset(),
     process_filter: ProcessFilter | None = None,
 ) -> str:
-    """The ``gpumon once`` table.
+    """The ``gpumon once`` table: its header, then :func:`gpumon.data.text_table.gpu_lines`.
 
     Args:
         sample: what to show.
         show_processes: indent each GPU's processes below it.
         color: add ANSI colours.
-        width: terminal width; no line is wider (commands are cut first). ``None``
-            (piped) cuts nothing.
-        ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
-            the locale (:func:`gpumon.data.format.locale_is_utf8`).
-        free: NVML indices of the GPUs to mark FREE (:func:`gpumon.data.free.free_gpu_indices`).
+        width: terminal width; no line is wider. ``None`` (piped) cuts nothing.
+        ascii_only: mark cut commands with ``~``; ``None`` decides from the locale.
+        free: NVML indices of the GPUs to mark FREE.
         process_filter: list only the processes it passes (``--user``).
-
-    Returns:
-        The table, one line per GPU and process, ending with a newline.
     """
     lines = [header_line(sample, Painter(color), width)]
     lines += gpu_lines(

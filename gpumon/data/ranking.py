@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.free import processes_known
@@ -82,6 +83,14 @@ def mig_on(gpu: GpuStats) -> bool:
 
 
 def rank(
+    sample: Sample, *, n: int = 1, **thresholds: Any
+) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
+    """The ``n`` freest candidates that qualify (:func:`qualify`), and why the others do not."""
+    qualifying, reasons = qualify(sample, n=n, **thresholds)
+    return qualifying[:n], reasons
+
+
+def qualify(
     sample: Sample,
     *,
     n: int = 1,
@@ -90,7 +99,7 @@ def rank(
     output_format: str = "index",
     free_below_bytes: int | None = None,
 ) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
-    """The ``n`` freest candidates of ``sample`` that qualify, and why the others do not.
+    """Every candidate of ``sample`` that qualifies, freest first, and why the others do not.
 
     Args:
         sample: one sample, read with processes.
@@ -106,32 +115,10 @@ def rank(
             memory in use than this (``gpumon pick`` without thresholds or ``--busy-ok``).
 
     Returns:
-        ``(picked, reasons)``: at most ``n`` candidates, freest first, and one short phrase
+        ``(qualifying, reasons)``: the candidates, freest first, and one short phrase
         (``GPU 1 LOST``, ``GPU 4: 2 processes (alice, bob)``) per GPU or MIG instance that
         does not qualify, in NVML order.
     """
-    qualifying, reasons = qualify(
-        sample,
-        n=n,
-        min_free_bytes=min_free_bytes,
-        max_utilization_pct=max_utilization_pct,
-        output_format=output_format,
-        free_below_bytes=free_below_bytes,
-    )
-    return qualifying[:n], reasons
-
-
-def qualify(
-    sample: Sample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-    free_below_bytes: int | None = None,
-) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
-    """Every candidate that qualifies, freest first, and why the others do not: as
-    :func:`rank` without the cut to ``n`` (a pick that skips claimed GPUs takes the next)."""
     qualifying: list[Candidate] = []
     reasons: list[str] = []
     for gpu in sample.gpus:
