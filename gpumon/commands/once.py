@@ -309,20 +309,10 @@ def render_users(
 ) -> str:
     """Who uses what: one row per user (GPUs, GPU memory, processes), most memory first.
 
-    Only GPUs whose process lists are known count; a note names those left out. Owners that
-    cannot be read and processes of another PID namespace get rows of their own, never
-    dropped.
-
-    Args:
-        sample: what to sum up.
-        color: add ANSI colours (the current user's row in bold).
-        always: the table even when no process runs (``--by-user``); else nothing then.
-        ascii_only: ``>=`` instead of ``≥`` for a lower bound; ``None`` decides from the
-            locale.
-        width: no line is wider (``None``: no limit).
-
-    Returns:
-        A blank line, then the table and its note, each line ending with a newline; or ``""``.
+    Only GPUs whose process lists are known count (a note names those left out); unreadable
+    owners and other namespaces' processes get rows of their own. ``always``: the table even
+    when no process runs (``--by-user``). Returns a blank line, then the table and its note,
+    each line ending with a newline; or ``""``.
     """
     from gpumon.sampling.snapshot import user_summary_of
 

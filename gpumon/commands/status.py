@@ -213,23 +213,17 @@ def status_line(
     free: Set[int] = frozenset(),
     unknown: Set[int] = frozenset(),
 ) -> str:
-    """One line for every GPU in ``sample``.
+    """One line (no newline) for every GPU in ``sample``: a lost GPU reads ``2:LOST``, simulated
+    data starts with ``DEMO ``.
 
     Args:
-        sample: what to show.
         template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
         separator: placed between GPUs.
-        prefix: placed before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
-            template, nothing with another (a custom template is exactly what it says).
+        prefix: before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
+            template, nothing with another.
         ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
-        free: NVML indices of the FREE GPUs (:func:`gpumon.data.free.free_gpu_indices`): the
-            default template shows them as ``3:FREE``; any template's ``{free}`` says FREE.
-        unknown: NVML indices of the GPUs whose process list is unknown (refused): the
-            default template marks them ``4:0/0%?``.
-
-    Returns:
-        The line without a newline; a lost GPU shows as ``2:LOST``, and simulated data
-        starts with ``DEMO ``.
+        free: NVML indices of the FREE GPUs (``3:FREE``; ``{free}`` in any template).
+        unknown: NVML indices of the GPUs whose process list is unknown (``4:0/0%?``).
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()

@@ -33,16 +33,10 @@ class ExporterKind(str, enum.Enum):
 class Node:
     """One scrape target.
 
-    ``name`` is its host label (gpumon's ``gpumon_host_info{hostname}``, dcgm-exporter's
-    ``Hostname``), else Prometheus' ``instance``; ``host (instance)`` when two targets share
-    a host label: two exporters are never merged into one node. ``sample`` holds its GPUs
-    (and processes, from gpumon's exporter), fields the exporter lacks as ``None`` (N/A).
-    ``last_seen_s`` is the newest sample time of its series (seconds since the epoch; for an
-    exporter that serves an old sample, that sample's time); ``down_since_s`` when ``up``
-    turned 0, where Prometheus can tell; both ``None`` when not known, never a time that is
-    not a real moment. ``problem`` says, in one line, why a node that answers is not UP or
-    was refused (the exporter's sampler is stalled, it serves no GPU series, it claims more
-    GPUs than a machine has); ``None`` otherwise.
+    ``name`` is its host label, else Prometheus' ``instance`` (``host (instance)`` when two
+    targets share a label: never merged). ``sample`` holds its GPUs, fields the exporter lacks
+    as ``None``. ``last_seen_s`` and ``down_since_s`` are ``None`` when not known; ``problem``
+    says in one line why a node that answers is not UP or was refused.
     """
 
     name: str

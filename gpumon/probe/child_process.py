@@ -81,19 +81,10 @@ def parent_death_preexec(parent_pid: int | None = None) -> Callable[[], None] | 
     """A ``preexec_fn`` that makes the child die with SIGKILL when gpumon dies (Linux only;
     None elsewhere).
 
-    It runs in the child between fork and exec and calls only what was resolved here, in the
-    parent, before the fork (``prctl`` through ctypes: no import, no symbol lookup). The
-    setting survives exec. If gpumon died before ``prctl`` ran, the signal will never come:
-    the child then has another parent than ``parent_pid`` (gpumon's PID, taken before the
-    fork) and exits at once.
-
-    The kernel sends the signal when the *thread* that forked the child ends, not the
-    process. Both callers fork from the thread that runs their event loop and lives as long
-    as the probe: the dashboard's probe worker is an asyncio task on Textual's loop in the
-    main thread (``App.run`` -> ``asyncio.run``), and ``gpumon probe`` runs ``asyncio.run``
-    in the main thread; asyncio's ``create_subprocess_exec`` forks in the loop's thread.
-    Never start the child from a short-lived thread (``asyncio.to_thread``, a thread worker):
-    it would be killed as soon as that thread ends.
+    It calls only what was resolved before the fork; if gpumon died before it ran, the child
+    sees another parent than ``parent_pid`` and exits. The kernel signals when the *thread*
+    that forked ends: start the child from the event loop's thread, never from a short-lived
+    one (``asyncio.to_thread``, a thread worker).
     """
     prctl = _PRCTL
     if prctl is None:
@@ -195,12 +186,8 @@ def _forget_when_reaped(process: asyncio.subprocess.Process) -> None:
 async def end_child(process: asyncio.subprocess.Process, stderr_task: asyncio.Future[None]) -> None:
     """Kill the child (if still running), reap it and drain its pipes.
 
-    Runs in ``finally``, also while the runner is being cancelled, and possibly cancelled
-    again: Textual cancels a worker when its widget unmounts and again when the app shuts
-    down, and ``asyncio.run`` cancels every task left at exit. The child is killed first,
-    synchronously; then each wait is retried through cancellations until its own short time
-    limit, so the child is reaped and asyncio closes its pipes now, not at garbage collection
-    after the loop has closed. A cancellation swallowed here is raised again at the end.
+    Runs in ``finally``, possibly cancelled again: each wait is retried through cancellations
+    within its own short limit, and a cancellation swallowed here is raised again at the end.
     """
     if process.returncode is None:
         kill_group(process.pid)

@@ -278,25 +278,19 @@ async def run_probe(
 ) -> ProbeOutcome:
     """Run the probe child once and report every step through ``on_event``.
 
-    Never raises for anything the child does: a missing interpreter, a crash, garbage on its
-    output or a timeout each become a failed step, and the steps after it are skipped. The last
-    event is always the runner's own :class:`Done` with the verdict (the child's ``done`` line
-    is not passed on). Cancelling the task that awaits this kills the child and reaps it.
+    Never raises for anything the child does: each failure is a failed step and the rest are
+    skipped; the last event is always the runner's own :class:`Done`. Cancelling kills and
+    reaps the child.
 
     Args:
-        request: What to probe (GPU, allocation size). Sent to the child as ``--request``.
-        python: The interpreter to run the child in (default: the one running gpumon).
-        timeout_s: The whole run's time limit; past it the child's process group is killed.
-        next_sample: Returns the next NVML sample; used for step 6 (NVML sees the probe's PID
-            with its memory) and to confirm after step 9 that the PID is gone. Without it,
+        request: What to probe; sent to the child as ``--request``.
+        python: The interpreter for the child (default: gpumon's).
+        timeout_s: The whole run's limit; past it the child's group is killed.
+        next_sample: The next NVML sample, for step 6 and the check after step 9; without it
             step 6 is skipped.
-        on_event: Called with each event (``Hello``, ``StepEvent``, ``Holding``, ``Done``), in
-            order; may be a coroutine function.
-        command: Replaces the child's argv before ``--request`` (tests run fake children).
+        on_event: Called with each event in order; may be a coroutine function.
+        command: Replaces the child's argv before ``--request`` (tests).
         confirm_timeout_s: How long step 6 waits for NVML samples.
-
-    Returns:
-        The outcome: the verdict, the final event of every step, the child's PID and status.
     """
     argv = [*(command if command is not None else child_command(python))]
     argv += ["--request", encode(request)]

@@ -96,12 +96,9 @@ def _choices(header: str) -> list[tuple[str, str]]:
 class Exporter:
     """The HTTP server plus the sampling thread. ``stop()`` ends both.
 
-    Listens at once; ``/metrics`` answers 503 until the first sample has been read (seconds
-    with a slow driver). The sampling thread is the dashboard's :class:`Poller` (on a
-    :class:`PollerThread`): it reads the source every ``interval_s`` seconds, starting at
-    once, whatever the clients do, into :attr:`store`; :attr:`exposition` renders each
-    sample once, on that thread, and the server's one thread only hands the bytes out.
-    ``limits`` (connections, deadlines, sizes) default to :class:`Limits`' own.
+    Listens at once; ``/metrics`` answers 503 until the first sample. The sampling thread
+    reads the source every ``interval_s`` into :attr:`store`, and :attr:`exposition` renders
+    each sample once; ``limits`` default to :class:`Limits`' own.
     """
 
     def __init__(

@@ -92,21 +92,13 @@ class RecordedGpu:
 
 
 def open_history(path: str) -> HistoryReader | None:
-    """Open the history database at ``path`` read-only.
+    """Open the history database at ``path`` read-only; ``None`` when there is none (or it is
+    empty).
 
-    Returns:
-        ``None`` when there is no file at ``path``, or an empty one (nothing recorded yet).
-
-    Every string read from it is made safe to print (:func:`~gpumon.data.format.safe_text`):
-    the file is root's or this user's, but what it records (user names, job and container
-    IDs) came from other users' processes. Every read gives up after
-    :data:`~gpumon.sampling.history.files.READ_DEADLINE_S`.
-
-    Raises:
-        HistoryError: the file is not a gpumon history database (or holds views, triggers
-            or tables gpumon never makes), is damaged, was written by a newer gpumon, is
-            another user's, or cannot be read, or reading it ran past the deadline; its
-            ``str`` is one line naming the path and what to do.
+    Every string read from it is made safe to print; every read gives up after
+    :data:`~gpumon.sampling.history.files.READ_DEADLINE_S`. Raises :class:`HistoryError` (one
+    line: the path and what to do) when it is not gpumon's, damaged, newer, another user's or
+    unreadable.
     """
     connection = connect_read_only(path)
     if connection is None:
@@ -138,19 +130,11 @@ def open_history(path: str) -> HistoryReader | None:
 class HistoryReader:
     """A read-only connection to the history database; see :func:`open_history`.
 
-    Usable as a context manager (closes on exit). Times are seconds since the epoch.
-
-    Attributes:
-        path: the database.
-        node: the host name of the recorder's machine, when recorded.
-        interval_s: the recorder's sampling interval, when recorded.
-        current_for_s: how long the latest sample stays current: three of the recorder's
-            periods (its interval, or its batch period when it writes in batches, as
-            ``export --record``), plus how often a running recorder publishes what readers
-            read (a snapshot is up to that much older): older data is never current.
-        simulated: the history is of a simulated server (``gpumon record --demo``): label
-            it DEMO.
-        usage_days_until_s: usage before this is kept per UTC day, not hour.
+    Usable as a context manager. Times are seconds since the epoch. ``node`` and
+    ``interval_s`` are the recorder's, when recorded; ``current_for_s`` is how long the latest
+    sample stays current (three recorder periods plus its publishing period); ``simulated``:
+    the history is of ``--demo`` (label it DEMO); usage before ``usage_days_until_s`` is kept
+    per UTC day.
     """
 
     def __init__(
@@ -181,29 +165,13 @@ class HistoryReader:
         self.usage_days_until_s = float(days) if isinstance(days, (int, float)) else None
 
     def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
-        """Who used the GPUs from ``start_s`` to ``end_s``, one row per group.
+        """Who used the GPUs from ``start_s`` to ``end_s``, one row per group of ``by``
+        (:data:`GROUPINGS`; for ``gpu`` the key is the UUID), most GPU-hours held first.
 
-        Args:
-            start_s: the period's start; end_s: its end (seconds since the epoch).
-            by: one of :data:`GROUPINGS`: ``user``, ``job``, ``container``, ``gpu`` (the
-                row's key is then the GPU's UUID).
-
-        Returns:
-            Rows sorted by ``gpu_hours_held``, largest first (then by key, ``None`` last).
-            Held, used and idle hours come from hourly rows (daily ones older than
-            ``history_days``); a bucket the period covers in part counts in proportion,
-            over the part of it between the first and last sample that saw the group's
-            processes on that GPU (as if used evenly through that part). Two processes of a
-            group on one GPU at once count once (the recorder keeps each grouping's own
-            rows). ``processes`` counts the process sessions seen in the period;
-            ``peak_memory_bytes`` is the most one process of the group held at once: in the
-            buckets inside the period, and in those it covers in part, of the processes
-            seen in the period (over their whole run: a bucket's own peak may be a job's
-            that ended before the period began).
-
-        Raises:
-            ValueError: ``by`` is not one of :data:`GROUPINGS`.
-            HistoryError: the database could not be read.
+        Hours come from hourly rows (daily ones older than ``history_days``); a bucket the period
+        covers in part counts in proportion over the part where the group's processes were seen.
+        Two processes of a group on one GPU count once. Raises :class:`ValueError` for an unknown
+        ``by``, :class:`HistoryError` when the database cannot be read.
         """
         if by not in GROUPINGS:
             raise ValueError(f"cannot group by {by!r}: one of {', '.join(GROUPINGS)}")
@@ -217,26 +185,12 @@ class HistoryReader:
     def gpu_series(
         self, gpu_uuid: str, field: str, start_s: float, end_s: float, *, bucket_s: float = 60.0
     ) -> list[tuple[float, float | None, float | None]]:
-        """One GPU's readings of ``field`` from ``start_s`` to ``end_s``, for a graph.
+        """One GPU's readings of ``field`` (:data:`HISTORY_FIELDS`) from ``start_s`` to ``end_s``.
 
-        Args:
-            gpu_uuid: the GPU's UUID.
-            field: one of :data:`HISTORY_FIELDS` (the model's names:
-                ``utilization_gpu_pct``, ``memory_used_bytes``, ``power_draw_w``,
-                ``temperature_c``, ``energy_j``).
-            bucket_s: the width of one point: minute rows are merged into buckets this wide
-                (rounded to whole minutes, at least one). Where minute rows are gone (older
-                than ``history_days``), hour rows are used, one point per hour at least.
-
-        Returns:
-            ``(bucket start, mean, max)`` in time order, only for buckets with readings (a
-            gap where nothing was recorded). ``None`` where the field was N/A all bucket.
-            For ``energy_j`` the mean is the joules used in the bucket and the max the joules
-            of its busiest minute (hour, in hour rows).
-
-        Raises:
-            ValueError: ``field`` is not one of :data:`HISTORY_FIELDS`.
-            HistoryError: the database could not be read.
+        ``(bucket start, mean, max)`` in time order, one per ``bucket_s`` (whole minutes; hours
+        where minute rows are gone), only for buckets with readings; ``None`` where the field was
+        N/A all bucket. For ``energy_j``: the joules used and those of the busiest minute. Raises
+        :class:`ValueError` for an unknown field, :class:`HistoryError` when it cannot be read.
         """
         if field not in HISTORY_FIELDS:
             raise ValueError(f"no history of {field!r}: one of {', '.join(HISTORY_FIELDS)}")
@@ -295,14 +249,9 @@ class HistoryReader:
         return self._read(read)
 
     def idle_unknown_count(self, now_s: float) -> int | None:
-        """How many processes of the latest sample recorded hold GPU memory with no SM
-        utilisation reading (MIG, no sample from the driver): whether they are idle is
-        unknown; ``None`` when that sample is not current at ``now_s``, or the file has no
-        such count for it (the recorder of that sample is an older gpumon: no column, or
-        ``idle_unknown_at_s`` behind ``last_sample_s``).
-
-        Raises:
-            HistoryError: the database could not be read.
+        """How many processes of the latest sample hold GPU memory with no SM utilisation reading
+        (idle or not is unknown); ``None`` when that sample is not current at ``now_s`` or an older
+        recorder wrote it. Raises :class:`HistoryError`.
         """
 
         def read() -> int | None:

@@ -37,15 +37,9 @@ YEAR_DAYS = 365
 
 
 class HistoryError(Exception):
-    """The history database cannot be used; ``str`` is one line: the path and what to do.
-
-    The message is made safe to print here (:func:`~gpumon.data.format.safe_text`), as it
-    goes to stderr and the dashboard: the paths in it (``--db``, a config's) and SQLite's
-    own text (which quotes the names in the file's schema) may hold escape sequences.
-
-    ``retry`` is True for what may pass by itself (a locked database, a full disk): the
-    recorder keeps its samples and tries again; False for what will not (a damaged file, a
-    newer schema): the recorder exits.
+    """The history database cannot be used; ``str`` is one line, safe to print: the path and
+    what to do. ``retry`` is True for what may pass by itself (a locked database, a full disk),
+    False for what will not (a damaged file, a newer schema).
     """
 
     def __init__(self, message: str, *, retry: bool = False) -> None:
@@ -173,15 +167,9 @@ def migrate(
     migrations: Mapping[int, Callable[[sqlite3.Connection], None]] = MIGRATIONS,
     target: int = SCHEMA_VERSION,
 ) -> int:
-    """Bring the database at ``path`` to version ``target``; returns the version it had
-    (0: it was empty and has just been created).
-
-    An older version is migrated one step at a time, each step in its own transaction, so
-    that a crash leaves a whole version behind. ``migrations`` and ``target`` are for tests.
-
-    Raises:
-        HistoryError: the database is not gpumon's, or was written by a newer gpumon.
-        sqlite3.Error: it could not be read or written.
+    """Bring the database at ``path`` to version ``target``, one step per transaction; returns
+    the version it had (0: just created). Raises :class:`HistoryError` for a database that is
+    not gpumon's or is newer, :class:`sqlite3.Error` when it cannot be read or written.
     """
     version = user_version(connection)
     if version == 0:

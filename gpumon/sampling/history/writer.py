@@ -51,19 +51,16 @@ RESOLVED = {
 
 
 class HistoryWriter:
-    """Records samples into the history database at ``path``.
+    """Records samples into the history database at ``path`` (created when missing).
 
     Args:
-        path: the database (created, with its directory, when missing).
         rule: what IDLE means (the idle settings).
-        interval_s: the sampling interval; time between two samples longer than three of
-            them (at least a minute) is not credited to anyone.
+        interval_s: the sampling interval; a gap longer than three of them (at least a minute)
+            is credited to nobody.
         history_days: how long minute rows are kept.
         batch_s: write at most this often (0: every sample).
-        publish_s: publish the snapshot readers read at most this often (the default:
-            :data:`~gpumon.sampling.history.live.PUBLISH_S`; less often for a history too
-            large to copy that often within
-            :data:`~gpumon.sampling.history.live.PUBLISH_BYTES_PER_HOUR`), and as it stops.
+        publish_s: publish the readers' snapshot at most this often (default: by the size of
+            the history), and as it stops.
         clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
     """
 

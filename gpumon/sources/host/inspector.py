@@ -139,32 +139,20 @@ class _Tracked:
 class ProcessInspector:
     """Joins NVML's PIDs with host details.
 
-    What never changes for a live process (user, command line, start time, and its Slurm job
-    and container from ``/proc/PID/cgroup``) is read once, with psutil, when its PID first
-    appears. What changes (CPU, RSS, zombie state) is read
-    every tick: on Linux with one read of ``/proc/PID/stat`` per PID (see
-    :func:`read_proc_stat`), elsewhere (and with an injected ``process_factory``) through
-    psutil. Either way a process is known by (PID, start time), so ``cpu_pct`` is a real
-    delta between two samples and a reused PID is never mistaken for the old process.
+    What never changes for a live process (user, command line, start time, Slurm job and
+    container) is read once, when its PID first appears; CPU, RSS and zombie state every tick
+    (one ``/proc/PID/stat`` read on Linux, else psutil). A process is known by (PID, start
+    time), so a reused PID is never mistaken for the old process.
 
     Args:
         process_factory: ``psutil.Process`` or a look-alike (tests).
         current_uid: whose processes are "mine" (default: this process's real uid).
-        clock: wall clock, for elapsed times.
-        read_stat: the per-tick reader; default :func:`read_proc_stat` on Linux when
-            ``process_factory`` is psutil's, else ``None`` (psutil for everything).
-        monotonic: clock for CPU percentages with ``read_stat``.
-        read_cgroup: reads a new PID's Slurm job and container ids; default
-            :func:`gpumon.sources.host.cgroup.read_cgroup_ids` when ``process_factory`` is
-            psutil's, else none (a look-alike's PIDs are not this host's).
-        sees_every_pid: whether a PID missing here has exited (True) or may be outside this
-            PID namespace (False); default :func:`sees_every_host_pid` with psutil's
-            ``Process``, else False.
-        foreign_namespace: gpumon runs outside the host's PID namespace, where NVML's PIDs
-            are not this namespace's: a PID found here is taken for NVML's process only when
-            it has an NVIDIA device open (:func:`uses_a_gpu_device`), else it is outside this
-            namespace (a number that collides must never be shown, or signalled, as it);
-            default :func:`in_foreign_pid_namespace` with psutil's ``Process``, else False.
+        clock: wall clock, for elapsed times; ``monotonic``: for CPU percentages.
+        read_stat: the per-tick reader (default on Linux with psutil's ``Process``).
+        read_cgroup: reads a new PID's Slurm job and container ids (default with psutil's).
+        sees_every_pid: whether a PID missing here has exited (default: detected).
+        foreign_namespace: gpumon runs outside the host's PID namespace, so a PID found here is
+            NVML's only when it has an NVIDIA device open (default: detected).
     """
 
     def __init__(
