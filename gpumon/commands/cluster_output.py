@@ -1,13 +1,8 @@
-"""A cluster for the headless modes: ``once --prometheus`` text and JSON (``pick``'s ranking
-is :mod:`gpumon.commands.cluster_pick`).
+"""A cluster for the headless modes: ``once --prometheus`` text and JSON.
 
-Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: no HTTP, no Textual, no clock
-but the one passed in. One node's GPUs print as ``gpumon once`` prints a machine's (its own
-functions, so a GPU line means the same everywhere), under a line that says whether the
-node is UP, and only an UP node's GPUs can be FREE or picked: a node that is DOWN or stale
-shows its last known GPUs, never idle ones.
-
-Which headless run reads a cluster: :func:`gpumon.sources.cluster_base.cluster_requested`.
+Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`, with no clock but the one
+passed in. A node's GPUs print as ``gpumon once`` prints a machine's, under a line that says
+whether it is UP; only an UP node's GPUs can be FREE.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``gpumon pick --prometheus``'s ranking: the freest GPUs of a cluster's UP nodes.
 
-Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: within a node,
-:func:`gpumon.data.ranking.rank` decides, as for one machine. By default N GPUs of one node
-(:func:`pick_one_node`): among the nodes with N that qualify, the one whose N are the freest,
-ties by node name (as a person counts); only a node whose name is a host name one can ssh to
-(:func:`safe_host_name`). With ``--across-nodes`` (:func:`rank_cluster`) the freest of all
-nodes come first, ties by node name, then index. Only an UP node whose process lists are
-known offers GPUs: unknown is never free.
+Pure functions; within a node :func:`gpumon.data.ranking.qualify` decides, as for one
+machine. By default N GPUs of one node whose name one can ssh to (:func:`pick_one_node`);
+with ``--across-nodes`` the freest of all nodes (:func:`rank_cluster`). Only an UP node whose
+process lists are known offers GPUs.
 """
 
 from __future__ import annotations

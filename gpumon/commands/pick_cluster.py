@@ -2,12 +2,9 @@
 ``--across-nodes``, ``node:index,...`` from several.
 
     read host gpus < <(gpumon pick --prometheus http://prometheus:9090 -n 2)
-    ssh "$host" "CUDA_VISIBLE_DEVICES=$gpus python train.py"
 
-The ranking is :mod:`gpumon.commands.cluster_pick`'s. ``--wait`` asks Prometheus again every
-``--interval`` but at most every :data:`POLL_FLOOR_S` seconds (its data changes only when it
-scrapes, every 15 s or so), through one source opened once. Claims are this machine's
-(a directory in its ``/dev/shm``): a cluster pick leaves none and reads none.
+``--wait`` asks again at most every :data:`POLL_FLOOR_S` (Prometheus' data changes only when
+it scrapes). Claims are this machine's: a cluster pick leaves none and reads none.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""``gpumon report``'s three outputs of one :class:`~gpumon.data.report.UsageReport`: a text
-table with a bar per row (:func:`render_text`), CSV for spreadsheets (:func:`render_csv`) and
-JSON (:func:`report_to_dict`, following ``gpumon/schema/report.schema.json``).
+"""``gpumon report``'s three outputs of one :class:`~gpumon.data.report.UsageReport`: text
+with a bar per row (:func:`render_text`), CSV (:func:`render_csv`) and JSON
+(:func:`report_to_dict`, ``gpumon/schema/report.schema.json``).
 
-Pure functions: no database, no HTTP, no Textual. Colours are :mod:`gpumon.data.painting`'s,
-as ``gpumon once``'s. Every name (a user, a job, a node, a command) is other people's text and
-is made safe (:func:`gpumon.data.format.safe_text`) before it is printed; in CSV, a cell that
-a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
-carriage return) gets a leading ``'``, which spreadsheets show as text.
+Pure functions. Every name is made safe before it is printed; a CSV cell a spreadsheet would
+run as a formula gets a leading ``'``.
 """
 
 from __future__ import annotations

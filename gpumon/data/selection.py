@@ -1,13 +1,8 @@
 """Which GPUs to show: ``--only`` and ``--only-visible``, as one pure function of a sample.
 
-The dashboard (on every sample, before its store sees it) and ``gpumon once`` both call
-:func:`select_gpus`, so they show the same GPUs: a sample goes in, the same sample with only
-the chosen GPUs and their processes comes out, with what could not be matched said in words.
-
-``--only`` names GPUs by NVML index (``0``), GPU UUID (``GPU-8932f937-...``) or MIG UUID (the
-GPU holding that instance), or a unique prefix of a UUID. ``--only-visible`` reads
-``CUDA_VISIBLE_DEVICES`` as CUDA does (:func:`visible_gpus`). Both given: the GPUs both name.
-No I/O here: the caller hands in the environment.
+The dashboard and ``gpumon once`` both call :func:`select_gpus`, so they show the same GPUs.
+``--only`` names GPUs by NVML index, GPU or MIG UUID or a unique prefix; ``--only-visible``
+reads ``CUDA_VISIBLE_DEVICES`` as CUDA does (:func:`visible_gpus`); both: the GPUs both name.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One sample for the headless modes, and that sample as plain JSON-able data.
 
-``gpumon once``, ``gpumon once --json``, ``gpumon status`` and ``gpumon export`` share this
-module: how a single sample is taken, what "no driver" looks like to a script, and the JSON
-shape documented in ``docs/json-schema.md`` and ``gpumon/schema/once.schema.json``.
-
-Kept light (stdlib and gpumon.data; gpumon.data.views only when a document is built): the
-sources, and with them psutil and pynvml, are imported inside :func:`take_sample`.
+``once``, ``once --json``, ``status`` and ``export`` share how a sample is taken, what "no
+driver" looks like, and the JSON shape of ``docs/json-schema.md``. Kept light: the sources
+(psutil, pynvml) are imported inside :func:`take_sample`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The history database as ``gpumon report``, ``gpumon once --json`` and the dashboard read
-it: which file, what to say when there is none, and the reader's answers
-(:mod:`gpumon.sampling.history.reader`) turned into what they show.
+it: which file, what to say when there is none, and the reader's answers as they show them.
 
-Which file (:func:`history_path`): the recorder's (:func:`gpumon.sampling.history.files.
-history_path`: ``history_db`` when it is set by ``--db``, ``GPUMON_HISTORY_DB`` or a config
-file, else the user's default) when it is set or exists; else the system's
-(``/var/lib/gpumon/history.db``, what the systemd unit records) when that exists: a user on
-a shared server reads the server's history without configuring it.
+:func:`history_path`: the recorder's when it is configured or exists, else the system's
+(``/var/lib/gpumon/history.db``) when that exists, so a user reads the server's history.
 """
 
 from __future__ import annotations

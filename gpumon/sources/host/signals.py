@@ -1,13 +1,8 @@
 """Signals to a GPU process, sent only where it is safe: the dashboard's T, K and I.
 
-gpumon is a good citizen on a shared server: it signals only the current user's own
-processes (root: any), never in read-only mode, and never a PID that now names another
-process. A process is known by its PID *and* its create time (``GpuProcess.create_time_s``,
-psutil's ``create_time``): when the two no longer match, the PID was recycled and nothing is
-sent. On Linux the check and the signal go through a pidfd, which pins the process the PID
-named when it was opened: a signal through it can never reach a later process with the same
-number (see :func:`send_signal`). No Textual here: the dialog is
-:mod:`gpumon.ui.dashboard.signal_dialog`.
+Only the current user's own processes (root: any), never in read-only mode, and never a PID
+that now names another process: a process is known by its PID and create time, and on Linux
+the check and the signal go through a pidfd (:func:`send_signal`). No Textual here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """One NVIDIA GPU as NVML sees it: a cached handle behind a single choke point.
 
-Every NVML call on a device goes through :meth:`Device.read`, which turns an ``NVMLError`` into
-``None``, remembers NOT_SUPPORTED per device and field so it is not asked again every tick, and
-turns ``NVML_ERROR_GPU_IS_LOST`` into a LOST GPU while the others keep updating.
-
-This module never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource` (the
-only module that does) hands each device the loaded binding. NVML's return codes,
-:class:`~gpumon.sources.nvml.errors.GpuLost` and the helpers it shares with the other NVML
-modules are in :mod:`gpumon.sources.nvml.errors`.
+Every NVML call goes through :meth:`Device.read`, which turns an ``NVMLError`` into ``None``,
+remembers NOT_SUPPORTED per field, and turns ``GPU_IS_LOST`` into a LOST GPU while the others
+keep updating. Never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource`
+hands each device the loaded binding.
 """
 
 from __future__ import annotations
