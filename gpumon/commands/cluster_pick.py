@@ -55,33 +55,16 @@ class ClusterCandidate:
 
 
 def rank_cluster(
-    cluster: ClusterSample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-    free_below_bytes: int | None = None,
+    cluster: ClusterSample, *, n: int = 1, **thresholds: Any
 ) -> tuple[tuple[ClusterCandidate, ...], tuple[str, ...]]:
     """The ``n`` freest GPUs of the cluster's UP nodes whose process lists are known, and
     why the others do not qualify (``node3 DOWN since 14:03``, ``node1: GPU 0 LOST``).
 
-    A node that is not UP offers nothing (its GPUs' state is not known now), and neither
-    does one whose exporter gives no process lists (dcgm-exporter): unknown is never free.
-    Within a node, :func:`gpumon.data.ranking.rank` decides, with the same thresholds (and
-    ``free_below_bytes``: only FREE GPUs).
+    Within a node :func:`gpumon.data.ranking.rank` decides, with ``thresholds`` (its
+    keywords); a node not UP, or without process lists, offers nothing.
     """
     reasons: list[str] = []
-    nodes = _each_node(
-        cluster,
-        reasons,
-        rank,
-        n=n,
-        min_free_bytes=min_free_bytes,
-        max_utilization_pct=max_utilization_pct,
-        output_format=output_format,
-        free_below_bytes=free_below_bytes,
-    )
+    nodes = _each_node(cluster, reasons, rank, n=n, **thresholds)
     qualifying = [ClusterCandidate(node.name, each) for node, picked in nodes for each in picked]
     qualifying.sort(key=ClusterCandidate.sort_key)
     return tuple(qualifying[:n]), tuple(reasons)
@@ -147,30 +130,14 @@ class OneNodeResult:
     best_count: int
 
 
-def pick_one_node(
-    cluster: ClusterSample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-    free_below_bytes: int | None = None,
-) -> OneNodeResult:
+def pick_one_node(cluster: ClusterSample, *, n: int = 1, **thresholds: Any) -> OneNodeResult:
     """``n`` GPUs of one node: of the nodes with ``n`` that qualify, the one whose ``n`` are
     the freest (then by name). A node whose name is no safe host name is skipped."""
     reasons: list[str] = []
     offers: list[tuple[Any, NodePick]] = []
     counts: list[tuple[int, str]] = []
     for node, qualifying in _each_node(
-        cluster,
-        reasons,
-        qualify,
-        ssh_names_only=True,
-        n=n,
-        min_free_bytes=min_free_bytes,
-        max_utilization_pct=max_utilization_pct,
-        output_format=output_format,
-        free_below_bytes=free_below_bytes,
+        cluster, reasons, qualify, ssh_names_only=True, n=n, **thresholds
     ):
         if qualifying:
             counts.append((len(qualifying), node.name))

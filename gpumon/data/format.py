@@ -409,8 +409,3 @@ def locale_is_utf8(environ: Mapping[str, str] = os.environ) -> bool:
 
 # What CPython's locale coercion writes into LC_CTYPE (PEP 538).
 _PEP538_TARGETS = ("C.UTF-8", "C.utf8", "UTF-8")
-
-
-def watts(value: float | None) -> str:
-    """``178W``: a power reading on its own, rounded to whole watts."""
-    return NA if value is None else f"{value:.0f}W"
