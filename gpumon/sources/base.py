@@ -12,10 +12,8 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class GpuSource(Protocol):
-    """Something that can be sampled.
-
-    ``sample()`` may block (NVML calls are driver ioctls): callers on an event loop must run
-    it in a thread. It is never called concurrently with itself.
+    """Something that can be sampled. ``sample()`` may block (driver ioctls): run it off the
+    event loop. It is never called concurrently with itself.
     """
 
     simulated: bool

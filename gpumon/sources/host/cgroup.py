@@ -49,11 +49,7 @@ NO_IDS = CgroupIds()
 
 
 def parse_cgroup(text: str) -> CgroupIds:
-    """Read the ids out of the text of a ``/proc/PID/cgroup`` file (v1, v2 or both).
-
-    The first line that gives an id wins: on v1 every controller's line names the same job
-    and container.
-    """
+    """The ids in a ``/proc/PID/cgroup`` text (v1, v2 or both): the first line with one wins."""
     job_id: str | None = None
     container_id: str | None = None
     for line in text.splitlines():
@@ -75,11 +71,8 @@ def parse_cgroup(text: str) -> CgroupIds:
 
 
 def _trusted(path: str) -> list[str]:
-    """The path's components from the root of the hierarchy down to (not including) the
-    first one a user may have named.
-
-    Leading ``..`` components are what a process outside gpumon's own cgroup namespace shows:
-    the layouts are then matched from the first real component.
+    """The path's components from the root down to (not including) the first a user may have
+    named; leading ``..`` (outside gpumon's cgroup namespace) are skipped.
     """
     components = path.split("/")
     start = 1 if components and components[0] == "" else 0

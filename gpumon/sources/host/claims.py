@@ -79,11 +79,8 @@ class ClaimsDir:
 
     @classmethod
     def open(cls, path: str, *, create: bool, uid: int | None = None) -> ClaimsDir:
-        """Open ``path``, creating it (mode 1777) when ``create`` and it is missing.
-
-        Raises:
-            ClaimsOff: it cannot be created or opened, is a symlink or not a directory, or is
-                not sticky and world-writable.
+        """Open ``path``, creating it (mode 1777) when ``create`` and it is missing; raises
+        :class:`ClaimsOff` when it cannot be, or is not a sticky, world-writable real directory.
         """
         uid = os.geteuid() if uid is None else uid
         if create:
@@ -120,9 +117,7 @@ class ClaimsDir:
     def scan(self, keys: Collection[str] | None = None, now_s: float | None = None) -> Scan:
         """Every claim file (of ``keys`` only, when given) checked and read.
 
-        Raises:
-            ClaimsOff: the directory cannot be listed.
-        """
+        Raises :class:`ClaimsOff` when the directory cannot be listed."""
         now_s = time.time() if now_s is None else now_s
         found: list[rules.Claim] = []
         ignored: list[Ignored] = []
@@ -204,11 +199,8 @@ class ClaimsDir:
     # -- writing -----------------------------------------------------------------------
 
     def write(self, key: str, claimed_s: float, expires_s: float, token: str | None = None) -> str:
-        """Write this user's claim on ``key`` (named with ``token``, a random one when not
-        given); returns its file name.
-
-        Raises:
-            OSError: it could not be written (nothing is left behind then).
+        """Write this user's claim on ``key`` (named with ``token``, random by default); returns its
+        file name. Raises :class:`OSError`, leaving nothing behind.
         """
         token = secrets.token_hex(8) if token is None else token
         name = rules.file_name(key, self.uid, token)
@@ -233,11 +225,9 @@ class ClaimsDir:
 
 
 def _create(path: str) -> None:
-    """Make ``path`` mode 1777 when it is missing, in one step: a directory that existed
-    with a narrower mode for a moment would turn claims off for a pick started beside this
-    one (it checks the mode), and chmod after the fact could act on whatever another user
-    put at the path in between. The umask is cleared around the mkdir alone (a pick has
-    no other thread then)."""
+    """Make ``path`` mode 1777 when it is missing, in one step (umask cleared around the mkdir
+    alone): no moment with a narrower mode, and no chmod on what another user put there.
+    """
     previous = os.umask(0)
     try:
         os.mkdir(path, 0o1777)

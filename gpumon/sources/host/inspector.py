@@ -327,11 +327,9 @@ class ProcessInspector:
         )
 
     def _discover_from_proc(self, pid: int, start_ticks: int) -> _Tracked | None:
-        """:meth:`_discover` for this host's /proc, whose stat file was just read: the same
-        values as psutil's (its create time is the same sum, its command line the same
-        split and join) from three reads, ``status``, ``cmdline`` and ``stat`` again (it must
-        not have exited meanwhile), where psutil makes five with ``/proc/stat`` for the boot
-        time every time: a first sample of 512 processes takes 47 ms of CPU, not 61."""
+        """:meth:`_discover` from this host's /proc, whose stat was just read: psutil's values from
+        three reads (``status``, ``cmdline``, ``stat`` again: it must not have exited), not five.
+        """
         if self._boot_s is None:
             try:
                 self._boot_s = psutil.boot_time()

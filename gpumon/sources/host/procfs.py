@@ -28,10 +28,8 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def read_proc_stat(pid: int) -> ProcStat | None:
-    """One read of ``/proc/PID/stat`` (Linux); ``None`` when no such process is visible here.
-
-    psutil reads the same file, and ``statm`` besides, behind several layers per call: with
-    hundreds of GPU processes this single read per PID per tick is most of the saving.
+    """One read of ``/proc/PID/stat``; ``None`` when no such process is visible here. (psutil
+    reads ``statm`` too, behind several layers: this is most of the per-tick saving.)
     """
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
@@ -72,13 +70,8 @@ def read_real_uid(pid: int) -> int | None:
 
 
 def read_command_line(pid: int) -> str | None:
-    """Process ``pid``'s command line as psutil's ``" ".join(cmdline())`` makes it, made
-    safe; ``None`` when it cannot be read or holds no command (empty: a zombie, a kernel
-    thread; or blank arguments only).
-
-    psutil splits at NULs when the text ends with one, else at spaces (a process that
-    rewrote its title); joined with spaces, that is every NUL a space in the first case
-    and the text as it is in the second, without the one separator at the end.
+    """Process ``pid``'s command line as psutil's ``" ".join(cmdline())`` makes it, made safe;
+    ``None`` when it cannot be read or holds no command (a zombie, a kernel thread, blanks).
     """
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:

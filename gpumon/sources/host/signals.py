@@ -29,11 +29,8 @@ Outcome = Literal["sent", "gone", "refused"]
 
 @dataclass(frozen=True, slots=True)
 class SignalResult:
-    """What became of a signal: ``outcome`` for code, ``message`` for a notification.
-
-    ``outcome`` is ``"sent"`` (the kernel accepted it), ``"gone"`` (the process had exited, or
-    its PID now names another process) or ``"refused"`` (gpumon or the kernel would not send
-    it). ``message`` is one line naming the signal and the PID.
+    """What became of a signal: ``outcome`` (``"sent"``, ``"gone"``: exited or PID reused,
+    ``"refused"``) for code, ``message`` (one line naming the signal and PID) for a notification.
     """
 
     outcome: Outcome

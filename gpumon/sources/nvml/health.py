@@ -134,11 +134,8 @@ def _call(nvml: ModuleType, name: str) -> Any:
 
 
 class XidWatch:
-    """Every GPU's Xid errors, from one NVML event set, never waited for.
-
-    :meth:`drain` is called once per sample, before the GPUs are read: the second call
-    registers the GPUs, later ones take the events that arrived since. :meth:`close` frees
-    the set (before NVML is shut down).
+    """Every GPU's Xid errors, from one NVML event set, never waited for: :meth:`drain` once per
+    sample (the second call registers the GPUs), :meth:`close` before NVML shuts down.
     """
 
     def __init__(self, nvml: ModuleType) -> None:

@@ -92,10 +92,8 @@ class NvmlSource:
         read_pcie: bool = True,
         read_host_details: bool = True,
     ) -> None:
-        """``clock`` stamps samples; ``monotonic`` paces what is not read every sample (PCIe,
-        MIG slots, health counters, settings). ``read_processes``, ``read_pcie`` and
-        ``read_host_details`` False skip those reads for modes that show none of them (``status``
-        tells FREE from NVML's process lists alone, without the host's).
+        """``clock`` stamps samples; ``monotonic`` paces what is not read every sample.
+        ``read_processes``, ``read_pcie`` and ``read_host_details`` False skip those reads.
         """
         # Without processes or their details (status, once --no-processes) nothing but the
         # host name is shown: psutil is not even imported (a one-shot command pays its import

@@ -149,10 +149,8 @@ class _DeadlineSSLSocket(_Bounded, ssl.SSLSocket):
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """The system's (or ``ca_file``'s) trust, with sockets bounded by their request's deadline.
-
-    Raises:
-        OSError, ssl.SSLError: ``ca_file`` cannot be read or holds no certificate.
+    """The system's (or ``ca_file``'s) trust, with sockets bounded by their request's deadline;
+    raises :class:`OSError` or :class:`ssl.SSLError` for an unusable ``ca_file``.
     """
     context = ssl.create_default_context(cafile=ca_file)
     context.sslsocket_class = _DeadlineSSLSocket

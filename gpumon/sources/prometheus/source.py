@@ -214,19 +214,11 @@ class PrometheusSource:
         return [(moment, values.get(moment)) for moment in moments]
 
     def query(self, expression: str, at_s: float) -> Any:
-        """An instant query's ``data`` at ``at_s`` (for ``gpumon report``).
-
-        Raises:
-            PrometheusError: as :meth:`history`.
-        """
+        """An instant query's ``data`` at ``at_s``; raises :class:`PrometheusError`."""
         return self._client.post("/api/v1/query", {"query": expression, "time": f"{at_s:.3f}"})
 
     def query_range(self, expression: str, start_s: float, end_s: float, step_s: float) -> Any:
-        """A range query's ``data`` (for ``gpumon report``; the caller bounds the steps).
-
-        Raises:
-            PrometheusError: as :meth:`history`.
-        """
+        """A range query's ``data`` (the caller bounds the steps); raises PrometheusError."""
         form = {
             "query": expression,
             "start": f"{start_s:.3f}",

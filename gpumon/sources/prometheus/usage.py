@@ -162,11 +162,7 @@ def cluster_usage(
     *,
     min_memory_bytes: int = IdleRule().min_memory_bytes,
 ) -> UsageReport:
-    """The report of ``period`` grouped ``by`` (see the module docstring).
-
-    Raises:
-        PrometheusError: a query failed (one line without credentials).
-    """
+    """The report of ``period`` grouped ``by``; raises :class:`PrometheusError` (one safe line)."""
     label = LABELS[by]
     extents = _extents(source.query(extent_query(period), period.end_s), period)
     covered = _covered(period, extents)
