@@ -155,10 +155,7 @@ def _unreaped(pidfd: int) -> bool:
 @atexit.register
 def kill_live_children() -> None:
     """Kill the process group of every child still running (at exit, or when quitting hangs).
-
-    Runs in the quit watchdog's thread too, while the event loop's thread may be stuck: the
-    lock is awaited for a moment only, then the groups are killed without it (forgetting a
-    group holds the lock for one ``close``, so this means that thread is not running).
+    The lock is awaited a moment only: this runs in the quit watchdog's thread too.
     """
     locked = _GROUPS_LOCK.acquire(timeout=1.0)
     try:

@@ -148,11 +148,8 @@ async def check_holding(
 async def check_released(
     holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
 ) -> Verdict | None:
-    """After the child exited: NVML no longer lists its PID on the GPU.
-
-    Returns:
-        pass with a note for step 9's value, fail when NVML still lists the PID, or None when
-        NVML cannot tell (no sampler, no sample, the GPU missing from it).
+    """After the child exited: pass (with a note for step 9) when NVML no longer lists its PID,
+    fail when it does, None when NVML cannot tell.
     """
     if next_sample is None:
         return None

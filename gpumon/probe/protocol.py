@@ -87,11 +87,8 @@ _EVENT_NAMES = {Hello: "hello", Holding: "holding", Done: "done"}
 
 @dataclass(frozen=True)
 class Request:
-    """What the parent asks the child to probe.
-
-    Exactly one way of choosing the GPU is used: ``gpu_uuid`` (the NVML GPU with that UUID,
-    which may be a unique prefix), else ``gpu_index`` (NVML's index, looked up in ``gpus``),
-    else ``cuda_index`` (torch's ``cuda:N`` as is).
+    """What the parent asks the child to probe: the GPU by ``gpu_uuid`` (or a unique prefix),
+    else ``gpu_index`` (looked up in ``gpus``), else ``cuda_index`` as is.
     """
 
     gpu_uuid: str | None = None
@@ -203,13 +200,8 @@ def _lines(payload: dict[str, Any], key: str, optional: bool = False) -> str:
 
 
 def decode(line: str | bytes) -> Event:
-    """Parse one child -> parent line. Its text comes back safe to show: control characters
-    (terminal escapes) as ``?``, bidi overrides and other invisible characters escaped (see
-    :func:`gpumon.data.format.safe_text`); a step's detail keeps its lines.
-
-    Raises:
-        ProtocolError: the line is not JSON, not this protocol version, an unknown event, or
-            an event with a missing or mistyped field.
+    """Parse one child -> parent line; its text comes back safe to show (a step's detail keeps its
+    lines). Raises :class:`ProtocolError` for anything but a valid event of this version.
     """
     payload = _load(line)
     kind = payload.get("event")
@@ -248,11 +240,7 @@ def decode(line: str | bytes) -> Event:
 
 
 def decode_request(text: str | bytes) -> Request:
-    """Parse the parent's request (the child's ``--request`` argument).
-
-    Raises:
-        ProtocolError: as :func:`decode`.
-    """
+    """Parse the parent's request (``--request``); raises :class:`ProtocolError`."""
     payload = _load(text)
     if payload.get("request") != "probe":
         raise ProtocolError("not a probe request")

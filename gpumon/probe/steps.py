@@ -62,10 +62,8 @@ def title(step_id: int) -> str:
 
 
 def uuid_key(uuid: object) -> str:
-    """A GPU UUID reduced to what NVML and torch agree on: lower case, no ``GPU-`` prefix.
-
-    NVML says ``GPU-58fb40d2-...``; torch's ``get_device_properties(i).uuid`` prints without
-    the prefix on some versions and with it on others.
+    """A GPU UUID as NVML and torch agree on it: lower case, no ``GPU-`` prefix (torch prints it
+    on some versions only).
     """
     text = str(uuid).strip().lower()
     for prefix in ("gpu-", "mig-"):

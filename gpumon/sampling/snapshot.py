@@ -83,12 +83,8 @@ def take_sample(
 
 
 class SampleReader:
-    """One source read again and again, each read bounded: ``gpumon pick --wait`` opens
-    NVML once and polls it, rather than initialising it every second.
-
-    A read that does not end within its timeout (a driver call stuck in the kernel) gives
-    a *not answering* sample; the source is then never read or closed again (closing NVML
-    under a stuck call is not safe; the daemon thread ends with the process).
+    """One source read again and again, each read bounded (``pick --wait`` opens NVML once). A read
+    past its timeout gives a *not answering* sample, and the source is never read or closed again.
     """
 
     def __init__(self, source: GpuSource) -> None:
@@ -98,11 +94,7 @@ class SampleReader:
         self.stuck = False
 
     def read(self, timeout_s: float | None = None) -> Sample:
-        """One sample, within ``timeout_s`` (default :data:`SAMPLE_TIMEOUT_S`).
-
-        Raises:
-            Whatever the source's ``sample()`` raised.
-        """
+        """One sample within ``timeout_s`` (default :data:`SAMPLE_TIMEOUT_S`)."""
         wait_s = SAMPLE_TIMEOUT_S if timeout_s is None else timeout_s
         if self.stuck:
             return not_answering(self.simulated, wait_s)

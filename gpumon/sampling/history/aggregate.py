@@ -82,11 +82,8 @@ class GpuMinute:
 
 @dataclass(slots=True)
 class Session:
-    """One process on one GPU, as the recorder follows it.
-
-    ``row_id`` is its row in ``sessions``, ``None`` until written (or found there, when
-    the recorder restarted). The ``pending_*`` amounts are added to the row at the next
-    write; the rest is written as it is.
+    """One process on one GPU, as the recorder follows it: ``row_id`` is its ``sessions`` row
+    (``None`` until written or found); ``pending_*`` amounts are added at the next write.
     """
 
     identity: Identity
@@ -178,12 +175,8 @@ class _Holding:
 
 
 class Pending:
-    """The rows not yet written; :meth:`observe` takes in each sample.
-
-    Args:
-        rule: what IDLE means.
-        max_gap_s: a longer time between two samples is not credited to anyone, and a
-            process's quiet spell does not carry over a longer time unseen.
+    """The rows not yet written; :meth:`observe` takes in each sample. A gap longer than
+    ``max_gap_s`` is credited to nobody, and ends a process's quiet spell.
     """
 
     def __init__(self, rule: IdleRule, max_gap_s: float) -> None:

@@ -70,11 +70,8 @@ def history_path(settings: Settings) -> str:
 
 
 def connect_read_only(path: str) -> ReadConnection | None:
-    """A read-only connection to the database at ``path``; ``None`` when there is none.
-
-    Raises:
-        HistoryError: the path is not a file, another user owns it or may write it, or
-            SQLite cannot open it.
+    """A read-only connection to the database at ``path``; ``None`` when there is none. Raises
+    :class:`HistoryError` for a path that is no file, is another user's, or cannot be opened.
     """
     try:
         info = os.stat(path)
@@ -175,13 +172,8 @@ def _connect(uri: str) -> ReadConnection:
 
 
 def check_links(path: str, directory: str) -> None:
-    """Refuse a symbolic link on the way to ``directory`` that neither this user nor root
-    owns (:func:`~gpumon.config_file.foreign_link`): its owner could point it at a directory
-    of root's that the recorder would then write into (the database file itself is opened
-    ``O_NOFOLLOW``).
-
-    Raises:
-        HistoryError: one line naming the link and its owner.
+    """Refuse (:class:`HistoryError`) a symbolic link on the way to ``directory`` that neither
+    this user nor root owns: its owner could point the recorder at a directory of root's.
     """
     found = foreign_link(directory)
     if found is not None:
@@ -199,22 +191,16 @@ SIDECARS = ("-journal", "-wal", "-shm")
 
 
 def check_sidecars(path: str) -> None:
-    """Refuse the database's ``-journal``, ``-wal`` and ``-shm`` files when another user
-    owns or can write them: SQLite reads them into the database (a planted ``-journal`` is
-    a "hot journal" it rolls back into the file).
-
-    Raises:
-        HistoryError: one of them is unsafe.
+    """Refuse (:class:`HistoryError`) the ``-journal``, ``-wal`` and ``-shm`` files when another
+    user owns or can write them: SQLite reads them into the database.
     """
     for sidecar, info in _sidecars(path):
         check_safe(path, info, f"its file {sidecar}", sidecar)
 
 
 def _sidecars(path: str) -> list[tuple[str, os.stat_result]]:
-    """The files of :data:`SIDECARS` there are beside ``path``, with their ``lstat``.
-
-    Raises:
-        HistoryError: one cannot be looked at, or is a symbolic link.
+    """The files of :data:`SIDECARS` beside ``path``, with their ``lstat``; raises
+    :class:`HistoryError` for one that cannot be looked at or is a symbolic link.
     """
     found = []
     for sidecar in (path + suffix for suffix in SIDECARS):

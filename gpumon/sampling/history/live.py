@@ -56,11 +56,7 @@ class WritableHistory:
         self._lock_fd = lock_fd
 
     def publish(self) -> None:
-        """Publish the live database as the snapshot readers read.
-
-        Raises:
-            HistoryError: it could not be written (retry: the next publication tries again).
-        """
+        """Publish the live database as the readers' snapshot (:class:`HistoryError`: retry)."""
         temporary = _publishing(self.path, str(os.getpid()))
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -148,11 +144,8 @@ def open_for_writing(path: str) -> WritableHistory:
 
 
 def configure_for_writing(connection: sqlite3.Connection) -> None:
-    """WAL (the snapshot is copied while nothing waits) and ``synchronous = NORMAL`` (a
-    commit survives the recorder's crash; only a power cut may lose the last ones).
-
-    Raises:
-        sqlite3.Error: the database cannot be read or switched to WAL.
+    """WAL (the snapshot is copied while nothing waits) and ``synchronous = NORMAL`` (only a power
+    cut may lose the last commits). Raises :class:`sqlite3.Error`.
     """
     mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
@@ -161,10 +154,8 @@ def configure_for_writing(connection: sqlite3.Connection) -> None:
 
 
 def _live_directory(path: str) -> str:
-    """The live directory of the history at ``path``, created 0700 when missing.
-
-    Raises:
-        HistoryError: it is not a directory of this user's that only this user may enter.
+    """The live directory of the history at ``path``, created 0700 when missing; raises
+    :class:`HistoryError` unless it is this user's alone.
     """
     live = path + LIVE_SUFFIX
     try:

@@ -199,12 +199,8 @@ class HistoryReader:
         )
 
     def idle_since(self, gpu_uuid: str, pid: int, create_time_s: float | None) -> float | None:
-        """When the process's current idle spell began, as recorded: the start of its quiet
-        spell while the latest recorded sample had it IDLE; ``None`` when it is not idle
-        there, is not recorded, or the recorder has not written for a while (stopped).
-
-        Raises:
-            HistoryError: the database could not be read.
+        """When the process's current idle spell began, as recorded; ``None`` when it is not IDLE in
+        the latest recorded sample, is not recorded, or the recorder has stopped writing.
         """
 
         def read() -> float | None:
@@ -224,11 +220,8 @@ class HistoryReader:
         return self._read(read)
 
     def idle_holders(self, now_s: float) -> list[IdleHolder]:
-        """The processes IDLE in the latest sample recorded, if that sample is current at
-        ``now_s`` (the recorder is writing); longest idle first.
-
-        Raises:
-            HistoryError: the database could not be read.
+        """The processes IDLE in the latest sample recorded, longest idle first, if that sample is
+        current at ``now_s``.
         """
 
         def read() -> list[IdleHolder]:
@@ -249,9 +242,8 @@ class HistoryReader:
         return self._read(read)
 
     def idle_unknown_count(self, now_s: float) -> int | None:
-        """How many processes of the latest sample hold GPU memory with no SM utilisation reading
-        (idle or not is unknown); ``None`` when that sample is not current at ``now_s`` or an older
-        recorder wrote it. Raises :class:`HistoryError`.
+        """How many processes of the latest sample hold GPU memory with no SM utilisation reading;
+        ``None`` when that sample is not current at ``now_s`` or an older recorder wrote it.
         """
 
         def read() -> int | None:
@@ -281,11 +273,7 @@ class HistoryReader:
         return self._read(read)
 
     def gpus(self) -> list[RecordedGpu]:
-        """The GPUs with readings, by NVML index as last recorded.
-
-        Raises:
-            HistoryError: the database could not be read.
-        """
+        """The GPUs with readings, by NVML index as last recorded."""
         return self._read(
             lambda: [
                 RecordedGpu(_text(uuid) or "", index, _text(name))
@@ -296,11 +284,7 @@ class HistoryReader:
         )
 
     def span(self) -> tuple[float, float] | None:
-        """The times of the first and the latest sample recorded; ``None`` when empty.
-
-        Raises:
-            HistoryError: the database could not be read.
-        """
+        """The times of the first and the latest sample recorded; ``None`` when empty."""
 
         def read() -> tuple[float, float] | None:
             found = dict(
@@ -334,12 +318,7 @@ class HistoryReader:
         self.close()
 
     def is_current(self, now_s: float) -> bool:
-        """The latest sample recorded is at most :attr:`current_for_s` old at ``now_s``:
-        the recorder is writing.
-
-        Raises:
-            HistoryError: the database could not be read.
-        """
+        """The latest sample recorded is at most :attr:`current_for_s` old at ``now_s``."""
         span = self.span()
         if span is None:
             return False

@@ -21,12 +21,8 @@ QUEUE_SAMPLES = 16
 
 
 class Recorder:
-    """Records samples through ``writer``; says what goes wrong through ``report``.
-
-    Args:
-        writer: where the samples go.
-        report: takes one line (``"warning: ..."`` or ``"error: ..."``, or the line saying
-            writing works again), to print after the command's name.
+    """Records samples through ``writer``; ``report`` takes one line (``"warning: ..."``,
+    ``"error: ..."`` or that writing works again) to print after the command's name.
     """
 
     def __init__(self, writer: HistoryWriter, report: Callable[[str], None]) -> None:

@@ -221,12 +221,8 @@ def _expected_objects(target: int = SCHEMA_VERSION) -> frozenset[tuple[str, str]
 
 
 def check_objects(connection: sqlite3.Connection, path: str) -> None:
-    """Refuse a database that holds anything but gpumon's tables and indexes: a view or a
-    trigger in their place could make every read loop or return what it likes.
-
-    Raises:
-        HistoryError: one line naming the first object that is not gpumon's.
-        sqlite3.Error: the schema could not be read.
+    """Refuse (:class:`HistoryError`, naming it) a database that holds anything but gpumon's
+    tables and indexes: a view or trigger in their place could make reads loop or lie.
     """
     expected = _expected_objects()
     found = connection.execute(

@@ -98,11 +98,7 @@ class HistoryWriter:
         self._wal_stuck = False
 
     def open(self) -> None:
-        """Open the database now (else the first write does).
-
-        Raises:
-            HistoryError: it cannot be opened or is not usable (see ``retry``).
-        """
+        """Open the database now (else the first write does); raises :class:`HistoryError`."""
         if self._database is not None:
             return
         database = open_for_writing(self.path)
@@ -144,11 +140,7 @@ class HistoryWriter:
             self._publish(database)  # readers read it as a snapshot from now on
 
     def record(self, sample: Sample) -> None:
-        """Take in ``sample``; write the batch when it is due.
-
-        Raises:
-            HistoryError: the batch could not be written (it waits for the next one).
-        """
+        """Take in ``sample``; write the batch when due (:class:`HistoryError`: it waits)."""
         if self._database is None:
             # Opened before the first sample is taken in, to carry on from the database's
             # last one; what goes wrong is raised by the write below.
@@ -162,11 +154,7 @@ class HistoryWriter:
             self.write()
 
     def write(self) -> None:
-        """Write what is pending, in one transaction.
-
-        Raises:
-            HistoryError: it could not be written; it stays pending (within bounds).
-        """
+        """Write what is pending in one transaction (:class:`HistoryError`: it stays pending)."""
         pending = self.pending
         if pending.last_sample_s is None:
             return
@@ -228,11 +216,7 @@ class HistoryWriter:
         return found
 
     def _publish(self, database: WritableHistory) -> None:
-        """Reset the write-ahead log, then publish the snapshot.
-
-        Raises:
-            HistoryError: the snapshot could not be written (retry).
-        """
+        """Reset the write-ahead log, then publish the snapshot (:class:`HistoryError`: retry)."""
         self._published = self._clock()
         self._reset_wal(database)
         database.publish()
@@ -256,11 +240,7 @@ class HistoryWriter:
         self._wal_stuck = bool(busy)
 
     def _check_wal_size(self, database: WritableHistory) -> None:
-        """Refuse to grow a write-ahead log that cannot be reset past :data:`WAL_MAX_BYTES`.
-
-        Raises:
-            HistoryError: it is that large (retry: the samples wait in memory).
-        """
+        """Refuse (:class:`HistoryError`, retry) to grow a stuck WAL past :data:`WAL_MAX_BYTES`."""
         if not self._wal_stuck:
             return
         try:
