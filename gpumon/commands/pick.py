@@ -148,12 +148,8 @@ def _count(text: str) -> int:
 
 
 def indices_match_cuda(sample: Sample, environ: Mapping[str, str]) -> bool:
-    """True when CUDA numbers this machine's GPUs as NVML (and nvidia-smi) do.
-
-    NVML counts in PCI bus order; CUDA counts fastest first unless CUDA_DEVICE_ORDER is
-    PCI_BUS_ID, which comes to the same order when every GPU is the same model. A lost GPU
-    (CUDA may not count it) or one in MIG mode (it is no single CUDA device) can shift the
-    numbers of the GPUs after it, so then they do not match.
+    """True when CUDA numbers this machine's GPUs as NVML does: PCI order (``CUDA_DEVICE_ORDER``)
+    or one model throughout, and no lost or MIG GPU to shift the numbers after it.
     """
     if any(gpu.lost or mig_on(gpu) for gpu in sample.gpus):
         return False
@@ -178,10 +174,8 @@ def failure_line(
     gpu_count: int,
     simulated: bool = False,
 ) -> str:
-    """The one stderr line for "fewer than ``n`` qualify", naming why the others do not.
-
-    ``gpu_count`` is the number of GPUs in the sample: when MIG instances were candidates
-    too, the count is of "devices", not of GPUs.
+    """The one stderr line for "fewer than ``n`` qualify", naming why the others do not
+    (``gpu_count``: the sample's GPUs; with MIG candidates they are "devices").
     """
     total = len(picked) + len(reasons)
     prefix = f"gpumon pick: {DEMO_LABEL}: " if simulated else "gpumon pick: "

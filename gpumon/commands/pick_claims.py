@@ -104,12 +104,9 @@ class PickClaims:
     def take(
         self, qualifying: Sequence[Candidate], n: int, sample: Sample
     ) -> tuple[list[Candidate], list[str], dict[int, str]]:
-        """The first ``n`` of ``qualifying`` (freest first) that no other pick holds, claimed;
-        why each skipped one was skipped (``GPU 3: claimed by alice 40 s ago``); and NVML
-        index -> who holds each skipped one. Fewer than ``n``: nothing is claimed.
-
-        Raises:
-            CannotClaim: the claims directory cannot be used (not with --no-claim).
+        """The first ``n`` of ``qualifying`` that no other pick holds, claimed; why each other was
+        skipped; and NVML index -> who holds it. Fewer than ``n``: nothing is claimed. Raises
+        :class:`CannotClaim` when the directory cannot be used (not with ``--no-claim``).
         """
         if self.dir is None:  # opened at the first look with GPUs (no driver: none made)
             try:
@@ -232,14 +229,12 @@ class PickClaims:
         running: Mapping[str, Sequence[GpuProcess]],
         claims: Mapping[str, Sequence[rules.Claim]],
     ) -> tuple[Candidate, rules.Claim] | None:
-        """Claim every picked GPU, then settle any race for them: None when this pick keeps
-        its claims (this user's earlier ones on those GPUs are removed then); when it
-        withdrew them all, the GPU and the rival claim it lost to.
+        """Claim every picked GPU, then settle any race: None when this pick keeps its claims (its
+        user's earlier ones there removed), else the GPU and the rival claim it lost to.
 
-        Each claim file has its own random token: once one is in place anybody can read its
-        name, and a shared token would let another user take the names (or the temporary
-        names) of this pick's other claims first, so that writing them fails. A prefix
-        common to the pick's tokens keeps exact ties ordered alike on all its GPUs."""
+        A random token per file, so nobody can take the names of the pick's other claims first; a
+        prefix shared by its tokens orders exact ties alike on all its GPUs.
+        """
         assert self.dir is not None
         claimed_s = time.time()
         prefix = secrets.token_hex(4)

@@ -29,12 +29,9 @@ CLEAR_LINE = "\r\x1b[2K"
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One look at the GPUs.
-
-    ``output``: the stdout line when enough qualify (then ``notes`` go to stderr after it);
-    otherwise ``failure`` (the one stderr line for giving up now) and ``status`` (the
-    waiting line). ``fatal``: lines to say before exiting ``fatal_status`` at once (no
-    driver: waiting would not bring one; 2 for a usage error, ``--only`` naming no GPU).
+    """One look at the GPUs: ``output`` (stdout) and ``notes`` when enough qualify; else
+    ``failure`` (the line for giving up now) and ``status`` (the waiting line). ``fatal``: lines
+    to say before exiting ``fatal_status`` at once (no driver; 2 for a usage error).
     """
 
     output: str | None = None
@@ -100,11 +97,9 @@ def attempts(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Attempt | int:
-    """Look until an attempt succeeds (returned, for the caller to print) or not: an exit
-    status (1: too few and no ``--wait``, the wait ran out, or fatal; 2: a fatal usage
-    error; 130: Ctrl+C).
-
-    ``wait_s``: None looks once; ``math.inf`` waits without limit.
+    """Look until an attempt succeeds (returned) or not: an exit status (1: too few, the wait ran
+    out, or fatal; 2: a usage error; 130: Ctrl+C). ``wait_s``: None looks once; ``math.inf``
+    waits without limit.
     """
     status = StatusLine(stderr)
     started = clock()
@@ -168,11 +163,8 @@ def waiting_text(
     *,
     word: str = "free",
 ) -> str:
-    """``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``: how many qualify, and who
-    holds each other GPU (its users, and for how long its oldest process has run), which
-    pick claimed it, or why else it does not qualify.
-
-    ``claimed``: NVML index -> the owner of the claim that keeps this pick off it.
+    """``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``: how many qualify, and who holds
+    each other GPU (``claimed``: NVML index -> the claim's owner) or why else it does not.
     """
     taken = {candidate.gpu_index for candidate in available}
     holders = []

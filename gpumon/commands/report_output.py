@@ -276,11 +276,9 @@ def _number(value: float | None) -> str:
 
 
 def render_csv(report: UsageReport) -> str:
-    """The rows as CSV: a header row of the JSON's names, numbers plain (hours to four
-    decimals, bytes whole), an empty cell for a key, peak or used hours that is not known
-    (USED when no SM utilisation was known: never 0), and a last
-    ``simulated`` column (``1`` on every row of a ``--demo`` history: the file carries its
-    label wherever it is copied). The idle holders are left out (one table per file)."""
+    """The rows as CSV: the JSON's names as header, plain numbers, an empty cell where not known
+    (never 0), and a ``simulated`` column (``1`` for ``--demo``). No idle holders.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     header = [report.by, *(["node"] if report.cluster else [])]

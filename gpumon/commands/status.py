@@ -126,12 +126,9 @@ MAX_WIDTH = 200
 
 
 def check_template(template: str) -> str | None:
-    """Return why ``template`` cannot be used, or ``None``.
-
-    Only the documented field names (:data:`FIELDS`) are allowed, each with at most a
-    ``[[fill]align][width][.precision]`` spec (width and precision up to :data:`MAX_WIDTH`):
-    ``{index.__class__}`` or ``{util:>999999999}`` would print Python internals or build a
-    string of gigabytes.
+    """Why ``template`` cannot be used, or ``None``: only :data:`FIELDS`, each with at most a
+    ``[[fill]align][width][.precision]`` spec up to :data:`MAX_WIDTH` (no Python internals, no
+    gigabyte strings).
     """
     import string  # only a template of the user's own is checked
 

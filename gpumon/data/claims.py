@@ -64,11 +64,8 @@ def claim_text(key: str, claimed_s: float, expires_s: float, pid: int) -> bytes:
 
 
 def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
-    """``(claimed_s, expires_s)`` from a claim file's bytes.
-
-    Raises:
-        ValueError: not a claim gpumon wrote for ``key`` (too large, not ASCII, a field
-            missing or malformed, another GPU's UUID).
+    """``(claimed_s, expires_s)`` from a claim file's bytes; :class:`ValueError` when it is not a
+    claim gpumon wrote for ``key``.
     """
     if len(data) > MAX_CLAIM_FILE_BYTES:
         raise ValueError("too large")
@@ -97,11 +94,8 @@ def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One claim file that passed every check.
-
-    ``uid`` is the file's owner (``st_uid``) and ``owner`` that user's name; ``claimed_s``
-    when its text says it was made (its age, and what bounds it); ``expires_s`` the end
-    :func:`expiry` allows.
+    """One claim file that passed every check: ``uid`` its owner (``st_uid``), ``claimed_s`` what
+    its text says, ``expires_s`` what :func:`expiry` allows.
     """
 
     key: str

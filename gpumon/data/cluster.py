@@ -61,11 +61,8 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSample:
-    """Everything the Prometheus server told at one instant.
-
-    ``error`` says why the last query failed (unreachable, 401, timeout): then ``nodes`` are
-    the last ones that were read, ``stale`` is True, and the views show a banner. ``url`` is
-    the server's address without credentials.
+    """Everything the Prometheus server told at one instant. With ``error`` (why the last query
+    failed) ``nodes`` are the last read and ``stale`` is True; ``url`` has no credentials.
     """
 
     timestamp_s: float

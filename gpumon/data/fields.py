@@ -18,11 +18,8 @@ from gpumon.data.model import GpuStats
 
 @dataclass(frozen=True, slots=True)
 class Prometheus:
-    """How ``gpumon export`` serves a field.
-
-    ``kind`` is ``gauge`` or ``counter`` (one series per GPU, the value times ``scale``), or
-    ``state`` (one series per GPU and state, value 1, the state in the ``label`` label: for a
-    field whose value is a name, or a tuple of names).
+    """How ``gpumon export`` serves a field: ``gauge`` or ``counter`` (value times ``scale``), or
+    ``state`` (one series per state, value 1, the state in ``label``).
     """
 
     name: str
@@ -33,11 +30,8 @@ class Prometheus:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One GPU field.
-
-    ``smi`` is the reading's name where nvidia-smi shows it (a column of its table, or
-    ``-q: <label>`` for a line of ``nvidia-smi -q``); ``query`` its ``--query-gpu`` property,
-    ``""`` where nvidia-smi has none. tests/gpu_check compares the two tools through them.
+    """One GPU field. ``smi`` names it as nvidia-smi shows it (``-q: <label>`` for ``-q``),
+    ``query`` its ``--query-gpu`` property (``""``: none); tests/gpu_check compares through them.
     """
 
     key: str

@@ -269,11 +269,8 @@ def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
 
 
 def cell_len(text: str) -> int:
-    """How many terminal cells ``text`` takes: 2 for a wide (CJK, emoji) character, 0 for a
-    combining mark or other zero-width character, 1 for the rest.
-
-    From the standard library's Unicode tables, so the headless modes need no rich; the
-    dashboard measures with rich instead, as Textual does (:mod:`gpumon.ui.widgets.lines`).
+    """How many terminal cells ``text`` takes (2 wide, 0 zero-width, else 1), from the standard
+    library's tables so the headless modes need no rich.
     """
     if text.isascii():
         return len(text)

@@ -43,13 +43,9 @@ class IdleRule:
 
 @dataclass(frozen=True, slots=True)
 class Activity:
-    """What gpumon has seen of one process's SM utilisation, up to one sample.
-
-    ``quiet_s`` is how long it has stayed at or below the threshold (0 while above it);
-    ``idle`` whether it is IDLE. ``at_least`` means gpumon cannot tell when the quiet began:
-    the process was already quiet when gpumon first saw it (gpumon started, or its GPU's list
-    could not be read before), or after a reading that was N/A; ``quiet_s`` counts from then
-    and is a lower bound.
+    """What gpumon has seen of one process's SM utilisation, up to one sample: ``quiet_s`` at or
+    below the threshold, ``idle`` (IDLE), and ``at_least`` when the quiet began before gpumon
+    could see it (``quiet_s`` is then a lower bound).
     """
 
     quiet_s: float
@@ -91,12 +87,9 @@ class IdleView:
 def held_idle_gpus(
     sample: Sample, activities: Mapping[ProcessKey, Activity], rule: IdleRule
 ) -> dict[int, HeldIdle]:
-    """The GPUs of ``sample`` held idle, given each process's activity.
-
-    A GPU whose process list is unknown is never held idle; nor is one where a process holds
-    the minimum memory without being IDLE (active, not quiet for long enough, or N/A: unknown
-    is not idle), or where a small process keeps the SMs busy. A small process that is quiet
-    or N/A (a display server) does not count.
+    """The GPUs of ``sample`` held idle, given each process's activity: never one whose list is
+    unknown, or where another process holds the minimum memory without being IDLE or keeps the
+    SMs busy.
     """
     by_gpu: dict[int, list[GpuProcess]] = {}
     for process in sample.processes:

@@ -19,10 +19,8 @@ MAX_INTERVAL_S = 60.0
 
 
 class ProcessKind(str, enum.Enum):
-    """How a process uses a GPU, as in nvidia-smi's "Type" column.
-
-    UNKNOWN where the source cannot tell (a cluster node whose exporter does not say): shown
-    as ``?``, ``null`` in JSON. NVML always tells.
+    """How a process uses a GPU, as nvidia-smi's "Type"; UNKNOWN (``?``, JSON ``null``) where the
+    source cannot tell.
     """
 
     COMPUTE = "C"
@@ -79,12 +77,8 @@ class HostStats:
 
 @dataclass(frozen=True, slots=True)
 class MigInstance:
-    """One MIG device of a GPU in MIG mode: a compute instance within a GPU instance.
-
-    ``index`` is NVML's MIG device index on its parent GPU (``nvmlDeviceGetMigDeviceHandle
-    ByIndex``); ``profile`` is the part of the name after "MIG" (``3g.40gb``); ``uuid`` its
-    own ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts. Memory is the GPU
-    instance's. Unreadable fields are ``None``.
+    """One MIG device of a GPU in MIG mode: ``index`` is NVML's MIG device index, ``profile`` the
+    name after "MIG" (``3g.40gb``), ``uuid`` its ``MIG-...`` UUID; memory is the GPU instance's.
     """
 
     gpu_index: int
@@ -270,11 +264,8 @@ UNLISTED_MEMORY_NOTABLE_BYTES = 1024**3
 
 
 def unlisted_memory_bytes(gpu: GpuStats, processes: Sequence[GpuProcess]) -> int | None:
-    """GPU memory in use that the GPU's listed ``processes`` do not account for.
-
-    ``None`` when it cannot be told: the processes are unknown (lost GPU, refused list), the
-    memory in use is N/A, or a listed process's memory is N/A. Memory in use is NVML's
-    (v2) "used", which leaves reserved memory out.
+    """GPU memory in use (NVML's v2 "used") that the listed ``processes`` do not account for;
+    ``None`` when the processes or a memory reading are unknown.
     """
     if gpu.lost or gpu.processes_error is not None or gpu.memory_used_bytes is None:
         return None

@@ -23,10 +23,8 @@ MAX_USERS_NAMED = 3
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A whole GPU, or one MIG instance of a GPU in MIG mode, that a process could be given.
-
-    ``utilization_pct`` is ``None`` for a MIG instance (NVML has no reading for one) and
-    for a GPU whose reading is N/A.
+    """A whole GPU, or one MIG instance, that a process could be given (``utilization_pct``:
+    ``None`` for a MIG instance or an N/A reading).
     """
 
     gpu_index: int

@@ -19,11 +19,8 @@ _LEADING_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 
 @dataclass(frozen=True, slots=True)
 class GpuSelection:
-    """What the user asked to see.
-
-    ``only``: ``--only``'s identifiers; ``only_visible``: ``--only-visible`` was given, and
-    ``visible`` is ``CUDA_VISIBLE_DEVICES`` as it was then (``None``: unset);
-    ``pci_bus_order``: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers the GPUs as NVML does.
+    """What the user asked to see: ``only`` (``--only``), ``only_visible`` with ``visible``
+    (``CUDA_VISIBLE_DEVICES`` then), ``pci_bus_order`` (``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
     """
 
     only: tuple[str, ...] = ()
@@ -50,12 +47,8 @@ def selection_from(
 
 @dataclass(frozen=True, slots=True)
 class Selected:
-    """A sample cut to the chosen GPUs.
-
-    ``total``: GPUs before the cut; ``missing``: one line per ``--only`` identifier that names
-    no GPU here, or several; ``notes``: one line per thing to know about
-    ``CUDA_VISIBLE_DEVICES`` (no GPU visible, where CUDA stops reading it, an order that
-    cannot be known).
+    """A sample cut to the chosen GPUs: ``total`` before the cut, ``missing`` per identifier that
+    names no GPU (or several), ``notes`` on ``CUDA_VISIBLE_DEVICES``.
     """
 
     sample: Sample

@@ -89,12 +89,8 @@ def gpu_lines(
     free: Set[int] = frozenset(),
     process_filter: ProcessFilter | None = None,
 ) -> list[str]:
-    """The table's lines below its header: one per GPU, its processes indented below.
-
-    The cluster view (:mod:`gpumon.commands.cluster_output`) prints these under each node's header;
-    the arguments are :func:`gpumon.commands.once.render_table`'s. With a ``width``, no line
-    is wider: commands are cut first, then the SM% cell goes, then GPU names are cut and the
-    power column goes, and what still does not fit is cut at the edge.
+    """The table's lines below its header (arguments: :func:`gpumon.commands.once.render_table`'s).
+    With a ``width`` no line is wider: commands are cut first, then SM%, GPU names and power go.
     """
     paint = Painter(color)
     if ascii_only is None:

@@ -42,10 +42,8 @@ BUSY = plain(429, "too many password checks at once: try again\n", ("Retry-After
 
 
 class BasicAuth:
-    """Checks requests' ``Authorization: Basic`` against ``users`` (user -> bcrypt hash).
-
-    :meth:`gate` runs on the server's event loop (it is the server's gate); only the worker
-    thread runs bcrypt. :meth:`stop` ends the worker.
+    """Checks requests' ``Authorization: Basic`` against ``users`` (user -> bcrypt hash):
+    :meth:`gate` on the server's loop, bcrypt on the worker thread; :meth:`stop` ends it.
     """
 
     def __init__(

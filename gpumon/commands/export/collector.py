@@ -242,12 +242,9 @@ class Latest:
 
 
 class SampleCollector:
-    """A prometheus_client collector that yields the families of the latest sample.
-
-    :meth:`update` builds the families once per sample (in the sampling thread) into one
-    :class:`Latest`; ``collect`` only hands them out, so scrapes are cheap and never touch
-    NVML. Until the first sample, and while the latest says there is no driver,
-    :attr:`not_ready` says why (the HTTP side answers 503 with it).
+    """A prometheus_client collector of the latest sample's families: :meth:`update` builds them
+    once per sample, ``collect`` only hands them out. :attr:`not_ready` says why there is nothing
+    to serve (before the first sample, or without a driver): the HTTP side answers 503.
     """
 
     def __init__(

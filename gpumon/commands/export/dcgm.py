@@ -158,12 +158,8 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
 
 
 def dcgm_families(sample: Sample, note: str, label_value: Callable[[str | None], str]) -> list[Any]:
-    """dcgm-exporter's families for ``sample``; a lost GPU and an N/A reading have no series.
-
-    Args:
-        sample: the sample gpumon's own metrics come from.
-        note: appended to every help text (the DEMO note for simulated data).
-        label_value: makes a label value safe (``""`` for unknown).
+    """dcgm-exporter's families for ``sample`` (a lost GPU and an N/A reading have no series);
+    ``note`` ends every help text, ``label_value`` makes label values safe.
     """
     from prometheus_client.metrics_core import Metric
 

@@ -56,10 +56,8 @@ def render(
 
 
 class Page:
-    """Families rendered once: their text, each family's part (for ``?name[]=``) and a gzip
-    stream flushed after the text, which :meth:`gzip_tail` finishes with one scrape's lines.
-
-    Built on the sampling thread and never changed after: the HTTP thread only reads it.
+    """Families rendered once: their text, each family's part (``?name[]=``) and a flushed gzip
+    stream that :meth:`gzip_tail` finishes. Built on the sampling thread, then only read.
     """
 
     def __init__(self, families: tuple[Any, ...] | list[Any], *, openmetrics: bool) -> None:
@@ -101,10 +99,8 @@ _EMPTY = _pages(())
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """One scrape's answer: the page's text (or its gzip stream) and the scrape's own lines.
-
-    ``parts`` are sent one after the other, uncopied: the page's bytes are shared by every
-    scrape of the sample.
+    """One scrape's answer: ``parts`` sent one after the other, uncopied (the page's bytes are
+    shared by every scrape of the sample).
     """
 
     parts: tuple[bytes, ...]
@@ -186,12 +182,8 @@ class Exposition:
         openmetrics: bool = False,
         names: frozenset[str] | None = None,
     ) -> Metrics:
-        """The answer to one scrape, now (call only once :attr:`not_ready` is ``None``).
-
-        Args:
-            gzip: the scraper accepts gzip.
-            openmetrics: in OpenMetrics rather than the text format.
-            names: only the families holding these series (``?name[]=``); sent uncompressed.
+        """The answer to one scrape (once :attr:`not_ready` is ``None``): gzipped, in
+        OpenMetrics, or only the families of ``names`` (``?name[]=``, uncompressed).
         """
         rendered = self._rendered
         now = self._clock()

@@ -176,12 +176,8 @@ class Exporter:
         self.first_sample.set()
 
     def stop(self, timeout_s: float = STOP_WAIT_S) -> bool:
-        """Stop serving and sampling, and close the source, within about ``timeout_s``.
-
-        Returns:
-            True when sampling ended and the source is closed; False while a read is still
-            stuck in the driver: the source is closed when that read returns, never under
-            it (process exit ends the daemon threads first).
+        """Stop serving and sampling, and close the source, within about ``timeout_s``. False
+        while a read is still stuck in the driver: the source is closed when it returns.
         """
         self.server.stop()  # no longer listening once it returns; connections closed
         if self.auth is not None:
@@ -193,10 +189,8 @@ class Exporter:
 
 
 def serve_until_signalled(exporter: Exporter, host: str) -> int:
-    """Serve until SIGINT or SIGTERM (0), or until the first sample says there is no driver (1).
-
-    The banner waits for the first sample, up to a second: without a driver the only output
-    is the reason, as in the other modes.
+    """Serve until SIGINT or SIGTERM (0), or until the first sample says there is no driver (1):
+    the banner waits up to a second for that sample.
     """
     stop = threading.Event()
 

@@ -122,10 +122,8 @@ class _Connection:
 
 
 class HttpServer:
-    """Serves ``handler``'s answers on ``listening`` (bound and listening) from one thread,
-    started at once; in TLS with ``tls``, after ``gate`` let each request through.
-
-    ``handler`` runs on that thread, once per request: it must answer at once, never block.
+    """Serves ``handler``'s answers on ``listening`` from one thread, started at once (TLS with
+    ``tls``, after ``gate``). ``handler`` runs on that thread: it must never block.
     """
 
     def __init__(

@@ -74,11 +74,7 @@ class WebConfig:
 
 
 def load_web_config(path: str) -> WebConfig:
-    """Read and check ``path``; the TLS context is built (its files read) at once.
-
-    Raises:
-        WebConfigError: the file (or a file it names) cannot be used.
-    """
+    """Read and check ``path`` and build its TLS context at once; raises :class:`WebConfigError`."""
     try:
         data = read_guarded(path, max_bytes=MAX_WEB_CONFIG_BYTES)
     except SettingsError as error:
