@@ -101,18 +101,10 @@ def render_cluster(
     ascii_only: bool | None = None,
     free_threshold_mib: int = 1024,
 ) -> str:
-    """``gpumon once --prometheus``: a summary line, then per node a header and its GPUs
-    (as ``gpumon once`` prints them, indented), then who uses what across the cluster.
-
-    Args:
-        cluster: what Prometheus told.
-        show_processes: False for ``--no-processes``: no process lines, no FREE, no users.
-        by_user: the per-user table in place of the process lines.
-        color, width, ascii_only: as :func:`gpumon.commands.once.render_table`.
-        free_threshold_mib: ``Settings.free_threshold_mib``.
-
-    Returns:
-        The text, each line ending with a newline.
+    """``gpumon once --prometheus``: a summary line, then per node a header and its GPUs (as
+    ``gpumon once`` prints them), then who uses what across the cluster; each line ends with a
+    newline. ``show_processes`` False: no process lines, no FREE, no users; ``by_user``: the
+    per-user table instead of the process lines; the rest as ``once``'s :func:`render_table`.
     """
     paint = Painter(color)
     nodes = ordered(cluster.nodes)

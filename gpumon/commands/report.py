@@ -90,7 +90,7 @@ def run(
     color: str = "auto",
     cluster: bool = False,
 ) -> int:
-    """``gpumon report``: print the report of the period (see the module docstring)."""
+    """``gpumon report``: print the report of the period, or exit 1 or 2 after one line."""
     from gpumon.data.periods import PeriodError, period
     from gpumon.sources.cluster_base import cluster_requested
 

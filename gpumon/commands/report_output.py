@@ -140,13 +140,9 @@ def render_text(
 ) -> str:
     """The report as a table, one row per group with a bar, then who holds memory idle now.
 
-    Args:
-        report: what to print.
-        color: ANSI colours (the bars; ``current_user``'s row in bold).
-        width: the terminal's width: names are cut and the bar sized to fit it; ``None``
-            (piped): nothing is cut, bars are :data:`PIPED_BAR_WIDTH` cells.
-        ascii_only: ASCII bars and ellipses; ``None`` decides from the locale.
-        current_user: the user running the report, whose row is bold.
+    ``width`` cuts names and sizes the bar (``None``, piped: nothing cut, bars of
+    :data:`PIPED_BAR_WIDTH`); ``ascii_only`` ``None`` decides from the locale; ``color`` colours
+    the bars and bolds ``current_user``'s row.
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()

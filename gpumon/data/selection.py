@@ -130,15 +130,12 @@ def _only(only: Sequence[str], gpus: Sequence[GpuStats]) -> tuple[set[int], list
 def visible_gpus(
     value: str | None, gpus: Sequence[GpuStats], pci_bus_order: bool
 ) -> tuple[list[int] | None, list[str]]:
-    """The NVML indices of the GPUs ``CUDA_VISIBLE_DEVICES=value`` makes visible, in CUDA's
-    order, and one line for each thing a user should know; ``None`` for all (unset).
+    """The NVML indices ``CUDA_VISIBLE_DEVICES=value`` makes visible, in CUDA's order, and a line
+    for each thing a user should know; ``None`` for all (unset).
 
-    Read as CUDA reads it: comma-separated CUDA indices, or GPU or MIG UUIDs (or unique
-    prefixes), one kind throughout; the first entry that names no GPU ends the list (``-1``
-    hides every GPU, as does an empty value), and a GPU named twice leaves none visible. A
-    CUDA index is the NVML index only when ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or every GPU is
-    the same model (CUDA's default order puts the fastest first); otherwise this says so in
-    one line and takes NVML's order.
+    Read as CUDA reads it: indices or UUIDs (or prefixes), one kind; the first entry naming no
+    GPU ends the list, and a GPU named twice leaves none. CUDA's index is NVML's only in PCI
+    order or with one model throughout; otherwise a line says so and NVML's order is taken.
     """
     if value is None:
         return None, []

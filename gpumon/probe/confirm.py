@@ -77,16 +77,8 @@ def _why_pids_cannot_match(gpu: GpuStats, sample: Sample) -> str:
 async def check_holding(
     holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
 ) -> Verdict:
-    """Step 6: NVML lists the child's PID on its GPU, using at least what torch reserved.
-
-    Args:
-        holding: What the child says it holds, and where.
-        next_sample: Awaits the next NVML sample; None when this mode has none.
-        timeout_s: How long to keep looking.
-
-    Returns:
-        pass, fail (NVML does not list the PID with that memory), or skip (no NVML here,
-        simulated GPUs, no sample in time).
+    """Step 6: NVML lists the child's PID on its GPU using at least what torch reserved, within
+    ``timeout_s``. Skip when there is no ``next_sample``, the GPUs are simulated or no sample came.
     """
     if next_sample is None:
         return Verdict(S.SKIP, "skipped: no NVML sampler in this mode")

@@ -122,15 +122,9 @@ class _Rendered:
 
 
 class Exposition:
-    """The latest sample as ``/metrics`` serves it.
-
-    The sampling thread calls :meth:`sampled` and :meth:`failed`; the HTTP thread calls
-    :meth:`not_ready` and :meth:`metrics`. They share one reference, replaced by each read.
-
-    Args:
-        collector: builds the families of each sample.
-        interval_s: the sampling interval: a good sample older than 3 of them is stale.
-        clock: monotonic seconds, injectable for tests.
+    """The latest sample as ``/metrics`` serves it: the sampling thread calls :meth:`sampled` and
+    :meth:`failed`, the HTTP thread :meth:`not_ready` and :meth:`metrics`, sharing one reference
+    replaced by each read. A good sample older than 3 ``interval_s`` is stale.
     """
 
     def __init__(

@@ -88,7 +88,7 @@ def connection_cap(most: int = MAX_CONNECTIONS, reserve: int = DESCRIPTOR_RESERV
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one client may hold; see the module docstring."""
+    """What one client may hold: connections, deadlines and sizes (docs/prometheus.md)."""
 
     max_connections: int = field(default_factory=connection_cap)
     request_timeout_s: float = REQUEST_TIMEOUT_S

@@ -104,14 +104,9 @@ class WritableHistory:
 
 
 def open_for_writing(path: str) -> WritableHistory:
-    """Open (creating it, its live directory and the history's directory when missing) the
-    live database of the history at ``path`` for the one recorder; an older recorder's
-    database at ``path`` is taken in first.
-
-    Raises:
-        HistoryError: one line: the directory, the live directory or the file is unsafe
-            (another user can write it, or owns it), another recorder writes it, or it
-            cannot be created or opened.
+    """Open (creating what is missing) the live database of the history at ``path`` for the one
+    recorder, taking in an older recorder's database first. Raises :class:`HistoryError` when a
+    path is unsafe, another recorder writes it, or it cannot be created or opened.
     """
     directory = os.path.dirname(os.path.abspath(path))
     check_links(path, directory)

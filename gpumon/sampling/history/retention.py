@@ -75,14 +75,9 @@ def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> No
 
 
 class PruneHorizon:
-    """The newest sample time that pruning trusts (:attr:`trusted_s`): it follows the
-    samples while each is at most a day past it; a sample further ahead (a clock stepped
-    forward) leaves it where it was until the samples have run on from there for a whole
-    day, without a gap longer than ``max_gap_s``: the clock was right after all (the
-    recorder had been stopped for long). A clock put back is trusted again at once.
-
-    Args:
-        max_gap_s: the longest time between two samples that still counts as recording on.
+    """The newest sample time pruning trusts (:attr:`trusted_s`). It follows samples at most a
+    day past it; one further ahead (a clock stepped forward) is trusted only after a whole day
+    of samples from there with no gap over ``max_gap_s``. A clock put back is trusted at once.
     """
 
     def __init__(self, max_gap_s: float) -> None:

@@ -27,14 +27,11 @@ ListedProcess = tuple[ProcessKind, int | None, int | None, int | None]
 
 
 def read_processes(device: Device) -> dict[int, ListedProcess] | None:
-    """PID -> its kind, GPU memory and MIG instance. A PID in both lists is C+G, counted once.
+    """PID -> its kind, GPU memory and MIG instance (a PID in both lists is C+G).
 
-    ``None`` when the processes are unknown, with the reason in :attr:`Device.processes_error`:
-    a list failed (for example NO_PERMISSION with MIG), holds a PID no process can have (a
-    binding that reads the driver's list with another layout), or the compute list is not supported
-    by this GPU or driver (what the graphics list says cannot tell that no compute job runs).
-    An unsupported graphics list alone (a compute board) leaves the compute list's answer.
-    Unknown is never shown as "no processes".
+    ``None``, never "no processes", when they are unknown (the reason in
+    :attr:`Device.processes_error`): a list failed, holds an impossible PID, or the compute list
+    is not supported. An unsupported graphics list alone leaves the compute list's answer.
     """
     device.processes_error = None
     found: dict[int, ListedProcess] = {}
