@@ -12,9 +12,9 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpumon.data import format as fmt
 from gpumon.data.model import Sample
@@ -22,7 +22,7 @@ from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, fit_line, use_c
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 
 if TYPE_CHECKING:
-    from gpumon.data.views import ProcessFilter, UserUsage
+    from gpumon.data.views import UserUsage
     from gpumon.settings import Settings
 
 #: The start-up filters choose among this machine's GPUs; the cluster view is another matter.
@@ -266,36 +266,12 @@ def _cells(*parts: str) -> int:
 
 
 def render_table(
-    sample: Sample,
-    *,
-    show_processes: bool = True,
-    color: bool = False,
-    width: int | None = None,
-    ascii_only: bool | None = None,
-    free: Set[int] = frozenset(),
-    process_filter: ProcessFilter | None = None,
+    sample: Sample, *, color: bool = False, width: int | None = None, **options: Any
 ) -> str:
-    """The ``gpumon once`` table: its header, then :func:`gpumon.data.text_table.gpu_lines`.
-
-    Args:
-        sample: what to show.
-        show_processes: indent each GPU's processes below it.
-        color: add ANSI colours.
-        width: terminal width; no line is wider. ``None`` (piped) cuts nothing.
-        ascii_only: mark cut commands with ``~``; ``None`` decides from the locale.
-        free: NVML indices of the GPUs to mark FREE.
-        process_filter: list only the processes it passes (``--user``).
-    """
+    """The ``gpumon once`` table: its header, then
+    :func:`gpumon.data.text_table.gpu_lines` (``options``: its keywords)."""
     lines = [header_line(sample, Painter(color), width)]
-    lines += gpu_lines(
-        sample,
-        show_processes=show_processes,
-        color=color,
-        width=width,
-        ascii_only=ascii_only,
-        free=free,
-        process_filter=process_filter,
-    )
+    lines += gpu_lines(sample, color=color, width=width, **options)
     return fit_lines("\n".join(lines), width) + "\n"
 
 

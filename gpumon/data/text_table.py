@@ -89,8 +89,16 @@ def gpu_lines(
     free: Set[int] = frozenset(),
     process_filter: ProcessFilter | None = None,
 ) -> list[str]:
-    """The table's lines below its header (arguments: :func:`gpumon.commands.once.render_table`'s).
-    With a ``width`` no line is wider: commands are cut first, then SM%, GPU names and power go.
+    """The table's lines below its header: one per GPU, its processes indented below.
+
+    Args:
+        show_processes: indent each GPU's processes below it.
+        color: add ANSI colours.
+        width: no line is wider (commands are cut first, then SM%, GPU names and power go);
+            ``None`` (piped) cuts nothing.
+        ascii_only: mark cut commands with ``~``; ``None`` decides from the locale.
+        free: NVML indices of the GPUs to mark FREE.
+        process_filter: list only the processes it passes (``--user``).
     """
     paint = Painter(color)
     if ascii_only is None:
