@@ -22,14 +22,13 @@ from gpumon.probe import steps as S
 from gpumon.probe.child_io import (
     EXIT_BAD_REQUEST,
     Channel,
-    Outcome,
     ParentWatch,
     StepRunner,
     error_text,
     mib,
 )
 from gpumon.probe.protocol import Done, Hello, Holding, ProtocolError, Request, decode_request
-from gpumon.probe.steps import uuid_key
+from gpumon.probe.steps import Outcome, uuid_key
 
 
 def _is_device_mismatch(text: str) -> bool:

@@ -13,10 +13,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import StepEvent, encode, is_continue
+from gpumon.probe.steps import Outcome
 
 if TYPE_CHECKING:
     from gpumon.probe.child import Probe
@@ -24,14 +25,6 @@ if TYPE_CHECKING:
 # Exit status when stdin reaches end of file: the parent died, so nobody reads our results.
 EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 2
-
-
-class Outcome(NamedTuple):
-    """What a step function returns."""
-
-    status: str
-    value: str
-    detail: str = ""
 
 
 class Channel:

@@ -20,6 +20,14 @@ class Step(NamedTuple):
     title: str
 
 
+class Outcome(NamedTuple):
+    """A step's result: from the child's step function, or as the parent judged it."""
+
+    status: str
+    value: str
+    detail: str = ""
+
+
 PYTHON = Step(1, "python", "Interpreter and torch")
 BUILD = Step(2, "build", "CUDA build and driver")
 CUDA = Step(3, "cuda", "torch.cuda.is_available()")
