@@ -1,13 +1,8 @@
-"""A cluster for the headless modes: ``once --prometheus`` text and JSON (``pick``'s ranking
-is :mod:`gpumon.commands.cluster_pick`).
+"""A cluster for the headless modes: ``once --prometheus`` text and JSON.
 
-Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: no HTTP, no Textual, no clock
-but the one passed in. One node's GPUs print as ``gpumon once`` prints a machine's (its own
-functions, so a GPU line means the same everywhere), under a line that says whether the
-node is UP, and only an UP node's GPUs can be FREE or picked: a node that is DOWN or stale
-shows its last known GPUs, never idle ones.
-
-Which headless run reads a cluster: :func:`gpumon.sources.cluster_base.cluster_requested`.
+Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`, with no clock but the one
+passed in. A node's GPUs print as ``gpumon once`` prints a machine's, under a line that says
+whether it is UP; only an UP node's GPUs can be FREE.
 """
 
 from __future__ import annotations
@@ -106,18 +101,10 @@ def render_cluster(
     ascii_only: bool | None = None,
     free_threshold_mib: int = 1024,
 ) -> str:
-    """``gpumon once --prometheus``: a summary line, then per node a header and its GPUs
-    (as ``gpumon once`` prints them, indented), then who uses what across the cluster.
-
-    Args:
-        cluster: what Prometheus told.
-        show_processes: False for ``--no-processes``: no process lines, no FREE, no users.
-        by_user: the per-user table in place of the process lines.
-        color, width, ascii_only: as :func:`gpumon.commands.once.render_table`.
-        free_threshold_mib: ``Settings.free_threshold_mib``.
-
-    Returns:
-        The text, each line ending with a newline.
+    """``gpumon once --prometheus``: a summary line, then per node a header and its GPUs (as
+    ``gpumon once`` prints them), then who uses what across the cluster; each line ends with a
+    newline. ``show_processes`` False: no process lines, no FREE, no users; ``by_user``: the
+    per-user table instead of the process lines; the rest as ``once``'s :func:`render_table`.
     """
     paint = Painter(color)
     nodes = ordered(cluster.nodes)

@@ -1,19 +1,16 @@
 """``gpumon pick --prometheus``'s ranking: the freest GPUs of a cluster's UP nodes.
 
-Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`: within a node,
-:func:`gpumon.data.ranking.rank` decides, as for one machine. By default N GPUs of one node
-(:func:`pick_one_node`): among the nodes with N that qualify, the one whose N are the freest,
-ties by node name (as a person counts); only a node whose name is a host name one can ssh to
-(:func:`safe_host_name`). With ``--across-nodes`` (:func:`rank_cluster`) the freest of all
-nodes come first, ties by node name, then index. Only an UP node whose process lists are
-known offers GPUs: unknown is never free.
+Pure functions; within a node :func:`gpumon.data.ranking.qualify` decides, as for one
+machine. By default N GPUs of one node whose name one can ssh to (:func:`pick_one_node`);
+with ``--across-nodes`` the freest of all nodes (:func:`rank_cluster`). Only an UP node whose
+process lists are known offers GPUs.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,41 +55,41 @@ class ClusterCandidate:
 
 
 def rank_cluster(
-    cluster: ClusterSample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-    free_below_bytes: int | None = None,
+    cluster: ClusterSample, *, n: int = 1, **thresholds: Any
 ) -> tuple[tuple[ClusterCandidate, ...], tuple[str, ...]]:
     """The ``n`` freest GPUs of the cluster's UP nodes whose process lists are known, and
     why the others do not qualify (``node3 DOWN since 14:03``, ``node1: GPU 0 LOST``).
 
-    A node that is not UP offers nothing (its GPUs' state is not known now), and neither
-    does one whose exporter gives no process lists (dcgm-exporter): unknown is never free.
-    Within a node, :func:`gpumon.data.ranking.rank` decides, with the same thresholds (and
-    ``free_below_bytes``: only FREE GPUs).
+    Within a node :func:`gpumon.data.ranking.rank` decides, with ``thresholds`` (its
+    keywords); a node not UP, or without process lists, offers nothing.
     """
-    qualifying: list[ClusterCandidate] = []
     reasons: list[str] = []
+    nodes = _each_node(cluster, reasons, rank, n=n, **thresholds)
+    qualifying = [ClusterCandidate(node.name, each) for node, picked in nodes for each in picked]
+    qualifying.sort(key=ClusterCandidate.sort_key)
+    return tuple(qualifying[:n]), tuple(reasons)
+
+
+def _each_node(
+    cluster: ClusterSample,
+    reasons: list[str],
+    choose: Callable[..., tuple[tuple[Candidate, ...], tuple[str, ...]]],
+    *,
+    ssh_names_only: bool = False,
+    **thresholds: Any,
+) -> Iterator[tuple[Node, tuple[Candidate, ...]]]:
+    """Each node that offers GPUs, with what ``choose`` (:func:`rank` or :func:`qualify`)
+    takes of them; why the other nodes and GPUs do not qualify goes to ``reasons``."""
     for node in ordered(cluster.nodes):
         unusable = node_problem(node, cluster.timestamp_s)
+        if unusable is None and ssh_names_only and not safe_host_name(node.name):
+            unusable = f"{node.name!r} is no host name to ssh to"
         if unusable is not None:
             reasons.append(unusable)
             continue
-        picked, why = rank(
-            node.sample,
-            n=n,
-            min_free_bytes=min_free_bytes,
-            max_utilization_pct=max_utilization_pct,
-            output_format=output_format,
-            free_below_bytes=free_below_bytes,
-        )
-        qualifying += [ClusterCandidate(node.name, candidate) for candidate in picked]
+        chosen, why = choose(node.sample, **thresholds)
         reasons += [f"{node.name}: {reason}" for reason in why]
-    qualifying.sort(key=ClusterCandidate.sort_key)
-    return tuple(qualifying[:n]), tuple(reasons)
+        yield node, chosen
 
 
 def node_problem(node: Node, now_s: float) -> str | None:
@@ -133,36 +130,15 @@ class OneNodeResult:
     best_count: int
 
 
-def pick_one_node(
-    cluster: ClusterSample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-    free_below_bytes: int | None = None,
-) -> OneNodeResult:
+def pick_one_node(cluster: ClusterSample, *, n: int = 1, **thresholds: Any) -> OneNodeResult:
     """``n`` GPUs of one node: of the nodes with ``n`` that qualify, the one whose ``n`` are
     the freest (then by name). A node whose name is no safe host name is skipped."""
     reasons: list[str] = []
     offers: list[tuple[Any, NodePick]] = []
     counts: list[tuple[int, str]] = []
-    for node in ordered(cluster.nodes):
-        unusable = node_problem(node, cluster.timestamp_s)
-        if unusable is None and not safe_host_name(node.name):
-            unusable = f"{node.name!r} is no host name to ssh to"
-        if unusable is not None:
-            reasons.append(unusable)
-            continue
-        qualifying, why = qualify(
-            node.sample,
-            n=n,
-            min_free_bytes=min_free_bytes,
-            max_utilization_pct=max_utilization_pct,
-            output_format=output_format,
-            free_below_bytes=free_below_bytes,
-        )
-        reasons += [f"{node.name}: {reason}" for reason in why]
+    for node, qualifying in _each_node(
+        cluster, reasons, qualify, ssh_names_only=True, n=n, **thresholds
+    ):
         if qualifying:
             counts.append((len(qualifying), node.name))
         if len(qualifying) >= n:
@@ -217,9 +193,4 @@ def cluster_failure_line(
         head = f"only {len(picked)} GPU{'' if len(picked) == 1 else 's'} {where} {verb}"
     else:
         head = f"no GPU {where} qualifies"
-    if not reasons:
-        return f"{prefix}{head} (need {n})"
-    shown = list(reasons[:max_reasons])
-    if len(reasons) > max_reasons:
-        shown.append(f"{len(reasons) - max_reasons} more")
-    return f"{prefix}{head} (need {n}): {', '.join(shown)}"
+    return _with_reasons(f"{prefix}{head} (need {n})", reasons, max_reasons)

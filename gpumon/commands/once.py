@@ -1,17 +1,9 @@
 """``gpumon once``: one snapshot of every GPU and its processes, then exit.
 
-A compact table in the spirit of gpustat (one line per GPU, FREE on the free ones, its
-processes indented below, then who uses what: one row per user), or with ``--by-user`` the
-per-user table in place of the processes, or with ``--json`` the same data in the documented,
-versioned JSON shape of :mod:`gpumon.sampling.snapshot`. One sample, no sleeping: fast even on an
-8-GPU server.
-
-Colours are raw ANSI SGR codes (importing rich or textual would cost more than the whole
-snapshot): only on a terminal, never when ``NO_COLOR`` is set to anything non-empty, always
-when ``FORCE_COLOR`` is, unless ``--color`` says otherwise. On a terminal, lines fit
-``$COLUMNS``, else its width (:func:`output_width`); piped, nothing is cut. The codes
-are :mod:`gpumon.data.painting`'s; the GPU and process lines, shared with the cluster view,
-are :mod:`gpumon.data.text_table`'s.
+A compact table (a line per GPU, its processes below, then one row per user), ``--by-user``,
+or ``--json`` (:mod:`gpumon.sampling.snapshot`). Colours are raw ANSI codes
+(:mod:`gpumon.data.painting`), only on a terminal, as ``NO_COLOR``/``FORCE_COLOR``/``--color``
+say; on a terminal lines fit its width, piped nothing is cut.
 """
 
 from __future__ import annotations
@@ -20,9 +12,9 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpumon.data import format as fmt
 from gpumon.data.model import Sample
@@ -31,7 +23,7 @@ from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
-    from gpumon.data.views import ProcessFilter, UserUsage
+    from gpumon.data.views import UserUsage
 
 #: The start-up filters choose among this machine's GPUs; the cluster view is another matter.
 FILTERS_NOT_FOR_CLUSTER = (
@@ -274,41 +266,12 @@ def _cells(*parts: str) -> int:
 
 
 def render_table(
-    sample: Sample,
-    *,
-    show_processes: bool = True,
-    color: bool = False,
-    width: int | None = None,
-    ascii_only: bool | None = None,
-    free: Set[int] = frozenset(),
-    process_filter: ProcessFilter | None = None,
+    sample: Sample, *, color: bool = False, width: int | None = None, **options: Any
 ) -> str:
-    """The ``gpumon once`` table.
-
-    Args:
-        sample: what to show.
-        show_processes: indent each GPU's processes below it.
-        color: add ANSI colours.
-        width: terminal width; no line is wider (commands are cut first). ``None``
-            (piped) cuts nothing.
-        ascii_only: mark cut commands with ``~`` instead of ``…``; ``None`` decides from
-            the locale (:func:`gpumon.data.format.locale_is_utf8`).
-        free: NVML indices of the GPUs to mark FREE (:func:`gpumon.data.free.free_gpu_indices`).
-        process_filter: list only the processes it passes (``--user``).
-
-    Returns:
-        The table, one line per GPU and process, ending with a newline.
-    """
+    """The ``gpumon once`` table: its header, then
+    :func:`gpumon.data.text_table.gpu_lines` (``options``: its keywords)."""
     lines = [header_line(sample, Painter(color), width)]
-    lines += gpu_lines(
-        sample,
-        show_processes=show_processes,
-        color=color,
-        width=width,
-        ascii_only=ascii_only,
-        free=free,
-        process_filter=process_filter,
-    )
+    lines += gpu_lines(sample, color=color, width=width, **options)
     return fit_lines("\n".join(lines), width) + "\n"
 
 
@@ -322,20 +285,10 @@ def render_users(
 ) -> str:
     """Who uses what: one row per user (GPUs, GPU memory, processes), most memory first.
 
-    Only GPUs whose process lists are known count; a note names those left out. Owners that
-    cannot be read and processes of another PID namespace get rows of their own, never
-    dropped.
-
-    Args:
-        sample: what to sum up.
-        color: add ANSI colours (the current user's row in bold).
-        always: the table even when no process runs (``--by-user``); else nothing then.
-        ascii_only: ``>=`` instead of ``≥`` for a lower bound; ``None`` decides from the
-            locale.
-        width: no line is wider (``None``: no limit).
-
-    Returns:
-        A blank line, then the table and its note, each line ending with a newline; or ``""``.
+    Only GPUs whose process lists are known count (a note names those left out); unreadable
+    owners and other namespaces' processes get rows of their own. ``always``: the table even
+    when no process runs (``--by-user``). Returns a blank line, then the table and its note,
+    each line ending with a newline; or ``""``.
     """
     from gpumon.sampling.snapshot import user_summary_of
 

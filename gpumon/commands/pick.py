@@ -2,25 +2,9 @@
 
     CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py
 
-No Textual. stdout carries the value and nothing else (``2,3`` and a newline), so ``$(...)``
-is either right or empty; why too few GPUs qualify, the label of simulated data and notes go
-to stderr, and the exit status tells a script which happened: 0 picked, 1 too few qualify
-(or no driver, or the wait ran out, or the GPUs could not be claimed), 2 bad arguments, 130
-interrupted.
-
-Which GPUs qualify (:mod:`gpumon.data.ranking`): by default only FREE ones (no process, less
-memory in use than ``free_threshold_mib``); with ``--min-free-memory`` or
-``--max-utilization`` those thresholds decide instead, and ``--busy-ok`` ranks every GPU whose
-process list is known, the freest first. Never a lost GPU, never one whose processes are
-unknown. ``--wait`` looks again every interval until enough qualify
-(:mod:`gpumon.commands.pick_wait`); each GPU printed is claimed for ``claim_seconds``, and
-another pick skips it (:mod:`gpumon.commands.pick_claims`); a GPU that cannot be claimed is
-not printed (``--no-claim`` prints it unclaimed). ``--prometheus`` picks in a
-cluster instead (:mod:`gpumon.commands.pick_cluster`).
-
-MIG: a GPU in MIG mode offers its MIG instances instead of itself, each by its ``MIG-...``
-UUID. A CUDA process uses one MIG instance at most (the first it is shown), so instances
-are offered for ``-n 1`` only, and only as UUIDs: no index names one.
+stdout carries the value and nothing else, so ``$(...)`` is right or empty; notes go to
+stderr; exit 0 picked, 1 too few qualify, 2 bad arguments, 130 interrupted. Which GPUs
+qualify: :mod:`gpumon.data.ranking`; never a lost GPU or one whose processes are unknown.
 """
 
 from __future__ import annotations
@@ -164,12 +148,8 @@ def _count(text: str) -> int:
 
 
 def indices_match_cuda(sample: Sample, environ: Mapping[str, str]) -> bool:
-    """True when CUDA numbers this machine's GPUs as NVML (and nvidia-smi) do.
-
-    NVML counts in PCI bus order; CUDA counts fastest first unless CUDA_DEVICE_ORDER is
-    PCI_BUS_ID, which comes to the same order when every GPU is the same model. A lost GPU
-    (CUDA may not count it) or one in MIG mode (it is no single CUDA device) can shift the
-    numbers of the GPUs after it, so then they do not match.
+    """True when CUDA numbers this machine's GPUs as NVML does: PCI order (``CUDA_DEVICE_ORDER``)
+    or one model throughout, and no lost or MIG GPU to shift the numbers after it.
     """
     if any(gpu.lost or mig_on(gpu) for gpu in sample.gpus):
         return False
@@ -194,10 +174,8 @@ def failure_line(
     gpu_count: int,
     simulated: bool = False,
 ) -> str:
-    """The one stderr line for "fewer than ``n`` qualify", naming why the others do not.
-
-    ``gpu_count`` is the number of GPUs in the sample: when MIG instances were candidates
-    too, the count is of "devices", not of GPUs.
+    """The one stderr line for "fewer than ``n`` qualify", naming why the others do not
+    (``gpu_count``: the sample's GPUs; with MIG candidates they are "devices").
     """
     total = len(picked) + len(reasons)
     prefix = f"gpumon pick: {DEMO_LABEL}: " if simulated else "gpumon pick: "

@@ -1,28 +1,9 @@
 """``gpumon pick``'s claims: skip the GPUs another pick holds, claim the ones it prints.
 
-Which claim blocks a pick (:func:`blocking_claim`): a live claim of another user; one of
-this user's made while this pick was running (two jobs started at once must not share a
-GPU either); under ``--wait``, any live claim of this user's (a waiting pick waits rather
-than hand a job the GPU an earlier job may be about to use). Without ``--wait`` a claim this
-user made before this pick began does not block: the claimer's own later picks may take that
-GPU again (and claim it anew), but only after every GPU nobody claimed. A claim whose GPU
-now runs its owner's process has ended: its job started.
-
-Why exactly one of racing picks wins a GPU, with no lock that anybody could hold for ever:
-a pick writes its claims first, then lists the directory again (:meth:`PickClaims._settle`).
-Of two picks that both wrote, the one that listed second sees the other's claim. A pick
-that sees a blocking claim that came before its own (:func:`~gpumon.data.claims.precedes`)
-withdraws; one that sees only later ones waits up to :data:`SETTLE_S` for them to be
-withdrawn (their picks saw this one first), and withdraws if they stay. A pick keeps its
-claims only when its last listing shows no other blocking claim on its GPUs, so two picks
-never both keep one. Another user can delay a pick only by claiming, SETTLE_S for each
-claim landing beside the pick's own, and is named as any claimer is.
-
-A pick claims all its GPUs or none, and removes its claims again when it cannot hand the
-GPUs over (stdout gone, interrupted). Claims fail closed: when they cannot be used (the
-directory cannot be made, is a symlink, cannot be listed or written, as on a full
-``/dev/shm``) :meth:`PickClaims.take` raises :class:`CannotClaim` and nothing is printed.
-``--no-claim`` still skips what others hold where it can read it, and writes nothing.
+A pick writes its claims, then lists the directory again: of racing picks exactly one keeps
+a GPU, with no lock anybody could hold (:meth:`PickClaims._settle`). A pick claims all its
+GPUs or none; claims fail closed (:class:`CannotClaim`). Which claim blocks and why the race
+settles: docs/pick.md.
 """
 
 from __future__ import annotations
@@ -123,12 +104,9 @@ class PickClaims:
     def take(
         self, qualifying: Sequence[Candidate], n: int, sample: Sample
     ) -> tuple[list[Candidate], list[str], dict[int, str]]:
-        """The first ``n`` of ``qualifying`` (freest first) that no other pick holds, claimed;
-        why each skipped one was skipped (``GPU 3: claimed by alice 40 s ago``); and NVML
-        index -> who holds each skipped one. Fewer than ``n``: nothing is claimed.
-
-        Raises:
-            CannotClaim: the claims directory cannot be used (not with --no-claim).
+        """The first ``n`` of ``qualifying`` that no other pick holds, claimed; why each other was
+        skipped; and NVML index -> who holds it. Fewer than ``n``: nothing is claimed. Raises
+        :class:`CannotClaim` when the directory cannot be used (not with ``--no-claim``).
         """
         if self.dir is None:  # opened at the first look with GPUs (no driver: none made)
             try:
@@ -251,14 +229,12 @@ class PickClaims:
         running: Mapping[str, Sequence[GpuProcess]],
         claims: Mapping[str, Sequence[rules.Claim]],
     ) -> tuple[Candidate, rules.Claim] | None:
-        """Claim every picked GPU, then settle any race for them: None when this pick keeps
-        its claims (this user's earlier ones on those GPUs are removed then); when it
-        withdrew them all, the GPU and the rival claim it lost to.
+        """Claim every picked GPU, then settle any race: None when this pick keeps its claims (its
+        user's earlier ones there removed), else the GPU and the rival claim it lost to.
 
-        Each claim file has its own random token: once one is in place anybody can read its
-        name, and a shared token would let another user take the names (or the temporary
-        names) of this pick's other claims first, so that writing them fails. A prefix
-        common to the pick's tokens keeps exact ties ordered alike on all its GPUs."""
+        A random token per file, so nobody can take the names of the pick's other claims first; a
+        prefix shared by its tokens orders exact ties alike on all its GPUs.
+        """
         assert self.dir is not None
         claimed_s = time.time()
         prefix = secrets.token_hex(4)

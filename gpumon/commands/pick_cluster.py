@@ -2,18 +2,15 @@
 ``--across-nodes``, ``node:index,...`` from several.
 
     read host gpus < <(gpumon pick --prometheus http://prometheus:9090 -n 2)
-    ssh "$host" "CUDA_VISIBLE_DEVICES=$gpus python train.py"
 
-The ranking is :mod:`gpumon.commands.cluster_pick`'s. ``--wait`` asks Prometheus again every
-``--interval`` but at most every :data:`POLL_FLOOR_S` seconds (its data changes only when it
-scrapes, every 15 s or so), through one source opened once. Claims are this machine's
-(a directory in its ``/dev/shm``): a cluster pick leaves none and reads none.
+``--wait`` asks again at most every :data:`POLL_FLOOR_S` (Prometheus' data changes only when
+it scrapes). Claims are this machine's: a cluster pick leaves none and reads none.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from gpumon.commands import cluster_output as co
@@ -101,14 +98,7 @@ def run_cluster(
 def one_node(cluster: ClusterSample, wanted: Wanted) -> Attempt:
     """One look for ``n`` GPUs of one node: ``HOST GPUS``, or why not."""
     n = wanted.n
-    found = cluster_pick.pick_one_node(
-        cluster,
-        n=n,
-        min_free_bytes=wanted.min_free_bytes,
-        max_utilization_pct=wanted.max_utilization_pct,
-        output_format=wanted.output_format,
-        free_below_bytes=wanted.free_below_bytes,
-    )
+    found = cluster_pick.pick_one_node(cluster, **asdict(wanted))
     if found.pick is None:
         if found.best_node is None:
             status = f"waiting: no node has a GPU {wanted.word} (need {n})"
@@ -127,14 +117,7 @@ def one_node(cluster: ClusterSample, wanted: Wanted) -> Attempt:
 def across(cluster: ClusterSample, wanted: Wanted) -> Attempt:
     """One look for ``n`` GPUs on any nodes: ``node:index,...``, or why not."""
     n = wanted.n
-    picked, reasons = cluster_pick.rank_cluster(
-        cluster,
-        n=n,
-        min_free_bytes=wanted.min_free_bytes,
-        max_utilization_pct=wanted.max_utilization_pct,
-        output_format=wanted.output_format,
-        free_below_bytes=wanted.free_below_bytes,
-    )
+    picked, reasons = cluster_pick.rank_cluster(cluster, **asdict(wanted))
     if len(picked) < n:
         nodes = f"{len(cluster.nodes)} node" + ("" if len(cluster.nodes) == 1 else "s")
         return Attempt(

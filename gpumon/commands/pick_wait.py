@@ -1,14 +1,8 @@
 """``gpumon pick --wait``: look again every interval until enough GPUs qualify.
 
-    CUDA_VISIBLE_DEVICES=$(gpumon pick -n 2 --wait) python train.py
-
-:func:`attempts` runs one look (an :class:`Attempt`: what to print, or why not yet and who
-holds the rest) until one succeeds, the limit passes (exit 1, one line) or Ctrl+C (exit 130,
-nothing on stdout). While it waits on a terminal, one stderr line is rewritten in place
-(carriage return, erase line, cut to the terminal's width so it never wraps into a scroll):
-``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``. Where stderr is no terminal (a
-log file) nothing is said while waiting, and one final line after. Without ``--wait`` the
-same code looks once.
+:func:`attempts` runs one look (an :class:`Attempt`) until one succeeds, the limit passes
+(exit 1) or Ctrl+C (exit 130). On a terminal one stderr line is rewritten in place while it
+waits; elsewhere one final line. Without ``--wait`` the same code looks once.
 """
 
 from __future__ import annotations
@@ -35,12 +29,9 @@ CLEAR_LINE = "\r\x1b[2K"
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One look at the GPUs.
-
-    ``output``: the stdout line when enough qualify (then ``notes`` go to stderr after it);
-    otherwise ``failure`` (the one stderr line for giving up now) and ``status`` (the
-    waiting line). ``fatal``: lines to say before exiting ``fatal_status`` at once (no
-    driver: waiting would not bring one; 2 for a usage error, ``--only`` naming no GPU).
+    """One look at the GPUs: ``output`` (stdout) and ``notes`` when enough qualify; else
+    ``failure`` (the line for giving up now) and ``status`` (the waiting line). ``fatal``: lines
+    to say before exiting ``fatal_status`` at once (no driver; 2 for a usage error).
     """
 
     output: str | None = None
@@ -106,11 +97,9 @@ def attempts(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Attempt | int:
-    """Look until an attempt succeeds (returned, for the caller to print) or not: an exit
-    status (1: too few and no ``--wait``, the wait ran out, or fatal; 2: a fatal usage
-    error; 130: Ctrl+C).
-
-    ``wait_s``: None looks once; ``math.inf`` waits without limit.
+    """Look until an attempt succeeds (returned) or not: an exit status (1: too few, the wait ran
+    out, or fatal; 2: a usage error; 130: Ctrl+C). ``wait_s``: None looks once; ``math.inf``
+    waits without limit.
     """
     status = StatusLine(stderr)
     started = clock()
@@ -174,11 +163,8 @@ def waiting_text(
     *,
     word: str = "free",
 ) -> str:
-    """``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``: how many qualify, and who
-    holds each other GPU (its users, and for how long its oldest process has run), which
-    pick claimed it, or why else it does not qualify.
-
-    ``claimed``: NVML index -> the owner of the claim that keeps this pick off it.
+    """``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``: how many qualify, and who holds
+    each other GPU (``claimed``: NVML index -> the claim's owner) or why else it does not.
     """
     taken = {candidate.gpu_index for candidate in available}
     holders = []

@@ -1,17 +1,9 @@
 """``gpumon record``: a light recorder of the GPUs' history into SQLite.
 
-It samples through the same :class:`~gpumon.sampling.poller.Poller` and
-:class:`~gpumon.sampling.store.Store` as the dashboard and the exporter, every ``--interval``
-seconds (10 by default), and writes each sample in one transaction
-(:mod:`gpumon.sampling.history`) on its own thread (:class:`~gpumon.sampling.history.
-recorder.RecorderThread`, as ``export --record``): a database another program holds locked
-delays neither the sampling nor a stop. ``gpumon export --record`` records the exporter's
-own samples instead: one node runs one sampler.
-
-Exit status: 0 after SIGINT or SIGTERM; 1 when the database cannot be used (one line says
-why and what to do: another user can write it, it is damaged, of a newer version, another
-recorder writes it) or there is no GPU driver. A problem that may pass (a locked database,
-a full disk) is one line, and the recorder goes on and retries.
+Samples through the dashboard's Poller and Store every ``--interval`` and writes on its own
+thread (:class:`~gpumon.sampling.history.recorder.RecorderThread`), so a locked database
+delays neither sampling nor a stop. Exit 0 after SIGINT or SIGTERM; 1 when the database
+cannot be used or there is no driver; a problem that may pass is one line, then a retry.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """``gpumon report``: who used the GPUs over a period, and who holds GPU memory idle now.
 
-From the history database that ``gpumon record`` writes (this machine), or with
-``--prometheus URL`` / ``--cluster`` from Prometheus (a whole cluster, per node:
-:mod:`gpumon.sources.prometheus.usage`). Per user (or Slurm job, container, GPU): GPU-hours
-held, GPU-hours used (SM-weighted), idle-held hours, peak memory and processes
-(:mod:`gpumon.data.usage`). Text with a bar per row, ``--json`` (``gpumon/schema/
-report.schema.json``) or ``--csv`` (:mod:`gpumon.commands.report_output`).
-
-Exit codes: 0 a report was printed; 1 no database (one line says how to start recording),
-a database that cannot be read (broken, of a newer gpumon), a period the database has no
-recording of (one line says what it covers: a script never takes "nothing recorded" for
-"nobody used the GPUs") or a Prometheus that does not answer; 2 a bad command line or
-setting.
+From the history database (this machine) or Prometheus (``--prometheus``/``--cluster``), per
+user, job, container or GPU (:mod:`gpumon.data.usage`); text, ``--json`` or ``--csv``. Exit 0
+printed; 1 no database, an unreadable one, a period it has no recording of, or no answer
+from Prometheus; 2 a bad command line or setting.
 """
 
 from __future__ import annotations
@@ -98,7 +90,7 @@ def run(
     color: str = "auto",
     cluster: bool = False,
 ) -> int:
-    """``gpumon report``: print the report of the period (see the module docstring)."""
+    """``gpumon report``: print the report of the period, or exit 1 or 2 after one line."""
     from gpumon.data.periods import PeriodError, period
     from gpumon.sources.cluster_base import cluster_requested
 

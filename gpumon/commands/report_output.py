@@ -1,12 +1,9 @@
-"""``gpumon report``'s three outputs of one :class:`~gpumon.data.report.UsageReport`: a text
-table with a bar per row (:func:`render_text`), CSV for spreadsheets (:func:`render_csv`) and
-JSON (:func:`report_to_dict`, following ``gpumon/schema/report.schema.json``).
+"""``gpumon report``'s three outputs of one :class:`~gpumon.data.report.UsageReport`: text
+with a bar per row (:func:`render_text`), CSV (:func:`render_csv`) and JSON
+(:func:`report_to_dict`, ``gpumon/schema/report.schema.json``).
 
-Pure functions: no database, no HTTP, no Textual. Colours are :mod:`gpumon.data.painting`'s,
-as ``gpumon once``'s. Every name (a user, a job, a node, a command) is other people's text and
-is made safe (:func:`gpumon.data.format.safe_text`) before it is printed; in CSV, a cell that
-a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a
-carriage return) gets a leading ``'``, which spreadsheets show as text.
+Pure functions. Every name is made safe before it is printed; a CSV cell a spreadsheet would
+run as a formula gets a leading ``'``.
 """
 
 from __future__ import annotations
@@ -143,13 +140,9 @@ def render_text(
 ) -> str:
     """The report as a table, one row per group with a bar, then who holds memory idle now.
 
-    Args:
-        report: what to print.
-        color: ANSI colours (the bars; ``current_user``'s row in bold).
-        width: the terminal's width: names are cut and the bar sized to fit it; ``None``
-            (piped): nothing is cut, bars are :data:`PIPED_BAR_WIDTH` cells.
-        ascii_only: ASCII bars and ellipses; ``None`` decides from the locale.
-        current_user: the user running the report, whose row is bold.
+    ``width`` cuts names and sizes the bar (``None``, piped: nothing cut, bars of
+    :data:`PIPED_BAR_WIDTH`); ``ascii_only`` ``None`` decides from the locale; ``color`` colours
+    the bars and bolds ``current_user``'s row.
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
@@ -279,11 +272,9 @@ def _number(value: float | None) -> str:
 
 
 def render_csv(report: UsageReport) -> str:
-    """The rows as CSV: a header row of the JSON's names, numbers plain (hours to four
-    decimals, bytes whole), an empty cell for a key, peak or used hours that is not known
-    (USED when no SM utilisation was known: never 0), and a last
-    ``simulated`` column (``1`` on every row of a ``--demo`` history: the file carries its
-    label wherever it is copied). The idle holders are left out (one table per file)."""
+    """The rows as CSV: the JSON's names as header, plain numbers, an empty cell where not known
+    (never 0), and a ``simulated`` column (``1`` for ``--demo``). No idle holders.
+    """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     header = [report.by, *(["node"] if report.cluster else [])]

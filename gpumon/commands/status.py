@@ -1,17 +1,8 @@
 """``gpumon status``: one short line for a tmux (or any other) status bar.
 
-Run every few seconds by tmux, so it must start fast: one sample, no psutil, no textual, no
-colours (tmux has its own ``#[fg=...]`` syntax, which users can put in ``--format``). The
-default is one compact cell per GPU, ``GPU 0:87/26% 1:FREE ...`` (utilisation / memory used,
-in percent; ``FREE`` for a GPU with no process and less than ``free_threshold_mib`` in use;
-a ``?`` after a GPU whose process list is unknown, ``4:0/0%?``: it may look idle, but who
-uses it cannot be told): 8 GPUs fit in under 100 columns, ``?`` on each included, leaving
-room for a clock in tmux's 120.
-
-To tell FREE, the line reads NVML's process lists, and nothing about the processes from the
-host (no psutil, no /proc reads of other users' processes); a ``--format`` without
-``{free}`` reads no process list at all. A GPU whose process list is unknown (NVML refused
-it) is never FREE.
+Run every few seconds, so it starts fast: one sample, no psutil, no textual, no colours. The
+default is one cell per GPU, ``GPU 0:87/26% 1:FREE ...``, with ``?`` after a GPU whose
+process list is unknown (never FREE); a ``--format`` without ``{free}`` reads no process list.
 """
 
 from __future__ import annotations
@@ -135,12 +126,9 @@ MAX_WIDTH = 200
 
 
 def check_template(template: str) -> str | None:
-    """Return why ``template`` cannot be used, or ``None``.
-
-    Only the documented field names (:data:`FIELDS`) are allowed, each with at most a
-    ``[[fill]align][width][.precision]`` spec (width and precision up to :data:`MAX_WIDTH`):
-    ``{index.__class__}`` or ``{util:>999999999}`` would print Python internals or build a
-    string of gigabytes.
+    """Why ``template`` cannot be used, or ``None``: only :data:`FIELDS`, each with at most a
+    ``[[fill]align][width][.precision]`` spec up to :data:`MAX_WIDTH` (no Python internals, no
+    gigabyte strings).
     """
     import string  # only a template of the user's own is checked
 
@@ -222,23 +210,17 @@ def status_line(
     free: Set[int] = frozenset(),
     unknown: Set[int] = frozenset(),
 ) -> str:
-    """One line for every GPU in ``sample``.
+    """One line (no newline) for every GPU in ``sample``: a lost GPU reads ``2:LOST``, simulated
+    data starts with ``DEMO ``.
 
     Args:
-        sample: what to show.
         template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
         separator: placed between GPUs.
-        prefix: placed before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
-            template, nothing with another (a custom template is exactly what it says).
+        prefix: before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
+            template, nothing with another.
         ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
-        free: NVML indices of the FREE GPUs (:func:`gpumon.data.free.free_gpu_indices`): the
-            default template shows them as ``3:FREE``; any template's ``{free}`` says FREE.
-        unknown: NVML indices of the GPUs whose process list is unknown (refused): the
-            default template marks them ``4:0/0%?``.
-
-    Returns:
-        The line without a newline; a lost GPU shows as ``2:LOST``, and simulated data
-        starts with ``DEMO ``.
+        free: NVML indices of the FREE GPUs (``3:FREE``; ``{free}`` in any template).
+        unknown: NVML indices of the GPUs whose process list is unknown (``4:0/0%?``).
     """
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()

@@ -1,24 +1,9 @@
 """Advisory claims on GPUs, as pure data: file names, the file's text, expiry, the notes.
 
-``gpumon pick`` leaves a claim on each GPU it prints so that another user's pick, waiting
-for the same GPU, takes a different one; the dashboard notes a claimed GPU. The files live in
-a shared directory (:mod:`gpumon.sources.host.claims` reads and writes them); here are the
-rules, with no I/O:
-
-- A claim file is named ``<key>.<uid>.<token>``: ``key`` is the GPU's UUID (a MIG
-  instance's ``MIG-...`` UUID), ``uid`` the claimer's, ``token`` random hex. Each user owns
-  their own files, so a stale claim of one user never stops another from claiming.
-- Its owner is the file's ``st_uid``, never its text; a file whose owner is not the uid its
-  name says is ignored.
-- Its time is the one its text states (``claimed``), never the file's mtime, which ``touch``
-  moves: it lasts until ``min(the expiry its text states, claimed + MAX_CLAIM_S)``, and one
-  claimed more than :data:`CLOCK_SLACK_S` in the future is ignored. Keeping a GPU longer
-  takes writing a new claim, as a new pick does.
-- A user has one claim on a GPU: the newest (:func:`current`); pick removes its user's
-  older ones when it claims anew.
-- It ends early once its GPU runs a process of its owner (the job it was for has started).
-- Of two claims on one GPU, the one claimed first (ties: by file name) comes first
-  (:func:`precedes`): racing picks settle who won by that order.
+A claim file is ``<key>.<uid>.<token>``; its owner is the file's ``st_uid`` and its time the
+one its text states, never the mtime; a user's newest claim on a GPU counts; of two claims the
+one claimed first comes first (:func:`precedes`). No I/O (:mod:`gpumon.sources.host.claims`
+does it). The rules in full: docs/pick.md.
 """
 
 from __future__ import annotations
@@ -79,11 +64,8 @@ def claim_text(key: str, claimed_s: float, expires_s: float, pid: int) -> bytes:
 
 
 def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
-    """``(claimed_s, expires_s)`` from a claim file's bytes.
-
-    Raises:
-        ValueError: not a claim gpumon wrote for ``key`` (too large, not ASCII, a field
-            missing or malformed, another GPU's UUID).
+    """``(claimed_s, expires_s)`` from a claim file's bytes; :class:`ValueError` when it is not a
+    claim gpumon wrote for ``key``.
     """
     if len(data) > MAX_CLAIM_FILE_BYTES:
         raise ValueError("too large")
@@ -112,11 +94,8 @@ def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One claim file that passed every check.
-
-    ``uid`` is the file's owner (``st_uid``) and ``owner`` that user's name; ``claimed_s``
-    when its text says it was made (its age, and what bounds it); ``expires_s`` the end
-    :func:`expiry` allows.
+    """One claim file that passed every check: ``uid`` its owner (``st_uid``), ``claimed_s`` what
+    its text says, ``expires_s`` what :func:`expiry` allows.
     """
 
     key: str

@@ -1,14 +1,8 @@
 """A cluster as Prometheus sees it: nodes, each one scrape target with its own :class:`Sample`.
 
-The Prometheus source (:mod:`gpumon.sources.prometheus.source`) builds a :class:`ClusterSample`
-from a handful of PromQL queries (one per metric for the whole cluster, never one per node);
-the node list, ``once --prometheus`` and ``pick --prometheus`` read it. Pure data and pure
-functions here: no HTTP, no Textual.
-
-Honest staleness: a node whose target is down (``up == 0``), whose series are older than
-three scrape intervals, or whose exporter answers with an old sample (a sampler stuck in the
-driver) is DOWN or STALE with the time it was last seen, never a node of idle GPUs. Its last
-known GPUs are kept (``sample``) but no view may count them as free.
+Pure data and functions. A node whose target is down, whose series are older than three
+scrape intervals or whose exporter serves an old sample is DOWN or STALE with when it was
+last seen; its last known GPUs are kept, and no view may count them free.
 """
 
 from __future__ import annotations
@@ -39,16 +33,10 @@ class ExporterKind(str, enum.Enum):
 class Node:
     """One scrape target.
 
-    ``name`` is its host label (gpumon's ``gpumon_host_info{hostname}``, dcgm-exporter's
-    ``Hostname``), else Prometheus' ``instance``; ``host (instance)`` when two targets share
-    a host label: two exporters are never merged into one node. ``sample`` holds its GPUs
-    (and processes, from gpumon's exporter), fields the exporter lacks as ``None`` (N/A).
-    ``last_seen_s`` is the newest sample time of its series (seconds since the epoch; for an
-    exporter that serves an old sample, that sample's time); ``down_since_s`` when ``up``
-    turned 0, where Prometheus can tell; both ``None`` when not known, never a time that is
-    not a real moment. ``problem`` says, in one line, why a node that answers is not UP or
-    was refused (the exporter's sampler is stalled, it serves no GPU series, it claims more
-    GPUs than a machine has); ``None`` otherwise.
+    ``name`` is its host label, else Prometheus' ``instance`` (``host (instance)`` when two
+    targets share a label: never merged). ``sample`` holds its GPUs, fields the exporter lacks
+    as ``None``. ``last_seen_s`` and ``down_since_s`` are ``None`` when not known; ``problem``
+    says in one line why a node that answers is not UP or was refused.
     """
 
     name: str
@@ -73,11 +61,8 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ClusterSample:
-    """Everything the Prometheus server told at one instant.
-
-    ``error`` says why the last query failed (unreachable, 401, timeout): then ``nodes`` are
-    the last ones that were read, ``stale`` is True, and the views show a banner. ``url`` is
-    the server's address without credentials.
+    """Everything the Prometheus server told at one instant. With ``error`` (why the last query
+    failed) ``nodes`` are the last read and ``stale`` is True; ``url`` has no credentials.
     """
 
     timestamp_s: float

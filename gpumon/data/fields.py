@@ -1,14 +1,9 @@
 """One descriptor per GPU field: every output iterates this table.
 
-A field's key (``status --format``), label and unit (the dashboard, the detail screen), how
-to read it from :class:`~gpumon.data.model.GpuStats` (its attribute, which is also its JSON name
-in ``once --json``), how to show it, its help line (the help screen), nvidia-smi's name for it
-(as its table or ``-q`` shows it, and its ``--query-gpu`` property), and how the exporter serves
-it. Adding a metric is: the model, the source (and the demo), and one :class:`Field` here; the
-tests check that every descriptor is exported, in the JSON schema and in the help, and
-``tests/gpu_check`` compares it with nvidia-smi on a real GPU.
-
-No Textual, no psutil, no pynvml: ``gpumon status`` imports this.
+A field's key, label, unit, attribute (its JSON name), format, help line, nvidia-smi names
+and exporter series. Adding a metric is the model, the source (and the demo), and one
+:class:`Field` here; tests check it is exported, in the schema and in the help. No Textual,
+psutil or pynvml: ``gpumon status`` imports this.
 """
 
 from __future__ import annotations
@@ -23,11 +18,8 @@ from gpumon.data.model import GpuStats
 
 @dataclass(frozen=True, slots=True)
 class Prometheus:
-    """How ``gpumon export`` serves a field.
-
-    ``kind`` is ``gauge`` or ``counter`` (one series per GPU, the value times ``scale``), or
-    ``state`` (one series per GPU and state, value 1, the state in the ``label`` label: for a
-    field whose value is a name, or a tuple of names).
+    """How ``gpumon export`` serves a field: ``gauge`` or ``counter`` (value times ``scale``), or
+    ``state`` (one series per state, value 1, the state in ``label``).
     """
 
     name: str
@@ -38,11 +30,8 @@ class Prometheus:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One GPU field.
-
-    ``smi`` is the reading's name where nvidia-smi shows it (a column of its table, or
-    ``-q: <label>`` for a line of ``nvidia-smi -q``); ``query`` its ``--query-gpu`` property,
-    ``""`` where nvidia-smi has none. tests/gpu_check compares the two tools through them.
+    """One GPU field. ``smi`` names it as nvidia-smi shows it (``-q: <label>`` for ``-q``),
+    ``query`` its ``--query-gpu`` property (``""``: none); tests/gpu_check compares through them.
     """
 
     key: str

@@ -106,12 +106,8 @@ LAST_KNOWN_TIME_S = 253402300799.0
 
 
 def known_time(timestamp_s: object) -> float | None:
-    """``timestamp_s`` when it is a Unix time that can be a real moment: a finite number after
-    1970-01-01 and before the year 10000; else None, *unknown*.
-
-    Timestamps from another machine (a Prometheus answer, a scrape) may be anything: NaN,
-    Inf, 1e300 or negative. Every output that shows a time passes it through here first.
-    """
+    """``timestamp_s`` when it is a real moment (after 1970, before the year 10000), else
+    ``None``: another machine's times may be NaN, Inf or 1e300. Every shown time passes here."""
     if isinstance(timestamp_s, bool) or not isinstance(timestamp_s, (int, float)):
         return None
     if not 0 < timestamp_s <= LAST_KNOWN_TIME_S:  # also False for NaN
@@ -120,12 +116,8 @@ def known_time(timestamp_s: object) -> float | None:
 
 
 def duration(seconds: float | None) -> str:
-    """``42s``, ``17m``, ``5h17m``, ``3d04h``: elapsed time, as precise as is useful.
-
-    Seconds only in a process's first minute: nobody needs them later, and a column that
-    changes every second on every row costs bytes over SSH for nothing (each change is a
-    cursor move and a colour code around one character).
-    """
+    """``42s``, ``17m``, ``5h17m``, ``3d04h``: elapsed time, seconds only in the first
+    minute (a cell that changes every second costs bytes over SSH)."""
     if seconds is None:
         return NA
     total = int(seconds)
@@ -142,27 +134,19 @@ def duration(seconds: float | None) -> str:
 
 
 def running_time(seconds: float | None) -> str:
-    """A process's running time in a table that refreshes: :func:`duration`, but ``<1m``
-    for its whole first minute.
-
-    The column's precision is a minute everywhere else; a young job still stands out, and
-    its cell no longer changes every second (each change goes to the terminal, on every
-    young job's row, every refresh). The process's detail screen keeps the seconds.
-    """
+    """:func:`duration` for a table that refreshes: ``<1m`` for the whole first minute, so
+    a young job's cell does not change every second."""
     if seconds is not None and seconds < 60:
         return "<1m"
     return duration(seconds)
 
 
 def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:
-    """Cut ``text`` to ``width`` terminal cells, its last cell replaced by ``ellipsis``.
+    """Cut ``text`` to ``width`` terminal cells (:func:`cell_len`), its last cell replaced
+    by ``ellipsis`` (:data:`ASCII_ELLIPSIS` where the terminal is not UTF-8).
 
-    Text that fits is returned as is; a width of 0 or less gives ``""``. Widths are terminal
-    cells (see :func:`cell_len`): a CJK character or an emoji takes two. A cut result is
-    exactly ``width`` cells: a wide character that would straddle the ellipsis is dropped
-    whole and a space pads the cell it leaves, after the ellipsis. Pass
-    :data:`ASCII_ELLIPSIS` (``~``) where the terminal is not UTF-8 (see
-    :func:`locale_is_utf8`); either ellipsis takes one cell.
+    Text that fits is returned as is; a cut result is exactly ``width`` cells (a wide
+    character that would straddle the ellipsis is dropped, a space pads its cell).
     """
     if width <= 0:
         return ""
@@ -244,13 +228,8 @@ _SAFE_CHARACTERS = _SafeCharacters()
 def safe_text(text: str, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     """Text from another user (command line, user name) made valid and safe for every output.
 
-    Control characters (C0, DEL, C1) become ``?``; bytes that were not UTF-8 (lone
-    surrogates from ``surrogateescape``) become ``\\xff``; bidirectional overrides and
-    isolates, zero-width characters and other invisible format characters become
-    ``\\u202e``; text longer than ``max_chars`` is cut and ends in ``…``. The result is valid
-    UTF-8, holds no escape sequence for a terminal and no character that reorders or hides
-    the text around it, so it can go to a terminal, JSON and Prometheus labels as it is.
-    Applied once, where the text is read (:mod:`gpumon.sources.host.inspector`).
+    Controls become ``?``, non-UTF-8 bytes ``\\xff``, invisible and reordering characters
+    ``\\u202e``; text longer than ``max_chars`` ends in ``…``. Applied once, where it is read.
     """
     if len(text) > max_chars:
         text = text[:max_chars] + ELLIPSIS
@@ -290,11 +269,8 @@ def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
 
 
 def cell_len(text: str) -> int:
-    """How many terminal cells ``text`` takes: 2 for a wide (CJK, emoji) character, 0 for a
-    combining mark or other zero-width character, 1 for the rest.
-
-    From the standard library's Unicode tables, so the headless modes need no rich; the
-    dashboard measures with rich instead, as Textual does (:mod:`gpumon.ui.widgets.lines`).
+    """How many terminal cells ``text`` takes (2 wide, 0 zero-width, else 1), from the standard
+    library's tables so the headless modes need no rich.
     """
     if text.isascii():
         return len(text)
@@ -374,17 +350,9 @@ def temperature_level(
 ) -> TemperatureLevel:
     """How close a GPU is to its own slowdown threshold; every mode colours by this.
 
-    Args:
-        temperature_c: the GPU's temperature; ``None`` when unreadable.
-        slowdown_c: the temperature at which the GPU slows itself down (NVML's slowdown
-            threshold, nvidia-smi's "GPU Slowdown Temp"); ``None`` or 0 when unknown, then
-            :data:`DEFAULT_SLOWDOWN_C` (90 °C) is assumed.
-
-    Returns:
-        ``"na"`` without a temperature, ``"hot"`` within ``hot_margin_c`` (default
-        :data:`HOT_MARGIN_C`, 5 °C) of the threshold or above it, ``"warm"`` within
-        ``warm_margin_c`` (:data:`WARM_MARGIN_C`, 15 °C), else ``"normal"``; both are
-        settings.
+    ``"na"`` without a temperature, ``"hot"`` within ``hot_margin_c`` of ``slowdown_c`` (or
+    :data:`DEFAULT_SLOWDOWN_C` when unknown) or above, ``"warm"`` within ``warm_margin_c``,
+    else ``"normal"``.
     """
     if temperature_c is None:
         return "na"
@@ -402,20 +370,13 @@ _GPU_UUID = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z_/-]{1,96}", re.ASCII)
 
 
 def gpu_uuid(text: str | None) -> str | None:
-    """``text`` when it reads as a GPU or MIG UUID, else ``None`` (not known).
-
-    ``gpumon pick --format uuid`` prints UUIDs for ``CUDA_VISIBLE_DEVICES=$gpus`` in a
-    (remote) shell's command line: a UUID from another machine's label is checked as the host
-    name printed beside it is, and one with a ``;``, a space or a comma is no UUID.
-    """
+    """``text`` when it reads as a GPU or MIG UUID, else ``None``: ``pick --format uuid``
+    prints UUIDs into a shell's command line, so one with a ``;``, space or comma is none."""
     return text if text is not None and _GPU_UUID.fullmatch(text) else None
 
 
 def short_uuid(uuid: str) -> str:
-    """``GPU-1a2b3c4d`` instead of the full 40-character UUID (``MIG-…`` likewise).
-
-    A UUID without a ``-`` is cut to its first 12 characters.
-    """
+    """``GPU-1a2b3c4d`` instead of the full UUID (``MIG-…`` likewise; no ``-``: 12 chars)."""
     head, _, tail = uuid.partition("-")
     return f"{head}-{tail[:8]}" if tail else uuid[:12]
 
@@ -423,10 +384,8 @@ def short_uuid(uuid: str) -> str:
 def locale_is_utf8(environ: Mapping[str, str] = os.environ) -> bool:
     """True when the terminal's locale is UTF-8, so ``…``, bars and box lines can be drawn.
 
-    ``GPUMON_ASCII`` set to anything but ``""`` or ``0`` forces ASCII (False). Otherwise the
-    first of ``LC_ALL``, ``LC_CTYPE``, ``LANG`` that is set and non-empty decides: UTF-8 when
-    it names ``utf8`` or ``utf-8`` (any case). With none set the POSIX locale applies, which
-    is ASCII (False), and so does the ``LC_CTYPE`` that Python's own locale coercion sets.
+    ``GPUMON_ASCII`` (not ``""``/``0``) forces ASCII; else the first set of ``LC_ALL``,
+    ``LC_CTYPE``, ``LANG`` decides; none, or Python's own PEP 538 coercion, is ASCII.
     """
     if environ.get("GPUMON_ASCII", "") not in ("", "0"):
         return False
@@ -447,8 +406,3 @@ def locale_is_utf8(environ: Mapping[str, str] = os.environ) -> bool:
 
 # What CPython's locale coercion writes into LC_CTYPE (PEP 538).
 _PEP538_TARGETS = ("C.UTF-8", "C.utf8", "UTF-8")
-
-
-def watts(value: float | None) -> str:
-    """``178W``: a power reading on its own, rounded to whole watts."""
-    return NA if value is None else f"{value:.0f}W"

@@ -1,15 +1,9 @@
 """Idle held: processes that hold GPU memory without using the GPU, as pure data.
 
-A process is IDLE when it holds at least :attr:`IdleRule.min_memory_bytes` of GPU memory and
-its SM utilisation has stayed at or below :attr:`IdleRule.below_pct` for at least
-:attr:`IdleRule.after_s`. A GPU is *held idle* when at least one of its processes is IDLE and
-none of the others holds that much memory without being IDLE, or keeps its SMs busy.
-
-What gpumon has seen of one process is an :class:`Activity`; of one GPU, a :class:`HeldIdle`;
-both for one sample, an :class:`IdleView`. The tracker that watches the samples go by (and
-owns the clock) is :class:`gpumon.sampling.idle.IdleTracker`. An N/A utilisation (MIG, a
-driver that does not sample processes, a graphics-only process without a sample) never
-makes a process idle: it has no :class:`Activity` at all. No I/O, no clock here.
+A process is IDLE when it holds at least :attr:`IdleRule.min_memory_bytes` with SM
+utilisation at or below :attr:`IdleRule.below_pct` for :attr:`IdleRule.after_s`; a GPU is
+held idle when one process is IDLE and no other holds memory or keeps the SMs busy. An N/A
+utilisation never makes a process idle. The clock is :class:`gpumon.sampling.idle.IdleTracker`'s.
 """
 
 from __future__ import annotations
@@ -49,13 +43,9 @@ class IdleRule:
 
 @dataclass(frozen=True, slots=True)
 class Activity:
-    """What gpumon has seen of one process's SM utilisation, up to one sample.
-
-    ``quiet_s`` is how long it has stayed at or below the threshold (0 while above it);
-    ``idle`` whether it is IDLE. ``at_least`` means gpumon cannot tell when the quiet began:
-    the process was already quiet when gpumon first saw it (gpumon started, or its GPU's list
-    could not be read before), or after a reading that was N/A; ``quiet_s`` counts from then
-    and is a lower bound.
+    """What gpumon has seen of one process's SM utilisation, up to one sample: ``quiet_s`` at or
+    below the threshold, ``idle`` (IDLE), and ``at_least`` when the quiet began before gpumon
+    could see it (``quiet_s`` is then a lower bound).
     """
 
     quiet_s: float
@@ -97,12 +87,9 @@ class IdleView:
 def held_idle_gpus(
     sample: Sample, activities: Mapping[ProcessKey, Activity], rule: IdleRule
 ) -> dict[int, HeldIdle]:
-    """The GPUs of ``sample`` held idle, given each process's activity.
-
-    A GPU whose process list is unknown is never held idle; nor is one where a process holds
-    the minimum memory without being IDLE (active, not quiet for long enough, or N/A: unknown
-    is not idle), or where a small process keeps the SMs busy. A small process that is quiet
-    or N/A (a display server) does not count.
+    """The GPUs of ``sample`` held idle, given each process's activity: never one whose list is
+    unknown, or where another process holds the minimum memory without being IDLE or keeps the
+    SMs busy.
     """
     by_gpu: dict[int, list[GpuProcess]] = {}
     for process in sample.processes:

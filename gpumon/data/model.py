@@ -19,10 +19,8 @@ MAX_INTERVAL_S = 60.0
 
 
 class ProcessKind(str, enum.Enum):
-    """How a process uses a GPU, as in nvidia-smi's "Type" column.
-
-    UNKNOWN where the source cannot tell (a cluster node whose exporter does not say): shown
-    as ``?``, ``null`` in JSON. NVML always tells.
+    """How a process uses a GPU, as nvidia-smi's "Type"; UNKNOWN (``?``, JSON ``null``) where the
+    source cannot tell.
     """
 
     COMPUTE = "C"
@@ -79,12 +77,8 @@ class HostStats:
 
 @dataclass(frozen=True, slots=True)
 class MigInstance:
-    """One MIG device of a GPU in MIG mode: a compute instance within a GPU instance.
-
-    ``index`` is NVML's MIG device index on its parent GPU (``nvmlDeviceGetMigDeviceHandle
-    ByIndex``); ``profile`` is the part of the name after "MIG" (``3g.40gb``); ``uuid`` its
-    own ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts. Memory is the GPU
-    instance's. Unreadable fields are ``None``.
+    """One MIG device of a GPU in MIG mode: ``index`` is NVML's MIG device index, ``profile`` the
+    name after "MIG" (``3g.40gb``), ``uuid`` its ``MIG-...`` UUID; memory is the GPU instance's.
     """
 
     gpu_index: int
@@ -105,35 +99,14 @@ class MigInstance:
 class GpuStats:
     """One GPU at one instant. A lost GPU keeps its identity; every reading is ``None``.
 
-    ``lost`` means NVML gives no readings for this GPU; ``lost_reason`` says why in words a
-    user can act on: it fell off the bus, or NVML could not open it (with NVML's error).
-    ``uuid`` is ``None`` while NVML has not told it (a GPU lost before it could be read, or a
-    read that failed and is retried): a placeholder would not be a UUID and would break joins.
-    ``processes_error`` is set when this GPU's process list could not be read (for example
-    NO_PERMISSION on a MIG GPU for a non-root user, or a driver that does not support the
-    call): its processes are then unknown, not none.
-
-    ``mig_instances`` lists the MIG devices of a GPU in MIG mode, in NVML's order: ``()``
-    when MIG is off (or the GPU has no instance), ``None`` when MIG is on but its instances
-    could not be read (NVML refuses some calls to non-root users). Under MIG the device-level
-    utilisation is N/A (``None``), never 0.
-
-    ``pcie_rx_bytes_per_s`` and ``pcie_tx_bytes_per_s`` may be older than the sample: NVML
-    measures them over 20 ms per call, so the NVML source reads them at most every
-    :data:`~gpumon.sources.nvml.device.PCIE_REFRESH_S` seconds and repeats the last reading in
-    between. ``clock_event_reasons`` names why the clocks are held down (``gpu_idle``,
-    ``sw_power_cap``, ``hw_thermal_slowdown``...; ``unknown_0x...`` for a bit gpumon does not
-    know): ``()`` when nothing holds them, ``None`` when NVML cannot tell.
-
-    ``temperature_memory_c`` is the memory's own temperature (HBM boards; N/A on most GDDR
-    ones). ``pcie_replays`` counts PCIe replays (retries) since the driver was loaded; the
-    ``remapped_rows_*`` fields are the memory rows remapped for correctable and uncorrectable
-    errors over the board's life, whether a remapping waits for a GPU reset, and whether one
-    failed (Ampere and newer). Those three change rarely: the NVML source reads them every
-    :data:`~gpumon.sources.nvml.health.HEALTH_REFRESH_S` seconds. ``xid_last`` is the code of
-    the last Xid error NVML reported for the GPU since gpumon began watching (``0``: none),
-    ``xid_count`` how many it reported; both ``None`` where Xid events cannot be watched, and
-    in a source's first sample (no time watched yet: a one-shot snapshot cannot tell).
+    ``lost_reason`` says why in words a user can act on. ``uuid`` is ``None`` while NVML has
+    not told it. ``processes_error`` is set when the process list could not be read: its
+    processes are unknown, not none. ``mig_instances`` is ``()`` without MIG, ``None`` when MIG
+    is on but its instances could not be read; under MIG the device utilisation is ``None``.
+    ``clock_event_reasons`` is ``()`` when nothing holds the clocks, ``None`` when NVML cannot
+    tell. PCIe throughput and the health counters may be older than the sample (read every few
+    seconds). ``xid_last``/``xid_count``: the last Xid code (0: none) and how many since gpumon
+    began watching; ``None`` where not watched, and in a source's first sample.
     """
 
     index: int
@@ -200,21 +173,12 @@ class GpuStats:
 class GpuProcess:
     """A process using a GPU, joined with what the host can tell about it.
 
-    ``visible`` is False when NVML reports a PID that is not on this host's ``/proc``: either
-    gpumon runs outside the host's PID namespace (a container without ``--pid=host``) or, when
-    ``exited`` is True, gpumon sees every PID of the host and the process has exited (NVML
-    still lists it for a moment). Its GPU memory is real; its host details are not here.
-    ``sm_utilization_pct`` is the share of the GPU's SMs this process kept busy in NVML's
-    latest sample for it since the previous reading; 0 for a compute process with no sample
-    in that window (it did no SM work); ``None`` (N/A) when NVML cannot tell: not supported
-    (MIG, some boards), the call failed, or a graphics-only process has no sample.
-
-    ``create_time_s`` is when the process started (seconds since the epoch, as psutil's
-    ``create_time``): with the PID, its identity; a signal is sent only when the PID's create
-    time still matches it. ``job_id`` is the Slurm job id and ``container_id`` the container's
-    id (docker, containerd, podman: the first 12 hex digits), both from ``/proc/PID/cgroup``;
-    ``None`` when the process is in none. ``gpu_instance_id`` and ``compute_instance_id``
-    name the MIG instance the process runs in (``None`` without MIG).
+    ``visible`` is False when NVML's PID is not on this host's ``/proc`` (another PID namespace,
+    or ``exited``): its memory is real, its host details absent. ``sm_utilization_pct`` is its
+    share of the SMs in NVML's latest window, 0 for a compute process with no sample, ``None``
+    when NVML cannot tell. ``create_time_s`` with the PID is its identity (a signal is sent only
+    while it matches). ``job_id``, ``container_id`` come from ``/proc/PID/cgroup``;
+    ``gpu_instance_id``, ``compute_instance_id`` name its MIG instance (``None`` without MIG).
     """
 
     gpu_index: int
@@ -300,11 +264,8 @@ UNLISTED_MEMORY_NOTABLE_BYTES = 1024**3
 
 
 def unlisted_memory_bytes(gpu: GpuStats, processes: Sequence[GpuProcess]) -> int | None:
-    """GPU memory in use that the GPU's listed ``processes`` do not account for.
-
-    ``None`` when it cannot be told: the processes are unknown (lost GPU, refused list), the
-    memory in use is N/A, or a listed process's memory is N/A. Memory in use is NVML's
-    (v2) "used", which leaves reserved memory out.
+    """GPU memory in use (NVML's v2 "used") that the listed ``processes`` do not account for;
+    ``None`` when the processes or a memory reading are unknown.
     """
     if gpu.lost or gpu.processes_error is not None or gpu.memory_used_bytes is None:
         return None

@@ -29,22 +29,11 @@ REVERSE = "7"
 
 
 def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
-    """Decide whether to write ANSI colours.
+    """Whether to write ANSI colours (``mode``: ``always``, ``never`` or ``auto``).
 
-    The command line wins, then ``NO_COLOR``, then ``FORCE_COLOR``, then the terminal: as
-    CPython (3.13+) decides for its own tracebacks, and as no-color.org asks (a user's
-    explicit ``--color always`` overrides ``NO_COLOR``).
-
-    Args:
-        mode: ``always``, ``never`` or ``auto``.
-        stream: where the output goes; ``auto`` colours only a terminal.
-        environ: the environment; in ``auto`` mode a non-empty ``NO_COLOR`` (no-color.org)
-            turns colours off, else a non-empty ``FORCE_COLOR`` (force-color.org: whatever
-            its value, ``0`` too) turns them on, also into a pipe or on ``TERM=dumb``, which
-            otherwise turns them off.
-
-    Returns:
-        True to colour.
+    In ``auto`` the command line wins, then a non-empty ``NO_COLOR`` (off), then a non-empty
+    ``FORCE_COLOR`` (on, into a pipe or ``TERM=dumb`` too), then whether ``stream`` is a
+    terminal, as CPython decides for its tracebacks.
     """
     if mode == "always":
         return True

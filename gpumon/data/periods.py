@@ -44,11 +44,7 @@ class Period:
 
 
 def span_seconds(text: str) -> float:
-    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` in seconds.
-
-    Raises:
-        PeriodError: anything else, or nothing.
-    """
+    """``90s``, ``30m``, ``12h``, ``7d``, ``2w`` in seconds; :class:`PeriodError` otherwise."""
     match = _SPAN.fullmatch(text.strip())
     if match is None:
         raise PeriodError(f"not a span such as 90s, 30m, 12h or 7d: {text!r}")
@@ -59,12 +55,8 @@ def span_seconds(text: str) -> float:
 
 
 def moment(text: str) -> float:
-    """An ISO 8601 date or date and time as Unix seconds: local time unless it carries ``Z``
-    or an offset (``2026-11-01``, ``2026-11-01T08:00``, ``2026-11-01 08:00:30Z``,
-    ``2026-11-01T08:00+02:00``; a date alone is its midnight).
-
-    Raises:
-        PeriodError: not such a time.
+    """An ISO 8601 date or date and time as Unix seconds, local unless it says ``Z`` or an offset
+    (a date alone is its midnight); :class:`PeriodError` otherwise.
     """
     match = _MOMENT.fullmatch(text.strip())
     if match is None:
@@ -81,12 +73,9 @@ def moment(text: str) -> float:
 def period(
     now_s: float, since: str | None = None, start: str | None = None, end: str | None = None
 ) -> Period:
-    """The period of ``--since`` or ``--from``/``--to`` (``--to`` alone: the span before it;
-    nothing: the last :data:`DEFAULT_SINCE`). ``--from`` without ``--to`` ends now.
-
-    Raises:
-        PeriodError: a bad value, ``--since`` with ``--from``, an end not after the start,
-            a start in the future, or a period longer than :data:`MAX_PERIOD_S`.
+    """The period of ``--since`` or ``--from``/``--to`` (nothing: :data:`DEFAULT_SINCE`;
+    ``--from`` alone ends now). :class:`PeriodError` for a bad value or combination, an end not
+    after the start, a start in the future or more than :data:`MAX_PERIOD_S`.
     """
     if since is not None and start is not None:
         raise PeriodError("--since and --from: choose one (--from T --to T, or --since 7d)")

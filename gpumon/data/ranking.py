@@ -1,20 +1,8 @@
 """Which GPUs ``gpumon pick`` may name, freest first: pure functions of a :class:`Sample`.
 
-What lives here: :class:`Candidate` (a whole GPU, or one MIG instance of a GPU in MIG mode),
-:func:`mig_on`, :func:`qualify` and :func:`rank`, which ``gpumon pick`` and, per node, the
-cluster's ranking (:mod:`gpumon.commands.cluster_pick`) use.
-
-Which GPUs qualify: a GPU whose process list was read (not lost, not refused by NVML:
-unknown is never free) and, by default (``free_below_bytes``), that is FREE: no process and
-less memory in use than the FREE threshold. Thresholds given instead (``--min-free-memory``,
-``--max-utilization``) define qualification, and so does ``--busy-ok`` (none given): then a
-GPU with processes qualifies too (a reading that is N/A does not pass a threshold), and the
-N *freest* are picked by what the GPU itself reports first, since processes NVML does not
-list (another container's) hold memory and keep it busy all the same: memory used in steps
-of a tenth of its total (a GPU with most of its memory used never comes before an emptier
-one), then utilisation in steps of 10 %, then the number of processes, the exact memory used
-and utilisation, ties by NVML index. A GPU in MIG mode offers its MIG instances instead of
-itself, for ``-n 1`` only and only as UUIDs.
+A GPU qualifies when its process list was read and it is FREE, or when it passes the
+thresholds given (``--busy-ok``: any); the freest come first by what the GPU itself reports.
+A GPU in MIG mode offers its MIG instances, for ``-n 1`` only. The order: docs/pick.md.
 """
 
 from __future__ import annotations
@@ -22,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.free import processes_known
@@ -34,10 +23,8 @@ MAX_USERS_NAMED = 3
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A whole GPU, or one MIG instance of a GPU in MIG mode, that a process could be given.
-
-    ``utilization_pct`` is ``None`` for a MIG instance (NVML has no reading for one) and
-    for a GPU whose reading is N/A.
+    """A whole GPU, or one MIG instance, that a process could be given (``utilization_pct``:
+    ``None`` for a MIG instance or an N/A reading).
     """
 
     gpu_index: int
@@ -94,6 +81,14 @@ def mig_on(gpu: GpuStats) -> bool:
 
 
 def rank(
+    sample: Sample, *, n: int = 1, **thresholds: Any
+) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
+    """The ``n`` freest candidates that qualify (:func:`qualify`), and why the others do not."""
+    qualifying, reasons = qualify(sample, n=n, **thresholds)
+    return qualifying[:n], reasons
+
+
+def qualify(
     sample: Sample,
     *,
     n: int = 1,
@@ -102,7 +97,7 @@ def rank(
     output_format: str = "index",
     free_below_bytes: int | None = None,
 ) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
-    """The ``n`` freest candidates of ``sample`` that qualify, and why the others do not.
+    """Every candidate of ``sample`` that qualifies, freest first, and why the others do not.
 
     Args:
         sample: one sample, read with processes.
@@ -118,32 +113,10 @@ def rank(
             memory in use than this (``gpumon pick`` without thresholds or ``--busy-ok``).
 
     Returns:
-        ``(picked, reasons)``: at most ``n`` candidates, freest first, and one short phrase
+        ``(qualifying, reasons)``: the candidates, freest first, and one short phrase
         (``GPU 1 LOST``, ``GPU 4: 2 processes (alice, bob)``) per GPU or MIG instance that
         does not qualify, in NVML order.
     """
-    qualifying, reasons = qualify(
-        sample,
-        n=n,
-        min_free_bytes=min_free_bytes,
-        max_utilization_pct=max_utilization_pct,
-        output_format=output_format,
-        free_below_bytes=free_below_bytes,
-    )
-    return qualifying[:n], reasons
-
-
-def qualify(
-    sample: Sample,
-    *,
-    n: int = 1,
-    min_free_bytes: int | None = None,
-    max_utilization_pct: float | None = None,
-    output_format: str = "index",
-    free_below_bytes: int | None = None,
-) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
-    """Every candidate that qualifies, freest first, and why the others do not: as
-    :func:`rank` without the cut to ``n`` (a pick that skips claimed GPUs takes the next)."""
     qualifying: list[Candidate] = []
     reasons: list[str] = []
     for gpu in sample.gpus:

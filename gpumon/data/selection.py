@@ -1,13 +1,8 @@
 """Which GPUs to show: ``--only`` and ``--only-visible``, as one pure function of a sample.
 
-The dashboard (on every sample, before its store sees it) and ``gpumon once`` both call
-:func:`select_gpus`, so they show the same GPUs: a sample goes in, the same sample with only
-the chosen GPUs and their processes comes out, with what could not be matched said in words.
-
-``--only`` names GPUs by NVML index (``0``), GPU UUID (``GPU-8932f937-...``) or MIG UUID (the
-GPU holding that instance), or a unique prefix of a UUID. ``--only-visible`` reads
-``CUDA_VISIBLE_DEVICES`` as CUDA does (:func:`visible_gpus`). Both given: the GPUs both name.
-No I/O here: the caller hands in the environment.
+The dashboard and ``gpumon once`` both call :func:`select_gpus`, so they show the same GPUs.
+``--only`` names GPUs by NVML index, GPU or MIG UUID or a unique prefix; ``--only-visible``
+reads ``CUDA_VISIBLE_DEVICES`` as CUDA does (:func:`visible_gpus`); both: the GPUs both name.
 """
 
 from __future__ import annotations
@@ -24,11 +19,8 @@ _LEADING_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 
 @dataclass(frozen=True, slots=True)
 class GpuSelection:
-    """What the user asked to see.
-
-    ``only``: ``--only``'s identifiers; ``only_visible``: ``--only-visible`` was given, and
-    ``visible`` is ``CUDA_VISIBLE_DEVICES`` as it was then (``None``: unset);
-    ``pci_bus_order``: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers the GPUs as NVML does.
+    """What the user asked to see: ``only`` (``--only``), ``only_visible`` with ``visible``
+    (``CUDA_VISIBLE_DEVICES`` then), ``pci_bus_order`` (``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
     """
 
     only: tuple[str, ...] = ()
@@ -55,12 +47,8 @@ def selection_from(
 
 @dataclass(frozen=True, slots=True)
 class Selected:
-    """A sample cut to the chosen GPUs.
-
-    ``total``: GPUs before the cut; ``missing``: one line per ``--only`` identifier that names
-    no GPU here, or several; ``notes``: one line per thing to know about
-    ``CUDA_VISIBLE_DEVICES`` (no GPU visible, where CUDA stops reading it, an order that
-    cannot be known).
+    """A sample cut to the chosen GPUs: ``total`` before the cut, ``missing`` per identifier that
+    names no GPU (or several), ``notes`` on ``CUDA_VISIBLE_DEVICES``.
     """
 
     sample: Sample
@@ -142,15 +130,12 @@ def _only(only: Sequence[str], gpus: Sequence[GpuStats]) -> tuple[set[int], list
 def visible_gpus(
     value: str | None, gpus: Sequence[GpuStats], pci_bus_order: bool
 ) -> tuple[list[int] | None, list[str]]:
-    """The NVML indices of the GPUs ``CUDA_VISIBLE_DEVICES=value`` makes visible, in CUDA's
-    order, and one line for each thing a user should know; ``None`` for all (unset).
+    """The NVML indices ``CUDA_VISIBLE_DEVICES=value`` makes visible, in CUDA's order, and a line
+    for each thing a user should know; ``None`` for all (unset).
 
-    Read as CUDA reads it: comma-separated CUDA indices, or GPU or MIG UUIDs (or unique
-    prefixes), one kind throughout; the first entry that names no GPU ends the list (``-1``
-    hides every GPU, as does an empty value), and a GPU named twice leaves none visible. A
-    CUDA index is the NVML index only when ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or every GPU is
-    the same model (CUDA's default order puts the fastest first); otherwise this says so in
-    one line and takes NVML's order.
+    Read as CUDA reads it: indices or UUIDs (or prefixes), one kind; the first entry naming no
+    GPU ends the list, and a GPU named twice leaves none. CUDA's index is NVML's only in PCI
+    order or with one model throughout; otherwise a line says so and NVML's order is taken.
     """
     if value is None:
         return None, []

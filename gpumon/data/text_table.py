@@ -91,10 +91,14 @@ def gpu_lines(
 ) -> list[str]:
     """The table's lines below its header: one per GPU, its processes indented below.
 
-    The cluster view (:mod:`gpumon.commands.cluster_output`) prints these under each node's header;
-    the arguments are :func:`gpumon.commands.once.render_table`'s. With a ``width``, no line
-    is wider: commands are cut first, then the SM% cell goes, then GPU names are cut and the
-    power column goes, and what still does not fit is cut at the edge.
+    Args:
+        show_processes: indent each GPU's processes below it.
+        color: add ANSI colours.
+        width: no line is wider (commands are cut first, then SM%, GPU names and power go);
+            ``None`` (piped) cuts nothing.
+        ascii_only: mark cut commands with ``~``; ``None`` decides from the locale.
+        free: NVML indices of the GPUs to mark FREE.
+        process_filter: list only the processes it passes (``--user``).
     """
     paint = Painter(color)
     if ascii_only is None:

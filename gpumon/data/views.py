@@ -16,11 +16,8 @@ from gpumon.data.model import GpuProcess, MigInstance, ProcessKind
 
 @dataclass(frozen=True, slots=True)
 class ProcessFilter:
-    """What the process table shows: all processes, or those that pass every part.
-
-    ``gpu_index``: only that GPU's; ``mine``: only the current user's; ``text``: only those
-    whose user, command or PID contains it (case-insensitive); ``user``: only that user's
-    (``--user``; the name exactly).
+    """What the process table shows: those that pass every part (``gpu_index``, ``mine``,
+    ``text`` in user, command or PID case-blind, ``user`` exactly).
     """
 
     gpu_index: int | None = None
@@ -81,13 +78,10 @@ def shorten_command(command: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class UserUsage:
-    """One user's share of the GPUs. ``gpu_memory_bytes`` sums the memory NVML reports for
-    the user's processes (``None`` when it reports none of them); ``memory_partial`` is True
-    when some of them had memory N/A, so the sum is a lower bound. ``idle_memory_bytes`` is
-    what the user's IDLE processes hold (:mod:`gpumon.data.idle`; 0 where idleness is not
-    tracked, as in a one-sample mode); ``idle_unknown`` is True when some of the user's
-    compute processes, not among them, have no SM utilisation (MIG): whether they are idle
-    is not known, so the figure is a lower bound (none known: N/A, not "none")."""
+    """One user's share of the GPUs. ``gpu_memory_bytes`` is ``None`` when none of the memory is
+    known, ``memory_partial`` when some is N/A; ``idle_memory_bytes`` is what IDLE processes
+    hold, a lower bound when ``idle_unknown`` (some have no SM utilisation).
+    """
 
     user: str
     gpu_indices: tuple[int, ...]

@@ -1,16 +1,10 @@
-"""The probe child: ``python -m gpumon.probe.child --request '<JSON>'``.
+"""The probe child: ``python -m gpumon.probe.child --request '<JSON>'`` (``--standalone``
+probes ``cuda:0`` without a parent).
 
-The only module in gpumon that imports torch, and it does so inside :func:`main`, after its
-``hello`` line, so that a missing or broken torch becomes a step result. It speaks the protocol
-of :mod:`gpumon.probe.protocol` on stdout and never imports pynvml: it reads UUIDs from torch
-and matches them against the NVML list the parent sent.
-
-It runs inside the user's interpreter (``--probe-python``), which may be older than gpumon's
-own and has no gpumon installed (see :mod:`gpumon.probe.runner` for how it is loaded): keep it
-to Python 3.8 syntax and the standard library, apart from torch.
-
-Running it by hand: ``python -m gpumon.probe.child --standalone`` probes ``cuda:0`` and does
-not wait for a parent.
+The only module that imports torch, inside :func:`main` after its ``hello`` line, so a
+missing or broken torch is a step result. Never imports pynvml: it matches torch's UUIDs
+against the NVML list the parent sent. Runs in the user's interpreter: Python 3.8 syntax and
+the standard library only, apart from torch.
 """
 
 from __future__ import annotations
@@ -28,14 +22,13 @@ from gpumon.probe import steps as S
 from gpumon.probe.child_io import (
     EXIT_BAD_REQUEST,
     Channel,
-    Outcome,
     ParentWatch,
     StepRunner,
     error_text,
     mib,
 )
 from gpumon.probe.protocol import Done, Hello, Holding, ProtocolError, Request, decode_request
-from gpumon.probe.steps import uuid_key
+from gpumon.probe.steps import Outcome, uuid_key
 
 
 def _is_device_mismatch(text: str) -> bool:

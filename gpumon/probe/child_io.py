@@ -13,10 +13,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import StepEvent, encode, is_continue
+from gpumon.probe.steps import Outcome
 
 if TYPE_CHECKING:
     from gpumon.probe.child import Probe
@@ -26,19 +27,9 @@ EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 2
 
 
-class Outcome(NamedTuple):
-    """What a step function returns."""
-
-    status: str
-    value: str
-    detail: str = ""
-
-
 class Channel:
-    """Protocol lines go to a private copy of stdout; stdout itself is pointed at stderr.
-
-    Whatever else writes to stdout (a library's print, a C extension's printf) then lands on
-    stderr instead of corrupting the protocol.
+    """Protocol lines go to a private copy of stdout; stdout itself is pointed at stderr, so a
+    library's print cannot corrupt the protocol.
     """
 
     def __init__(self) -> None:
@@ -187,11 +178,7 @@ def run_steps(probe: Probe, runner: StepRunner, watch: ParentWatch) -> None:
 
 
 def install_advice(python: str) -> str:
-    """How to get torch for ``python``: pip where it may install, else a virtual environment.
-
-    A system Python marked EXTERNALLY-MANAGED (PEP 668: Debian, Ubuntu, Fedora) refuses
-    ``pip install``; the way there is a venv, and the probe then runs in its interpreter.
-    """
+    """How to get torch for ``python``: pip where it may install, else (PEP 668) a venv."""
     import sysconfig
 
     in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)

@@ -1,20 +1,9 @@
 """Starting and ending the probe child: its command, the parent-death signal, process
 groups killed on exit (also at interpreter exit), and reaping.
 
-Killing a group by number is safe only while its leader (the child) has not been reaped: until
-then neither the PID nor the group number can be reused. A child stuck in the GPU driver may
-outlive :data:`REAP_TIMEOUT_S` and be reaped later by asyncio's child watcher; its number is
-then free, and after a PID wrap-around it may name another user's process group, which a root
-gpumon could kill at exit. So each group is pinned by a pidfd of its leader, opened right after
-the spawn: before the group is killed, a null signal through the pidfd tells whether the leader
-is still unreaped (alive or a zombie); once it is reaped the entry is dropped and nothing is
-sent (a leader reaped late was killed with its group by :func:`end_child` first, so nothing is
-lost). Entries are also dropped as soon as the child watcher reaps the leader. Without pidfds
-(not Linux, a kernel before 5.3, a seccomp filter) the group is killed by its number, as
-before: entries still go when the leader is reaped while the event loop runs, but one reaped
-after the loop ended stays until exit. Left open either way: the moment between the spawn and
-the pidfd's open, and between the check and ``killpg``; a reuse inside them would take the PID
-counter a full round (wrapping at ``pid_max``) within microseconds.
+Each group is pinned by a pidfd of its leader, so a group number reused after the leader
+was reaped is never killed; without pidfds the group is killed by number. Details:
+docs/probe-protocol.md.
 """
 
 from __future__ import annotations
@@ -92,19 +81,10 @@ def parent_death_preexec(parent_pid: int | None = None) -> Callable[[], None] | 
     """A ``preexec_fn`` that makes the child die with SIGKILL when gpumon dies (Linux only;
     None elsewhere).
 
-    It runs in the child between fork and exec and calls only what was resolved here, in the
-    parent, before the fork (``prctl`` through ctypes: no import, no symbol lookup). The
-    setting survives exec. If gpumon died before ``prctl`` ran, the signal will never come:
-    the child then has another parent than ``parent_pid`` (gpumon's PID, taken before the
-    fork) and exits at once.
-
-    The kernel sends the signal when the *thread* that forked the child ends, not the
-    process. Both callers fork from the thread that runs their event loop and lives as long
-    as the probe: the dashboard's probe worker is an asyncio task on Textual's loop in the
-    main thread (``App.run`` -> ``asyncio.run``), and ``gpumon probe`` runs ``asyncio.run``
-    in the main thread; asyncio's ``create_subprocess_exec`` forks in the loop's thread.
-    Never start the child from a short-lived thread (``asyncio.to_thread``, a thread worker):
-    it would be killed as soon as that thread ends.
+    It calls only what was resolved before the fork; if gpumon died before it ran, the child
+    sees another parent than ``parent_pid`` and exits. The kernel signals when the *thread*
+    that forked ends: start the child from the event loop's thread, never from a short-lived
+    one (``asyncio.to_thread``, a thread worker).
     """
     prctl = _PRCTL
     if prctl is None:
@@ -175,10 +155,7 @@ def _unreaped(pidfd: int) -> bool:
 @atexit.register
 def kill_live_children() -> None:
     """Kill the process group of every child still running (at exit, or when quitting hangs).
-
-    Runs in the quit watchdog's thread too, while the event loop's thread may be stuck: the
-    lock is awaited for a moment only, then the groups are killed without it (forgetting a
-    group holds the lock for one ``close``, so this means that thread is not running).
+    The lock is awaited a moment only: this runs in the quit watchdog's thread too.
     """
     locked = _GROUPS_LOCK.acquire(timeout=1.0)
     try:
@@ -206,12 +183,8 @@ def _forget_when_reaped(process: asyncio.subprocess.Process) -> None:
 async def end_child(process: asyncio.subprocess.Process, stderr_task: asyncio.Future[None]) -> None:
     """Kill the child (if still running), reap it and drain its pipes.
 
-    Runs in ``finally``, also while the runner is being cancelled, and possibly cancelled
-    again: Textual cancels a worker when its widget unmounts and again when the app shuts
-    down, and ``asyncio.run`` cancels every task left at exit. The child is killed first,
-    synchronously; then each wait is retried through cancellations until its own short time
-    limit, so the child is reaped and asyncio closes its pipes now, not at garbage collection
-    after the loop has closed. A cancellation swallowed here is raised again at the end.
+    Runs in ``finally``, possibly cancelled again: each wait is retried through cancellations
+    within its own short limit, and a cancellation swallowed here is raised again at the end.
     """
     if process.returncode is None:
         kill_group(process.pid)

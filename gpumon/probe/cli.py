@@ -115,10 +115,8 @@ def run(
     json: bool,
     timeout: float,
 ) -> int:
-    """Run the probe once, print the steps, return the exit status.
-
-    ``python`` is ``--python``; without it the shared ``probe_python`` setting, else the
-    interpreter running gpumon.
+    """Run the probe once, print the steps, return the exit status (``python``: ``--python``,
+    else ``probe_python``, else gpumon's interpreter).
     """
     import asyncio
 
@@ -222,10 +220,8 @@ async def _probe(
 
 
 class _Printer:
-    """Prints events as they come: final steps as text, or everything as JSON lines.
-
-    In text, step 9 waits for the verdict: the runner may amend it once the child has exited
-    (NVML no longer lists the PID, or the child crashed on its way out).
+    """Prints events as they come: final steps as text, or all as JSON lines. In text, step 9
+    waits for the verdict, which the runner may amend after the child exits.
     """
 
     def __init__(self, json_lines: bool) -> None:

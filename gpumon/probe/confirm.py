@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple
 
 from gpumon.data.model import GpuStats, Sample
 from gpumon.probe import steps as S
 from gpumon.probe.protocol import Holding
+from gpumon.probe.steps import Outcome
 
 NextSample = Callable[[], Awaitable[Sample]]
 """Returns the first NVML sample pushed after the call, never one already there (a store's
@@ -24,14 +24,6 @@ NextSample = Callable[[], Awaitable[Sample]]
 # How long step 6 (and the check after step 9) may wait for NVML, and for how many samples.
 CONFIRM_TIMEOUT_S = 10.0
 CONFIRM_SAMPLES = 5
-
-
-class Verdict(NamedTuple):
-    """A step's result as the parent judged it."""
-
-    status: str
-    value: str
-    detail: str = ""
 
 
 def _mib(value: int) -> str:
@@ -76,22 +68,14 @@ def _why_pids_cannot_match(gpu: GpuStats, sample: Sample) -> str:
 
 async def check_holding(
     holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
-) -> Verdict:
-    """Step 6: NVML lists the child's PID on its GPU, using at least what torch reserved.
-
-    Args:
-        holding: What the child says it holds, and where.
-        next_sample: Awaits the next NVML sample; None when this mode has none.
-        timeout_s: How long to keep looking.
-
-    Returns:
-        pass, fail (NVML does not list the PID with that memory), or skip (no NVML here,
-        simulated GPUs, no sample in time).
+) -> Outcome:
+    """Step 6: NVML lists the child's PID on its GPU using at least what torch reserved, within
+    ``timeout_s``. Skip when there is no ``next_sample``, the GPUs are simulated or no sample came.
     """
     if next_sample is None:
-        return Verdict(S.SKIP, "skipped: no NVML sampler in this mode")
+        return Outcome(S.SKIP, "skipped: no NVML sampler in this mode")
     if not S.uuid_key(holding.gpu_uuid):
-        return Verdict(S.SKIP, "skipped: the GPU's UUID is unknown")
+        return Outcome(S.SKIP, "skipped: the GPU's UUID is unknown")
     sampler = _Sampler(next_sample, timeout_s)
     gpu_index: int | None = None
     listed = ""
@@ -100,13 +84,13 @@ async def check_holding(
         try:
             sample = await sampler.next()
         except Exception as error:
-            return Verdict(S.SKIP, f"skipped: NVML sampling failed: {error}")
+            return Outcome(S.SKIP, f"skipped: NVML sampling failed: {error}")
         if sample is None:
             break
         if sample.unavailable is not None:
-            return Verdict(S.SKIP, f"skipped: NVML unavailable: {sample.unavailable.headline}")
+            return Outcome(S.SKIP, f"skipped: NVML unavailable: {sample.unavailable.headline}")
         if sample.simulated:
-            return Verdict(S.SKIP, "skipped: the GPUs are simulated (--demo)")
+            return Outcome(S.SKIP, "skipped: the GPUs are simulated (--demo)")
         gpu = _find_gpu(sample, holding.gpu_uuid)
         if gpu is None:
             continue
@@ -126,17 +110,17 @@ async def check_holding(
         where = f"PID {holding.pid} on GPU {gpu.index}"
         holds = f"the probe holds {_mib(holding.allocated_bytes)}"
         if memory is None:  # WSL, some MIG setups: NVML cannot say
-            return Verdict(S.PASS, f"NVML lists {where} (memory N/A; {holds})")
+            return Outcome(S.PASS, f"NVML lists {where} (memory N/A; {holds})")
         # NVML's figure includes the CUDA context, so it is at least what torch reserved.
         if memory >= holding.reserved_bytes * 0.95:
-            return Verdict(S.PASS, f"NVML lists {where} using {_mib(memory)} ({holds})")
+            return Outcome(S.PASS, f"NVML lists {where} using {_mib(memory)} ({holds})")
     if gpu_index is None:
-        return Verdict(
+        return Outcome(
             S.SKIP, f"skipped: no NVML sample of {holding.gpu_uuid} within {timeout_s:g} s"
         )
     if cannot_match:
-        return Verdict(S.SKIP, f"skipped: {cannot_match}", f"Processes NVML lists: {listed}.")
-    return Verdict(
+        return Outcome(S.SKIP, f"skipped: {cannot_match}", f"Processes NVML lists: {listed}.")
+    return Outcome(
         S.FAIL,
         f"NVML does not list PID {holding.pid} on GPU {gpu_index} with "
         f"{_mib(holding.reserved_bytes)} or more",
@@ -147,12 +131,9 @@ async def check_holding(
 
 async def check_released(
     holding: Holding, next_sample: NextSample | None, timeout_s: float = CONFIRM_TIMEOUT_S
-) -> Verdict | None:
-    """After the child exited: NVML no longer lists its PID on the GPU.
-
-    Returns:
-        pass with a note for step 9's value, fail when NVML still lists the PID, or None when
-        NVML cannot tell (no sampler, no sample, the GPU missing from it).
+) -> Outcome | None:
+    """After the child exited: pass (with a note for step 9) when NVML no longer lists its PID,
+    fail when it does, None when NVML cannot tell.
     """
     if next_sample is None:
         return None
@@ -171,7 +152,7 @@ async def check_released(
         still_listed = True
         if all(p.pid != holding.pid for p in sample.processes_on(gpu.index)):
             used = f", {_mib(gpu.memory_used_bytes)} in use" if gpu.memory_used_bytes else ""
-            return Verdict(S.PASS, f"NVML: PID {holding.pid} gone from GPU {gpu.index}{used}")
+            return Outcome(S.PASS, f"NVML: PID {holding.pid} gone from GPU {gpu.index}{used}")
     if not still_listed:
         return None  # no sample in time: NVML cannot tell, which is not a failure
-    return Verdict(S.FAIL, f"NVML still lists PID {holding.pid} after the child exited")
+    return Outcome(S.FAIL, f"NVML still lists PID {holding.pid} after the child exited")

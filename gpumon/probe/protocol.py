@@ -1,27 +1,16 @@
 """The probe's JSON-lines protocol between gpumon (the parent) and the probe child.
 
-Described for humans in ``docs/probe-protocol.md``. In short: one JSON object per line, UTF-8,
-every object carries ``"v": PROTOCOL_VERSION``.
-
-* parent -> child, argv: ``--request '<Request JSON>'`` (what to probe, how much to allocate);
-* child -> parent, stdout: ``hello``, then ``step`` events (``running`` then a final status),
-  a ``holding`` event while the child holds its tensors for the parent's NVML check, and a
-  ``done`` event;
-* parent -> child, stdin: ``{"v": 1, "command": "continue"}`` once the NVML check is over.
-  The parent keeps stdin open: end of file there means the parent died, and the child exits.
-
-:func:`decode` accepts exactly what :func:`encode` produces (unknown extra keys are ignored, so
-a newer child may add fields) and raises :class:`ProtocolError` for anything else.
-
-This module is loaded by the probe child inside the user's interpreter, which may be older
-than gpumon's own: keep it to Python 3.8 syntax and the standard library.
+One JSON object per line, each with ``"v": PROTOCOL_VERSION`` (docs/probe-protocol.md).
+:func:`decode` accepts exactly what :func:`encode` produces, ignoring unknown extra keys,
+and raises :class:`ProtocolError` otherwise. Loaded by the child inside the user's
+interpreter: Python 3.8 syntax and the standard library only.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Union
 
 from gpumon.probe.steps import BY_ID, FINAL_STATUSES, STATUSES, title
@@ -93,15 +82,13 @@ class Done:
 
 
 Event = Union[Hello, StepEvent, Holding, Done]  # noqa: UP007  (runs on Python 3.8 too)
+_EVENT_NAMES = {Hello: "hello", Holding: "holding", Done: "done"}
 
 
 @dataclass(frozen=True)
 class Request:
-    """What the parent asks the child to probe.
-
-    Exactly one way of choosing the GPU is used: ``gpu_uuid`` (the NVML GPU with that UUID,
-    which may be a unique prefix), else ``gpu_index`` (NVML's index, looked up in ``gpus``),
-    else ``cuda_index`` (torch's ``cuda:N`` as is).
+    """What the parent asks the child to probe: the GPU by ``gpu_uuid`` (or a unique prefix),
+    else ``gpu_index`` (looked up in ``gpus``), else ``cuda_index`` as is.
     """
 
     gpu_uuid: str | None = None
@@ -116,15 +103,7 @@ class Request:
 def encode(message: Event | Request) -> str:
     """One protocol line (without the newline) for an event or a request."""
     payload: dict[str, Any] = {"v": PROTOCOL_VERSION}
-    if isinstance(message, Hello):
-        payload.update(
-            event="hello",
-            pid=message.pid,
-            python=message.python,
-            python_version=message.python_version,
-            protocol=message.protocol,
-        )
-    elif isinstance(message, StepEvent):
+    if isinstance(message, StepEvent):
         payload.update(
             event="step",
             step=message.step,
@@ -135,31 +114,18 @@ def encode(message: Event | Request) -> str:
             duration_ms=round(message.duration_ms, 3),
             detail=message.detail,
         )
-    elif isinstance(message, Holding):
-        payload.update(
-            event="holding",
-            pid=message.pid,
-            cuda_index=message.cuda_index,
-            gpu_uuid=message.gpu_uuid,
-            allocated_bytes=message.allocated_bytes,
-            reserved_bytes=message.reserved_bytes,
-        )
-    elif isinstance(message, Done):
-        payload.update(event="done", ok=message.ok, summary=message.summary)
     elif isinstance(message, Request):
-        payload.update(
-            request="probe",
-            gpu_uuid=message.gpu_uuid,
-            gpu_index=message.gpu_index,
-            cuda_index=message.cuda_index,
-            gpus=[[index, uuid] for index, uuid in message.gpus],
-            size_mib=message.size_mib,
-            max_free_fraction=message.max_free_fraction,
-            hold_timeout_s=message.hold_timeout_s,
-        )
+        payload.update(request="probe", **_fields(message))
+        payload["gpus"] = [[index, uuid] for index, uuid in message.gpus]
+    elif type(message) in _EVENT_NAMES:
+        payload.update(event=_EVENT_NAMES[type(message)], **_fields(message))
     else:
         raise TypeError(f"not a protocol message: {message!r}")
     return json.dumps(payload, ensure_ascii=False, allow_nan=False)
+
+
+def _fields(message: Any) -> dict[str, Any]:
+    return {name.name: getattr(message, name.name) for name in fields(message)}
 
 
 def encode_continue() -> str:
@@ -234,13 +200,8 @@ def _lines(payload: dict[str, Any], key: str, optional: bool = False) -> str:
 
 
 def decode(line: str | bytes) -> Event:
-    """Parse one child -> parent line. Its text comes back safe to show: control characters
-    (terminal escapes) as ``?``, bidi overrides and other invisible characters escaped (see
-    :func:`gpumon.data.format.safe_text`); a step's detail keeps its lines.
-
-    Raises:
-        ProtocolError: the line is not JSON, not this protocol version, an unknown event, or
-            an event with a missing or mistyped field.
+    """Parse one child -> parent line; its text comes back safe to show (a step's detail keeps its
+    lines). Raises :class:`ProtocolError` for anything but a valid event of this version.
     """
     payload = _load(line)
     kind = payload.get("event")
@@ -279,11 +240,7 @@ def decode(line: str | bytes) -> Event:
 
 
 def decode_request(text: str | bytes) -> Request:
-    """Parse the parent's request (the child's ``--request`` argument).
-
-    Raises:
-        ProtocolError: as :func:`decode`.
-    """
+    """Parse the parent's request (``--request``); raises :class:`ProtocolError`."""
     payload = _load(text)
     if payload.get("request") != "probe":
         raise ProtocolError("not a probe request")

@@ -1,36 +1,9 @@
 """Runs the probe child and turns everything it does, or fails to do, into step results.
 
-Never imports torch: the child does that, in its own process.
-
-How a foreign interpreter (``--probe-python``) finds the child's code
---------------------------------------------------------------------
-The user's training environment does not have gpumon installed. The child is started as
-``PYTHON -c <bootstrap> <gpumon package dir> --request <JSON>``: the small bootstrap loads the
-``gpumon`` package from that exact directory (``importlib`` with an explicit location) and
-runs ``gpumon.probe.child`` as ``__main__``, like ``python -m gpumon.probe.child`` would.
-Putting gpumon's parent directory on ``PYTHONPATH`` instead would put gpumon's whole
-site-packages ahead of the user's, so the user's interpreter would import gpumon's own torch
-(or a torch built for another Python): the probe would check the wrong torch. The bootstrap
-exposes the ``gpumon`` package and nothing else, the environment is passed on unchanged
-(``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``PYTHONPATH`` ...), and the child is always
-the same code as the parent, so both speak the same protocol version.
-
-No child outlives gpumon
-------------------------
-* The child starts in its own session (process group); a timeout, garbage on its output or
-  cancelling :func:`run_probe` kills the whole group with SIGKILL and reaps it (``finally``).
-  Quitting the dashboard (``q``, Ctrl+C, SIGTERM, SIGHUP, SIGQUIT) cancels it this way.
-* An ``atexit`` hook kills any child still running when the interpreter exits.
-* If gpumon dies without running either (SIGKILL, a crash): on Linux the kernel kills the
-  direct child with SIGKILL (``PR_SET_PDEATHSIG``, set in the child between fork and exec, see
-  :func:`parent_death_preexec`). Everywhere, the child's stdin pipe reaches end of file and
-  the probe child's code exits by itself; outside Linux that is the only safeguard, and it
-  needs that code running (an interpreter wrapper that keeps stdin to itself, or one still
-  starting up, does not notice).
-* What remains possible: processes the child started itself (torch compile workers, a
-  DataLoader's workers) are in its process group, so the group kill reaches them while
-  gpumon lives; the parent-death signal does not (it applies to the direct child only), so
-  after a SIGKILL of gpumon they live on until they end or notice that their parent is gone.
+Never imports torch: the child does that, in its own process, started from a bootstrap that
+exposes only the ``gpumon`` package to a foreign interpreter (``--probe-python``). The child
+runs in its own session; a timeout, bad output or cancelling :func:`run_probe` kills the
+group, and no child outlives gpumon (docs/probe-protocol.md, "Running the child").
 """
 
 from __future__ import annotations
@@ -305,25 +278,19 @@ async def run_probe(
 ) -> ProbeOutcome:
     """Run the probe child once and report every step through ``on_event``.
 
-    Never raises for anything the child does: a missing interpreter, a crash, garbage on its
-    output or a timeout each become a failed step, and the steps after it are skipped. The last
-    event is always the runner's own :class:`Done` with the verdict (the child's ``done`` line
-    is not passed on). Cancelling the task that awaits this kills the child and reaps it.
+    Never raises for anything the child does: each failure is a failed step and the rest are
+    skipped; the last event is always the runner's own :class:`Done`. Cancelling kills and
+    reaps the child.
 
     Args:
-        request: What to probe (GPU, allocation size). Sent to the child as ``--request``.
-        python: The interpreter to run the child in (default: the one running gpumon).
-        timeout_s: The whole run's time limit; past it the child's process group is killed.
-        next_sample: Returns the next NVML sample; used for step 6 (NVML sees the probe's PID
-            with its memory) and to confirm after step 9 that the PID is gone. Without it,
+        request: What to probe; sent to the child as ``--request``.
+        python: The interpreter for the child (default: gpumon's).
+        timeout_s: The whole run's limit; past it the child's group is killed.
+        next_sample: The next NVML sample, for step 6 and the check after step 9; without it
             step 6 is skipped.
-        on_event: Called with each event (``Hello``, ``StepEvent``, ``Holding``, ``Done``), in
-            order; may be a coroutine function.
-        command: Replaces the child's argv before ``--request`` (tests run fake children).
+        on_event: Called with each event in order; may be a coroutine function.
+        command: Replaces the child's argv before ``--request`` (tests).
         confirm_timeout_s: How long step 6 waits for NVML samples.
-
-    Returns:
-        The outcome: the verdict, the final event of every step, the child's PID and status.
     """
     argv = [*(command if command is not None else child_command(python))]
     argv += ["--request", encode(request)]

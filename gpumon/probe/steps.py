@@ -20,6 +20,14 @@ class Step(NamedTuple):
     title: str
 
 
+class Outcome(NamedTuple):
+    """A step's result: from the child's step function, or as the parent judged it."""
+
+    status: str
+    value: str
+    detail: str = ""
+
+
 PYTHON = Step(1, "python", "Interpreter and torch")
 BUILD = Step(2, "build", "CUDA build and driver")
 CUDA = Step(3, "cuda", "torch.cuda.is_available()")
@@ -62,10 +70,8 @@ def title(step_id: int) -> str:
 
 
 def uuid_key(uuid: object) -> str:
-    """A GPU UUID reduced to what NVML and torch agree on: lower case, no ``GPU-`` prefix.
-
-    NVML says ``GPU-58fb40d2-...``; torch's ``get_device_properties(i).uuid`` prints without
-    the prefix on some versions and with it on others.
+    """A GPU UUID as NVML and torch agree on it: lower case, no ``GPU-`` prefix (torch prints it
+    on some versions only).
     """
     text = str(uuid).strip().lower()
     for prefix in ("gpu-", "mig-"):

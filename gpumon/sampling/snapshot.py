@@ -1,11 +1,8 @@
 """One sample for the headless modes, and that sample as plain JSON-able data.
 
-``gpumon once``, ``gpumon once --json``, ``gpumon status`` and ``gpumon export`` share this
-module: how a single sample is taken, what "no driver" looks like to a script, and the JSON
-shape documented in ``docs/json-schema.md`` and ``gpumon/schema/once.schema.json``.
-
-Kept light (stdlib and gpumon.data; gpumon.data.views only when a document is built): the
-sources, and with them psutil and pynvml, are imported inside :func:`take_sample`.
+``once``, ``once --json``, ``status`` and ``export`` share how a sample is taken, what "no
+driver" looks like, and the JSON shape of ``docs/json-schema.md``. Kept light: the sources
+(psutil, pynvml) are imported inside :func:`take_sample`.
 """
 
 from __future__ import annotations
@@ -67,28 +64,12 @@ def take_sample(
     details: bool = True,
     timeout_s: float | None = None,
 ) -> Sample:
-    """Open the source the settings ask for, read it once, close it.
+    """Open the source the settings ask for, read it once, close it; never sleeps.
 
-    Never sleeps: NVML values are instantaneous (utilisation is already an average kept by
-    the driver); only per-process CPU % needs a second reading, and it stays N/A here.
-
-    Args:
-        settings: which source (``--demo`` and its sizes).
-        processes: False for a mode that shows no process and no FREE mark: no process
-            calls at all.
-        pcie: False for a mode that does not show PCIe throughput (a slow NVML call).
-        host_details: False for a mode that needs NVML's process lists (to tell FREE) but
-            shows no process: no psutil, no reads of other users' processes.
-        details: False for a mode that shows none of
-            :data:`~gpumon.data.model.ON_DEMAND_GPU_FIELDS` (``status`` without them in its
-            format): they are not read (``sample.unread_gpu_fields`` names them).
-        timeout_s: how long to wait for the read (default :data:`SAMPLE_TIMEOUT_S`); past it
-            the driver is *not answering*.
-
-    Returns:
-        The sample; ``sample.unavailable`` is set when there is no usable driver, or when it
-        did not answer within ``timeout_s`` (then no GPU reading at all: nothing stale, nothing
-        free).
+    ``processes``, ``pcie``, ``host_details`` and ``details`` False skip what a mode does not
+    show (as :func:`~gpumon.sources.base.open_source`; ``details``: the on-demand fields, named
+    in ``sample.unread_gpu_fields``). Past ``timeout_s`` the driver is *not answering*: the
+    sample is ``unavailable``, with no GPU reading at all, as it is without a driver.
     """
     from gpumon.sources.base import read_details, source_for
 
@@ -102,12 +83,8 @@ def take_sample(
 
 
 class SampleReader:
-    """One source read again and again, each read bounded: ``gpumon pick --wait`` opens
-    NVML once and polls it, rather than initialising it every second.
-
-    A read that does not end within its timeout (a driver call stuck in the kernel) gives
-    a *not answering* sample; the source is then never read or closed again (closing NVML
-    under a stuck call is not safe; the daemon thread ends with the process).
+    """One source read again and again, each read bounded (``pick --wait`` opens NVML once). A read
+    past its timeout gives a *not answering* sample, and the source is never read or closed again.
     """
 
     def __init__(self, source: GpuSource) -> None:
@@ -117,11 +94,7 @@ class SampleReader:
         self.stuck = False
 
     def read(self, timeout_s: float | None = None) -> Sample:
-        """One sample, within ``timeout_s`` (default :data:`SAMPLE_TIMEOUT_S`).
-
-        Raises:
-            Whatever the source's ``sample()`` raised.
-        """
+        """One sample within ``timeout_s`` (default :data:`SAMPLE_TIMEOUT_S`)."""
         wait_s = SAMPLE_TIMEOUT_S if timeout_s is None else timeout_s
         if self.stuck:
             return not_answering(self.simulated, wait_s)
@@ -257,14 +230,10 @@ def gpu_to_dict(
     listed: tuple[GpuProcess, ...] | None = None,
     idle_s: Mapping[tuple[int, int], float | None] | None = None,
 ) -> dict[str, Any]:
-    """One entry of ``gpus``: every model field, the memory its listed processes do not
-    account for, whether it is FREE, and its processes.
+    """One entry of ``gpus``: every model field, unlisted memory, FREE, and its processes.
 
-    ``processes`` is ``None`` (JSON ``null``: not known) for a lost GPU, a GPU whose process
-    list NVML refused, or when the caller did not ask for processes, and a list (maybe empty)
-    otherwise. ``free`` is forced to False whenever the processes are not known. ``listed``:
-    the processes to list when a filter (``--user``) leaves some out; unlisted memory still
-    counts all of ``processes``. ``idle_s``: per process key, its ``idle_s`` (absent: null).
+    ``processes`` is ``None`` (not known) for a lost GPU, a refused list or when not asked;
+    ``free`` is then False. ``listed``: the processes a filter keeps; ``idle_s``: per process key.
     """
     data = {name: getattr(gpu, name) for name in _GPU_FIELDS}
     if gpu.lost or gpu.mig_instances is None:  # a lost GPU's instances are unknown too
@@ -323,20 +292,9 @@ def sample_to_dict(
 ) -> dict[str, Any]:
     """The whole sample as JSON-able data, following ``gpumon/schema/once.schema.json``.
 
-    Args:
-        sample: what to convert.
-        include_processes: when False every GPU's ``processes`` is ``null``, no GPU is
-            ``free`` and ``users`` is ``null``.
-        free_threshold_mib: a GPU with no process and less memory in use than this is free
-            (``Settings.free_threshold_mib``).
-        process_filter: list only the processes it passes (``--user``), and sum up only
-            them in ``users``; FREE and unlisted memory still count every process.
-        idle_s: per process key, how long it has held its memory idle, from the history
-            database (:func:`gpumon.sampling.usage_history.idle_seconds`); without it, or
-            for a process it does not name, ``idle_s`` is null.
-
-    Returns:
-        A dict of str, int, float, bool, None, lists and dicts only.
+    Without ``include_processes`` every ``processes`` and ``users`` is ``null`` and no GPU is
+    free. ``process_filter`` (``--user``) limits what is listed and summed, not FREE or unlisted
+    memory. ``idle_s``: per process key, from the history; otherwise ``idle_s`` is null.
     """
     # Here, not at the top: `gpumon status` takes its sample through this module and needs
     # none of the views' classes (their dataclasses cost its start-up a millisecond).

@@ -1,12 +1,8 @@
 """The history database as ``gpumon report``, ``gpumon once --json`` and the dashboard read
-it: which file, what to say when there is none, and the reader's answers
-(:mod:`gpumon.sampling.history.reader`) turned into what they show.
+it: which file, what to say when there is none, and the reader's answers as they show them.
 
-Which file (:func:`history_path`): the recorder's (:func:`gpumon.sampling.history.files.
-history_path`: ``history_db`` when it is set by ``--db``, ``GPUMON_HISTORY_DB`` or a config
-file, else the user's default) when it is set or exists; else the system's
-(``/var/lib/gpumon/history.db``, what the systemd unit records) when that exists: a user on
-a shared server reads the server's history without configuring it.
+:func:`history_path`: the recorder's when it is configured or exists, else the system's
+(``/var/lib/gpumon/history.db``) when that exists, so a user reads the server's history.
 """
 
 from __future__ import annotations
@@ -65,11 +61,8 @@ def no_database(path: str) -> str:
 
 
 def open_reader(path: str) -> HistoryReader | None:
-    """:func:`~gpumon.sampling.history.reader.open_history`, with an OS error (a directory
-    that cannot be searched) turned into a :class:`HistoryError` too.
-
-    Raises:
-        HistoryError: one line.
+    """:func:`~gpumon.sampling.history.reader.open_history`, with an OS error turned into a
+    :class:`HistoryError` too.
     """
     try:
         return open_history(path)
@@ -92,11 +85,8 @@ def holder_from_record(holder: RecordedHolder, now_s: float) -> IdleHolder:
 def usage(
     reader: HistoryReader, start_s: float, end_s: float, by: str, now_s: float
 ) -> list[UsageRow]:
-    """:meth:`HistoryReader.usage` (the reader counts the hour in progress over what has been
-    recorded of it, so a period that ends now counts all of it; ``now_s`` is unused).
-
-    Raises:
-        HistoryError: the database could not be read.
+    """:meth:`HistoryReader.usage` (the hour in progress counts over what is recorded of it;
+    ``now_s`` is unused). Raises :class:`HistoryError`.
     """
     del now_s
     return reader.usage(start_s, end_s, by)
@@ -105,11 +95,7 @@ def usage(
 def report_from_history(
     reader: HistoryReader, path: str, period: Period, by: str, now_s: float
 ) -> UsageReport:
-    """The report of ``period`` from the database at ``path``.
-
-    Raises:
-        HistoryError: the database could not be read.
-    """
+    """The report of ``period`` from the database at ``path``; raises :class:`HistoryError`."""
     rows = usage(reader, period.start_s, period.end_s, by, now_s)
     holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
     span = reader.span()

@@ -12,10 +12,8 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class GpuSource(Protocol):
-    """Something that can be sampled.
-
-    ``sample()`` may block (NVML calls are driver ioctls): callers on an event loop must run
-    it in a thread. It is never called concurrently with itself.
+    """Something that can be sampled. ``sample()`` may block (driver ioctls): run it off the
+    event loop. It is never called concurrently with itself.
     """
 
     simulated: bool
@@ -50,18 +48,13 @@ def open_source(
     pcie: bool = True,
     host_details: bool = True,
 ) -> GpuSource:
-    """Return the demo source or the NVML source; never raises for a missing driver.
+    """Return the demo source or the NVML source; never raises for a missing driver (samples
+    then carry ``unavailable``).
 
-    A machine without a usable driver gets an NVML source whose samples carry
-    ``unavailable`` and the host strip only. ``processes=False`` is for modes that show no
-    process and no FREE mark (``once --no-processes``, a ``status --format`` without
-    ``{free}``): NVML's process lists and the host's per-process reads are skipped, and
-    samples carry no processes. ``pcie=False`` is for
-    modes that do not show PCIe throughput: NVML's call for it blocks about 20 ms per GPU
-    and direction, and the readings are N/A. ``host_details=False`` (with ``processes``) is
-    for modes that need to know whether a GPU has processes but show none of them
-    (``status``, to tell FREE): NVML's process lists are read, the host's per-process reads
-    (psutil: user, command, CPU, memory) are not. The demo source ignores it.
+    ``processes=False`` skips NVML's process lists and the host's per-process reads (modes that
+    show no process and no FREE mark); ``pcie=False`` skips the slow PCIe call (readings N/A);
+    ``host_details=False`` reads the process lists but nothing of the host (``status``, to tell
+    FREE). The demo source ignores them.
     """
     if demo:
         from gpumon.sources.demo import DemoSource

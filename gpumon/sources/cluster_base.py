@@ -1,14 +1,8 @@
 """The one place that opens a cluster source from :class:`~gpumon.config.Settings`.
 
-The dashboard's node list, ``once --prometheus`` and ``pick --prometheus`` all call
-:func:`open_cluster_source`, so credentials, headers, the CA file and the timeout reach the
-Prometheus server the same way in every mode.
-
-Which headless run reads a cluster (:func:`cluster_requested`): one with ``--prometheus URL``
-on its command line, or ``--cluster`` (the configured ``prometheus_url``). ``prometheus_url``
-in the config file alone does not turn ``gpumon pick`` into a cluster pick: a script's
-``CUDA_VISIBLE_DEVICES=$(gpumon pick)`` on a node whose shared home sets it must keep getting
-this machine's GPUs, and ``once --json`` its one-machine shape.
+A run reads a cluster (:func:`cluster_requested`) only with ``--prometheus URL`` or
+``--cluster`` on its command line: ``prometheus_url`` in a shared config must not turn
+``CUDA_VISIBLE_DEVICES=$(gpumon pick)`` into a cluster pick.
 """
 
 from __future__ import annotations
@@ -44,13 +38,10 @@ def request_headers(settings: Settings) -> dict[str, str]:
 
 
 def open_cluster_source(settings: Settings) -> PrometheusSource:
-    """A :class:`~gpumon.sources.prometheus.source.PrometheusSource` for
-    ``settings.prometheus_url``.
+    """A :class:`~gpumon.sources.prometheus.source.PrometheusSource` for ``prometheus_url``.
 
-    Raises:
-        SettingsError: no ``prometheus_url``, or a ``prometheus_ca_file`` that cannot be read
-            (one line naming the setting; the caller exits 2). The server is not contacted
-            here: being unreachable is the samples' ``error``, not an exception.
+    Raises :class:`SettingsError` (one line naming the setting; exit 2) without a URL or with
+    an unreadable CA file. The server is not contacted: unreachable is the samples' ``error``.
     """
     if settings.prometheus_url is None:
         raise SettingsError("no Prometheus server: set prometheus_url or --prometheus URL")
@@ -75,11 +66,7 @@ def open_cluster_source(settings: Settings) -> PrometheusSource:
 
 
 def take_cluster_sample(settings: Settings) -> ClusterSample:
-    """Open the cluster source, read it once, close it (``once`` and ``pick``).
-
-    Raises:
-        SettingsError: as :func:`open_headless_source`.
-    """
+    """Open the cluster source, read it once, close it; raises as :func:`open_headless_source`."""
     source = open_headless_source(settings)
     try:
         return source.sample()
@@ -88,12 +75,8 @@ def take_cluster_sample(settings: Settings) -> ClusterSample:
 
 
 def open_headless_source(settings: Settings) -> PrometheusSource:
-    """:func:`open_cluster_source` for a headless run (``pick --wait`` reads it again and
-    again).
-
-    Raises:
-        SettingsError: as :func:`open_cluster_source`, and for ``--cluster`` without a
-            ``prometheus_url`` or with ``--demo``.
+    """:func:`open_cluster_source` for a headless run; also raises :class:`SettingsError` for
+    ``--cluster`` without a ``prometheus_url`` or with ``--demo``.
     """
     if settings.prometheus_url is None:
         raise SettingsError(

@@ -1,30 +1,10 @@
 """Basic authentication for ``gpumon export`` (``basic_auth_users`` of ``--web-config-file``):
 bcrypt, kept off the event loop and bounded.
 
-bcrypt is slow on purpose (about 70 ms at cost 10), and Prometheus scrapes every few seconds;
-anyone who can connect can send wrong passwords. So:
-
-- **Never on the event loop.** Hashes are checked (``bcrypt.checkpw``, constant-time) by one
-  worker thread; the connection waits for the answer, the loop serves everyone else.
-- **Fair.** Each client address (an IPv6 client's whole /64, which one host holds: see
-  :func:`client_lane`) has its own lane of at most :data:`QUEUE_SIZE` waiting checks, and
-  the worker takes one check from each lane in turn: a flood of wrong passwords from one
-  address fills its own lane (its requests beyond get ``429`` at once, without a check),
-  while a check from another address waits for at most one check per busy lane (at most
-  :data:`LANES`; beyond, ``429``). A local user can still take every lane from as many
-  loopback addresses: a scraper already remembered is not delayed, a new one may be.
-  Requests with the same credentials while a check of them is under way share it. The
-  server gives the whole wait :data:`~gpumon.commands.export.server.WRITE_TIMEOUT_S` (then
-  ``503``).
-- **Remembered.** A right password is remembered for :data:`REMEMBER_S` from its last use
-  (at most :data:`REMEMBERED` pairs), under an HMAC with a key made at start, never the
-  password: a scraper pays bcrypt once, and its scrapes never wait for the worker, whatever
-  floods it.
-- **No user enumeration by timing.** An unknown user's password is checked against a decoy
-  hash of the same cost as the configured ones, which all have one cost (the web config
-  refuses mixed costs: a cheaper hash would answer faster than the decoy).
-
-Refused requests get ``401`` with ``WWW-Authenticate: Basic``.
+One worker thread checks hashes, taking one check from each client's lane in turn (a flood
+fills only its own lane: ``429``); a right password is remembered under an HMAC; an unknown
+user is checked against a decoy hash of the same cost. Refused requests get ``401``.
+Details: docs/prometheus.md, "Basic authentication".
 """
 
 from __future__ import annotations
@@ -62,10 +42,8 @@ BUSY = plain(429, "too many password checks at once: try again\n", ("Retry-After
 
 
 class BasicAuth:
-    """Checks requests' ``Authorization: Basic`` against ``users`` (user -> bcrypt hash).
-
-    :meth:`gate` runs on the server's event loop (it is the server's gate); only the worker
-    thread runs bcrypt. :meth:`stop` ends the worker.
+    """Checks requests' ``Authorization: Basic`` against ``users`` (user -> bcrypt hash):
+    :meth:`gate` on the server's loop, bcrypt on the worker thread; :meth:`stop` ends it.
     """
 
     def __init__(

@@ -1,18 +1,9 @@
-"""``gpumon export``: a read-only Prometheus exporter (metrics: docs/prometheus.md).
+"""A sample as Prometheus metric families, and the exporter's own health (docs/prometheus.md).
 
-One background thread samples the source every ``--interval`` seconds and hands each sample
-to :class:`SampleCollector`, which feeds its idle tracker (held idle:
-:mod:`gpumon.sampling.idle`) and turns the sample into metric families once: the sample's own
-(:func:`sample_families`, its series in :mod:`gpumon.commands.export.series`) and, for the
-time the sample gets too old, its identity only. The exporter's health
-(:func:`exporter_families`: errors, the sample's age, whether sampling stalled) depends on
-the time of the scrape and is made for each. :mod:`gpumon.commands.export.exposition`
-renders the families as text once per sample, :mod:`gpumon.commands.export.http` serves them.
-
-A value that is N/A, and every reading of a lost GPU, is left out rather than exported as a
-fake 0; ``gpumon_gpu_up`` says which GPUs answered. prometheus_client is an optional extra
-and is imported only when the exporter runs. The command line (options, ``run``) is
-:mod:`gpumon.commands.export.command`; ``--listen`` is :mod:`gpumon.commands.export.listen`.
+:class:`SampleCollector` feeds its idle tracker and makes each sample's families once
+(:func:`sample_families`); the health (:func:`exporter_families`) depends on the scrape's
+time and is made for each. An N/A value, and every reading of a lost GPU, is left out rather
+than exported as 0; ``gpumon_gpu_up`` says which GPUs answered.
 """
 
 from __future__ import annotations
@@ -62,19 +53,9 @@ def build_families(
     dcgm_compat: bool = False,
     free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
 ) -> list[Any]:
-    """Turn one sample into prometheus_client metric families: :func:`exporter_families`
-    then :func:`sample_families`.
-
-    Args:
-        sample: the latest sample, or ``None`` when the latest attempt to read failed.
-        sampling_errors: how many samples have failed since the exporter started.
-        dcgm_compat: also dcgm-exporter's series (:mod:`gpumon.commands.export.dcgm`).
-        free_threshold_mib: a GPU with no process and less memory in use than this is free
-            (``gpumon_gpu_free``).
-
-    Returns:
-        The families to expose; N/A values and lost GPUs' readings have no series. One
-        sample tells no idleness: every ``gpumon_process_idle_seconds`` is 0.
+    """One sample as metric families: :func:`exporter_families` then :func:`sample_families`
+    (``sample`` ``None``: the latest read failed). N/A values and lost GPUs' readings have no
+    series; one sample tells no idleness (every ``gpumon_process_idle_seconds`` is 0).
     """
     simulated = sample is not None and sample.simulated
     families = exporter_families(simulated, sampling_errors)
@@ -98,16 +79,9 @@ def exporter_families(
     stalled: bool | None = None,
     recording: bool | None = None,
 ) -> list[Any]:
-    """The exporter's own health, served whatever state sampling is in.
-
-    Args:
-        simulated: the data is the demo's.
-        sampling_errors: failed samples plus stalls since the exporter started.
-        age_s: seconds since the latest good sample was read; ``None``: no series (no good
-            sample yet, or the caller does not know the time).
-        stalled: whether the latest good sample is too old to serve; ``None``: no series.
-        recording: whether ``--record`` writes the history now; ``None``: no series
-            (no ``--record``).
+    """The exporter's own health, served whatever state sampling is in: ``sampling_errors``
+    (failed reads plus stalls), and the sample's age, the stall flag and whether ``--record``
+    writes, each left out when ``None``.
     """
     families = _Families(_DEMO_NOTE if simulated else "")
     families.gauge("gpumon_simulated", "1 when the data is simulated (gpumon --demo).")
@@ -146,16 +120,9 @@ def sample_families(
     free_threshold_mib: int = DEFAULT_FREE_THRESHOLD_MIB,
     activities: Mapping[ProcessKey, Activity] | None = None,
 ) -> list[Any]:
-    """What one sample says, as metric families.
-
-    Args:
-        sample: a sample that was read (not a failed read).
-        readings: False for the sample's identity only (host name, when it was read, how
-            long that took): what is served once the sample is too old to be current.
-        dcgm_compat: also dcgm-exporter's series.
-        free_threshold_mib: the FREE threshold of ``gpumon_gpu_free``.
-        activities: each process's activity (:class:`~gpumon.sampling.idle.IdleTracker`'s
-            view of ``sample``): ``gpumon_process_idle_seconds``; none without it.
+    """What one read sample says, as metric families; ``readings`` False: its identity only (what
+    is served once it is too old). ``activities`` (the idle tracker's view) give
+    ``gpumon_process_idle_seconds``.
     """
     families = _Families(_DEMO_NOTE if sample.simulated else "")
     host = families.gauge(
@@ -226,15 +193,9 @@ def _every_family(dcgm_compat: bool) -> tuple[Any, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Latest:
-    """What the reads so far give, as metric families: replaced, never changed, by each read.
-
-    Attributes:
-        not_ready: why there is nothing to serve yet (one line), or ``None``.
-        sample: the latest sample read, kept through failed reads (its identity is served).
-        current: the latest read gave :attr:`sample` (False once a read failed after it).
-        families: :func:`sample_families` of :attr:`sample`; empty when not current.
-        identity: the same with ``readings=False``: served when the sample is too old.
-        sampling_errors: reads that failed since the exporter started.
+    """What the reads so far give, replaced by each read: ``not_ready`` (why nothing is served
+    yet), the latest ``sample`` (kept through failed reads), ``current`` (no read failed since),
+    its ``families`` and ``identity`` (``readings=False``), and ``sampling_errors``.
     """
 
     not_ready: str | None = WAITING
@@ -251,12 +212,9 @@ class Latest:
 
 
 class SampleCollector:
-    """A prometheus_client collector that yields the families of the latest sample.
-
-    :meth:`update` builds the families once per sample (in the sampling thread) into one
-    :class:`Latest`; ``collect`` only hands them out, so scrapes are cheap and never touch
-    NVML. Until the first sample, and while the latest says there is no driver,
-    :attr:`not_ready` says why (the HTTP side answers 503 with it).
+    """A prometheus_client collector of the latest sample's families: :meth:`update` builds them
+    once per sample, ``collect`` only hands them out. :attr:`not_ready` says why there is nothing
+    to serve (before the first sample, or without a driver): the HTTP side answers 503.
     """
 
     def __init__(

@@ -1,13 +1,8 @@
 """``gpumon export --dcgm-compat``: the series NVIDIA's dcgm-exporter serves, from gpumon's data.
 
-Dashboards built for dcgm-exporter (Grafana's most used GPU dashboard, 12239, among them)
-query ``DCGM_FI_DEV_*`` series with dcgm-exporter's units (MHz, MiB, percent, mJ) and labels
-(``gpu``, ``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``). This module makes
-those series from the same sample as gpumon's own metrics, on machines that run gpumon and not
-DCGM. It is added to gpumon's metrics, never instead of them.
-
-What cannot be made from NVML's device queries is left out rather than faked: the profiling
-fields (``DCGM_FI_PROF_*``, e.g. tensor-core activity) need DCGM's profiling module.
+For dashboards built for dcgm-exporter: ``DCGM_FI_DEV_*`` series with its units and labels,
+from the same sample, added to gpumon's metrics. What NVML's device queries cannot give (the
+``DCGM_FI_PROF_*`` profiling fields) is left out rather than faked.
 """
 
 from __future__ import annotations
@@ -163,12 +158,8 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
 
 
 def dcgm_families(sample: Sample, note: str, label_value: Callable[[str | None], str]) -> list[Any]:
-    """dcgm-exporter's families for ``sample``; a lost GPU and an N/A reading have no series.
-
-    Args:
-        sample: the sample gpumon's own metrics come from.
-        note: appended to every help text (the DEMO note for simulated data).
-        label_value: makes a label value safe (``""`` for unknown).
+    """dcgm-exporter's families for ``sample`` (a lost GPU and an N/A reading have no series);
+    ``note`` ends every help text, ``label_value`` makes label values safe.
     """
     from prometheus_client.metrics_core import Metric
 

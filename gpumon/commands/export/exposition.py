@@ -1,23 +1,10 @@
 """What ``/metrics`` answers: the latest sample's series rendered once, and whether they are
-still current (``gpumon export``; the families come from
-:mod:`gpumon.commands.export.collector`).
+still current (the families come from :mod:`gpumon.commands.export.collector`).
 
-Rendering happens on the sampling thread, once per read, in both formats a scraper may ask
-for (Prometheus' text format, and OpenMetrics, which Prometheus asks for first): each family
-becomes its bytes (a :class:`Page`), and the whole text is gzip-compressed up to a flush
-point. A scrape on the HTTP thread then only joins bytes: the page, and a few lines made for
-it (the exporter's health: errors, the sample's age, the stall flag) that finish the gzip
-stream from a copy of the compressor. So a scrape costs microseconds, never runs the
-collector, and every scrape of one sample shares the same bytes.
-
-**Stale data is never served as current.** Whether the latest good sample is too old is
-judged at each scrape with :func:`gpumon.data.views.is_stale` (3 intervals) on the monotonic
-clock of when the sample was read (not its wall-clock timestamp, which NTP may step). Once
-it is, and after any failed read, only the sample's identity and the exporter's health are
-served: no GPU, process, MIG or dcgm-compat series, so no ``gpumon_gpu_free 1`` from a
-driver that stopped answering. ``gpumon_sampling_errors_total`` counts each failed read and
-each stall once; the stall is counted from the scrape that first sees it and kept when the
-next good sample ends it, so the counter never goes down.
+Each sample is rendered once, on the sampling thread, in both formats and gzipped; a scrape
+only joins bytes and appends the exporter's health. Stale data is never served as current:
+past 3 intervals (monotonic clock) or after a failed read, only identity and health series
+are served. Details: docs/prometheus.md, "Rendering and staleness".
 """
 
 from __future__ import annotations
@@ -69,10 +56,8 @@ def render(
 
 
 class Page:
-    """Families rendered once: their text, each family's part (for ``?name[]=``) and a gzip
-    stream flushed after the text, which :meth:`gzip_tail` finishes with one scrape's lines.
-
-    Built on the sampling thread and never changed after: the HTTP thread only reads it.
+    """Families rendered once: their text, each family's part (``?name[]=``) and a flushed gzip
+    stream that :meth:`gzip_tail` finishes. Built on the sampling thread, then only read.
     """
 
     def __init__(self, families: tuple[Any, ...] | list[Any], *, openmetrics: bool) -> None:
@@ -114,10 +99,8 @@ _EMPTY = _pages(())
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """One scrape's answer: the page's text (or its gzip stream) and the scrape's own lines.
-
-    ``parts`` are sent one after the other, uncopied: the page's bytes are shared by every
-    scrape of the sample.
+    """One scrape's answer: ``parts`` sent one after the other, uncopied (the page's bytes are
+    shared by every scrape of the sample).
     """
 
     parts: tuple[bytes, ...]
@@ -139,15 +122,9 @@ class _Rendered:
 
 
 class Exposition:
-    """The latest sample as ``/metrics`` serves it.
-
-    The sampling thread calls :meth:`sampled` and :meth:`failed`; the HTTP thread calls
-    :meth:`not_ready` and :meth:`metrics`. They share one reference, replaced by each read.
-
-    Args:
-        collector: builds the families of each sample.
-        interval_s: the sampling interval: a good sample older than 3 of them is stale.
-        clock: monotonic seconds, injectable for tests.
+    """The latest sample as ``/metrics`` serves it: the sampling thread calls :meth:`sampled` and
+    :meth:`failed`, the HTTP thread :meth:`not_ready` and :meth:`metrics`, sharing one reference
+    replaced by each read. A good sample older than 3 ``interval_s`` is stale.
     """
 
     def __init__(
@@ -199,12 +176,8 @@ class Exposition:
         openmetrics: bool = False,
         names: frozenset[str] | None = None,
     ) -> Metrics:
-        """The answer to one scrape, now (call only once :attr:`not_ready` is ``None``).
-
-        Args:
-            gzip: the scraper accepts gzip.
-            openmetrics: in OpenMetrics rather than the text format.
-            names: only the families holding these series (``?name[]=``); sent uncompressed.
+        """The answer to one scrape (once :attr:`not_ready` is ``None``): gzipped, in
+        OpenMetrics, or only the families of ``names`` (``?name[]=``, uncompressed).
         """
         rendered = self._rendered
         now = self._clock()

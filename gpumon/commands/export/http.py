@@ -1,20 +1,9 @@
-"""The exporter's HTTP side and its sampling thread (``gpumon export``; see
-gpumon/commands/export/collector.py).
+"""The exporter's HTTP side and its sampling thread (``gpumon export``).
 
-The sampling thread runs the same :class:`~gpumon.sampling.poller.Poller` as the dashboard, into a
-:class:`~gpumon.sampling.store.Store`; each sample is rendered once, on that thread, by
-:class:`~gpumon.commands.export.exposition.Exposition`, which also says at each scrape whether
-the sample is still current (stale data is never served as current).
-
-The server is :class:`~gpumon.commands.export.server.HttpServer`: asyncio on one thread, with
-deadlines, size limits and a connection cap, so that no client can hurt the exporter or the
-machine (idle, slow or hostile connections cost no thread, and the sampling thread never runs
-out of descriptors). It is read-only: ``GET`` and ``HEAD`` (the same answer without its body)
-on ``/metrics`` and ``/``; ``405`` for any other method, ``404`` for any other path, and
-``503`` on ``/metrics`` until the first sample has been read. ``/metrics`` is gzipped when the
-client accepts it, and ``?name[]=`` keeps only the named series. ``--web-config-file``
-(:mod:`gpumon.commands.export.web_config`) adds TLS, mutual TLS and basic authentication
-(:mod:`gpumon.commands.export.auth`).
+The sampling thread runs the dashboard's :class:`~gpumon.sampling.poller.Poller` into a
+:class:`~gpumon.sampling.store.Store`; each sample is rendered once by
+:class:`~gpumon.commands.export.exposition.Exposition`. Read-only: ``GET``/``HEAD`` on
+``/metrics`` and ``/``, ``405``/``404`` otherwise, ``503`` until the first sample.
 """
 
 from __future__ import annotations
@@ -107,12 +96,9 @@ def _choices(header: str) -> list[tuple[str, str]]:
 class Exporter:
     """The HTTP server plus the sampling thread. ``stop()`` ends both.
 
-    Listens at once; ``/metrics`` answers 503 until the first sample has been read (seconds
-    with a slow driver). The sampling thread is the dashboard's :class:`Poller` (on a
-    :class:`PollerThread`): it reads the source every ``interval_s`` seconds, starting at
-    once, whatever the clients do, into :attr:`store`; :attr:`exposition` renders each
-    sample once, on that thread, and the server's one thread only hands the bytes out.
-    ``limits`` (connections, deadlines, sizes) default to :class:`Limits`' own.
+    Listens at once; ``/metrics`` answers 503 until the first sample. The sampling thread
+    reads the source every ``interval_s`` into :attr:`store`, and :attr:`exposition` renders
+    each sample once; ``limits`` default to :class:`Limits`' own.
     """
 
     def __init__(
@@ -190,12 +176,8 @@ class Exporter:
         self.first_sample.set()
 
     def stop(self, timeout_s: float = STOP_WAIT_S) -> bool:
-        """Stop serving and sampling, and close the source, within about ``timeout_s``.
-
-        Returns:
-            True when sampling ended and the source is closed; False while a read is still
-            stuck in the driver: the source is closed when that read returns, never under
-            it (process exit ends the daemon threads first).
+        """Stop serving and sampling, and close the source, within about ``timeout_s``. False
+        while a read is still stuck in the driver: the source is closed when it returns.
         """
         self.server.stop()  # no longer listening once it returns; connections closed
         if self.auth is not None:
@@ -207,10 +189,8 @@ class Exporter:
 
 
 def serve_until_signalled(exporter: Exporter, host: str) -> int:
-    """Serve until SIGINT or SIGTERM (0), or until the first sample says there is no driver (1).
-
-    The banner waits for the first sample, up to a second: without a driver the only output
-    is the reason, as in the other modes.
+    """Serve until SIGINT or SIGTERM (0), or until the first sample says there is no driver (1):
+    the banner waits up to a second for that sample.
     """
     stop = threading.Event()
 

@@ -17,12 +17,9 @@ DEFAULT_LISTEN = "127.0.0.1:9402"
 
 
 def listen_address(text: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[::1]:9402`` for IPv6); port 0 picks a free port.
-
-    The port is ASCII digits; the host an IPv4 address, an IPv6 address in brackets, or a
-    host name of ASCII letters, digits, hyphens and dots (at most 253 characters, labels at
-    most 63). Anything else is an ``ArgumentTypeError`` (one line, exit 2); whether a name
-    resolves is only known when the exporter binds (exit 1).
+    """Parse ``HOST:PORT`` (``[::1]:9402`` for IPv6; port 0: a free one). The host is an IP
+    address or an ASCII host name (253 characters, labels of 63); anything else is an
+    ``ArgumentTypeError`` (exit 2). Whether a name resolves is known only at bind (exit 1).
     """
     host, sep, port_text = text.rpartition(":")
     if not sep or not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):

@@ -75,11 +75,8 @@ def process_name(command: str | None) -> str:
 
 
 def label_value(text: str | None) -> str:
-    """Every label value passes here: ``""`` for unknown, and text that is always valid UTF-8.
-
-    Other users' text is made safe where it is read (:func:`gpumon.data.format.safe_text`); this
-    applies it again (a no-op on safe text) so that no text, whatever its way in, can make
-    prometheus_client fail to encode a scrape (a lone surrogate used to answer HTTP 500).
+    """Every label value passes here: ``""`` for unknown, and text that is always valid UTF-8
+    (made safe again, so no way in can make prometheus_client fail a scrape).
     """
     return "" if text is None else safe_text(text)
 

@@ -1,36 +1,9 @@
 """A small HTTP/1.1 server that stays up whatever its clients do: asyncio streams on one
-thread (``gpumon export``'s; what it answers is :mod:`gpumon.commands.export.http`).
+thread (what it answers is :mod:`gpumon.commands.export.http`).
 
-A connection costs a coroutine and a socket, never a thread, and every way a client could
-hold one is bounded:
-
-- **Deadlines.** A request's line and headers must arrive whole within
-  :data:`REQUEST_TIMEOUT_S` of the connection (or, on a kept-alive connection, of their first
-  byte), however they trickle; a kept-alive connection may idle :data:`IDLE_TIMEOUT_S`
-  between requests; an answer must be taken within :data:`WRITE_TIMEOUT_S`. Past a deadline
-  the connection is closed without an answer.
-- **Sizes.** At most :data:`MAX_HEAD_BYTES` of request line and headers (and
-  :data:`~gpumon.commands.export.messages.MAX_HEAD_LINES` lines): beyond, ``414``/``431``
-  and close. Nothing larger is buffered per connection: reads and writes go in pieces of
-  :data:`_PIECE` bytes.
-- **A connection cap** (:func:`connection_cap`: at most :data:`MAX_CONNECTIONS`, and never
-  so many that the descriptors the sampler needs run out), held at accept: connections are
-  accepted one at a time, each making room at once. At the cap, a new connection closes the
-  one whose wait (for a request) or answer began the longest ago. Not the new one: an
-  attacker holding the cap would then lock every scraper out. A scrape is over in
-  milliseconds, so the connections that have waited longest are those held on purpose; a
-  kept-alive scraper pushed out just connects again.
-
-HTTP/1.1 keep-alive (Prometheus reuses its connection), HTTP/1.0 too. ``HEAD`` gets the
-``GET`` answer's status and headers without its body. A request with a body is answered and
-its connection closed (its body is not read). A client that leaves, or runs out of time, is
-no news: no traceback.
-
-With an ``ssl.SSLContext`` every connection is TLS (:mod:`gpumon.commands.export.tls`): the
-handshake counts against the request deadline and the connection against the cap from the
-moment it is accepted, so the guarantees above hold for TLS as well. A ``gate`` (basic
-authentication) may refuse a request before the handler sees it, given the client's address;
-it runs on the loop but may wait, for at most :data:`WRITE_TIMEOUT_S` (then ``503``).
+A connection costs a coroutine and a socket, never a thread; deadlines, size limits and a
+connection cap (the oldest waiter is closed, never the new one) bound what a client can
+hold, with or without TLS. Details: docs/prometheus.md, "The HTTP server".
 """
 
 from __future__ import annotations
@@ -115,7 +88,7 @@ def connection_cap(most: int = MAX_CONNECTIONS, reserve: int = DESCRIPTOR_RESERV
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one client may hold; see the module docstring."""
+    """What one client may hold: connections, deadlines and sizes (docs/prometheus.md)."""
 
     max_connections: int = field(default_factory=connection_cap)
     request_timeout_s: float = REQUEST_TIMEOUT_S
@@ -149,10 +122,8 @@ class _Connection:
 
 
 class HttpServer:
-    """Serves ``handler``'s answers on ``listening`` (bound and listening) from one thread,
-    started at once; in TLS with ``tls``, after ``gate`` let each request through.
-
-    ``handler`` runs on that thread, once per request: it must answer at once, never block.
+    """Serves ``handler``'s answers on ``listening`` from one thread, started at once (TLS with
+    ``tls``, after ``gate``). ``handler`` runs on that thread: it must never block.
     """
 
     def __init__(

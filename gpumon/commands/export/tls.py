@@ -1,18 +1,9 @@
 """An accepted connection as an asyncio stream, in TLS when the server has a context: the
-part of :mod:`gpumon.commands.export.server` that ``--web-config-file``'s
-``tls_server_config`` adds.
+part of :mod:`gpumon.commands.export.server` that ``tls_server_config`` adds.
 
-Everything happens within the connection's own deadline (the request deadline: a request
-must have arrived whole by then), so a client that stalls the handshake holds its socket no
-longer than one that stalls its request line:
-
-- the first byte is awaited, and peeked at without being read: a TLS connection starts with a
-  handshake record (0x16). Anything else is a client speaking plain HTTP (or nothing
-  known) to an HTTPS port: it gets a one-line ``400`` in plain text and is closed, without a
-  traceback;
-- the handshake (asyncio's, ``ssl_handshake_timeout``) gets what is left of the deadline;
-- a TLS close (``close_notify``) waits at most :data:`CLOSE_GRACE_S` (Python 3.11+; the
-  server aborts whatever is still open after that on every Python).
+Everything happens within the connection's request deadline: a client speaking plain HTTP
+to the HTTPS port gets a one-line ``400``; the handshake gets what is left of the deadline;
+a TLS close waits at most :data:`CLOSE_GRACE_S`.
 """
 
 from __future__ import annotations

@@ -1,36 +1,9 @@
-"""``gpumon export --web-config-file FILE``: TLS and basic authentication, written in the web
-configuration format of Prometheus' exporter-toolkit (node_exporter's and dcgm-exporter's
-``--web.config.file``), so one file serves them all.
+"""``gpumon export --web-config-file FILE``: TLS and basic authentication in the web
+configuration format of Prometheus' exporter-toolkit, so one file serves them all.
 
-Read, as the toolkit documents them:
-
-- ``tls_server_config``: ``cert_file`` and ``key_file`` (PEM, unencrypted; relative paths
-  are from the file's directory), ``client_ca_file`` (or ``client_ca``, the PEM inline),
-  ``client_auth_type``, ``min_version`` and ``max_version`` (``TLS10`` to ``TLS13``; default
-  ``TLS12`` to ``TLS13``). ``client_auth_type`` is ``NoClientCert`` (the default),
-  ``VerifyClientCertIfGiven`` or ``RequireAndVerifyClientCert`` (mutual TLS), both of which
-  need the client CA.
-- ``basic_auth_users``: user name -> bcrypt hash (``htpasswd -nBC 10 "" | tr -d ':\\n'``).
-
-Refused, with the reason, rather than ignored (a security setting that silently did nothing
-would be worse than an error): ``RequestClientCert`` and ``RequireAnyClientCert`` (they take
-a client certificate without verifying it, which Python's ``ssl`` cannot do), inline ``cert``
-and ``key``, ``cipher_suites``, ``curve_preferences`` and ``client_allowed_sans``.
-``prefer_server_cipher_suites`` is accepted and has no effect (as in Go since 1.18).
-Accepted but not applied, with a warning at start: ``http_server_config`` (gpumon serves
-HTTP/1.1 and adds no headers) and ``rate_limit``. Any other key is an error.
-
-Checked at start as well, so that ``serving https`` is never said of a server no client can
-reach: a TLS context with which no handshake succeeds here (``TLS10``/``TLS11`` only, which
-OpenSSL's security level forbids on most systems) is refused; an expired certificate (or one
-not valid yet) and an empty file (plain HTTP, no authentication, as the toolkit serves it) are
-served with a warning.
-
-Unlike the toolkit, the file is read once, at start: a changed file (or certificate) needs a
-restart. It is read as gpumon's own config is (:func:`gpumon.config.files.read_guarded`): a
-regular file, at most :data:`MAX_WEB_CONFIG_BYTES`, that no other user controls; the TLS files
-likewise (at most :data:`MAX_PEM_BYTES`). A problem is one line naming the key, never a value:
-hashes and keys are never printed.
+A key that would change security and cannot be honoured is refused with the reason, never
+ignored; the file is read once, at start, as gpumon's own config is; a problem is one line
+naming the key, never a value. What is read and refused: docs/prometheus.md.
 """
 
 from __future__ import annotations
@@ -102,11 +75,7 @@ class WebConfig:
 
 
 def load_web_config(path: str) -> WebConfig:
-    """Read and check ``path``; the TLS context is built (its files read) at once.
-
-    Raises:
-        WebConfigError: the file (or a file it names) cannot be used.
-    """
+    """Read and check ``path`` and build its TLS context at once; raises :class:`WebConfigError`."""
     try:
         data = read_guarded(path, max_bytes=MAX_WEB_CONFIG_BYTES)
     except SettingsError as error:

@@ -1,19 +1,10 @@
 """Where the history database is, opening it read-only for every reader, and the checks on
 who else could write it that the recorder (:mod:`~gpumon.sampling.history.live`) makes too.
 
-What readers open (``history.db``, what ``--db`` names) is a snapshot the recorder publishes
-(:mod:`~gpumon.sampling.history.live`): a file of its own, 0644 in a directory 0755 (whatever
-the umask), never written in place. The recorder refuses a directory, or a file, that another
-user can write or owns: they could rewrite what the dashboard and reports show, or plant a
-link. That holds for a sticky directory such as /tmp too: SQLite opens the files beside the
-database by name, and reads a ``-journal`` someone else put there into the database (a "hot
-journal" it rolls back), so no check made before opening would be free of races.
-
-A reader opens ``file:...?mode=ro``: it never creates the database, nor writes it, and it
-holds the database, its directory and the files beside it to the same rules (root's or its
-own, and writable by no one else). A snapshot it opens ``immutable=1``: no locks, no files
-beside it, so no reader can stall the recorder. A database of an older recorder (a live WAL
-database at that path, no live directory beside it) is read as it is, through its WAL.
+A directory or file that another user can write or owns is refused: they could rewrite what
+reports show, and SQLite would read a planted ``-journal``. A reader opens ``mode=ro`` (a
+snapshot ``immutable=1``), never creates or writes, and holds the files beside the database
+to the same rules. An older recorder's WAL database is read as it is.
 """
 
 from __future__ import annotations
@@ -79,11 +70,8 @@ def history_path(settings: Settings) -> str:
 
 
 def connect_read_only(path: str) -> ReadConnection | None:
-    """A read-only connection to the database at ``path``; ``None`` when there is none.
-
-    Raises:
-        HistoryError: the path is not a file, another user owns it or may write it, or
-            SQLite cannot open it.
+    """A read-only connection to the database at ``path``; ``None`` when there is none. Raises
+    :class:`HistoryError` for a path that is no file, is another user's, or cannot be opened.
     """
     try:
         info = os.stat(path)
@@ -184,13 +172,8 @@ def _connect(uri: str) -> ReadConnection:
 
 
 def check_links(path: str, directory: str) -> None:
-    """Refuse a symbolic link on the way to ``directory`` that neither this user nor root
-    owns (:func:`~gpumon.config.files.foreign_link`): its owner could point it at a directory
-    of root's that the recorder would then write into (the database file itself is opened
-    ``O_NOFOLLOW``).
-
-    Raises:
-        HistoryError: one line naming the link and its owner.
+    """Refuse (:class:`HistoryError`) a symbolic link on the way to ``directory`` that neither
+    this user nor root owns: its owner could point the recorder at a directory of root's.
     """
     found = foreign_link(directory)
     if found is not None:
@@ -208,22 +191,16 @@ SIDECARS = ("-journal", "-wal", "-shm")
 
 
 def check_sidecars(path: str) -> None:
-    """Refuse the database's ``-journal``, ``-wal`` and ``-shm`` files when another user
-    owns or can write them: SQLite reads them into the database (a planted ``-journal`` is
-    a "hot journal" it rolls back into the file).
-
-    Raises:
-        HistoryError: one of them is unsafe.
+    """Refuse (:class:`HistoryError`) the ``-journal``, ``-wal`` and ``-shm`` files when another
+    user owns or can write them: SQLite reads them into the database.
     """
     for sidecar, info in _sidecars(path):
         check_safe(path, info, f"its file {sidecar}", sidecar)
 
 
 def _sidecars(path: str) -> list[tuple[str, os.stat_result]]:
-    """The files of :data:`SIDECARS` there are beside ``path``, with their ``lstat``.
-
-    Raises:
-        HistoryError: one cannot be looked at, or is a symbolic link.
+    """The files of :data:`SIDECARS` beside ``path``, with their ``lstat``; raises
+    :class:`HistoryError` for one that cannot be looked at or is a symbolic link.
     """
     found = []
     for sidecar in (path + suffix for suffix in SIDECARS):

@@ -1,21 +1,9 @@
 """The recorder's own database, and the snapshot of it that every reader reads.
 
-Any file another user may open gives them its locks: an ``flock`` that stops a second start
-of the recorder, a POSIX lock on the WAL's write byte in ``-shm`` that stalls every write,
-a read transaction that keeps the WAL from ever being reset. So the live database is
-private: it, its ``-wal`` and ``-shm`` files and the one-recorder lock live in a directory
-beside the history, ``history.db.live/``, 0700 and the recorder's (refused, naming its owner,
-otherwise). What ``--db`` names, ``history.db``, is a snapshot the recorder publishes at most
-every :data:`PUBLISH_S` (longer for a large history: :data:`PUBLISH_BYTES_PER_HOUR`) while
-samples arrive, and as it stops: SQLite's backup of the live
-database into a new file (0644, created ``O_EXCL`` beside the history, in rollback-journal
-mode, synced), then renamed over the old one. Readers open it ``immutable=1``: no locks, no
-files beside it. A reader that keeps an old snapshot open holds a copy it could have made
-itself; it never holds up the recorder.
-
-An older recorder's database at that path (WAL mode, no live directory) is taken into the
-live directory by the first start (copied, with its WAL: new files, so no descriptor opened
-on the old ones reaches the live database), then published: its history is kept.
+The live database lives in a private directory (``history.db.live/``, 0700), so no other
+user can take its locks; ``history.db`` is a snapshot published at most every
+:data:`PUBLISH_S` by backup and rename, which readers open ``immutable=1``. An older
+recorder's database is taken in at first start. Why: docs/history.md.
 """
 
 from __future__ import annotations
@@ -68,11 +56,7 @@ class WritableHistory:
         self._lock_fd = lock_fd
 
     def publish(self) -> None:
-        """Publish the live database as the snapshot readers read.
-
-        Raises:
-            HistoryError: it could not be written (retry: the next publication tries again).
-        """
+        """Publish the live database as the readers' snapshot (:class:`HistoryError`: retry)."""
         temporary = _publishing(self.path, str(os.getpid()))
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -120,14 +104,9 @@ class WritableHistory:
 
 
 def open_for_writing(path: str) -> WritableHistory:
-    """Open (creating it, its live directory and the history's directory when missing) the
-    live database of the history at ``path`` for the one recorder; an older recorder's
-    database at ``path`` is taken in first.
-
-    Raises:
-        HistoryError: one line: the directory, the live directory or the file is unsafe
-            (another user can write it, or owns it), another recorder writes it, or it
-            cannot be created or opened.
+    """Open (creating what is missing) the live database of the history at ``path`` for the one
+    recorder, taking in an older recorder's database first. Raises :class:`HistoryError` when a
+    path is unsafe, another recorder writes it, or it cannot be created or opened.
     """
     directory = os.path.dirname(os.path.abspath(path))
     check_links(path, directory)
@@ -160,11 +139,8 @@ def open_for_writing(path: str) -> WritableHistory:
 
 
 def configure_for_writing(connection: sqlite3.Connection) -> None:
-    """WAL (the snapshot is copied while nothing waits) and ``synchronous = NORMAL`` (a
-    commit survives the recorder's crash; only a power cut may lose the last ones).
-
-    Raises:
-        sqlite3.Error: the database cannot be read or switched to WAL.
+    """WAL (the snapshot is copied while nothing waits) and ``synchronous = NORMAL`` (only a power
+    cut may lose the last commits). Raises :class:`sqlite3.Error`.
     """
     mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
@@ -173,10 +149,8 @@ def configure_for_writing(connection: sqlite3.Connection) -> None:
 
 
 def _live_directory(path: str) -> str:
-    """The live directory of the history at ``path``, created 0700 when missing.
-
-    Raises:
-        HistoryError: it is not a directory of this user's that only this user may enter.
+    """The live directory of the history at ``path``, created 0700 when missing; raises
+    :class:`HistoryError` unless it is this user's alone.
     """
     live = path + LIVE_SUFFIX
     try:

@@ -1,20 +1,9 @@
 """Reading the history database: what ``gpumon report`` prints and the dashboard graphs.
 
-The API (stable; ``report`` and the dashboard code against it):
-
-- :func:`open_history` opens the database read-only (``file:...?mode=ro``): ``None`` when
-  there is none yet, :class:`HistoryError` (one line: the path and what to do) when it cannot
-  be read: broken, of a newer schema, unreadable.
-- :class:`HistoryReader`: :meth:`~HistoryReader.usage` (a report's rows),
-  :meth:`~HistoryReader.gpu_series` (a GPU's readings over time, for graphs),
-  :meth:`~HistoryReader.idle_since`, :meth:`~HistoryReader.idle_holders` (who holds
-  memory idle, as recorded) and :meth:`~HistoryReader.idle_unknown_count` (how many hold it
-  with idleness unknown), :meth:`~HistoryReader.gpus` and :meth:`~HistoryReader.span`
-  (what is recorded). Every method raises only :class:`HistoryError` for a database problem,
-  so a caller that catches it never fails because of the history.
-
-A reader never creates or writes the database. One reader is used by one thread at a time
-(it may be opened on one thread and used on another: the dashboard reads on a worker).
+:func:`open_history` opens it read-only (``None`` when there is none yet);
+:class:`HistoryReader` answers usage, GPU series, idle holders and what is recorded. Every
+method raises only :class:`HistoryError` for a database problem, and never writes. One
+reader is used by one thread at a time.
 """
 
 from __future__ import annotations
@@ -103,21 +92,13 @@ class RecordedGpu:
 
 
 def open_history(path: str) -> HistoryReader | None:
-    """Open the history database at ``path`` read-only.
+    """Open the history database at ``path`` read-only; ``None`` when there is none (or it is
+    empty).
 
-    Returns:
-        ``None`` when there is no file at ``path``, or an empty one (nothing recorded yet).
-
-    Every string read from it is made safe to print (:func:`~gpumon.data.format.safe_text`):
-    the file is root's or this user's, but what it records (user names, job and container
-    IDs) came from other users' processes. Every read gives up after
-    :data:`~gpumon.sampling.history.files.READ_DEADLINE_S`.
-
-    Raises:
-        HistoryError: the file is not a gpumon history database (or holds views, triggers
-            or tables gpumon never makes), is damaged, was written by a newer gpumon, is
-            another user's, or cannot be read, or reading it ran past the deadline; its
-            ``str`` is one line naming the path and what to do.
+    Every string read from it is made safe to print; every read gives up after
+    :data:`~gpumon.sampling.history.files.READ_DEADLINE_S`. Raises :class:`HistoryError` (one
+    line: the path and what to do) when it is not gpumon's, damaged, newer, another user's or
+    unreadable.
     """
     connection = connect_read_only(path)
     if connection is None:
@@ -149,19 +130,11 @@ def open_history(path: str) -> HistoryReader | None:
 class HistoryReader:
     """A read-only connection to the history database; see :func:`open_history`.
 
-    Usable as a context manager (closes on exit). Times are seconds since the epoch.
-
-    Attributes:
-        path: the database.
-        node: the host name of the recorder's machine, when recorded.
-        interval_s: the recorder's sampling interval, when recorded.
-        current_for_s: how long the latest sample stays current: three of the recorder's
-            periods (its interval, or its batch period when it writes in batches, as
-            ``export --record``), plus how often a running recorder publishes what readers
-            read (a snapshot is up to that much older): older data is never current.
-        simulated: the history is of a simulated server (``gpumon record --demo``): label
-            it DEMO.
-        usage_days_until_s: usage before this is kept per UTC day, not hour.
+    Usable as a context manager. Times are seconds since the epoch. ``node`` and
+    ``interval_s`` are the recorder's, when recorded; ``current_for_s`` is how long the latest
+    sample stays current (three recorder periods plus its publishing period); ``simulated``:
+    the history is of ``--demo`` (label it DEMO); usage before ``usage_days_until_s`` is kept
+    per UTC day.
     """
 
     def __init__(
@@ -192,29 +165,13 @@ class HistoryReader:
         self.usage_days_until_s = float(days) if isinstance(days, (int, float)) else None
 
     def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
-        """Who used the GPUs from ``start_s`` to ``end_s``, one row per group.
+        """Who used the GPUs from ``start_s`` to ``end_s``, one row per group of ``by``
+        (:data:`GROUPINGS`; for ``gpu`` the key is the UUID), most GPU-hours held first.
 
-        Args:
-            start_s: the period's start; end_s: its end (seconds since the epoch).
-            by: one of :data:`GROUPINGS`: ``user``, ``job``, ``container``, ``gpu`` (the
-                row's key is then the GPU's UUID).
-
-        Returns:
-            Rows sorted by ``gpu_hours_held``, largest first (then by key, ``None`` last).
-            Held, used and idle hours come from hourly rows (daily ones older than
-            ``history_days``); a bucket the period covers in part counts in proportion,
-            over the part of it between the first and last sample that saw the group's
-            processes on that GPU (as if used evenly through that part). Two processes of a
-            group on one GPU at once count once (the recorder keeps each grouping's own
-            rows). ``processes`` counts the process sessions seen in the period;
-            ``peak_memory_bytes`` is the most one process of the group held at once: in the
-            buckets inside the period, and in those it covers in part, of the processes
-            seen in the period (over their whole run: a bucket's own peak may be a job's
-            that ended before the period began).
-
-        Raises:
-            ValueError: ``by`` is not one of :data:`GROUPINGS`.
-            HistoryError: the database could not be read.
+        Hours come from hourly rows (daily ones older than ``history_days``); a bucket the period
+        covers in part counts in proportion over the part where the group's processes were seen.
+        Two processes of a group on one GPU count once. Raises :class:`ValueError` for an unknown
+        ``by``, :class:`HistoryError` when the database cannot be read.
         """
         if by not in GROUPINGS:
             raise ValueError(f"cannot group by {by!r}: one of {', '.join(GROUPINGS)}")
@@ -228,26 +185,12 @@ class HistoryReader:
     def gpu_series(
         self, gpu_uuid: str, field: str, start_s: float, end_s: float, *, bucket_s: float = 60.0
     ) -> list[tuple[float, float | None, float | None]]:
-        """One GPU's readings of ``field`` from ``start_s`` to ``end_s``, for a graph.
+        """One GPU's readings of ``field`` (:data:`HISTORY_FIELDS`) from ``start_s`` to ``end_s``.
 
-        Args:
-            gpu_uuid: the GPU's UUID.
-            field: one of :data:`HISTORY_FIELDS` (the model's names:
-                ``utilization_gpu_pct``, ``memory_used_bytes``, ``power_draw_w``,
-                ``temperature_c``, ``energy_j``).
-            bucket_s: the width of one point: minute rows are merged into buckets this wide
-                (rounded to whole minutes, at least one). Where minute rows are gone (older
-                than ``history_days``), hour rows are used, one point per hour at least.
-
-        Returns:
-            ``(bucket start, mean, max)`` in time order, only for buckets with readings (a
-            gap where nothing was recorded). ``None`` where the field was N/A all bucket.
-            For ``energy_j`` the mean is the joules used in the bucket and the max the joules
-            of its busiest minute (hour, in hour rows).
-
-        Raises:
-            ValueError: ``field`` is not one of :data:`HISTORY_FIELDS`.
-            HistoryError: the database could not be read.
+        ``(bucket start, mean, max)`` in time order, one per ``bucket_s`` (whole minutes; hours
+        where minute rows are gone), only for buckets with readings; ``None`` where the field was
+        N/A all bucket. For ``energy_j``: the joules used and those of the busiest minute. Raises
+        :class:`ValueError` for an unknown field, :class:`HistoryError` when it cannot be read.
         """
         if field not in HISTORY_FIELDS:
             raise ValueError(f"no history of {field!r}: one of {', '.join(HISTORY_FIELDS)}")
@@ -256,12 +199,8 @@ class HistoryReader:
         )
 
     def idle_since(self, gpu_uuid: str, pid: int, create_time_s: float | None) -> float | None:
-        """When the process's current idle spell began, as recorded: the start of its quiet
-        spell while the latest recorded sample had it IDLE; ``None`` when it is not idle
-        there, is not recorded, or the recorder has not written for a while (stopped).
-
-        Raises:
-            HistoryError: the database could not be read.
+        """When the process's current idle spell began, as recorded; ``None`` when it is not IDLE in
+        the latest recorded sample, is not recorded, or the recorder has stopped writing.
         """
 
         def read() -> float | None:
@@ -281,11 +220,8 @@ class HistoryReader:
         return self._read(read)
 
     def idle_holders(self, now_s: float) -> list[IdleHolder]:
-        """The processes IDLE in the latest sample recorded, if that sample is current at
-        ``now_s`` (the recorder is writing); longest idle first.
-
-        Raises:
-            HistoryError: the database could not be read.
+        """The processes IDLE in the latest sample recorded, longest idle first, if that sample is
+        current at ``now_s``.
         """
 
         def read() -> list[IdleHolder]:
@@ -306,14 +242,8 @@ class HistoryReader:
         return self._read(read)
 
     def idle_unknown_count(self, now_s: float) -> int | None:
-        """How many processes of the latest sample recorded hold GPU memory with no SM
-        utilisation reading (MIG, no sample from the driver): whether they are idle is
-        unknown; ``None`` when that sample is not current at ``now_s``, or the file has no
-        such count for it (the recorder of that sample is an older gpumon: no column, or
-        ``idle_unknown_at_s`` behind ``last_sample_s``).
-
-        Raises:
-            HistoryError: the database could not be read.
+        """How many processes of the latest sample hold GPU memory with no SM utilisation reading;
+        ``None`` when that sample is not current at ``now_s`` or an older recorder wrote it.
         """
 
         def read() -> int | None:
@@ -343,11 +273,7 @@ class HistoryReader:
         return self._read(read)
 
     def gpus(self) -> list[RecordedGpu]:
-        """The GPUs with readings, by NVML index as last recorded.
-
-        Raises:
-            HistoryError: the database could not be read.
-        """
+        """The GPUs with readings, by NVML index as last recorded."""
         return self._read(
             lambda: [
                 RecordedGpu(_text(uuid) or "", index, _text(name))
@@ -358,11 +284,7 @@ class HistoryReader:
         )
 
     def span(self) -> tuple[float, float] | None:
-        """The times of the first and the latest sample recorded; ``None`` when empty.
-
-        Raises:
-            HistoryError: the database could not be read.
-        """
+        """The times of the first and the latest sample recorded; ``None`` when empty."""
 
         def read() -> tuple[float, float] | None:
             found = dict(
@@ -396,12 +318,7 @@ class HistoryReader:
         self.close()
 
     def is_current(self, now_s: float) -> bool:
-        """The latest sample recorded is at most :attr:`current_for_s` old at ``now_s``:
-        the recorder is writing.
-
-        Raises:
-            HistoryError: the database could not be read.
-        """
+        """The latest sample recorded is at most :attr:`current_for_s` old at ``now_s``."""
         span = self.span()
         if span is None:
             return False

@@ -1,22 +1,8 @@
 """What the history keeps, and for how long: pruning as the recorder goes.
 
-- GPU minute rows: ``history_days`` (default 90); GPU hour rows: a year (or ``history_days``
-  when longer).
-- Usage hour rows: ``history_days``; then whole days of them are rolled up into usage day
-  rows (the sums, the peak), kept a year.
-- Sessions: a year after they were last seen.
-
-Usage hour rows are not kept a year (as GPU hour rows are): per GPU and hour there is one
-row per user, job and container, so 8 GPUs x 64 processes make about 25 times the GPU hour
-rows, and a year's report would read them all; a report of a period whose ends fall inside
-a day row says so (``prorated_s``) and clips the estimate to when the processes were seen.
-
-The recorder prunes once an hour, in the transaction of a batch, so the file's size is
-bounded whatever the uptime: SQLite reuses the freed pages. The cuts are whole hours (GPU
-minutes) and whole days (usage), so a bucket is never half pruned.
-
-Pruning goes by :class:`PruneHorizon`, never by the clock alone: a clock stepped a year ahead
-(by mistake, or by an NTP server that lies) would otherwise delete the whole history at once.
+GPU minute rows and usage hour rows are kept ``history_days``; GPU hour rows, usage day rows
+and sessions a year. The recorder prunes once an hour, in whole buckets, by
+:class:`PruneHorizon`, never by the clock alone. Why: docs/history.md.
 """
 
 from __future__ import annotations
@@ -89,14 +75,9 @@ def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> No
 
 
 class PruneHorizon:
-    """The newest sample time that pruning trusts (:attr:`trusted_s`): it follows the
-    samples while each is at most a day past it; a sample further ahead (a clock stepped
-    forward) leaves it where it was until the samples have run on from there for a whole
-    day, without a gap longer than ``max_gap_s``: the clock was right after all (the
-    recorder had been stopped for long). A clock put back is trusted again at once.
-
-    Args:
-        max_gap_s: the longest time between two samples that still counts as recording on.
+    """The newest sample time pruning trusts (:attr:`trusted_s`). It follows samples at most a
+    day past it; one further ahead (a clock stepped forward) is trusted only after a whole day
+    of samples from there with no gap over ``max_gap_s``. A clock put back is trusted at once.
     """
 
     def __init__(self, max_gap_s: float) -> None:

@@ -1,45 +1,9 @@
 """The history database's tables, their versions, and the one-line errors about it.
 
-Version 2 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
-starts at a multiple of its width (UTC):
-
-- ``meta``: key/value facts: ``node`` (the host name), ``interval_s``, ``first_sample_s``
-  and ``last_sample_s``, ``usage_days_until_s`` (``usage_hours`` rows before this were
-  rolled up into ``usage_days``), ``idle_unknown_at_s`` (the latest sample whose recorder
-  set ``sessions.idle_unknown``: behind ``last_sample_s`` when an older gpumon recorded
-  since), ``prune_horizon_s`` (the newest sample time pruning trusts: a clock stepped
-  ahead does not move it; :class:`~gpumon.sampling.history.retention.PruneHorizon`),
-  ``publish_s`` (how often the running recorder publishes the snapshot; 0 once stopped).
-- ``gpus``: one row per GPU UUID (``id`` is what the other tables refer to), with its NVML
-  index and name as last seen.
-- ``gpu_minutes`` and ``gpu_hours``: per GPU, the mean and max of each of
-  :data:`HISTORY_FIELDS` (energy: the joules used in the bucket, and of its busiest minute;
-  NULL in a minute row, whose max is its own) and how many samples made them. Minute rows
-  are kept ``history_days``; hour rows a year.
-- ``sessions``: one row per process *session* (GPU, PID, start time): who, which Slurm job,
-  container and command, first and last seen, the memory it holds now and at its peak,
-  memory-seconds, SM-seconds (SM utilisation x seconds), seconds seen and seconds held idle,
-  and the start of its quiet spell (``quiet_since_s``; ``idle_since_s`` while it is IDLE);
-  ``idle_unknown`` (one of :data:`ADDED_COLUMNS`) is 1 while it holds memory with no SM
-  utilisation reading (MIG, no sample from the driver), so whether it is idle cannot be
-  told.
-- ``usage_hours`` and ``usage_days``: per GPU and per holder of it in each grouping of
-  :data:`~gpumon.data.usage.GROUPINGS` (``grouping`` is its position: 0 user, 1 job, 2
-  container, 3 the GPU itself; ``key`` the user name, job id or container id, ``''`` for
-  none and for the GPU), seconds held, seconds used (weighted by SM utilisation, at most the
-  whole GPU, counted only while the SM utilisation was known) and seconds held idle, the
-  most memory one of its processes held at once, and ``known_s`` (since version 2): the
-  seconds held whose SM utilisation was known (N/A on MIG and some boards), NULL in rows a
-  version-1 recorder wrote (it counted unknown as 0 used; they are read as all known).
-  Exact per grouping: two processes of one user on one GPU count once. What ``gpumon
-  report`` sums. Hour rows are kept ``history_days``, then rolled up into day rows, kept a
-  year.
-
-A newer version adds a function to :data:`MIGRATIONS`; :func:`migrate` runs each step from
-the file's version in its own transaction. A reader reads only the current version. A
-column that older gpumons can ignore is added without a new version (:data:`ADDED_COLUMNS`):
-every statement names its columns, so an older recorder or reader still uses the file, and
-this one reads such a column only where the file has it.
+Version 2 (``PRAGMA user_version``); times are seconds since the epoch, buckets start at a
+multiple of their width (UTC). A newer version adds a step to :data:`MIGRATIONS`; a column
+older gpumons can ignore is added without a new version (:data:`ADDED_COLUMNS`). The tables:
+docs/history.md.
 """
 
 from __future__ import annotations
@@ -73,15 +37,9 @@ YEAR_DAYS = 365
 
 
 class HistoryError(Exception):
-    """The history database cannot be used; ``str`` is one line: the path and what to do.
-
-    The message is made safe to print here (:func:`~gpumon.data.format.safe_text`), as it
-    goes to stderr and the dashboard: the paths in it (``--db``, a config's) and SQLite's
-    own text (which quotes the names in the file's schema) may hold escape sequences.
-
-    ``retry`` is True for what may pass by itself (a locked database, a full disk): the
-    recorder keeps its samples and tries again; False for what will not (a damaged file, a
-    newer schema): the recorder exits.
+    """The history database cannot be used; ``str`` is one line, safe to print: the path and
+    what to do. ``retry`` is True for what may pass by itself (a locked database, a full disk),
+    False for what will not (a damaged file, a newer schema).
     """
 
     def __init__(self, message: str, *, retry: bool = False) -> None:
@@ -209,15 +167,9 @@ def migrate(
     migrations: Mapping[int, Callable[[sqlite3.Connection], None]] = MIGRATIONS,
     target: int = SCHEMA_VERSION,
 ) -> int:
-    """Bring the database at ``path`` to version ``target``; returns the version it had
-    (0: it was empty and has just been created).
-
-    An older version is migrated one step at a time, each step in its own transaction, so
-    that a crash leaves a whole version behind. ``migrations`` and ``target`` are for tests.
-
-    Raises:
-        HistoryError: the database is not gpumon's, or was written by a newer gpumon.
-        sqlite3.Error: it could not be read or written.
+    """Bring the database at ``path`` to version ``target``, one step per transaction; returns
+    the version it had (0: just created). Raises :class:`HistoryError` for a database that is
+    not gpumon's or is newer, :class:`sqlite3.Error` when it cannot be read or written.
     """
     version = user_version(connection)
     if version == 0:
@@ -269,12 +221,8 @@ def _expected_objects(target: int = SCHEMA_VERSION) -> frozenset[tuple[str, str]
 
 
 def check_objects(connection: sqlite3.Connection, path: str) -> None:
-    """Refuse a database that holds anything but gpumon's tables and indexes: a view or a
-    trigger in their place could make every read loop or return what it likes.
-
-    Raises:
-        HistoryError: one line naming the first object that is not gpumon's.
-        sqlite3.Error: the schema could not be read.
+    """Refuse (:class:`HistoryError`, naming it) a database that holds anything but gpumon's
+    tables and indexes: a view or trigger in their place could make reads loop or lie.
     """
     expected = _expected_objects()
     found = connection.execute(

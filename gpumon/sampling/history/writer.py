@@ -1,18 +1,9 @@
 """The recorder's side of the history database: samples in, one transaction per batch out.
 
-:class:`HistoryWriter` takes each sample (:meth:`~HistoryWriter.record`) into pending rows
-(:mod:`~gpumon.sampling.history.aggregate`) and writes them in one transaction per batch:
-every sample by default, or at most every ``batch_s`` seconds (the exporter samples every
-second). A crash loses at most the batch being written: a transaction is whole or absent.
-
-Rows are written as increments (``held_s = held_s + ?``, a mean merged with the row's), so
-a restarted recorder carries on where the last one stopped: it finds its process sessions
-again by GPU, PID and start time, and the minute it was in.
-
-When the database cannot be written, :meth:`~HistoryWriter.record` raises a
-:class:`HistoryError`; the pending rows stay (within bounds, the oldest dropped first) and the
-next batch tries again. ``retry`` False (a damaged file, a newer schema) means trying again
-will not help. The writer is used by one thread.
+Rows are written as increments, so a restarted recorder carries on where the last stopped,
+and a crash loses at most the batch being written. When the database cannot be written,
+:meth:`~HistoryWriter.record` raises :class:`HistoryError` and the pending rows wait
+(bounded) for the next batch. Used by one thread.
 """
 
 from __future__ import annotations
@@ -60,19 +51,16 @@ RESOLVED = {
 
 
 class HistoryWriter:
-    """Records samples into the history database at ``path``.
+    """Records samples into the history database at ``path`` (created when missing).
 
     Args:
-        path: the database (created, with its directory, when missing).
         rule: what IDLE means (the idle settings).
-        interval_s: the sampling interval; time between two samples longer than three of
-            them (at least a minute) is not credited to anyone.
+        interval_s: the sampling interval; a gap longer than three of them (at least a minute)
+            is credited to nobody.
         history_days: how long minute rows are kept.
         batch_s: write at most this often (0: every sample).
-        publish_s: publish the snapshot readers read at most this often (the default:
-            :data:`~gpumon.sampling.history.live.PUBLISH_S`; less often for a history too
-            large to copy that often within
-            :data:`~gpumon.sampling.history.live.PUBLISH_BYTES_PER_HOUR`), and as it stops.
+        publish_s: publish the readers' snapshot at most this often (default: by the size of
+            the history), and as it stops.
         clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
     """
 
@@ -110,11 +98,7 @@ class HistoryWriter:
         self._wal_stuck = False
 
     def open(self) -> None:
-        """Open the database now (else the first write does).
-
-        Raises:
-            HistoryError: it cannot be opened or is not usable (see ``retry``).
-        """
+        """Open the database now (else the first write does); raises :class:`HistoryError`."""
         if self._database is not None:
             return
         database = open_for_writing(self.path)
@@ -156,11 +140,7 @@ class HistoryWriter:
             self._publish(database)  # readers read it as a snapshot from now on
 
     def record(self, sample: Sample) -> None:
-        """Take in ``sample``; write the batch when it is due.
-
-        Raises:
-            HistoryError: the batch could not be written (it waits for the next one).
-        """
+        """Take in ``sample``; write the batch when due (:class:`HistoryError`: it waits)."""
         if self._database is None:
             # Opened before the first sample is taken in, to carry on from the database's
             # last one; what goes wrong is raised by the write below.
@@ -174,11 +154,7 @@ class HistoryWriter:
             self.write()
 
     def write(self) -> None:
-        """Write what is pending, in one transaction.
-
-        Raises:
-            HistoryError: it could not be written; it stays pending (within bounds).
-        """
+        """Write what is pending in one transaction (:class:`HistoryError`: it stays pending)."""
         pending = self.pending
         if pending.last_sample_s is None:
             return
@@ -240,11 +216,7 @@ class HistoryWriter:
         return found
 
     def _publish(self, database: WritableHistory) -> None:
-        """Reset the write-ahead log, then publish the snapshot.
-
-        Raises:
-            HistoryError: the snapshot could not be written (retry).
-        """
+        """Reset the write-ahead log, then publish the snapshot (:class:`HistoryError`: retry)."""
         self._published = self._clock()
         self._reset_wal(database)
         database.publish()
@@ -268,11 +240,7 @@ class HistoryWriter:
         self._wal_stuck = bool(busy)
 
     def _check_wal_size(self, database: WritableHistory) -> None:
-        """Refuse to grow a write-ahead log that cannot be reset past :data:`WAL_MAX_BYTES`.
-
-        Raises:
-            HistoryError: it is that large (retry: the samples wait in memory).
-        """
+        """Refuse (:class:`HistoryError`, retry) to grow a stuck WAL past :data:`WAL_MAX_BYTES`."""
         if not self._wal_stuck:
             return
         try:

@@ -1,31 +1,9 @@
 """Which Slurm job and which container a process runs in, from ``/proc/PID/cgroup``.
 
-Every user may read any process's ``/proc/PID/cgroup``. Slurm puts each job's processes in a
-cgroup named after the job, container engines each container's in one named after its id,
-on cgroup v1 (one ``N:controllers:/path`` line per hierarchy) and v2 (one ``0::/path`` line).
-Only these layouts are read, each anchored at the root of the hierarchy, where the tool that
-makes it puts it:
-
-- Slurm v1: ``/slurm/uid_1000/job_12345/...`` (``/slurm_<node>/...`` with several slurmd on
-  one host); v2: ``/system.slice/slurmstepd.scope/job_12345/...`` (``<node>_slurmstepd.scope``
-  with several slurmd; ``/slurmstepd.scope/...`` without systemd).
-- Docker: ``/docker/<id>``, ``/system.slice/docker-<id>.scope``; nerdctl and containerd:
-  ``/system.slice/nerdctl-<id>.scope``, ``/system.slice/cri-containerd-<id>.scope``,
-  ``/<namespace>/<id>``; Podman: ``/machine.slice/libpod-<id>.scope``,
-  ``/libpod_parent/libpod-<id>``; Kubernetes: ``/kubepods[/<qos>]/pod<uid>/<id>`` and
-  ``/kubepods.slice[/kubepods-<qos>.slice]/kubepods-...-pod<uid>.slice/<engine>-<id>.scope``
-  (``cri-containerd``, ``crio``, ``docker``); a container placed in a Slurm job
-  (``docker run --cgroup-parent`` under the job's step). ``<id>`` is 64 lowercase hex
-  digits. ``libpod-conmon-`` and ``crio-conmon-`` scopes hold the engine's monitor, not the
-  container, and never match.
-
-Path text comes from whoever named the cgroup, and a user may name cgroups inside the
-subtree delegated to them: their systemd user manager's (``user@UID.service``, where rootless
-Docker and Podman put their containers) and a Slurm step's ``user`` subtree. Nothing at or
-below such a component is read, so no user can make a process of theirs pose as another
-job or container (``.../user@1000.service/app.slice/x_slurmstepd.scope/job_31337`` is no
-job). A job id is ASCII digits only and a container id ``[0-9a-f]{64}`` only, so what comes
-out is safe to print anywhere.
+Only the layouts Slurm and the container engines make are read (cgroup v1 and v2), anchored
+at the hierarchy's root; nothing at or below a subtree a user may name is read, so no process
+can pose as another job or container. What comes out is digits or hex only. Layouts:
+docs/sources.md.
 """
 
 from __future__ import annotations
@@ -71,11 +49,7 @@ NO_IDS = CgroupIds()
 
 
 def parse_cgroup(text: str) -> CgroupIds:
-    """Read the ids out of the text of a ``/proc/PID/cgroup`` file (v1, v2 or both).
-
-    The first line that gives an id wins: on v1 every controller's line names the same job
-    and container.
-    """
+    """The ids in a ``/proc/PID/cgroup`` text (v1, v2 or both): the first line with one wins."""
     job_id: str | None = None
     container_id: str | None = None
     for line in text.splitlines():
@@ -97,11 +71,8 @@ def parse_cgroup(text: str) -> CgroupIds:
 
 
 def _trusted(path: str) -> list[str]:
-    """The path's components from the root of the hierarchy down to (not including) the
-    first one a user may have named.
-
-    Leading ``..`` components are what a process outside gpumon's own cgroup namespace shows:
-    the layouts are then matched from the first real component.
+    """The path's components from the root down to (not including) the first a user may have
+    named; leading ``..`` (outside gpumon's cgroup namespace) are skipped.
     """
     components = path.split("/")
     start = 1 if components and components[0] == "" else 0

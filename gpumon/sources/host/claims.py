@@ -1,40 +1,9 @@
 """The shared claims directory: opened and checked, read and written safely.
 
-``gpumon pick`` claims the GPUs it prints here, so that two users waiting for GPUs never get
-the same one; the dashboard reads it to note a claimed GPU. The rules (names, text, expiry)
-are :mod:`gpumon.data.claims`; this module does the file I/O.
-
-The directory (``claims_dir``, default ``/dev/shm/gpumon-claims``) is shared by every user,
-as ``/tmp`` is: created mode 1777 (sticky and world-writable, so nobody removes another's
-files) when missing. It is used only when it is a real directory (opened with
-``O_NOFOLLOW``: a symlink is refused) that is sticky and world-writable; otherwise
-:class:`ClaimsOff` says why in one line. Its owner may be any user: on a server
-where nobody made it, the first user to pick did. That owner could remove others' claims or
-rename the directory, which only takes claims back to none (they are advisory) and never
-makes a pick read or write anything but a claim; root can own it instead
-(``install -d -m 1777 /dev/shm/gpumon-claims``, or a tmpfiles.d line; the README says so).
-
-There is no lock: any lock another user can open, that user can hold for ever. Racing picks
-settle who won a GPU with the claim files themselves (:mod:`gpumon.commands.pick_claims`);
-all this module promises is that a claim is written under a hidden temporary name and
-renamed into place, so a reader sees a whole file or none, and that a listing begun after
-the rename finds it. Each user owns their own files (``<uuid>.<uid>.<token>``), so an
-expired claim of one user never stops another, who could not remove it from the sticky
-directory.
-
-Only names that are claims (of the GPUs asked about) are looked at; anything else in the
-directory costs a listing and is never counted, so nobody's junk turns claims off. The
-entries that have a claim's name but are not claims are attributed to their owner (the
-file's ``st_uid``), and a user's claim files past :data:`MAX_FILES_PER_USER` are not read.
-
-What is read is other users' input: a file that is a symlink, a directory or anything but
-a regular file, larger than a claim, not one gpumon writes, naming
-another GPU, owned by someone other than the uid in its name or claimed in the future is
-ignored (and reported once by the caller), never followed, never read beyond
-:data:`~gpumon.data.claims.MAX_CLAIM_FILE_BYTES`; a FIFO is never opened. A file with other
-hard links is read as any other: a link only repeats its owner's own claim under another
-name (the owner and time checks hold for the file), and ignoring it would let anybody who
-may link another's file hide that user's live claim.
+The rules (names, text, expiry) are :mod:`gpumon.data.claims`; this module does the file I/O.
+The directory must be a real, sticky, world-writable directory, else :class:`ClaimsOff` says
+why. A claim is written under a hidden name and renamed into place; what is read is other
+users' input, checked before it counts. There is no lock. Details: docs/pick.md.
 """
 
 from __future__ import annotations
@@ -110,11 +79,8 @@ class ClaimsDir:
 
     @classmethod
     def open(cls, path: str, *, create: bool, uid: int | None = None) -> ClaimsDir:
-        """Open ``path``, creating it (mode 1777) when ``create`` and it is missing.
-
-        Raises:
-            ClaimsOff: it cannot be created or opened, is a symlink or not a directory, or is
-                not sticky and world-writable.
+        """Open ``path``, creating it (mode 1777) when ``create`` and it is missing; raises
+        :class:`ClaimsOff` when it cannot be, or is not a sticky, world-writable real directory.
         """
         uid = os.geteuid() if uid is None else uid
         if create:
@@ -151,9 +117,7 @@ class ClaimsDir:
     def scan(self, keys: Collection[str] | None = None, now_s: float | None = None) -> Scan:
         """Every claim file (of ``keys`` only, when given) checked and read.
 
-        Raises:
-            ClaimsOff: the directory cannot be listed.
-        """
+        Raises :class:`ClaimsOff` when the directory cannot be listed."""
         now_s = time.time() if now_s is None else now_s
         found: list[rules.Claim] = []
         ignored: list[Ignored] = []
@@ -235,11 +199,8 @@ class ClaimsDir:
     # -- writing -----------------------------------------------------------------------
 
     def write(self, key: str, claimed_s: float, expires_s: float, token: str | None = None) -> str:
-        """Write this user's claim on ``key`` (named with ``token``, a random one when not
-        given); returns its file name.
-
-        Raises:
-            OSError: it could not be written (nothing is left behind then).
+        """Write this user's claim on ``key`` (named with ``token``, random by default); returns its
+        file name. Raises :class:`OSError`, leaving nothing behind.
         """
         token = secrets.token_hex(8) if token is None else token
         name = rules.file_name(key, self.uid, token)
@@ -264,11 +225,9 @@ class ClaimsDir:
 
 
 def _create(path: str) -> None:
-    """Make ``path`` mode 1777 when it is missing, in one step: a directory that existed
-    with a narrower mode for a moment would turn claims off for a pick started beside this
-    one (it checks the mode), and chmod after the fact could act on whatever another user
-    put at the path in between. The umask is cleared around the mkdir alone (a pick has
-    no other thread then)."""
+    """Make ``path`` mode 1777 when it is missing, in one step (umask cleared around the mkdir
+    alone): no moment with a narrower mode, and no chmod on what another user put there.
+    """
     previous = os.umask(0)
     try:
         os.mkdir(path, 0o1777)

@@ -1,12 +1,8 @@
 """What the process detail screen shows of one PID, read once when it opens (psutil).
 
-The full command line, its owner, when it started, its parent chain up to the launcher
-(``torchrun`` → worker, ``srun`` → ``python``), and, for the user's own processes only, the
-``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` it runs with (which ``cuda:N`` is which
-GPU). Nothing else of a process's environment is read: it may hold secrets.
-
-Blocking (``/proc`` reads): call it off the event loop. Text from other users is made safe
-here, as everywhere (:func:`gpumon.data.format.safe_text`).
+The full command line, owner, start time, parent chain, and for the user's own processes
+only ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` (nothing else of the environment: it
+may hold secrets). Blocking: call it off the event loop. Text is made safe here.
 """
 
 from __future__ import annotations

@@ -20,6 +20,16 @@ from gpumon.data.format import safe_text
 from gpumon.data.model import HostStats
 from gpumon.sources.host import cgroup
 from gpumon.sources.host.cgroup import NO_IDS, CgroupIds
+from gpumon.sources.host.procfs import (
+    CLOCK_TICKS,
+    ProcStat,
+    proc_hides_pids,
+    proc_is_readable,
+    read_command_line,
+    read_proc_stat,
+    read_real_uid,
+    uses_a_gpu_device,
+)
 
 _cpu_primed = False
 
@@ -92,24 +102,6 @@ def in_foreign_pid_namespace(proc: str = "/proc") -> bool:
         return False
 
 
-def uses_a_gpu_device(pid: int, proc: str = "/proc") -> bool:
-    """True when process ``pid`` here has an NVIDIA device file open (``/dev/nvidia*``), as
-    every process NVML lists does; False also when its descriptors cannot be read (another
-    user's, unless root)."""
-    base = f"{proc}/{pid}/fd"
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return False
-    for name in names[:4096]:  # a bound on a process with very many files open
-        try:
-            if os.readlink(f"{base}/{name}").startswith("/dev/nvidia"):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def sees_every_host_pid(proc: str = "/proc") -> bool:
     """True when a PID NVML lists but ``/proc`` lacks can only have exited: gpumon runs in
     the host's PID namespace (NVML's PIDs are the host's) and ``/proc`` hides no one's
@@ -124,117 +116,9 @@ def sees_every_host_pid(proc: str = "/proc") -> bool:
     return not proc_hides_pids(mounts, proc)
 
 
-def proc_hides_pids(mountinfo: str, proc: str = "/proc") -> bool:
-    """True when ``mountinfo`` (``/proc/self/mountinfo``'s text) mounts ``proc`` with an
-    option that hides other users' PIDs (``hidepid=2``, ``invisible``, ``ptraceable``) or
-    shows no PIDs at all (``subset=pid``)."""
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) < 5 or fields[4] != proc or " - " not in line:
-            continue
-        super_options = line.partition(" - ")[2].split()
-        for option in (super_options[-1] if super_options else "").split(","):
-            name, _, value = option.partition("=")
-            if name == "subset" or (
-                name == "hidepid" and value not in ("0", "1", "off", "noaccess")
-            ):
-                return True
-    return False
-
-
 _PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 #: How many PIDs no longer listed the inspector remembers the identity of.
 FORGOTTEN_MAX = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class ProcStat:
-    """What ``/proc/PID/stat`` says of a process: the part that changes every tick."""
-
-    zombie: bool
-    cpu_ticks: int  # user + system time, in clock ticks
-    start_ticks: int  # start time since boot: with the PID, the identity of a process
-    rss_bytes: int
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def read_proc_stat(pid: int) -> ProcStat | None:
-    """One read of ``/proc/PID/stat`` (Linux); ``None`` when no such process is visible here.
-
-    psutil reads the same file, and ``statm`` besides, behind several layers per call: with
-    hundreds of GPU processes this single read per PID per tick is most of the saving.
-    """
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # Field 2, the command name, is in parentheses and may itself hold spaces and ")".
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return ProcStat(
-            zombie=fields[0] == b"Z",
-            cpu_ticks=int(fields[11]) + int(fields[12]),  # utime, stime (fields 14, 15)
-            start_ticks=int(fields[19]),  # starttime (field 22)
-            rss_bytes=int(fields[21]) * _PAGE_BYTES,  # rss in pages (field 24)
-        )
-    except (IndexError, ValueError):
-        return None
-
-
-def read_real_uid(pid: int) -> int | None:
-    """The real user id of process ``pid`` (``/proc/PID/status``, as psutil's
-    ``uids().real``); ``None`` when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as file:
-            data = file.read(16384)
-    except OSError:
-        return None
-    start = data.find(b"\nUid:")
-    try:
-        return int(data[start + 5 :].split(None, 1)[0]) if start >= 0 else None
-    except (IndexError, ValueError):
-        return None
-
-
-def read_command_line(pid: int) -> str | None:
-    """Process ``pid``'s command line as psutil's ``" ".join(cmdline())`` makes it, made
-    safe; ``None`` when it cannot be read or holds no command (empty: a zombie, a kernel
-    thread; or blank arguments only).
-
-    psutil splits at NULs when the text ends with one, else at spaces (a process that
-    rewrote its title); joined with spaces, that is every NUL a space in the first case
-    and the text as it is in the second, without the one separator at the end.
-    """
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            data = file.read()
-    except OSError:
-        return None
-    text = command_line_text(data)
-    return text if text.strip() else None  # argv [""]: no command, not an empty one
-
-
-def command_line_text(data: bytes) -> str:
-    """:func:`read_command_line`'s text of a ``/proc/PID/cmdline``."""
-    # psutil's encoding and error handler (surrogateescape), and its text mode's newlines
-    text = os.fsdecode(data).replace("\r\n", "\n").replace("\r", "\n")
-    separator = "\0" if text.endswith("\0") else " "
-    if text.endswith(separator):
-        text = text[:-1]
-    return safe_text(text.replace("\0", " ") if separator == "\0" else text)
-
-
-def _proc_is_readable() -> bool:
-    return read_proc_stat(os.getpid()) is not None
 
 
 @dataclass(slots=True)
@@ -255,32 +139,20 @@ class _Tracked:
 class ProcessInspector:
     """Joins NVML's PIDs with host details.
 
-    What never changes for a live process (user, command line, start time, and its Slurm job
-    and container from ``/proc/PID/cgroup``) is read once, with psutil, when its PID first
-    appears. What changes (CPU, RSS, zombie state) is read
-    every tick: on Linux with one read of ``/proc/PID/stat`` per PID (see
-    :func:`read_proc_stat`), elsewhere (and with an injected ``process_factory``) through
-    psutil. Either way a process is known by (PID, start time), so ``cpu_pct`` is a real
-    delta between two samples and a reused PID is never mistaken for the old process.
+    What never changes for a live process (user, command line, start time, Slurm job and
+    container) is read once, when its PID first appears; CPU, RSS and zombie state every tick
+    (one ``/proc/PID/stat`` read on Linux, else psutil). A process is known by (PID, start
+    time), so a reused PID is never mistaken for the old process.
 
     Args:
         process_factory: ``psutil.Process`` or a look-alike (tests).
         current_uid: whose processes are "mine" (default: this process's real uid).
-        clock: wall clock, for elapsed times.
-        read_stat: the per-tick reader; default :func:`read_proc_stat` on Linux when
-            ``process_factory`` is psutil's, else ``None`` (psutil for everything).
-        monotonic: clock for CPU percentages with ``read_stat``.
-        read_cgroup: reads a new PID's Slurm job and container ids; default
-            :func:`gpumon.sources.host.cgroup.read_cgroup_ids` when ``process_factory`` is
-            psutil's, else none (a look-alike's PIDs are not this host's).
-        sees_every_pid: whether a PID missing here has exited (True) or may be outside this
-            PID namespace (False); default :func:`sees_every_host_pid` with psutil's
-            ``Process``, else False.
-        foreign_namespace: gpumon runs outside the host's PID namespace, where NVML's PIDs
-            are not this namespace's: a PID found here is taken for NVML's process only when
-            it has an NVIDIA device open (:func:`uses_a_gpu_device`), else it is outside this
-            namespace (a number that collides must never be shown, or signalled, as it);
-            default :func:`in_foreign_pid_namespace` with psutil's ``Process``, else False.
+        clock: wall clock, for elapsed times; ``monotonic``: for CPU percentages.
+        read_stat: the per-tick reader (default on Linux with psutil's ``Process``).
+        read_cgroup: reads a new PID's Slurm job and container ids (default with psutil's).
+        sees_every_pid: whether a PID missing here has exited (default: detected).
+        foreign_namespace: gpumon runs outside the host's PID namespace, so a PID found here is
+            NVML's only when it has an NVIDIA device open (default: detected).
     """
 
     def __init__(
@@ -308,7 +180,7 @@ class ProcessInspector:
         self._missing = EXITED if sees_every_pid else NOT_VISIBLE
         self._current_uid = os.getuid() if current_uid is None else current_uid
         self._clock = clock
-        if read_stat is None and process_factory is psutil.Process and _proc_is_readable():
+        if read_stat is None and process_factory is psutil.Process and proc_is_readable():
             read_stat = read_proc_stat
         self._read_stat = read_stat
         # This host's /proc, read directly: a new PID's identity, owner and command too.
@@ -365,7 +237,7 @@ class ProcessInspector:
             tracked.start_ticks = stat.start_ticks
         cpu_pct: float | None = None
         if tracked.cpu_ticks is not None and read_at > tracked.read_at_s:
-            used_s = (stat.cpu_ticks - tracked.cpu_ticks) / _CLOCK_TICKS
+            used_s = (stat.cpu_ticks - tracked.cpu_ticks) / CLOCK_TICKS
             cpu_pct = max(0.0, 100.0 * used_s / (read_at - tracked.read_at_s))
         tracked.cpu_ticks, tracked.read_at_s = stat.cpu_ticks, read_at
         return self._info(tracked, now, cpu_pct, stat.rss_bytes, stat.zombie)
@@ -455,17 +327,15 @@ class ProcessInspector:
         )
 
     def _discover_from_proc(self, pid: int, start_ticks: int) -> _Tracked | None:
-        """:meth:`_discover` for this host's /proc, whose stat file was just read: the same
-        values as psutil's (its create time is the same sum, its command line the same
-        split and join) from three reads, ``status``, ``cmdline`` and ``stat`` again (it must
-        not have exited meanwhile), where psutil makes five with ``/proc/stat`` for the boot
-        time every time: a first sample of 512 processes takes 47 ms of CPU, not 61."""
+        """:meth:`_discover` from this host's /proc, whose stat was just read: psutil's values from
+        three reads (``status``, ``cmdline``, ``stat`` again: it must not have exited), not five.
+        """
         if self._boot_s is None:
             try:
                 self._boot_s = psutil.boot_time()
             except (OSError, RuntimeError):
                 return None
-        create_time = start_ticks / _CLOCK_TICKS + self._boot_s
+        create_time = start_ticks / CLOCK_TICKS + self._boot_s
         known = self._forgotten.pop(pid, None)
         if known is not None and known[0] == start_ticks:
             create_time = known[1]  # seen before in this run: the same process, as then

@@ -14,11 +14,8 @@ import signal
 
 
 def open_pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid`` (close-on-exec), or ``None`` where this system has none: not
-    Linux, a kernel before 5.3, or a seccomp filter that refuses the call.
-
-    Raises:
-        ProcessLookupError: no process has this PID (or it has been reaped).
+    """A close-on-exec pidfd for ``pid``, or ``None`` where the system has none (not Linux, a
+    kernel before 5.3, seccomp); raises :class:`ProcessLookupError` when no process has the PID.
     """
     pidfd_open = getattr(os, "pidfd_open", None)
     if pidfd_open is None or not hasattr(signal, "pidfd_send_signal"):

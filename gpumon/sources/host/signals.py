@@ -1,13 +1,8 @@
 """Signals to a GPU process, sent only where it is safe: the dashboard's T, K and I.
 
-gpumon is a good citizen on a shared server: it signals only the current user's own
-processes (root: any), never in read-only mode, and never a PID that now names another
-process. A process is known by its PID *and* its create time (``GpuProcess.create_time_s``,
-psutil's ``create_time``): when the two no longer match, the PID was recycled and nothing is
-sent. On Linux the check and the signal go through a pidfd, which pins the process the PID
-named when it was opened: a signal through it can never reach a later process with the same
-number (see :func:`send_signal`). No Textual here: the dialog is
-:mod:`gpumon.ui.dashboard.signal_dialog`.
+Only the current user's own processes (root: any), never in read-only mode, and never a PID
+that now names another process: a process is known by its PID and create time, and on Linux
+the check and the signal go through a pidfd (:func:`send_signal`). No Textual here.
 """
 
 from __future__ import annotations
@@ -34,11 +29,8 @@ Outcome = Literal["sent", "gone", "refused"]
 
 @dataclass(frozen=True, slots=True)
 class SignalResult:
-    """What became of a signal: ``outcome`` for code, ``message`` for a notification.
-
-    ``outcome`` is ``"sent"`` (the kernel accepted it), ``"gone"`` (the process had exited, or
-    its PID now names another process) or ``"refused"`` (gpumon or the kernel would not send
-    it). ``message`` is one line naming the signal and the PID.
+    """What became of a signal: ``outcome`` (``"sent"``, ``"gone"``: exited or PID reused,
+    ``"refused"``) for code, ``message`` (one line naming the signal and PID) for a notification.
     """
 
     outcome: Outcome
@@ -57,20 +49,10 @@ class _Stop(Exception):
 def refusal(process: GpuProcess, *, readonly: bool, current_uid: int | None = None) -> str | None:
     """Why no signal may be sent to ``process``, before even asking the user; else ``None``.
 
-    Refused: read-only mode; a PID that is not a process of this PID namespace (not visible
-    here, gpumon itself, or not a positive number); a process whose create time is unknown
-    (simulated, or unreadable), so a recycled PID could not be told apart; a process that has
-    exited or whose PID now names another process; and a process whose live owner (its real
-    uid, read now, not only ``is_current_user``) is neither the current user nor, when the
-    current user is root, anyone.
-
-    Args:
-        process: the process as the monitor saw it.
-        readonly: ``Settings.readonly``: refuse everything.
-        current_uid: the user signals are sent for; ``os.getuid()`` by default.
-
-    Returns:
-        One line ending in "nothing sent", or ``None`` when the user may be asked.
+    Refused: read-only mode; a PID not of this namespace or gpumon itself; a process whose
+    create time is unknown (a recycled PID could not be told apart), that has exited or whose
+    PID names another process now; and one whose live owner is not the current user (root: any).
+    ``current_uid`` defaults to ``os.getuid()``. The refusal is one line ending "nothing sent".
     """
     try:
         seen_create_time_s = _check_before_asking(process, readonly=readonly)
@@ -91,15 +73,9 @@ def send_signal(
 ) -> SignalResult:
     """Send ``sig`` to ``process`` if :func:`refusal` allows it and it is still that process.
 
-    On Linux a pidfd is opened first; then the create time of the PID is read and compared
-    with ``process.create_time_s``, then its owner, then the signal goes through the pidfd.
-    The pidfd pins the process it was opened on, not the number: if that process ends and
-    the number is reused, either the create time read after the open no longer matches, or
-    the signal through the pidfd finds its process gone (ESRCH). Either way a recycled PID is
-    never signalled. Without pidfds (not Linux, kernel before 5.3) the same checks run and
-    ``os.kill`` follows, leaving only the moment between the check and the kill.
-
-    Never raises: every failure is a :class:`SignalResult`.
+    On Linux through a pidfd opened before the create time and owner are checked, so a recycled
+    PID is never signalled; elsewhere ``os.kill`` after the same checks. Never raises: every
+    failure is a :class:`SignalResult`.
     """
     name = sig.name
     pid = process.pid

@@ -1,13 +1,7 @@
 """A GPU's video encoder and decoder utilisation, read through its :class:`Device`'s choke
-point: every sample while either is busy, every :data:`CODECS_IDLE_REFRESH_S` while both are.
-
-Most GPUs in a compute server never encode or decode video: both read 0 % sample after sample,
-two NVML calls per GPU per sample that tell nothing new (the target: no more NVML calls than
-nvitop). While both read 0 (or one is not supported), they are read again at most every
-:data:`CODECS_IDLE_REFRESH_S` seconds, so a video job that starts shows within that time; from
-then on, and while a reading fails and may answer later, every sample.
-
-Like :mod:`gpumon.sources.nvml.device`, this module never imports ``pynvml``.
+point: every sample while either is busy, every :data:`CODECS_IDLE_REFRESH_S` while both
+read 0 (most compute GPUs never encode), so a video job shows within that time. Never imports
+``pynvml``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """One NVIDIA GPU as NVML sees it: a cached handle behind a single choke point.
 
-Every NVML call on a device goes through :meth:`Device.read`, which turns an ``NVMLError`` into
-``None``, remembers NOT_SUPPORTED per device and field so it is not asked again every tick, and
-turns ``NVML_ERROR_GPU_IS_LOST`` into a LOST GPU while the others keep updating.
-
-This module never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource` (the
-only module that does) hands each device the loaded binding. NVML's return codes,
-:class:`~gpumon.sources.nvml.errors.GpuLost` and the helpers it shares with the other NVML
-modules are in :mod:`gpumon.sources.nvml.errors`.
+Every NVML call goes through :meth:`Device.read`, which turns an ``NVMLError`` into ``None``,
+remembers NOT_SUPPORTED per field, and turns ``GPU_IS_LOST`` into a LOST GPU while the others
+keep updating. Never imports ``pynvml``: :class:`~gpumon.sources.nvml.source.NvmlSource`
+hands each device the loaded binding.
 """
 
 from __future__ import annotations
@@ -73,10 +69,8 @@ _COMPUTE_MODES = {0: "Default", 1: "Exclusive Thread", 2: "Prohibited", 3: "Excl
 
 
 def clock_event_names(mask: int) -> tuple[str, ...]:
-    """The names of the bits set in a clock event reasons bitmask, lowest bit first.
-
-    A bit gpumon does not know (a newer driver's) is named ``unknown_0x...`` with its value,
-    so that it is shown rather than dropped. ``()`` when no bit is set.
+    """The names of the bits set in a clock event reasons bitmask, lowest bit first; an unknown
+    bit is ``unknown_0x...``, shown rather than dropped.
     """
     names: list[str] = []
     bit = 1
@@ -180,11 +174,9 @@ class Device:
     def read_newest(
         self, versions: list[tuple[str, Callable[..., Any] | None, tuple[Any, ...]]]
     ) -> Any:
-        """Read through the newest version of a call that this driver answers.
-
-        ``versions`` are (field, call or None when the binding lacks it, arguments), newest
-        first. A version the driver lacks is remembered as unsupported and skipped from then
-        on; a transient error gives ``None`` without trying an older version.
+        """Read through the newest version of a call this driver answers (``versions``: field,
+        call or None, arguments): a version it lacks is skipped from then on; a transient error
+        is ``None``.
         """
         for field, call, args in versions:
             if call is None or field in self.unsupported:
@@ -308,11 +300,9 @@ class Device:
         )
 
     def _utilization(self) -> Any:
-        """Device-level utilisation; ``None`` under MIG, where it is not asked (a driver
-        answering 0 would show a busy GPU idle; NOT_SUPPORTED, remembered, would outlive MIG
-        mode). MIG mode is read every :data:`~gpumon.sources.nvml.settings.SETTINGS_REFRESH_S`
-        only: a first NOT_SUPPORTED may mean it was turned on since, so it is read again at
-        once, and under MIG the answer is not remembered."""
+        """Device-level utilisation; ``None`` under MIG, where it is not asked. A first
+        NOT_SUPPORTED may mean MIG was turned on: MIG mode is then read again at once.
+        """
         if self.mig_enabled:
             return None
         known = "utilization" in self.unsupported
@@ -344,10 +334,8 @@ class Device:
         return used, total, int(info.free), int(reserved)
 
     def _pcie_throughput(self) -> tuple[int | None, int | None]:
-        """(received, transmitted) bytes/s over PCIe, read at most every PCIE_REFRESH_S.
-
-        Each NVML call blocks about 20 ms while it samples the counter: reading both every
-        tick would cost 40 ms per GPU per tick. Between readings the last one is repeated.
+        """(received, transmitted) bytes/s over PCIe, read at most every PCIE_REFRESH_S (each call
+        blocks about 20 ms); the last reading is repeated in between.
         """
         if not self._read_pcie:
             return None, None

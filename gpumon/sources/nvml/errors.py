@@ -1,11 +1,6 @@
 """What every NVML module shares, below :class:`~gpumon.sources.nvml.device.Device`: NVML's
-return codes, :class:`GpuLost`, the texts of a LOST GPU, reading an ``NVMLError``'s code and
-an NVML string, and debug logging.
-
-Like :mod:`gpumon.sources.nvml.device`, this module never imports ``pynvml``; it imports no
-other module of the NVML source, so :mod:`~gpumon.sources.nvml.device`,
-:mod:`~gpumon.sources.nvml.mig`, :mod:`~gpumon.sources.nvml.processes` and
-:mod:`~gpumon.sources.nvml.source` all build on it.
+return codes, :class:`GpuLost`, the texts of a LOST GPU, error codes, NVML strings and debug
+logging. Imports no other module of the NVML source, and never ``pynvml``.
 """
 
 from __future__ import annotations

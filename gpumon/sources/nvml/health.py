@@ -1,30 +1,9 @@
 """A GPU's health readings, read through its :class:`Device`'s choke point: memory
-temperature, PCIe replays, remapped rows, and Xid errors.
+temperature, PCIe replays, remapped rows, ECC and Xid errors.
 
-What each costs, and so how often it is read:
-
-- **Memory temperature** (``nvmlDeviceGetFieldValues`` with ``NVML_FI_DEV_MEMORY_TEMP``):
-  one call that samples nothing over a window, like the GPU's own temperature: every sample.
-  GDDR boards answer NOT_SUPPORTED for the field, which is remembered as for any call.
-- **PCIe replays** (``nvmlDeviceGetPcieReplayCounter``), **remapped rows**
-  (``nvmlDeviceGetRemappedRows``) and **uncorrected ECC errors** since the driver was loaded
-  (``nvmlDeviceGetTotalEccErrors``, volatile): counters that move a few times in a board's
-  life, read at the first sample and then at most every :data:`HEALTH_REFRESH_S` seconds per
-  GPU, repeated in between, as PCIe throughput is (nvitop reads ECC every 5 s too). The
-  **energy** counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver was
-  loaded) moves every sample but is read for its rise over minutes (history, exporters):
-  it is read with them, and so may be up to that old (nvitop does not read it at all).
-- **Xid errors**: NVML tells them as events, not as a reading. :class:`XidWatch` registers
-  every GPU in one event set at the second sample (a one-shot command, which reads once,
-  never touches the event API) and drains it at each later one with
-  ``nvmlEventSetWait_v2(set, 0)``: a timeout of 0 returns at once (TIMEOUT when nothing is
-  pending), so the sampler never waits for an event; at most
-  :data:`MAX_XID_EVENTS_PER_SAMPLE` per sample, the rest at the next one. A GPU reads its
-  Xid fields as N/A until it has been watched for an interval (a one-shot snapshot cannot
-  know of past errors), where registration is refused, and once the driver refuses the
-  wait for good.
-
-Like :mod:`gpumon.sources.nvml.device`, this module never imports ``pynvml``.
+Memory temperature is read every sample; the slow counters (replays, remapped rows, ECC,
+energy) at most every :data:`HEALTH_REFRESH_S`; Xid events are drained without waiting by
+:class:`XidWatch`. Never imports ``pynvml``. Costs: docs/sources.md.
 """
 
 from __future__ import annotations
@@ -155,11 +134,8 @@ def _call(nvml: ModuleType, name: str) -> Any:
 
 
 class XidWatch:
-    """Every GPU's Xid errors, from one NVML event set, never waited for.
-
-    :meth:`drain` is called once per sample, before the GPUs are read: the second call
-    registers the GPUs, later ones take the events that arrived since. :meth:`close` frees
-    the set (before NVML is shut down).
+    """Every GPU's Xid errors, from one NVML event set, never waited for: :meth:`drain` once per
+    sample (the second call registers the GPUs), :meth:`close` before NVML shuts down.
     """
 
     def __init__(self, nvml: ModuleType) -> None:

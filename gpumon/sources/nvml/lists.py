@@ -1,19 +1,9 @@
 """NVML's variable-length lists (a GPU's processes, their SM samples) in one call each.
 
-nvidia-ml-py asks NVML twice for each list: once with no buffer to learn the count, then
-again with a buffer of that size, and turns every entry into a Python object. On a GPU with
-processes that is two driver calls per list per sample (32 of the ~125 NVML calls a
-second on 8 GPUs), each an ioctl on a real driver. :class:`ListReader` keeps a buffer per GPU
-and list, sized for the last count with room to spare, and asks once: NVML fills it and says
-how many it filled, or answers INSUFFICIENT_SIZE with the count it needs, and the buffer grows
-and is asked again (at most :data:`_TRIES` times: processes can start between two calls).
-
-The one-call path needs the binding's library handle (``_nvmlGetFunctionPointer``) and its
-structures; a binding without them (an old or a faked ``pynvml``) is read through its own
-functions, with the same result. Entries are returned as plain tuples either way, copied out
-of the buffer (which the next call overwrites).
-
-Like :mod:`gpumon.sources.nvml.device`, this module never imports ``pynvml``.
+nvidia-ml-py asks NVML twice per list (count, then entries); :class:`ListReader` keeps a
+buffer per GPU and list, sized for the last count, and asks once, growing it on
+INSUFFICIENT_SIZE. A binding without the library handle is read through its own functions,
+with the same result: plain tuples either way. Never imports ``pynvml``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The MIG devices of a GPU in MIG mode, read through its :class:`Device`'s choke point.
 
-With MIG on, a GPU is split into GPU instances, each holding compute instances; NVML shows each
-compute instance as a MIG device with its own handle, ``MIG-...`` UUID and memory. What does
-not change while the MIG configuration stands (the handles, instance ids, UUIDs, profiles) is
-read once and kept; memory is read every sample. The slots are enumerated again when a kept
-handle stops answering (its instance was destroyed) and every :data:`MIG_RESCAN_S` seconds (an
-instance created since).
-
-Like :mod:`gpumon.sources.nvml.device`, this module never imports ``pynvml``.
+Handles, instance ids, UUIDs and profiles are read once and kept while the MIG configuration
+stands; memory every sample. The slots are enumerated again when a kept handle stops
+answering and every :data:`MIG_RESCAN_S` seconds. Never imports ``pynvml``.
 """
 
 from __future__ import annotations

@@ -27,14 +27,11 @@ ListedProcess = tuple[ProcessKind, int | None, int | None, int | None]
 
 
 def read_processes(device: Device) -> dict[int, ListedProcess] | None:
-    """PID -> its kind, GPU memory and MIG instance. A PID in both lists is C+G, counted once.
+    """PID -> its kind, GPU memory and MIG instance (a PID in both lists is C+G).
 
-    ``None`` when the processes are unknown, with the reason in :attr:`Device.processes_error`:
-    a list failed (for example NO_PERMISSION with MIG), holds a PID no process can have (a
-    binding that reads the driver's list with another layout), or the compute list is not supported
-    by this GPU or driver (what the graphics list says cannot tell that no compute job runs).
-    An unsupported graphics list alone (a compute board) leaves the compute list's answer.
-    Unknown is never shown as "no processes".
+    ``None``, never "no processes", when they are unknown (the reason in
+    :attr:`Device.processes_error`): a list failed, holds an impossible PID, or the compute list
+    is not supported. An unsupported graphics list alone leaves the compute list's answer.
     """
     device.processes_error = None
     found: dict[int, ListedProcess] = {}
@@ -107,17 +104,11 @@ def read_sm_utilization(
 ) -> dict[int, int]:
     """PID -> SM utilisation % over the window since the last call, for the ``listed`` PIDs.
 
-    NVML keeps per-process samples and returns those newer than the timestamp passed:
-    the newest one seen is passed next time, so every call reports only new samples, and a
-    PID's newest sample in the window is its value. A compute (or C+G) process with no sample
-    in the window keeps its last one while that is under :data:`SM_SAMPLE_HOLD_S` old (a
-    window shorter than NVML's sampling), else did no SM work: 0 %. That is said only when
-    NVML answered for the window (samples, or NOT_FOUND: none at all); a graphics-only
-    process without a sample is left out (N/A: NVML's samples do not follow display work,
-    and a desktop is never called idle), as is every process when the call failed or is not
-    supported (N/A, never 0 %). Samples of PIDs not ``listed`` are dropped. Values are
-    clamped to 0-100 (drivers have reported thousands). Under MIG NVML does not support it:
-    it is not asked. Raises :class:`~gpumon.sources.nvml.errors.GpuLost`.
+    Each call reports only samples newer than the last seen. A compute process with no sample
+    keeps its last one for :data:`SM_SAMPLE_HOLD_S`, then reads 0 %, but only when NVML answered
+    for the window; a graphics-only process without a sample, and every process when the call
+    failed or is not supported (MIG: not asked), is N/A, never 0 %. Values are clamped to 0-100.
+    Raises :class:`~gpumon.sources.nvml.errors.GpuLost`.
     """
     if not listed or device.mig_enabled:
         return {}

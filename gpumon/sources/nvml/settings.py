@@ -1,26 +1,9 @@
 """A GPU's settings: what changes only when someone changes it, read through its
 :class:`Device`'s choke point at the first sample and then every :data:`SETTINGS_REFRESH_S`.
 
-The enforced power limit, persistence mode, display, compute mode and MIG mode change when an
-administrator runs ``nvidia-smi -pl/-pm/-c/-mig`` (MIG mode takes effect only after a GPU
-reset), not from one sample to the next. Reading them every tick was five of the ~22 NVML calls
-per GPU per sample (the target: no more than nvitop's); nvitop reads most of them every few
-seconds too. So they are read together at the first sample (a one-shot command has everything),
-then at most every :data:`SETTINGS_REFRESH_S` seconds per GPU; samples in between repeat the
-last reading.
-
-The memory clock is paced with them: it follows the performance state (full in P0, low in
-P8) and otherwise changes only when an administrator locks it, so it is read with the settings
-and whenever the performance state (read every sample) differs from the one it was read in.
-
-MIG mode is also read at once where a cheaper reading tells it may have changed:
-
-- while it is **on**, every sample (device-level utilisation is not asked under MIG, so
-  nothing else would tell it went off, and the MIG devices need it);
-- while it is **off**, when device-level utilisation newly answers NOT_SUPPORTED, as it does
-  under MIG (see :meth:`Device.stats <gpumon.sources.nvml.device.Device.stats>`).
-
-Like :mod:`gpumon.sources.nvml.device`, this module never imports ``pynvml``.
+The memory clock is read with them and whenever the performance state changes; MIG mode
+every sample while it is on, and when utilisation newly answers NOT_SUPPORTED while off.
+Never imports ``pynvml``. Why: docs/sources.md.
 """
 
 from __future__ import annotations

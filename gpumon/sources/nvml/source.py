@@ -92,15 +92,9 @@ class NvmlSource:
         read_pcie: bool = True,
         read_host_details: bool = True,
     ) -> None:
-        """``clock`` stamps samples; ``monotonic`` paces what is not read every sample:
-        PCIe throughput, MIG slots, health counters and settings (see
-        :data:`~gpumon.sources.nvml.device.PCIE_REFRESH_S`,
-        :data:`~gpumon.sources.nvml.settings.SETTINGS_REFRESH_S`). ``read_processes=False`` and
-        ``read_pcie=False`` skip those NVML calls for modes that show neither: a one-shot
-        command would otherwise wait 40 ms per GPU for PCIe throughput it never prints.
-        ``read_host_details=False`` (with ``read_processes``) reads NVML's process lists but
-        nothing of the host: processes come without user, command or CPU (``visible``), and
-        the host strip is the host name only (``status`` tells FREE GPUs this way)."""
+        """``clock`` stamps samples; ``monotonic`` paces what is not read every sample.
+        ``read_processes``, ``read_pcie`` and ``read_host_details`` False skip those reads.
+        """
         # Without processes or their details (status, once --no-processes) nothing but the
         # host name is shown: psutil is not even imported (a one-shot command pays its import
         # on every call).

@@ -1,14 +1,9 @@
 """The Prometheus source's HTTP client: standard library urllib only.
 
-:class:`_Client` POSTs forms to ``/api/v1/...`` and returns the answer's ``data``. It sends
-the headers and basic auth pre-emptively; verifies TLS against the system's or a given CA
-file; ends every request within its timeout however the bytes arrive (connecting, TLS,
-status line, headers, body, error bodies: :mod:`~gpumon.sources.prometheus.deadline`);
-follows no redirect (one line says where it pointed); refuses an answer over
-:data:`MAX_ANSWER_BYTES` (by its ``Content-Length`` before reading it, else when the bytes
-read pass it; gzip included); and turns every failure into a :class:`PrometheusError` of one
-line that never shows a credential (:mod:`~gpumon.sources.prometheus.redaction`): no text of
-a 401 or 403 answer at all. :class:`Backoff` spaces the retries after failures.
+:class:`_Client` POSTs forms to ``/api/v1/...`` and returns the answer's ``data``: auth sent
+pre-emptively, TLS verified, every request within its timeout, no redirect followed, answers
+over :data:`MAX_ANSWER_BYTES` refused; every failure is a one-line :class:`PrometheusError`
+that never shows a credential. :class:`Backoff` spaces the retries.
 """
 
 from __future__ import annotations

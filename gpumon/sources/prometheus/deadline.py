@@ -1,19 +1,10 @@
 """One deadline per HTTP request: every request ends within its timeout, however the bytes
 arrive.
 
-urllib's ``timeout`` bounds each socket operation, not the request: a server that trickles
-one byte a second keeps every read alive for ever. :class:`Deadline` bounds the whole
-request two ways. Every socket operation (connecting, the TLS handshake, each read and
-write) gets what is left of the time as its own timeout, and a watchdog timer shuts every
-socket of the request down when the time is up, which ends whatever read is still blocked.
-
-:func:`deadline_opener` is urllib's opener with connections whose sockets are registered
-with the deadline: plain ones through ``HTTPConnection._create_connection``, TLS ones through
-the context's ``sslsocket_class`` (registered when created, before their handshake). A socket
-is shut down only under the deadline's lock, and closed only under it, so the watchdog never
-touches a descriptor that was closed (whose number the system may have given to another
-file). Redirects are not followed: a 3xx answer is an :class:`urllib.error.HTTPError`.
-Proxies from the environment work as with urllib's own opener.
+urllib's ``timeout`` bounds each socket operation, not the request. :class:`Deadline` gives
+each operation what is left of the time and a watchdog shuts the request's sockets down when
+it is up; sockets are shut and closed only under its lock, so no reused descriptor is touched.
+:func:`deadline_opener` is urllib's opener with such sockets; it follows no redirect.
 """
 
 from __future__ import annotations
@@ -158,10 +149,8 @@ class _DeadlineSSLSocket(_Bounded, ssl.SSLSocket):
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
-    """The system's (or ``ca_file``'s) trust, with sockets bounded by their request's deadline.
-
-    Raises:
-        OSError, ssl.SSLError: ``ca_file`` cannot be read or holds no certificate.
+    """The system's (or ``ca_file``'s) trust, with sockets bounded by their request's deadline;
+    raises :class:`OSError` or :class:`ssl.SSLError` for an unusable ``ca_file``.
     """
     context = ssl.create_default_context(cafile=ca_file)
     context.sslsocket_class = _DeadlineSSLSocket

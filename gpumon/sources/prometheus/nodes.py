@@ -127,13 +127,9 @@ def _gpu_count_problem(series: list[_Series]) -> str | None:
 def _health(
     series: list[_Series], now: float, interval_s: float, scraped_s: float | None
 ) -> tuple[str | None, float | None]:
-    """Why gpumon's exporter serves no current sample although it answers, or None; and when
-    its latest sample was read, where it says.
-
-    It says so itself (``gpumon_sampler_stalled 1``; ``gpumon_sample_age_seconds`` at the
-    scrape older than :data:`~gpumon.data.views.STALE_AFTER_INTERVALS` scrape intervals), or
-    its sample's time (``gpumon_sample_timestamp_seconds``) is older than that by the
-    server's clock.
+    """Why gpumon's exporter serves no current sample although it answers, or None; and when its
+    latest sample was read. Stalled, or a sample age or timestamp older than
+    :data:`~gpumon.data.views.STALE_AFTER_INTERVALS` scrape intervals (by the server's clock).
     """
     values = {item.name: item.value for item in series if "gpu" not in item.labels}
     stamp = sample_time(series)

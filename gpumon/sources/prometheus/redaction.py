@@ -1,14 +1,9 @@
 """Credentials kept out of every line the Prometheus client shows.
 
-A server may echo what it was sent: a proxy's 401 page quoting the ``Authorization`` header,
-an API error naming a bad token, a redirect to a URL with it. :class:`Redactor` knows every
-form in which the request's credentials could come back (each header value; the credential
-of a ``Scheme credential`` value and of each ``key=value`` part; the basic-auth
-``user:password`` pair and the password alone; their base64 and percent-encoded forms) and
-replaces them, in any case, with ``***``. A credential shorter than
-:data:`SHORTEST_REDACTABLE` characters cannot be replaced without mangling the text around it
-(``pw9`` is in many words): then no text from the server is shown at all, only
-:data:`HIDDEN`.
+:class:`Redactor` replaces, in any case, with ``***`` every form in which the request's
+credentials could come back (header values, tokens, ``user:password``, base64 and
+percent-encoded forms). A credential shorter than :data:`SHORTEST_REDACTABLE` cannot be
+masked safely: then only :data:`HIDDEN` is shown.
 """
 
 from __future__ import annotations

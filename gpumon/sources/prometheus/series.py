@@ -1,18 +1,10 @@
 """Prometheus' answers turned into gpumon's model.
 
-An instant query's result becomes :class:`_Series` (labels made safe when read, NaN and
-infinite values ``None``, a time that is not a real moment ``None``; a series whose labels
-are not all text is dropped); a target's series become a :class:`~gpumon.data.model.Sample`:
-:func:`_gpumon_sample` for gpumon's exporter (GpuStats, MIG instances, GpuProcess,
-DriverInfo), :func:`_dcgm_sample` for dcgm-exporter's, :func:`_identity_sample` for the GPUs
-a down node's identity series named. :func:`_kind` tells the exporter, :func:`_host` its host
-name. See "What a node holds" in :mod:`gpumon.sources.prometheus.source`.
-
-One bad series spoils only itself: a reading that no GPU can give (negative, or beyond
-:data:`_LARGEST_READING`) is ``None`` (N/A), a process count that is not a count leaves that
-GPU's processes unknown (never FREE), a process's memory that is not a size is N/A. A UUID
-label that is no GPU or MIG UUID is unknown (``None``): ``pick --format uuid`` prints UUIDs
-into a remote shell's command line, and never prints an unknown one.
+An instant query's result becomes :class:`_Series` (labels made safe, NaN and impossible
+readings ``None``); a target's series become a :class:`~gpumon.data.model.Sample` for
+gpumon's exporter, dcgm-exporter or a down node's identity. One bad series spoils only
+itself; a process count that is not a count leaves the GPU's processes unknown, never FREE;
+a UUID label that is no GPU or MIG UUID is unknown.
 """
 
 from __future__ import annotations

@@ -1,149 +1,9 @@
 """A cluster read from Prometheus' HTTP query API: one :class:`~gpumon.data.cluster.Node` per
-target.
+scrape target, from gpumon's exporter or dcgm-exporter (detected per target).
 
-Works with anything that answers Prometheus' ``/api/v1/query`` and ``/api/v1/query_range``
-(Prometheus, Thanos, VictoriaMetrics, Mimir), with gpumon's exporter and NVIDIA's dcgm-exporter
-on the nodes, detected per target. Standard library HTTP only; no Textual.
-
-Public API
-==========
-
-``PrometheusSource(url, *, headers={}, basic_auth=None, ca_file=None, timeout_s=5.0,
-clock=time.time, opener=None)``
-    ``url`` is the server's base address, e.g. ``https://prom.example:9090`` or
-    ``https://example/prometheus/`` behind a proxy (``/api/v1/...`` is appended; a query
-    string is dropped). Credentials in the URL (``https://user:pass@host``) become basic auth
-    and are removed from it. ``headers`` are sent with every request (``{"Authorization":
-    "Bearer …"}``, ``{"X-Scope-OrgID": "team"}`` for Mimir); ``basic_auth`` is ``(user,
-    password)``. Both are sent pre-emptively. No redirect is followed: a 3xx answer is a
-    failure whose line says where it pointed (``scheme://host[:port]/path``). HTTPS verifies
-    the certificate and the host name; ``ca_file`` names a PEM bundle of a private CA.
-    ``timeout_s`` bounds each request as a whole, however slowly the bytes arrive: name
-    lookup, connecting, the TLS handshake, the status line, headers and body (an error's
-    too); then it fails with ``no answer within N s``. A refresh is three requests. Proxies
-    from the environment (``http_proxy``, ``https_proxy``, ``no_proxy``) are used as by
-    urllib. An answer larger than :data:`~gpumon.sources.prometheus.client.MAX_ANSWER_BYTES`
-    (64 MiB) is refused, by its ``Content-Length`` before it is read. ``clock`` is only used
-    where the server gives no time that is a real moment. ``opener`` replaces urllib's
-    (anything with ``open(request, timeout=...)``, as :class:`urllib.request.OpenerDirector`;
-    then only the reads of the body are bounded): for tests. Raises :class:`ValueError` for a
-    URL that is not ``http(s)://host...`` and for a CA file that cannot be read. ``repr()``
-    shows header names only, never values or passwords. No error text holds a credential in
-    any form the server may echo it (:mod:`~gpumon.sources.prometheus.redaction`), and none
-    holds the text of a 401 or 403 answer.
-
-``PrometheusSource.sample() -> ClusterSample``
-    Blocks (HTTP; call it off the event loop), never raises. Runs the same three instant
-    queries whatever the number of nodes (:data:`TARGETS_QUERY`, :data:`DATA_QUERY`,
-    :data:`IDENTITY_QUERY`; see "Queries"). On failure (unreachable, HTTP 401/403/5xx, a
-    timeout, an answer that is not the API's JSON) it returns the previous sample's nodes, each
-    UP one turned STALE so that no view counts its GPUs as free, with ``stale=True`` and
-    ``error`` set to one line (the URL without credentials, never a header value). The caller
-    then waits :attr:`PrometheusSource.next_retry_s` before the next try.
-
-``PrometheusSource.next_retry_s -> float | None``
-    ``None`` after a success; after failures 1, 2, 4 … 60 s (:class:`Backoff`).
-
-``PrometheusSource.history(node, gpu_index, field_key, seconds=3600, step=None)``
-    ``-> list[tuple[float, float | None]]``: one GPU field over the last ``seconds`` from
-    ``/api/v1/query_range``, in the model's units (percent, MHz, bytes…), one point per ``step``
-    (default: ``seconds / 360``, at least 1 s), ``None`` where Prometheus has no value (the
-    node was down) or a NaN. ``node`` is a node's name or its ``instance``; ``field_key`` a
-    :data:`gpumon.data.fields.BY_KEY` key. ``[]`` when the node's exporter does not serve that
-    field (dcgm-exporter has no fan speed, for one). Raises :class:`ValueError` for an unknown
-    key or a field whose values are names (``clock_events``, ``compute_mode``), and
-    :class:`PrometheusError` (one safe line) when the query fails. Blocks; may run on
-    another thread while :meth:`sample` runs (it only reads the latest sample).
-
-``PrometheusSource.query(expression, at_s)``, ``.query_range(expression, start_s, end_s,
-step_s)``
-    The answer's ``data`` of one instant or range query, for ``gpumon report``
-    (:mod:`~gpumon.sources.prometheus.usage`); raise :class:`PrometheusError` as ``history``.
-
-``PrometheusSource.url`` (the address shown: no credentials), ``.last`` (the latest
-ClusterSample or ``None``), ``.close()`` (nothing to release; for symmetry with GpuSource).
-
-``Backoff``: ``failed() -> float`` (the next delay: 1, 2, 4 … 60 s), ``succeeded()``,
-``delay_s`` (``None`` after a success).
-
-What a node holds
-=================
-
-- Nodes are scrape targets, keyed by their ``(instance, job)`` labels, named by
-  :func:`gpumon.data.cluster.node_names` from their host label (gpumon's ``gpumon_host_info
-  {hostname}``, dcgm-exporter's ``Hostname``). A target is a node when it serves GPU series
-  now or within the last hour, or is in a job where another target does (so a gpumon target
-  down for a day is listed, and Prometheus' own target is not).
-- gpumon's exporter (kind GPUMON, wins when a target serves both kinds: ``--dcgm-compat``):
-  every field of :data:`gpumon.data.fields.FIELDS`, converted back with its ``scale`` (ratio to
-  percent, hertz to MHz) and to the model's type (ints rounded); ``gpumon_gpu_up 0`` is a lost
-  GPU; MIG instances from ``gpumon_mig_memory_*`` (indices in instance-id order, the exporter
-  does not serve NVML's); processes from ``gpumon_process_gpu_memory_bytes``: ``command`` is
-  the ``process`` label, the executable's base name only; ``kind`` from the ``type`` label
-  (``C``, ``G``, ``C+G``), UNKNOWN where the exporter does not say; ``visible`` True,
-  ``is_current_user`` False; host details (CPU, RSS, elapsed) ``None``. A GPU without
-  ``gpumon_gpu_processes`` (the exporter leaves it out when the list is unknown) gets
-  ``processes_error``, as does one whose count exceeds the listed processes (a process whose
-  memory is N/A has no series): unknown, never free. ``processes_read`` is True
-  when some GPU's count is served. Absent ``gpumon_gpu_clock_event_reason`` series read
-  ``None`` (the exporter serves none both when nothing holds the clocks and when it cannot
-  tell).
-- dcgm-exporter (kind DCGM): the readings of :data:`DCGM_READINGS` (MiB to bytes, mJ to J);
-  total memory from ``DCGM_FI_DEV_FB_TOTAL`` where served, else used + free (+ reserved);
-  everything else ``None``; ``processes_read`` False (dcgm-exporter lists no process).
-- Every label value is other machines' text and passes :func:`gpumon.data.format.safe_text`.
-  NaN and infinite values are ``None``; so is a reading no GPU gives (negative, past 2**64,
-  a utilisation past 100 %); every time from an answer that is not a real moment
-  (:func:`gpumon.data.format.known_time`) is not known. One bad series spoils only itself
-  (a series whose labels are not all text is dropped); a process count that is not a count
-  leaves that GPU's processes unknown, never free.
-- A node whose series name more than :data:`~gpumon.sources.prometheus.nodes.MAX_GPUS_PER_NODE`
-  (64) GPUs, or a GPU index of 64 or more, is refused: STALE with its last known GPUs and
-  ``problem`` saying why.
-
-Staleness
-=========
-
-State per node by :func:`gpumon.data.cluster.classify`, against the server's evaluation time
-(not this machine's clock, which may be skewed): DOWN when ``up == 0``; STALE when its
-latest scrape is older than three scrape intervals, or when it has no ``up`` series any
-more (removed from the scrape config or service discovery: listed for an hour after). STALE
-too when gpumon's exporter answers but its data are not current (a driver call stuck behind
-a live exporter): it serves no GPU series (it drops them when a sample fails), or
-``gpumon_sampler_stalled 1``, or a ``gpumon_sample_age_seconds`` or a
-``gpumon_sample_timestamp_seconds`` older than three scrape intervals (the timestamp by the
-server's clock: the nodes' clocks must be synchronised); ``Node.problem`` says which. A DOWN
-or STALE node keeps the last GPUs this source read for it (or, on a first sample, the GPUs
-its identity series named in the last hour, without readings), and no view counts them free.
-
-``last_seen_s`` is its latest successful scrape (for an exporter serving an old sample, that
-sample's time). ``down_since_s`` is the scrape after the last
-successful one within the hour (found with 15 s resolution, so it is within one scrape
-interval or 15 s of the real moment); ``None`` when it has not been up for an hour.
-
-The scrape interval is measured per target from the data: the time its last five minutes'
-``up`` samples span over their number (``count_over_time(up[5m])`` and
-``min_over_time(timestamp(up)[5m:1s])``), rather than read from ``/api/v1/status/config``:
-Thanos, VictoriaMetrics and Mimir do not serve Prometheus' configuration, relabelling can give
-a target an interval its job's ``scrape_interval`` does not show, and a target only seconds old
-is measured right too. Fewer than two scrapes in five minutes: 15 s
-(:data:`DEFAULT_SCRAPE_INTERVAL_S`). ``ClusterSample.scrape_interval_s`` is the median over
-targets.
-
-Queries
-=======
-
-Each refresh is three POSTs to ``/api/v1/query``, however many nodes:
-
-1. :data:`TARGETS_QUERY`: per target, ``up``, ``timestamp(up)`` (its latest scrape), the
-   time of its latest successful scrape within the hour (a subquery at 15 s steps), and its
-   scrape count and first scrape over 5 min: five expressions joined with ``or`` and told
-   apart by a ``gpumon_fact`` label.
-2. :data:`DATA_QUERY`: every series the model is made of, as one selector
-   ``{__name__=~"gpumon_gpu_info|…|DCGM_FI_DEV_GPU_UTIL|…"}``; gpumon's names come from the
-   field table.
-3. :data:`IDENTITY_QUERY`: ``last_over_time`` over an hour of the series that name a node and
-   its GPUs, for nodes that are down now.
+Three instant queries per refresh, whatever the number of nodes; a failed refresh keeps the
+last nodes, STALE, so that no view counts their GPUs free. What a node holds, staleness and
+the queries: docs/cluster.md, "How the cluster is read".
 """
 
 from __future__ import annotations
@@ -174,7 +34,16 @@ __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 
 
 class PrometheusSource:
-    """A cluster's GPUs from a Prometheus server (see the module's docstring)."""
+    """A cluster's GPUs from a Prometheus server.
+
+    ``url`` is the server's base address (``/api/v1/...`` is appended; credentials in it become
+    basic auth). ``headers`` and ``basic_auth`` are sent with every request; no redirect is
+    followed; ``ca_file`` names a PEM bundle of a private CA. ``timeout_s`` bounds each request
+    as a whole. ``clock`` is used only where the server gives no real moment; ``opener``
+    replaces urllib's, for tests. Raises :class:`ValueError` for a URL that is not
+    ``http(s)://host...`` or an unreadable CA file. No ``repr()`` or error text holds a
+    credential.
+    """
 
     def __init__(
         self,
@@ -220,7 +89,11 @@ class PrometheusSource:
         """Nothing to release (each request has its own connection)."""
 
     def sample(self) -> ClusterSample:
-        """Every node now; never raises (see the module's docstring)."""
+        """Every node now; blocks, never raises.
+
+        On failure the previous nodes come back STALE with ``stale=True`` and ``error`` set to
+        one safe line; wait :attr:`next_retry_s` before the next try.
+        """
         try:
             answers = [_vector(self._client.post("/api/v1/query", {"query": q})) for q in QUERIES]
             sample = self._build(*answers)
@@ -292,7 +165,12 @@ class PrometheusSource:
         seconds: float = 3600.0,
         step: float | None = None,
     ) -> list[tuple[float, float | None]]:
-        """One GPU field of one node over time (see the module's docstring)."""
+        """One GPU field of one node over ``seconds``, in the model's units.
+
+        ``None`` where Prometheus has no value; ``[]`` when the node's exporter does not serve
+        the field. Raises :class:`ValueError` for an unknown or name-valued key and
+        :class:`PrometheusError` when the query fails. Blocks; safe beside :meth:`sample`.
+        """
         descriptor = BY_KEY.get(field_key)
         if descriptor is None:
             raise ValueError(f"no GPU field {field_key!r}")
@@ -336,19 +214,11 @@ class PrometheusSource:
         return [(moment, values.get(moment)) for moment in moments]
 
     def query(self, expression: str, at_s: float) -> Any:
-        """An instant query's ``data`` at ``at_s`` (for ``gpumon report``).
-
-        Raises:
-            PrometheusError: as :meth:`history`.
-        """
+        """An instant query's ``data`` at ``at_s``; raises :class:`PrometheusError`."""
         return self._client.post("/api/v1/query", {"query": expression, "time": f"{at_s:.3f}"})
 
     def query_range(self, expression: str, start_s: float, end_s: float, step_s: float) -> Any:
-        """A range query's ``data`` (for ``gpumon report``; the caller bounds the steps).
-
-        Raises:
-            PrometheusError: as :meth:`history`.
-        """
+        """A range query's ``data`` (the caller bounds the steps); raises PrometheusError."""
         form = {
             "query": expression,
             "start": f"{start_s:.3f}",

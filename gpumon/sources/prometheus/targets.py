@@ -1,12 +1,8 @@
 """Scrape targets, the Prometheus source's nodes: facts and grouping per target.
 
-A target is its ``(instance, job)`` labels (:data:`Target`). :func:`_facts` reads the
-:data:`~gpumon.sources.prometheus.queries.TARGETS_QUERY` answer into each target's
-:class:`_Facts` (``up``, its scrapes, its scrape interval); :func:`_by_target` groups series
-by target; :func:`_node_targets` picks the targets that are nodes; :func:`_unique` tells
-alike names apart. See "What a node holds" and "Staleness" in
-:mod:`gpumon.sources.prometheus.source` (an UP node turns STALE when Prometheus does not
-answer: :func:`gpumon.data.cluster.no_longer_current`).
+A target is its ``(instance, job)`` labels. :func:`_facts` reads each target's ``up``,
+scrapes and scrape interval; :func:`_by_target` groups series; :func:`_node_targets` picks
+the targets that are nodes; :func:`_unique` tells alike names apart (docs/cluster.md).
 """
 
 from __future__ import annotations

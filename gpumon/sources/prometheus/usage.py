@@ -1,34 +1,9 @@
 """Who used a cluster's GPUs over a period, from Prometheus: ``gpumon report --prometheus``.
 
-Read from the exporter's per-process series (``gpumon_process_gpu_memory_bytes``,
-``gpumon_process_sm_utilization_ratio``, ``gpumon_process_idle_seconds``), one row per
-group (user, Slurm job, container or GPU) and node, with the rules of
-:mod:`gpumon.data.usage`: a GPU is *held* by a group while one of its processes holds memory
-on it (two on one GPU: still one GPU), *used* in proportion to their SM utilisation (at most
-the whole GPU), *held idle* while one of them is IDLE by the exporter's idle rule. The
-exporter has no SM utilisation series for a process whose utilisation is N/A (MIG, some
-boards): the hours held on GPUs where one of the group's processes had one are the *known*
-hours, and a row with none has USED N/A (``None``), never 0.
-
-Cost is bounded whatever the period: the hours are sums over evenly spaced evaluations, at
-most :data:`MAX_POINTS` of them (every :data:`MIN_STEP_S` seconds at most often: a 7-day
-report samples every 14 minutes), not integrals over every raw sample; one range query
-carries held, used, idle, peak memory, the nodes' host names and whether data is simulated
-(told apart by a ``gpumon_fact`` label); one instant query counts the processes (a subquery
-at the same step: a process shorter than the step may be missed, a PID reused within the
-period counts once); one asks who is idle now, and one whether the contrib recording rules
-(``contrib/prometheus/gpumon-recording.yml``) were loaded when the period began. When they
-were, and the report is by user, the range query reads their per-user series
-(:data:`RECORDED`) instead of the raw per-process ones: a few series per node instead of one
-per process. Every request is the source's: its timeout, its size cap, its redaction.
-
-Hours are never summed over time Prometheus holds no data of: one instant query first finds
-when each node's exporter was scraped (its first and last sample in the period,
-:func:`extent_query`), the period is clipped to that (2 minutes of data in a 7-day report
-are summed over those 2 minutes, at a step that fits them), and a node seen for less than
-the evaluations that saw it stand for (a node that came up late) has its hours scaled down
-to the time it was there. The report says what the data covers (``recorded_from_s`` and
-``recorded_to_s``).
+Read from the exporter's per-process series with the rules of :mod:`gpumon.data.usage`; a
+row with no SM utilisation known has USED N/A, never 0. Cost is bounded whatever the period
+(at most :data:`MAX_POINTS` evaluations), and hours are never summed over time Prometheus
+holds no data of. Details: docs/cluster.md, "The usage report".
 """
 
 from __future__ import annotations
@@ -187,11 +162,7 @@ def cluster_usage(
     *,
     min_memory_bytes: int = IdleRule().min_memory_bytes,
 ) -> UsageReport:
-    """The report of ``period`` grouped ``by`` (see the module docstring).
-
-    Raises:
-        PrometheusError: a query failed (one line without credentials).
-    """
+    """The report of ``period`` grouped ``by``; raises :class:`PrometheusError` (one safe line)."""
     label = LABELS[by]
     extents = _extents(source.query(extent_query(period), period.end_s), period)
     covered = _covered(period, extents)
