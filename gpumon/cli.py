@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from gpumon.ui.cluster.app import ClusterApp
     from gpumon.ui.dashboard.app import GpumonApp
 
-# Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
-# ``run(args) -> int`` and keeps heavy imports inside ``run``.
+# Subcommand -> module. Each module exposes ``run(settings, **its options) -> int``, and
+# ``add_arguments(parser)`` where it has options of its own; heavy imports stay inside ``run``.
 SUBCOMMANDS: dict[str, str] = {
     "once": "gpumon.commands.once",
     "status": "gpumon.commands.status",
@@ -251,7 +251,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         # argparse %-formats help strings; a literal "87%" must not break --help.
         sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
         flags.add_setting_arguments(sub, name)  # only the settings this subcommand reads
-        importlib.import_module(module_name).add_arguments(sub)
+        module = importlib.import_module(module_name)
+        if hasattr(module, "add_arguments"):  # record's options are all settings
+            module.add_arguments(sub)
     return parser
 
 

@@ -36,11 +36,12 @@ def add_setting_arguments(parser: argparse.ArgumentParser, command: str | None) 
             kind: dict[str, object] = {"action": "store_true"}
         else:
             kind = {"action": "append" if spec.repeatable else "store", "metavar": spec.metavar}
+        text = spec.command_help.get(command or "", spec.described())
         group.add_argument(
             spec.flag or "",
             dest=_dest(spec, after=command is not None),
             default=None if command is None else argparse.SUPPRESS,
-            help=spec.described().replace("%", "%%"),  # argparse %-formats help
+            help=text.replace("%", "%%"),  # argparse %-formats help
             **kind,  # type: ignore[arg-type]
         )
 

@@ -21,6 +21,9 @@ from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 CLUSTER_COMMANDS = frozenset({"once", "pick", "report"})
 _DEMO_COMMANDS = frozenset({"once", "status", "export", "probe", "pick", "record"})
 _HISTORY_COMMANDS = frozenset({"once", "export", "record", "report"})
+#: gpumon record's seconds between samples unless its --interval says otherwise (the config
+#: file's ``interval`` is the dashboard's 1 s, for eyes).
+RECORD_INTERVAL_S = 10.0
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
 MAX_DEMO_GPUS = 64
 
@@ -40,6 +43,7 @@ class Setting:
         metavar: the option's value's name; ``None``: a switch (true when given).
         commands: the subcommands that take the flag, also after their name (the dashboard
             takes them all); ``None``: an option of the top level, for every mode.
+        command_help: a subcommand's own ``--help`` text for the flag, in place of ``help``.
         repeatable: the flag may be given more than once (its values add up).
         secret: never printed (``repr``, ``--print-config``, errors).
     """
@@ -55,6 +59,7 @@ class Setting:
     commands: frozenset[str] | None
     repeatable: bool
     secret: bool
+    command_help: Mapping[str, str]
 
     def value_of(self, given: Any) -> Any:
         """``given`` checked; a flag's or a variable's text is read as the check's number."""
@@ -94,6 +99,7 @@ def _setting(
     env: str | None = None,
     flag: str | None = None,
     commands: frozenset[str] | None = None,
+    command_help: Mapping[str, str] | None = None,
     repeatable: bool = False,
     secret: bool = False,
 ) -> T:
@@ -101,7 +107,8 @@ def _setting(
     ``flag``: the option and the name of its value, ``"--interval SECONDS"``)."""
     option, _, metavar = (flag or "").partition(" ")
     places = (key, env, option or None, metavar or None)
-    spec = Setting("", default, check, help, *places, commands, repeatable, secret)
+    own_help = command_help or {}
+    spec = Setting("", default, check, help, *places, commands, repeatable, secret, own_help)
     return field(default=default, repr=not secret, metadata={_SPEC: spec})
 
 
@@ -119,6 +126,13 @@ class Settings:
         key="interval",
         env="GPUMON_INTERVAL",
         flag="--interval SECONDS",
+        commands=frozenset({"export", "record", "pick"}),
+        command_help={
+            "export": "seconds between samples (default: 1); scrapes read the latest sample",
+            "record": f"seconds between samples (default: {RECORD_INTERVAL_S:g}); the database "
+            "is --db, kept --history-days",
+            "pick": "with --wait: look again this often (default: 1)",
+        },
     )
     theme: str = _setting(
         "textual-dark",

@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from gpumon.config.checks import DECIMAL, WHOLE, SettingsError
-from gpumon.config.settings import BY_ATTRIBUTE
+from gpumon.config.checks import DECIMAL, WHOLE
 
 
 def whole_number(text: str, what: str = "a whole number") -> int:
@@ -28,14 +27,6 @@ def decimal_number(text: str, what: str = "a number") -> float:
     if not DECIMAL.fullmatch(stripped):
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}")
     return float(stripped)
-
-
-def interval_seconds(text: str) -> float:
-    """A subcommand's ``--interval``: the interval setting's own check."""
-    try:
-        return float(BY_ATTRIBUTE["interval_s"].value_of(text))
-    except SettingsError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 #: No GPU comes near a PiB: a bigger size is a typo (and a float overflow, past 1e308).
