@@ -1,18 +1,8 @@
 """gpumon's entry point: the ``gpumon`` console script and ``python -m gpumon``.
 
-:func:`gpumon.cli.main` does the work; what is here is only how the process starts and ends,
-which the one-shot commands feel most (``gpumon status`` runs every few seconds in a tmux
-status bar, ``gpumon once`` in scripts):
-
-* The cyclic garbage collector is off while the program starts (:mod:`gpumon.startup`); a
-  mode that lives on turns it back on once started, a one-shot command never does.
-* A one-shot command ends with ``os._exit`` once its output is flushed: the interpreter's
-  teardown (freeing every module, class and object one by one, ~10 ms) changes nothing for a
-  process that is about to go. Nothing else is skipped: these commands register no ``atexit``
-  hook, hold no file open for writing and leave no thread behind but a daemon sampling thread
-  stuck in the driver, which ``os._exit`` ends as the interpreter's exit would. An exception
-  (a traceback) and an exit through ``SystemExit`` (``--help``, a usage error) take the normal
-  way out.
+:func:`gpumon.cli.main` does the work; here is only how the process starts (the garbage
+collector off, :mod:`gpumon.startup`) and ends: a one-shot command with ``os._exit`` once its
+output is flushed, skipping the interpreter's teardown. docs/process-and-terminal.md says why.
 """
 
 from __future__ import annotations

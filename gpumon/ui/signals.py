@@ -1,32 +1,9 @@
-"""Quit the dashboard on SIGTERM, SIGHUP and SIGQUIT as on ``q``.
+"""Quit the dashboard on SIGTERM, SIGHUP and SIGQUIT as on ``q``, leaving the terminal usable.
 
-``kill PID`` sends SIGTERM; closing the tmux pane, the terminal window or the SSH connection
-sends SIGHUP. Python's default for these (and SIGQUIT) is to die at once, which leaves the
-terminal in Textual's application mode: alternate screen, mouse tracking, hidden cursor,
-``stty -isig -icanon -echo``. Textual 8's Linux driver handles only SIGTSTP and SIGCONT
-(suspend and resume, with ``signal.signal``) and SIGWINCH (resize).
-
-Here each of the three makes the app exit as ``q`` does (``App.exit``, status 0): Textual
-cancels the workers (the probe's kills and reaps its child), leaves application mode and
-restores the terminal's settings. The handlers are asyncio's (``loop.add_signal_handler``),
-so they run on the event loop between two messages, never in the middle of Textual's code.
-
-* A second quit signal while quitting changes nothing. After the event loop closed (asyncio
-  then puts the default actions back) the CLI ignores them: see :meth:`QuitOnSignals.finished`.
-* A hang-up leaves the terminal gone: reads see end of file, writes fail with EIO. Textual's
-  output thread dies on its first failed write, after which its bounded queue (30 writes)
-  fills up and blocks whoever writes next. So each of stdin, stdout and stderr that is a
-  hung-up terminal is pointed at ``/dev/null`` first, and quitting writes its restore
-  sequences nowhere.
-* SIGCONT: a hang-up brings SIGCONT with SIGHUP (the kernel sends both to the session leader,
-  and to the foreground job when the leader exits: gpumon in a tmux pane, run directly or
-  from a shell, both seen with strace). Textual's SIGCONT handler restarts application mode
-  whether or not it was suspended, starting a second output thread that dies on the dead
-  terminal and hangs the quit. SIGCONT is passed to Textual only after a SIGTSTP (its
-  suspend), and not when the terminal has hung up.
-* The CLI also arms a watchdog (``grace_s``): if quitting has not finished by then, it kills
-  any probe child and ends the process with status 128 + the signal's number, as the default
-  action would have (the terminal may then need ``reset``).
+Python's default for these is to die at once, leaving the terminal in application mode.
+:class:`QuitOnSignals` makes each exit the app as ``q`` does, from the event loop; a hung-up
+terminal is first pointed at ``/dev/null``, SIGCONT reaches Textual only after its suspend,
+and a watchdog ends a quit that hangs. docs/process-and-terminal.md says why.
 """
 
 from __future__ import annotations

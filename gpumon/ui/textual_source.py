@@ -1,16 +1,9 @@
 """Whether the pieces of Textual that gpumon replaces are still the code it was written against.
 
-gpumon replaces four private pieces of Textual (:data:`REPLACEMENTS`; docs/textual-replacements.md
-says what each replaces and why). Each relies on a few of Textual's functions beyond the one
-it replaces, and is used only where every one of those is a version it was tested with: the
-source of each function or class, comments, docstrings and blank lines left out, by SHA-256
-(:func:`source_digest`), is one that its table accepts. A change elsewhere in the same
-Textual file leaves it on; a change to one of those functions turns it off, and Textual's
-own code runs, as it is. ``gpumon --version`` says which are on (:func:`status_lines`) and
-the help screen says which are off (:func:`off_line`).
-
-The source is read from Textual's files without importing Textual, so ``gpumon --version``
-stays light: a few milliseconds, once per process.
+Each of :data:`REPLACEMENTS` is on only where every Textual function it relies on has a
+:func:`source_digest` its table accepts; otherwise Textual's own code runs. ``gpumon
+--version`` says which are on (:func:`status_lines`), the help screen which are off
+(:func:`off_line`). Textual's files are read, never imported. docs/textual-replacements.md.
 """
 
 from __future__ import annotations
@@ -44,9 +37,8 @@ def _digests(*digests: str) -> frozenset[str]:
 
 
 #: ``ChopsUpdate.render_segments`` (:mod:`gpumon.ui.exact_updates`): the spans and chops the
-#: compositor hands it, and how a strip crops and renders its styles. Each table below holds
-#: what every Textual release from 8.0.0 to 8.2.8 has (tests/ui/test_textual_source.py and the
-#: UI tests pass on each).
+#: compositor hands it, and how a strip crops and renders its styles. Each table holds what
+#: every Textual release from 8.0.0 to 8.2.8 has.
 EXACT_UPDATES = Replacement(
     "exact updates",
     {
@@ -144,8 +136,7 @@ def is_on(replacement: Replacement) -> bool:
 
 
 def status_lines() -> list[str]:
-    """One line per replacement, ``"exact updates: on"`` or
-    ``"exact updates: off (Textual 8.1.1 changed ChopsUpdate.render_segments)"``."""
+    """One line per replacement: ``"exact updates: on"``, or off and why."""
     lines = []
     for replacement in REPLACEMENTS:
         differences = changed(replacement)
@@ -200,13 +191,7 @@ def _read(path: Path) -> str:
 def source_digest(text: str, qualname: str) -> str | None:
     """The first 16 hex digits of the SHA-256 of ``qualname``'s source in the module source
     ``text``: its decorators and its lines, without comments, docstring, blank lines or the
-    indentation of the whole; None where ``text`` has no such function or class.
-
-    Text, not tokens or an AST: Python's tokenizer and AST differ between Python versions
-    (3.12's f-strings), and read a whole module in tens of milliseconds. The price: a line
-    of a multi-line string at the definition's own indentation or less would end it early
-    (none of the functions listed here has one).
-    """
+    indentation of the whole; None where ``text`` has no such function or class."""
     headers = _headers(text)
     start, stop, indent = 0, len(text), 0
     names = qualname.split(".")
