@@ -1,7 +1,5 @@
-"""The man page, gpumon(1), generated (:func:`man_page`): the options and subcommands from
-the parser, the config keys and environment variables from the settings
-(:data:`gpumon.config.SETTINGS`); the rest (files, exit status) is written here. No date in
-it: the same gpumon gives the same page.
+"""The man page, gpumon(1): the options from the parser, the config keys and variables from
+:data:`gpumon.config.SETTINGS`, the rest written here. No date: the same gpumon, the same page.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Every setting, declared once: :class:`Settings` has one field per setting, and the field
-carries all there is to know about it (:class:`Setting`: check, config key, variable, flag,
-help, the commands that take it). :data:`SETTINGS` reads them off the fields; the parser,
-the file and environment checks, ``--print-config``, the man page, the completions, the
-README's sample config and the tests' clean environment are all made from it, so none of
-them can forget or restate a setting.
+"""Every setting, declared once: each :class:`Settings` field carries its :class:`Setting`
+(check, config key, variable, flag, help, the commands that take it). The parser, the file
+and environment checks, ``--print-config``, the man page, the completions, the README's
+sample config and the tests' clean environment are all made from :data:`SETTINGS`.
 """
 
 from __future__ import annotations
@@ -72,8 +70,8 @@ class Setting:
         return command is None or self.commands is None or command in self.commands
 
     def described(self, *, flag: bool = False) -> str:
-        """The help with the bounds, the default and where else it is set: the config key
-        (for ``--help``), or with ``flag`` the flag (for a config file), and the variable."""
+        """The help with the bounds, the default, the config key (with ``flag``: the flag)
+        and the variable."""
         notes = [self.check.what] if isinstance(self.check, Number) else []
         if self.default not in (None, ()) and self.default is not False:
             notes.append(f"default: {self.default:g}" if notes else f"default: {self.default}")
@@ -114,10 +112,9 @@ def _setting(
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything the user can set (one field per setting: its declaration), and where each
-    value came from: ``origins`` maps a field to "default" (absent), a config file's path, a
-    ``GPUMON_*`` variable or a ``--flag``; ``config_path`` and ``system_config_paths`` are
-    the files read (the user's, or ``--config``'s; the system-wide ones, the first wins)."""
+    """Everything the user can set, one field per setting, and where each value came from:
+    ``origins`` maps a field to a config file's path, a ``GPUMON_*`` variable or a ``--flag``
+    (absent: the default); ``config_path`` and ``system_config_paths``: the files read."""
 
     interval_s: float = _setting(
         1.0,

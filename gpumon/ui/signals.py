@@ -24,8 +24,8 @@ from textual.app import App
 QUIT_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
 )
-# Longer than anything quitting waits for: Textual's CLOSE_TIMEOUT (5 s) and the probe
-# runner's reaping of a child stuck in the GPU driver (REAP_TIMEOUT_S, 5 s, plus its pipes).
+#: Longer than anything quitting waits for: Textual's CLOSE_TIMEOUT (5 s) and the probe
+#: runner's reaping of a child stuck in the GPU driver (REAP_TIMEOUT_S, 5 s, plus its pipes).
 GRACE_S = 20.0
 
 
@@ -72,8 +72,8 @@ def _kill_probe_children() -> None:
 
 
 class _ResumeOnlyAfterSuspend:
-    """Wraps Textual's SIGTSTP and SIGCONT handlers: SIGCONT reaches Textual's only after a
-    SIGTSTP went through Textual's, and not once the terminal has hung up."""
+    """Wraps Textual's SIGTSTP and SIGCONT handlers: SIGCONT reaches Textual's only after its
+    SIGTSTP, and not once the terminal has hung up."""
 
     def __init__(self) -> None:
         self.suspended = False
@@ -112,16 +112,14 @@ class _ResumeOnlyAfterSuspend:
 
 
 class QuitOnSignals:
-    """Makes ``app`` exit as on ``q`` on SIGTERM, SIGHUP and SIGQUIT.
-
-    The app calls :meth:`install` once it runs (on mount) and :meth:`uninstall` when it
-    unmounts; whoever ran the app calls :meth:`finished` once ``App.run`` returned.
+    """Makes ``app`` exit as on ``q`` on SIGTERM, SIGHUP and SIGQUIT: :meth:`install` on
+    mount, :meth:`uninstall` on unmount, :meth:`finished` once ``App.run`` returned.
     ``received`` is the first quit signal (None: none came).
 
     Args:
         app: The app to quit.
-        grace_s: Arm a watchdog for this long on the first quit signal (None: no watchdog;
-            only a process that ends when the app ends may arm one: the CLI).
+        grace_s: Arm a watchdog for this long on the first quit signal (None: none; only a
+            process that ends with the app may arm one: the CLI).
         force_exit: What the watchdog calls with the exit status (tests replace it).
     """
 
@@ -142,8 +140,8 @@ class QuitOnSignals:
         self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:
-        """Install the handlers on the running loop (the app's). Where asyncio cannot handle
-        signals (outside the main thread, on Windows) the defaults stay."""
+        """Install the handlers on the running loop; where asyncio cannot (outside the main
+        thread, on Windows) the defaults stay."""
         loop = asyncio.get_running_loop()
         for signum in QUIT_SIGNALS:
             previous = signal.getsignal(signum)
@@ -156,8 +154,8 @@ class QuitOnSignals:
         self._resume_guard.install()
 
     def uninstall(self) -> None:
-        """Put the previous handlers back, unless a quit signal came: then they stay (so a
-        repeat changes nothing while Textual finishes) until the loop closes."""
+        """Put the previous handlers back, unless a quit signal came (then a repeat must
+        change nothing while Textual finishes)."""
         if self.received is not None or self._loop is None:
             return
         self._resume_guard.uninstall()
@@ -170,16 +168,15 @@ class QuitOnSignals:
         self._previous.clear()
 
     def finished(self) -> None:
-        """The app's run is over: stop the watchdog and, if a quit signal ended it, ignore the
-        quit signals from now on (a repeat during the interpreter's exit must not turn exit
-        status 0 into death by that signal)."""
+        """Stop the watchdog; after a quit signal, ignore the quit signals from now on (a
+        repeat during the interpreter's exit must not turn status 0 into death by it)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self.received is not None:
             ignore_quit_signals()
 
     def handle(self, signum: int) -> None:
-        """Quit as on ``q``. The first quit signal counts; the ones after it change nothing."""
+        """Quit as on ``q``; quit signals after the first change nothing."""
         if self.received is not None:
             return
         self.received = signal.Signals(signum)
