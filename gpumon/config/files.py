@@ -235,13 +235,7 @@ def _parse(path: str, data: bytes) -> dict[str, Any]:
 
 #: TOML's short escapes; every other character that is not printable is written ``\\uXXXX``.
 _TOML_ESCAPES = {
-    "\\": "\\\\",
-    '"': '\\"',
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
+    character: "\\" + name for character, name in zip('\\"\b\t\n\f\r', '\\"btnfr', strict=True)
 }
 
 

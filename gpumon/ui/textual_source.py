@@ -20,20 +20,12 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Replacement:
-    """One replaced piece of Textual.
-
-    Attributes:
-        name: What ``gpumon --version`` calls it ("exact updates").
-        follows: ``"module:Qualified.name"`` of each Textual function or class it relies on,
-            to the :func:`source_digest` values it was tested with (a few releases differ).
-    """
+    """One replaced piece of Textual: its name in ``gpumon --version``, and each Textual
+    function or class it relies on (``"module:Qualified.name"``) to the
+    :func:`source_digest` values it was tested with."""
 
     name: str
     follows: Mapping[str, frozenset[str]]
-
-
-def _digests(*digests: str) -> frozenset[str]:
-    return frozenset(digests)
 
 
 #: ``ChopsUpdate.render_segments`` (:mod:`gpumon.ui.exact_updates`): the spans and chops the
@@ -42,15 +34,15 @@ def _digests(*digests: str) -> frozenset[str]:
 EXACT_UPDATES = Replacement(
     "exact updates",
     {
-        "textual._compositor:ChopsUpdate.__init__": _digests("7a39f0282e962bd1"),
-        "textual._compositor:ChopsUpdate.render_segments": _digests("d9aada5116362f70"),
-        "textual._compositor:Compositor._regions_to_spans": _digests("9e2396c77483add4"),
-        "textual._compositor:Compositor.cuts": _digests("47fa04869d9d3c90"),
-        "textual._compositor:Compositor.render_partial_update": _digests("cd25a2bce076224a"),
-        "textual._compositor:Compositor._render_chops": _digests("991c016f779341e1"),
-        "textual.strip:Strip.crop": _digests("07e2f2e5262718f0"),
-        "textual.strip:Strip.render_ansi": _digests("656638af4d79cdce"),
-        "textual.strip:Strip.render": _digests("2cc9eb8f6b8477af"),
+        "textual._compositor:ChopsUpdate.__init__": frozenset({"7a39f0282e962bd1"}),
+        "textual._compositor:ChopsUpdate.render_segments": frozenset({"d9aada5116362f70"}),
+        "textual._compositor:Compositor._regions_to_spans": frozenset({"9e2396c77483add4"}),
+        "textual._compositor:Compositor.cuts": frozenset({"47fa04869d9d3c90"}),
+        "textual._compositor:Compositor.render_partial_update": frozenset({"cd25a2bce076224a"}),
+        "textual._compositor:Compositor._render_chops": frozenset({"991c016f779341e1"}),
+        "textual.strip:Strip.crop": frozenset({"07e2f2e5262718f0"}),
+        "textual.strip:Strip.render_ansi": frozenset({"656638af4d79cdce"}),
+        "textual.strip:Strip.render": frozenset({"2cc9eb8f6b8477af"}),
     },
 )
 
@@ -59,20 +51,24 @@ EXACT_UPDATES = Replacement(
 QUIET_INPUT = Replacement(
     "quiet input driver",
     {
-        "textual.drivers.linux_driver:LinuxDriver.__init__": _digests("94a1fd675b7d8d3b"),
+        "textual.drivers.linux_driver:LinuxDriver.__init__": frozenset({"94a1fd675b7d8d3b"}),
         # 8.0.0-8.2.1; 8.2.2 sends the first size event sooner; 8.2.7 asks for more of
         # the kitty keyboard protocol. Neither touches the input thread.
-        "textual.drivers.linux_driver:LinuxDriver.start_application_mode": _digests(
-            "b3c3dfe0e64e2a0c", "8d7e3930db9a4286", "34643d9c433c2e5c"
+        "textual.drivers.linux_driver:LinuxDriver.start_application_mode": frozenset(
+            {"b3c3dfe0e64e2a0c", "8d7e3930db9a4286", "34643d9c433c2e5c"}
         ),
-        "textual.drivers.linux_driver:LinuxDriver.disable_input": _digests("bfe8c2c41b7d462e"),
-        "textual.drivers.linux_driver:LinuxDriver.close": _digests("1da41337e33ce4e4"),
-        "textual.drivers.linux_driver:LinuxDriver._run_input_thread": _digests("cf8d3e4724d8b354"),
-        "textual.drivers.linux_driver:LinuxDriver.run_input_thread": _digests("d4601095f1da1d91"),
-        "textual._parser:Parser.feed": _digests("6b504c67f35e36be"),
-        "textual._parser:Parser.tick": _digests("c9cbb27844e80361"),
-        "textual._xterm_parser:XTermParser.__init__": _digests("ddd23d8294de4daf"),
-        "textual._xterm_parser:XTermParser.parse": _digests("b4a3dba8f2f2b97e"),
+        "textual.drivers.linux_driver:LinuxDriver.disable_input": frozenset({"bfe8c2c41b7d462e"}),
+        "textual.drivers.linux_driver:LinuxDriver.close": frozenset({"1da41337e33ce4e4"}),
+        "textual.drivers.linux_driver:LinuxDriver._run_input_thread": frozenset(
+            {"cf8d3e4724d8b354"}
+        ),
+        "textual.drivers.linux_driver:LinuxDriver.run_input_thread": frozenset(
+            {"d4601095f1da1d91"}
+        ),
+        "textual._parser:Parser.feed": frozenset({"6b504c67f35e36be"}),
+        "textual._parser:Parser.tick": frozenset({"c9cbb27844e80361"}),
+        "textual._xterm_parser:XTermParser.__init__": frozenset({"ddd23d8294de4daf"}),
+        "textual._xterm_parser:XTermParser.parse": frozenset({"b4a3dba8f2f2b97e"}),
     },
 )
 
@@ -81,10 +77,10 @@ QUIET_INPUT = Replacement(
 KEYS_FOOTER = Replacement(
     "quiet footer",
     {
-        "textual.widgets._footer:Footer.__init__": _digests("ed369571be1953d6"),
-        "textual.widgets._footer:Footer.compose": _digests("4043b01c32871a06"),
-        "textual.widgets._footer:Footer.bindings_changed": _digests("ffce901968586d84"),
-        "textual.widgets._footer:Footer.on_mount": _digests("fb96b45fc4a23680"),
+        "textual.widgets._footer:Footer.__init__": frozenset({"ed369571be1953d6"}),
+        "textual.widgets._footer:Footer.compose": frozenset({"4043b01c32871a06"}),
+        "textual.widgets._footer:Footer.bindings_changed": frozenset({"ffce901968586d84"}),
+        "textual.widgets._footer:Footer.on_mount": frozenset({"fb96b45fc4a23680"}),
     },
 )
 
@@ -93,8 +89,8 @@ KEYS_FOOTER = Replacement(
 PALETTE_TYPED_AHEAD = Replacement(
     "palette type-ahead",
     {
-        "textual.command:CommandPalette._action_command_list": _digests("175ef9cb1d78b3d2"),
-        "textual.widgets._option_list:OptionList._move_page": _digests("6f02d3a191c8e4fb"),
+        "textual.command:CommandPalette._action_command_list": frozenset({"175ef9cb1d78b3d2"}),
+        "textual.widgets._option_list:OptionList._move_page": frozenset({"6f02d3a191c8e4fb"}),
     },
 )
 
