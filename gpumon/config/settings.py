@@ -31,14 +31,11 @@ class Setting:
     """One setting: what a user may give it, from where, and how it is checked.
 
     Attributes:
-        attribute: its :class:`Settings` field.
-        default: the field's default.
+        attribute: its :class:`Settings` field, whose default is ``default``.
         check: turns a given value into the one to use, or raises ``SettingsError``.
         help: what it does, in ``--help``'s words.
-        key: its config-file key; ``None``: the command line only.
-        env: its ``GPUMON_*`` variable, if any.
-        flag: its command-line option, if any.
-        metavar: the option's value's name; ``None``: a switch (true when given).
+        key, env, flag: its config-file key (``None``: none), ``GPUMON_*`` variable and
+            option, if any; ``metavar``: the option's value's name (``None``: a switch).
         commands: the subcommands that take the flag, also after their name (the dashboard
             takes them all); ``None``: an option of the top level, for every mode.
         command_help: a subcommand's own ``--help`` text for the flag, in place of ``help``.
