@@ -105,11 +105,9 @@ def _check_together(settings: Settings) -> None:
             )
     has_user = settings.prometheus_user is not None
     if has_user != (settings.prometheus_password is not None):
-        given, missing = (
-            ("prometheus_user", "prometheus_password")
-            if has_user
-            else ("prometheus_password", "prometheus_user")
-        )
+        given, missing = "prometheus_user", "prometheus_password"
+        if not has_user:
+            given, missing = missing, given
         raise SettingsError(
             f"{_origin(settings, given)}: {given} is set but {missing} is not: "
             "basic auth needs both"

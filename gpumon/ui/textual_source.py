@@ -135,13 +135,9 @@ def status_lines() -> list[str]:
     """One line per replacement: ``"exact updates: on"``, or off and why."""
     lines = []
     for replacement in REPLACEMENTS:
-        differences = changed(replacement)
-        if not differences:
-            lines.append(f"{replacement.name}: on")
-        else:
-            lines.append(
-                f"{replacement.name}: off (Textual {textual_version()} {', '.join(differences)})"
-            )
+        differences = ", ".join(changed(replacement))
+        why = differences and f"off (Textual {textual_version()} {differences})"
+        lines.append(f"{replacement.name}: {why or 'on'}")
     return lines
 
 
