@@ -40,10 +40,8 @@ def _exit_now(status: int) -> NoReturn:
 
 
 def _forget_working_directory() -> None:
-    """``python -m gpumon`` puts the working directory first on the module path: run from
-    /tmp, a module another user put there (json.py, sqlite3.py: imported when first needed)
-    would run as this user. gpumon itself is imported already (its own submodules are
-    found through the package, not the path); the console script never has the entry."""
+    """Drop the working directory from the module path (``python -m gpumon`` puts it first):
+    run from /tmp, another user's json.py there would run as this user."""
     try:
         here = os.getcwd()
     except OSError:  # removed since: nothing there to import

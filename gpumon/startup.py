@@ -17,9 +17,8 @@ def begin() -> None:
 
 
 def settled() -> None:
-    """Start-up is over: collect what it left as garbage, freeze what it keeps (modules,
-    classes, the screen), and turn the collector back on. Nothing when it is on already (a
-    test, or a caller that is not the entry point)."""
+    """Start-up is over: collect its garbage, freeze what it keeps, and turn the collector
+    back on; nothing when it is on already."""
     if gc.isenabled():
         return
     gc.collect()

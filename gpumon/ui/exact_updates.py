@@ -27,9 +27,8 @@ _MAX_BRIDGE_CELLS = 6
 
 Piece = tuple[str, Style | None]
 
-# Text with a character outside gpumon's own glyphs (ASCII, box drawing, blocks, braille,
-# a few signs) may be drawn wider or narrower than Textual counts it (emoji, say, in a
-# process's command): after it the cursor's column is not known for sure.
+# A character outside gpumon's own glyphs (an emoji in a command) may be drawn wider or
+# narrower than Textual counts it: after it the cursor's column is not known for sure.
 _UNSURE_WIDTH = re.compile("[^\x00-\x7f\u2500-\u259f\u2800-\u28ff▲▼…●°·]")
 
 
