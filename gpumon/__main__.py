@@ -1,18 +1,8 @@
 """gpumon's entry point: the ``gpumon`` console script and ``python -m gpumon``.
 
-:func:`gpumon.cli.main` does the work; what is here is only how the process starts and ends,
-which the one-shot commands feel most (``gpumon status`` runs every few seconds in a tmux
-status bar, ``gpumon once`` in scripts):
-
-* The cyclic garbage collector is off while the program starts (:mod:`gpumon.startup`); a
-  mode that lives on turns it back on once started, a one-shot command never does.
-* A one-shot command ends with ``os._exit`` once its output is flushed: the interpreter's
-  teardown (freeing every module, class and object one by one, ~10 ms) changes nothing for a
-  process that is about to go. Nothing else is skipped: these commands register no ``atexit``
-  hook, hold no file open for writing and leave no thread behind but a daemon sampling thread
-  stuck in the driver, which ``os._exit`` ends as the interpreter's exit would. An exception
-  (a traceback) and an exit through ``SystemExit`` (``--help``, a usage error) take the normal
-  way out.
+:func:`gpumon.cli.main` does the work; here is only how the process starts (the garbage
+collector off, :mod:`gpumon.startup`) and ends: a one-shot command with ``os._exit`` once its
+output is flushed, skipping the interpreter's teardown. docs/process-and-terminal.md says why.
 """
 
 from __future__ import annotations
@@ -50,10 +40,8 @@ def _exit_now(status: int) -> NoReturn:
 
 
 def _forget_working_directory() -> None:
-    """``python -m gpumon`` puts the working directory first on the module path: run from
-    /tmp, a module another user put there (json.py, sqlite3.py: imported when first needed)
-    would run as this user. gpumon itself is imported already (its own submodules are
-    found through the package, not the path); the console script never has the entry."""
+    """Drop the working directory from the module path (``python -m gpumon`` puts it first):
+    run from /tmp, another user's json.py there would run as this user."""
     try:
         here = os.getcwd()
     except OSError:  # removed since: nothing there to import

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from gpumon.ui.cluster.app import ClusterApp
     from gpumon.ui.dashboard.app import GpumonApp
 
-# Subcommand -> module. Each module exposes ``add_arguments(parser)`` and
-# ``run(args) -> int`` and keeps heavy imports inside ``run``.
+# Subcommand -> module. Each module exposes ``run(settings, **its options) -> int``, and
+# ``add_arguments(parser)`` where it has options of its own; heavy imports stay inside ``run``.
 SUBCOMMANDS: dict[str, str] = {
     "once": "gpumon.commands.once",
     "status": "gpumon.commands.status",
@@ -70,10 +70,8 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish")
 
 
 class _PrintAndExit(argparse.Action):
-    """An option that prints ``text(value)`` and exits 0, as ``--version`` does. What it
-    prints is made only when it is given: the version is read from the package metadata and
-    the completions and the man page from the whole parser, none of which ``gpumon status``
-    pays for."""
+    """An option that prints ``text(value)`` and exits 0, as ``--version`` does; the text is
+    made only when the option is given."""
 
     def __init__(
         self,
@@ -104,9 +102,7 @@ class _PrintAndExit(argparse.Action):
 
 
 def _version(_: object) -> str:
-    """gpumon's version, Textual's, and whether each of gpumon's replacements of a piece of
-    Textual is on (:mod:`gpumon.ui.textual_source`, which reads Textual's files without
-    importing Textual: a few milliseconds)."""
+    """gpumon's version, Textual's, and whether each replacement of a piece of Textual is on."""
     import gpumon
     from gpumon.ui.textual_source import status_lines, textual_version
 
@@ -129,8 +125,8 @@ def _man_page(_: object) -> str:
     return man_page(read_parser(build_parser()), gpumon.__version__)
 
 
-#: The subcommands that print once and end: ended the fast way (:mod:`gpumon.__main__`), the
-#: garbage collector left off for their short life (:mod:`gpumon.startup`).
+#: The subcommands that print once and end: the fast way out (:mod:`gpumon.__main__`), the
+#: garbage collector left off (:mod:`gpumon.startup`).
 ONE_SHOT = frozenset({"status", "once"})
 
 
@@ -141,9 +137,7 @@ class _Ran:
 
 
 def ran_one_shot() -> bool:
-    """Whether the last :func:`main` call ran a one-shot command, as argparse parsed its
-    words (``gpumon --conf status`` runs the dashboard: ``status`` is ``--config``'s value;
-    ``--help`` and usage errors end in ``SystemExit`` before this matters)."""
+    """Whether the last :func:`main` call ran a one-shot command, as argparse parsed it."""
     return _Ran.command in ONE_SHOT
 
 
@@ -202,8 +196,7 @@ def asks_help(argv: Sequence[str]) -> bool:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only``, the other subcommands are left out (their
-    parsers not made, their modules not imported): ``argv`` is known to run ``only``, and
-    does not ask for the top level's help (see :func:`main`)."""
+    modules not imported)."""
     parser = _Parser(
         prog="gpumon",
         description="Live NVIDIA GPU dashboard for shared GPU servers. "
@@ -251,7 +244,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         # argparse %-formats help strings; a literal "87%" must not break --help.
         sub = subparsers.add_parser(name, help=text.replace("%", "%%"), description=text)
         flags.add_setting_arguments(sub, name)  # only the settings this subcommand reads
-        importlib.import_module(module_name).add_arguments(sub)
+        module = importlib.import_module(module_name)
+        if hasattr(module, "add_arguments"):  # record's options are all settings
+            module.add_arguments(sub)
     return parser
 
 
@@ -332,8 +327,7 @@ CLOSED_STDOUT = "standard output is closed"
 
 
 def _stdout_closed() -> bool:
-    """True when there is no standard output to write to: closed by the shell (``>&-``, so
-    Python sets ``sys.stdout`` to None), or a stream whose descriptor is gone (EBADF)."""
+    """True when there is no standard output to write to (``>&-``, or its descriptor gone)."""
     stream = sys.stdout
     if stream is None or getattr(stream, "closed", False):
         return True
@@ -387,7 +381,7 @@ def run_dashboard(settings: Settings) -> int:
 
 def _dashboard_app(settings: Settings) -> GpumonApp | ClusterApp | None:
     """The node list where a Prometheus server is set (and no --demo), else this machine's
-    dashboard; None, after one line on stderr, for a cluster source that cannot be opened."""
+    dashboard; None, after one line on stderr, where the cluster's cannot be made."""
     if settings.prometheus_url is None or settings.demo:
         from gpumon.sampling.poller import EarlySample
         from gpumon.sources.base import source_for

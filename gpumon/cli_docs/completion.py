@@ -1,9 +1,6 @@
-"""Shell completions for bash, zsh and fish, generated from the parser (:func:`script`).
-
-Each completes the subcommands, every option of the command being typed (the program's own
-before a subcommand, the subcommand's after it, as argparse reads them), the values of
-options with choices, and paths for ``PATH`` and ``DIR`` values. Nothing installs them:
-``gpumon --print-completion SHELL`` prints one, and the README says where to put it.
+"""Shell completions for bash, zsh and fish, generated from the parser (:func:`script`):
+the subcommands, the options of the command being typed (as argparse reads them), the
+values of options with choices, and paths for ``PATH``, ``FILE`` and ``DIR`` values.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The man page, gpumon(1), generated (:func:`man_page`): the options and subcommands from
-the parser, the config keys and environment variables from the settings
-(:data:`gpumon.config.SETTINGS`); the rest (files, exit status) is written here. No date in
-it: the same gpumon gives the same page.
+"""The man page, gpumon(1): the options from the parser, the config keys and variables from
+:data:`gpumon.config.SETTINGS`, the rest written here. No date: the same gpumon, the same page.
 """
 
 from __future__ import annotations
@@ -15,34 +13,20 @@ HOMEPAGE = "https://github.com/gpumon-tui/gpumon-tui"
 
 #: Variables that are not settings, and what gpumon does with them.
 _ENVIRONMENT = (
-    (
-        "NO_COLOR",
-        "set and not empty: no colours in the text output, whatever FORCE_COLOR says "
-        "(the dashboard draws in monochrome)",
-    ),
-    (
-        "FORCE_COLOR",
-        "set and not empty (any value): colours in the text output also into a "
-        "pipe; --color never still wins",
-    ),
-    (
-        "COLUMNS",
-        "on a terminal, the width the text output of once fits (default: the "
-        "terminal's; piped, nothing is cut)",
-    ),
+    ("NO_COLOR", "set and not empty: no colours in the text output, whatever FORCE_COLOR "
+     "says (the dashboard draws in monochrome)"),
+    ("FORCE_COLOR", "set and not empty (any value): colours in the text output also into a "
+     "pipe; --color never still wins"),
+    ("COLUMNS", "on a terminal, the width the text output of once fits (default: the "
+     "terminal's; piped, nothing is cut)"),
     ("TERM", "dumb: the dashboard refuses to start (use once or status)"),
     ("GPUMON_ASCII", "1: bars and borders in ASCII, as without a UTF-8 locale"),
     ("CUDA_VISIBLE_DEVICES", "the GPUs --only-visible shows, read as CUDA reads it"),
-    (
-        "XDG_CONFIG_HOME",
-        "where the user's config file is (default ~/.config; a relative path is ignored)",
-    ),
-    (
-        "XDG_CONFIG_DIRS",
-        f"where the system-wide config files are (default {DEFAULT_CONFIG_DIRS}; "
-        "the first directory wins, relative entries are ignored)",
-    ),
-)
+    ("XDG_CONFIG_HOME", "where the user's config file is (default ~/.config; a relative "
+     "path is ignored)"),
+    ("XDG_CONFIG_DIRS", f"where the system-wide config files are (default "
+     f"{DEFAULT_CONFIG_DIRS}; the first directory wins, relative entries are ignored)"),
+)  # fmt: skip
 
 
 def man_page(program: Command, version: str) -> str:

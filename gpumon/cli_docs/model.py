@@ -1,8 +1,6 @@
-"""The command line as data, read off the argparse parser (:func:`read_parser`).
-
-argparse keeps its options in private attributes (``_actions``, ``_choices_actions``); they
-have been stable since Python 3.2, and reading them here, in one place, is what lets the
-completions and the man page never disagree with ``--help``.
+"""The command line as data, read off the argparse parser (:func:`read_parser`), so that the
+completions and the man page never disagree with ``--help``. argparse's private attributes
+(``_actions``, ``_choices_actions``, stable since Python 3.2) are read here only.
 """
 
 from __future__ import annotations
@@ -18,17 +16,10 @@ _DIRECTORY_METAVARS = frozenset({"DIR"})
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One option of a command.
-
-    Attributes:
-        flags: its spellings, ``("-n", "--count")``.
-        help: its help text, expanded as ``--help`` shows it.
-        metavar: the name of its value (``SECONDS``); ``None`` for a flag without one.
-        choices: the values it accepts, where argparse lists them.
-        completes: ``"file"``, ``"directory"`` or ``""``: what a shell offers for its value.
-        value_optional: its value may be left out (``--wait`` or ``--wait 10m``).
-        repeatable: it may be given more than once.
-    """
+    """One option of a command: its spellings, its help as ``--help`` shows it, its value's
+    name (``None``: a switch), the values argparse lists, what a shell completes for it
+    (``"file"``, ``"directory"`` or ``""``), whether the value may be left out (``--wait``)
+    and whether it may be given more than once."""
 
     flags: tuple[str, ...]
     help: str
@@ -45,17 +36,9 @@ class Option:
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """The program or one of its subcommands.
-
-    Attributes:
-        name: ``gpumon``, or the subcommand's name.
-        summary: the one line ``gpumon --help`` gives a subcommand (the program's description
-            for the program).
-        description: what its own ``--help`` says above the options.
-        epilog: what its own ``--help`` says below them.
-        options: its options, in ``--help``'s order.
-        subcommands: the subcommands, in ``--help``'s order.
-    """
+    """The program or one of its subcommands: ``summary`` is the line ``gpumon --help``
+    gives it, ``description`` and ``epilog`` its own ``--help``'s text above and below the
+    options; options and subcommands in ``--help``'s order."""
 
     name: str
     summary: str

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
 from gpumon.config.text import (
     duration_seconds,
-    interval_seconds,
     percentage,
     size_bytes,
     whole_number,
@@ -111,13 +110,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="wait until N GPUs qualify, looking every --interval: for at most DURATION "
         "(90s, 30m, 2h; a bare number is seconds), without a limit when none is given; "
         "then exit 1",
-    )
-    parser.add_argument(
-        "--interval",
-        type=interval_seconds,
-        default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="with --wait: look again this often (default: 1)",
     )
     parser.add_argument(
         "--no-claim",

@@ -8,7 +8,6 @@ cannot be used or there is no driver; a problem that may pass is one line, then 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import TYPE_CHECKING
 
@@ -17,8 +16,6 @@ if TYPE_CHECKING:
     from gpumon.data.model import Sample
     from gpumon.sampling.history.recorder import Recorder, RecorderThread
 
-#: Seconds between samples unless --interval says otherwise (the dashboard's 1 s is for eyes).
-DEFAULT_INTERVAL_S = 10.0
 #: How long stopping waits for a sample in progress (a stuck driver call is not waited for).
 STOP_WAIT_S = 1.0
 #: How long stopping waits for the writer's thread to write what is pending and close: a
@@ -27,25 +24,14 @@ WRITER_STOP_S = 1.0
 PREFIX = "gpumon record"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpumon.config.text import interval_seconds
-
-    parser.add_argument(
-        "--interval",
-        type=interval_seconds,
-        default=argparse.SUPPRESS,  # keeps `gpumon --interval N record` working
-        metavar="SECONDS",
-        help=f"seconds between samples (default: {DEFAULT_INTERVAL_S:g}); the database is "
-        "--db, kept --history-days",
-    )
-
-
 def interval_of(settings: Settings) -> float:
-    """--interval when given on the command line, else :data:`DEFAULT_INTERVAL_S` (the
+    """--interval when given on the command line, else :data:`RECORD_INTERVAL_S` (the
     config file's ``interval`` is the dashboard's)."""
+    from gpumon.config.settings import RECORD_INTERVAL_S
+
     if settings.origins.get("interval_s") == "--interval":
         return settings.interval_s
-    return DEFAULT_INTERVAL_S
+    return RECORD_INTERVAL_S
 
 
 def demo_needs_own_file(settings: Settings) -> str | None:

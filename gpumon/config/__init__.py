@@ -1,9 +1,7 @@
 """What the user can set, and from where: each setting declared once (:mod:`.settings`),
-checked by one family of checks (:mod:`.checks`), read from the config files (:mod:`.files`)
-and the environment and flags (:mod:`.load`, :mod:`.flags`).
-
-May import: :mod:`gpumon.data`; never textual, rich or pynvml. Importing the package loads
-neither argparse nor tomllib (``gpumon status`` builds its settings on every call).
+checked by one family of checks (:mod:`.checks`), read from the config files, the environment
+and flags (:mod:`.files`, :mod:`.load`, :mod:`.flags`). May import :mod:`gpumon.data` only;
+importing it loads neither argparse nor tomllib (``gpumon status`` builds settings each call).
 """
 
 from gpumon.config.checks import SettingsError

@@ -1,7 +1,6 @@
 """The one validator family: each check takes a value from a flag, the config file or the
 environment and returns the value to use, or raises :class:`SettingsError` saying what was
-expected. Text from a flag or a variable is first made the config file's type
-(:meth:`Number.from_text`), so one check serves all three and says its bounds once.
+expected (a flag's or a variable's text is first made a number: :meth:`Number.from_text`).
 """
 
 from __future__ import annotations
@@ -15,38 +14,20 @@ from gpumon.data.format import safe_text
 
 
 class SettingsError(ValueError):
-    """A setting that cannot be used; ``str()`` is the one line to print, made safe to
-    print here: a path in it, or a value quoted by the TOML parser, may hold escapes."""
+    """A setting that cannot be used; ``str()`` is the one line to print, made safe."""
 
     def __init__(self, message: str) -> None:
         super().__init__(safe_text(message))
 
 
-#: Textual's built-in themes (checked in the tests against Textual's own list, so settings
+#: Textual's built-in themes (the tests check them against Textual's own list, so settings
 #: need not import Textual to validate a name).
 THEMES = (
-    "textual-dark",
-    "textual-light",
-    "nord",
-    "gruvbox",
-    "catppuccin-mocha",
-    "dracula",
-    "tokyo-night",
-    "monokai",
-    "flexoki",
-    "catppuccin-latte",
-    "catppuccin-frappe",
-    "catppuccin-macchiato",
-    "solarized-light",
-    "solarized-dark",
-    "rose-pine",
-    "rose-pine-moon",
-    "rose-pine-dawn",
-    "atom-one-dark",
-    "atom-one-light",
-    "ansi-dark",
-    "ansi-light",
-)
+    "textual-dark", "textual-light", "nord", "gruvbox", "catppuccin-mocha", "dracula",
+    "tokyo-night", "monokai", "flexoki", "catppuccin-latte", "catppuccin-frappe",
+    "catppuccin-macchiato", "solarized-light", "solarized-dark", "rose-pine", "rose-pine-moon",
+    "rose-pine-dawn", "atom-one-dark", "atom-one-light", "ansi-dark", "ansi-light",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +50,8 @@ class Number:
         return self.kind(value)
 
     def from_text(self, text: str) -> Any:
-        """A flag's or a variable's text as a number: plain ASCII digits only (``int()``
-        takes ``1_0``, ``٣``, ``1e1``, ``nan``); other text is left for the check to refuse."""
+        """A flag's or a variable's text as a number, from plain ASCII digits only; other text
+        is left for the check to refuse."""
         pattern = WHOLE if self.kind is int else DECIMAL
         stripped = text.strip()
         return self.kind(stripped) if pattern.fullmatch(stripped) else text
@@ -93,16 +74,19 @@ def boolean(value: Any) -> bool:
     return value
 
 
-def interpreter(value: Any) -> str:
-    """A program to run: an absolute path (``~`` expanded) or a bare command name, which is
-    looked up on ``PATH`` as a shell would. A relative path with a directory part is refused:
-    from a config file or the environment it would name a different program in each
-    directory gpumon starts in (``/tmp``: anyone's). ``--probe-python`` is made absolute
-    against the directory it was typed in before it comes here.
-    """
+def _path(value: Any, what: str) -> str:
+    """``value`` as a path, ``~`` expanded; ``what`` names what was expected."""
     if not isinstance(value, str) or not value or "\x00" in value:
-        raise SettingsError(f"expected the path of a Python interpreter, got {shown(value)}")
-    expanded = os.path.expanduser(value)
+        raise SettingsError(f"expected the path of {what}, got {shown(value)}")
+    return os.path.expanduser(value)
+
+
+def interpreter(value: Any) -> str:
+    """A program to run: an absolute path or a bare command name (looked up on ``PATH``). A
+    relative path with a directory part is refused: it would name a different program in
+    each directory gpumon starts in (``--probe-python`` is made absolute before it comes here).
+    """
+    expanded = _path(value, "a Python interpreter")
     if os.sep in expanded and not os.path.isabs(expanded):
         raise SettingsError(
             f"expected an absolute path or a command name, got {shown(value)} (a relative "
@@ -112,11 +96,8 @@ def interpreter(value: Any) -> str:
 
 
 def directory(value: Any) -> str:
-    """A directory's absolute path (``~`` expanded; it need not exist yet: gpumon may create
-    it). A relative path is refused: gpumon would make the directory wherever it started."""
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise SettingsError(f"expected the path of a directory, got {shown(value)}")
-    expanded = os.path.expanduser(value)
+    """A directory's absolute path (it need not exist yet: gpumon may create it)."""
+    expanded = _path(value, "a directory")
     if not os.path.isabs(expanded):
         raise SettingsError(
             f"expected an absolute path, got {shown(value)} (a relative one would be made "
@@ -126,10 +107,8 @@ def directory(value: Any) -> str:
 
 
 def file_path(value: Any) -> str:
-    """A file's path (``~`` expanded); whether it must exist is up to whoever opens it."""
-    if not isinstance(value, str) or not value or "\x00" in value:
-        raise SettingsError(f"expected the path of a file, got {shown(value)}")
-    return os.path.expanduser(value)
+    """A file's path; whether it must exist is up to whoever opens it."""
+    return _path(value, "a file")
 
 
 def url(value: Any) -> str:

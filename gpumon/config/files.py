@@ -20,9 +20,8 @@ from gpumon.data.format import safe_text
 
 
 def default_config_path(environ: Mapping[str, str]) -> str:
-    """The user's file: ``$XDG_CONFIG_HOME/gpumon/config.toml``, else
-    ``~/.config/gpumon/config.toml`` (also for a relative ``XDG_CONFIG_HOME``, which the XDG
-    Base Directory spec says to ignore)."""
+    """``$XDG_CONFIG_HOME/gpumon/config.toml``, else (also for a relative one, as the XDG
+    spec says) ``~/.config/gpumon/config.toml``."""
     base = environ.get("XDG_CONFIG_HOME", "")
     if not os.path.isabs(base):
         base = os.path.join(os.path.expanduser("~"), ".config")
@@ -34,9 +33,8 @@ DEFAULT_CONFIG_DIRS = "/etc/xdg"
 
 
 def system_config_paths(environ: Mapping[str, str]) -> list[str]:
-    """The system-wide files, most important first: ``gpumon/config.toml`` in each
-    directory of ``$XDG_CONFIG_DIRS`` (default ``/etc/xdg``), in order; relative entries are
-    ignored, as the spec says, and a directory named twice counts once."""
+    """``gpumon/config.toml`` in each directory of ``$XDG_CONFIG_DIRS``, most important
+    first; relative entries are ignored, as the XDG spec says, and repeats count once."""
     directories = environ.get("XDG_CONFIG_DIRS", "") or DEFAULT_CONFIG_DIRS
     paths: list[str] = []
     for directory in directories.split(":"):
@@ -47,9 +45,8 @@ def system_config_paths(environ: Mapping[str, str]) -> list[str]:
 
 
 def default_history_path(environ: Mapping[str, str], uid: int) -> str:
-    """Where the history database lives when ``history_db`` is not set: the system's for
-    root (``/var/lib/gpumon/history.db``, what the systemd unit records), else
-    ``$XDG_STATE_HOME/gpumon/history.db`` (default ``~/.local/state``)."""
+    """The history database when ``history_db`` is not set: the system's for root (what
+    the systemd unit records), else ``$XDG_STATE_HOME/gpumon/history.db``."""
     if uid == 0:
         return "/var/lib/gpumon/history.db"
     state = environ.get("XDG_STATE_HOME", "")
@@ -63,12 +60,8 @@ MAX_CONFIG_BYTES = 256 * 1024
 
 
 def read_config(path: str, *, required: bool) -> dict[str, Any]:
-    """The config file's table; ``{}`` when there is none (and none was asked for).
-
-    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read (a FIFO, a device or a
-    directory is refused without blocking), and only one that no other user controls: it and
-    every directory above it must belong to this user or root and be writable by no one else,
-    as ssh asks of its files. The config names programs gpumon runs (``probe_python``).
+    """The config file's table, read as :func:`read_guarded` reads; ``{}`` when there is
+    none (and none was asked for).
 
     Raises:
         SettingsError: the file cannot be used; its text names the file and why.
@@ -80,10 +73,9 @@ def read_config(path: str, *, required: bool) -> dict[str, Any]:
 def read_guarded(
     path: str, *, max_bytes: int = MAX_CONFIG_BYTES, missing_ok: bool = False
 ) -> bytes | None:
-    """The bytes of ``path``, read as a config file is (:func:`read_config`): a regular file
-    of at most ``max_bytes``, opened without blocking, that no other user controls. ``None``
-    for a missing file when ``missing_ok``. Also for other files a config names that another
-    user must not be able to swap (``gpumon export --web-config-file`` and its TLS files).
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes`` (opened
+    without blocking) that it and every directory above it belong to this user or root and
+    are writable by no one else, as ssh asks; ``None`` for a missing file when ``missing_ok``.
 
     Raises:
         SettingsError: the file cannot be used; its text names the file and why.
@@ -147,8 +139,7 @@ def _check_owner(path: str, info: os.stat_result, what: str) -> None:
 
 
 def _searchable(path: str) -> bool:
-    """False when a directory on the way to ``path`` cannot be searched (EACCES), so
-    whether the file is there cannot be told; True when the file itself refused."""
+    """False when a directory on the way to ``path`` cannot be searched (EACCES)."""
     try:
         os.stat(path)
     except PermissionError:
@@ -159,8 +150,8 @@ def _searchable(path: str) -> bool:
 
 
 def _check_directories(path: str) -> None:
-    """Refuse ``path`` when a directory on the way to it, as the kernel resolved it (through
-    any symbolic link), is another user's or writable by others."""
+    """Refuse ``path`` when a directory above its real path is another user's or writable by
+    others."""
     directory = os.path.dirname(os.path.realpath(path))
     while True:
         try:
@@ -175,12 +166,8 @@ def _check_directories(path: str) -> None:
 
 
 def check_links(path: str) -> None:
-    """Refuse ``path`` when a symbolic link on the way to it belongs to another user than
-    this one or root (:func:`foreign_link`).
-
-    Raises:
-        SettingsError: one line naming the link and its owner.
-    """
+    """Refuse ``path`` (a :class:`SettingsError` naming the link and its owner) when a
+    symbolic link on the way to it is :func:`foreign_link`."""
     found = foreign_link(path)
     if found is not None:
         link, owner = found
@@ -191,11 +178,9 @@ def check_links(path: str) -> None:
 
 
 def foreign_link(path: str) -> tuple[str, int] | None:
-    """The first symbolic link on the way to ``path`` (the file itself, a directory above
-    it, or one in a link's target) that neither this user nor root owns, and its owner's
-    uid: its owner could point it elsewhere at any time. ``None`` when there is none. Each
-    component is looked at with ``lstat``; what cannot be looked at is left to the opening
-    to report."""
+    """The first symbolic link on the way to ``path`` (also within a link's target) that
+    neither this user nor root owns, and its owner's uid; ``None`` when there is none (or a
+    component cannot be looked at: the opening reports that)."""
     uid = os.geteuid()
     pending = os.path.join(os.getcwd() if not os.path.isabs(path) else "/", path).split("/")
     resolved = "/"
@@ -250,20 +235,12 @@ def _parse(path: str, data: bytes) -> dict[str, Any]:
 
 #: TOML's short escapes; every other character that is not printable is written ``\\uXXXX``.
 _TOML_ESCAPES = {
-    "\\": "\\\\",
-    '"': '\\"',
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
+    character: "\\" + name for character, name in zip('\\"\b\t\n\f\r', '\\"btnfr', strict=True)
 }
 
 
 def toml_value(value: Any) -> str:
-    """``value`` as a TOML value: a string is a basic string with every control, bidi and
-    other unprintable character escaped, so ``--print-config`` is valid TOML and safe on a
-    terminal."""
+    """``value`` as a TOML value, every unprintable character of a string escaped."""
     if isinstance(value, tuple):
         return "[" + ", ".join(toml_value(item) for item in value) + "]"
     if isinstance(value, bool):

@@ -1,10 +1,8 @@
 """The settings' command-line options, made from :data:`~gpumon.config.settings.SETTINGS`.
 
-The top level takes every setting's flag; a subcommand takes, before or after its name, only
-those of the settings it reads (:attr:`Setting.commands`), so its ``--help``, man page
-section and completions offer nothing it ignores. argparse only collects the text: each
-value is checked by its setting's check in :func:`~gpumon.config.load.load_settings`, as a
-file's or a variable's is.
+The top level takes every setting's flag; a subcommand only those of the settings it reads
+(:attr:`Setting.commands`). argparse only collects the text: each value is checked in
+:func:`~gpumon.config.load.load_settings`, as a file's or a variable's is.
 """
 
 from __future__ import annotations
@@ -19,8 +17,8 @@ FLAGGED = tuple(spec for spec in SETTINGS if spec.flag)
 
 
 def _dest(spec: Setting, after: bool = False) -> str:
-    """Where argparse puts the flag's value; a repeatable flag given after the subcommand has
-    a list of its own (argparse would replace the top level's)."""
+    """Where argparse puts the flag's value (a repeatable one after the subcommand: a list of
+    its own, as argparse would replace the top level's)."""
     name = (spec.flag or "").lstrip("-").replace("-", "_")
     return f"{name}_after" if after and spec.repeatable else name
 
@@ -36,11 +34,12 @@ def add_setting_arguments(parser: argparse.ArgumentParser, command: str | None) 
             kind: dict[str, object] = {"action": "store_true"}
         else:
             kind = {"action": "append" if spec.repeatable else "store", "metavar": spec.metavar}
+        text = spec.command_help.get(command or "", spec.described())
         group.add_argument(
             spec.flag or "",
             dest=_dest(spec, after=command is not None),
             default=None if command is None else argparse.SUPPRESS,
-            help=spec.described().replace("%", "%%"),  # argparse %-formats help
+            help=text.replace("%", "%%"),  # argparse %-formats help
             **kind,  # type: ignore[arg-type]
         )
 
@@ -62,16 +61,14 @@ def settings_flags(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _typed_here(path: str) -> str:
-    """A path from the command line, relative ones made absolute against the directory the
-    command was typed in (the check refuses relative paths, which elsewhere would follow
-    whatever directory gpumon starts in); a bare command name stays one."""
+    """A path from the command line made absolute against the directory it was typed in; a
+    bare command name stays one."""
     expanded = os.path.expanduser(path)
     return os.path.abspath(expanded) if os.sep in expanded else path
 
 
 def not_taken(command: str | None, flags: dict[str, object]) -> str | None:
-    """Why a setting's flag given before ``command`` is refused (it does not use it: after
-    the subcommand, argparse would not know the option), or None."""
+    """Why a setting's flag given before ``command`` is refused (it does not use it), or None."""
     for attribute in flags:
         spec = BY_ATTRIBUTE[attribute]
         if not spec.takes(command):

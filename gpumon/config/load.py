@@ -1,9 +1,7 @@
 """Building :class:`Settings`: defaults ← system config files ← the user's config file ←
-``GPUMON_*`` variables ← flags, each value checked once by its setting's check, and the
-effective settings written back as TOML (``--print-config``, the README's sample).
-
-A bad value is one :class:`SettingsError` line naming where it came from (the file and key,
-the variable or the flag) and what was expected: gpumon never starts with half a config.
+``GPUMON_*`` variables ← flags, each value checked once by its setting's check; and the
+settings written back as TOML (``--print-config``, the README's sample). A bad value is one
+:class:`SettingsError` line naming where it came from: gpumon never starts with half a config.
 """
 
 from __future__ import annotations
@@ -23,14 +21,12 @@ def load_settings(
     environ: Mapping[str, str] = os.environ,
     config: str | None = None,
 ) -> Settings:
-    """The settings from every layer; the first directory of ``$XDG_CONFIG_DIRS`` wins over
-    the later ones, and ``config`` (``--config``) is read in place of the user's file.
+    """The settings from every layer.
 
     Args:
-        flags: setting attribute -> the value given on the command line (its text, or what
-            the test passes), for the options given only.
+        flags: setting attribute -> the value given on the command line, for those given.
         environ: the environment.
-        config: the file ``--config`` names; ``None`` reads the user's file if it exists.
+        config: the file ``--config`` names, read in place of the user's file.
 
     Raises:
         SettingsError: a bad file, key or value; its text names which.
@@ -69,8 +65,7 @@ def _apply(
     origins: dict[str, str],
     where: str = "",
 ) -> None:
-    """Keep what ``check`` returns, from ``origin``; its error names ``where`` (default:
-    ``origin``) first."""
+    """Keep what ``check`` returns, from ``origin``; its error names ``where or origin``."""
     try:
         values[spec.attribute] = check()
     except SettingsError as error:
@@ -81,8 +76,7 @@ def _apply(
 def _apply_file(
     path: str, required: bool, values: dict[str, Any], origins: dict[str, str]
 ) -> dict[str, Any]:
-    """Check the config file at ``path`` and keep its values; its table, ``{}`` when there is
-    no file."""
+    """Check the config file at ``path`` and keep its values; its table (``{}``: no file)."""
     table = read_config(path, required=required)
     for key, value in table.items():
         spec = BY_KEY.get(key)
@@ -111,11 +105,9 @@ def _check_together(settings: Settings) -> None:
             )
     has_user = settings.prometheus_user is not None
     if has_user != (settings.prometheus_password is not None):
-        given, missing = (
-            ("prometheus_user", "prometheus_password")
-            if has_user
-            else ("prometheus_password", "prometheus_user")
-        )
+        given, missing = "prometheus_user", "prometheus_password"
+        if not has_user:
+            given, missing = missing, given
         raise SettingsError(
             f"{_origin(settings, given)}: {given} is set but {missing} is not: "
             "basic auth needs both"

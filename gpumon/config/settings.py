@@ -1,9 +1,7 @@
-"""Every setting, declared once: :class:`Settings` has one field per setting, and the field
-carries all there is to know about it (:class:`Setting`: check, config key, variable, flag,
-help, the commands that take it). :data:`SETTINGS` reads them off the fields; the parser,
-the file and environment checks, ``--print-config``, the man page, the completions, the
-README's sample config and the tests' clean environment are all made from it, so none of
-them can forget or restate a setting.
+"""Every setting, declared once: each :class:`Settings` field carries its :class:`Setting`
+(check, config key, variable, flag, help, the commands that take it). The parser, the file
+and environment checks, ``--print-config``, the man page, the completions, the README's
+sample config and the tests' clean environment are all made from :data:`SETTINGS`.
 """
 
 from __future__ import annotations
@@ -21,6 +19,9 @@ from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 CLUSTER_COMMANDS = frozenset({"once", "pick", "report"})
 _DEMO_COMMANDS = frozenset({"once", "status", "export", "probe", "pick", "record"})
 _HISTORY_COMMANDS = frozenset({"once", "export", "record", "report"})
+#: gpumon record's seconds between samples unless its --interval says otherwise (the config
+#: file's ``interval`` is the dashboard's 1 s, for eyes).
+RECORD_INTERVAL_S = 10.0
 # NVML supports at most 64 GPUs per host; a demo of more would simulate no real server.
 MAX_DEMO_GPUS = 64
 
@@ -30,16 +31,14 @@ class Setting:
     """One setting: what a user may give it, from where, and how it is checked.
 
     Attributes:
-        attribute: its :class:`Settings` field.
-        default: the field's default.
+        attribute: its :class:`Settings` field, whose default is ``default``.
         check: turns a given value into the one to use, or raises ``SettingsError``.
         help: what it does, in ``--help``'s words.
-        key: its config-file key; ``None``: the command line only.
-        env: its ``GPUMON_*`` variable, if any.
-        flag: its command-line option, if any.
-        metavar: the option's value's name; ``None``: a switch (true when given).
+        key, env, flag: its config-file key (``None``: none), ``GPUMON_*`` variable and
+            option, if any; ``metavar``: the option's value's name (``None``: a switch).
         commands: the subcommands that take the flag, also after their name (the dashboard
             takes them all); ``None``: an option of the top level, for every mode.
+        command_help: a subcommand's own ``--help`` text for the flag, in place of ``help``.
         repeatable: the flag may be given more than once (its values add up).
         secret: never printed (``repr``, ``--print-config``, errors).
     """
@@ -55,6 +54,7 @@ class Setting:
     commands: frozenset[str] | None
     repeatable: bool
     secret: bool
+    command_help: Mapping[str, str]
 
     def value_of(self, given: Any) -> Any:
         """``given`` checked; a flag's or a variable's text is read as the check's number."""
@@ -67,8 +67,8 @@ class Setting:
         return command is None or self.commands is None or command in self.commands
 
     def described(self, *, flag: bool = False) -> str:
-        """The help with the bounds, the default and where else it is set: the config key
-        (for ``--help``), or with ``flag`` the flag (for a config file), and the variable."""
+        """The help with the bounds, the default, the config key (with ``flag``: the flag)
+        and the variable."""
         notes = [self.check.what] if isinstance(self.check, Number) else []
         if self.default not in (None, ()) and self.default is not False:
             notes.append(f"default: {self.default:g}" if notes else f"default: {self.default}")
@@ -94,6 +94,7 @@ def _setting(
     env: str | None = None,
     flag: str | None = None,
     commands: frozenset[str] | None = None,
+    command_help: Mapping[str, str] | None = None,
     repeatable: bool = False,
     secret: bool = False,
 ) -> T:
@@ -101,16 +102,16 @@ def _setting(
     ``flag``: the option and the name of its value, ``"--interval SECONDS"``)."""
     option, _, metavar = (flag or "").partition(" ")
     places = (key, env, option or None, metavar or None)
-    spec = Setting("", default, check, help, *places, commands, repeatable, secret)
+    own_help = command_help or {}
+    spec = Setting("", default, check, help, *places, commands, repeatable, secret, own_help)
     return field(default=default, repr=not secret, metadata={_SPEC: spec})
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything the user can set (one field per setting: its declaration), and where each
-    value came from: ``origins`` maps a field to "default" (absent), a config file's path, a
-    ``GPUMON_*`` variable or a ``--flag``; ``config_path`` and ``system_config_paths`` are
-    the files read (the user's, or ``--config``'s; the system-wide ones, the first wins)."""
+    """Everything the user can set, one field per setting, and where each value came from:
+    ``origins`` maps a field to a config file's path, a ``GPUMON_*`` variable or a ``--flag``
+    (absent: the default); ``config_path`` and ``system_config_paths``: the files read."""
 
     interval_s: float = _setting(
         1.0,
@@ -119,6 +120,13 @@ class Settings:
         key="interval",
         env="GPUMON_INTERVAL",
         flag="--interval SECONDS",
+        commands=frozenset({"export", "record", "pick"}),
+        command_help={
+            "export": "seconds between samples (default: 1); scrapes read the latest sample",
+            "record": f"seconds between samples (default: {RECORD_INTERVAL_S:g}); the database "
+            "is --db, kept --history-days",
+            "pick": "with --wait: look again this often (default: 1)",
+        },
     )
     theme: str = _setting(
         "textual-dark",

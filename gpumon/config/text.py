@@ -1,7 +1,6 @@
 """argparse types for the subcommands' own options (sizes, durations, percentages, counts):
-plain ASCII decimals only, as the settings' checks read text. Python's ``int()`` and
-``float()`` take ``1_0``, ``٣``, ``1e1`` and ``nan``, which no person means. Each error is one
-line saying what was expected.
+plain ASCII decimals only (``int()`` takes ``1_0``, ``٣``, ``1e1``, ``nan``, which no person
+means); each error is one line saying what was expected.
 """
 
 from __future__ import annotations
@@ -9,8 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from gpumon.config.checks import DECIMAL, WHOLE, SettingsError
-from gpumon.config.settings import BY_ATTRIBUTE
+from gpumon.config.checks import DECIMAL, WHOLE
 
 
 def whole_number(text: str, what: str = "a whole number") -> int:
@@ -30,14 +28,6 @@ def decimal_number(text: str, what: str = "a number") -> float:
     return float(stripped)
 
 
-def interval_seconds(text: str) -> float:
-    """A subcommand's ``--interval``: the interval setting's own check."""
-    try:
-        return float(BY_ATTRIBUTE["interval_s"].value_of(text))
-    except SettingsError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 #: No GPU comes near a PiB: a bigger size is a typo (and a float overflow, past 1e308).
 MAX_SIZE_BYTES = 1024**5
 _SIZE = re.compile(r"(?P<number>[0-9]+\.?[0-9]*|\.[0-9]+)\s*(?P<unit>[A-Za-z]*)")
@@ -55,11 +45,8 @@ _SIZE_UNITS = {
 
 def size_bytes(text: str) -> int:
     """A memory size with a unit, in bytes: ``20G``, ``20GiB``, ``512M``, ``1.5GB``,
-    ``4096B``. K, M, G and T (with or without ``B`` or ``iB``, any case) are powers of 1024.
-
-    A bare number is refused: 20000 could mean bytes (nvitop) or MiB (nvidia-smi), and a
-    guess either way picks a GPU without the room the user asked for. Zero needs no unit.
-    """
+    ``4096B`` (powers of 1024, any case). A bare number but zero is refused: 20000 could
+    mean bytes (nvitop) or MiB (nvidia-smi)."""
     stripped = text.strip()
     match = _SIZE.fullmatch(stripped)
     expected = "a size such as 20G, 20GiB or 512MiB"

@@ -1,17 +1,8 @@
 """Telling a user who is looking elsewhere: the terminal's bell and a desktop notification.
 
-:func:`alert_sequence` is what :meth:`gpumon.ui.app.MonitorApp.alert` writes, in one write, to
-the terminal the app draws on: BEL (the bell, or a terminal's or tmux's bell flag), then the
-two desktop-notification escapes terminals understand: OSC 9 (iTerm2, WezTerm, kitty,
-Windows Terminal, Ghostty, foot) and OSC 777 (urxvt, VTE terminals such as GNOME Terminal,
-foot, WezTerm). A terminal that knows neither ignores them. Inside tmux (``$TMUX`` set) each
-escape is wrapped for tmux to pass through (tmux 3.3 and later need ``set -g
-allow-passthrough on``); the bell is tmux's own.
-
-The text comes partly from other users (a GPU's name, a process's command line): it goes
-through :func:`gpumon.data.format.safe_text` and loses every character that is not
-printable, so no ESC, BEL, C1 control or other byte can end an escape early or start another.
-No Textual here.
+:func:`alert_sequence` is what :meth:`gpumon.ui.app.MonitorApp.alert` writes: BEL, then OSC 9
+and OSC 777, wrapped for tmux inside it. Text from other users loses every character that is
+not printable, so nothing can end an escape early. No Textual here; docs/process-and-terminal.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Write only the changed cells of a partial screen update, in the fewest bytes.
 
-Textual's ``ChopsUpdate.render_segments`` crops a dirty span on the right only (its sibling
-method carries a ``TODO: crop to x extents``): a process row whose CPU % changed is re-sent
-from the first cell of the widget, because Textual merges same-style segments. Over SSH,
-for a monitor that runs for days, that is 16 times the bytes (9.7 kB/s against 0.6 kB/s at
-120x40 with 8 GPUs busy).
-
-This module replaces that one method with an exact, cell-accurate crop, written like a
-curses program writes (see :class:`_Writer`): the terminal's colours carry over from one run
-to the next instead of being set and reset around every run, each move is the shortest that
-gets there, and two runs a few unchanged cells apart are joined when re-sending those cells
-is shorter than the move. :func:`install` uses it only where the Textual functions it relies
-on are ones it was tested with (:data:`gpumon.ui.textual_source.EXACT_UPDATES`); elsewhere
-Textual's own method stays, and ``gpumon --version`` says why. docs/textual-replacements.md
-has the whole story.
+Replaces Textual's ``ChopsUpdate.render_segments``, which crops a dirty span on the right
+only and so re-sends whole rows, with a cell-exact crop that carries colours over between
+runs and takes the shortest cursor moves. :func:`install` uses it only where the Textual
+functions it relies on are ones it was tested with
+(:data:`gpumon.ui.textual_source.EXACT_UPDATES`); docs/textual-replacements.md says why.
 """
 
 from __future__ import annotations
@@ -36,22 +27,15 @@ _MAX_BRIDGE_CELLS = 6
 
 Piece = tuple[str, Style | None]
 
-# Text with a character outside gpumon's own glyphs (ASCII, box drawing, blocks, braille,
-# a few signs) may be drawn wider or narrower than Textual counts it (emoji, say, in a
-# process's command): after it the cursor's column is not known for sure.
+# A character outside gpumon's own glyphs (an emoji in a command) may be drawn wider or
+# narrower than Textual counts it: after it the cursor's column is not known for sure.
 _UNSURE_WIDTH = re.compile("[^\x00-\x7f\u2500-\u259f\u2800-\u28ff▲▼…●°·]")
 
 
 def _render_exact(self: Any, console: Console) -> str:
-    """``ChopsUpdate.render_segments``, cropping each dirty span to its exact cells.
-
-    The changed cells are cut into pieces of one style each and written grouped by style
-    (the default style first): a refresh that changes a digit beside each of twenty
-    coloured bar tips sets each colour once, not twenty times there and back. Within a
-    group the pieces go row by row or, when that is shorter, column by column (a column of
-    ticking TIME digits: down one, back one, each). The cells are disjoint, so the order
-    does not change what the terminal shows.
-    """
+    """``ChopsUpdate.render_segments``, cropping each dirty span to its exact cells: the
+    pieces are written grouped by style (the default first), each group row by row or, when
+    shorter, column by column (the cells are disjoint: the order changes nothing shown)."""
     color_system = console._color_system or ColorSystem.TRUECOLOR
     chops: Sequence[Mapping[int, Strip | None]] = self.chops
     chop_ends: Sequence[Sequence[int]] = self.chop_ends
@@ -99,16 +83,10 @@ _State = tuple[int, int, int, int, bool, str, bool]
 
 
 class _Writer:
-    """Terminal output with the terminal's cursor and colours tracked between pieces.
-
-    At the start of an update the cursor is unknown and the colours are reset (Textual
-    ends every styled segment with a reset, and so does :meth:`finish`). A relative move
-    (``CSI n C``, a backspace) is used only while the cursor's column is known for sure:
-    after an absolute move and text of gpumon's own glyphs (:data:`_UNSURE_WIDTH`), not
-    after a character a terminal might draw wider or narrower than Textual measured, and
-    not at the right edge (where a terminal holds the cursor on the last column until the
-    next character wraps).
-    """
+    """Terminal output with the cursor and colours tracked between pieces. The cursor
+    starts unknown and the colours reset; a relative move is used only while the cursor's
+    column is known for sure (not after a glyph of :data:`_UNSURE_WIDTH`, nor at the right
+    edge, where a terminal holds the cursor until the next character wraps)."""
 
     def __init__(
         self,
@@ -255,12 +233,9 @@ def _style_codes(
 
 @lru_cache(maxsize=1024)
 def _sgr_change(old: str, new: str) -> str:
-    """The shortest SGR sequence that turns the parameters ``old`` into ``new``.
-
-    Both are Textual's parameter strings (attributes, then foreground, then background).
-    Attributes are only ever added without a reset; a colour that changes is set again
-    (``39``/``49``: back to the terminal's default).
-    """
+    """The shortest SGR sequence that turns Textual's parameters ``old`` into ``new``:
+    attributes are only added without a reset; a changed colour is set again (``39``/``49``:
+    the terminal's default)."""
     if old == new:
         return ""
     if not new:
@@ -343,8 +318,8 @@ def _pieces(strip: Strip, start: int, stop: int) -> list[Piece]:
 
 
 def install() -> bool:
-    """Use the exact crop; return False (and change nothing) where the Textual functions it
-    relies on are not ones it was tested with."""
+    """Use the exact crop; False (and nothing changed) where Textual's code is not one it was
+    tested with."""
     if not is_on(EXACT_UPDATES):
         return False
     from textual._compositor import ChopsUpdate  # private: its source is checked by is_on

@@ -1,18 +1,9 @@
 """Textual's terminal driver with an input thread that sleeps while no key comes.
 
-Textual's :class:`~textual.drivers.linux_driver.LinuxDriver` reads keys on a thread that
-wakes every 0.1 s whether a key came or not, to let its escape-sequence parser time out (a
-lone ``Esc`` is a key once :data:`textual.constants.ESCAPE_DELAY` has passed without the
-rest of a sequence). In a dashboard left open for days that is ten wake-ups a second for
-nothing: 0.18 % of a core on the benchmark VM, about a twelfth of gpumon's whole cost.
-
-:class:`QuietLinuxDriver` wakes that often only while a key could still be half read: for
-:data:`TICKING_S` after the last input. Otherwise it waits for input with no timeout, and
-its exit event, when set, wakes it through a pipe, so quitting and suspending (``Ctrl+Z``)
-are as prompt as before. Everything else is Textual's driver. The loop is Textual 8's: it
-is used only where the Textual functions it relies on are ones it was tested with
-(:func:`follows_textual`); elsewhere gpumon uses Textual's own driver, and
-``gpumon --version`` says why. docs/textual-replacements.md has the whole story.
+Textual's input thread wakes ten times a second to time out a half-read escape sequence.
+:class:`QuietLinuxDriver` ticks only for :data:`TICKING_S` after the last input, otherwise
+waits with no timeout; a pipe wakes it when its exit event is set. Used only where
+:func:`follows_textual`; docs/textual-replacements.md says why and how.
 """
 
 from __future__ import annotations
@@ -41,8 +32,7 @@ TICKING_S = max(1.0, 4 * constants.ESCAPE_DELAY)
 
 def follows_textual() -> bool:
     """Whether the installed Textual's driver and key parser are ones :class:`QuietLinuxDriver`
-    was tested with (:data:`gpumon.ui.textual_source.QUIET_INPUT`); else Textual's own driver
-    is used, as it is."""
+    was tested with (:data:`gpumon.ui.textual_source.QUIET_INPUT`)."""
     return is_on(QUIET_INPUT)
 
 

@@ -1,32 +1,9 @@
-"""Quit the dashboard on SIGTERM, SIGHUP and SIGQUIT as on ``q``.
+"""Quit the dashboard on SIGTERM, SIGHUP and SIGQUIT as on ``q``, leaving the terminal usable.
 
-``kill PID`` sends SIGTERM; closing the tmux pane, the terminal window or the SSH connection
-sends SIGHUP. Python's default for these (and SIGQUIT) is to die at once, which leaves the
-terminal in Textual's application mode: alternate screen, mouse tracking, hidden cursor,
-``stty -isig -icanon -echo``. Textual 8's Linux driver handles only SIGTSTP and SIGCONT
-(suspend and resume, with ``signal.signal``) and SIGWINCH (resize).
-
-Here each of the three makes the app exit as ``q`` does (``App.exit``, status 0): Textual
-cancels the workers (the probe's kills and reaps its child), leaves application mode and
-restores the terminal's settings. The handlers are asyncio's (``loop.add_signal_handler``),
-so they run on the event loop between two messages, never in the middle of Textual's code.
-
-* A second quit signal while quitting changes nothing. After the event loop closed (asyncio
-  then puts the default actions back) the CLI ignores them: see :meth:`QuitOnSignals.finished`.
-* A hang-up leaves the terminal gone: reads see end of file, writes fail with EIO. Textual's
-  output thread dies on its first failed write, after which its bounded queue (30 writes)
-  fills up and blocks whoever writes next. So each of stdin, stdout and stderr that is a
-  hung-up terminal is pointed at ``/dev/null`` first, and quitting writes its restore
-  sequences nowhere.
-* SIGCONT: a hang-up brings SIGCONT with SIGHUP (the kernel sends both to the session leader,
-  and to the foreground job when the leader exits: gpumon in a tmux pane, run directly or
-  from a shell, both seen with strace). Textual's SIGCONT handler restarts application mode
-  whether or not it was suspended, starting a second output thread that dies on the dead
-  terminal and hangs the quit. SIGCONT is passed to Textual only after a SIGTSTP (its
-  suspend), and not when the terminal has hung up.
-* The CLI also arms a watchdog (``grace_s``): if quitting has not finished by then, it kills
-  any probe child and ends the process with status 128 + the signal's number, as the default
-  action would have (the terminal may then need ``reset``).
+Python's default for these is to die at once, leaving the terminal in application mode.
+:class:`QuitOnSignals` makes each exit the app as ``q`` does, from the event loop; a hung-up
+terminal is first pointed at ``/dev/null``, SIGCONT reaches Textual only after its suspend,
+and a watchdog ends a quit that hangs. docs/process-and-terminal.md says why.
 """
 
 from __future__ import annotations
@@ -47,8 +24,8 @@ from textual.app import App
 QUIT_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
 )
-# Longer than anything quitting waits for: Textual's CLOSE_TIMEOUT (5 s) and the probe
-# runner's reaping of a child stuck in the GPU driver (REAP_TIMEOUT_S, 5 s, plus its pipes).
+#: Longer than anything quitting waits for: Textual's CLOSE_TIMEOUT (5 s) and the probe
+#: runner's reaping of a child stuck in the GPU driver (REAP_TIMEOUT_S, 5 s, plus its pipes).
 GRACE_S = 20.0
 
 
@@ -95,8 +72,8 @@ def _kill_probe_children() -> None:
 
 
 class _ResumeOnlyAfterSuspend:
-    """Wraps Textual's SIGTSTP and SIGCONT handlers: SIGCONT reaches Textual's only after a
-    SIGTSTP went through Textual's, and not once the terminal has hung up."""
+    """Wraps Textual's SIGTSTP and SIGCONT handlers: SIGCONT reaches Textual's only after its
+    SIGTSTP, and not once the terminal has hung up."""
 
     def __init__(self) -> None:
         self.suspended = False
@@ -135,16 +112,14 @@ class _ResumeOnlyAfterSuspend:
 
 
 class QuitOnSignals:
-    """Makes ``app`` exit as on ``q`` on SIGTERM, SIGHUP and SIGQUIT.
-
-    The app calls :meth:`install` once it runs (on mount) and :meth:`uninstall` when it
-    unmounts; whoever ran the app calls :meth:`finished` once ``App.run`` returned.
+    """Makes ``app`` exit as on ``q`` on SIGTERM, SIGHUP and SIGQUIT: :meth:`install` on
+    mount, :meth:`uninstall` on unmount, :meth:`finished` once ``App.run`` returned.
     ``received`` is the first quit signal (None: none came).
 
     Args:
         app: The app to quit.
-        grace_s: Arm a watchdog for this long on the first quit signal (None: no watchdog;
-            only a process that ends when the app ends may arm one: the CLI).
+        grace_s: Arm a watchdog for this long on the first quit signal (None: none; only a
+            process that ends with the app may arm one: the CLI).
         force_exit: What the watchdog calls with the exit status (tests replace it).
     """
 
@@ -165,8 +140,8 @@ class QuitOnSignals:
         self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:
-        """Install the handlers on the running loop (the app's). Where asyncio cannot handle
-        signals (outside the main thread, on Windows) the defaults stay."""
+        """Install the handlers on the running loop; where asyncio cannot (outside the main
+        thread, on Windows) the defaults stay."""
         loop = asyncio.get_running_loop()
         for signum in QUIT_SIGNALS:
             previous = signal.getsignal(signum)
@@ -179,8 +154,8 @@ class QuitOnSignals:
         self._resume_guard.install()
 
     def uninstall(self) -> None:
-        """Put the previous handlers back, unless a quit signal came: then they stay (so a
-        repeat changes nothing while Textual finishes) until the loop closes."""
+        """Put the previous handlers back, unless a quit signal came (then a repeat must
+        change nothing while Textual finishes)."""
         if self.received is not None or self._loop is None:
             return
         self._resume_guard.uninstall()
@@ -193,16 +168,15 @@ class QuitOnSignals:
         self._previous.clear()
 
     def finished(self) -> None:
-        """The app's run is over: stop the watchdog and, if a quit signal ended it, ignore the
-        quit signals from now on (a repeat during the interpreter's exit must not turn exit
-        status 0 into death by that signal)."""
+        """Stop the watchdog; after a quit signal, ignore the quit signals from now on (a
+        repeat during the interpreter's exit must not turn status 0 into death by it)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self.received is not None:
             ignore_quit_signals()
 
     def handle(self, signum: int) -> None:
-        """Quit as on ``q``. The first quit signal counts; the ones after it change nothing."""
+        """Quit as on ``q``; quit signals after the first change nothing."""
         if self.received is not None:
             return
         self.received = signal.Signals(signum)

@@ -1,16 +1,9 @@
 """Whether the pieces of Textual that gpumon replaces are still the code it was written against.
 
-gpumon replaces four private pieces of Textual (:data:`REPLACEMENTS`; docs/textual-replacements.md
-says what each replaces and why). Each relies on a few of Textual's functions beyond the one
-it replaces, and is used only where every one of those is a version it was tested with: the
-source of each function or class, comments, docstrings and blank lines left out, by SHA-256
-(:func:`source_digest`), is one that its table accepts. A change elsewhere in the same
-Textual file leaves it on; a change to one of those functions turns it off, and Textual's
-own code runs, as it is. ``gpumon --version`` says which are on (:func:`status_lines`) and
-the help screen says which are off (:func:`off_line`).
-
-The source is read from Textual's files without importing Textual, so ``gpumon --version``
-stays light: a few milliseconds, once per process.
+Each of :data:`REPLACEMENTS` is on only where every Textual function it relies on has a
+:func:`source_digest` its table accepts; otherwise Textual's own code runs. ``gpumon
+--version`` says which are on (:func:`status_lines`), the help screen which are off
+(:func:`off_line`). Textual's files are read, never imported. docs/textual-replacements.md.
 """
 
 from __future__ import annotations
@@ -27,38 +20,29 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Replacement:
-    """One replaced piece of Textual.
-
-    Attributes:
-        name: What ``gpumon --version`` calls it ("exact updates").
-        follows: ``"module:Qualified.name"`` of each Textual function or class it relies on,
-            to the :func:`source_digest` values it was tested with (a few releases differ).
-    """
+    """One replaced piece of Textual: its name in ``gpumon --version``, and each Textual
+    function or class it relies on (``"module:Qualified.name"``) to the
+    :func:`source_digest` values it was tested with."""
 
     name: str
     follows: Mapping[str, frozenset[str]]
 
 
-def _digests(*digests: str) -> frozenset[str]:
-    return frozenset(digests)
-
-
 #: ``ChopsUpdate.render_segments`` (:mod:`gpumon.ui.exact_updates`): the spans and chops the
-#: compositor hands it, and how a strip crops and renders its styles. Each table below holds
-#: what every Textual release from 8.0.0 to 8.2.8 has (tests/ui/test_textual_source.py and the
-#: UI tests pass on each).
+#: compositor hands it, and how a strip crops and renders its styles. Each table holds what
+#: every Textual release from 8.0.0 to 8.2.8 has.
 EXACT_UPDATES = Replacement(
     "exact updates",
     {
-        "textual._compositor:ChopsUpdate.__init__": _digests("7a39f0282e962bd1"),
-        "textual._compositor:ChopsUpdate.render_segments": _digests("d9aada5116362f70"),
-        "textual._compositor:Compositor._regions_to_spans": _digests("9e2396c77483add4"),
-        "textual._compositor:Compositor.cuts": _digests("47fa04869d9d3c90"),
-        "textual._compositor:Compositor.render_partial_update": _digests("cd25a2bce076224a"),
-        "textual._compositor:Compositor._render_chops": _digests("991c016f779341e1"),
-        "textual.strip:Strip.crop": _digests("07e2f2e5262718f0"),
-        "textual.strip:Strip.render_ansi": _digests("656638af4d79cdce"),
-        "textual.strip:Strip.render": _digests("2cc9eb8f6b8477af"),
+        "textual._compositor:ChopsUpdate.__init__": frozenset({"7a39f0282e962bd1"}),
+        "textual._compositor:ChopsUpdate.render_segments": frozenset({"d9aada5116362f70"}),
+        "textual._compositor:Compositor._regions_to_spans": frozenset({"9e2396c77483add4"}),
+        "textual._compositor:Compositor.cuts": frozenset({"47fa04869d9d3c90"}),
+        "textual._compositor:Compositor.render_partial_update": frozenset({"cd25a2bce076224a"}),
+        "textual._compositor:Compositor._render_chops": frozenset({"991c016f779341e1"}),
+        "textual.strip:Strip.crop": frozenset({"07e2f2e5262718f0"}),
+        "textual.strip:Strip.render_ansi": frozenset({"656638af4d79cdce"}),
+        "textual.strip:Strip.render": frozenset({"2cc9eb8f6b8477af"}),
     },
 )
 
@@ -67,20 +51,24 @@ EXACT_UPDATES = Replacement(
 QUIET_INPUT = Replacement(
     "quiet input driver",
     {
-        "textual.drivers.linux_driver:LinuxDriver.__init__": _digests("94a1fd675b7d8d3b"),
+        "textual.drivers.linux_driver:LinuxDriver.__init__": frozenset({"94a1fd675b7d8d3b"}),
         # 8.0.0-8.2.1; 8.2.2 sends the first size event sooner; 8.2.7 asks for more of
         # the kitty keyboard protocol. Neither touches the input thread.
-        "textual.drivers.linux_driver:LinuxDriver.start_application_mode": _digests(
-            "b3c3dfe0e64e2a0c", "8d7e3930db9a4286", "34643d9c433c2e5c"
+        "textual.drivers.linux_driver:LinuxDriver.start_application_mode": frozenset(
+            {"b3c3dfe0e64e2a0c", "8d7e3930db9a4286", "34643d9c433c2e5c"}
         ),
-        "textual.drivers.linux_driver:LinuxDriver.disable_input": _digests("bfe8c2c41b7d462e"),
-        "textual.drivers.linux_driver:LinuxDriver.close": _digests("1da41337e33ce4e4"),
-        "textual.drivers.linux_driver:LinuxDriver._run_input_thread": _digests("cf8d3e4724d8b354"),
-        "textual.drivers.linux_driver:LinuxDriver.run_input_thread": _digests("d4601095f1da1d91"),
-        "textual._parser:Parser.feed": _digests("6b504c67f35e36be"),
-        "textual._parser:Parser.tick": _digests("c9cbb27844e80361"),
-        "textual._xterm_parser:XTermParser.__init__": _digests("ddd23d8294de4daf"),
-        "textual._xterm_parser:XTermParser.parse": _digests("b4a3dba8f2f2b97e"),
+        "textual.drivers.linux_driver:LinuxDriver.disable_input": frozenset({"bfe8c2c41b7d462e"}),
+        "textual.drivers.linux_driver:LinuxDriver.close": frozenset({"1da41337e33ce4e4"}),
+        "textual.drivers.linux_driver:LinuxDriver._run_input_thread": frozenset(
+            {"cf8d3e4724d8b354"}
+        ),
+        "textual.drivers.linux_driver:LinuxDriver.run_input_thread": frozenset(
+            {"d4601095f1da1d91"}
+        ),
+        "textual._parser:Parser.feed": frozenset({"6b504c67f35e36be"}),
+        "textual._parser:Parser.tick": frozenset({"c9cbb27844e80361"}),
+        "textual._xterm_parser:XTermParser.__init__": frozenset({"ddd23d8294de4daf"}),
+        "textual._xterm_parser:XTermParser.parse": frozenset({"b4a3dba8f2f2b97e"}),
     },
 )
 
@@ -89,10 +77,10 @@ QUIET_INPUT = Replacement(
 KEYS_FOOTER = Replacement(
     "quiet footer",
     {
-        "textual.widgets._footer:Footer.__init__": _digests("ed369571be1953d6"),
-        "textual.widgets._footer:Footer.compose": _digests("4043b01c32871a06"),
-        "textual.widgets._footer:Footer.bindings_changed": _digests("ffce901968586d84"),
-        "textual.widgets._footer:Footer.on_mount": _digests("fb96b45fc4a23680"),
+        "textual.widgets._footer:Footer.__init__": frozenset({"ed369571be1953d6"}),
+        "textual.widgets._footer:Footer.compose": frozenset({"4043b01c32871a06"}),
+        "textual.widgets._footer:Footer.bindings_changed": frozenset({"ffce901968586d84"}),
+        "textual.widgets._footer:Footer.on_mount": frozenset({"fb96b45fc4a23680"}),
     },
 )
 
@@ -101,8 +89,8 @@ KEYS_FOOTER = Replacement(
 PALETTE_TYPED_AHEAD = Replacement(
     "palette type-ahead",
     {
-        "textual.command:CommandPalette._action_command_list": _digests("175ef9cb1d78b3d2"),
-        "textual.widgets._option_list:OptionList._move_page": _digests("6f02d3a191c8e4fb"),
+        "textual.command:CommandPalette._action_command_list": frozenset({"175ef9cb1d78b3d2"}),
+        "textual.widgets._option_list:OptionList._move_page": frozenset({"6f02d3a191c8e4fb"}),
     },
 )
 
@@ -144,17 +132,12 @@ def is_on(replacement: Replacement) -> bool:
 
 
 def status_lines() -> list[str]:
-    """One line per replacement, ``"exact updates: on"`` or
-    ``"exact updates: off (Textual 8.1.1 changed ChopsUpdate.render_segments)"``."""
+    """One line per replacement: ``"exact updates: on"``, or off and why."""
     lines = []
     for replacement in REPLACEMENTS:
-        differences = changed(replacement)
-        if not differences:
-            lines.append(f"{replacement.name}: on")
-        else:
-            lines.append(
-                f"{replacement.name}: off (Textual {textual_version()} {', '.join(differences)})"
-            )
+        differences = ", ".join(changed(replacement))
+        why = differences and f"off (Textual {textual_version()} {differences})"
+        lines.append(f"{replacement.name}: {why or 'on'}")
     return lines
 
 
@@ -200,13 +183,7 @@ def _read(path: Path) -> str:
 def source_digest(text: str, qualname: str) -> str | None:
     """The first 16 hex digits of the SHA-256 of ``qualname``'s source in the module source
     ``text``: its decorators and its lines, without comments, docstring, blank lines or the
-    indentation of the whole; None where ``text`` has no such function or class.
-
-    Text, not tokens or an AST: Python's tokenizer and AST differ between Python versions
-    (3.12's f-strings), and read a whole module in tens of milliseconds. The price: a line
-    of a multi-line string at the definition's own indentation or less would end it early
-    (none of the functions listed here has one).
-    """
+    indentation of the whole; None where ``text`` has no such function or class."""
     headers = _headers(text)
     start, stop, indent = 0, len(text), 0
     names = qualname.split(".")

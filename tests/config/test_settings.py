@@ -59,9 +59,16 @@ def test_each_subcommand_parses_exactly_the_settings_that_name_it() -> None:
     every_flag = {spec.flag for spec in FLAGGED}
     for name, sub in subparsers.choices.items():  # type: ignore[attr-defined]
         offered = {flag for action in sub._actions for flag in action.option_strings}
-        # export, record and pick add their own --interval (their help, the setting's check).
-        offered.discard("--interval")
         wanted = {spec.flag for spec in FLAGGED if spec.commands and name in spec.commands}
         assert offered & every_flag == wanted, name
     top = {action.dest for action in parser._actions}
     assert {dest for dest in SHARED if not dest.endswith("_after")} <= top
+
+
+def test_a_subcommand_says_its_own_default_interval() -> None:
+    parser = build_parser()
+    subparsers = next(action for action in parser._actions if action.dest == "command")
+    for name, default in (("export", "1"), ("pick", "1"), ("record", "10")):
+        sub = subparsers.choices[name]  # type: ignore[attr-defined]
+        interval = next(action for action in sub._actions if "--interval" in action.option_strings)
+        assert f"(default: {default})" in interval.help, name

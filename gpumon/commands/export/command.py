@@ -26,21 +26,12 @@ RECORD_BATCH_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from gpumon.config.text import interval_seconds
-
     parser.add_argument(
         "--listen",
         type=listen_address,
         default=listen_address(DEFAULT_LISTEN),
         metavar="HOST:PORT",
         help=f"address to serve /metrics on (default: {DEFAULT_LISTEN}, loopback only)",
-    )
-    parser.add_argument(
-        "--interval",
-        type=interval_seconds,
-        default=argparse.SUPPRESS,  # keeps `gpumon --interval N export` working
-        metavar="SECONDS",
-        help="seconds between samples (default: 1); scrapes read the latest sample",
     )
     parser.add_argument(
         "--dcgm-compat",

@@ -1,7 +1,6 @@
 """The one-machine dashboard's help: its keys (the app's and each panel's), the prose the
-bindings and the field table cannot give (what N/A, LOST, DEMO and the process notes mean),
-and the read-only note. The dialog and its sections are the shared frame,
-:mod:`gpumon.ui.widgets.help`.
+bindings and the field table cannot give, and the read-only note, in the shared frame
+(:mod:`gpumon.ui.widgets.help`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """T, K and I on a process: ask before sending SIGTERM, SIGKILL or SIGINT, then say what happened.
 
-The dialog names the process (PID, user, command, GPU memory, GPU) and defaults to Cancel:
-Enter on it, Escape or ``n`` send nothing; only the "Send" button or ``y`` sends. What may
-be signalled at all is decided by :mod:`gpumon.sources.host.signals` (no Textual there):
-:func:`request_signal` asks it before opening the dialog and again, through
-:func:`~gpumon.sources.host.signals.send_signal`, right before sending.
+The dialog names the process and defaults to Cancel (Enter, Escape or ``n`` send nothing;
+the "Send" button or ``y`` sends). What may be signalled is decided by
+:mod:`gpumon.sources.host.signals`, asked before the dialog opens and again right before sending.
 """
 
 from __future__ import annotations
@@ -143,16 +141,9 @@ def request_signal(
     readonly: bool,
     current_uid: int | None = None,
 ) -> None:
-    """What T, K and I do on the selected process: refuse with a notification, or ask with a
-    :class:`SignalDialog` and, on yes, send and notify the result.
-
-    Args:
-        app: the app that shows the dialog and the notifications.
-        process: the process selected in the table; ``None`` when there is none.
-        sig: ``signal.SIGTERM``, ``signal.SIGKILL`` or ``signal.SIGINT``.
-        readonly: ``Settings.readonly``: refuse everything.
-        current_uid: the user signals are sent for; ``os.getuid()`` by default (tests).
-    """
+    """What T, K and I do on the selected ``process`` (None: none): refuse with a
+    notification, or ask with a :class:`SignalDialog` and, on yes, send ``sig`` for
+    ``current_uid`` (default ``os.getuid()``) and notify the result."""
     if readonly:
         app.notify(READONLY_NOTICE, severity="warning")
         return

@@ -1,11 +1,7 @@
 """The help screen's frame, shared by both dashboards: keys, what the fields mean, and how
-they map to nvidia-smi.
-
-Built from the bindings (the app's and each panel's ``BINDINGS``, :func:`keys_section`) and
-the field table (:data:`gpumon.data.fields.FIELDS`, :func:`fields_section`): a key or a field
-added there shows up here, with no second copy to keep in step. Each dashboard's own help
-(which keys, and the prose that cannot come from either) subclasses :class:`HelpScreen`, in
-``ui.dashboard.help`` and ``ui.cluster.help``.
+they map to nvidia-smi, built from the bindings (:func:`keys_section`) and the field table
+(:func:`fields_section`), so a key or a field added there shows up here. Each dashboard's
+help subclasses :class:`HelpScreen` with its keys and the prose neither can give.
 """
 
 from __future__ import annotations
@@ -27,24 +23,13 @@ from gpumon.ui.textual_source import off_line
 WIDTH = 76
 _KEY_COLUMN = 16
 
+#: How the help names keys; in ASCII, the arrows are named ("Up").
 _KEY_NAMES = {
-    "up": ("↑", "Up"),
-    "down": ("↓", "Down"),
-    "left": ("←", "Left"),
-    "right": ("→", "Right"),
-    "pageup": ("PgUp", "PgUp"),
-    "pagedown": ("PgDn", "PgDn"),
-    "home": ("Home", "Home"),
-    "end": ("End", "End"),
-    "escape": ("Esc", "Esc"),
-    "question_mark": ("?", "?"),
-    "space": ("space", "space"),
-    "minus": ("-", "-"),
-    "plus": ("+", "+"),
-    "equals_sign": ("=", "="),
-    "tab": ("Tab", "Tab"),
-    "enter": ("Enter", "Enter"),
-}
+    "up": "↑", "down": "↓", "left": "←", "right": "→", "pageup": "PgUp", "pagedown": "PgDn",
+    "home": "Home", "end": "End", "escape": "Esc", "question_mark": "?", "space": "space",
+    "minus": "-", "plus": "+", "equals_sign": "=", "tab": "Tab", "enter": "Enter",
+}  # fmt: skip
+_ARROWS = frozenset({"up", "down", "left", "right"})
 
 #: Keys Textual itself provides (its screen's and app's bindings), as the help names them.
 TEXTUAL_BINDINGS = (
@@ -60,8 +45,10 @@ def key_text(binding: Binding, ascii_only: bool) -> str:
     names = []
     for key in binding.key.split(","):
         key = key.strip()
-        if key in _KEY_NAMES:
-            names.append(_KEY_NAMES[key][1 if ascii_only else 0])
+        if ascii_only and key in _ARROWS:
+            names.append(key.title())
+        elif key in _KEY_NAMES:
+            names.append(_KEY_NAMES[key])
         elif key.startswith("ctrl+"):
             names.append("Ctrl+" + key[5:].upper())
         else:
