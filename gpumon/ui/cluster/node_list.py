@@ -106,10 +106,6 @@ class NodeList(KeyedTable[NodeRow, NodeFilter]):
         return self.row_filter
 
     @property
-    def cursor_node(self) -> NodeRow | None:
-        return self.cursor
-
-    @property
     def total(self) -> int:
         """Nodes before filtering."""
         return len(self._all)

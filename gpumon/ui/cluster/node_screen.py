@@ -20,14 +20,12 @@ from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.free import free_gpu_indices
 from gpumon.ui.cluster.node_columns import clock_text
 from gpumon.ui.cluster.view import (
-    NO_PROCESSES_DCGM,
-    NO_PROCESSES_UNKNOWN,
     WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
     find_node,
-    no_current_processes,
     node_state,
+    processes_note,
 )
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.gpu_view import GpuView
@@ -56,6 +54,8 @@ def node_title(node: Node, now_s: float) -> str:
 class NodeScreen(ClusterView):
     """A node's GPUs and processes. ``Escape`` goes back to the node list."""
 
+    TITLE_ID = "node-title"
+
     BINDINGS = [
         Binding("escape", "back", "Back", tooltip="back to the node list"),
         Binding("enter", "gpu", "Last hour",
@@ -69,7 +69,6 @@ class NodeScreen(ClusterView):
         super().__init__()
         self.node_name = name
         self.node: Node | None = None
-        self._title: str | None = None
 
     def compose(self) -> ComposeResult:
         glyphs = self.cluster_app.glyphs
@@ -86,12 +85,6 @@ class NodeScreen(ClusterView):
         panel.focus()
         self.show_cluster(self.cluster_app.cluster)
 
-    def _set_title(self, text: str) -> None:
-        # A Static's update lays the whole screen out again: only when the text changed.
-        if text != self._title:
-            self._title = text
-            self.query_one("#node-title", Static).update(text)
-
     def show_cluster(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
         if not app.is_running or not self.is_attached or app.screen is not self:
@@ -99,7 +92,7 @@ class NodeScreen(ClusterView):
         self.show_banner()
         node = self.node = find_node(cluster, self.node_name)
         if cluster is None or node is None:
-            self._set_title(f" {self.node_name}: no longer listed by Prometheus")
+            self.set_title(f" {self.node_name}: no longer listed by Prometheus")
             self.set_class(True, "-old")
             self._note("")
             self.query_one(GpuView).show(None, empty_text="Processes unknown: the node is gone.")
@@ -108,16 +101,10 @@ class NodeScreen(ClusterView):
         self.set_class(not current, "-old")
         self.set_class(node.state is NodeState.DOWN, "-down")
         self.set_class(node.state is NodeState.STALE, "-stale")
-        self._set_title(node_title(node, cluster.timestamp_s))
-        has_table = node.exporter is ExporterKind.GPUMON and current
+        self.set_title(node_title(node, cluster.timestamp_s))
+        note = processes_note(node, cluster.timestamp_s, current)
+        has_table = not note
         self.set_class(not has_table, "-no-processes")
-        note = ""
-        if node.exporter is ExporterKind.GPUMON and not current:
-            note = no_current_processes(node, cluster.timestamp_s)
-        elif node.exporter is ExporterKind.DCGM:
-            note = NO_PROCESSES_DCGM
-        elif node.exporter is ExporterKind.UNKNOWN:
-            note = NO_PROCESSES_UNKNOWN
         if not node.gpus:
             note = "No GPU listed for this node." + (f"  {note}" if note else "")
         self._note(note)

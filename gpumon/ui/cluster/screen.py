@@ -25,7 +25,8 @@ from gpumon.ui.cluster.node_columns import (
     node_rows,
 )
 from gpumon.ui.cluster.node_list import NodeList
-from gpumon.ui.cluster.view import ClusterBanner, ClusterBar, ClusterView
+from gpumon.ui.cluster.view import ClusterBanner, ClusterView
+from gpumon.ui.widgets.bars import Bar
 from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.lines import Line
 from gpumon.ui.widgets.search_box import SearchBox
@@ -33,7 +34,7 @@ from gpumon.ui.widgets.search_box import SearchBox
 EMPTY_UNREACHABLE = "No data: Prometheus has not answered yet (see above)."
 
 
-class ClusterHeader(ClusterBar):
+class ClusterHeader(Bar):
     """One line: which server, how many nodes, how many GPUs free, DEMO, how fresh."""
 
     STYLE_PREFIX = "cluster-header"
