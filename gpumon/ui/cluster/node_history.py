@@ -174,11 +174,8 @@ class NodeGpuScreen(ClusterView):
         self.history = message.history
         self.show_cluster(self.cluster_app.cluster)
 
-    def show_cluster(self, cluster: ClusterSample | None) -> None:
+    def _show(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
-        if not app.is_running or not self.is_attached or app.screen is not self:
-            return
-        self.show_banner()
         node = find_node(cluster, self.node_name)
         gpu = (
             None

@@ -85,11 +85,8 @@ class NodeScreen(ClusterView):
         panel.focus()
         self.show_cluster(self.cluster_app.cluster)
 
-    def show_cluster(self, cluster: ClusterSample | None) -> None:
+    def _show(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
-        if not app.is_running or not self.is_attached or app.screen is not self:
-            return
-        self.show_banner()
         node = self.node = find_node(cluster, self.node_name)
         if cluster is None or node is None:
             self.set_title(f" {self.node_name}: no longer listed by Prometheus")

@@ -160,13 +160,12 @@ class ClusterScreen(ClusterView):
         else:
             self._show_header(None, ("", "", ""))
 
-    def show_cluster(self, cluster: ClusterSample) -> None:
+    def _show(self, cluster: ClusterSample | None) -> None:
+        if cluster is None:
+            return
         app = self.cluster_app
-        if not app.is_running or not self.is_attached or app.screen is not self:
-            return  # under another screen: on_screen_resume catches up
         rows = node_rows(cluster.nodes, app.settings.free_threshold_mib)
         self._show_header(cluster, header_counts(cluster_counts(rows)))
-        self.show_banner()
         if cluster.nodes:
             empty = EMPTY_NONE
         else:

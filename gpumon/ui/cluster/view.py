@@ -85,8 +85,15 @@ class ClusterView(Screen[None]):
     def cluster_app(self) -> ClusterApp:
         return cast("ClusterApp", self.app)
 
-    def show_cluster(self, cluster: ClusterSample) -> None:
-        """Hand ``cluster``'s pieces down to the widgets."""
+    def show_cluster(self, cluster: ClusterSample | None) -> None:
+        """Hand ``cluster``'s pieces down to the widgets, while the screen is on top (under
+        another screen it catches up when it is shown again)."""
+        app = self.cluster_app
+        if app.is_running and self.is_attached and app.screen is self:
+            self.show_banner()
+            self._show(cluster)
+
+    def _show(self, cluster: ClusterSample | None) -> None:
         raise NotImplementedError
 
     def set_title(self, text: str) -> None:
