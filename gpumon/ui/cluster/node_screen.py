@@ -1,13 +1,8 @@
-"""One node of the cluster (``Enter`` on the node list).
-
-:class:`NodeScreen` shows the node as the one-machine dashboard shows a machine: its GPU cards
-(:class:`~gpumon.ui.widgets.gpu_panel.GpuPanel`) and, where gpumon's exporter runs there, its
-processes (:class:`~gpumon.ui.widgets.process_table.ProcessTable`); dcgm-exporter lists no
-processes, and the screen says so. A node that is not UP keeps its last readings on screen,
-dimmed, and never marks a GPU FREE.
-
-``Enter`` on a GPU opens its last hour (:mod:`gpumon.ui.cluster.node_history`); ``w`` watches
-it until it is FREE (a ``watching`` note on its card; the cluster app checks each answer).
+"""One node of the cluster (``Enter`` on the node list), shown as the one-machine dashboard
+shows a machine (:class:`~gpumon.ui.widgets.gpu_view.GpuView`): its GPUs and, where gpumon's
+exporter runs there, its processes (else a note says why not). A node that is not UP keeps its
+last readings on screen, dimmed, and never marks a GPU FREE. ``Enter`` on a GPU opens its last
+hour (:mod:`gpumon.ui.cluster.node_history`); ``w`` watches it until it is FREE.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """What every cluster screen is and shows: :class:`ClusterView` (the app hands it each new
-:class:`~gpumon.data.cluster.ClusterSample` while it is on top, and it catches up when it is
-shown again), :class:`ClusterBanner`, the line saying Prometheus does not answer, and what
-both node screens say of a node (:func:`node_state`; no process table: ``NO_PROCESSES_*``).
-
-The node list (:mod:`gpumon.ui.cluster.screen`), a node (:mod:`gpumon.ui.cluster.node_screen`)
-and a node's GPU (:mod:`gpumon.ui.cluster.node_history`) build on these; this module imports
-none of them, nor the app (only its type, for the checker).
+:class:`~gpumon.data.cluster.ClusterSample` while it is on top; it catches up when shown again),
+:class:`ClusterBanner` (Prometheus does not answer), and what the node screens say of a node
+(:func:`node_state`, :func:`processes_note`). It imports no screen, nor the app.
 """
 
 from __future__ import annotations

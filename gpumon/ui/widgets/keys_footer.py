@@ -1,18 +1,10 @@
 """The key footer, rebuilt only when the keys it shows change.
 
-Textual's :class:`~textual.widgets.Footer` rebuilds all its key widgets (a mount, styles and
-a layout each) after every bindings refresh, whether or not the keys changed, and once per
-refresh even when several come before the first rebuild ran. The dashboard's start makes
-three (focus, the screen stack, an idle callback), ~13 ms of CPU each with its dozen keys,
-while the first sample is still being taken on the sampling thread and the first frame
-waits for both; a focus change while the dashboard runs makes one more each time.
-
-:class:`KeysFooter` is that footer, except that a refresh that comes while a rebuild is
-pending adds none, and a rebuild whose keys (bindings, enabled, tooltips, the command
-palette's key) are those already shown is skipped. It relies on how Textual's footer composes
-and recomposes (:data:`gpumon.ui.textual_source.KEYS_FOOTER`); against a footer it was not
-tested with it behaves exactly as that footer does, and ``gpumon --version`` says why.
-docs/textual-replacements.md has the whole story.
+:class:`KeysFooter` is Textual's footer, except that a bindings refresh coming while a rebuild
+is pending adds none, and a rebuild whose keys (bindings, enabled, tooltips, the command
+palette's key) are those already shown is skipped. Against a footer it was not tested with
+(:data:`gpumon.ui.textual_source.KEYS_FOOTER`) it behaves as that footer does, and
+``gpumon --version`` says why; docs/textual-replacements.md has the whole story.
 """
 
 from __future__ import annotations
