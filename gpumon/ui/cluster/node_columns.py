@@ -1,4 +1,4 @@
-"""The node list's rows, columns, filter and sort orders (pure: no Textual).
+"""The node list's rows, columns, filter and sort orders .
 
 One row per node of a :class:`~gpumon.data.cluster.ClusterSample`, from
 :func:`gpumon.data.cluster.summarize`. A node that is not UP (DOWN, stale; every node while
@@ -10,7 +10,7 @@ after every UP node, whichever the direction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from gpumon.data import format as fmt
 from gpumon.data.cluster import ExporterKind, Node, NodeState, NodeSummary, summarize
 from gpumon.data.format import known_time, natural_key
 from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER
+from gpumon.ui.widgets.keyed_table import Column
 
 #: What a node that is not UP shows for its free GPUs (and a node with no top user).
 NOT_CURRENT = "-"
@@ -116,56 +117,39 @@ class NodeFilter:
 _STATE_ORDER = {NodeState.DOWN: 0, NodeState.STALE: 1, NodeState.UP: 2}
 
 
-@dataclass(frozen=True, slots=True)
-class NodeColumn:
-    key: str
-    title: str
-    width: int  # 0: takes the remaining width
-    right: bool
-    #: The sort value; ``None`` sorts last in both directions.
-    value: Callable[[NodeRow], Any]
-    descending_first: bool = False
-    min_terminal_width: int = 0  # hidden below this table width
-    #: A reading of the GPUs: old ones (a node not UP) sort after every current one.
-    reading: bool = False
-
-
 def _free(row: NodeRow) -> int | None:
     return row.summary.free_gpus if row.current else None
 
 
-# Every column is at least one cell wider than its title: the sort arrow never cuts it.
-COLUMNS: tuple[NodeColumn, ...] = (
-    NodeColumn("node", "NODE", 0, False, lambda row: natural_key(row.name)),
-    NodeColumn("gpus", "GPUS", 5, True, lambda row: row.summary.gpu_count, True),
-    NodeColumn("free", "FREE", 5, True, _free, True, reading=True),
-    NodeColumn("util", "UTIL", 5, True, lambda row: row.summary.mean_utilization_pct, True,
-               reading=True),
-    NodeColumn("memory", "MEMORY", 13, True, lambda row: row.summary.memory_used_bytes, True,
-               72, reading=True),
-    NodeColumn("hot", "HOT", 5, True, lambda row: row.summary.hottest_c, True, 86, reading=True),
-    NodeColumn("user", "TOP USER", 12, False, lambda row: row.summary.top_user, False, 96),
-    NodeColumn("state", "STATE", 23, False, lambda row: _STATE_ORDER[row.summary.state]),
-    NodeColumn("exporter", "EXPORTER", 9, False, lambda row: row.summary.exporter.value, False,
-               112),
-)  # fmt: skip
-COLUMN_KEYS = tuple(column.key for column in COLUMNS)
+COLUMNS: tuple[Column[NodeRow], ...] = (
+    Column("node", "NODE", 0, False, lambda row: natural_key(row.name)),
+    Column("gpus", "GPUS", 5, True, lambda row: row.summary.gpu_count, True),
+    Column("free", "FREE", 5, True, _free, True),
+    Column("util", "UTIL", 5, True, lambda row: row.summary.mean_utilization_pct, True),
+    Column("memory", "MEMORY", 13, True, lambda row: row.summary.memory_used_bytes, True, 72),
+    Column("hot", "HOT", 5, True, lambda row: row.summary.hottest_c, True, 86),
+    Column("user", "TOP USER", 12, False, lambda row: row.summary.top_user, False, 96),
+    Column("state", "STATE", 23, False, lambda row: _STATE_ORDER[row.summary.state]),
+    Column("exporter", "EXPORTER", 9, False, lambda row: row.summary.exporter.value, False, 112),
+)
+#: Readings of the GPUs: old ones (a node not UP) sort after every current one.
+READINGS = frozenset({"free", "util", "memory", "hot"})
 
 
 def sort_rows(rows: Iterable[NodeRow], key: str, reverse: bool) -> list[NodeRow]:
     """Rows by column ``key`` (its natural direction, or the other with ``reverse``); on a
-    reading column, old readings after current ones; rows without a value last, by name;
-    ties by name."""
+    reading column, old readings after current ones; rows without a sort value (``None``)
+    last, by name; ties by name."""
     column = next(c for c in COLUMNS if c.key == key)
     current: list[tuple[Any, NodeRow]] = []
     old: list[tuple[Any, NodeRow]] = []
     unknown: list[NodeRow] = []
     for row in rows:
-        value = column.value(row)
+        value = column.sort(row)
         if value is None:
             unknown.append(row)
         else:
-            (old if column.reading and not row.current else current).append((value, row))
+            (old if key in READINGS and not row.current else current).append((value, row))
     descending = reverse != column.descending_first
     ordered = []
     for group in (current, old):

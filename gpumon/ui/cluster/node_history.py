@@ -21,18 +21,16 @@ from textual.message import Message
 from textual.widgets import Static
 
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample, ExporterKind, NodeState
+from gpumon.data.cluster import ClusterSample, NodeState
 from gpumon.data.fields import FIELDS
 from gpumon.data.model import GpuStats
 from gpumon.ui.cluster.view import (
-    NO_PROCESSES_DCGM,
-    NO_PROCESSES_UNKNOWN,
     WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
     find_node,
-    no_current_processes,
     node_state,
+    processes_note,
 )
 from gpumon.ui.widgets.gpu_fields import (
     GRAPHS,
@@ -113,6 +111,8 @@ def render_history(
 class NodeGpuScreen(ClusterView):
     """One GPU of a node: its last hour from Prometheus, every field, its processes."""
 
+    TITLE_ID = "node-gpu-title"
+
     BINDINGS = [
         Binding("escape", "back", "Back", tooltip="back to the node"),
         Binding("w", "watch", "Watch", tooltip=WATCH_TOOLTIP),
@@ -130,7 +130,6 @@ class NodeGpuScreen(ClusterView):
         self.node_name = node_name
         self.gpu_index = gpu_index
         self.history: History | None = None
-        self._title: str | None = None
 
     def compose(self) -> ComposeResult:
         # markup=False: the node's and the GPU's names are remote labels, brackets and all.
@@ -175,11 +174,8 @@ class NodeGpuScreen(ClusterView):
         self.history = message.history
         self.show_cluster(self.cluster_app.cluster)
 
-    def show_cluster(self, cluster: ClusterSample | None) -> None:
+    def _show(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
-        if not app.is_running or not self.is_attached or app.screen is not self:
-            return
-        self.show_banner()
         node = find_node(cluster, self.node_name)
         gpu = (
             None
@@ -187,11 +183,11 @@ class NodeGpuScreen(ClusterView):
             else next((gpu for gpu in node.gpus if gpu.index == self.gpu_index), None)
         )
         if cluster is None or node is None or gpu is None:
-            self._set_title(f" {self.node_name} GPU {self.gpu_index}: no longer listed")
+            self.set_title(f" {self.node_name} GPU {self.gpu_index}: no longer listed")
             return
         self.set_class(node.state is NodeState.DOWN, "-down")
         self.set_class(node.state is NodeState.STALE, "-stale")
-        self._set_title(
+        self.set_title(
             f" {node.name} · GPU {gpu.index}  {node_state(node, cluster.timestamp_s)}"
             f"{'  DEMO (simulated)' if node.sample.simulated else ''}"
             f"{'  watching' if gpu.index in app.watches.notes(node.name) else ''}  "
@@ -204,20 +200,12 @@ class NodeGpuScreen(ClusterView):
             render_history(self.history, gpu, width, ascii_only, color)
         )
         self.query_one("#node-gpu-fields", TextLines).update(render_fields(gpu, ascii_only))
-        if node.exporter is ExporterKind.GPUMON and node.usable and not cluster.stale:
-            processes = render_processes(node.sample, gpu.index, width)
-        elif node.exporter is ExporterKind.GPUMON:
-            why = no_current_processes(node, cluster.timestamp_s)
+        why = processes_note(node, cluster.timestamp_s, node.usable and not cluster.stale)
+        if why:
             processes = Text("Processes\n", style="bold").append(f"  {why}\n")
         else:
-            why = NO_PROCESSES_DCGM if node.exporter is ExporterKind.DCGM else NO_PROCESSES_UNKNOWN
-            processes = Text("Processes\n", style="bold").append(f"  {why}\n")
+            processes = render_processes(node.sample, gpu.index, width)
         self.query_one("#node-gpu-processes", TextLines).update(processes)
-
-    def _set_title(self, text: str) -> None:
-        if text != self._title:
-            self._title = text
-            self.query_one("#node-gpu-title", Static).update(text)
 
     def action_watch(self) -> None:
         node = find_node(self.cluster_app.cluster, self.node_name)

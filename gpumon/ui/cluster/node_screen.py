@@ -1,40 +1,31 @@
-"""One node of the cluster (``Enter`` on the node list).
-
-:class:`NodeScreen` shows the node as the one-machine dashboard shows a machine: its GPU cards
-(:class:`~gpumon.ui.widgets.gpu_panel.GpuPanel`) and, where gpumon's exporter runs there, its
-processes (:class:`~gpumon.ui.widgets.process_table.ProcessTable`); dcgm-exporter lists no
-processes, and the screen says so. A node that is not UP keeps its last readings on screen,
-dimmed, and never marks a GPU FREE.
-
-``Enter`` on a GPU opens its last hour (:mod:`gpumon.ui.cluster.node_history`); ``w`` watches
-it until it is FREE (a ``watching`` note on its card; the cluster app checks each answer).
+"""One node of the cluster (``Enter`` on the node list), shown as the one-machine dashboard
+shows a machine (:class:`~gpumon.ui.widgets.gpu_view.GpuView`): its GPUs and, where gpumon's
+exporter runs there, its processes (else a note says why not). A node that is not UP keeps its
+last readings on screen, dimmed, and never marks a GPU FREE. ``Enter`` on a GPU opens its last
+hour (:mod:`gpumon.ui.cluster.node_history`); ``w`` watches it until it is FREE.
 """
 
 from __future__ import annotations
 
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
-from gpumon.data.free import free_gpu_indices, processes_known
+from gpumon.data.free import free_gpu_indices
 from gpumon.ui.cluster.node_columns import clock_text
 from gpumon.ui.cluster.view import (
-    NO_PROCESSES_DCGM,
-    NO_PROCESSES_UNKNOWN,
     WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
     find_node,
-    no_current_processes,
     node_state,
+    processes_note,
 )
-from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
 from gpumon.ui.widgets.gpu_panel import GpuPanel
+from gpumon.ui.widgets.gpu_view import GpuView
 from gpumon.ui.widgets.keys_footer import KeysFooter
-from gpumon.ui.widgets.process_table import ProcessTable, table_messages
-from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
+from gpumon.ui.widgets.process_table import ProcessTable
 
 EXPORTER_NAMES = {
     ExporterKind.GPUMON: "gpumon exporter",
@@ -58,6 +49,8 @@ def node_title(node: Node, now_s: float) -> str:
 class NodeScreen(ClusterView):
     """A node's GPUs and processes. ``Escape`` goes back to the node list."""
 
+    TITLE_ID = "node-title"
+
     BINDINGS = [
         Binding("escape", "back", "Back", tooltip="back to the node list"),
         Binding("enter", "gpu", "Last hour",
@@ -71,8 +64,6 @@ class NodeScreen(ClusterView):
         super().__init__()
         self.node_name = name
         self.node: Node | None = None
-        self._title: str | None = None
-        self._terminal_size: tuple[int, int] | None = None
 
     def compose(self) -> ComposeResult:
         glyphs = self.cluster_app.glyphs
@@ -80,9 +71,7 @@ class NodeScreen(ClusterView):
         # "[@click=...]" in them is text (gpumon itself names targets "gpu01 [job]").
         yield Static(id="node-title", markup=False)
         yield ClusterBanner(glyphs, id="cluster-banner")
-        yield GpuPanel(glyphs, id="node-gpus")
-        yield ProcessTable(glyphs, id="node-processes")
-        yield Static(id="node-note", markup=False)
+        yield GpuView(glyphs, Static(id="node-note", markup=False), fit_table=True)
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -91,105 +80,45 @@ class NodeScreen(ClusterView):
         panel.focus()
         self.show_cluster(self.cluster_app.cluster)
 
-    def on_resize(self, event: events.Resize) -> None:
-        # Before the new size is applied: lay out for the event's size.
-        self._terminal_size = (event.size.width, event.size.height)
-        self.show_cluster(self.cluster_app.cluster)
-
-    def _set_title(self, text: str) -> None:
-        # A Static's update lays the whole screen out again: only when the text changed.
-        if text != self._title:
-            self._title = text
-            self.query_one("#node-title", Static).update(text)
-
-    def show_cluster(self, cluster: ClusterSample | None) -> None:
+    def _show(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
-        if not app.is_running or not self.is_attached or app.screen is not self:
-            return
-        self.show_banner()
         node = self.node = find_node(cluster, self.node_name)
         if cluster is None or node is None:
-            self._set_title(f" {self.node_name}: no longer listed by Prometheus")
+            self.set_title(f" {self.node_name}: no longer listed by Prometheus")
             self.set_class(True, "-old")
-            self.query_one(GpuPanel).show((), None, choose_layout(0, 80, 1)[0], 1, 1)
             self._note("")
-            self.query_one(ProcessTable).show((), (), "Processes unknown: the node is gone.")
+            self.query_one(GpuView).show(None, empty_text="Processes unknown: the node is gone.")
             return
         current = node.usable and not cluster.stale
         self.set_class(not current, "-old")
         self.set_class(node.state is NodeState.DOWN, "-down")
         self.set_class(node.state is NodeState.STALE, "-stale")
-        self._set_title(node_title(node, cluster.timestamp_s))
-        has_table = node.exporter is ExporterKind.GPUMON and current
+        self.set_title(node_title(node, cluster.timestamp_s))
+        note = processes_note(node, cluster.timestamp_s, current)
+        has_table = not note
         self.set_class(not has_table, "-no-processes")
-        note = ""
-        if node.exporter is ExporterKind.GPUMON and not current:
-            note = no_current_processes(node, cluster.timestamp_s)
-        elif node.exporter is ExporterKind.DCGM:
-            note = NO_PROCESSES_DCGM
-        elif node.exporter is ExporterKind.UNKNOWN:
-            note = NO_PROCESSES_UNKNOWN
         if not node.gpus:
             note = "No GPU listed for this node." + (f"  {note}" if note else "")
         self._note(note)
-        self._show_gpus(node, current, has_table)
-        if has_table:
-            self._show_processes(node, cluster.timestamp_s)
+        notices = []
+        if not node.usable and node.last_seen_s is not None:
+            seen = clock_text(node.last_seen_s, cluster.timestamp_s)
+            notices.append(f"{node.state.value.upper()}: processes as last seen at {seen}.")
+        threshold = app.settings.free_threshold_mib
+        self.query_one(GpuView).show(
+            node.sample,
+            # Old readings never offer a FREE GPU.
+            free=free_gpu_indices(node.sample, threshold) if current else frozenset(),
+            notes=app.watches.notes(node.name),
+            processes=has_table,
+            notices=notices,
+        )
 
     def _note(self, text: str) -> None:
         self.set_class(not text, "-no-note")
         note = self.query_one("#node-note", Static)
         if str(note.content) != text:
             note.update(text)
-
-    def _show_gpus(self, node: Node, current: bool, has_table: bool) -> None:
-        width, height = self._terminal_size or self.size
-        panel = self.query_one(GpuPanel)
-        gpus = node.gpus
-        chrome = sum(
-            fixed_cells(widget, "height")
-            for widget in (self.query_one("#node-title"), self.query_one(Footer))
-        )
-        if self.has_class("-unreachable"):
-            chrome += fixed_cells(self.query_one(ClusterBanner), "height")
-        if self.query_one("#node-note", Static).content:
-            chrome += 2
-        available = height - chrome
-        # The table keeps its share of the screen, or what its rows need when that is less.
-        rows = len(node.sample.processes) + 3
-        table_min = max(4, min(rows, int(height * TABLE_MIN_SHARE))) if has_table else 0
-        extra = [mig_lines(gpu) for gpu in gpus]
-        layout, columns = choose_layout(len(gpus), width, max(1, available - table_min), extra)
-        panel_height = max(1, min(layout_height(layout, len(gpus), columns, extra),
-                                  available - table_min))  # fmt: skip
-        if panel.styles.height is None or panel.styles.height.value != panel_height:
-            panel.styles.height = panel_height
-        # Old readings never offer a FREE GPU.
-        threshold = self.cluster_app.settings.free_threshold_mib
-        panel.free = free_gpu_indices(node.sample, threshold) if current else frozenset()
-        panel.mig_process_counts = mig_process_counts(node.sample)
-        panel.notes = self.cluster_app.watches.notes(node.name)
-        panel.show(gpus, None, layout, columns, panel_height)
-
-    def _show_processes(self, node: Node, now_s: float) -> None:
-        sample = node.sample
-        notices, empty_text = table_messages(sample)
-        if not node.usable and node.last_seen_s is not None:
-            seen = clock_text(node.last_seen_s, now_s)
-            notices = [f"{node.state.value.upper()}: processes as last seen at {seen}.", *notices]
-        table = self.query_one(ProcessTable)
-        selected = self.query_one(GpuPanel).selected_gpu
-        table.select_gpu(None if selected is None or len(node.gpus) < 2 else selected.index)
-        unknown = {
-            gpu.index: gpu.processes_error or ("lost" if gpu.lost else "not read")
-            for gpu in node.gpus
-            if not processes_known(gpu, sample)
-        }
-        table.show(sample.processes, notices, empty_text, unknown)
-
-    def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
-        if self.node is not None and len(self.node.gpus) > 1:
-            self.query_one(ProcessTable).select_gpu(message.gpu_index)
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -11,10 +11,8 @@ import dataclasses
 import time
 
 from rich.style import Style
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Input
 
 from gpumon.data.cluster import ClusterSample
 from gpumon.data.format import known_time
@@ -27,14 +25,16 @@ from gpumon.ui.cluster.node_columns import (
     node_rows,
 )
 from gpumon.ui.cluster.node_list import NodeList
-from gpumon.ui.cluster.view import ClusterBanner, ClusterBar, ClusterView
+from gpumon.ui.cluster.view import ClusterBanner, ClusterView
+from gpumon.ui.widgets.bars import Bar
 from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.lines import Line
+from gpumon.ui.widgets.search_box import SearchBox
 
 EMPTY_UNREACHABLE = "No data: Prometheus has not answered yet (see above)."
 
 
-class ClusterHeader(ClusterBar):
+class ClusterHeader(Bar):
     """One line: which server, how many nodes, how many GPUs free, DEMO, how fresh."""
 
     STYLE_PREFIX = "cluster-header"
@@ -148,8 +148,8 @@ class ClusterScreen(ClusterView):
         yield ClusterHeader(glyphs, id="cluster-header")
         yield ClusterBanner(glyphs, id="cluster-banner")
         yield NodeList(glyphs, id="nodes")
-        yield Input(placeholder="filter: node or user (Enter keeps, Esc clears)",
-                    id="node-search")  # fmt: skip
+        yield SearchBox("filter: node or user (Enter keeps, Esc clears)", self._search_text,
+                        NodeList, id="node-search")  # fmt: skip
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -160,13 +160,12 @@ class ClusterScreen(ClusterView):
         else:
             self._show_header(None, ("", "", ""))
 
-    def show_cluster(self, cluster: ClusterSample) -> None:
+    def _show(self, cluster: ClusterSample | None) -> None:
+        if cluster is None:
+            return
         app = self.cluster_app
-        if not app.is_running or not self.is_attached or app.screen is not self:
-            return  # under another screen: on_screen_resume catches up
         rows = node_rows(cluster.nodes, app.settings.free_threshold_mib)
         self._show_header(cluster, header_counts(cluster_counts(rows)))
-        self.show_banner()
         if cluster.nodes:
             empty = EMPTY_NONE
         else:
@@ -201,36 +200,14 @@ class ClusterScreen(ClusterView):
 
     def action_search(self) -> None:
         """``/``: type to filter by node name or user; the list follows each key."""
-        search = self.query_one("#node-search", Input)
-        self.add_class("-searching")
-        search.value = self.node_list.node_filter.text
-        search.focus()
+        self.query_one(SearchBox).start(self.node_list.node_filter.text)
 
     def action_clear_filters(self) -> None:
-        self._close_search()
+        self.query_one(SearchBox).close()
         self.node_list.set_filter(NodeFilter())
 
-    def _close_search(self) -> None:
-        if self.has_class("-searching"):
-            self.remove_class("-searching")
-            self.node_list.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "node-search":
-            current = self.node_list.node_filter
-            self.node_list.set_filter(dataclasses.replace(current, text=event.value.strip()))
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "node-search":
-            self._close_search()
-
-    def on_key(self, event: events.Key) -> None:
-        # Escape in the search box: clear the text filter and close it.
-        if event.key == "escape" and self.has_class("-searching"):
-            event.stop()
-            current = self.node_list.node_filter
-            self.node_list.set_filter(dataclasses.replace(current, text=""))
-            self._close_search()
+    def _search_text(self, text: str) -> None:
+        self.node_list.set_filter(dataclasses.replace(self.node_list.node_filter, text=text))
 
     def on_node_list_opened(self, message: NodeList.Opened) -> None:
         from gpumon.ui.cluster.node_screen import NodeScreen

@@ -1,23 +1,21 @@
 """What every cluster screen is and shows: :class:`ClusterView` (the app hands it each new
-:class:`~gpumon.data.cluster.ClusterSample` while it is on top, and it catches up when it is
-shown again), :class:`ClusterBanner`, the line saying Prometheus does not answer, and what
-both node screens say of a node (:func:`node_state`; no process table: ``NO_PROCESSES_*``).
-
-The node list (:mod:`gpumon.ui.cluster.screen`), a node (:mod:`gpumon.ui.cluster.node_screen`)
-and a node's GPU (:mod:`gpumon.ui.cluster.node_history`) build on these; this module imports
-none of them, nor the app (only its type, for the checker).
+:class:`~gpumon.data.cluster.ClusterSample` while it is on top; it catches up when shown again),
+:class:`ClusterBanner` (Prometheus does not answer), and what the node screens say of a node
+(:func:`node_state`, :func:`processes_note`). It imports no screen, nor the app.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from textual.screen import Screen
+from textual.widgets import Static
 
-from gpumon.data.cluster import ClusterSample, Node, NodeState
+from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.ui.cluster.node_columns import clock_text, state_text
-from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget
+from gpumon.ui.widgets.bars import Bar
+from gpumon.ui.widgets.lines import Line
 
 if TYPE_CHECKING:
     from gpumon.ui.cluster.app import ClusterApp
@@ -36,9 +34,16 @@ WATCH_TOOLTIP = (
 )
 
 
-def no_current_processes(node: Node, now_s: float) -> str:
-    """Why a node that is not UP shows no process: only an UP node's processes are shown
-    (``once --prometheus`` and the docs say so), since the last known ones may have ended."""
+def processes_note(node: Node, now_s: float, current: bool) -> str:
+    """Why the node's processes are not shown, empty when they are (gpumon's exporter, the node
+    ``current``). Only an UP node's processes are shown (``once --prometheus`` and the docs say
+    so): the last known ones may have ended."""
+    if node.exporter is ExporterKind.DCGM:
+        return NO_PROCESSES_DCGM
+    if node.exporter is not ExporterKind.GPUMON:
+        return NO_PROCESSES_UNKNOWN
+    if current:
+        return ""
     seen = "" if node.last_seen_s is None else f" (last seen {clock_text(node.last_seen_s, now_s)})"
     return (
         f"Processes: not shown while the node is {node.state.value.upper()}{seen}: "
@@ -68,13 +73,30 @@ def find_node(cluster: ClusterSample | None, name: str) -> Node | None:
 class ClusterView(Screen[None]):
     """A screen of the cluster dashboard: shows each new cluster sample while on top."""
 
+    #: The id of the screen's title line (a Static), if it has one.
+    TITLE_ID = ""
+    _title: str | None = None
+
     @property
     def cluster_app(self) -> ClusterApp:
         return cast("ClusterApp", self.app)
 
-    def show_cluster(self, cluster: ClusterSample) -> None:
-        """Hand ``cluster``'s pieces down to the widgets."""
+    def show_cluster(self, cluster: ClusterSample | None) -> None:
+        """Hand ``cluster``'s pieces down to the widgets, while the screen is on top (under
+        another screen it catches up when it is shown again)."""
+        app = self.cluster_app
+        if app.is_running and self.is_attached and app.screen is self:
+            self.show_banner()
+            self._show(cluster)
+
+    def _show(self, cluster: ClusterSample | None) -> None:
         raise NotImplementedError
+
+    def set_title(self, text: str) -> None:
+        # A Static's update lays the whole screen out again: only when the text changed.
+        if text != self._title:
+            self._title = text
+            self.query_one(f"#{self.TITLE_ID}", Static).update(text)
 
     def show_banner(self) -> None:
         """The banner while Prometheus does not answer (and its countdown), or while a
@@ -96,24 +118,7 @@ class ClusterView(Screen[None]):
             self.show_cluster(cluster)
 
 
-class ClusterBar(ComponentStyles, LinesWidget):
-    """A one-line bar of the cluster screens (the header, the banner): drawn again, from what
-    it last showed, when its width changes."""
-
-    def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.glyphs = glyphs
-        self._shown: tuple[Any, ...] | None = None
-
-    def on_resize(self) -> None:
-        if self._shown is not None:
-            self.show(*self._shown)
-
-    def show(self, *args: Any) -> None:
-        raise NotImplementedError
-
-
-class ClusterBanner(ClusterBar):
+class ClusterBanner(Bar):
     """While Prometheus does not answer: why (or for how long, while a refresh hangs), how
     old the data shown is, when the next try starts. One line, repainted only where it
     changes (the countdown)."""

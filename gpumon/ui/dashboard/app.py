@@ -271,7 +271,7 @@ class GpumonApp(HistoryKeys, MonitorApp):
         # Off while another screen is on top, and while the terminal is too small to show
         # what they would act on (the footer offers only what works).
         dashboard = getattr(self, "dashboard", None)
-        too_small = dashboard is not None and dashboard.has_class("-too-small")
+        too_small = dashboard is not None and dashboard.too_small
         return len(self.screen_stack) == 1 and not too_small
 
     def action_gpu_filter(self) -> None:

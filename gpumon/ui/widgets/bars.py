@@ -18,14 +18,23 @@ STALL_READS_FAILING = "reads failing"
 _STALL_SHORT = {STALL_NOT_ANSWERING: "NVML stalled", STALL_READS_FAILING: "reads failing"}
 
 
-class _StyledLines(ComponentStyles, LinesWidget):
+class Bar(ComponentStyles, LinesWidget):
+    """A one-line bar: drawn again, from what it last showed, when its width changes."""
+
     def __init__(self, glyphs: Glyphs, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.glyphs = glyphs
         self._shown: tuple[Any, ...] | None = None
 
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
 
-class HeaderBar(_StyledLines):
+    def show(self, *args: Any) -> None:
+        raise NotImplementedError
+
+
+class HeaderBar(Bar):
     """One line: what machine this is, which driver, how fresh the data is."""
 
     STYLE_PREFIX = "header-bar"
@@ -48,10 +57,6 @@ class HeaderBar(_StyledLines):
     HeaderBar > .header-bar--stalled { background: $error; color: $text-error; text-style: bold; }
     HeaderBar > .header-bar--filter { color: $warning; text-style: bold; }
     """
-
-    def on_resize(self) -> None:
-        if self._shown is not None:
-            self.show(*self._shown)
 
     def show(
         self,
@@ -123,7 +128,7 @@ class HeaderBar(_StyledLines):
         self.set_lines([line.strip(width)])
 
 
-class HostStrip(_StyledLines):
+class HostStrip(Bar):
     """One line about the host: CPU, load, RAM, swap."""
 
     STYLE_PREFIX = "host-strip"
@@ -137,10 +142,6 @@ class HostStrip(_StyledLines):
 
     def _bar(self, line: Line, fraction: float | None, width: int) -> None:
         add_bar(line, self.glyphs, fraction, width, self.style("bar"), self.style("empty"))
-
-    def on_resize(self) -> None:
-        if self._shown is not None:
-            self.show(*self._shown)
 
     def show(self, host: HostStats | None, simulated: bool) -> None:
         self._shown = (host, simulated)

@@ -46,27 +46,10 @@ def choose_layout(
     return Layout.ONE_LINE, 1
 
 
-def row_lines(layout: Layout) -> int:
-    """Lines per row: a row of cards, or one GPU in the line layouts (without MIG lines)."""
-    if layout is Layout.CARDS:
-        return CARD_HEIGHT
-    return 2 if layout is Layout.TWO_LINES else 1
-
-
-def row_heights(
-    layout: Layout, gpu_count: int, columns: int, extra: Sequence[int] = ()
-) -> list[int]:
-    """The height of each row: a row of ``columns`` cards, or one GPU in the line layouts."""
-    columns = max(1, columns)
-    base = row_lines(layout)
-    heights = []
-    for start in range(0, gpu_count, columns):
-        more = [
-            extra[i] if i < len(extra) else 0 for i in range(start, min(gpu_count, start + columns))
-        ]
-        heights.append(base + max(more, default=0))
-    return heights
-
-
 def layout_height(layout: Layout, gpu_count: int, columns: int, extra: Sequence[int] = ()) -> int:
-    return sum(row_heights(layout, gpu_count, columns, extra))
+    """Lines the GPUs take: a row of ``columns`` cards is as tall as its tallest card, a GPU in
+    the line layouts takes one or two lines; each with its ``extra`` lines."""
+    columns = max(1, columns)
+    base = {Layout.CARDS: CARD_HEIGHT, Layout.TWO_LINES: 2, Layout.ONE_LINE: 1}[layout]
+    rows = range(0, gpu_count, columns)
+    return sum(base + max(extra[start : start + columns], default=0) for start in rows)

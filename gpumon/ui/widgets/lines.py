@@ -128,11 +128,6 @@ class Line:
             self.add(" " * (width - other.width))
         return self
 
-    def pad_to(self, width: int, style: Style = BLANK) -> Line:
-        if self.width < width:
-            self.add(" " * (width - self.width), style)
-        return self
-
     def strip(self, width: int, style: Style = BLANK) -> Strip:
         strip = Strip(self._segments, self.width)
         if self.width > width:

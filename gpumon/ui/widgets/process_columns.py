@@ -1,5 +1,5 @@
 """The process table's columns (which show at a width, and how wide), how a cell reads, and
-what an empty table says (no Textual).
+what an empty table says.
 
 ``SM%`` is NVML's per-process SM utilisation over the last interval; it shows only where some
 process has one (not on MIG GPUs, nor in a cluster node's table) and the table is wide
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpumon.data import format as fmt
 from gpumon.data.idle import Activity, idle_text
 from gpumon.data.model import GpuProcess, ProcessKind, Sample, notable_unlisted_memory_bytes
 from gpumon.data.views import shorten_command
+from gpumon.ui.widgets.keyed_table import Column
 
 ProcessKey = tuple[int, int]  # (GPU index, PID)
 
@@ -28,22 +28,6 @@ EMPTY_NONE = "No processes on any GPU."
 EMPTY_NONE_ON_THE_OTHERS = "No processes listed on the GPUs whose lists could be read."
 EMPTY_UNKNOWN = "Processes unknown: no GPU data (see above)."
 EMPTY_ALL_UNKNOWN = "Processes unknown: no GPU's process list could be read."
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int  # 0: takes the remaining width
-    right: bool
-    sort: Callable[[GpuProcess], Any]
-    min_terminal_width: int = 0  # hidden below this table width
-    #: Shown only while some process has a value for it (a Slurm job, a container, SM%).
-    optional: bool = False
-
-    @property
-    def descending_first(self) -> bool:
-        return self.key in DESCENDING_FIRST
 
 
 def _none_last(value: Any) -> tuple[bool, Any]:
@@ -59,25 +43,25 @@ def kind_text(kind: ProcessKind) -> str:
     return fmt.NA if kind is ProcessKind.UNKNOWN else kind.value
 
 
-# Every column is at least one cell wider than its title: the sort arrow never cuts it.
-COLUMNS: tuple[Column, ...] = (
+COLUMNS: tuple[Column[GpuProcess], ...] = (
     Column("gpu", "GPU", 4, True, lambda p: (p.gpu_index, p.gpu_instance_id or 0, p.pid)),
     Column("pid", "PID", 8, True, lambda p: p.pid),
     Column("user", "USER", 10, False, lambda p: _none_last(p.user)),
-    Column("job", "JOB", 9, True, lambda p: _none_last(_job_number(p.job_id)), 100, True),
-    Column("container", "CONTAINER", 12, False, lambda p: _none_last(p.container_id), 130, True),
-    Column("type", "TYPE", 5, False, lambda p: kind_text(p.kind), 72),
-    Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes)),
+    Column("job", "JOB", 9, True, lambda p: _none_last(_job_number(p.job_id)),
+           min_terminal_width=100, optional=True),
+    Column("container", "CONTAINER", 12, False, lambda p: _none_last(p.container_id),
+           min_terminal_width=130, optional=True),
+    Column("type", "TYPE", 5, False, lambda p: kind_text(p.kind), min_terminal_width=72),
+    # Descending first for the sizes: the biggest users are what people look for.
+    Column("gpu_memory", "GPU-MEM", 8, True, lambda p: _none_last(p.gpu_memory_bytes), True),
     # N/A below 0 %: busiest first puts it last, as nothing is known of it.
-    Column("sm", "SM%", 4, True, lambda p: _na_lowest(p.sm_utilization_pct), 100, True),
+    Column("sm", "SM%", 4, True, lambda p: _na_lowest(p.sm_utilization_pct), True, 100, True),
     # Below 50 cells CPU% gives way, so that COMMAND keeps some room (a 40-column terminal).
-    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct), 50),
-    Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), 90),
-    Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), 80),
+    Column("cpu", "CPU%", 6, True, lambda p: _none_last(p.cpu_pct), True, 50),
+    Column("rss", "RSS", 7, True, lambda p: _none_last(p.rss_bytes), True, 90),
+    Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), True, 80),
     Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
-)
-# Descending first for these: the biggest users are what people look for.
-DESCENDING_FIRST = {"gpu_memory", "sm", "cpu", "rss", "time"}
+)  # fmt: skip
 #: The fewest cells COMMAND is shown in (a letter or three and the ellipsis).
 MIN_COMMAND_WIDTH = 4
 #: The SM% column's width while some process is idle: ``idle ≥ 2h13m``.
@@ -101,7 +85,7 @@ def optional_columns(
     return frozenset(shown)
 
 
-def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column]:
+def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column[GpuProcess]]:
     """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
     column does not come and go with the scrollbar when the rows outgrow the table)."""
     columns = [
@@ -119,7 +103,7 @@ def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[
 @functools.lru_cache(maxsize=16)
 def column_layout(
     width: int, full_width: int, optional: frozenset[str] = frozenset()
-) -> list[tuple[Column, int]]:
+) -> list[tuple[Column[GpuProcess], int]]:
     """Each shown column and its width in ``width`` cells (left of the scrollbar).
 
     COMMAND gets what the other columns leave. The row is never wider than ``width``: a
@@ -171,7 +155,10 @@ def table_messages(sample: Sample | None) -> tuple[list[str], str]:
 
 
 def cell_text(
-    column: Column, process: GpuProcess, activity: Activity | None = None, ascii_only: bool = False
+    column: Column[GpuProcess],
+    process: GpuProcess,
+    activity: Activity | None = None,
+    ascii_only: bool = False,
 ) -> str:
     """What the cell of ``column`` reads for ``process``; ``activity`` is what gpumon has seen
     of its SM utilisation (an IDLE process's SM% reads ``idle 2h13m``)."""

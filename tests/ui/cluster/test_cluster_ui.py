@@ -424,11 +424,11 @@ async def test_the_cursor_stays_on_its_node_when_the_cluster_changes() -> None:
         await shown(app, pilot, cluster)
         await pilot.press("down", "down", "down")
         node_list = app.screen.query_one(NodeList)
-        assert node_list.cursor_name == "node4"
+        assert node_list.cursor_key == "node4"
         # node2 leaves the cluster: the cursor stays on node4, one row up.
         smaller = replace(cluster, nodes=tuple(n for n in cluster.nodes if n.name != "node2"))
         await shown(app, pilot, smaller)
-        assert node_list.cursor_name == "node4"
+        assert node_list.cursor_key == "node4"
         assert node_list.cursor_row == 2
 
 
@@ -518,7 +518,7 @@ async def test_polls_run_off_the_event_loop_one_at_a_time() -> None:
         await pilot.pause(0.6)
         assert source.in_flight == 1
         await pilot.press("down", "down")
-        assert app.screen.query_one(NodeList).cursor_name == "node3"
+        assert app.screen.query_one(NodeList).cursor_key == "node3"
         source.release.set()
         await pilot.pause(0.6)
         assert source.most_in_flight == 1
@@ -571,7 +571,7 @@ async def test_enter_shows_the_node_with_its_gpu_cards_and_processes() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, NodeScreen)
-        assert app.screen.query_one(NodeList).cursor_name == "node2"
+        assert app.screen.query_one(NodeList).cursor_key == "node2"
 
 
 async def test_a_node_follows_new_samples_while_it_is_shown() -> None:

@@ -187,7 +187,7 @@ async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
         app.post_message(events.Key("P", "P"))
 
         def laid_out() -> bool:
-            placed = app.dashboard.has_class("-probe-bottom")
+            placed = app.dashboard.has_class("-probing")
             return len(app.query(ProbePanel)) == 1 and app.probing and placed
 
         # The new panel mounts, then is laid out; under load that takes a while. Once it is,
@@ -253,7 +253,7 @@ async def test_a_redraw_while_the_probe_panel_is_being_removed_never_crashes() -
         app.dashboard.refresh_all()  # what the next sample does while Closed is handled
         await pilot.pause(0.3)
         assert app.is_running and not app.probing
-        assert not app.dashboard.has_class("-probe-right")
+        assert not app.dashboard.has_class("-probing")
 
 
 @pytest.mark.slow
