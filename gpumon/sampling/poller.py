@@ -40,7 +40,7 @@ T = TypeVar("T")
 STALLED_INTERVALS = STALE_AFTER_INTERVALS
 
 
-class _DaemonThread:
+class DaemonThread:
     """One daemon worker thread. Unlike asyncio.to_thread's pool, interpreter exit does not
     wait for it, so a hung NVML call cannot keep gpumon from quitting."""
 
@@ -90,7 +90,7 @@ class EarlySample:
 
     def __init__(self, source: GpuSource) -> None:
         self.source = source
-        self.thread = _DaemonThread("gpumon-poller")
+        self.thread = DaemonThread("gpumon-poller")
         self.future: Future[Sample] = self.thread.submit(source.sample)
 
 
@@ -129,7 +129,7 @@ class Poller:
         self._forced = False
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._thread: _DaemonThread | None = None if early is None else early.thread
+        self._thread: DaemonThread | None = None if early is None else early.thread
         self._early: Future[Sample] | None = None if early is None else early.future
         self._closed = False
         self.polls_started = 0
@@ -176,7 +176,7 @@ class Poller:
                 # (NVML shut down) and must not be opened again.
                 return None
             if self._thread is None:
-                self._thread = _DaemonThread("gpumon-poller")
+                self._thread = DaemonThread("gpumon-poller")
             self._in_flight_since = self._clock()
             self.polls_started += 1
             try:

@@ -1,31 +1,9 @@
 """What the recorder keeps of each sample until it is written: no SQL, no I/O.
 
-Each sample adds to *pending* rows, which the writer turns into one transaction and forgets
-once it is committed (while the database cannot be written they wait, within bounds):
-
-- per GPU and minute (:class:`GpuMinute`): the count, sum and max of each reading, and the
-  joules used (the energy counter's rise since the previous sample);
-- per process session (:class:`Session`, known by GPU, PID and start time): seconds seen,
-  memory-seconds, SM-seconds, seconds held idle, its peak memory, and its quiet spell;
-- per hour, GPU and holder in each grouping (its user, Slurm job, container, and the GPU
-  itself: :data:`UsageKey`): seconds held, used and held idle, and the seconds held whose
-  SM utilisation was known (:class:`Usage`).
-
-Time: each sample stands for the time since the previous one (``dt``), credited to the
-processes it lists. A gap longer than ``max_gap_s`` (the recorder stopped, the driver hung)
-is not credited: nobody saw it. IDLE is the live view's rule (:class:`IdleRule`): a process
-holding at least the minimum memory, at or below ``below_pct`` for ``after_s``. Its quiet
-spell is timed from the samples (wall clock), and continues across a restart of the
-recorder when the database says so (:attr:`Session.quiet_since_s`). A process not seen for
-longer than ``max_gap_s`` starts a new spell, whether the recorder stopped or stayed up
-through the gap (a hung driver, a clock step): the time nobody saw is not quiet time.
-
-A holder's GPU is *held* while one of its processes is listed on it (two of its processes:
-still one GPU), *used* by the sum of their SM utilisation (at most the whole GPU; counted
-only while the utilisation of each of them is known: N/A on MIG or some boards), and *held
-idle* as the live view holds a GPU idle (:func:`gpumon.data.idle.held_idle_gpus`), among its
-processes: one of them is IDLE, and none of the others holds the minimum memory without
-being IDLE (or N/A memory), or keeps the SMs busy.
+Each sample adds to pending rows (per GPU and minute, per process session, per hour and
+holder), which the writer turns into one transaction. A gap longer than ``max_gap_s`` is
+not credited, and starts a new quiet spell: time nobody saw is not quiet time. What held,
+used and held idle mean: docs/history.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Where the history database is, opening it read-only for every reader, and the checks on
 who else could write it that the recorder (:mod:`~gpumon.sampling.history.live`) makes too.
 
-What readers open (``history.db``, what ``--db`` names) is a snapshot the recorder publishes
-(:mod:`~gpumon.sampling.history.live`): a file of its own, 0644 in a directory 0755 (whatever
-the umask), never written in place. The recorder refuses a directory, or a file, that another
-user can write or owns: they could rewrite what the dashboard and reports show, or plant a
-link. That holds for a sticky directory such as /tmp too: SQLite opens the files beside the
-database by name, and reads a ``-journal`` someone else put there into the database (a "hot
-journal" it rolls back), so no check made before opening would be free of races.
-
-A reader opens ``file:...?mode=ro``: it never creates the database, nor writes it, and it
-holds the database, its directory and the files beside it to the same rules (root's or its
-own, and writable by no one else). A snapshot it opens ``immutable=1``: no locks, no files
-beside it, so no reader can stall the recorder. A database of an older recorder (a live WAL
-database at that path, no live directory beside it) is read as it is, through its WAL.
+A directory or file another user can write or owns is refused: they could rewrite what the
+dashboard and reports show, or plant a journal SQLite would roll back. Readers open
+``file:...?mode=ro`` (a snapshot ``immutable=1``) and hold it to the same rules. Why:
+docs/history.md.
 """
 
 from __future__ import annotations

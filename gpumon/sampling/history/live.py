@@ -1,21 +1,10 @@
 """The recorder's own database, and the snapshot of it that every reader reads.
 
-Any file another user may open gives them its locks: an ``flock`` that stops a second start
-of the recorder, a POSIX lock on the WAL's write byte in ``-shm`` that stalls every write,
-a read transaction that keeps the WAL from ever being reset. So the live database is
-private: it, its ``-wal`` and ``-shm`` files and the one-recorder lock live in a directory
-beside the history, ``history.db.live/``, 0700 and the recorder's (refused, naming its owner,
-otherwise). What ``--db`` names, ``history.db``, is a snapshot the recorder publishes at most
-every :data:`PUBLISH_S` (longer for a large history: :data:`PUBLISH_BYTES_PER_HOUR`) while
-samples arrive, and as it stops: SQLite's backup of the live
-database into a new file (0644, created ``O_EXCL`` beside the history, in rollback-journal
-mode, synced), then renamed over the old one. Readers open it ``immutable=1``: no locks, no
-files beside it. A reader that keeps an old snapshot open holds a copy it could have made
-itself; it never holds up the recorder.
-
-An older recorder's database at that path (WAL mode, no live directory) is taken into the
-live directory by the first start (copied, with its WAL: new files, so no descriptor opened
-on the old ones reaches the live database), then published: its history is kept.
+The live database (and its lock) is private, in ``history.db.live/`` (0700): a file another
+user may open gives them its locks. ``history.db`` is a snapshot the recorder publishes at
+most every :data:`PUBLISH_S` (SQLite's backup, renamed into place); readers open it
+``immutable=1``. An older recorder's database at that path is taken in by the first start.
+Why: docs/history.md.
 """
 
 from __future__ import annotations

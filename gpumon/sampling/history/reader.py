@@ -1,20 +1,9 @@
 """Reading the history database: what ``gpumon report`` prints and the dashboard graphs.
 
-The API (stable; ``report`` and the dashboard code against it):
-
-- :func:`open_history` opens the database read-only (``file:...?mode=ro``): ``None`` when
-  there is none yet, :class:`HistoryError` (one line: the path and what to do) when it cannot
-  be read: broken, of a newer schema, unreadable.
-- :class:`HistoryReader`: :meth:`~HistoryReader.usage` (a report's rows),
-  :meth:`~HistoryReader.gpu_series` (a GPU's readings over time, for graphs),
-  :meth:`~HistoryReader.idle_since`, :meth:`~HistoryReader.idle_holders` (who holds
-  memory idle, as recorded) and :meth:`~HistoryReader.idle_unknown_count` (how many hold it
-  with idleness unknown), :meth:`~HistoryReader.gpus` and :meth:`~HistoryReader.span`
-  (what is recorded). Every method raises only :class:`HistoryError` for a database problem,
-  so a caller that catches it never fails because of the history.
-
-A reader never creates or writes the database. One reader is used by one thread at a time
-(it may be opened on one thread and used on another: the dashboard reads on a worker).
+:func:`open_history` opens it read-only (``None``: none yet; :class:`HistoryError`: one line
+on why it cannot be read); :class:`HistoryReader`'s methods raise only :class:`HistoryError`
+for a database problem. A reader never creates or writes the database; one thread at a time
+uses it.
 """
 
 from __future__ import annotations

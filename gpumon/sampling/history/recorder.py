@@ -1,17 +1,9 @@
 """Feeding the history from a sampler: ``gpumon record`` and ``gpumon export --record``.
 
-:class:`Recorder` hands each sample to a :class:`HistoryWriter` and turns its errors into
-one line each (through ``report``; a line repeats only when the problem changes), plus one
-when writing works again; likewise a clock more than a day ahead of the history (nothing is
-pruned meanwhile: :class:`~gpumon.sampling.history.retention.PruneHorizon`). A problem that
-may pass (a locked database, a full disk, a file system remounted read-only) keeps the
-samples pending and retries with the next batch; one that will not (a damaged file, a newer
-schema) stops the recording: :attr:`Recorder.failed`.
-
-:class:`RecorderThread` runs a :class:`Recorder` on its own thread, for the exporter: a slow
-or locked database must never delay a sample or a scrape. Samples wait in a short queue;
-when the writer falls behind, the oldest are dropped (the next sample's time still counts
-for the processes it lists, up to the writer's gap).
+:class:`Recorder` hands each sample to a :class:`HistoryWriter` and turns its errors into one
+line each (repeated only when the problem changes); a problem that will not pass stops the
+recording (:attr:`Recorder.failed`). :class:`RecorderThread` runs it on its own thread for
+the exporter, behind a short queue that drops the oldest samples when it falls behind.
 """
 
 from __future__ import annotations

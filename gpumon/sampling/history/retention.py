@@ -1,22 +1,8 @@
 """What the history keeps, and for how long: pruning as the recorder goes.
 
-- GPU minute rows: ``history_days`` (default 90); GPU hour rows: a year (or ``history_days``
-  when longer).
-- Usage hour rows: ``history_days``; then whole days of them are rolled up into usage day
-  rows (the sums, the peak), kept a year.
-- Sessions: a year after they were last seen.
-
-Usage hour rows are not kept a year (as GPU hour rows are): per GPU and hour there is one
-row per user, job and container, so 8 GPUs x 64 processes make about 25 times the GPU hour
-rows, and a year's report would read them all; a report of a period whose ends fall inside
-a day row says so (``prorated_s``) and clips the estimate to when the processes were seen.
-
-The recorder prunes once an hour, in the transaction of a batch, so the file's size is
-bounded whatever the uptime: SQLite reuses the freed pages. The cuts are whole hours (GPU
-minutes) and whole days (usage), so a bucket is never half pruned.
-
-Pruning goes by :class:`PruneHorizon`, never by the clock alone: a clock stepped a year ahead
-(by mistake, or by an NTP server that lies) would otherwise delete the whole history at once.
+GPU minutes and usage hours ``history_days`` (usage hours then roll up into days), GPU hours,
+usage days and sessions a year. Pruning runs once an hour in a batch's transaction, by whole
+hours and days, and goes by :class:`PruneHorizon`, never by the clock alone (docs/history.md).
 """
 
 from __future__ import annotations

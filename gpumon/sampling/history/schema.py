@@ -1,45 +1,9 @@
 """The history database's tables, their versions, and the one-line errors about it.
 
-Version 2 (``PRAGMA user_version``); every time is seconds since the epoch, every bucket
-starts at a multiple of its width (UTC):
-
-- ``meta``: key/value facts: ``node`` (the host name), ``interval_s``, ``first_sample_s``
-  and ``last_sample_s``, ``usage_days_until_s`` (``usage_hours`` rows before this were
-  rolled up into ``usage_days``), ``idle_unknown_at_s`` (the latest sample whose recorder
-  set ``sessions.idle_unknown``: behind ``last_sample_s`` when an older gpumon recorded
-  since), ``prune_horizon_s`` (the newest sample time pruning trusts: a clock stepped
-  ahead does not move it; :class:`~gpumon.sampling.history.retention.PruneHorizon`),
-  ``publish_s`` (how often the running recorder publishes the snapshot; 0 once stopped).
-- ``gpus``: one row per GPU UUID (``id`` is what the other tables refer to), with its NVML
-  index and name as last seen.
-- ``gpu_minutes`` and ``gpu_hours``: per GPU, the mean and max of each of
-  :data:`HISTORY_FIELDS` (energy: the joules used in the bucket, and of its busiest minute;
-  NULL in a minute row, whose max is its own) and how many samples made them. Minute rows
-  are kept ``history_days``; hour rows a year.
-- ``sessions``: one row per process *session* (GPU, PID, start time): who, which Slurm job,
-  container and command, first and last seen, the memory it holds now and at its peak,
-  memory-seconds, SM-seconds (SM utilisation x seconds), seconds seen and seconds held idle,
-  and the start of its quiet spell (``quiet_since_s``; ``idle_since_s`` while it is IDLE);
-  ``idle_unknown`` (one of :data:`ADDED_COLUMNS`) is 1 while it holds memory with no SM
-  utilisation reading (MIG, no sample from the driver), so whether it is idle cannot be
-  told.
-- ``usage_hours`` and ``usage_days``: per GPU and per holder of it in each grouping of
-  :data:`~gpumon.data.usage.GROUPINGS` (``grouping`` is its position: 0 user, 1 job, 2
-  container, 3 the GPU itself; ``key`` the user name, job id or container id, ``''`` for
-  none and for the GPU), seconds held, seconds used (weighted by SM utilisation, at most the
-  whole GPU, counted only while the SM utilisation was known) and seconds held idle, the
-  most memory one of its processes held at once, and ``known_s`` (since version 2): the
-  seconds held whose SM utilisation was known (N/A on MIG and some boards), NULL in rows a
-  version-1 recorder wrote (it counted unknown as 0 used; they are read as all known).
-  Exact per grouping: two processes of one user on one GPU count once. What ``gpumon
-  report`` sums. Hour rows are kept ``history_days``, then rolled up into day rows, kept a
-  year.
-
-A newer version adds a function to :data:`MIGRATIONS`; :func:`migrate` runs each step from
-the file's version in its own transaction. A reader reads only the current version. A
-column that older gpumons can ignore is added without a new version (:data:`ADDED_COLUMNS`):
-every statement names its columns, so an older recorder or reader still uses the file, and
-this one reads such a column only where the file has it.
+Version 2 (``PRAGMA user_version``); times are seconds since the epoch, buckets start at a
+multiple of their width (UTC). A newer version adds a step to :data:`MIGRATIONS`; a column
+older gpumons can ignore is added without a version (:data:`ADDED_COLUMNS`). The tables, one
+by one: docs/history.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The recorder's side of the history database: samples in, one transaction per batch out.
 
-:class:`HistoryWriter` takes each sample (:meth:`~HistoryWriter.record`) into pending rows
-(:mod:`~gpumon.sampling.history.aggregate`) and writes them in one transaction per batch:
-every sample by default, or at most every ``batch_s`` seconds (the exporter samples every
-second). A crash loses at most the batch being written: a transaction is whole or absent.
-
-Rows are written as increments (``held_s = held_s + ?``, a mean merged with the row's), so
-a restarted recorder carries on where the last one stopped: it finds its process sessions
-again by GPU, PID and start time, and the minute it was in.
-
-When the database cannot be written, :meth:`~HistoryWriter.record` raises a
-:class:`HistoryError`; the pending rows stay (within bounds, the oldest dropped first) and the
-next batch tries again. ``retry`` False (a damaged file, a newer schema) means trying again
-will not help. The writer is used by one thread.
+:class:`HistoryWriter` takes each sample into pending rows and writes them in one transaction
+per batch (every sample, or every ``batch_s``), as increments, so a restarted recorder carries
+on. When the database cannot be written, :meth:`~HistoryWriter.record` raises
+:class:`HistoryError`; the rows stay pending (within bounds) for the next batch.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """The cluster dashboard (``gpumon --prometheus URL``): keys, polling with backoff, screens.
 
-A separate app from the one-machine dashboard (``ui.dashboard.app``): it shares the
-widgets (the GPU cards, the process table), the app base (:mod:`gpumon.ui.app`) and the poller,
-not the screens. Data flows one way: the poller runs the source's blocking ``sample()`` on its
-thread, one poll at a time, and hands each :class:`~gpumon.data.cluster.ClusterSample` to the
-app on the event loop; the app hands it down to the screen on top (the node list,
-:mod:`gpumon.ui.cluster.screen`; a node, :mod:`gpumon.ui.cluster.node_screen`), and a screen
-under another catches up when it is shown again.
-
-When Prometheus does not answer, the source says why (``error``) and keeps the last nodes
-(``stale``): the screens show them marked stale under a banner, and the next poll waits as
-long as the source's backoff says (``next_retry_s``: 1, 2, 4 ... 60 s), until an answer
-comes; then the usual interval again. A refresh that has taken more than three intervals
-(each of its queries waits up to ``--prometheus-timeout``) leaves the last answer no longer
-current in the same way, under a banner of its own, until an answer comes. Stale is never
-current: no node of a stale answer is UP, so none of its GPUs is FREE.
-
-``w`` on a node's GPU (the node and GPU screens) is watched here, across screens: the first
-answer in which that GPU of that node is FREE (the node UP, the answer current) alerts.
+It shares the widgets, the app base and the poller with the one-machine dashboard, not its
+screens. Each :class:`~gpumon.data.cluster.ClusterSample` goes to the screen on top; one under
+another catches up when shown. An answer that failed (``error``: the last nodes kept, the
+next try after the source's backoff) or a refresh stalled for three intervals
+(:func:`~gpumon.sampling.pipeline.stall_of`) is stale: no node UP, no GPU FREE
+(docs/cluster.md). ``w`` on a node's GPU alerts on the first answer with it FREE.
 """
 
 from __future__ import annotations
@@ -35,14 +23,15 @@ from gpumon import startup
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, marked_stale
 from gpumon.data.free import free_gpu_indices
+from gpumon.sampling.pipeline import stall_of
 from gpumon.sampling.poller import Poller
+from gpumon.sampling.watches import Watch, Watches
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
 from gpumon.ui.cluster.screen import ClusterScreen
 from gpumon.ui.cluster.view import ClusterView, find_node
 from gpumon.ui.widgets.lines import Glyphs
-from gpumon.ui.widgets.watches import Watch, Watches
 
 if TYPE_CHECKING:
     from gpumon.data.model import GpuStats, Sample
@@ -248,8 +237,8 @@ class ClusterApp(MonitorApp):
         """Once a second, as the one-machine dashboard does: a refresh that has taken more
         than three intervals leaves the last answer no longer current (stale: no node UP, no
         GPU FREE) until an answer comes; the banner says how long it has waited."""
-        stalled = self.poller.stalled_s()
-        was, self.stalled_s = self.stalled_s, None if stalled is None else int(stalled)
+        stall = stall_of(self.poller, reads_failing=False)  # a failing read is an answer here
+        was, self.stalled_s = self.stalled_s, None if stall is None else stall.seconds
         cluster = self.cluster
         if was is not None or self.stalled_s is None or cluster is None:
             return

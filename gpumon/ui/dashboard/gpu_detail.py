@@ -102,7 +102,6 @@ class GpuDetailScreen(StoreScreen):
         self._want_details(True)
 
     def on_unmount(self) -> None:
-        super().on_unmount()
         self._want_details(False)
 
     def _want_details(self, wanted: bool) -> None:

@@ -1,39 +1,36 @@
 """The dashboard screen: header, GPU panel, process table, host strip, footer.
 
-It subscribes to the app's :class:`~gpumon.sampling.store.Store` and hands each sample's pieces
+It watches the app's :class:`~gpumon.sampling.pipeline.DashboardState` and hands its pieces
 down to its widgets ("attributes down"). It lays out for the terminal: which GPU layout fits,
 how much room the process table keeps, where the probe panel goes, and a one-line message below
 the minimum size. Sizes come from the stylesheet (``app.tcss`` and the widgets' CSS), read off
-the widgets, never mirrored here. The app keeps the bindings (but ``w``, which watches what
-this screen shows: :mod:`gpumon.ui.dashboard.watch`), the poller and the screens.
+the widgets, never mirrored here. Its keys: :mod:`gpumon.ui.dashboard.keys`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from gpumon.data.free import free_gpu_indices, processes_known
-from gpumon.data.model import Sample
+from gpumon.data.free import processes_known
 from gpumon.data.views import ProcessFilter
+from gpumon.sampling.pipeline import STALL_NOT_ANSWERING, DashboardState
+from gpumon.ui.dashboard.keys import DASHBOARD_BINDINGS, DashboardKeys
 from gpumon.ui.widgets.bars import HeaderBar, HostStrip
 from gpumon.ui.widgets.gpu_layout import choose_layout, layout_height, mig_lines
-from gpumon.ui.widgets.gpu_notes import gather_notes
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages
 from gpumon.ui.widgets.screen_layout import TABLE_MIN_SHARE, fixed_cells, mig_process_counts
 
 if TYPE_CHECKING:
-    from gpumon.ui.dashboard.app import GpumonApp
+    pass
 
 MIN_WIDTH, MIN_HEIGHT = 40, 10
 #: Below this width the probe panel goes under the dashboard, not beside it.
@@ -55,43 +52,16 @@ class SearchInput(Input):
             screen.set_filter(dataclasses.replace(screen.process_filter, text=value.strip()))
 
 
-class DashboardScreen(Screen[None]):
+class DashboardScreen(DashboardKeys, Screen[None]):
     """The default screen: everything gpumon shows at once."""
 
-    # Out of the footer: a screen's keys come before the app's there, and the line is full.
-    BINDINGS = [
-        Binding("w", "watch", "Watch", show=False,
-                tooltip="tell me when the selected GPU is FREE, or the process under the cursor "
-                "ends: a notification, the bell and a desktop notification (again: stop)"),
-        # The process table's paging keys, from the GPU panel too (where the focus starts):
-        # they take the focus to the table and page it, never do nothing.
-        Binding("pageup", "table('page', -1)", show=False),
-        Binding("pagedown", "table('page', 1)", show=False),
-        Binding("home", "table('edge', -1)", show=False),
-        Binding("end", "table('edge', 1)", show=False),
-    ]  # fmt: skip
+    BINDINGS = DASHBOARD_BINDINGS
 
     def __init__(self) -> None:
         super().__init__()
         self._terminal_size: Size | None = None
-        self._unsubscribe: Callable[[], None] | None = None
         #: ``z``: the process table takes the whole screen (the GPU panel hides).
         self.zoomed = False
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not self.has_class("-too-small")  # nothing of it is on screen to act on
-
-    def action_table(self, action: str, direction: int) -> None:
-        table = self.query_one(ProcessTable)
-        table.focus()
-        if action == "page":
-            table.action_page(direction)
-        else:
-            table.action_edge(direction)
-
-    @property
-    def gpumon(self) -> GpumonApp:
-        return cast("GpumonApp", self.app)
 
     def compose(self) -> ComposeResult:
         glyphs = self.gpumon.glyphs
@@ -112,22 +82,16 @@ class DashboardScreen(Screen[None]):
         panel.focus()
         if app.settings.user_filter:  # --user NAME: shown in the table's title; Escape clears
             self.set_filter(ProcessFilter(user=app.settings.user_filter))
-        self._unsubscribe = app.store.subscribe(self._on_sample)
+        self.watch(app, "state", self._on_state, init=False)
         self.refresh_all()
 
-    def on_unmount(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-
-    def _on_sample(self, sample: Sample) -> None:
+    def _on_state(self, state: DashboardState) -> None:
         if not self.app.is_running or self.app.screen is not self:
             # Shutting down (its widgets are gone), or under another screen (its scroll
             # updates would make Textual lay that screen out again, every sample): it catches
             # up when it is shown again (on_screen_resume).
             return
-        with self.app.batch_update():
-            self.refresh_all()
+        self.refresh_all()
 
     def on_screen_resume(self) -> None:
         self.refresh_all()
@@ -202,15 +166,6 @@ class DashboardScreen(Screen[None]):
             self.query_one(ProcessTable).focus()
         self.refresh_all()
 
-    def action_watch(self) -> None:
-        """``w``: watch the process under the cursor (the table focused), else the selected
-        GPU; again: stop (:mod:`gpumon.ui.dashboard.watch`)."""
-        table = self.query_one(ProcessTable)
-        process = table.cursor_process if self.app.focused is table else None
-        panel = self.query_one(GpuPanel)
-        self.gpumon.watches.toggle(panel.selected_gpu, process, panel.free)
-        self.refresh_all()
-
     def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
         table = self.query_one(ProcessTable)
         table.select_gpu(message.gpu_index)
@@ -254,16 +209,18 @@ class DashboardScreen(Screen[None]):
         elif probe is not None:
             # Its stylesheet height, 55 % of the lines above the footer (its bottom margin).
             height -= (height - fixed_cells(footer, "height")) * 55 // 100
-        sample = app.sample
+        state = app.state
+        sample = state.sample
         header = self.query_one(HeaderBar)
+        stall = state.stall
         header.show(
             sample,
-            app.poller.interval_s,
-            app.poller.paused,
-            polling=app.autostart,
-            stalled_s=app.stalled_s,
-            stall_reason=app.stall_reason,
-            selection=app.shown_gpus.header_text,
+            state.interval_s,
+            state.paused,
+            polling=state.polling,
+            stalled_s=None if stall is None else stall.seconds,
+            stall_reason=STALL_NOT_ANSWERING if stall is None else stall.reason,
+            selection=state.selection,
         )
         host = self.query_one(HostStrip)
         host.show(sample.host if sample else None, sample.simulated if sample else False)
@@ -287,18 +244,14 @@ class DashboardScreen(Screen[None]):
             panel_height = 1
         if panel.styles.height is None or panel.styles.height.value != panel_height:
             panel.styles.height = panel_height
-        panel.interval_s = app.poller.interval_s
-        # A driver stuck or failing for three intervals: the last sample is stale, and stale
-        # is not free.
-        panel.free = (
-            frozenset() if app.stale else free_gpu_indices(sample, app.settings.free_threshold_mib)
-        )
-        panel.notes = gather_notes(app.note_sources, sample)
+        panel.interval_s = state.interval_s
+        panel.free = state.free  # none while the sample is stale: stale is not free
+        panel.notes = state.notes
         panel.mig_process_counts = mig_process_counts(sample)
         if not self.zoomed:
             panel.show(gpus, sample.unavailable if sample else None, layout, columns, panel_height)
         notices, empty_text = table_messages(sample)
-        empty_text = app.shown_gpus.nothing_shown or empty_text
+        empty_text = state.nothing_shown or empty_text
         table = self.query_one(ProcessTable)
         selected = panel.selected_gpu
         table.select_gpu(None if selected is None or len(gpus) < 2 else selected.index)
@@ -307,5 +260,5 @@ class DashboardScreen(Screen[None]):
             for gpu in gpus
             if sample is not None and not processes_known(gpu, sample)
         }
-        table.activity = app.idle.view.processes  # SM% reads "idle 2h13m" where idle
+        table.activity = state.idle.processes  # SM% reads "idle 2h13m" where idle
         table.show(sample.processes if sample else (), notices, empty_text, unknown)

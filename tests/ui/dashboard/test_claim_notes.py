@@ -4,6 +4,7 @@ there."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -11,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from gpumon.data import claims as rules
+from gpumon.data.notes import GpuNote
+from gpumon.sampling.claims import ClaimsReader
 from gpumon.settings import Settings
 from gpumon.sources.host import claims as host_claims
 from gpumon.sources.host.claims import ClaimsDir, user_name
 from gpumon.ui.dashboard.app import GpumonApp
-from gpumon.ui.dashboard.claim_notes import ClaimNotes
-from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from tests.support.ui_helpers import app_for, make_gpu, make_process, make_sample, screen_text
 
@@ -33,10 +34,10 @@ def claim(claims_dir: Path, index: int, age_s: float) -> None:
 
 
 async def settle(app: GpumonApp) -> None:
-    """Wait for the claims read the last redraw started (off the loop), if any."""
-    notes = next(source for source in app.note_sources if isinstance(source, ClaimNotes))
-    if notes.pending is not None:
-        await notes.pending
+    """Wait for the claims read the last sample started (off the loop), if any."""
+    pending = app.pipeline.claims.pending
+    if pending is not None:
+        await asyncio.wrap_future(pending)
 
 
 async def test_a_claimed_gpu_says_who_claimed_it_on_its_card(tmp_path: Path) -> None:
@@ -169,7 +170,7 @@ def test_the_note_text() -> None:
 
 
 class Clocks:
-    """The wall clock and the monotonic clock a ClaimNotes reads, moved by hand."""
+    """The wall clock and the monotonic clock a ClaimsReader reads, moved by hand."""
 
     def __init__(self) -> None:
         self.wall = time.time() + 60.0  # the directory's last change is a minute old
@@ -180,11 +181,9 @@ class Clocks:
         self.mono += seconds
 
 
-def notes_read_by(clocks: Clocks, claims_dir: Path, **options: object) -> ClaimNotes:
-    """Claim notes of ``claims_dir`` on ``clocks``, read by hand (``read()`` never touches
-    the app)."""
-    return ClaimNotes(
-        app=None,  # type: ignore[arg-type]
+def notes_read_by(clocks: Clocks, claims_dir: Path, **options: object) -> ClaimsReader:
+    """Claim notes of ``claims_dir`` on ``clocks``, read by hand."""
+    return ClaimsReader(
         path=str(claims_dir),
         clock=lambda: clocks.wall,
         monotonic=lambda: clocks.mono,

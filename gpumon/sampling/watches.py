@@ -2,19 +2,23 @@
 
 A :class:`Watch` waits for a GPU to become FREE (``pid`` is ``None``) or for a process to end;
 in the cluster view it names its node. :class:`Watches` holds them: ``w`` on the same GPU or
-process again stops watching it, each watched GPU gets a ``watching`` note on its card, and
-:meth:`Watches.finish` hands over (and forgets) the ones a new sample shows done. Each
-dashboard decides what done means from its own data (``ui.dashboard.watch``, the cluster
-app) and tells the user with :meth:`gpumon.ui.app.MonitorApp.alert`. No Textual here.
+process again stops watching it, and each watched GPU gets a ``watching`` note.
+:class:`WatchCheck` is the one-machine dashboard's step: each sample finishes the watches it
+shows done (a GPU FREE by :func:`~gpumon.data.free.free_gpu_indices`; a process no longer
+listed where its GPU's list was read). No Textual here; the app says the alerts.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from dataclasses import dataclass
 
-from gpumon.ui.widgets.gpu_notes import GpuNote
+from gpumon.data import format as fmt
+from gpumon.data.free import free_gpu_indices, processes_known
+from gpumon.data.model import GpuProcess, GpuStats, Sample
+from gpumon.data.notes import GpuNote
+from gpumon.data.views import shorten_command
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +94,59 @@ class Watches:
         if finished:
             self._watches = [watch for watch in self._watches if watch not in finished]
         return finished
+
+
+#: A command is cut to this many characters in a watch's name.
+COMMAND_CHARS = 40
+
+
+def process_watch(process: GpuProcess) -> Watch:
+    """A watch for ``process`` to end, named by its PID and (short) command."""
+    command = fmt.truncate(shorten_command(process.command or "?"), COMMAND_CHARS)
+    return Watch(
+        process.gpu_index,
+        f"PID {process.pid} ({command})",
+        pid=process.pid,
+        created_s=process.create_time_s,
+    )
+
+
+def gpu_watch(gpu: GpuStats) -> Watch:
+    """A watch for ``gpu`` to become FREE, named by its index and model."""
+    return Watch(gpu.index, f"GPU {gpu.index} ({gpu.name or fmt.NA})")
+
+
+def is_done(watch: Watch, sample: Sample, free: Set[int]) -> bool:
+    """Has what ``watch`` waits for happened in ``sample`` (``free``: its FREE GPUs)?"""
+    if watch.pid is None:
+        return watch.gpu_index in free
+    listed = [
+        process
+        for process in sample.processes
+        if process.pid == watch.pid
+        and (watch.created_s is None or process.create_time_s in (None, watch.created_s))
+    ]  # a new process on the PID at once (a reused number) is not the one watched
+    if listed:
+        return all(process.exited for process in listed)
+    gpu = next((gpu for gpu in sample.gpus if gpu.index == watch.gpu_index), None)
+    # Not listed where the list is unknown (a lost GPU, a refused list) is no end.
+    return gpu is not None and processes_known(gpu, sample)
+
+
+class WatchCheck(Watches):
+    """The watches of this machine, as a pipeline step: after each sample, :attr:`free` (its
+    FREE GPUs) and :attr:`done` (the watches it finished, for the app to alert)."""
+
+    def __init__(self, free_threshold_mib: int) -> None:
+        super().__init__()
+        self.free_threshold_mib = free_threshold_mib
+        self.free: frozenset[int] = frozenset()
+        self.done: list[Watch] = []
+
+    def __call__(self, sample: Sample) -> None:
+        self.free = free_gpu_indices(sample, self.free_threshold_mib)
+        self.done = self.finish(lambda watch: is_done(watch, sample, self.free))
+
+    def gpu_notes(self, sample: Sample | None) -> dict[int, tuple[GpuNote, ...]]:
+        """A note source: ``watching`` on each watched GPU."""
+        return self.notes()
