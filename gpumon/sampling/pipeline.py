@@ -41,18 +41,23 @@ class Stall:
     seconds: int
     reason: str = STALL_NOT_ANSWERING
 
+    def __str__(self) -> str:
+        """``NVML not answering for 12 s``: how both dashboards say it."""
+        return f"{self.reason} for {self.seconds} s"
+
     def text(self, taken_s: float) -> str:
         """``NVML not answering for 12 s: readings of 14:02:03`` (``taken_s``: the sample's)."""
-        taken = time.strftime("%H:%M:%S", time.localtime(taken_s))
-        return f"{self.reason} for {self.seconds} s: readings of {taken}"
+        return f"{self}: readings of {time.strftime('%H:%M:%S', time.localtime(taken_s))}"
 
 
-def stall_of(poller: Poller, *, reads_failing: bool = True) -> Stall | None:
-    """The poll in flight has taken three intervals (a driver stuck in an ioctl), or (with
-    ``reads_failing``) every read has failed for as long; else ``None``."""
+def stall_of(
+    poller: Poller, *, reads_failing: bool = True, reason: str = STALL_NOT_ANSWERING
+) -> Stall | None:
+    """The poll in flight has taken three intervals (``reason``: a driver stuck in an
+    ioctl), or (with ``reads_failing``) every read has failed for as long; else ``None``."""
     stalled = poller.stalled_s()
     if stalled is not None:
-        return Stall(int(stalled))
+        return Stall(int(stalled), reason)
     failing = poller.failing_s() if reads_failing else None
     return None if failing is None else Stall(int(failing), STALL_READS_FAILING)
 

@@ -17,13 +17,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, marked_stale
 from gpumon.data.free import free_gpu_indices
-from gpumon.sampling.pipeline import stall_of
+from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
 from gpumon.sampling.watches import Watch, Watches
 from gpumon.sources.prometheus.client import Backoff
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 #: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
 #: interval, the cluster is read this often, not every second.
 DEFAULT_CLUSTER_INTERVAL_S = 5.0
+#: Why the last answer is stale while a refresh takes too long.
+WAITING = "Prometheus not answering"
 
 
 class ClusterSource(Protocol):
@@ -82,6 +85,14 @@ class _Timed:
 
     def close(self) -> None:
         self.source.close()
+
+
+class ClusterTaken(Message):
+    """The poller read the cluster (messages up)."""
+
+    def __init__(self, cluster: ClusterSample) -> None:
+        super().__init__()
+        self.cluster = cluster
 
 
 class ClusterApp(MonitorApp):
@@ -136,9 +147,9 @@ class ClusterApp(MonitorApp):
         self.last_answer_s: float | None = None
         #: When the next try starts after a failure (``clock()`` time), else ``None``.
         self.retry_at: float | None = None
-        #: Seconds the refresh in flight has taken, once more than three intervals, else
-        #: ``None``: the last answer is then shown stale.
-        self.stalled_s: int | None = None
+        #: The refresh in flight has taken more than three intervals: the last answer is
+        #: then shown stale.
+        self.stall: Stall | None = None
         #: ``w`` on a node's GPU: tell me when it is FREE.
         self.watches = Watches()
         self._timed = _Timed(source, clock)
@@ -146,7 +157,7 @@ class ClusterApp(MonitorApp):
         self.poller = Poller(
             cast("GpuSource", self._timed),
             interval_s,
-            cast("Callable[[Sample], None]", self._on_cluster),
+            cast("Callable[[Sample], None]", self._cluster_taken),
             on_error=self._on_poll_error,
             clock=clock,
         )
@@ -172,9 +183,15 @@ class ClusterApp(MonitorApp):
         self._timed.started = self.clock()
         self._on_cluster(cluster)
 
+    def _cluster_taken(self, cluster: ClusterSample) -> None:
+        self.post_message(ClusterTaken(cluster))  # messages up: handled in its turn
+
+    def on_cluster_taken(self, message: ClusterTaken) -> None:
+        self._on_cluster(message.cluster)
+
     def _on_cluster(self, cluster: ClusterSample) -> None:
         previous = self.cluster
-        self.stalled_s = None
+        self.stall = None
         if cluster.error is None:
             self._raised.succeeded()
             self.retry_at = None
@@ -228,7 +245,7 @@ class ClusterApp(MonitorApp):
     def _tick(self) -> None:
         self._check_stalled()
         screen = self.screen
-        if (self.retry_at is not None or self.stalled_s is not None) and isinstance(
+        if (self.retry_at is not None or self.stall is not None) and isinstance(
             screen, ClusterView
         ):
             screen.show_banner()
@@ -237,10 +254,10 @@ class ClusterApp(MonitorApp):
         """Once a second, as the one-machine dashboard does: a refresh that has taken more
         than three intervals leaves the last answer no longer current (stale: no node UP, no
         GPU FREE) until an answer comes; the banner says how long it has waited."""
-        stall = stall_of(self.poller, reads_failing=False)  # a failing read is an answer here
-        was, self.stalled_s = self.stalled_s, None if stall is None else stall.seconds
+        # A poll that raised is an answer here (Prometheus failing), with a banner of its own.
+        was, self.stall = self.stall, stall_of(self.poller, reads_failing=False, reason=WAITING)
         cluster = self.cluster
-        if was is not None or self.stalled_s is None or cluster is None:
+        if was is not None or self.stall is None or cluster is None:
             return
         self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
         screen = self.screen

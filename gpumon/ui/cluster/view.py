@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from textual.screen import Screen
 
 from gpumon.data.cluster import ClusterSample, Node, NodeState
+from gpumon.sampling.pipeline import Stall
 from gpumon.ui.cluster.node_columns import clock_text, state_text
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget
 
@@ -82,11 +83,11 @@ class ClusterView(Screen[None]):
         app = self.cluster_app
         cluster = app.cluster
         failing = cluster is not None and cluster.error is not None
-        failing = failing or app.stalled_s is not None
+        failing = failing or app.stall is not None
         self.set_class(failing, "-unreachable")
         if failing:
             self.query_one(ClusterBanner).show(
-                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused, app.stalled_s
+                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused, app.stall
             )
 
     def on_screen_resume(self) -> None:
@@ -133,9 +134,9 @@ class ClusterBanner(ClusterBar):
         answered_s: float | None,
         retry_in_s: int | None,
         paused: bool,
-        stalled_s: int | None = None,
+        stall: Stall | None = None,
     ) -> None:
-        self._shown = (cluster, answered_s, retry_in_s, paused, stalled_s)
+        self._shown = (cluster, answered_s, retry_in_s, paused, stall)
         error = (cluster.error if cluster is not None else None) or "no answer"
         now = cluster.timestamp_s if cluster is not None else time.time()
         data = (
@@ -145,7 +146,7 @@ class ClusterBanner(ClusterBar):
         )
         if paused:
             retry = "paused (space resumes)"
-        elif stalled_s is not None:
+        elif stall is not None:
             retry = "still waiting"
         elif retry_in_s is None or retry_in_s <= 0:
             retry = "retrying now"
@@ -154,8 +155,8 @@ class ClusterBanner(ClusterBar):
         width = self.size.width or 80
         tail = f"; {data}, {retry}"
         head = f" Prometheus unreachable: {error}"
-        if stalled_s is not None:
-            head = f" Prometheus not answering for {stalled_s} s"
+        if stall is not None:
+            head = f" {stall}"
         # The reason is cut before the age of the data and the countdown.
         head = self.glyphs.truncate(head, max(24, width - len(tail)))
         style = self.style("text")

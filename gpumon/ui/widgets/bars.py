@@ -10,7 +10,7 @@ from rich.style import Style
 
 from gpumon.data import format as fmt
 from gpumon.data.model import HostStats, Sample
-from gpumon.sampling.pipeline import STALL_NOT_ANSWERING, STALL_READS_FAILING
+from gpumon.sampling.pipeline import STALL_NOT_ANSWERING, STALL_READS_FAILING, Stall
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
 _STALL_SHORT = {STALL_NOT_ANSWERING: "NVML stalled", STALL_READS_FAILING: "reads failing"}
@@ -71,7 +71,7 @@ class HeaderBar(_StyledLines):
         right = Line()
         if stalled_s is not None:
             text = (
-                f" {stall_reason} for {stalled_s} s "
+                f" {Stall(stalled_s, stall_reason)} "
                 if width >= 70
                 else f" {_STALL_SHORT.get(stall_reason, stall_reason)} "
             )
