@@ -1,4 +1,4 @@
-"""Runs ``source.sample()`` off the event loop, one poll at a time, into a store.
+"""Runs ``source.sample()`` off the event loop, one poll at a time, and hands each sample on.
 
 Each poll schedules the next only after it finishes, so a sample slower than the interval
 delays the next one instead of piling up. The blocking call runs on one daemon thread: a
@@ -6,7 +6,7 @@ driver call that hangs for seconds never blocks the event loop, and never blocks
 
 Every mode that samples more than once uses this one loop: the dashboard on its event loop,
 ``gpumon probe`` inside its ``asyncio.run``, and the exporter, which has no event loop, on
-a :class:`PollerThread`. Each hands the samples to a :class:`~gpumon.sampling.store.Store`.
+a :class:`PollerThread`.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ class Poller:
     Args:
         source: what to sample.
         interval_s: seconds from the start of one poll to the start of the next.
-        on_sample: called on the event loop with every sample: a
-            :meth:`Store.push <gpumon.sampling.store.Store.push>`, which hands it on.
+        on_sample: called on the event loop with every sample (a store's ``push``; the
+            dashboards post a message).
         on_error: called on the event loop when ``sample()`` raised; polling goes on.
         clock: monotonic clock, injectable for tests.
         early: the first sample, already started on its own thread (:class:`EarlySample`

@@ -1,18 +1,10 @@
 """The history database on the dashboard: what ``gpumon record`` wrote, read on worker threads.
 
-:class:`DashboardHistory` (the app's ``history``) knows the database's path
-(:func:`gpumon.sampling.usage_history.history_path`), whether one is there, and says once, in
-one notice, when it cannot be read (broken, of a newer gpumon): the dashboard then goes on as
-without one. Every read opens the database on a worker thread, reads, and closes it
-(:meth:`DashboardHistory.read`): nothing waits on SQLite on the event loop, a database that
-``gpumon record`` creates while the dashboard runs is found, and no connection is shared
-between threads.
-
-What it adds: idle durations as recorded (a process already quiet when the dashboard
-started reads ``idle 2h13m``, not ``idle ≥ 12m``, when the database knows when its quiet
-spell began: :attr:`gpumon.sampling.idle.IdleTracker.recorded_since`), ``U``
-(:mod:`~gpumon.ui.dashboard.usage_screen`) and the GPU detail's longer spans
-(:mod:`~gpumon.ui.dashboard.gpu_history`).
+:class:`DashboardHistory` (the app's ``history``) opens the database on a worker thread for
+each read, and closes it: nothing waits on SQLite on the event loop, and a database created
+while the dashboard runs is found. One that cannot be read is said once, in a notice. It adds
+idle spells as recorded (``idle 2h13m``, not ``idle ≥ 12m``), ``U``
+(:mod:`~gpumon.ui.dashboard.usage_screen`) and the GPU detail's longer spans.
 """
 
 from __future__ import annotations

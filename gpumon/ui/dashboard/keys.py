@@ -8,6 +8,7 @@ app's; the screen lists them first, as ``app.`` actions, so the footer keeps its
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 from textual.binding import Binding, BindingType
@@ -78,24 +79,30 @@ class DashboardKeys:
             table.action_edge(direction)
 
     def action_gpu_filter(self) -> None:
+        """``f``: only the selected GPU's processes, or all again."""
         screen = self._screen
-        filtered = screen.process_filter.gpu_index is not None
-        if not filtered and screen.query_one(GpuPanel).selected_gpu is None:
+        current = screen.process_filter
+        gpu = screen.query_one(GpuPanel).selected_gpu
+        if current.gpu_index is not None:
+            screen.set_filter(replace(current, gpu_index=None))
+        elif gpu is None:
             self.gpumon.notify("No GPU to filter by yet.", severity="warning")
-            return
-        screen.toggle_gpu_filter()
+        else:
+            screen.set_filter(replace(current, gpu_index=gpu.index))
 
     def action_mine(self) -> None:
-        self._screen.toggle_mine()
-
-    def action_search(self) -> None:
-        self._screen.open_search()
-
-    def action_clear_filters(self) -> None:
-        self._screen.clear_filters()
+        """``m``: only the current user's processes, or everyone's again."""
+        current = self._screen.process_filter
+        self._screen.set_filter(replace(current, mine=not current.mine))
 
     def action_zoom(self) -> None:
-        self._screen.toggle_zoom()
+        """``z``: the process table on the whole screen, and back."""
+        screen = self._screen
+        screen.zoomed = not screen.zoomed
+        screen.set_class(screen.zoomed, "-zoom")
+        if screen.zoomed:
+            screen.query_one(ProcessTable).focus()
+        screen.refresh_all()
 
     def action_sort(self) -> None:
         self._screen.query_one(ProcessTable).cycle_sort()

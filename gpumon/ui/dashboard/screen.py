@@ -96,7 +96,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
     def on_screen_resume(self) -> None:
         self.refresh_all()
 
-    # -- filters and zoom (the app's keys call these) ---------------------------------
+    # -- filters and search ------------------------------------------------------------
 
     @property
     def process_filter(self) -> ProcessFilter:
@@ -105,21 +105,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
     def set_filter(self, process_filter: ProcessFilter) -> None:
         self.query_one(ProcessTable).set_filter(process_filter)
 
-    def toggle_gpu_filter(self) -> None:
-        """``f``: only the selected GPU's processes, or all again."""
-        current = self.process_filter
-        gpu = self.query_one(GpuPanel).selected_gpu
-        if current.gpu_index is not None or gpu is None:
-            self.set_filter(dataclasses.replace(current, gpu_index=None))
-        else:
-            self.set_filter(dataclasses.replace(current, gpu_index=gpu.index))
-
-    def toggle_mine(self) -> None:
-        """``m``: only the current user's processes, or everyone's again."""
-        current = self.process_filter
-        self.set_filter(dataclasses.replace(current, mine=not current.mine))
-
-    def open_search(self) -> None:
+    def action_search(self) -> None:
         """``/``: type to filter by user, command or PID; the table follows each key."""
         search = self.query_one("#process-search", Input)
         self.add_class("-searching")
@@ -127,14 +113,10 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         search.focus()
         self.refresh_all()  # the GPU panel gives the box its line now, not at the next sample
 
-    def clear_filters(self) -> bool:
-        """Escape: drop every filter; False when there was none."""
-        searching = self.has_class("-searching")
-        if not self.process_filter.active and not searching:
-            return False
+    def action_clear_filters(self) -> None:
+        """Escape: drop every filter."""
         self._close_search()
         self.set_filter(ProcessFilter())
-        return True
 
     def _close_search(self) -> None:
         if self.has_class("-searching"):
@@ -157,14 +139,6 @@ class DashboardScreen(DashboardKeys, Screen[None]):
             event.stop()
             self.set_filter(dataclasses.replace(self.process_filter, text=""))
             self._close_search()
-
-    def toggle_zoom(self) -> None:
-        """``z``: the process table on the whole screen, and back."""
-        self.zoomed = not self.zoomed
-        self.set_class(self.zoomed, "-zoom")
-        if self.zoomed:
-            self.query_one(ProcessTable).focus()
-        self.refresh_all()
 
     def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
         table = self.query_one(ProcessTable)
