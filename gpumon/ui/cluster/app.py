@@ -1,10 +1,10 @@
 """The cluster dashboard (``gpumon --prometheus URL``): keys, polling with backoff, screens.
 
 It shares the widgets, the app base and the poller with the one-machine dashboard, not its
-screens. Each :class:`~gpumon.data.cluster.ClusterSample` goes to the screen on top; one under
-another catches up when shown. An answer that failed (``error``: the last nodes kept, the
-next try after the source's backoff) or a refresh stalled for three intervals
-(:func:`~gpumon.sampling.pipeline.stall_of`) is stale: no node UP, no GPU FREE
+screens. The poller posts each :class:`~gpumon.data.cluster.ClusterSample`; the app sets
+:attr:`ClusterApp.cluster`, which the screen on top draws. An answer that failed (the last
+nodes kept, the next try after the source's backoff) or a refresh stalled for three
+intervals (:func:`~gpumon.sampling.pipeline.stall_of`) is stale: no node UP, no GPU FREE
 (docs/cluster.md). ``w`` on a node's GPU alerts on the first answer with it FREE.
 """
 
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from textual.binding import Binding
 from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 
 from gpumon import startup
@@ -31,7 +32,7 @@ from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
 from gpumon.ui.app import MonitorApp, wants_ascii
 from gpumon.ui.cluster.screen import ClusterScreen
-from gpumon.ui.cluster.view import ClusterView, find_node
+from gpumon.ui.cluster.view import find_node
 from gpumon.ui.widgets.lines import Glyphs
 
 if TYPE_CHECKING:
@@ -101,6 +102,12 @@ class ClusterApp(MonitorApp):
     CSS_PATH = ["../app.tcss", "cluster.tcss"]
     TITLE = "gpumon cluster"
     ENABLE_COMMAND_PALETTE = True
+    #: The latest answer (or the last nodes, marked stale, with why Prometheus failed): the
+    #: screens watch it (state down); set again after a key changed what they show.
+    cluster: var[ClusterSample | None] = var(None, always_update=True, init=False)
+    #: While the last answer is not current: seconds to the next try, and the stall (the
+    #: banner's countdown, once a second).
+    waiting: var[tuple[int | None, Stall | None]] = var((None, None), init=False)
 
     BINDINGS = [
         Binding("q", "quit", "Quit", tooltip="quit"),
@@ -141,8 +148,6 @@ class ClusterApp(MonitorApp):
         self.interval_s = interval_s
         # Polls that raised (a bug in the source: it should not): the same growing waits.
         self._raised = Backoff()
-        #: The latest answer (or the last nodes, marked stale, with why Prometheus failed).
-        self.cluster: ClusterSample | None = None
         #: When the latest good answer was read (seconds since the epoch).
         self.last_answer_s: float | None = None
         #: When the next try starts after a failure (``clock()`` time), else ``None``.
@@ -209,22 +214,18 @@ class ClusterApp(MonitorApp):
             # Whoever built it (the source, a poll that raised, the last nodes kept above):
             # a stale answer has no node UP, so no count, pick or watch takes a GPU as FREE.
             cluster = marked_stale(cluster)
-        self.cluster = cluster
-        if not self.is_running:
-            return
-        threshold = self.settings.free_threshold_mib
+        if self.is_running:  # the watches first: the screens show what is still watched
+            threshold = self.settings.free_threshold_mib
 
-        def free(watch: Hashable) -> bool:
-            assert isinstance(watch, Watch)
-            return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
+            def free(watch: Hashable) -> bool:
+                assert isinstance(watch, Watch)
+                return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
 
-        self.withdraw_alerts(lambda watch: not free(watch))
-        for watch in self.watches.finish(free):
-            self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
-        screen = self.screen
-        if isinstance(screen, ClusterView):
-            with self.batch_update():
-                screen.show_cluster(cluster)
+            self.withdraw_alerts(lambda watch: not free(watch))
+            for watch in self.watches.finish(free):
+                self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
+        with self.batch_update():
+            self.cluster = cluster
 
     def _on_poll_error(self, error: BaseException) -> None:
         # The source should never raise; if it does, it reads as Prometheus failing.
@@ -244,11 +245,7 @@ class ClusterApp(MonitorApp):
 
     def _tick(self) -> None:
         self._check_stalled()
-        screen = self.screen
-        if (self.retry_at is not None or self.stall is not None) and isinstance(
-            screen, ClusterView
-        ):
-            screen.show_banner()
+        self.waiting = (self.retry_in_s(), self.stall)
 
     def _check_stalled(self) -> None:
         """Once a second, as the one-machine dashboard does: a refresh that has taken more
@@ -259,11 +256,8 @@ class ClusterApp(MonitorApp):
         cluster = self.cluster
         if was is not None or self.stall is None or cluster is None:
             return
-        self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
-        screen = self.screen
-        if self.is_running and isinstance(screen, ClusterView):
-            with self.batch_update():
-                screen.show_cluster(self.cluster)
+        with self.batch_update():
+            self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
 
     # -- actions ---------------------------------------------------------------------
 
@@ -294,15 +288,11 @@ class ClusterApp(MonitorApp):
                         "FREE (w again: stop).", markup=False)  # fmt: skip
         else:
             self.notify(f"Stopped watching {watch.name} of {node_name}.", markup=False)
-        screen = self.screen
-        if isinstance(screen, ClusterView) and self.cluster is not None:
-            screen.show_cluster(self.cluster)
+        self.cluster = self.cluster  # the watched GPU's note
 
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
-        screen = self.screen
-        if isinstance(screen, ClusterView) and self.cluster is not None:
-            screen.show_cluster(self.cluster)
+        self.cluster = self.cluster  # the banner says paused
 
 
 def free_gpus(cluster: ClusterSample | None, node_name: str, threshold_mib: int) -> frozenset[int]:

@@ -73,6 +73,21 @@ class ClusterView(Screen[None]):
     def cluster_app(self) -> ClusterApp:
         return cast("ClusterApp", self.app)
 
+    def on_mount(self) -> None:
+        app = self.cluster_app
+        self.watch(app, "cluster", self._on_cluster, init=False)
+        self.watch(app, "waiting", self._on_waiting, init=False)
+
+    def _on_cluster(self, cluster: ClusterSample | None) -> None:
+        # Under another screen: it catches up when shown again (on_screen_resume).
+        if cluster is not None and self.app.screen is self:
+            self.show_cluster(cluster)
+
+    def _on_waiting(self) -> None:
+        app = self.cluster_app
+        if (app.retry_at is not None or app.stall is not None) and self.app.screen is self:
+            self.show_banner()
+
     def show_cluster(self, cluster: ClusterSample) -> None:
         """Hand ``cluster``'s pieces down to the widgets."""
         raise NotImplementedError

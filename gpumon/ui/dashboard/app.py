@@ -10,7 +10,6 @@ screen's (:mod:`gpumon.ui.dashboard.keys`).
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -130,8 +129,6 @@ class GpumonApp(MonitorApp):
         self.glyphs = Glyphs(wants_ascii() if ascii_only is None else ascii_only)
         self.probe_python = probe_python or sys.executable
         self.samples_received = 0
-        self.first_sample_at: float | None = None
-        self.started_at = time.perf_counter()
         self.store = Store(
             interval_s,
             history_s=60.0 * self.settings.history_minutes,
@@ -191,8 +188,7 @@ class GpumonApp(MonitorApp):
         if not self.is_running:
             return
         self.samples_received += 1
-        if self.first_sample_at is None:
-            self.first_sample_at = time.perf_counter()
+        if self.samples_received == 1:
             self.call_after_refresh(startup.settled)  # once this first sample is drawn
         self.history.on_sample(sample)  # after the idle step: it asks about quiet spells
         self._say(sample)
