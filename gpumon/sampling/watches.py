@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Set
 from dataclasses import dataclass
+from typing import Literal
 
 from gpumon.data import format as fmt
 from gpumon.data.free import free_gpu_indices, processes_known
@@ -147,6 +148,46 @@ class WatchCheck(Watches):
         self.free = free_gpu_indices(sample, self.free_threshold_mib)
         self.done = self.finish(lambda watch: is_done(watch, sample, self.free))
 
+    def toggle_one(
+        self,
+        gpu: GpuStats | None,
+        process: GpuProcess | None,
+        free: Set[int],
+        latest: Sample | None,
+    ) -> tuple[str, Literal["information", "warning"]]:
+        """``w``: watch ``process`` (the table's cursor) or else ``gpu`` (the panel's
+        selection), or stop; returns what to say, and its severity. A GPU FREE now (in
+        ``free``) or a process ended is not watched; a GPU whose processes are unknown is,
+        with a warning that no FREE can come while they are."""
+        if process is not None:
+            watch = process_watch(process)
+            over = f"{watch.name} has ended already" if process.exited else None
+        elif gpu is not None:
+            watch = gpu_watch(gpu)
+            over = f"GPU {gpu.index} is FREE now" if gpu.index in free else None
+        else:
+            return "No GPU to watch yet.", "warning"
+        if over is not None and not self.watching(watch):
+            return f"{over}: nothing to wait for.", "information"
+        if not self.toggle(watch):
+            return f"Stopped watching {watch.name}.", "information"
+        unknown = None if watch.pid is not None or gpu is None else _unknown(gpu, latest)
+        if unknown is not None:
+            return (f"Watching {watch.name}, but its processes are unknown ({unknown}): it "
+                    "cannot be told FREE while they are (w again: stop).", "warning")  # fmt: skip
+        when = "is FREE" if watch.pid is None else "ends"
+        said = f"Watching {watch.name}: you will be told when it {when} (w again: stop)."
+        return said, "information"
+
     def gpu_notes(self, sample: Sample | None) -> dict[int, tuple[GpuNote, ...]]:
         """A note source: ``watching`` on each watched GPU."""
         return self.notes()
+
+
+def _unknown(gpu: GpuStats, sample: Sample | None) -> str | None:
+    """Why ``gpu``'s process list is unknown in ``sample``, or ``None``."""
+    if gpu.lost:
+        return "LOST"
+    if sample is None or processes_known(gpu, sample):
+        return None
+    return gpu.processes_error or "not read"

@@ -16,7 +16,6 @@ from textual.screen import Screen
 from textual.widgets import Footer
 
 from gpumon.ui.dashboard.signal_dialog import SIGNAL_BINDINGS
-from gpumon.ui.dashboard.watch import toggle_watch
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
 
@@ -152,13 +151,15 @@ class DashboardKeys:
 
     def action_watch(self) -> None:
         """``w``: watch the process under the cursor (the table focused), else the selected
-        GPU; again: stop (:mod:`gpumon.ui.dashboard.watch`)."""
+        GPU; again: stop (:class:`~gpumon.sampling.watches.WatchCheck`)."""
         screen = self._screen
         table = screen.query_one(ProcessTable)
         process = table.cursor_process if screen.app.focused is table else None
         panel = screen.query_one(GpuPanel)
         app = self.gpumon
-        toggle_watch(app, app.pipeline.watches, panel.selected_gpu, process, panel.free, app.sample)
+        watches = app.pipeline.watches
+        said, severity = watches.toggle_one(panel.selected_gpu, process, panel.free, app.sample)
+        app.notify(said, severity=severity, markup=False)
         app.refresh_state()
 
     # -- the torch probe -------------------------------------------------------------
