@@ -16,7 +16,6 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
-from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
@@ -30,7 +29,7 @@ from gpumon.sampling.poller import Poller
 from gpumon.sampling.watches import Watch, Watches
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
-from gpumon.ui.app import MonitorApp, wants_ascii
+from gpumon.ui.app import APP_BINDINGS, MonitorApp, wants_ascii
 from gpumon.ui.cluster.screen import ClusterScreen
 from gpumon.ui.cluster.view import find_node
 from gpumon.ui.widgets.lines import Glyphs
@@ -109,16 +108,7 @@ class ClusterApp(MonitorApp):
     #: banner's countdown, once a second).
     waiting: var[tuple[int | None, Stall | None]] = var((None, None), init=False)
 
-    BINDINGS = [
-        Binding("q", "quit", "Quit", tooltip="quit"),
-        # As in the one-machine dashboard: Ctrl+C copies text selected with the mouse, else
-        # quits, also from the help screen (priority bindings reach modal screens).
-        Binding("ctrl+c", "screen.copy_text", "Copy", show=False, priority=True,
-                tooltip="quit (copies instead while text is selected with the mouse)"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
-        Binding("question_mark", "help", "Help", tooltip="this help"),
-        Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
-    ]  # fmt: skip
+    BINDINGS = APP_BINDINGS
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ from gpumon.sampling.store import Store
 from gpumon.sampling.watches import Watch
 from gpumon.sources.base import GpuSource, open_source, read_details
 from gpumon.ui import exact_updates
-from gpumon.ui.app import MonitorApp, wants_ascii
+from gpumon.ui.app import APP_BINDINGS, MonitorApp, wants_ascii
 from gpumon.ui.dashboard.help import DashboardHelpScreen
 from gpumon.ui.dashboard.history import DashboardHistory, RecordedIdle
 from gpumon.ui.dashboard.screen import DashboardScreen
@@ -63,47 +63,15 @@ class GpumonApp(MonitorApp):
     state: var[DashboardState] = var(DashboardState, init=False)
 
     BINDINGS = [
-        Binding("q", "quit", "Quit", tooltip="quit"),
-        # Ctrl+C quits, as in htop, also from the help screen and the command palette (modal
-        # screens, which only priority bindings reach); text selected with the mouse is copied
-        # instead (the screen's copy_text skips when nothing is selected, and the next binding
-        # for the key runs). These replace Textual's "press ctrl+q to quit" notice.
-        Binding(
-            "ctrl+c",
-            "screen.copy_text",
-            "Copy",
-            show=False,
-            priority=True,
-            tooltip="quit (copies instead while text is selected with the mouse)",
-        ),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
-        Binding("question_mark", "help", "Help", tooltip="this help"),
-        Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
-        Binding(
-            "plus,equals_sign",
-            "change_interval(1)",
-            "Slower",
-            key_display="+",
-            show=False,
-            tooltip="longer refresh interval (up to 60 s)",
-        ),
-        Binding(
-            "minus",
-            "change_interval(-1)",
-            "Faster",
-            key_display="-",
-            show=False,
-            tooltip="shorter refresh interval (down to 0.25 s)",
-        ),
-        Binding(
-            "U",
-            "usage",
-            "Usage",
-            key_display="U",
-            show=False,  # in the help; the footer stays as it was
-            tooltip="GPU-hours per user, 24 h and 7 days (the history database)",
-        ),
-    ]
+        *APP_BINDINGS,
+        Binding("plus,equals_sign", "change_interval(1)", "Slower", key_display="+", show=False,
+                tooltip="longer refresh interval (up to 60 s)"),
+        Binding("minus", "change_interval(-1)", "Faster", key_display="-", show=False,
+                tooltip="shorter refresh interval (down to 0.25 s)"),
+        # In the help; the footer stays as it was.
+        Binding("U", "usage", "Usage", key_display="U", show=False,
+                tooltip="GPU-hours per user, 24 h and 7 days (the history database)"),
+    ]  # fmt: skip
 
     def __init__(
         self,
