@@ -371,18 +371,10 @@ class Store:
 
     # -- subscribing -------------------------------------------------------------------
 
-    def subscribe(self, callback: Callable[[Sample], None]) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[Sample], None]) -> None:
         """Call ``callback(sample)`` with every sample pushed from now on, on the pushing
-        thread. Returns the function that unsubscribes it."""
+        thread (the headless modes; the dashboard runs its steps in order instead)."""
         self._subscribers = (*self._subscribers, callback)
-
-        def unsubscribe() -> None:
-            remaining = list(self._subscribers)
-            with contextlib.suppress(ValueError):  # already unsubscribed
-                remaining.remove(callback)
-            self._subscribers = tuple(remaining)
-
-        return unsubscribe
 
     def next_sample(self) -> asyncio.Future[Sample]:
         """A future of the first sample pushed after this call: never one already here (a

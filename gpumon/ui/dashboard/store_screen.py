@@ -60,7 +60,7 @@ class StoreScreen(Screen[None]):
         self.refresh_from_store()
 
     def before_first_draw(self) -> None:
-        """Called once when the screen opens, before it subscribes and draws."""
+        """Called once when the screen opens, before it first draws."""
 
     def refresh_from_store(self) -> None:
         """Redraw everything from the store's history and latest sample."""
