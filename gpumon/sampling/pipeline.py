@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpumon.data.free import free_gpu_indices
 from gpumon.data.idle import IdleView
 from gpumon.data.model import Sample
 from gpumon.data.notes import GpuNote, NoteSource, gather_notes, unknown_process_notes
@@ -147,7 +146,6 @@ class DashboardPipeline:
         ascii_only: bool = False,
         environ: Mapping[str, str] = os.environ,
     ) -> None:
-        self.settings = settings
         self.selection = ShownGpus(
             selection_from(settings.only_gpus, settings.only_visible, environ)
         )
@@ -173,7 +171,9 @@ class DashboardPipeline:
     def run(self, sample: Sample) -> Sample:
         """Run ``sample`` through the steps, in order; returns it as the store took it."""
         for step in self.steps:
-            sample = step(sample) or sample
+            cut = step(sample)
+            if cut is not None:
+                sample = cut
         return sample
 
     def state(
@@ -181,14 +181,13 @@ class DashboardPipeline:
     ) -> DashboardState:
         """What the screens draw now (``stale``: the latest sample is no longer current)."""
         sample = self.store.latest
-        threshold = self.settings.free_threshold_mib
         return DashboardState(
             sample=sample,
             stall=stall,
             paused=paused,
             interval_s=interval_s,
             polling=polling,
-            free=frozenset() if stale else free_gpu_indices(sample, threshold),
+            free=frozenset() if stale else self.watches.free,  # the latest sample's
             notes=gather_notes(self.note_sources, sample),
             idle=self.idle.view,
             selection=self.selection.header_text,
