@@ -1,23 +1,11 @@
 """Which processes hold GPU memory idle: a tracker fed every sample (see
 :mod:`gpumon.data.idle` for what IDLE means).
 
-The dashboard feeds :class:`IdleTracker` from its store before the screens draw (they read
-:attr:`IdleTracker.view`); the exporter feeds one on its sampling thread. One sample is not
-enough to call anything idle, so ``gpumon once`` has none.
-
-A process is known by (GPU, PID, create time): a reused PID starts afresh. Only the processes
-of the latest sample are remembered, so memory stays bounded however many come and go. The
-clock is injected (monotonic by default: a wall-clock step must not make a process idle).
-gpumon knows a quiet spell only from when it saw it begin: a process already quiet when
-gpumon started (or when its GPU's process list became readable, or after an N/A reading) is
+A process is known by (GPU, PID, create time). A quiet spell gpumon did not see begin is
 quiet for *at least* the time seen (:attr:`Activity.at_least`), unless the history database
-knows when it began: the dashboard hands such starts in (:attr:`IdleTracker.recorded_since`)
-and the spell is then timed from there, exactly.
-
-Time nobody observed is not quiet time: when the time since the previous sample is more than
-:data:`~gpumon.data.views.STALE_AFTER_INTERVALS` sampling intervals (the dashboard was paused,
-a sample was stuck in the driver, reads kept failing), every spell starts afresh, as one that
-began at a time gpumon could not see (*at least*), as when gpumon starts.
+knows its start (:attr:`IdleTracker.recorded_since`). After a gap longer than
+:data:`~gpumon.data.views.STALE_AFTER_INTERVALS` intervals, every spell starts afresh.
+More: docs/sampling.md.
 """
 
 from __future__ import annotations
@@ -27,8 +15,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpumon.data.free import processes_known
-from gpumon.data.idle import Activity, IdleRule, IdleView, ProcessKey, held_idle_gpus
+from gpumon.data.idle import (
+    Activity,
+    IdleRule,
+    IdleView,
+    ProcessKey,
+    held_idle_gpus,
+    held_idle_text,
+)
 from gpumon.data.model import GpuProcess, Sample
+from gpumon.data.notes import GpuNote, NoteSource
 from gpumon.data.views import STALE_AFTER_INTERVALS
 
 if TYPE_CHECKING:
@@ -161,3 +157,18 @@ class IdleTracker:
             return since, True
         start = now - max(0.0, sample.timestamp_s - recorded)
         return (start, False) if start <= since else (since, True)
+
+
+def held_idle_notes(tracker: IdleTracker, ascii_only: bool) -> NoteSource:
+    """A note source: ``held idle by alice 2h13m`` (``note-warn``) on each GPU that
+    ``tracker`` finds held idle."""
+
+    def notes(sample: Sample | None) -> dict[int, tuple[GpuNote, ...]]:
+        if sample is None:
+            return {}
+        return {
+            index: (GpuNote(held_idle_text(held, ascii_only), "note-warn"),)
+            for index, held in tracker.view.gpus.items()
+        }
+
+    return notes

@@ -1,4 +1,4 @@
-"""Runs ``source.sample()`` off the event loop, one poll at a time, into a store.
+"""Runs ``source.sample()`` off the event loop, one poll at a time, and hands each sample on.
 
 Each poll schedules the next only after it finishes, so a sample slower than the interval
 delays the next one instead of piling up. The blocking call runs on one daemon thread: a
@@ -6,7 +6,7 @@ driver call that hangs for seconds never blocks the event loop, and never blocks
 
 Every mode that samples more than once uses this one loop: the dashboard on its event loop,
 ``gpumon probe`` inside its ``asyncio.run``, and the exporter, which has no event loop, on
-a :class:`PollerThread`. Each hands the samples to a :class:`~gpumon.sampling.store.Store`.
+a :class:`PollerThread`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ T = TypeVar("T")
 STALLED_INTERVALS = STALE_AFTER_INTERVALS
 
 
-class _DaemonThread:
+class DaemonThread:
     """One daemon worker thread. Unlike asyncio.to_thread's pool, interpreter exit does not
     wait for it, so a hung NVML call cannot keep gpumon from quitting."""
 
@@ -90,7 +90,7 @@ class EarlySample:
 
     def __init__(self, source: GpuSource) -> None:
         self.source = source
-        self.thread = _DaemonThread("gpumon-poller")
+        self.thread = DaemonThread("gpumon-poller")
         self.future: Future[Sample] = self.thread.submit(source.sample)
 
 
@@ -100,8 +100,8 @@ class Poller:
     Args:
         source: what to sample.
         interval_s: seconds from the start of one poll to the start of the next.
-        on_sample: called on the event loop with every sample: a
-            :meth:`Store.push <gpumon.sampling.store.Store.push>`, which hands it on.
+        on_sample: called on the event loop with every sample (a store's ``push``; the
+            dashboards post a message).
         on_error: called on the event loop when ``sample()`` raised; polling goes on.
         clock: monotonic clock, injectable for tests.
         early: the first sample, already started on its own thread (:class:`EarlySample`
@@ -129,7 +129,7 @@ class Poller:
         self._forced = False
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._thread: _DaemonThread | None = None if early is None else early.thread
+        self._thread: DaemonThread | None = None if early is None else early.thread
         self._early: Future[Sample] | None = None if early is None else early.future
         self._closed = False
         self.polls_started = 0
@@ -176,7 +176,7 @@ class Poller:
                 # (NVML shut down) and must not be opened again.
                 return None
             if self._thread is None:
-                self._thread = _DaemonThread("gpumon-poller")
+                self._thread = DaemonThread("gpumon-poller")
             self._in_flight_since = self._clock()
             self.polls_started += 1
             try:

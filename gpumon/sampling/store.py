@@ -1,35 +1,11 @@
 """The latest sample, a bounded history of every numeric reading, and "wait for the next one".
 
-Whatever samples (the dashboard's poller, the exporter's, the probe's) pushes each new
-:class:`Sample` into a :class:`Store`; views read from it. No Textual here.
-
-History: per GPU (by NVML index), one ring buffer per numeric :class:`GpuStats` field, and
-per process (by :attr:`GpuProcess.key`) one per numeric :class:`GpuProcess` field, plus the
-samples' timestamps. The fields are found from the model's type annotations (``int`` or
-``float``, optionally ``| None``; never ``bool`` or ``str``), so a metric added to the model
-gets a history with no change here. N/A (``None``) and every reading of a lost or missing GPU
-are kept as gaps, read back as ``None``, never as 0.
-
-Which fields: by default every numeric one; a store given ``gpu_fields`` and
-``process_fields`` (the dashboard: the fields its graphs and sparklines draw) keeps those
-only, and reading another is an error, as for a field that is not numeric.
-
-Memory is bounded whatever the uptime: at most :data:`MAX_POINTS` points per buffer (see
-:func:`history_points`), and only processes in the latest sample keep a history, so processes
-that come and go cost nothing once gone. Each GPU's and each process's history is one
-array that grows up to its capacity (a GPU seen for ten samples holds ten points per field;
-a process one record per :data:`PROCESS_POINT_S`, the maximum of its samples) of 4-byte
-floats, read back as Python floats: 24 bits of significand, so counts up to 16,777,216,
-percentages, degrees, MHz and watts to far more digits than a graph shows, and bytes or
-bytes/s to 1 part in 16 million (GPU memory to 8 KiB at 141 GB). Only ``energy_j``,
-a counter that passes 2**24 J within hours, needs 8-byte floats: a store that keeps it keeps
-its GPUs' records as ``array('d')``. Timestamps are 8-byte floats (seconds since 1970).
-
-Threads: one writer. :meth:`Store.push`, :meth:`Store.resize` and the history reads belong to
-the thread that pushes (the dashboard's event loop, the exporter's sampling thread). Readers
-on other threads (the exporter's HTTP threads) read only :attr:`Store.latest`, which is
-replaced, never changed, by each push: one reference, always a whole sample.
-:meth:`Store.next_sample` may be called from any thread that runs an event loop.
+Whatever samples pushes each new :class:`Sample` into a :class:`Store`; views read from it. Per
+GPU (by NVML index) and per process (by :attr:`GpuProcess.key`), one ring buffer per numeric
+field (found from the model's annotations), plus the timestamps; N/A, lost and missing are
+gaps, read back as ``None``. Memory is bounded whatever the uptime (:data:`MAX_POINTS`; only
+the latest sample's processes keep a history). One writer thread; other threads read only
+:attr:`Store.latest`, replaced whole by each push. How and why: docs/sampling.md.
 """
 
 from __future__ import annotations
@@ -395,18 +371,10 @@ class Store:
 
     # -- subscribing -------------------------------------------------------------------
 
-    def subscribe(self, callback: Callable[[Sample], None]) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[Sample], None]) -> None:
         """Call ``callback(sample)`` with every sample pushed from now on, on the pushing
-        thread. Returns the function that unsubscribes it."""
+        thread (the headless modes; the dashboard runs its steps in order instead)."""
         self._subscribers = (*self._subscribers, callback)
-
-        def unsubscribe() -> None:
-            remaining = list(self._subscribers)
-            with contextlib.suppress(ValueError):  # already unsubscribed
-                remaining.remove(callback)
-            self._subscribers = tuple(remaining)
-
-        return unsubscribe
 
     def next_sample(self) -> asyncio.Future[Sample]:
         """A future of the first sample pushed after this call: never one already here (a

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING
 
 from textual.app import App
+from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
 from textual.notifications import Notification, Notify
 
@@ -29,6 +30,21 @@ if TYPE_CHECKING:
     from gpumon.sampling.poller import Poller
     from gpumon.ui.signals import QuitOnSignals
     from gpumon.ui.widgets.lines import Glyphs
+
+
+#: The keys both dashboards bind app-wide, first in their footers.
+APP_BINDINGS: list[BindingType] = [
+    Binding("q", "quit", "Quit", tooltip="quit"),
+    # Ctrl+C quits, as in htop, also from the help screen and the command palette (modal
+    # screens, which only priority bindings reach); text selected with the mouse is copied
+    # instead (the screen's copy_text skips when nothing is selected, and the next binding
+    # for the key runs). These replace Textual's "press ctrl+q to quit" notice.
+    Binding("ctrl+c", "screen.copy_text", "Copy", show=False, priority=True,
+            tooltip="quit (copies instead while text is selected with the mouse)"),
+    Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
+    Binding("question_mark", "help", "Help", tooltip="this help"),
+    Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
+]  # fmt: skip
 
 
 def wants_ascii(environ: Mapping[str, str] = os.environ) -> bool:

@@ -122,7 +122,7 @@ def is_idle(frames: Sequence[Frame]) -> bool:
     # executor's worker thread (run_in_executor: the claims read) between jobs.
     if leaf.file == "concurrent/futures/thread.py" and leaf.func == "_worker":
         return True
-    return leaf.file == "gpumon/sampling/poller.py" and leaf.func == "_DaemonThread._work"
+    return leaf.file == "gpumon/sampling/poller.py" and leaf.func == "DaemonThread._work"
 
 
 def is_gpumon(frame: Frame) -> bool:

@@ -16,14 +16,14 @@ from textual.pilot import Pilot
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, NodeState
 from gpumon.data.model import GpuProcess, GpuStats, Sample
+from gpumon.data.notes import GpuNote, gather_notes
+from gpumon.sampling.watches import Watch, Watches
 from gpumon.ui.alerts import alert_sequence, notification_text
 from gpumon.ui.cluster.node_history import NodeGpuScreen
 from gpumon.ui.cluster.node_screen import NodeScreen
 from gpumon.ui.dashboard.app import GpumonApp
-from gpumon.ui.widgets.gpu_notes import GpuNote, gather_notes
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
-from gpumon.ui.widgets.watches import Watch, Watches
 from tests.support.ui_helpers import (
     FIXED_TIME,
     MIB,
@@ -461,7 +461,7 @@ async def test_both_helps_list_w() -> None:
 
 def test_a_watched_process_whose_pid_is_reused_at_once_has_ended() -> None:
     """The job ended and a new process got its PID within one interval: the watch fires."""
-    from gpumon.ui.dashboard.watch import is_done, process_watch
+    from gpumon.sampling.watches import is_done, process_watch
     from tests.support.ui_helpers import make_gpu, make_process, make_sample
 
     gpu = make_gpu(0)

@@ -1,23 +1,11 @@
 """The cluster dashboard (``gpumon --prometheus URL``): keys, polling with backoff, screens.
 
-A separate app from the one-machine dashboard (``ui.dashboard.app``): it shares the
-widgets (the GPU cards, the process table), the app base (:mod:`gpumon.ui.app`) and the poller,
-not the screens. Data flows one way: the poller runs the source's blocking ``sample()`` on its
-thread, one poll at a time, and hands each :class:`~gpumon.data.cluster.ClusterSample` to the
-app on the event loop; the app hands it down to the screen on top (the node list,
-:mod:`gpumon.ui.cluster.screen`; a node, :mod:`gpumon.ui.cluster.node_screen`), and a screen
-under another catches up when it is shown again.
-
-When Prometheus does not answer, the source says why (``error``) and keeps the last nodes
-(``stale``): the screens show them marked stale under a banner, and the next poll waits as
-long as the source's backoff says (``next_retry_s``: 1, 2, 4 ... 60 s), until an answer
-comes; then the usual interval again. A refresh that has taken more than three intervals
-(each of its queries waits up to ``--prometheus-timeout``) leaves the last answer no longer
-current in the same way, under a banner of its own, until an answer comes. Stale is never
-current: no node of a stale answer is UP, so none of its GPUs is FREE.
-
-``w`` on a node's GPU (the node and GPU screens) is watched here, across screens: the first
-answer in which that GPU of that node is FREE (the node UP, the answer current) alerts.
+It shares the widgets, the app base and the poller with the one-machine dashboard, not its
+screens. The poller posts each :class:`~gpumon.data.cluster.ClusterSample`; the app sets
+:attr:`ClusterApp.cluster`, which the screen on top draws. An answer that failed (the last
+nodes kept, the next try after the source's backoff) or a refresh stalled for three
+intervals (:func:`~gpumon.sampling.pipeline.stall_of`) is stale: no node UP, no GPU FREE
+(docs/cluster.md). ``w`` on a node's GPU alerts on the first answer with it FREE.
 """
 
 from __future__ import annotations
@@ -28,21 +16,23 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
-from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, marked_stale
 from gpumon.data.free import free_gpu_indices
+from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
+from gpumon.sampling.watches import Watch, Watches
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
-from gpumon.ui.app import MonitorApp, wants_ascii
+from gpumon.ui.app import APP_BINDINGS, MonitorApp, wants_ascii
 from gpumon.ui.cluster.screen import ClusterScreen
-from gpumon.ui.cluster.view import ClusterView, find_node
+from gpumon.ui.cluster.view import find_node
 from gpumon.ui.widgets.lines import Glyphs
-from gpumon.ui.widgets.watches import Watch, Watches
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
@@ -52,6 +42,8 @@ if TYPE_CHECKING:
 #: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
 #: interval, the cluster is read this often, not every second.
 DEFAULT_CLUSTER_INTERVAL_S = 5.0
+#: Why the last answer is stale while a refresh takes too long.
+WAITING = "Prometheus not answering"
 
 
 class ClusterSource(Protocol):
@@ -95,23 +87,28 @@ class _Timed:
         self.source.close()
 
 
+class ClusterTaken(Message):
+    """The poller read the cluster (messages up)."""
+
+    def __init__(self, cluster: ClusterSample) -> None:
+        super().__init__()
+        self.cluster = cluster
+
+
 class ClusterApp(MonitorApp):
     """gpumon's cluster dashboard."""
 
     CSS_PATH = ["../app.tcss", "cluster.tcss"]
     TITLE = "gpumon cluster"
     ENABLE_COMMAND_PALETTE = True
+    #: The latest answer (or the last nodes, marked stale, with why Prometheus failed): the
+    #: screens watch it (state down); set again after a key changed what they show.
+    cluster: var[ClusterSample | None] = var(None, always_update=True, init=False)
+    #: While the last answer is not current: seconds to the next try, and the stall (the
+    #: banner's countdown, once a second).
+    waiting: var[tuple[int | None, Stall | None]] = var((None, None), init=False)
 
-    BINDINGS = [
-        Binding("q", "quit", "Quit", tooltip="quit"),
-        # As in the one-machine dashboard: Ctrl+C copies text selected with the mouse, else
-        # quits, also from the help screen (priority bindings reach modal screens).
-        Binding("ctrl+c", "screen.copy_text", "Copy", show=False, priority=True,
-                tooltip="quit (copies instead while text is selected with the mouse)"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, tooltip="quit"),
-        Binding("question_mark", "help", "Help", tooltip="this help"),
-        Binding("space", "toggle_pause", "Pause", tooltip="pause / resume updates"),
-    ]  # fmt: skip
+    BINDINGS = APP_BINDINGS
 
     def __init__(
         self,
@@ -141,15 +138,13 @@ class ClusterApp(MonitorApp):
         self.interval_s = interval_s
         # Polls that raised (a bug in the source: it should not): the same growing waits.
         self._raised = Backoff()
-        #: The latest answer (or the last nodes, marked stale, with why Prometheus failed).
-        self.cluster: ClusterSample | None = None
         #: When the latest good answer was read (seconds since the epoch).
         self.last_answer_s: float | None = None
         #: When the next try starts after a failure (``clock()`` time), else ``None``.
         self.retry_at: float | None = None
-        #: Seconds the refresh in flight has taken, once more than three intervals, else
-        #: ``None``: the last answer is then shown stale.
-        self.stalled_s: int | None = None
+        #: The refresh in flight has taken more than three intervals: the last answer is
+        #: then shown stale.
+        self.stall: Stall | None = None
         #: ``w`` on a node's GPU: tell me when it is FREE.
         self.watches = Watches()
         self._timed = _Timed(source, clock)
@@ -157,7 +152,7 @@ class ClusterApp(MonitorApp):
         self.poller = Poller(
             cast("GpuSource", self._timed),
             interval_s,
-            cast("Callable[[Sample], None]", self._on_cluster),
+            cast("Callable[[Sample], None]", self._cluster_taken),
             on_error=self._on_poll_error,
             clock=clock,
         )
@@ -183,9 +178,15 @@ class ClusterApp(MonitorApp):
         self._timed.started = self.clock()
         self._on_cluster(cluster)
 
+    def _cluster_taken(self, cluster: ClusterSample) -> None:
+        self.post_message(ClusterTaken(cluster))  # messages up: handled in its turn
+
+    def on_cluster_taken(self, message: ClusterTaken) -> None:
+        self._on_cluster(message.cluster)
+
     def _on_cluster(self, cluster: ClusterSample) -> None:
         previous = self.cluster
-        self.stalled_s = None
+        self.stall = None
         if cluster.error is None:
             self._raised.succeeded()
             self.retry_at = None
@@ -203,22 +204,18 @@ class ClusterApp(MonitorApp):
             # Whoever built it (the source, a poll that raised, the last nodes kept above):
             # a stale answer has no node UP, so no count, pick or watch takes a GPU as FREE.
             cluster = marked_stale(cluster)
-        self.cluster = cluster
-        if not self.is_running:
-            return
-        threshold = self.settings.free_threshold_mib
+        if self.is_running:  # the watches first: the screens show what is still watched
+            threshold = self.settings.free_threshold_mib
 
-        def free(watch: Hashable) -> bool:
-            assert isinstance(watch, Watch)
-            return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
+            def free(watch: Hashable) -> bool:
+                assert isinstance(watch, Watch)
+                return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
 
-        self.withdraw_alerts(lambda watch: not free(watch))
-        for watch in self.watches.finish(free):
-            self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
-        screen = self.screen
-        if isinstance(screen, ClusterView):
-            with self.batch_update():
-                screen.show_cluster(cluster)
+            self.withdraw_alerts(lambda watch: not free(watch))
+            for watch in self.watches.finish(free):
+                self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
+        with self.batch_update():
+            self.cluster = cluster
 
     def _on_poll_error(self, error: BaseException) -> None:
         # The source should never raise; if it does, it reads as Prometheus failing.
@@ -238,26 +235,19 @@ class ClusterApp(MonitorApp):
 
     def _tick(self) -> None:
         self._check_stalled()
-        screen = self.screen
-        if (self.retry_at is not None or self.stalled_s is not None) and isinstance(
-            screen, ClusterView
-        ):
-            screen.show_banner()
+        self.waiting = (self.retry_in_s(), self.stall)
 
     def _check_stalled(self) -> None:
         """Once a second, as the one-machine dashboard does: a refresh that has taken more
         than three intervals leaves the last answer no longer current (stale: no node UP, no
         GPU FREE) until an answer comes; the banner says how long it has waited."""
-        stalled = self.poller.stalled_s()
-        was, self.stalled_s = self.stalled_s, None if stalled is None else int(stalled)
+        # A poll that raised is an answer here (Prometheus failing), with a banner of its own.
+        was, self.stall = self.stall, stall_of(self.poller, reads_failing=False, reason=WAITING)
         cluster = self.cluster
-        if was is not None or self.stalled_s is None or cluster is None:
+        if was is not None or self.stall is None or cluster is None:
             return
-        self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
-        screen = self.screen
-        if self.is_running and isinstance(screen, ClusterView):
-            with self.batch_update():
-                screen.show_cluster(self.cluster)
+        with self.batch_update():
+            self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
 
     # -- actions ---------------------------------------------------------------------
 
@@ -288,15 +278,11 @@ class ClusterApp(MonitorApp):
                         "FREE (w again: stop).", markup=False)  # fmt: skip
         else:
             self.notify(f"Stopped watching {watch.name} of {node_name}.", markup=False)
-        screen = self.screen
-        if isinstance(screen, ClusterView) and self.cluster is not None:
-            screen.show_cluster(self.cluster)
+        self.cluster = self.cluster  # the watched GPU's note
 
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
-        screen = self.screen
-        if isinstance(screen, ClusterView) and self.cluster is not None:
-            screen.show_cluster(self.cluster)
+        self.cluster = self.cluster  # the banner says paused
 
 
 def free_gpus(cluster: ClusterSample | None, node_name: str, threshold_mib: int) -> frozenset[int]:

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.sampling.pipeline import Stall
 from gpumon.ui.cluster.node_columns import clock_text, state_text
 from gpumon.ui.widgets.bars import Bar
 from gpumon.ui.widgets.lines import Line
@@ -81,6 +82,16 @@ class ClusterView(Screen[None]):
     def cluster_app(self) -> ClusterApp:
         return cast("ClusterApp", self.app)
 
+    def on_mount(self) -> None:
+        app = self.cluster_app
+        self.watch(app, "cluster", self.show_cluster, init=False)
+        self.watch(app, "waiting", self._on_waiting, init=False)
+
+    def _on_waiting(self) -> None:
+        app = self.cluster_app
+        if (app.retry_at is not None or app.stall is not None) and self.app.screen is self:
+            self.show_banner()
+
     def show_cluster(self, cluster: ClusterSample | None) -> None:
         """Hand ``cluster``'s pieces down to the widgets, while the screen is on top (under
         another screen it catches up when it is shown again)."""
@@ -104,11 +115,11 @@ class ClusterView(Screen[None]):
         app = self.cluster_app
         cluster = app.cluster
         failing = cluster is not None and cluster.error is not None
-        failing = failing or app.stalled_s is not None
+        failing = failing or app.stall is not None
         self.set_class(failing, "-unreachable")
         if failing:
             self.query_one(ClusterBanner).show(
-                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused, app.stalled_s
+                cluster, app.last_answer_s, app.retry_in_s(), app.poller.paused, app.stall
             )
 
     def on_screen_resume(self) -> None:
@@ -138,9 +149,9 @@ class ClusterBanner(Bar):
         answered_s: float | None,
         retry_in_s: int | None,
         paused: bool,
-        stalled_s: int | None = None,
+        stall: Stall | None = None,
     ) -> None:
-        self._shown = (cluster, answered_s, retry_in_s, paused, stalled_s)
+        self._shown = (cluster, answered_s, retry_in_s, paused, stall)
         error = (cluster.error if cluster is not None else None) or "no answer"
         now = cluster.timestamp_s if cluster is not None else time.time()
         data = (
@@ -150,7 +161,7 @@ class ClusterBanner(Bar):
         )
         if paused:
             retry = "paused (space resumes)"
-        elif stalled_s is not None:
+        elif stall is not None:
             retry = "still waiting"
         elif retry_in_s is None or retry_in_s <= 0:
             retry = "retrying now"
@@ -159,8 +170,8 @@ class ClusterBanner(Bar):
         width = self.size.width or 80
         tail = f"; {data}, {retry}"
         head = f" Prometheus unreachable: {error}"
-        if stalled_s is not None:
-            head = f" Prometheus not answering for {stalled_s} s"
+        if stall is not None:
+            head = f" {stall}"
         # The reason is cut before the age of the data and the countdown.
         head = self.glyphs.truncate(head, max(24, width - len(tail)))
         style = self.style("text")

@@ -1,7 +1,7 @@
 """``Enter`` on a GPU: its history as graphs, every field, and its processes.
 
-The screen subscribes to the app's :class:`~gpumon.sampling.store.Store` and redraws from it on each
-sample (the store keeps at least the last ten minutes); ``[`` and ``]`` step the graphs to
+The screen redraws from the app's :class:`~gpumon.sampling.store.Store` on each new state
+(the store keeps at least the last ten minutes); ``[`` and ``]`` step the graphs to
 1 h, 24 h and 7 days from the history database (:mod:`gpumon.ui.dashboard.gpu_history`).
 Graphs are drawn on a fixed scale by :mod:`gpumon.ui.widgets.graphs` (see there why not
 Textual's ``Sparkline``).
@@ -102,7 +102,6 @@ class GpuDetailScreen(StoreScreen):
         self._want_details(True)
 
     def on_unmount(self) -> None:
-        super().on_unmount()
         self._want_details(False)
 
     def _want_details(self, wanted: bool) -> None:

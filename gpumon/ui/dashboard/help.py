@@ -97,21 +97,18 @@ def help_text(
 def binding_groups(
     app_bindings: Iterable[BindingType], readonly: bool = False
 ) -> list[tuple[str, Iterable[BindingType]]]:
-    """The app's keys and each panel's, as the help lists them; read-only leaves out the
-    keys that signal processes."""
+    """The dashboard's and the app's keys, and each panel's, as the help lists them;
+    read-only leaves out the keys that signal processes."""
     from gpumon.ui.dashboard.probe_panel import ProbePanel
     from gpumon.ui.dashboard.screen import DashboardScreen
     from gpumon.ui.widgets.gpu_panel import GpuPanel
     from gpumon.ui.widgets.process_table import ProcessTable
 
+    keys = [*DashboardScreen.BINDINGS, *app_bindings, *TEXTUAL_BINDINGS]
     if readonly:
-        app_bindings = [
-            b
-            for b in app_bindings
-            if not (isinstance(b, Binding) and b.action.startswith("signal"))
-        ]
+        keys = [b for b in keys if not (isinstance(b, Binding) and b.action.startswith("signal"))]
     return [
-        ("Keys", [*app_bindings, *DashboardScreen.BINDINGS, *TEXTUAL_BINDINGS]),
+        ("Keys", keys),
         ("GPU panel", GpuPanel.BINDINGS),
         ("Process table", ProcessTable.BINDINGS),
         ("Probe panel (P)", ProbePanel.BINDINGS),

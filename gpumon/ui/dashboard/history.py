@@ -1,19 +1,10 @@
 """The history database on the dashboard: what ``gpumon record`` wrote, read on worker threads.
 
-:class:`DashboardHistory` (the app's ``history``) knows the database's path
-(:func:`gpumon.sampling.usage_history.history_path`), whether one is there, and says once, in
-one notice, when it cannot be read (broken, of a newer gpumon): the dashboard then goes on as
-without one. Every read opens the database on a worker thread, reads, and closes it
-(:meth:`DashboardHistory.read`): nothing waits on SQLite on the event loop, a database that
-``gpumon record`` creates while the dashboard runs is found, and no connection is shared
-between threads.
-
-What it adds: idle durations as recorded (a process already quiet when the dashboard
-started reads ``idle 2h13m``, not ``idle ≥ 12m``, when the database knows when its quiet
-spell began: :attr:`gpumon.sampling.idle.IdleTracker.recorded_since`), ``U``
-(:mod:`~gpumon.ui.dashboard.usage_screen`) and the GPU detail's longer spans
-(:mod:`~gpumon.ui.dashboard.gpu_history`). The keys and the app's handlers:
-:mod:`~gpumon.ui.dashboard.history_keys`.
+:class:`DashboardHistory` (the app's ``history``) opens the database on a worker thread for
+each read, and closes it: nothing waits on SQLite on the event loop, and a database created
+while the dashboard runs is found. One that cannot be read is said once, in a notice. It adds
+idle spells as recorded (``idle 2h13m``, not ``idle ≥ 12m``), ``U``
+(:mod:`~gpumon.ui.dashboard.usage_screen`) and the GPU detail's longer spans.
 """
 
 from __future__ import annotations
@@ -71,7 +62,7 @@ class DashboardHistory:
     """The dashboard's view of the history database (see the module docstring).
 
     Args:
-        app: the dashboard; its store feeds :meth:`_on_sample` (after the idle tracker).
+        app: the dashboard; it calls :meth:`on_sample` after its idle step.
         path: the database (default: the settings' :func:`history_path`).
         opener: opens it (tests hand in a fake).
         clock: monotonic seconds, for how often idle spells are looked up.
@@ -97,7 +88,6 @@ class DashboardHistory:
         self._looking = False
         #: The processes asked about, when (the tracker's clock): asked again after a while.
         self._asked: dict[RecordedKey, float] = {}
-        app.store.subscribe(self._on_sample)
 
     @property
     def help_line(self) -> str:
@@ -151,7 +141,8 @@ class DashboardHistory:
 
     # -- idle spells --------------------------------------------------------------------
 
-    def _on_sample(self, sample: Sample) -> None:
+    def on_sample(self, sample: Sample) -> None:
+        """After the idle step: look up, now and then, when quiet spells began."""
         now = self.clock()
         if self._looking or now - self._looked_up_at < IDLE_LOOKUP_S:
             return
@@ -174,7 +165,7 @@ class DashboardHistory:
     def _unknown_spells(self, sample: Sample, now: float) -> list[RecordedKey]:
         """The quiet processes whose spell began before the tracker saw it, not asked
         about in the last :data:`IDLE_LOOKUP_S` times ten."""
-        view = self.app.idle.view.processes
+        view = self.app.pipeline.idle.view.processes
         wanted = []
         keys = set()
         for process in sample.processes:
@@ -217,7 +208,7 @@ class DashboardHistory:
         self._looking = False
         self.settle(message.starts is not None or message.error is not None, message.error)
         if message.starts:
-            self.app.idle.recorded_since.update(message.starts)
+            self.app.pipeline.idle.recorded_since.update(message.starts)
 
 
 def history_help(history: DashboardHistory | None) -> str:

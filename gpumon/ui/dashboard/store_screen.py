@@ -1,15 +1,13 @@
-"""A screen that draws from the app's store: on opening, on every new sample and on resize."""
+"""A screen that draws from the app's store: on opening, on every new state and on resize."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from gpumon.data.model import Sample
+from gpumon.sampling.pipeline import DashboardState
 from gpumon.sampling.store import Store
 
 
@@ -23,10 +21,9 @@ class StoreScreen(Screen[None]):
     def __init__(self, store: Store) -> None:
         super().__init__()
         self.store = store
-        self._unsubscribe: Callable[[], None] | None = None
         self._title: str | None = None
-        #: Set by the app while the latest sample is stale (NVML not answering, reads
-        #: failing): said first in the title, so no reading here passes for current.
+        #: While the latest sample is stale (NVML not answering, reads failing): said first
+        #: in the title, so no reading here passes for current.
         self.stale_text = ""
 
     def show_title(self, text: str) -> None:
@@ -47,15 +44,14 @@ class StoreScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.before_first_draw()
-        self._unsubscribe = self.store.subscribe(self._on_sample)
+        state = getattr(self.app, "state", None)
+        if isinstance(state, DashboardState):
+            self.stale_text = state.stale_text
+            self.watch(self.app, "state", self._on_state, init=False)
         self.refresh_from_store()
 
-    def on_unmount(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-
-    def _on_sample(self, sample: Sample) -> None:
+    def _on_state(self, state: DashboardState) -> None:
+        self.stale_text = state.stale_text
         if self.is_attached:
             self.refresh_from_store()
 
@@ -64,7 +60,7 @@ class StoreScreen(Screen[None]):
         self.refresh_from_store()
 
     def before_first_draw(self) -> None:
-        """Called once when the screen opens, before it subscribes and draws."""
+        """Called once when the screen opens, before it first draws."""
 
     def refresh_from_store(self) -> None:
         """Redraw everything from the store's history and latest sample."""

@@ -175,7 +175,7 @@ class UserSummaryScreen(StoreScreen):
             if not all(known):
                 count = ">= " + count
         self.show_title(f" Users of the GPUs: {count}  (most GPU memory first)")
-        tracker = cast("GpumonApp", self.app).idle
+        tracker = cast("GpumonApp", self.app).pipeline.idle
         summary = render_summary(
             sample, tracker.view.idle_keys(), tracker.rule, self.content_width()
         )

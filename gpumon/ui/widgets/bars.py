@@ -10,11 +10,9 @@ from rich.style import Style
 
 from gpumon.data import format as fmt
 from gpumon.data.model import HostStats, Sample
+from gpumon.sampling.pipeline import STALL_NOT_ANSWERING, STALL_READS_FAILING, Stall
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar
 
-#: Why the last sample is stale, as the header's banner says it (and on a narrow terminal).
-STALL_NOT_ANSWERING = "NVML not answering"
-STALL_READS_FAILING = "reads failing"
 _STALL_SHORT = {STALL_NOT_ANSWERING: "NVML stalled", STALL_READS_FAILING: "reads failing"}
 
 
@@ -78,7 +76,7 @@ class HeaderBar(Bar):
         right = Line()
         if stalled_s is not None:
             text = (
-                f" {stall_reason} for {stalled_s} s "
+                f" {Stall(stalled_s, stall_reason)} "
                 if width >= 70
                 else f" {_STALL_SHORT.get(stall_reason, stall_reason)} "
             )

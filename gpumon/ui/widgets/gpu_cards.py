@@ -17,7 +17,7 @@ from gpumon.ui.widgets.graphs import history_sparkline
 from gpumon.ui.widgets.lines import Line
 
 if TYPE_CHECKING:
-    from gpumon.ui.widgets.gpu_notes import GpuNote
+    from gpumon.data.notes import GpuNote
     from gpumon.ui.widgets.gpu_panel import GpuPanel
 
 

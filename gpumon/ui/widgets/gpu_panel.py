@@ -18,9 +18,9 @@ from textual.strip import Strip
 from gpumon.config import Settings
 from gpumon.data import format as fmt
 from gpumon.data.model import GpuStats, GpuUnavailable
+from gpumon.data.notes import GpuNote
 from gpumon.ui.widgets.gpu_cards import card_sparks, draw_card
 from gpumon.ui.widgets.gpu_layout import CARD_HEIGHT, CARD_MIN_WIDTH, Layout, mig_lines
-from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_rows import mig_rows, one_line, two_lines
 from gpumon.ui.widgets.graphs import HistorySource
 from gpumon.ui.widgets.lines import ComponentStyles, Glyphs, Line, LinesWidget, add_bar

@@ -18,8 +18,8 @@ from textual.widget import Widget
 
 from gpumon.data.free import processes_known
 from gpumon.data.model import Sample
+from gpumon.data.notes import GpuNote
 from gpumon.ui.widgets.gpu_layout import choose_layout, mig_lines
-from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.lines import Glyphs
 from gpumon.ui.widgets.process_table import ProcessTable, table_messages

@@ -188,7 +188,7 @@ async def test_escape_then_P_typed_ahead_keeps_the_new_probe_laid_out() -> None:
 
         def laid_out() -> bool:
             placed = app.dashboard.has_class("-probing")
-            return len(app.query(ProbePanel)) == 1 and app.probing and placed
+            return len(app.query(ProbePanel)) == 1 and app.dashboard.probing and placed
 
         # The new panel mounts, then is laid out; under load that takes a while. Once it is,
         # the old panel's late Closed message must not undo it.
@@ -252,7 +252,7 @@ async def test_a_redraw_while_the_probe_panel_is_being_removed_never_crashes() -
         await app.query_one(ProbePanel).remove()
         app.dashboard.refresh_all()  # what the next sample does while Closed is handled
         await pilot.pause(0.3)
-        assert app.is_running and not app.probing
+        assert app.is_running and not app.dashboard.probing
         assert not app.dashboard.has_class("-probing")
 
 
@@ -317,7 +317,7 @@ async def test_the_probe_panel_shows_alone_on_a_short_terminal(size: tuple[int, 
         assert lines[0].startswith("╭") and lines[probe.bottom - 1].startswith("╰")
         assert app.dashboard.max_scroll_y == 0
         await pilot.press("escape")
-        await until(pilot, lambda: not app.probing)
+        await until(pilot, lambda: not app.dashboard.probing)
         await pilot.pause()
         assert app.query_one(ProcessTable).region.height >= 3
         assert app.dashboard.query_one(HostStrip).region.bottom == footer.y

@@ -168,7 +168,7 @@ async def test_gpu_graphs_move_with_new_samples_and_stop_after_escape() -> None:
         await pilot.pause()
         frozen = graphs.content
         await push(pilot, source, 3)
-        # The screen unsubscribed from the store: it is not redrawn once closed.
+        # Closed, the screen is not redrawn by later samples.
         assert graphs.content is frozen
         assert not screen.is_attached
 

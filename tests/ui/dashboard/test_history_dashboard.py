@@ -55,8 +55,8 @@ async def replay(pilot: Pilot[object], start: float, minutes: list[float]) -> No
     app = pilot.app
     assert isinstance(app, GpumonApp)
     clock = FakeClock(0.0)
-    app.idle.clock = clock
-    app.idle.interval_s = None
+    app.pipeline.idle.clock = clock
+    app.pipeline.idle.interval_s = None
     app.history.clock = clock
     elapsed = 0.0
     for minute in minutes:

@@ -14,10 +14,10 @@ from textual.pilot import Pilot
 
 from gpumon.config import Settings
 from gpumon.data.model import ProcessKind, Sample
+from gpumon.data.notes import GpuNote
 from gpumon.sources.demo import QUIET_FROM_TICK, DemoSource
 from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.user_summary import UserSummaryScreen
-from gpumon.ui.widgets.gpu_notes import GpuNote
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from gpumon.ui.widgets.process_table import ProcessTable
 from tests.sources.nvml.test_nvml_source import FakeClock
@@ -78,8 +78,8 @@ async def replay(
     app = pilot.app
     assert isinstance(app, GpumonApp)
     clock = FakeClock(0.0)
-    app.idle.clock = clock
-    app.idle.interval_s = None
+    app.pipeline.idle.clock = clock
+    app.pipeline.idle.interval_s = None
     for wait, sample in timeline:
         clock.advance(wait)
         app.receive_sample(sample)
@@ -180,7 +180,7 @@ async def test_a_pause_is_not_idle_time() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         app.poller.interval_s = MINUTE
         clock = FakeClock(0.0)
-        app.idle.clock = clock
+        app.pipeline.idle.clock = clock
 
         async def sample_after(wait: float, sample: Sample) -> None:
             clock.advance(wait)
@@ -239,12 +239,12 @@ async def test_the_demo_server_shows_an_idle_holder_with_a_short_idle_after() ->
     app = create_app(source, autostart=False, ascii_only=False, settings=settings)
     async with app.run_test(size=(120, 40)) as pilot:
         clock = FakeClock(0.0)
-        app.idle.clock = clock
+        app.pipeline.idle.clock = clock
         for _ in range(QUIET_FROM_TICK + 10):
             clock.advance(1.0)
             app.receive_sample(source.sample())
         await pilot.pause()
-        (index,) = app.idle.view.gpus  # one GPU held idle, not GPU 0 (the display's)
+        (index,) = app.pipeline.idle.view.gpus  # one GPU held idle, not GPU 0 (the display's)
         assert index > 0
         lines = screen_text(app).splitlines()
         assert len([line for line in lines if "held idle by" in line]) == 1

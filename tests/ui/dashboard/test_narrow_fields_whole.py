@@ -180,7 +180,7 @@ async def users_screen(width: int, *processes: GpuProcess) -> list[str]:
     app = create_app(StaticSource(base), autostart=False, ascii_only=False,
                      settings=Settings(idle_after_minutes=0.1))  # fmt: skip
     ticks = itertools.count()
-    app.idle.clock = lambda: float(next(ticks))
+    app.pipeline.idle.clock = lambda: float(next(ticks))
     async with app.run_test(size=(width, 20)) as pilot:
         for step in range(20):
             app.receive_sample(dataclasses.replace(base, timestamp_s=base.timestamp_s + step))

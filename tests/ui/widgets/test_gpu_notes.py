@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumon.ui.widgets.gpu_notes import GpuNote, gather_notes
+from gpumon.data.notes import GpuNote, gather_notes
 from tests.support.ui_helpers import app_for, make_gpu, make_sample, screen_text
 
 
@@ -20,7 +20,8 @@ def test_notes_are_gathered_per_gpu_in_the_sources_order() -> None:
 async def test_a_note_shows_on_its_gpu_in_every_layout(size: tuple[int, int]) -> None:
     gpus = tuple(make_gpu(index) for index in range(4))
     app = app_for(make_sample(gpus))
-    app.note_sources.append(lambda sample: {2: [GpuNote("held idle by bob 2h13m", "note-warn")]})
+    held = {2: [GpuNote("held idle by bob 2h13m", "note-warn")]}
+    app.pipeline.note_sources.append(lambda sample: held)
     async with app.run_test(size=size) as pilot:
         app.receive_sample(make_sample(gpus))
         await pilot.pause()

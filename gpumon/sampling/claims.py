@@ -1,45 +1,25 @@
-"""The dashboard's note on a GPU another pick claimed: ``claimed by alice 40 s ago``.
+"""The claims of ``gpumon pick`` for the dashboard's notes: ``claimed by alice 40 s ago``.
 
-:class:`ClaimNotes` is one of the app's note sources. It reads the claims directory
-(:mod:`gpumon.sources.host.claims`; only if it passes the checks ``gpumon pick`` makes,
-never creating it) on the event loop's executor thread at most once every
-:data:`REFRESH_S`, so a slow or hung file system never holds up the event loop, and answers
-every redraw from the last read: the note shows from the redraw after the read. Simulated
-GPUs have no claims. (A Textual thread worker each second cost more than the read: its
-state messages went through the app's message queue, ~4 % of the dashboard's CPU.)
-
-The directory is shared with every local user, who may fill it with thousands of files
-(only claim-named ones are read, but each is checked): reading them all cost ~0.18 s of
-CPU, every second, in every user's dashboard. So a read first looks at the directory: one
-unchanged since the last full read (same inode and modification time, not changed within
-:data:`RECENT_CHANGE_S`, whose edits a coarse time stamp could hide) is not read again
-until :data:`FULL_READ_S` has passed (a claim file rewritten in place changes no directory;
-``gpumon pick`` renames its files into place, which does). And reads take at most
-:data:`MAX_READ_SHARE` of a core: after a read that took ``t`` seconds of CPU the next one
-waits ``t / MAX_READ_SHARE`` (at least :data:`REFRESH_S`, at most :data:`FULL_READ_S`), so a
-directory changed all the time costs a bounded share of a core, not a core.
-Reads also take at most :data:`MAX_WALL_SHARE` of the time: a directory on a slow network
-file system, whose reads wait rather than compute, is not asked back to back either.
-A directory that could not be listed (an I/O error) is treated as one read: listed again
-when it changes, or after FULL_READ_S. Its claims are unknown then, not none: the dashboard
-says so once, in a notice (as ``pick`` says it).
+:class:`ClaimsReader` is a pipeline step: a sample starts a read of the claims directory
+(:mod:`gpumon.sources.host.claims`; only one that passes pick's checks, never created) on its
+own daemon thread, at most once every :data:`REFRESH_S`, so a slow or hung file system never
+holds up the event loop; the notes come from the last read. A directory unchanged since the
+last full read is not read again until :data:`FULL_READ_S`, and reads take at most
+:data:`MAX_READ_SHARE` of a core and :data:`MAX_WALL_SHARE` of the time (docs/claims.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
 
 from gpumon.data import claims as rules
 from gpumon.data.model import Sample
+from gpumon.data.notes import GpuNote
+from gpumon.sampling.poller import DaemonThread
 from gpumon.sources.host.claims import ClaimsDir, ClaimsOff
-from gpumon.ui.widgets.gpu_notes import GpuNote
-
-if TYPE_CHECKING:
-    from textual.app import App
 
 #: The claims directory is read at most this often.
 REFRESH_S = 1.0
@@ -55,19 +35,17 @@ MAX_READ_SHARE = 0.02
 MAX_WALL_SHARE = 0.1
 
 
-class ClaimNotes:
-    """A note source: NVML index -> ``claimed by ...`` notes (style ``note-warn``)."""
+class ClaimsReader:
+    """The step that reads the claims, and the note source of what it read."""
 
     def __init__(
         self,
-        app: App[Any],
         path: str,
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         thread_time: Callable[[], float] = time.thread_time,
     ) -> None:
-        self.app = app
         self.path = path
         self.clock = clock
         self.monotonic = monotonic
@@ -92,45 +70,40 @@ class ClaimNotes:
         self.full_reads = 0
         self._reading = False
         #: The read in flight or last started (tests wait for it).
-        self.pending: asyncio.Future[None] | None = None
+        self.pending: Future[None] | None = None
+        self._thread: DaemonThread | None = None
 
-    def __call__(self, sample: Sample | None) -> dict[int, list[GpuNote]]:
+    def __call__(self, sample: Sample) -> None:
+        """Start a read off the loop unless one runs or it is not yet time for the next."""
+        if sample.simulated or self._reading:
+            return
+        if self._next_read_at is not None and self.monotonic() < self._next_read_at:
+            return
+        self._reading = True
+        if self._thread is None:
+            self._thread = DaemonThread("gpumon-claims")
+        self.pending = self._thread.submit(self.read)
+
+    def notes(self, sample: Sample | None) -> dict[int, list[GpuNote]]:
+        """A note source: NVML index -> ``claimed by ...`` notes (style ``note-warn``)."""
         if sample is None or sample.simulated:
             return {}
-        self._refresh_soon()
-        self._say_off()
         said = rules.notes(sample, self.claims, self.clock())
         return {
             index: [GpuNote(text, "note-warn") for text in texts] for index, texts in said.items()
         }
 
-    def _say_off(self) -> None:
-        """On the loop: a directory whose claims cannot be read is said once per reason, so
-        that no claim notes do not read as no claims."""
+    def notice(self) -> str | None:
+        """Why the claims cannot be read, once per reason (no claim notes must not read as
+        no claims); else ``None``."""
         off = self.off
-        if off is None or off == self._said_off or not self.app.is_running:
-            return
+        if off is None or off == self._said_off:
+            return None
         self._said_off = off
-        self.app.notify(
-            f"Claims cannot be read: {off}. GPUs claimed with gpumon pick are not marked.",
-            severity="warning",
-            timeout=10,
-            markup=False,  # a path may hold brackets
-        )
-
-    def _refresh_soon(self) -> None:
-        """Start a read off the loop unless one runs or it is not yet time for the next."""
-        if self._reading or (
-            self._next_read_at is not None and self.monotonic() < self._next_read_at
-        ):
-            return
-        if not self.app.is_running:
-            return
-        self._reading = True
-        self.pending = asyncio.get_running_loop().run_in_executor(None, self.read)
+        return f"Claims cannot be read: {off}. GPUs claimed with gpumon pick are not marked."
 
     def read(self) -> None:
-        """Off the loop: touches no widget, only replaces :attr:`claims`."""
+        """On the reader's thread: only replaces :attr:`claims` and :attr:`off`."""
         began, cpu_began = self.monotonic(), self.thread_time()
         try:
             with ClaimsDir.open(self.path, create=False) as directory:
