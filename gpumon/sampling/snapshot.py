@@ -178,12 +178,7 @@ def error_to_dict(unavailable: GpuUnavailable | None) -> dict[str, str] | None:
     """The ``error`` object of the JSON output; ``None`` when GPU data could be read."""
     if unavailable is None:
         return None
-    return {
-        "reason": unavailable.reason.value,
-        "headline": unavailable.headline,
-        "detail": unavailable.detail,
-        "hint": unavailable.hint,
-    }
+    return {**dataclasses.asdict(unavailable), "reason": unavailable.reason.value}
 
 
 def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[str, Any]:
@@ -211,15 +206,9 @@ def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[st
 
 def mig_instance_to_dict(instance: MigInstance) -> dict[str, Any]:
     """One entry of a GPU's ``mig_instances`` array (its GPU is the one it is listed under)."""
-    return {
-        "index": instance.index,
-        "gpu_instance_id": instance.gpu_instance_id,
-        "compute_instance_id": instance.compute_instance_id,
-        "profile": instance.profile,
-        "uuid": instance.uuid,
-        "memory_used_bytes": instance.memory_used_bytes,
-        "memory_total_bytes": instance.memory_total_bytes,
-    }
+    data = dataclasses.asdict(instance)
+    del data["gpu_index"]
+    return data
 
 
 def gpu_to_dict(

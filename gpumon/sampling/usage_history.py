@@ -25,18 +25,6 @@ if TYPE_CHECKING:
     from gpumon.data.periods import Period
     from gpumon.sampling.history.reader import IdleHolder as RecordedHolder
 
-__all__ = [
-    "HistoryError",
-    "coverage_notes",
-    "history_path",
-    "idle_seconds",
-    "no_database",
-    "open_reader",
-    "recorded_idle",
-    "report_from_history",
-    "usage",
-]
-
 #: What the systemd unit records (root's default).
 SYSTEM_HISTORY_PATH = default_history_path({}, 0)
 #: How to start recording, for every "no database" message.
@@ -113,7 +101,7 @@ def report_from_history(
         notes=(*coverage_notes(period, span, reader.interval_s), *used_notes(by, tuple(rows))),
         recorded_from_s=first,
         recorded_to_s=last,
-        recording=_recording(reader, now_s),
+        recording=reader.is_current(now_s),
         bucket_s=float(DAY_S if _in_days(period.start_s, days) else HOUR_S),
         days_before_s=days,
         prorated_s=prorated_seconds(period, days, last),
@@ -187,7 +175,7 @@ def idle_seconds(
     Raises:
         HistoryError: the database could not be read.
     """
-    recording = _recording(reader, sample.timestamp_s)
+    recording = reader.is_current(sample.timestamp_s)
     found: dict[tuple[int, int], float | None] = {}
     for process in sample.processes:
         utilization = process.sm_utilization_pct
@@ -217,9 +205,3 @@ def recorded_idle(
             return idle_seconds(reader, sample, settings.idle_below_pct), None
     except HistoryError as error:
         return None, str(error)
-
-
-def _recording(reader: HistoryReader, now_s: float) -> bool:
-    """The recorder is writing: its latest sample is at most three of its intervals (batch
-    periods, for ``export --record``) old at ``now_s``, as the reader itself judges it."""
-    return reader.is_current(now_s)

@@ -71,13 +71,10 @@ class GpuMinute:
 
     def means(self) -> list[float | None]:
         """Per field, the mean (for energy: the joules used), ``None`` when never read."""
-        found: list[float | None] = []
-        for position, (total, count) in enumerate(zip(self.sums, self.counts, strict=True)):
-            if count == 0:
-                found.append(None)
-            else:
-                found.append(total if position == _ENERGY else total / count)
-        return found
+        return [
+            None if count == 0 else total if position == _ENERGY else total / count
+            for position, (total, count) in enumerate(zip(self.sums, self.counts, strict=True))
+        ]
 
 
 @dataclass(slots=True)
@@ -222,9 +219,7 @@ class Pending:
                     self._energy.pop(gpu.uuid, None)
                 continue
             self.gpus[gpu.uuid] = (gpu.index, gpu.name)
-            row = self.minutes.get((minute, gpu.uuid))
-            if row is None:
-                row = self.minutes[(minute, gpu.uuid)] = GpuMinute()
+            row = self.minutes.setdefault((minute, gpu.uuid), GpuMinute())
             row.samples += 1
             for position, name in _READINGS:
                 row.add(position, getattr(gpu, name))
@@ -260,31 +255,23 @@ class Pending:
             # The holders, in the order of GROUPINGS: user, job, container, the GPU.
             keys = (process.user, process.job_id, process.container_id, "")
             for grouping, key in enumerate(keys):
-                holder = (grouping, uuid, key or "")
-                holding = holdings.get(holder)
-                if holding is None:
-                    holding = holdings[holder] = _Holding()
+                holding = holdings.setdefault((grouping, uuid, key or ""), _Holding())
                 holding.add(process, idle, rule)
         hour = int(now // HOUR_S) * HOUR_S
         parts = hour_parts(now, dt)
         for (grouping, uuid, key), holding in holdings.items():
             for start_s, seconds in parts:
-                usage = self._usage((grouping, start_s, uuid, key))
+                usage = self.usage.setdefault((grouping, start_s, uuid, key), Usage())
                 usage.held_s += seconds
                 if not holding.unknown:
                     usage.known_s += seconds
                     usage.used_s += min(1.0, holding.used) * seconds
                 if holding.idle and not holding.in_use:
                     usage.idle_held_s += seconds
-            usage = self._usage((grouping, hour, uuid, key))  # the hour of the sample itself
+            # The hour of the sample itself.
+            usage = self.usage.setdefault((grouping, hour, uuid, key), Usage())
             usage.peak_memory_bytes = _higher(usage.peak_memory_bytes, holding.peak_memory_bytes)
         self._forget_gone(now)
-
-    def _usage(self, key: UsageKey) -> Usage:
-        usage = self.usage.get(key)
-        if usage is None:
-            usage = self.usage[key] = Usage()
-        return usage
 
     def _forget_gone(self, now: float) -> None:
         """Drop the sessions not seen for longer than a gap, once written: memory stays

@@ -17,9 +17,8 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from gpumon.config.files import default_history_path, foreign_link
+from gpumon.config.files import default_history_path, foreign_link, owner_name
 from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
-from gpumon.sources.host.claims import user_name
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
@@ -106,11 +105,9 @@ def _check_reader_owner(path: str, info: os.stat_result, sidecar: str | None = N
     what, target = ("it", path) if sidecar is None else (f"its file {sidecar}", sidecar)
     uid = os.geteuid()
     if info.st_uid not in (0, uid):
-        name = user_name(info.st_uid)
-        owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
         raise HistoryError(
-            f"{path}: refused: {what} belongs to {owner}, not to you or root; gpumon reads "
-            "only a history that you or root recorded (--db chooses another database)"
+            f"{path}: refused: {what} belongs to {owner_name(info.st_uid)}, not to you or root; "
+            "gpumon reads only a history that you or root recorded (--db chooses another database)"
         )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise HistoryError(
@@ -178,11 +175,9 @@ def check_links(path: str, directory: str) -> None:
     found = foreign_link(directory)
     if found is not None:
         link, uid = found
-        name = user_name(uid)
-        owner = name if name.startswith("uid ") else f"{name} (uid {uid})"
         raise HistoryError(
-            f"{path}: refused: {link} is a symbolic link that {owner} owns, who could point "
-            "it elsewhere (use the real path, or --db elsewhere)"
+            f"{path}: refused: {link} is a symbolic link that {owner_name(uid)} owns, who could "
+            "point it elsewhere (use the real path, or --db elsewhere)"
         )
 
 
@@ -232,36 +227,20 @@ def make_directory(directory: str) -> None:
         ) from None
 
 
-def open_database_file(path: str) -> int:
-    """A descriptor of the database file, created 0644 when missing; its owner and mode
-    checked."""
-    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    if os.path.isdir(path):
-        raise HistoryError(
-            f"{path} is a directory: --db takes the database file's path, such as "
-            f"{os.path.join(path, 'history.db')}"
-        )
+def check_database_file(path: str) -> None:
+    """Refuse (:class:`HistoryError`) the database file at ``path`` unless it is a regular file
+    this user may write, that no one else owns or can write; a symbolic link is not followed."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-        os.fchmod(fd, 0o644)  # readable by everyone, whatever the umask
-        return fd
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise _cannot_write(path, error) from None
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as error:
         raise _cannot_write(path, error) from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise HistoryError(f"{path}: not a file: --db chooses the history database")
-        check_safe(path, info, "the file", path)
-    except BaseException:
+    finally:
         os.close(fd)
-        raise
-    return fd
+    if not stat.S_ISREG(info.st_mode):
+        raise HistoryError(f"{path}: not a file: --db chooses the history database")
+    check_safe(path, info, "the file", path)
 
 
 def _cannot_write(path: str, error: OSError) -> HistoryError:

@@ -17,17 +17,17 @@ import shutil
 import sqlite3
 import stat
 
+from gpumon.config.files import owner_name
 from gpumon.sampling.history.files import (
     LIVE_SUFFIX,
     SIDECARS,
+    check_database_file,
     check_links,
     check_safe,
     check_sidecars,
     make_directory,
-    open_database_file,
 )
 from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
-from gpumon.sources.host.claims import user_name
 
 #: How long a statement waits for a lock before it fails with "database is locked".
 BUSY_TIMEOUT_S = 5.0
@@ -169,11 +169,9 @@ def _live_directory(path: str) -> str:
             "keeps its live database there)"
         )
     if info.st_uid != os.geteuid():
-        name = user_name(info.st_uid)
-        owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
         raise HistoryError(
-            f"{path}: refused: its live directory {live} belongs to {owner}; the recorder "
-            f"keeps its database only in its own (remove it, or --db elsewhere)"
+            f"{path}: refused: its live directory {live} belongs to {owner_name(info.st_uid)}; "
+            "the recorder keeps its database only in its own (remove it, or --db elsewhere)"
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise HistoryError(
@@ -208,8 +206,7 @@ def _take_in(path: str, live_path: str) -> None:
     database is gone) into the live directory: the file and its ``-wal`` (or ``-journal``),
     which SQLite then reads as it would have beside ``path``. Copied as files, not through
     SQLite: another user may hold a lock on the old ``-shm``, which would stall SQLite."""
-    fd = open_database_file(path)  # the same checks as for the recorder's own file
-    os.close(fd)
+    check_database_file(path)  # the same checks as for the recorder's own file
     check_sidecars(path)
     try:
         for suffix in ("", "-wal", "-journal"):

@@ -163,7 +163,7 @@ def _key(owner: object, gpu_uuids: dict[object, str]) -> str | None:
     return None if owner in ("", None) else str(owner)
 
 
-def _aggregates(field: str) -> str:
+def aggregates(field: str) -> str:
     """Mean (weighted by samples) and max of ``field`` over a bucket's rows; energy: the
     sum and the busiest row."""
     if field == "energy_j":
@@ -194,7 +194,7 @@ def series(
         "SELECT min(start_s) FROM gpu_minutes WHERE gpu_id = ?", (gpu_id,)
     ).fetchone()
     points: list[tuple[float, float | None, float | None]] = []
-    values = _aggregates(field)
+    values = aggregates(field)
     if first_minute is None or start_s < first_minute:
         # Hours whose minutes are gone: one point per hour, at least.
         hour_width = max(HOUR_S, round(width / HOUR_S) * HOUR_S)

@@ -14,14 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpumon.data.format import safe_text
 from gpumon.data.usage import GROUPINGS, UsageRow
 from gpumon.sampling.history.files import (
     ReadConnection,
     connect_read_only,
-    history_path,
     past_deadline,
 )
 from gpumon.sampling.history.queries import series, usage_rows
@@ -42,17 +41,6 @@ from gpumon.sampling.history.schema import (
 T = TypeVar("T")
 #: Seconds since the epoch at the start of the year 10000: no sample is recorded later.
 _YEAR_10000_S = 253_402_300_800
-
-__all__ = [
-    "GROUPINGS",
-    "HISTORY_FIELDS",
-    "HistoryError",
-    "HistoryReader",
-    "IdleHolder",
-    "RecordedGpu",
-    "history_path",
-    "open_history",
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +106,7 @@ def open_history(path: str) -> HistoryReader | None:
         meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
     except DATABASE_ERRORS as error:
         connection.close()
-        if isinstance(error, sqlite3.Error) and _interrupted(error):
-            raise past_deadline(path) from None
-        raise explain(path, error, writing=False) from None
+        raise _read_error(path, error) from None
     except BaseException:
         connection.close()
         raise
@@ -237,7 +223,7 @@ class HistoryReader:
                 ORDER BY idle_since_s, uuid, pid
                 """
             ).fetchall()
-            return [_idle_holder(*row) for row in rows]
+            return [_idle_holder(row) for row in rows]
 
         return self._read(read)
 
@@ -329,17 +315,17 @@ class HistoryReader:
         try:
             return read()
         except DATABASE_ERRORS as error:
-            if isinstance(error, sqlite3.Error) and _interrupted(error):
-                raise past_deadline(self.path) from None
-            raise explain(self.path, error, writing=False) from None
+            raise _read_error(self.path, error) from None
         except (ValueError, TypeError, OverflowError) as error:
             # A value of a type or size no recorder writes (text for a number, infinity).
             raise damaged(self.path, f"{type(error).__name__}: {error}", writing=False) from None
 
 
-def _interrupted(error: sqlite3.Error) -> bool:
-    """SQLite gave up the statement: the read ran past its deadline."""
-    return "interrupted" in str(error).lower()
+def _read_error(path: str, error: sqlite3.Error | UnicodeDecodeError) -> HistoryError:
+    """The one line for a failed read; SQLite's "interrupted": it ran past its deadline."""
+    if isinstance(error, sqlite3.Error) and "interrupted" in str(error).lower():
+        return past_deadline(path)
+    return explain(path, error, writing=False)
 
 
 def _text(value: object) -> str | None:
@@ -347,25 +333,17 @@ def _text(value: object) -> str | None:
     return None if value is None else safe_text(str(value))
 
 
-def _idle_holder(
-    user: object,
-    uuid: object,
-    gpu_index: int | None,
-    pid: int,
-    create_time_s: float | None,
-    memory_bytes: int | None,
-    idle_since_s: float,
-    job_id: object,
-    container_id: object,
-) -> IdleHolder:
+def _idle_holder(row: Any) -> IdleHolder:
+    """An :class:`IdleHolder` of a ``sessions`` row, its texts made safe to print."""
+    user, uuid, index, pid, created_s, memory, since_s, job_id, container_id = row
     return IdleHolder(
         _text(user),
         _text(uuid) or "",
-        gpu_index,
+        index,
         pid,
-        create_time_s,
-        memory_bytes,
-        idle_since_s,
+        created_s,
+        memory,
+        since_s,
         _text(job_id),
         _text(container_id),
     )
