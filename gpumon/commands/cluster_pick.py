@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.commands.cluster_output import EXPORTER_LABELS, ordered, state_text
+from gpumon.commands.pick_wait import with_reasons
 from gpumon.data.cluster import ClusterSample, Node
 from gpumon.data.format import natural_key
 from gpumon.data.ranking import Candidate, qualify, rank
@@ -162,16 +163,7 @@ def one_node_failure_line(cluster: ClusterSample, result: OneNodeResult, n: int)
             f"no node has {n} GPUs that qualify; the best, {result.best_node}, has "
             f"{result.best_count} (--across-nodes picks from several)"
         )
-    return _with_reasons(prefix + head, result.reasons)
-
-
-def _with_reasons(head: str, reasons: Sequence[str], max_reasons: int = 12) -> str:
-    if not reasons:
-        return head
-    shown = list(reasons[:max_reasons])
-    if len(reasons) > max_reasons:
-        shown.append(f"{len(reasons) - max_reasons} more")
-    return f"{head}: {', '.join(shown)}"
+    return with_reasons(prefix + head, result.reasons)
 
 
 def cluster_failure_line(
@@ -179,8 +171,6 @@ def cluster_failure_line(
     picked: Sequence[ClusterCandidate],
     reasons: Sequence[str],
     n: int,
-    *,
-    max_reasons: int = 12,
 ) -> str:
     """The one stderr line for "fewer than ``n`` qualify" in the cluster, with why."""
     prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
@@ -193,4 +183,4 @@ def cluster_failure_line(
         head = f"only {len(picked)} GPU{'' if len(picked) == 1 else 's'} {where} {verb}"
     else:
         head = f"no GPU {where} qualifies"
-    return _with_reasons(f"{prefix}{head} (need {n})", reasons, max_reasons)
+    return with_reasons(f"{prefix}{head} (need {n})", reasons)

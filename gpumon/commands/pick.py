@@ -18,7 +18,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
+from gpumon.commands.pick_wait import (
+    Attempt,
+    attempts,
+    hand_over,
+    processes_text,
+    read_timeout,
+    waiting_text,
+    with_reasons,
+)
 from gpumon.config.text import (
     duration_seconds,
     percentage,
@@ -39,8 +47,6 @@ if TYPE_CHECKING:
 FORMATS = ("auto", "index", "uuid")
 DEMO_LABEL = "simulated GPUs (--demo)"
 UNCLAIMED_NOTE = "gpumon pick: note: not claimed (--no-claim): another pick may get them too"
-#: The failure line names at most this many reasons, then says how many more there are.
-MAX_REASONS = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -184,10 +190,7 @@ def failure_line(
         head = f"the only {kind} does not qualify"
     else:
         head = f"none of {total} {noun} qualifies"
-    shown = list(reasons[:MAX_REASONS])
-    if len(reasons) > MAX_REASONS:
-        shown.append(f"{len(reasons) - MAX_REASONS} more")
-    return f"{prefix}{head} (need {n}): {', '.join(shown)}"
+    return with_reasons(f"{prefix}{head} (need {n})", reasons)
 
 
 def notes(
@@ -202,11 +205,7 @@ def notes(
     lines = []
     busy = [candidate for candidate in picked if candidate.process_count]
     if busy:
-        listed = ", ".join(
-            f"{c.label} runs {c.process_count} "
-            + ("process" if c.process_count == 1 else "processes")
-            for c in busy
-        )
+        listed = ", ".join(f"{c.label} runs {processes_text(c.process_count)}" for c in busy)
         idle = (
             "no GPU without processes qualifies"
             if n == 1
@@ -290,25 +289,11 @@ def run(
             if claims is not None:
                 claims.release()  # interrupted right after claiming: nobody got them
             return result
-        return hand_over(result, claims)
+        return hand_over(result, None if claims is None else claims.release)
     finally:
         if claims is not None:
             claims.close()
         reader.close()
-
-
-def hand_over(result: Attempt, claims: PickClaims | None) -> int:
-    """Print the picked GPUs; when they cannot reach the user, take their claims back."""
-    try:
-        print(result.output)
-        sys.stdout.flush()
-    except BaseException:
-        if claims is not None:
-            claims.release()
-        raise
-    for line in result.notes:
-        print(line, file=sys.stderr)
-    return 0
 
 
 class Look:

@@ -132,13 +132,11 @@ class PickClaims:
                 picked = []
                 if lost is not None:
                     skipped.append(lost)
-        except ClaimsOff as off:
+        except (ClaimsOff, OSError) as error:
             self.release()
-            self._cannot(str(off))
-            return list(qualifying[:n]), [], {}
-        except OSError as error:
-            self.release()
-            self._cannot(f"cannot write in {self.path}: {error.strerror or error}")
+            if isinstance(error, OSError):
+                error = ClaimsOff(f"cannot write in {self.path}: {error.strerror or error}")
+            self._cannot(str(error))
             return list(qualifying[:n]), [], {}
         reasons = [claimed_reason(c, claim, self.uid, now_s) for c, claim in skipped]
         holders = {candidate.gpu_index: claim.owner for candidate, claim in skipped}

@@ -55,7 +55,7 @@ def demo_needs_own_file(settings: Settings) -> str | None:
 
 def recorder_for(settings: Settings, interval_s: float, prefix: str, batch_s: float) -> Recorder:
     """A :class:`Recorder` of ``settings``' database, reporting on stderr after ``prefix``."""
-    from gpumon.sampling.history.reader import history_path
+    from gpumon.sampling.history.files import history_path
     from gpumon.sampling.history.recorder import Recorder
     from gpumon.sampling.history.writer import HistoryWriter
     from gpumon.sampling.idle import idle_rule
