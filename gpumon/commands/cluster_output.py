@@ -16,7 +16,6 @@ from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.format import natural_key
 from gpumon.data.free import free_gpu_indices, processes_known
-from gpumon.data.model import GpuProcess
 from gpumon.data.painting import BOLD, DIM, GREEN, RED, REVERSE, YELLOW, Painter
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 from gpumon.data.views import UserUsage, user_summary
@@ -305,9 +304,6 @@ def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict
 
     sample = node.sample
     with_processes = include_processes and processes_shown(node)
-    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
-    for process in sample.processes:
-        by_gpu.setdefault(process.gpu_index, []).append(process)
     free = node_free(node, threshold) if include_processes else frozenset()
     return {
         "name": node.name,
@@ -323,7 +319,7 @@ def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict
         "gpus": [
             gpu_to_dict(
                 gpu,
-                tuple(by_gpu[gpu.index]) if with_processes else None,
+                sample.processes_on(gpu.index) if with_processes else None,
                 free=gpu.index in free,
             )
             for gpu in sample.gpus

@@ -300,12 +300,6 @@ def render_csv(report: UsageReport) -> str:
 # --- JSON -----------------------------------------------------------------------------------
 
 
-def _iso(timestamp_s: float) -> str | None:
-    from gpumon.sampling.snapshot import iso_timestamp
-
-    return iso_timestamp(timestamp_s)
-
-
 def row_to_dict(report: UsageReport, row: UsageRow) -> dict[str, Any]:
     return {
         report.by: row.key,
@@ -334,6 +328,8 @@ def holder_to_dict(holder: IdleHolder) -> dict[str, Any]:
 
 def report_to_dict(report: UsageReport) -> dict[str, Any]:
     """The report as JSON-able data (``gpumon/schema/report.schema.json``)."""
+    from gpumon.sampling.snapshot import iso_timestamp as iso
+
     period = report.period
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -343,20 +339,20 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "prometheus_url": report.where if report.cluster else None,
         "simulated": report.simulated,
         "by": report.by,
-        "from": _iso(period.start_s),
-        "to": _iso(period.end_s),
+        "from": iso(period.start_s),
+        "to": iso(period.end_s),
         "from_s": period.start_s,
         "to_s": period.end_s,
         "step_s": report.step_s,
         "recording_rules": report.recording_rules,
         "rows": [row_to_dict(report, row) for row in report.rows],
-        "recorded_from": None if report.recorded_from_s is None else _iso(report.recorded_from_s),
-        "recorded_to": None if report.recorded_to_s is None else _iso(report.recorded_to_s),
+        "recorded_from": iso(report.recorded_from_s),
+        "recorded_to": iso(report.recorded_to_s),
         "recorded_from_s": report.recorded_from_s,
         "recorded_to_s": report.recorded_to_s,
         "recording": report.recording,
         "bucket_s": report.bucket_s,
-        "days_before": None if report.days_before_s is None else _iso(report.days_before_s),
+        "days_before": iso(report.days_before_s),
         "days_before_s": report.days_before_s,
         "prorated_s": report.prorated_s,
         "idle_holders": (

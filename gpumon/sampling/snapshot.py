@@ -290,16 +290,9 @@ def sample_to_dict(
     from gpumon.data.views import ProcessFilter, filter_processes
 
     include_processes = include_processes and sample.processes_read
-    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
-    for process in sample.processes:
-        by_gpu.setdefault(process.gpu_index, []).append(process)
     free = free_gpu_indices(sample, free_threshold_mib) if include_processes else frozenset()
     process_filter = process_filter or ProcessFilter()
     shown = filter_processes(sample.processes, process_filter)
-    listed: dict[int, tuple[GpuProcess, ...]] | None = None
-    if process_filter.active:
-        listed = {gpu.index: tuple(p for p in shown if p.gpu_index == gpu.index)
-                  for gpu in sample.gpus}  # fmt: skip
     users = None
     if include_processes and sample.unavailable is None:
         summed = dataclasses.replace(sample, processes=shown)
@@ -319,9 +312,13 @@ def sample_to_dict(
         "gpus": [
             gpu_to_dict(
                 gpu,
-                tuple(by_gpu[gpu.index]) if include_processes else None,
+                sample.processes_on(gpu.index) if include_processes else None,
                 free=gpu.index in free,
-                listed=None if listed is None else listed[gpu.index],
+                listed=(
+                    tuple(p for p in shown if p.gpu_index == gpu.index)
+                    if process_filter.active
+                    else None
+                ),
                 idle_s=idle_s,
             )
             for gpu in sample.gpus
