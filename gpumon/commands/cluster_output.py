@@ -82,9 +82,7 @@ def state_text(node: Node, now_s: float) -> str:
 
 def node_free(node: Node, threshold_mib: int) -> frozenset[int]:
     """NVML indices of ``node``'s FREE GPUs: none unless it is UP with process lists."""
-    if not node.usable or not node.sample.processes_read:
-        return frozenset()
-    return free_gpu_indices(node.sample, threshold_mib)
+    return free_gpu_indices(node.sample, threshold_mib) if processes_shown(node) else frozenset()
 
 
 # --- text -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import gpumon  # gpumon.__version__, read when a document is built
 from gpumon.data import format as fmt
 from gpumon.data.painting import BOLD, DIM, GREEN, YELLOW, Painter, fit_line
-from gpumon.data.report import NO_KEY, IdleHolder, UsageReport, bar_cells, hours_text
+from gpumon.data.report import NO_KEY, UsageReport, bar_cells, hours_text
 from gpumon.data.text_table import DEMO_MARKER
 from gpumon.data.usage import UsageRow
 
@@ -300,32 +300,6 @@ def render_csv(report: UsageReport) -> str:
 # --- JSON -----------------------------------------------------------------------------------
 
 
-def row_to_dict(report: UsageReport, row: UsageRow) -> dict[str, Any]:
-    return {
-        report.by: row.key,
-        "node": row.node,
-        "gpu_hours_held": row.gpu_hours_held,
-        "gpu_hours_used": row.gpu_hours_used,
-        "idle_held_hours": row.idle_held_hours,
-        "peak_memory_bytes": row.peak_memory_bytes,
-        "processes": row.processes,
-        "used_known_hours": row.used_known_hours,
-    }
-
-
-def holder_to_dict(holder: IdleHolder) -> dict[str, Any]:
-    return {
-        "user": holder.user,
-        "node": holder.node,
-        "gpu": holder.gpu_index,
-        "gpu_uuid": holder.gpu_uuid,
-        "pid": holder.pid,
-        "command": holder.command,
-        "idle_s": holder.idle_s,
-        "gpu_memory_bytes": holder.gpu_memory_bytes,
-    }
-
-
 def report_to_dict(report: UsageReport) -> dict[str, Any]:
     """The report as JSON-able data (``gpumon/schema/report.schema.json``)."""
     from gpumon.sampling.snapshot import iso_timestamp as iso
@@ -345,7 +319,19 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "to_s": period.end_s,
         "step_s": report.step_s,
         "recording_rules": report.recording_rules,
-        "rows": [row_to_dict(report, row) for row in report.rows],
+        "rows": [
+            {
+                report.by: row.key,
+                "node": row.node,
+                "gpu_hours_held": row.gpu_hours_held,
+                "gpu_hours_used": row.gpu_hours_used,
+                "idle_held_hours": row.idle_held_hours,
+                "peak_memory_bytes": row.peak_memory_bytes,
+                "processes": row.processes,
+                "used_known_hours": row.used_known_hours,
+            }
+            for row in report.rows
+        ],
         "recorded_from": iso(report.recorded_from_s),
         "recorded_to": iso(report.recorded_to_s),
         "recorded_from_s": report.recorded_from_s,
@@ -355,9 +341,21 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "days_before": iso(report.days_before_s),
         "days_before_s": report.days_before_s,
         "prorated_s": report.prorated_s,
-        "idle_holders": (
-            [holder_to_dict(holder) for holder in report.holders] if report.holders_known else None
-        ),
+        "idle_holders": [
+            {
+                "user": holder.user,
+                "node": holder.node,
+                "gpu": holder.gpu_index,
+                "gpu_uuid": holder.gpu_uuid,
+                "pid": holder.pid,
+                "command": holder.command,
+                "idle_s": holder.idle_s,
+                "gpu_memory_bytes": holder.gpu_memory_bytes,
+            }
+            for holder in report.holders
+        ]
+        if report.holders_known
+        else None,
         "idle_unknown_processes": report.idle_unknown if report.holders_known else None,
         "notes": list(report.notes),
     }

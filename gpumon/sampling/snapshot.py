@@ -21,7 +21,6 @@ from gpumon.data.model import (
     GpuStats,
     GpuUnavailable,
     HostStats,
-    MigInstance,
     ProcessKind,
     Sample,
     UnavailableReason,
@@ -174,13 +173,6 @@ def iso_timestamp(timestamp_s: float | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def error_to_dict(unavailable: GpuUnavailable | None) -> dict[str, str] | None:
-    """The ``error`` object of the JSON output; ``None`` when GPU data could be read."""
-    if unavailable is None:
-        return None
-    return {**dataclasses.asdict(unavailable), "reason": unavailable.reason.value}
-
-
 def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[str, Any]:
     """One entry of a GPU's ``processes`` array; ``idle_s``: how long it has held its memory
     idle, from the history database (``None``: not known)."""
@@ -204,13 +196,6 @@ def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[st
     }
 
 
-def mig_instance_to_dict(instance: MigInstance) -> dict[str, Any]:
-    """One entry of a GPU's ``mig_instances`` array (its GPU is the one it is listed under)."""
-    data = dataclasses.asdict(instance)
-    del data["gpu_index"]
-    return data
-
-
 def gpu_to_dict(
     gpu: GpuStats,
     processes: tuple[GpuProcess, ...] | None,
@@ -228,7 +213,10 @@ def gpu_to_dict(
     if gpu.lost or gpu.mig_instances is None:  # a lost GPU's instances are unknown too
         data["mig_instances"] = None
     else:
-        data["mig_instances"] = [mig_instance_to_dict(m) for m in gpu.mig_instances]
+        data["mig_instances"] = [  # each under its GPU: no gpu_index of its own
+            {key: value for key, value in dataclasses.asdict(m).items() if key != "gpu_index"}
+            for m in gpu.mig_instances
+        ]
     data["memory_unlisted_bytes"] = (
         None if processes is None else unlisted_memory_bytes(gpu, processes)
     )
@@ -297,7 +285,7 @@ def sample_to_dict(
     if include_processes and sample.unavailable is None:
         summed = dataclasses.replace(sample, processes=shown)
         users = [usage_to_dict(usage) for usage in user_summary_of(summed)[0]]
-    driver = sample.driver
+    driver, error = sample.driver, sample.unavailable
     return {
         "schema_version": SCHEMA_VERSION,
         "gpumon_version": gpumon.__version__,
@@ -308,7 +296,9 @@ def sample_to_dict(
         "nvml_version": driver.nvml_version if driver else None,
         "timestamp": iso_timestamp(sample.timestamp_s),
         "timestamp_s": sample.timestamp_s,
-        "error": error_to_dict(sample.unavailable),
+        "error": None
+        if error is None
+        else {**dataclasses.asdict(error), "reason": error.reason.value},
         "gpus": [
             gpu_to_dict(
                 gpu,

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from gpumon.config import Settings
     from gpumon.data.model import Sample
     from gpumon.data.periods import Period
-    from gpumon.sampling.history.reader import IdleHolder as RecordedHolder
 
 #: What the systemd unit records (root's default).
 SYSTEM_HISTORY_PATH = default_history_path({}, 0)
@@ -58,18 +57,6 @@ def open_reader(path: str) -> HistoryReader | None:
         raise HistoryError(f"{path}: cannot read it: {error.strerror or error}") from None
 
 
-def holder_from_record(holder: RecordedHolder, now_s: float) -> IdleHolder:
-    """A recorded idle holder as a report shows it."""
-    return IdleHolder(
-        user=holder.user,
-        pid=holder.pid,
-        gpu_index=holder.gpu_index,
-        gpu_uuid=holder.gpu_uuid,
-        idle_s=max(0.0, now_s - holder.idle_since_s),
-        gpu_memory_bytes=holder.memory_bytes,
-    )
-
-
 def usage(
     reader: HistoryReader, start_s: float, end_s: float, by: str, now_s: float
 ) -> list[UsageRow]:
@@ -85,7 +72,17 @@ def report_from_history(
 ) -> UsageReport:
     """The report of ``period`` from the database at ``path``; raises :class:`HistoryError`."""
     rows = usage(reader, period.start_s, period.end_s, by, now_s)
-    holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
+    holders = [
+        IdleHolder(
+            user=holder.user,
+            pid=holder.pid,
+            gpu_index=holder.gpu_index,
+            gpu_uuid=holder.gpu_uuid,
+            idle_s=max(0.0, now_s - holder.idle_since_s),
+            gpu_memory_bytes=holder.memory_bytes,
+        )
+        for holder in reader.idle_holders(now_s)
+    ]
     span = reader.span()
     first, last = span if span is not None else (None, None)
     days = reader.usage_days_until_s

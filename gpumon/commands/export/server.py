@@ -195,11 +195,6 @@ class HttpServer:
             loop.default_exception_handler(context)  # a bug: worth its traceback
         # An OSError is a client that left.
 
-    def _warn_once(self, text: str) -> None:
-        if text not in self._warned:
-            self._warned.add(text)
-            print(f"gpumon export: warning: {text}", file=sys.stderr)
-
     # -- connections -------------------------------------------------------------------
 
     async def _accept(self) -> None:
@@ -213,7 +208,12 @@ class HttpServer:
                 connection, peer = await loop.sock_accept(self._listening)
             except OSError as error:
                 if error.errno in _OUT_OF_RESOURCES:  # free one, let the rest catch up
-                    self._warn_once(f"cannot accept a connection: {error}")
+                    if str(error) not in self._warned:  # said once
+                        self._warned.add(str(error))
+                        print(
+                            f"gpumon export: warning: cannot accept a connection: {error}",
+                            file=sys.stderr,
+                        )
                     self._close_oldest()
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue  # else: a client that gave up before it was accepted

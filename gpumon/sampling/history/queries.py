@@ -123,7 +123,7 @@ def usage_rows(
             {"start": start_s, "end": end_s},
         ).fetchall()
     )
-    names = _gpu_names(connection) if by == "gpu" else {}
+    names = dict(connection.execute("SELECT id, uuid FROM gpus").fetchall()) if by == "gpu" else {}
     rows = []
     for owner, held, used, idle, peak, known in totals:
         if not all(math.isfinite(total) for total in (held, used, idle, known)):
@@ -150,10 +150,6 @@ def usage_rows(
         rows.append(UsageRow(_key(owner, names), 0.0, 0.0, 0.0, None, count, None, 0.0))
     rows.sort(key=lambda row: (-row.gpu_hours_held, row.key is None, row.key or ""))
     return rows
-
-
-def _gpu_names(connection: sqlite3.Connection) -> dict[object, str]:
-    return dict(connection.execute("SELECT id, uuid FROM gpus").fetchall())
 
 
 def _key(owner: object, gpu_uuids: dict[object, str]) -> str | None:

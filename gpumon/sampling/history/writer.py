@@ -128,10 +128,8 @@ class HistoryWriter:
             database.close()
             raise
         self._database = database
-        last, horizon = (
-            meta.get("last_sample_s"),
-            meta.get("prune_horizon_s", meta.get("last_sample_s")),
-        )
+        last = meta.get("last_sample_s")
+        horizon = meta.get("prune_horizon_s", last)
         if isinstance(last, (int, float)):
             self.pending.resume(float(last))
         if isinstance(horizon, (int, float)) and math.isfinite(horizon):
