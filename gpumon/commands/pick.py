@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpumon.commands.pick_wait import (
@@ -296,33 +297,21 @@ def run(
         reader.close()
 
 
+@dataclass
 class Look:
     """One look at this machine's GPUs, for :func:`~gpumon.commands.pick_wait.attempts`."""
 
-    def __init__(
-        self,
-        reader: SampleReader,
-        claims: PickClaims | None,
-        *,
-        selection: GpuSelection | None = None,
-        n: int,
-        min_free_bytes: int | None,
-        max_utilization_pct: float | None,
-        free_below_bytes: int | None,
-        requested_format: str,
-        wait_s: float | None = None,
-    ) -> None:
-        self.reader = reader
-        self.wait_s = wait_s
-        self._began: float | None = None  # the first look (monotonic)
-        self.claims = claims
-        self.selection = selection
-        self._said: set[str] = set()
-        self.n = n
-        self.min_free_bytes = min_free_bytes
-        self.max_utilization_pct = max_utilization_pct
-        self.free_below_bytes = free_below_bytes
-        self.requested_format = requested_format
+    reader: SampleReader
+    claims: PickClaims | None
+    n: int
+    min_free_bytes: int | None
+    max_utilization_pct: float | None
+    free_below_bytes: int | None
+    requested_format: str
+    selection: GpuSelection | None = None
+    wait_s: float | None = None
+    _began: float | None = field(default=None, init=False)  # the first look (monotonic)
+    _said: set[str] = field(default_factory=set, init=False)
 
     def __call__(self) -> Attempt:
         from gpumon.sampling.snapshot import no_gpu_data, report_unavailable

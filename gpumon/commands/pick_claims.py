@@ -12,6 +12,7 @@ import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpumon.data import claims as rules
@@ -60,31 +61,22 @@ def claimed_reason(candidate: Candidate, claim: rules.Claim, uid: int, now_s: fl
     return f"{candidate.label}: claimed by {claim.owner} {claim.ago(now_s)}{mine}"
 
 
+@dataclass
 class PickClaims:
     """One pick's claims: the directory opened once, each complaint said once."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        claim_seconds: int,
-        started_s: float,
-        stderr: TextIO,
-        claim: bool = True,
-        waiting: bool = False,
-    ) -> None:
-        #: False for --no-claim: what others hold is skipped, nothing is written.
-        self.claim = claim
-        self.waiting = waiting
-        self.claim_seconds = claim_seconds
-        self.started_s = started_s
-        self.stderr = stderr
-        self.written: list[str] = []
-        self._said: set[str] = set()
-        self._counted: set[int] = set()
-        self.path = path
-        self.dir: ClaimsDir | None = None
-        self.uid = os.geteuid()
+    path: str
+    claim_seconds: int
+    started_s: float
+    stderr: TextIO
+    #: False for --no-claim: what others hold is skipped, nothing is written.
+    claim: bool = True
+    waiting: bool = False
+    written: list[str] = field(default_factory=list, init=False)
+    dir: ClaimsDir | None = field(default=None, init=False)
+    uid: int = field(default_factory=lambda: os.geteuid(), init=False)
+    _said: set[str] = field(default_factory=set, init=False)
+    _counted: set[int] = field(default_factory=set, init=False)
 
     def _say(self, line: str) -> None:
         if line not in self._said:
