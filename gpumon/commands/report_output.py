@@ -54,11 +54,10 @@ def header_lines(report: UsageReport) -> list[str]:
     if report.cluster:
         rules = "; recording rules" if report.recording_rules else ""
         step = fmt.duration(report.step_s) if report.step_s else "?"
-        lines.append(f"from Prometheus at {report.where} (sampled every {step}{rules})")
+        lines += [f"from Prometheus at {report.where} (sampled every {step}{rules})"]
         lines.append(coverage_line(report))
     else:
-        lines.append(f"from the history database {report.where}")
-        lines.append(coverage_line(report))
+        lines += [f"from the history database {report.where}", coverage_line(report)]
         lines.append(granularity_line(report))
     if report.simulated:
         lines[0] += f"  {DEMO_MARKER}"

@@ -210,18 +210,10 @@ def status_line(
     free: Set[int] = frozenset(),
     unknown: Set[int] = frozenset(),
 ) -> str:
-    """One line (no newline) for every GPU in ``sample``: a lost GPU reads ``2:LOST``, simulated
-    data starts with ``DEMO ``.
-
-    Args:
-        template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
-        separator: placed between GPUs.
-        prefix: before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
-            template, nothing with another.
-        ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
-        free: NVML indices of the FREE GPUs (``3:FREE``; ``{free}`` in any template).
-        unknown: NVML indices of the GPUs whose process list is unknown (``4:0/0%?``).
-    """
+    """One line (no newline): ``template`` applied to each GPU's :func:`gpu_fields`, a lost GPU
+    ``2:LOST``, ``DEMO `` before simulated data. ``prefix`` ``None``: :data:`DEFAULT_PREFIX` with
+    the default template; ``ascii_only`` ``None``: from the locale; ``free`` and ``unknown``: the
+    NVML indices of the FREE GPUs and of those whose process list is unknown (``4:0/0%?``)."""
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     parts = [

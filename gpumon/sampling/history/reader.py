@@ -46,17 +46,9 @@ _YEAR_10000_S = 253_402_300_800
 @dataclass(frozen=True, slots=True)
 class IdleHolder:
     """A process recorded as holding GPU memory idle (the live view's rule) in the latest
-    sample the recorder wrote.
-
-    Attributes:
-        user: its owner; ``None`` when it could not be read.
-        gpu_uuid: the GPU's UUID; ``gpu_index`` its NVML index when recorded.
-        pid: its PID; with ``create_time_s`` (``None`` when unknown), its identity.
-        memory_bytes: the GPU memory it held in that sample.
-        idle_since_s: when its quiet spell began (seconds since the epoch): at or below
-            ``idle_below_pct`` since then.
-        job_id, container_id: its Slurm job and container, ``None`` when in none.
-    """
+    sample the recorder wrote: ``pid`` and ``create_time_s`` are its identity, ``memory_bytes``
+    what it held then, ``idle_since_s`` when its quiet spell began; ``None``: not known (no
+    job or container: none)."""
 
     user: str | None
     gpu_uuid: str

@@ -51,18 +51,11 @@ RESOLVED = {
 
 
 class HistoryWriter:
-    """Records samples into the history database at ``path`` (created when missing).
-
-    Args:
-        rule: what IDLE means (the idle settings).
-        interval_s: the sampling interval; a gap longer than three of them (at least a minute)
-            is credited to nobody.
-        history_days: how long minute rows are kept.
-        batch_s: write at most this often (0: every sample).
-        publish_s: publish the readers' snapshot at most this often (default: by the size of
-            the history), and as it stops.
-        clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
-    """
+    """Records samples into the history database at ``path`` (created when missing): IDLE by
+    ``rule``; a gap over three ``interval_s`` (a minute at least) is credited to nobody; minute
+    rows kept ``history_days``; written at most every ``batch_s`` (0: every sample); the
+    readers' snapshot published at most every ``publish_s`` (default: by the history's size)
+    and as it stops; ``clock``: monotonic seconds."""
 
     def __init__(
         self,
