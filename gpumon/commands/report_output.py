@@ -156,13 +156,12 @@ def render_text(
     bar_width = PIPED_BAR_WIDTH if width is None else _fit(widths, texts, width)
 
     def line(cells: list[str]) -> str:
-        shown = []
-        for i, (cell, size) in enumerate(zip(cells, widths, strict=True)):
-            if i < texts:
-                shown.append(fmt.ljust_cells(fmt.truncate(cell, size, ellipsis), size))
-            else:
-                shown.append(cell.rjust(size))
-        return "  ".join(shown)
+        return "  ".join(
+            fmt.ljust_cells(fmt.truncate(cell, size, ellipsis), size)
+            if i < texts
+            else cell.rjust(size)
+            for i, (cell, size) in enumerate(zip(cells, widths, strict=True))
+        )
 
     lines.append(paint(line(header), BOLD))
     top = max((row.gpu_hours_held for row in report.rows), default=0.0)
