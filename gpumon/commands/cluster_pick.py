@@ -82,24 +82,16 @@ def _each_node(
     """Each node that offers GPUs, with what ``choose`` (:func:`rank` or :func:`qualify`)
     takes of them; why the other nodes and GPUs do not qualify goes to ``reasons``."""
     for node in ordered(cluster.nodes):
-        unusable = node_problem(node, cluster.timestamp_s)
-        if unusable is None and ssh_names_only and not safe_host_name(node.name):
-            unusable = f"{node.name!r} is no host name to ssh to"
-        if unusable is not None:
-            reasons.append(unusable)
-            continue
-        chosen, why = choose(node.sample, **thresholds)
-        reasons += [f"{node.name}: {reason}" for reason in why]
-        yield node, chosen
-
-
-def node_problem(node: Node, now_s: float) -> str | None:
-    """Why ``node`` offers no GPU at all (``node3 DOWN since 14:03``), or None."""
-    if not node.usable:
-        return f"{node.name} {state_text(node, now_s)}"
-    if not node.sample.processes_read:
-        return f"{node.name} processes unknown ({EXPORTER_LABELS[node.exporter]})"
-    return None
+        if not node.usable:
+            reasons.append(f"{node.name} {state_text(node, cluster.timestamp_s)}")
+        elif not node.sample.processes_read:
+            reasons.append(f"{node.name} processes unknown ({EXPORTER_LABELS[node.exporter]})")
+        elif ssh_names_only and not safe_host_name(node.name):
+            reasons.append(f"{node.name!r} is no host name to ssh to")
+        else:
+            chosen, why = choose(node.sample, **thresholds)
+            reasons += [f"{node.name}: {reason}" for reason in why]
+            yield node, chosen
 
 
 def safe_host_name(name: str) -> bool:

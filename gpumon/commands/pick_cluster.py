@@ -58,12 +58,6 @@ def run_cluster(
 
     wanted = Wanted(n, min_free_bytes, max_utilization_pct, free_below_bytes, output_format)
     source = None
-    try:
-        if wait_s is not None:
-            source = cluster_base.open_headless_source(settings)
-    except SettingsError as error:
-        print(f"gpumon: error: {error}", file=sys.stderr)
-        return 2
     looks = 0
 
     def look() -> Attempt:
@@ -79,6 +73,8 @@ def run_cluster(
         return across(cluster, wanted) if across_nodes else one_node(cluster, wanted)
 
     try:
+        if wait_s is not None:
+            source = cluster_base.open_headless_source(settings)
         interval_s = max(settings.interval_s, POLL_FLOOR_S)
         result = attempts(look, wait_s=wait_s, interval_s=interval_s, stderr=sys.stderr)
     except SettingsError as error:  # without --wait the source opens in the first look

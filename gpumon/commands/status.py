@@ -86,12 +86,18 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     # NVML's process lists only when the line shows FREE, never the host's per-process reads
     # (the line shows no process); PCIe only when the template shows it.
     shows_free = template == DEFAULT_FORMAT or "{free" in template
+    details = False  # the fields the source may leave unread: only where the template shows one
+    if template != DEFAULT_FORMAT:
+        import string  # only a template of the user's own is looked at
+
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+        details = any(f.key in names and f.attribute in ON_DEMAND_GPU_FIELDS for f in TABLE)
     sample = take_sample(
         settings,
         processes=shows_free,
         pcie="{pcie_" in template,
         host_details=False,
-        details=template != DEFAULT_FORMAT and _shows_on_demand(template),
+        details=details,
     )
     if no_gpu_data(sample):
         assert sample.unavailable is not None
@@ -107,14 +113,6 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     )
     print(line)
     return 0
-
-
-def _shows_on_demand(template: str) -> bool:
-    """Whether ``template`` (a valid one) shows a field the source may leave unread."""
-    import string  # only a template of the user's own is looked at
-
-    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    return any(f.key in names and f.attribute in ON_DEMAND_GPU_FIELDS for f in TABLE)
 
 
 #: A field's format spec: ``[[fill]align][width][.precision]``, nothing else (no nested

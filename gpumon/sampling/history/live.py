@@ -74,7 +74,11 @@ class WritableHistory:
                 copy.close()
             os.fsync(fd)
             os.replace(temporary, self.path)
-            _sync_directory(os.path.dirname(self.path))
+            directory_fd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory_fd)  # the rename, on disk
+            finally:
+                os.close(directory_fd)
         except (OSError, *DATABASE_ERRORS) as error:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
@@ -225,14 +229,6 @@ def _publishing(path: str, pid: str) -> str:
     """The file a snapshot of ``path`` is written to by the recorder of ``pid``."""
     directory, name = os.path.split(path)
     return os.path.join(directory, f".{name}.publishing.{pid}")
-
-
-def _sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _not_published(path: str, error: OSError) -> HistoryError:
