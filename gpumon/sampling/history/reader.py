@@ -126,21 +126,21 @@ class HistoryReader:
         #: Wall-clock seconds: when "now" is, for :meth:`idle_since`.
         self.clock = clock
         self._connection = connection
-        node, interval, batch = meta.get("node"), meta.get("interval_s"), meta.get("batch_s")
+
+        def number(key: str) -> float | None:
+            value = meta.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        node = meta.get("node")
         self.node = safe_text(node, 255) if isinstance(node, str) else None
-        self.interval_s = float(interval) if isinstance(interval, (int, float)) else None
-        period = max(
-            self.interval_s or 10.0, float(batch) if isinstance(batch, (int, float)) else 0
-        )
-        publish = meta.get("publish_s")  # 0 once the recorder has stopped
-        self.current_for_s = 3 * period + (
-            float(publish) if isinstance(publish, (int, float)) and 0 < publish < 3600 else 0
-        )
+        self.interval_s = number("interval_s")
+        period = max(self.interval_s or 10.0, number("batch_s") or 0)
+        publish = number("publish_s") or 0  # 0 once the recorder has stopped
+        self.current_for_s = 3 * period + (publish if 0 < publish < 3600 else 0)
         self.simulated = bool(meta.get("simulated"))
         #: Usage before this is kept per UTC day (rolled up after ``history_days``), as of
         #: opening; ``None`` when nothing is yet.
-        days = meta.get("usage_days_until_s")
-        self.usage_days_until_s = float(days) if isinstance(days, (int, float)) else None
+        self.usage_days_until_s = number("usage_days_until_s")
 
     def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
         """Who used the GPUs from ``start_s`` to ``end_s``, one row per group of ``by``
