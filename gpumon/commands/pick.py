@@ -76,7 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-free-memory",
         type=size_bytes,
-        default=None,
         metavar="SIZE",
         help="GPUs with at least this much memory free qualify, processes or not (instead "
         "of only FREE ones): 20G, 20GiB, 512M (K, M, G, T are powers of 1024, as GPU memory "
@@ -85,7 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-utilization",
         type=percentage,
-        default=None,
         metavar="PCT",
         help="GPUs at most this busy (0 to 100) qualify, processes or not (instead of only "
         "FREE ones); a MIG instance has no utilisation reading and passes only when it runs "
@@ -111,7 +109,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--wait",
         nargs="?",
         const=math.inf,
-        default=None,
         type=duration_seconds,
         metavar="DURATION",
         help="wait until N GPUs qualify, looking every --interval: for at most DURATION "

@@ -27,14 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     when.add_argument(
         "--since",
         metavar="SPAN",
-        default=None,
         help="the last SPAN: 90s, 30m, 12h, 7d or 2w",
     )
     when.add_argument(
         "--from",
         dest="start",
         metavar="TIME",
-        default=None,
         help="from this date or time: 2026-11-01 or 2026-11-01T08:00, local time unless it "
         "ends in Z or an offset (+02:00)",
     )
@@ -42,7 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--to",
         dest="end",
         metavar="TIME",
-        default=None,
         help="to this date or time (default: now)",
     )
     parser.add_argument(

@@ -66,7 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefix",
-        default=None,
         metavar="TEXT",
         help=f"text before the first GPU (default: {DEFAULT_PREFIX!r} with the default "
         "format, nothing with your own --format)",

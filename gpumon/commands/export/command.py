@@ -47,7 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web-config-file",
         metavar="FILE",
-        default=None,
         help="TLS (also mutual) and basic auth, in the web config format of Prometheus' "
         "exporter-toolkit (node_exporter's --web.config.file); see docs/prometheus.md",
     )
