@@ -8,6 +8,7 @@ naming the key, never a value. What is read and refused: docs/prometheus.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import ssl
@@ -260,11 +261,9 @@ def _handshakes(context: ssl.SSLContext, key: str, low: str, high: str) -> None:
     try:
         for _ in range(8):  # TLS 1.2 takes two round trips
             for end in list(pending):
-                try:
+                with contextlib.suppress(ssl.SSLWantReadError):
                     end.do_handshake()
                     pending.remove(end)
-                except ssl.SSLWantReadError:
-                    pass
             if not pending:
                 return
     except ssl.SSLError as error:

@@ -8,6 +8,7 @@ runs it on its own thread, dropping the oldest samples when it falls behind.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -107,10 +108,8 @@ class RecorderThread:
                 self._samples.put_nowait(sample)
                 return
             except queue.Full:
-                try:
+                with contextlib.suppress(queue.Empty):
                     self._samples.get_nowait()
-                except queue.Empty:
-                    pass
 
     def _run(self) -> None:
         while (sample := self._samples.get()) is not None:

@@ -252,10 +252,8 @@ class HistoryWriter:
     def close(self) -> None:
         """Write what is pending (one try), publish the snapshot, then close. Never
         raises."""
-        try:
+        with contextlib.suppress(HistoryError):
             self.write()
-        except HistoryError:
-            pass
         database, self._database = self._database, None
         if database is None:
             return
