@@ -144,12 +144,17 @@ def run(
 def recorded_idle_s(settings: Settings, sample: Sample) -> dict[tuple[int, int], float | None]:
     """Each process's ``idle_s`` from the history database (none: ``{}``, all null); one
     warning line on stderr when the database cannot be read."""
-    from gpumon.sampling.usage_history import recorded_idle
+    from gpumon.sampling import usage_history as history
 
-    found, error = recorded_idle(settings, sample)
-    if error is not None:
+    try:
+        reader = history.open_reader(history.history_path(settings))
+        if reader is None:
+            return {}
+        with reader:
+            return history.idle_seconds(reader, sample, settings.idle_below_pct)
+    except history.HistoryError as error:
         print(f"gpumon: warning: idle_s is null: {error}", file=sys.stderr)
-    return found or {}
+        return {}
 
 
 def select_gpus(settings: Settings, sample: Sample) -> Sample | None:

@@ -187,18 +187,3 @@ def idle_seconds(
             else:
                 found[process.key] = 0.0 if recording else None
     return found
-
-
-def recorded_idle(
-    settings: Settings, sample: Sample
-) -> tuple[dict[tuple[int, int], float | None] | None, str | None]:
-    """``once --json``'s ``idle_s`` per process (:func:`idle_seconds`) from the database of
-    ``settings``: ``(None, None)`` without one, ``(None, why)`` when it cannot be read."""
-    try:
-        reader = open_reader(history_path(settings))
-        if reader is None:
-            return None, None
-        with reader:
-            return idle_seconds(reader, sample, settings.idle_below_pct), None
-    except HistoryError as error:
-        return None, str(error)
