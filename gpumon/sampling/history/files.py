@@ -92,9 +92,25 @@ def connect_read_only(path: str) -> ReadConnection | None:
         # database in WAL mode that no recorder has open (a running one has its -shm file),
         # for which SQLite would create the -wal and -shm files: read it as it is.
         uri += "&immutable=1"
+    connection = None
     try:
-        return _connect(uri)
+        connection = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=READER_BUSY_TIMEOUT_S,
+            isolation_level=None,
+            check_same_thread=False,  # opened on one thread, read on the dashboard's worker
+            factory=ReadConnection,
+        )
+        connection.execute("PRAGMA query_only = ON")
+        # Functions with side effects never run from the file's own schema (views, triggers).
+        connection.execute("PRAGMA trusted_schema = OFF")
+        # Reads the header: a file that is not a database fails here, not at the first query.
+        connection.execute("PRAGMA user_version").fetchone()
+        return connection
     except DATABASE_ERRORS as error:
+        if connection is not None:
+            connection.close()
         raise explain(path, error, writing=False) from None
 
 
@@ -145,27 +161,6 @@ def _left_in_wal_mode(path: str) -> bool:
     except OSError:
         return False
     return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
-
-
-def _connect(uri: str) -> ReadConnection:
-    connection = sqlite3.connect(
-        uri,
-        uri=True,
-        timeout=READER_BUSY_TIMEOUT_S,
-        isolation_level=None,
-        check_same_thread=False,  # opened on one thread, read on the dashboard's worker
-        factory=ReadConnection,
-    )
-    try:
-        connection.execute("PRAGMA query_only = ON")
-        # Functions with side effects never run from the file's own schema (views, triggers).
-        connection.execute("PRAGMA trusted_schema = OFF")
-        # Reads the header: a file that is not a database fails here, not at the first query.
-        connection.execute("PRAGMA user_version").fetchone()
-    except sqlite3.Error:
-        connection.close()
-        raise
-    return connection
 
 
 def check_links(path: str, directory: str) -> None:
