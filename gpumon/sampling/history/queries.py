@@ -11,7 +11,7 @@ import math
 import sqlite3
 
 from gpumon.data.usage import GROUPINGS, UsageRow
-from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S
+from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S, meta_values
 
 
 def _usage_part(table: str, width: int) -> str:
@@ -42,11 +42,7 @@ def usage_rows(
     # that ended before the period began, so there the peak is that of the sessions seen in
     # the period (each over its whole run).
     group_column = "gpu_id" if by == "gpu" else "owner_key"
-    meta = dict(
-        connection.execute(
-            "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'interval_s')"
-        ).fetchall()
-    )
+    meta = meta_values(connection, "last_sample_s", "interval_s")
     recorded_to = float(meta.get("last_sample_s", end_s))
     slack = float(meta.get("interval_s") or 10.0)
     session_key = "''" if by == "gpu" else f"coalesce(s.{_SESSION_KEYS[by]}, '')"

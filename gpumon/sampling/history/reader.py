@@ -35,6 +35,7 @@ from gpumon.sampling.history.schema import (
     explain,
     has_column,
     has_tables,
+    meta_values,
     user_version,
 )
 
@@ -229,12 +230,7 @@ class HistoryReader:
                 return None
             if not has_column(self._connection, "sessions", "idle_unknown"):
                 return None
-            stamps = dict(
-                self._connection.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', "
-                    "'idle_unknown_at_s')"
-                ).fetchall()
-            )
+            stamps = meta_values(self._connection, "last_sample_s", "idle_unknown_at_s")
             if stamps.get("idle_unknown_at_s") != stamps.get("last_sample_s"):
                 return None  # an older recorder wrote the latest sample: its rows say nothing
             # A scan of the sessions (no index: an older gpumon refuses unknown indexes);
@@ -265,11 +261,7 @@ class HistoryReader:
         """The times of the first and the latest sample recorded; ``None`` when empty."""
 
         def read() -> tuple[float, float] | None:
-            found = dict(
-                self._connection.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('first_sample_s', 'last_sample_s')"
-                ).fetchall()
-            )
+            found = meta_values(self._connection, "first_sample_s", "last_sample_s")
             first, last = found.get("first_sample_s"), found.get("last_sample_s")
             if first is None or last is None:
                 return None

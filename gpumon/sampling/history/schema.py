@@ -13,6 +13,7 @@ import functools
 import shlex
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from gpumon.data.format import safe_text
 
@@ -204,6 +205,13 @@ def check_version(version: int, path: str, target: int = SCHEMA_VERSION) -> None
             f"{path} was written by a newer gpumon (history version {version}; this one "
             f"knows {target}): upgrade gpumon, or use --db to choose another file"
         )
+
+
+def meta_values(connection: sqlite3.Connection, *keys: str) -> dict[str, Any]:
+    """The values of ``keys`` in the meta table; a key not there is left out."""
+    marks = ", ".join("?" * len(keys))
+    query = f"SELECT key, value FROM meta WHERE key IN ({marks})"
+    return dict(connection.execute(query, keys).fetchall())
 
 
 def user_version(connection: sqlite3.Connection) -> int:

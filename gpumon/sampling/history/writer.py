@@ -31,6 +31,7 @@ from gpumon.sampling.history.schema import (
     add_columns,
     check_objects,
     explain,
+    meta_values,
     migrate,
     transaction,
 )
@@ -105,11 +106,7 @@ class HistoryWriter:
             check_objects(connection, self._named(database))
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
-            meta = dict(
-                connection.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'prune_horizon_s')"
-                ).fetchall()
-            )
+            meta = meta_values(connection, "last_sample_s", "prune_horizon_s")
         except DATABASE_ERRORS as error:
             problem = explain(self._named(database), error, writing=True)
             database.close(discard=database.taken_in and not problem.retry)
