@@ -85,9 +85,6 @@ def node_free(node: Node, threshold_mib: int) -> frozenset[int]:
     return free_gpu_indices(node.sample, threshold_mib) if processes_shown(node) else frozenset()
 
 
-# --- text -----------------------------------------------------------------------------------
-
-
 def render_cluster(
     cluster: ClusterSample,
     *,
@@ -273,9 +270,6 @@ def users_text(
     if left_out:
         lines.append(paint(f"not counted: {left_out}", YELLOW))
     return "\n".join(lines) + "\n"
-
-
-# --- JSON -----------------------------------------------------------------------------------
 
 
 def cluster_to_dict(

@@ -256,9 +256,6 @@ def _idle_unknown_line(count: int | None) -> str:
     )
 
 
-# --- CSV ------------------------------------------------------------------------------------
-
-
 def safe_cell(text: str) -> str:
     """A text cell no spreadsheet runs as a formula: ``'`` before a risky first character."""
     text = fmt.safe_text(text, 1000)
@@ -293,9 +290,6 @@ def render_csv(report: UsageReport) -> str:
         ]
         writer.writerow(cells)
     return out.getvalue()
-
-
-# --- JSON -----------------------------------------------------------------------------------
 
 
 def report_to_dict(report: UsageReport) -> dict[str, Any]:

@@ -142,8 +142,6 @@ class Exposition:
         #: Whether ``--record`` writes the history now; ``None`` without ``--record``.
         self.recording: Callable[[], bool] | None = None
 
-    # -- the sampling thread -------------------------------------------------------------
-
     def sampled(self, sample: Sample) -> None:
         """A read gave ``sample``: render it, and count the stall it ends, if any."""
         now = self._clock()
@@ -161,8 +159,6 @@ class Exposition:
         self._rendered = _Rendered(
             self.collector.sampling_failed(), before.read_at, before.stalls, _EMPTY, before.identity
         )
-
-    # -- the HTTP thread -----------------------------------------------------------------
 
     @property
     def not_ready(self) -> str | None:
