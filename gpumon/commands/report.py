@@ -171,23 +171,20 @@ def write(report: UsageReport, *, as_json: bool, as_csv: bool, color: str) -> No
     elif as_csv:
         stdout.write(report_output.render_csv(report))
     else:
+        import getpass
+
         from gpumon.commands.once import output_width
         from gpumon.data.painting import use_color
 
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = None
         stdout.write(
             report_output.render_text(
                 report,
                 color=use_color(color, stdout, os.environ),
                 width=output_width(stdout, os.environ),
-                current_user=_current_user(),
+                current_user=user,
             )
         )
-
-
-def _current_user() -> str | None:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return None
