@@ -60,9 +60,7 @@ def open_reader(path: str) -> HistoryReader | None:
 def usage(
     reader: HistoryReader, start_s: float, end_s: float, by: str, now_s: float
 ) -> list[UsageRow]:
-    """:meth:`HistoryReader.usage` (the hour in progress counts over what is recorded of it;
-    ``now_s`` is unused). Raises :class:`HistoryError`.
-    """
+    """:meth:`HistoryReader.usage`, for the dashboard (``now_s`` is unused)."""
     del now_s
     return reader.usage(start_s, end_s, by)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpumon.data.free import processes_known
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import GpuProcess, Sample
 from gpumon.sampling.history.schema import HISTORY_FIELDS, HOUR_S, MINUTE_S
 
+Number = TypeVar("Number", int, float)
 #: A process session's identity: (GPU UUID, PID, start time).
 Identity = tuple[str, int, float | None]
 #: A usage row's key: (position in GROUPINGS, hour start, GPU UUID, key); the key is the
@@ -65,9 +66,7 @@ class GpuMinute:
             return
         self.sums[position] += value
         self.counts[position] += 1
-        highest = self.maxes[position]
-        if highest is None or value > highest:
-            self.maxes[position] = value
+        self.maxes[position] = _higher(self.maxes[position], value)
 
     def means(self) -> list[float | None]:
         """Per field, the mean (for energy: the joules used), ``None`` when never read."""
@@ -310,7 +309,7 @@ def _drop_oldest(rows: dict[Any, Any], keep: int, time: Callable[[Any], int]) ->
             del rows[key]
 
 
-def _higher(peak: int | None, value: int | None) -> int | None:
+def _higher(peak: Number | None, value: Number | None) -> Number | None:
     """The greater of a peak and a reading; N/A (``None``) counts as nothing."""
     if value is None:
         return peak
