@@ -97,16 +97,14 @@ class Limits:
     max_head_bytes: int = MAX_HEAD_BYTES
 
 
+@dataclass(eq=False, slots=True)  # compared and hashed by identity: a key of the server's
 class _Connection:
     """One accepted connection: its socket, its task, and its transport once it is a stream."""
 
-    __slots__ = ("sock", "started", "task", "transport")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.started = False  # its task has begun: from then on the task closes the socket
-        self.task: asyncio.Task[None] | None = None
-        self.transport: asyncio.BaseTransport | None = None
+    sock: socket.socket
+    started: bool = False  # its task has begun: from then on the task closes the socket
+    task: asyncio.Task[None] | None = None
+    transport: asyncio.BaseTransport | None = None
 
     def close(self) -> None:
         """Now, whatever it is doing: a stream's coroutine ends at its next read or write;

@@ -276,13 +276,11 @@ class Pending:
         """Drop the sessions not seen for longer than a gap, once written: memory stays
         bounded however many processes come and go (one seen again later is found in the
         database)."""
-        gone = [
-            identity
+        self.sessions = {
+            identity: session
             for identity, session in self.sessions.items()
-            if now - session.last_seen_s > self.max_gap_s and not session.changed
-        ]
-        for identity in gone:
-            del self.sessions[identity]
+            if session.changed or not now - session.last_seen_s > self.max_gap_s
+        }
 
     def written(self) -> None:
         """Everything pending has been committed: start afresh (sessions stay followed)."""
