@@ -16,7 +16,6 @@ from gpumon.data import format as fmt
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.format import natural_key
 from gpumon.data.free import free_gpu_indices, processes_known
-from gpumon.data.model import GpuProcess
 from gpumon.data.painting import BOLD, DIM, GREEN, RED, REVERSE, YELLOW, Painter
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 from gpumon.data.views import UserUsage, user_summary
@@ -83,12 +82,7 @@ def state_text(node: Node, now_s: float) -> str:
 
 def node_free(node: Node, threshold_mib: int) -> frozenset[int]:
     """NVML indices of ``node``'s FREE GPUs: none unless it is UP with process lists."""
-    if not node.usable or not node.sample.processes_read:
-        return frozenset()
-    return free_gpu_indices(node.sample, threshold_mib)
-
-
-# --- text -----------------------------------------------------------------------------------
+    return free_gpu_indices(node.sample, threshold_mib) if processes_shown(node) else frozenset()
 
 
 def render_cluster(
@@ -188,13 +182,15 @@ def _node_line(node: Node, now_s: float, paint: Painter) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ClusterUser:
-    """One user's share of the cluster: GPUs as ``node:0,1 other:3``."""
+    """One user's share of the cluster (GPUs as ``node:0,1 other:3``) or of one machine."""
 
     user: str
     gpus: str
     gpu_memory_bytes: int | None
     memory_partial: bool
     process_count: int
+    #: The user running gpumon (``gpumon once`` bolds the row).
+    current: bool = False
 
 
 def cluster_users(nodes: Sequence[Node]) -> tuple[tuple[ClusterUser, ...], tuple[str, ...]]:
@@ -236,39 +232,44 @@ def _merged(user: str, parts: list[tuple[str, UserUsage]]) -> ClusterUser:
 def render_cluster_users(
     nodes: Sequence[Node], *, color: bool = False, always: bool = False
 ) -> str:
-    """The cluster's who-uses-what table (USER, GPUS, GPU-MEM, PROCS), as ``gpumon once``
-    prints a machine's; ``""`` when no process runs (unless ``always``)."""
-    paint = Painter(color)
+    """The cluster's who-uses-what table, as ``gpumon once`` prints a machine's."""
     users, left_out = cluster_users(nodes)
+    return users_text(users, ", ".join(left_out), color=color, always=always)
+
+
+def users_text(
+    users: Sequence[ClusterUser], left_out: str, *, color: bool, always: bool, at_least: str = ">="
+) -> str:
+    """A blank line, the table of ``users`` (USER, GPUS, GPU-MEM, PROCS; a partial sum of
+    memory after ``at_least``) and what is ``left_out``, each line ending with a newline;
+    ``""`` when there is nothing to say (unless ``always``)."""
     if not (users or left_out or always):
         return ""
+    paint = Painter(color)
     lines = [""]
     if users or always:
-        rows = [_user_cells(user) for user in users]
+        rows = [
+            {
+                "user": user.user,
+                "gpus": user.gpus,
+                "memory": (at_least if user.memory_partial else "")
+                + fmt.bytes_short(user.gpu_memory_bytes),
+                "processes": str(user.process_count),
+            }
+            for user in users
+        ]
         header = dict(zip(("user", "gpus", "memory", "processes"), USER_COLUMNS, strict=True))
         widths = column_widths([header, *rows])
         lines.append(paint(user_line(header, widths), BOLD))
-        lines += [user_line(row, widths) for row in rows]
+        for user, row in zip(users, rows, strict=True):
+            lines.append(
+                paint(user_line(row, widths), BOLD) if user.current else user_line(row, widths)
+            )
         if not users:
             lines.append("(no process on the GPUs whose processes are known)")
     if left_out:
-        lines.append(paint(f"not counted: {', '.join(left_out)}", YELLOW))
+        lines.append(paint(f"not counted: {left_out}", YELLOW))
     return "\n".join(lines) + "\n"
-
-
-def _user_cells(user: ClusterUser) -> dict[str, str]:
-    memory = fmt.bytes_short(user.gpu_memory_bytes)
-    if user.memory_partial:
-        memory = ">=" + memory
-    return {
-        "user": user.user,
-        "gpus": user.gpus,
-        "memory": memory,
-        "processes": str(user.process_count),
-    }
-
-
-# --- JSON -----------------------------------------------------------------------------------
 
 
 def cluster_to_dict(
@@ -305,9 +306,6 @@ def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict
 
     sample = node.sample
     with_processes = include_processes and processes_shown(node)
-    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
-    for process in sample.processes:
-        by_gpu.setdefault(process.gpu_index, []).append(process)
     free = node_free(node, threshold) if include_processes else frozenset()
     return {
         "name": node.name,
@@ -323,7 +321,7 @@ def node_to_dict(node: Node, *, include_processes: bool, threshold: int) -> dict
         "gpus": [
             gpu_to_dict(
                 gpu,
-                tuple(by_gpu[gpu.index]) if with_processes else None,
+                sample.processes_on(gpu.index) if with_processes else None,
                 free=gpu.index in free,
             )
             for gpu in sample.gpus

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumon.commands.cluster_output import EXPORTER_LABELS, ordered, state_text
+from gpumon.commands.pick_wait import with_reasons
 from gpumon.data.cluster import ClusterSample, Node
 from gpumon.data.format import natural_key
 from gpumon.data.ranking import Candidate, qualify, rank
@@ -81,24 +82,16 @@ def _each_node(
     """Each node that offers GPUs, with what ``choose`` (:func:`rank` or :func:`qualify`)
     takes of them; why the other nodes and GPUs do not qualify goes to ``reasons``."""
     for node in ordered(cluster.nodes):
-        unusable = node_problem(node, cluster.timestamp_s)
-        if unusable is None and ssh_names_only and not safe_host_name(node.name):
-            unusable = f"{node.name!r} is no host name to ssh to"
-        if unusable is not None:
-            reasons.append(unusable)
-            continue
-        chosen, why = choose(node.sample, **thresholds)
-        reasons += [f"{node.name}: {reason}" for reason in why]
-        yield node, chosen
-
-
-def node_problem(node: Node, now_s: float) -> str | None:
-    """Why ``node`` offers no GPU at all (``node3 DOWN since 14:03``), or None."""
-    if not node.usable:
-        return f"{node.name} {state_text(node, now_s)}"
-    if not node.sample.processes_read:
-        return f"{node.name} processes unknown ({EXPORTER_LABELS[node.exporter]})"
-    return None
+        if not node.usable:
+            reasons.append(f"{node.name} {state_text(node, cluster.timestamp_s)}")
+        elif not node.sample.processes_read:
+            reasons.append(f"{node.name} processes unknown ({EXPORTER_LABELS[node.exporter]})")
+        elif ssh_names_only and not safe_host_name(node.name):
+            reasons.append(f"{node.name!r} is no host name to ssh to")
+        else:
+            chosen, why = choose(node.sample, **thresholds)
+            reasons += [f"{node.name}: {reason}" for reason in why]
+            yield node, chosen
 
 
 def safe_host_name(name: str) -> bool:
@@ -162,16 +155,7 @@ def one_node_failure_line(cluster: ClusterSample, result: OneNodeResult, n: int)
             f"no node has {n} GPUs that qualify; the best, {result.best_node}, has "
             f"{result.best_count} (--across-nodes picks from several)"
         )
-    return _with_reasons(prefix + head, result.reasons)
-
-
-def _with_reasons(head: str, reasons: Sequence[str], max_reasons: int = 12) -> str:
-    if not reasons:
-        return head
-    shown = list(reasons[:max_reasons])
-    if len(reasons) > max_reasons:
-        shown.append(f"{len(reasons) - max_reasons} more")
-    return f"{head}: {', '.join(shown)}"
+    return with_reasons(prefix + head, result.reasons)
 
 
 def cluster_failure_line(
@@ -179,8 +163,6 @@ def cluster_failure_line(
     picked: Sequence[ClusterCandidate],
     reasons: Sequence[str],
     n: int,
-    *,
-    max_reasons: int = 12,
 ) -> str:
     """The one stderr line for "fewer than ``n`` qualify" in the cluster, with why."""
     prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
@@ -193,4 +175,4 @@ def cluster_failure_line(
         head = f"only {len(picked)} GPU{'' if len(picked) == 1 else 's'} {where} {verb}"
     else:
         head = f"no GPU {where} qualifies"
-    return _with_reasons(f"{prefix}{head} (need {n})", reasons, max_reasons)
+    return with_reasons(f"{prefix}{head} (need {n})", reasons)

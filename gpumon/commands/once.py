@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpumon.data import format as fmt
 from gpumon.data.model import Sample
 from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, fit_line, use_color
-from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
+from gpumon.data.text_table import DEMO_MARKER, gpu_lines
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
-    from gpumon.data.views import UserUsage
 
 #: The start-up filters choose among this machine's GPUs; the cluster view is another matter.
 FILTERS_NOT_FOR_CLUSTER = (
@@ -145,12 +144,17 @@ def run(
 def recorded_idle_s(settings: Settings, sample: Sample) -> dict[tuple[int, int], float | None]:
     """Each process's ``idle_s`` from the history database (none: ``{}``, all null); one
     warning line on stderr when the database cannot be read."""
-    from gpumon.sampling.usage_history import recorded_idle
+    from gpumon.sampling import usage_history as history
 
-    found, error = recorded_idle(settings, sample)
-    if error is not None:
+    try:
+        reader = history.open_reader(history.history_path(settings))
+        if reader is None:
+            return {}
+        with reader:
+            return history.idle_seconds(reader, sample, settings.idle_below_pct)
+    except history.HistoryError as error:
         print(f"gpumon: warning: idle_s is null: {error}", file=sys.stderr)
-    return found or {}
+        return {}
 
 
 def select_gpus(settings: Settings, sample: Sample) -> Sample | None:
@@ -290,39 +294,26 @@ def render_users(
     when no process runs (``--by-user``). Returns a blank line, then the table and its note,
     each line ending with a newline; or ``""``.
     """
+    from gpumon.commands.cluster_output import ClusterUser, users_text
     from gpumon.sampling.snapshot import user_summary_of
 
-    paint = Painter(color)
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     usages, left_out = user_summary_of(sample)
-    if not (usages or left_out or always):
-        return ""
-    lines = [""]
-    if usages or always:
-        rows = [_user_cells(usage, ascii_only) for usage in usages]
-        header = dict(zip(("user", "gpus", "memory", "processes"), USER_COLUMNS, strict=True))
-        widths = column_widths([header, *rows])
-        lines.append(paint(user_line(header, widths), BOLD))
-        for usage, row in zip(usages, rows, strict=True):
-            text = user_line(row, widths)
-            lines.append(paint(text, BOLD) if usage.is_current_user else text)
-        if not usages:
-            lines.append("(no process on the GPUs whose processes are known)")
-    if left_out:
-        gpus = ", ".join(str(index) for index in left_out)
-        noun = "GPU" if len(left_out) == 1 else "GPUs"
-        lines.append(paint(f"not counted: {noun} {gpus} (processes unknown)", YELLOW))
-    return fit_lines("\n".join(lines), width) + "\n"
-
-
-def _user_cells(usage: UserUsage, ascii_only: bool) -> dict[str, str]:
-    memory = fmt.bytes_short(usage.gpu_memory_bytes)
-    if usage.memory_partial:  # some processes' memory is N/A: the sum is a lower bound
-        memory = (">=" if ascii_only else "≥") + memory
-    return {
-        "user": usage.user,
-        "gpus": ",".join(str(index) for index in usage.gpu_indices),
-        "memory": memory,
-        "processes": str(usage.process_count),
-    }
+    users = [
+        ClusterUser(
+            usage.user,
+            ",".join(str(index) for index in usage.gpu_indices),
+            usage.gpu_memory_bytes,
+            usage.memory_partial,
+            usage.process_count,
+            usage.is_current_user,
+        )
+        for usage in usages
+    ]
+    noun = "GPU" if len(left_out) == 1 else "GPUs"
+    gpus = ", ".join(str(index) for index in left_out)
+    unknown = f"{noun} {gpus} (processes unknown)" if left_out else ""
+    at_least = ">=" if ascii_only else "≥"
+    text = users_text(users, unknown, color=color, always=always, at_least=at_least)
+    return fit_lines(text.removesuffix("\n"), width) + "\n" if text else ""

@@ -16,9 +16,18 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpumon.commands.pick_wait import Attempt, attempts, read_timeout, waiting_text
+from gpumon.commands.pick_wait import (
+    Attempt,
+    attempts,
+    hand_over,
+    processes_text,
+    read_timeout,
+    waiting_text,
+    with_reasons,
+)
 from gpumon.config.text import (
     duration_seconds,
     percentage,
@@ -39,8 +48,6 @@ if TYPE_CHECKING:
 FORMATS = ("auto", "index", "uuid")
 DEMO_LABEL = "simulated GPUs (--demo)"
 UNCLAIMED_NOTE = "gpumon pick: note: not claimed (--no-claim): another pick may get them too"
-#: The failure line names at most this many reasons, then says how many more there are.
-MAX_REASONS = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-free-memory",
         type=size_bytes,
-        default=None,
         metavar="SIZE",
         help="GPUs with at least this much memory free qualify, processes or not (instead "
         "of only FREE ones): 20G, 20GiB, 512M (K, M, G, T are powers of 1024, as GPU memory "
@@ -78,7 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-utilization",
         type=percentage,
-        default=None,
         metavar="PCT",
         help="GPUs at most this busy (0 to 100) qualify, processes or not (instead of only "
         "FREE ones); a MIG instance has no utilisation reading and passes only when it runs "
@@ -104,7 +109,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--wait",
         nargs="?",
         const=math.inf,
-        default=None,
         type=duration_seconds,
         metavar="DURATION",
         help="wait until N GPUs qualify, looking every --interval: for at most DURATION "
@@ -184,10 +188,7 @@ def failure_line(
         head = f"the only {kind} does not qualify"
     else:
         head = f"none of {total} {noun} qualifies"
-    shown = list(reasons[:MAX_REASONS])
-    if len(reasons) > MAX_REASONS:
-        shown.append(f"{len(reasons) - MAX_REASONS} more")
-    return f"{prefix}{head} (need {n}): {', '.join(shown)}"
+    return with_reasons(f"{prefix}{head} (need {n})", reasons)
 
 
 def notes(
@@ -202,11 +203,7 @@ def notes(
     lines = []
     busy = [candidate for candidate in picked if candidate.process_count]
     if busy:
-        listed = ", ".join(
-            f"{c.label} runs {c.process_count} "
-            + ("process" if c.process_count == 1 else "processes")
-            for c in busy
-        )
+        listed = ", ".join(f"{c.label} runs {processes_text(c.process_count)}" for c in busy)
         idle = (
             "no GPU without processes qualifies"
             if n == 1
@@ -290,54 +287,28 @@ def run(
             if claims is not None:
                 claims.release()  # interrupted right after claiming: nobody got them
             return result
-        return hand_over(result, claims)
+        return hand_over(result, None if claims is None else claims.release)
     finally:
         if claims is not None:
             claims.close()
         reader.close()
 
 
-def hand_over(result: Attempt, claims: PickClaims | None) -> int:
-    """Print the picked GPUs; when they cannot reach the user, take their claims back."""
-    try:
-        print(result.output)
-        sys.stdout.flush()
-    except BaseException:
-        if claims is not None:
-            claims.release()
-        raise
-    for line in result.notes:
-        print(line, file=sys.stderr)
-    return 0
-
-
+@dataclass
 class Look:
     """One look at this machine's GPUs, for :func:`~gpumon.commands.pick_wait.attempts`."""
 
-    def __init__(
-        self,
-        reader: SampleReader,
-        claims: PickClaims | None,
-        *,
-        selection: GpuSelection | None = None,
-        n: int,
-        min_free_bytes: int | None,
-        max_utilization_pct: float | None,
-        free_below_bytes: int | None,
-        requested_format: str,
-        wait_s: float | None = None,
-    ) -> None:
-        self.reader = reader
-        self.wait_s = wait_s
-        self._began: float | None = None  # the first look (monotonic)
-        self.claims = claims
-        self.selection = selection
-        self._said: set[str] = set()
-        self.n = n
-        self.min_free_bytes = min_free_bytes
-        self.max_utilization_pct = max_utilization_pct
-        self.free_below_bytes = free_below_bytes
-        self.requested_format = requested_format
+    reader: SampleReader
+    claims: PickClaims | None
+    n: int
+    min_free_bytes: int | None
+    max_utilization_pct: float | None
+    free_below_bytes: int | None
+    requested_format: str
+    selection: GpuSelection | None = None
+    wait_s: float | None = None
+    _began: float | None = field(default=None, init=False)  # the first look (monotonic)
+    _said: set[str] = field(default_factory=set, init=False)
 
     def __call__(self) -> Attempt:
         from gpumon.sampling.snapshot import no_gpu_data, report_unavailable

@@ -12,6 +12,7 @@ import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from gpumon.data import claims as rules
@@ -32,59 +33,22 @@ class CannotClaim(Exception):
     """This pick cannot claim GPUs, so it prints none; the text says why in one line."""
 
 
-def blocking_claim(
-    claims: Sequence[rules.Claim],
-    processes: Sequence[GpuProcess],
-    *,
-    uid: int,
-    started_s: float,
-    now_s: float,
-    waiting: bool = False,
-) -> rules.Claim | None:
-    """The claim that keeps this pick (of ``uid``, begun at ``started_s``; ``waiting``: under
-    ``--wait``) off one GPU, or None. ``claims`` are that GPU's, ``processes`` what runs on
-    it."""
-    holders = [
-        claim
-        for claim in claims
-        if claim.live(now_s)
-        and not rules.ended_by(claim, processes, now_s)
-        and (claim.uid != uid or waiting or claim.claimed_s >= started_s)
-    ]
-    return max(holders, key=lambda claim: claim.claimed_s) if holders else None
-
-
-def claimed_reason(candidate: Candidate, claim: rules.Claim, uid: int, now_s: float) -> str:
-    """``GPU 3: claimed by alice 40 s ago``."""
-    mine = " (by another pick of yours)" if claim.uid == uid else ""
-    return f"{candidate.label}: claimed by {claim.owner} {claim.ago(now_s)}{mine}"
-
-
+@dataclass
 class PickClaims:
     """One pick's claims: the directory opened once, each complaint said once."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        claim_seconds: int,
-        started_s: float,
-        stderr: TextIO,
-        claim: bool = True,
-        waiting: bool = False,
-    ) -> None:
-        #: False for --no-claim: what others hold is skipped, nothing is written.
-        self.claim = claim
-        self.waiting = waiting
-        self.claim_seconds = claim_seconds
-        self.started_s = started_s
-        self.stderr = stderr
-        self.written: list[str] = []
-        self._said: set[str] = set()
-        self._counted: set[int] = set()
-        self.path = path
-        self.dir: ClaimsDir | None = None
-        self.uid = os.geteuid()
+    path: str
+    claim_seconds: int
+    started_s: float
+    stderr: TextIO
+    #: False for --no-claim: what others hold is skipped, nothing is written.
+    claim: bool = True
+    waiting: bool = False
+    written: list[str] = field(default_factory=list, init=False)
+    dir: ClaimsDir | None = field(default=None, init=False)
+    uid: int = field(default_factory=lambda: os.geteuid(), init=False)
+    _said: set[str] = field(default_factory=set, init=False)
+    _counted: set[int] = field(default_factory=set, init=False)
 
     def _say(self, line: str) -> None:
         if line not in self._said:
@@ -132,15 +96,17 @@ class PickClaims:
                 picked = []
                 if lost is not None:
                     skipped.append(lost)
-        except ClaimsOff as off:
+        except (ClaimsOff, OSError) as error:
             self.release()
-            self._cannot(str(off))
+            if isinstance(error, OSError):
+                error = ClaimsOff(f"cannot write in {self.path}: {error.strerror or error}")
+            self._cannot(str(error))
             return list(qualifying[:n]), [], {}
-        except OSError as error:
-            self.release()
-            self._cannot(f"cannot write in {self.path}: {error.strerror or error}")
-            return list(qualifying[:n]), [], {}
-        reasons = [claimed_reason(c, claim, self.uid, now_s) for c, claim in skipped]
+        reasons = [
+            f"{c.label}: claimed by {claim.owner} {claim.ago(now_s)}"
+            + (" (by another pick of yours)" if claim.uid == self.uid else "")
+            for c, claim in skipped
+        ]
         holders = {candidate.gpu_index: claim.owner for candidate, claim in skipped}
         return picked, reasons, holders
 
@@ -179,16 +145,19 @@ class PickClaims:
                 )
 
     def _blocking(
-        self, found: Sequence[rules.Claim], processes: Sequence[GpuProcess], now_s: float
+        self, claims: Sequence[rules.Claim], processes: Sequence[GpuProcess], now_s: float
     ) -> rules.Claim | None:
-        return blocking_claim(
-            found,
-            processes,
-            uid=self.uid,
-            started_s=self.started_s,
-            now_s=now_s,
-            waiting=self.waiting,
-        )
+        """The claim that keeps this pick off one GPU, or None: ``claims`` are that GPU's,
+        ``processes`` what runs on it; this user's own block only under ``--wait`` or when
+        made after this pick began."""
+        holders = [
+            claim
+            for claim in claims
+            if claim.live(now_s)
+            and not rules.ended_by(claim, processes, now_s)
+            and (claim.uid != self.uid or self.waiting or claim.claimed_s >= self.started_s)
+        ]
+        return max(holders, key=lambda claim: claim.claimed_s, default=None)
 
     def _choose(
         self,

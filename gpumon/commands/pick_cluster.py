@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpumon.commands import cluster_output as co
 from gpumon.commands import cluster_pick
-from gpumon.commands.pick_wait import Attempt, attempts
+from gpumon.commands.pick_wait import Attempt, attempts, hand_over, processes_text
 from gpumon.data.cluster import ClusterSample
 
 if TYPE_CHECKING:
@@ -58,12 +58,6 @@ def run_cluster(
 
     wanted = Wanted(n, min_free_bytes, max_utilization_pct, free_below_bytes, output_format)
     source = None
-    try:
-        if wait_s is not None:
-            source = cluster_base.open_headless_source(settings)
-    except SettingsError as error:
-        print(f"gpumon: error: {error}", file=sys.stderr)
-        return 2
     looks = 0
 
     def look() -> Attempt:
@@ -79,6 +73,8 @@ def run_cluster(
         return across(cluster, wanted) if across_nodes else one_node(cluster, wanted)
 
     try:
+        if wait_s is not None:
+            source = cluster_base.open_headless_source(settings)
         interval_s = max(settings.interval_s, POLL_FLOOR_S)
         result = attempts(look, wait_s=wait_s, interval_s=interval_s, stderr=sys.stderr)
     except SettingsError as error:  # without --wait the source opens in the first look
@@ -87,12 +83,7 @@ def run_cluster(
     finally:
         if source is not None:
             source.close()
-    if isinstance(result, int):
-        return result
-    print(result.output)
-    for line in result.notes:
-        print(line, file=sys.stderr)
-    return 0
+    return result if isinstance(result, int) else hand_over(result)
 
 
 def one_node(cluster: ClusterSample, wanted: Wanted) -> Attempt:
@@ -109,7 +100,7 @@ def one_node(cluster: ClusterSample, wanted: Wanted) -> Attempt:
     notes = [SIMULATED] if cluster.simulated else []
     busy = [c for c in found.pick.picked if c.process_count]
     if busy:
-        listed = ", ".join(f"{c.label} runs {_processes(c.process_count)}" for c in busy)
+        listed = ", ".join(f"{c.label} runs {processes_text(c.process_count)}" for c in busy)
         notes.append(f"gpumon pick: note: {found.pick.node}: {listed}")
     return Attempt(output=found.pick.line(wanted.output_format), notes=tuple(notes))
 
@@ -127,11 +118,9 @@ def across(cluster: ClusterSample, wanted: Wanted) -> Attempt:
     notes = [SIMULATED] if cluster.simulated else []
     busy = [c for c in picked if c.candidate.process_count]
     if busy:
-        listed = ", ".join(f"{c.label} runs {_processes(c.candidate.process_count)}" for c in busy)
+        listed = ", ".join(
+            f"{c.label} runs {processes_text(c.candidate.process_count)}" for c in busy
+        )
         notes.append(f"gpumon pick: note: {listed} (too few GPUs without processes)")
     value = ",".join(candidate.value(wanted.output_format) for candidate in picked)
     return Attempt(output=value, notes=tuple(notes))
-
-
-def _processes(count: int) -> str:
-    return f"{count} process" + ("" if count == 1 else "es")

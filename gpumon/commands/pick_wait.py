@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ PREFIX = "gpumon pick: "
 LAST_READ_S = 1.0
 #: Erase the line the cursor is on and go to its start.
 CLEAR_LINE = "\r\x1b[2K"
+#: A failure line names at most this many reasons, then says how many more there are.
+MAX_REASONS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,36 @@ class StatusLine:
             self.stream.write(CLEAR_LINE)
             self.stream.flush()
             self.shown = False
+
+
+def with_reasons(head: str, reasons: Sequence[str]) -> str:
+    """``head: why, why, ..., 3 more``: a failure line naming at most :data:`MAX_REASONS`."""
+    if not reasons:
+        return head
+    shown = list(reasons[:MAX_REASONS])
+    if len(reasons) > MAX_REASONS:
+        shown.append(f"{len(reasons) - MAX_REASONS} more")
+    return f"{head}: {', '.join(shown)}"
+
+
+def processes_text(count: int) -> str:
+    """``1 process``, ``3 processes``."""
+    return f"{count} process" + ("" if count == 1 else "es")
+
+
+def hand_over(result: Attempt, release: Callable[[], None] | None = None) -> int:
+    """Print a successful attempt (exit 0); when the GPUs cannot reach the user, ``release``
+    takes their claims back."""
+    try:
+        print(result.output)
+        sys.stdout.flush()
+    except BaseException:
+        if release is not None:
+            release()
+        raise
+    for line in result.notes:
+        print(line, file=sys.stderr)
+    return 0
 
 
 def span(seconds: float) -> str:

@@ -24,16 +24,6 @@ WRITER_STOP_S = 1.0
 PREFIX = "gpumon record"
 
 
-def interval_of(settings: Settings) -> float:
-    """--interval when given on the command line, else :data:`RECORD_INTERVAL_S` (the
-    config file's ``interval`` is the dashboard's)."""
-    from gpumon.config.settings import RECORD_INTERVAL_S
-
-    if settings.origins.get("interval_s") == "--interval":
-        return settings.interval_s
-    return RECORD_INTERVAL_S
-
-
 def demo_needs_own_file(settings: Settings) -> str | None:
     """Why this recording is refused: simulated samples never go into the real history,
     neither by default nor through a --db naming a default path (this user's, or the
@@ -55,7 +45,7 @@ def demo_needs_own_file(settings: Settings) -> str | None:
 
 def recorder_for(settings: Settings, interval_s: float, prefix: str, batch_s: float) -> Recorder:
     """A :class:`Recorder` of ``settings``' database, reporting on stderr after ``prefix``."""
-    from gpumon.sampling.history.reader import history_path
+    from gpumon.sampling.history.files import history_path
     from gpumon.sampling.history.recorder import Recorder
     from gpumon.sampling.history.writer import HistoryWriter
     from gpumon.sampling.idle import idle_rule
@@ -76,7 +66,11 @@ def run(settings: Settings) -> int:
     if refused is not None:
         print(f"{PREFIX}: error: {refused}", file=sys.stderr)
         return 2
-    interval_s = interval_of(settings)
+    from gpumon.config.settings import RECORD_INTERVAL_S
+
+    # --interval given on the command line; else not the config file's (the dashboard's).
+    from_flag = settings.origins.get("interval_s") == "--interval"
+    interval_s = settings.interval_s if from_flag else RECORD_INTERVAL_S
     recorder = recorder_for(settings, interval_s, PREFIX, batch_s=0.0)
     if not recorder.open():
         return 1

@@ -27,14 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     when.add_argument(
         "--since",
         metavar="SPAN",
-        default=None,
         help="the last SPAN: 90s, 30m, 12h, 7d or 2w",
     )
     when.add_argument(
         "--from",
         dest="start",
         metavar="TIME",
-        default=None,
         help="from this date or time: 2026-11-01 or 2026-11-01T08:00, local time unless it "
         "ends in Z or an offset (+02:00)",
     )
@@ -42,7 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--to",
         dest="end",
         metavar="TIME",
-        default=None,
         help="to this date or time (default: now)",
     )
     parser.add_argument(
@@ -174,23 +171,20 @@ def write(report: UsageReport, *, as_json: bool, as_csv: bool, color: str) -> No
     elif as_csv:
         stdout.write(report_output.render_csv(report))
     else:
+        import getpass
+
         from gpumon.commands.once import output_width
         from gpumon.data.painting import use_color
 
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = None
         stdout.write(
             report_output.render_text(
                 report,
                 color=use_color(color, stdout, os.environ),
                 width=output_width(stdout, os.environ),
-                current_user=_current_user(),
+                current_user=user,
             )
         )
-
-
-def _current_user() -> str | None:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return None

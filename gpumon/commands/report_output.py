@@ -16,7 +16,7 @@ from typing import Any
 import gpumon  # gpumon.__version__, read when a document is built
 from gpumon.data import format as fmt
 from gpumon.data.painting import BOLD, DIM, GREEN, YELLOW, Painter, fit_line
-from gpumon.data.report import NO_KEY, IdleHolder, UsageReport, bar_cells, hours_text
+from gpumon.data.report import NO_KEY, UsageReport, bar_cells, hours_text
 from gpumon.data.text_table import DEMO_MARKER
 from gpumon.data.usage import UsageRow
 
@@ -54,11 +54,10 @@ def header_lines(report: UsageReport) -> list[str]:
     if report.cluster:
         rules = "; recording rules" if report.recording_rules else ""
         step = fmt.duration(report.step_s) if report.step_s else "?"
-        lines.append(f"from Prometheus at {report.where} (sampled every {step}{rules})")
+        lines += [f"from Prometheus at {report.where} (sampled every {step}{rules})"]
         lines.append(coverage_line(report))
     else:
-        lines.append(f"from the history database {report.where}")
-        lines.append(coverage_line(report))
+        lines += [f"from the history database {report.where}", coverage_line(report)]
         lines.append(granularity_line(report))
     if report.simulated:
         lines[0] += f"  {DEMO_MARKER}"
@@ -157,13 +156,12 @@ def render_text(
     bar_width = PIPED_BAR_WIDTH if width is None else _fit(widths, texts, width)
 
     def line(cells: list[str]) -> str:
-        shown = []
-        for i, (cell, size) in enumerate(zip(cells, widths, strict=True)):
-            if i < texts:
-                shown.append(fmt.ljust_cells(fmt.truncate(cell, size, ellipsis), size))
-            else:
-                shown.append(cell.rjust(size))
-        return "  ".join(shown)
+        return "  ".join(
+            fmt.ljust_cells(fmt.truncate(cell, size, ellipsis), size)
+            if i < texts
+            else cell.rjust(size)
+            for i, (cell, size) in enumerate(zip(cells, widths, strict=True))
+        )
 
     lines.append(paint(line(header), BOLD))
     top = max((row.gpu_hours_held for row in report.rows), default=0.0)
@@ -258,9 +256,6 @@ def _idle_unknown_line(count: int | None) -> str:
     )
 
 
-# --- CSV ------------------------------------------------------------------------------------
-
-
 def safe_cell(text: str) -> str:
     """A text cell no spreadsheet runs as a formula: ``'`` before a risky first character."""
     text = fmt.safe_text(text, 1000)
@@ -297,43 +292,10 @@ def render_csv(report: UsageReport) -> str:
     return out.getvalue()
 
 
-# --- JSON -----------------------------------------------------------------------------------
-
-
-def _iso(timestamp_s: float) -> str | None:
-    from gpumon.sampling.snapshot import iso_timestamp
-
-    return iso_timestamp(timestamp_s)
-
-
-def row_to_dict(report: UsageReport, row: UsageRow) -> dict[str, Any]:
-    return {
-        report.by: row.key,
-        "node": row.node,
-        "gpu_hours_held": row.gpu_hours_held,
-        "gpu_hours_used": row.gpu_hours_used,
-        "idle_held_hours": row.idle_held_hours,
-        "peak_memory_bytes": row.peak_memory_bytes,
-        "processes": row.processes,
-        "used_known_hours": row.used_known_hours,
-    }
-
-
-def holder_to_dict(holder: IdleHolder) -> dict[str, Any]:
-    return {
-        "user": holder.user,
-        "node": holder.node,
-        "gpu": holder.gpu_index,
-        "gpu_uuid": holder.gpu_uuid,
-        "pid": holder.pid,
-        "command": holder.command,
-        "idle_s": holder.idle_s,
-        "gpu_memory_bytes": holder.gpu_memory_bytes,
-    }
-
-
 def report_to_dict(report: UsageReport) -> dict[str, Any]:
     """The report as JSON-able data (``gpumon/schema/report.schema.json``)."""
+    from gpumon.sampling.snapshot import iso_timestamp as iso
+
     period = report.period
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
@@ -343,25 +305,49 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
         "prometheus_url": report.where if report.cluster else None,
         "simulated": report.simulated,
         "by": report.by,
-        "from": _iso(period.start_s),
-        "to": _iso(period.end_s),
+        "from": iso(period.start_s),
+        "to": iso(period.end_s),
         "from_s": period.start_s,
         "to_s": period.end_s,
         "step_s": report.step_s,
         "recording_rules": report.recording_rules,
-        "rows": [row_to_dict(report, row) for row in report.rows],
-        "recorded_from": None if report.recorded_from_s is None else _iso(report.recorded_from_s),
-        "recorded_to": None if report.recorded_to_s is None else _iso(report.recorded_to_s),
+        "rows": [
+            {
+                report.by: row.key,
+                "node": row.node,
+                "gpu_hours_held": row.gpu_hours_held,
+                "gpu_hours_used": row.gpu_hours_used,
+                "idle_held_hours": row.idle_held_hours,
+                "peak_memory_bytes": row.peak_memory_bytes,
+                "processes": row.processes,
+                "used_known_hours": row.used_known_hours,
+            }
+            for row in report.rows
+        ],
+        "recorded_from": iso(report.recorded_from_s),
+        "recorded_to": iso(report.recorded_to_s),
         "recorded_from_s": report.recorded_from_s,
         "recorded_to_s": report.recorded_to_s,
         "recording": report.recording,
         "bucket_s": report.bucket_s,
-        "days_before": None if report.days_before_s is None else _iso(report.days_before_s),
+        "days_before": iso(report.days_before_s),
         "days_before_s": report.days_before_s,
         "prorated_s": report.prorated_s,
-        "idle_holders": (
-            [holder_to_dict(holder) for holder in report.holders] if report.holders_known else None
-        ),
+        "idle_holders": [
+            {
+                "user": holder.user,
+                "node": holder.node,
+                "gpu": holder.gpu_index,
+                "gpu_uuid": holder.gpu_uuid,
+                "pid": holder.pid,
+                "command": holder.command,
+                "idle_s": holder.idle_s,
+                "gpu_memory_bytes": holder.gpu_memory_bytes,
+            }
+            for holder in report.holders
+        ]
+        if report.holders_known
+        else None,
         "idle_unknown_processes": report.idle_unknown if report.holders_known else None,
         "notes": list(report.notes),
     }

@@ -66,7 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefix",
-        default=None,
         metavar="TEXT",
         help=f"text before the first GPU (default: {DEFAULT_PREFIX!r} with the default "
         "format, nothing with your own --format)",
@@ -86,12 +85,18 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     # NVML's process lists only when the line shows FREE, never the host's per-process reads
     # (the line shows no process); PCIe only when the template shows it.
     shows_free = template == DEFAULT_FORMAT or "{free" in template
+    details = False  # the fields the source may leave unread: only where the template shows one
+    if template != DEFAULT_FORMAT:
+        import string  # only a template of the user's own is looked at
+
+        names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+        details = any(f.key in names and f.attribute in ON_DEMAND_GPU_FIELDS for f in TABLE)
     sample = take_sample(
         settings,
         processes=shows_free,
         pcie="{pcie_" in template,
         host_details=False,
-        details=template != DEFAULT_FORMAT and _shows_on_demand(template),
+        details=details,
     )
     if no_gpu_data(sample):
         assert sample.unavailable is not None
@@ -107,14 +112,6 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     )
     print(line)
     return 0
-
-
-def _shows_on_demand(template: str) -> bool:
-    """Whether ``template`` (a valid one) shows a field the source may leave unread."""
-    import string  # only a template of the user's own is looked at
-
-    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    return any(f.key in names and f.attribute in ON_DEMAND_GPU_FIELDS for f in TABLE)
 
 
 #: A field's format spec: ``[[fill]align][width][.precision]``, nothing else (no nested
@@ -210,18 +207,10 @@ def status_line(
     free: Set[int] = frozenset(),
     unknown: Set[int] = frozenset(),
 ) -> str:
-    """One line (no newline) for every GPU in ``sample``: a lost GPU reads ``2:LOST``, simulated
-    data starts with ``DEMO ``.
-
-    Args:
-        template: a ``str.format`` template applied to each GPU's :func:`gpu_fields`.
-        separator: placed between GPUs.
-        prefix: before the first GPU; ``None``: :data:`DEFAULT_PREFIX` with the default
-            template, nothing with another.
-        ascii_only: ``61C`` instead of ``61°C``; ``None`` decides from the locale.
-        free: NVML indices of the FREE GPUs (``3:FREE``; ``{free}`` in any template).
-        unknown: NVML indices of the GPUs whose process list is unknown (``4:0/0%?``).
-    """
+    """One line (no newline): ``template`` applied to each GPU's :func:`gpu_fields`, a lost GPU
+    ``2:LOST``, ``DEMO `` before simulated data. ``prefix`` ``None``: :data:`DEFAULT_PREFIX` with
+    the default template; ``ascii_only`` ``None``: from the locale; ``free`` and ``unknown``: the
+    NVML indices of the FREE GPUs and of those whose process list is unknown (``4:0/0%?``)."""
     if ascii_only is None:
         ascii_only = not fmt.locale_is_utf8()
     parts = [

@@ -21,7 +21,6 @@ from gpumon.data.model import (
     GpuStats,
     GpuUnavailable,
     HostStats,
-    MigInstance,
     ProcessKind,
     Sample,
     UnavailableReason,
@@ -174,18 +173,6 @@ def iso_timestamp(timestamp_s: float | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def error_to_dict(unavailable: GpuUnavailable | None) -> dict[str, str] | None:
-    """The ``error`` object of the JSON output; ``None`` when GPU data could be read."""
-    if unavailable is None:
-        return None
-    return {
-        "reason": unavailable.reason.value,
-        "headline": unavailable.headline,
-        "detail": unavailable.detail,
-        "hint": unavailable.hint,
-    }
-
-
 def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[str, Any]:
     """One entry of a GPU's ``processes`` array; ``idle_s``: how long it has held its memory
     idle, from the history database (``None``: not known)."""
@@ -209,19 +196,6 @@ def process_to_dict(process: GpuProcess, idle_s: float | None = None) -> dict[st
     }
 
 
-def mig_instance_to_dict(instance: MigInstance) -> dict[str, Any]:
-    """One entry of a GPU's ``mig_instances`` array (its GPU is the one it is listed under)."""
-    return {
-        "index": instance.index,
-        "gpu_instance_id": instance.gpu_instance_id,
-        "compute_instance_id": instance.compute_instance_id,
-        "profile": instance.profile,
-        "uuid": instance.uuid,
-        "memory_used_bytes": instance.memory_used_bytes,
-        "memory_total_bytes": instance.memory_total_bytes,
-    }
-
-
 def gpu_to_dict(
     gpu: GpuStats,
     processes: tuple[GpuProcess, ...] | None,
@@ -239,7 +213,10 @@ def gpu_to_dict(
     if gpu.lost or gpu.mig_instances is None:  # a lost GPU's instances are unknown too
         data["mig_instances"] = None
     else:
-        data["mig_instances"] = [mig_instance_to_dict(m) for m in gpu.mig_instances]
+        data["mig_instances"] = [  # each under its GPU: no gpu_index of its own
+            {key: value for key, value in dataclasses.asdict(m).items() if key != "gpu_index"}
+            for m in gpu.mig_instances
+        ]
     data["memory_unlisted_bytes"] = (
         None if processes is None else unlisted_memory_bytes(gpu, processes)
     )
@@ -301,21 +278,14 @@ def sample_to_dict(
     from gpumon.data.views import ProcessFilter, filter_processes
 
     include_processes = include_processes and sample.processes_read
-    by_gpu: dict[int, list[GpuProcess]] = {gpu.index: [] for gpu in sample.gpus}
-    for process in sample.processes:
-        by_gpu.setdefault(process.gpu_index, []).append(process)
     free = free_gpu_indices(sample, free_threshold_mib) if include_processes else frozenset()
     process_filter = process_filter or ProcessFilter()
     shown = filter_processes(sample.processes, process_filter)
-    listed: dict[int, tuple[GpuProcess, ...]] | None = None
-    if process_filter.active:
-        listed = {gpu.index: tuple(p for p in shown if p.gpu_index == gpu.index)
-                  for gpu in sample.gpus}  # fmt: skip
     users = None
     if include_processes and sample.unavailable is None:
         summed = dataclasses.replace(sample, processes=shown)
         users = [usage_to_dict(usage) for usage in user_summary_of(summed)[0]]
-    driver = sample.driver
+    driver, error = sample.driver, sample.unavailable
     return {
         "schema_version": SCHEMA_VERSION,
         "gpumon_version": gpumon.__version__,
@@ -326,13 +296,19 @@ def sample_to_dict(
         "nvml_version": driver.nvml_version if driver else None,
         "timestamp": iso_timestamp(sample.timestamp_s),
         "timestamp_s": sample.timestamp_s,
-        "error": error_to_dict(sample.unavailable),
+        "error": None
+        if error is None
+        else {**dataclasses.asdict(error), "reason": error.reason.value},
         "gpus": [
             gpu_to_dict(
                 gpu,
-                tuple(by_gpu[gpu.index]) if include_processes else None,
+                sample.processes_on(gpu.index) if include_processes else None,
                 free=gpu.index in free,
-                listed=None if listed is None else listed[gpu.index],
+                listed=(
+                    tuple(p for p in shown if p.gpu_index == gpu.index)
+                    if process_filter.active
+                    else None
+                ),
                 idle_s=idle_s,
             )
             for gpu in sample.gpus

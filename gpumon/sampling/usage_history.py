@@ -23,19 +23,6 @@ if TYPE_CHECKING:
     from gpumon.config import Settings
     from gpumon.data.model import Sample
     from gpumon.data.periods import Period
-    from gpumon.sampling.history.reader import IdleHolder as RecordedHolder
-
-__all__ = [
-    "HistoryError",
-    "coverage_notes",
-    "history_path",
-    "idle_seconds",
-    "no_database",
-    "open_reader",
-    "recorded_idle",
-    "report_from_history",
-    "usage",
-]
 
 #: What the systemd unit records (root's default).
 SYSTEM_HISTORY_PATH = default_history_path({}, 0)
@@ -70,24 +57,10 @@ def open_reader(path: str) -> HistoryReader | None:
         raise HistoryError(f"{path}: cannot read it: {error.strerror or error}") from None
 
 
-def holder_from_record(holder: RecordedHolder, now_s: float) -> IdleHolder:
-    """A recorded idle holder as a report shows it."""
-    return IdleHolder(
-        user=holder.user,
-        pid=holder.pid,
-        gpu_index=holder.gpu_index,
-        gpu_uuid=holder.gpu_uuid,
-        idle_s=max(0.0, now_s - holder.idle_since_s),
-        gpu_memory_bytes=holder.memory_bytes,
-    )
-
-
 def usage(
     reader: HistoryReader, start_s: float, end_s: float, by: str, now_s: float
 ) -> list[UsageRow]:
-    """:meth:`HistoryReader.usage` (the hour in progress counts over what is recorded of it;
-    ``now_s`` is unused). Raises :class:`HistoryError`.
-    """
+    """:meth:`HistoryReader.usage`, for the dashboard (``now_s`` is unused)."""
     del now_s
     return reader.usage(start_s, end_s, by)
 
@@ -97,7 +70,17 @@ def report_from_history(
 ) -> UsageReport:
     """The report of ``period`` from the database at ``path``; raises :class:`HistoryError`."""
     rows = usage(reader, period.start_s, period.end_s, by, now_s)
-    holders = [holder_from_record(holder, now_s) for holder in reader.idle_holders(now_s)]
+    holders = [
+        IdleHolder(
+            user=holder.user,
+            pid=holder.pid,
+            gpu_index=holder.gpu_index,
+            gpu_uuid=holder.gpu_uuid,
+            idle_s=max(0.0, now_s - holder.idle_since_s),
+            gpu_memory_bytes=holder.memory_bytes,
+        )
+        for holder in reader.idle_holders(now_s)
+    ]
     span = reader.span()
     first, last = span if span is not None else (None, None)
     days = reader.usage_days_until_s
@@ -113,7 +96,7 @@ def report_from_history(
         notes=(*coverage_notes(period, span, reader.interval_s), *used_notes(by, tuple(rows))),
         recorded_from_s=first,
         recorded_to_s=last,
-        recording=_recording(reader, now_s),
+        recording=reader.is_current(now_s),
         bucket_s=float(DAY_S if _in_days(period.start_s, days) else HOUR_S),
         days_before_s=days,
         prorated_s=prorated_seconds(period, days, last),
@@ -187,7 +170,7 @@ def idle_seconds(
     Raises:
         HistoryError: the database could not be read.
     """
-    recording = _recording(reader, sample.timestamp_s)
+    recording = reader.is_current(sample.timestamp_s)
     found: dict[tuple[int, int], float | None] = {}
     for process in sample.processes:
         utilization = process.sm_utilization_pct
@@ -202,24 +185,3 @@ def idle_seconds(
             else:
                 found[process.key] = 0.0 if recording else None
     return found
-
-
-def recorded_idle(
-    settings: Settings, sample: Sample
-) -> tuple[dict[tuple[int, int], float | None] | None, str | None]:
-    """``once --json``'s ``idle_s`` per process (:func:`idle_seconds`) from the database of
-    ``settings``: ``(None, None)`` without one, ``(None, why)`` when it cannot be read."""
-    try:
-        reader = open_reader(history_path(settings))
-        if reader is None:
-            return None, None
-        with reader:
-            return idle_seconds(reader, sample, settings.idle_below_pct), None
-    except HistoryError as error:
-        return None, str(error)
-
-
-def _recording(reader: HistoryReader, now_s: float) -> bool:
-    """The recorder is writing: its latest sample is at most three of its intervals (batch
-    periods, for ``export --record``) old at ``now_s``, as the reader itself judges it."""
-    return reader.is_current(now_s)

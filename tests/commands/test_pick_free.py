@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpumon.cli import main
-from gpumon.commands.pick import MAX_REASONS
+from gpumon.commands.pick_wait import MAX_REASONS
 from gpumon.data.model import GpuProcess, Sample
 from tests.support.pick_helpers import GIB, MIB, gpu, job, sample, serve
 

@@ -114,7 +114,7 @@ def test_colours_follow_the_color_option_and_mark_your_own_row(
     database: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     argv = ["--db", str(database), "--from", FROM, "--to", TO]
-    monkeypatch.setattr("gpumon.commands.report._current_user", lambda: "alice")
+    monkeypatch.setattr("getpass.getuser", lambda: "alice")
     _, out, _ = report(capsys, *argv, "--color", "always")
     alice = next(line for line in out.splitlines() if "alice" in line)
     assert alice.startswith("\x1b[1malice") and "\x1b[32m" + "█" * 6 + "\x1b[0m" in alice

@@ -213,8 +213,8 @@ class Latest:
 
 class SampleCollector:
     """A prometheus_client collector of the latest sample's families: :meth:`update` builds them
-    once per sample, ``collect`` only hands them out. :attr:`not_ready` says why there is nothing
-    to serve (before the first sample, or without a driver): the HTTP side answers 503.
+    once per sample, ``collect`` only hands them out. ``latest.not_ready`` says why there is
+    nothing to serve (before the first sample, or without a driver): the HTTP side answers 503.
     """
 
     def __init__(
@@ -231,11 +231,6 @@ class SampleCollector:
         self.idle = idle or IdleTracker()
         #: One reference, replaced by each read: a scrape sees one state.
         self.latest = Latest()
-
-    @property
-    def not_ready(self) -> str | None:
-        """Why there is nothing to expose yet (one line), or ``None``."""
-        return self.latest.not_ready
 
     def update(self, sample: Sample) -> Latest:
         """Expose ``sample`` from the next scrape on; returns the new :attr:`latest`."""

@@ -18,7 +18,6 @@ from gpumon.commands.export.listen import DEFAULT_LISTEN, listen_address
 if TYPE_CHECKING:
     from gpumon.commands.export.web_config import WebConfig
     from gpumon.config import Settings
-    from gpumon.sampling.history.recorder import RecorderThread
 
 #: With --record, samples are written to the history at most this often (a batch), so
 #: that sampling every second costs the database one transaction per 10 s.
@@ -48,7 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web-config-file",
         metavar="FILE",
-        default=None,
         help="TLS (also mutual) and basic auth, in the web config format of Prometheus' "
         "exporter-toolkit (node_exporter's --web.config.file); see docs/prometheus.md",
     )
@@ -89,7 +87,16 @@ def run(
     from gpumon.sources.base import source_for
 
     host, port = listen
-    recorder = _recorder(settings) if record else None
+    recorder = None
+    if record:  # one line when the database cannot be used; gpumon_history_recording is 0
+        from gpumon.commands.record import recorder_for
+        from gpumon.sampling.history.recorder import RecorderThread
+
+        batch_s = max(RECORD_BATCH_S, settings.interval_s)
+        history = recorder_for(settings, settings.interval_s, "gpumon export", batch_s=batch_s)
+        if not history.open():
+            print("gpumon export: serving without recording", file=sys.stderr)
+        recorder = RecorderThread(history)
     # Cheap: NVML is initialised by the first sample, on the sampling thread.
     source = source_for(settings)
     try:  # listens at once; /metrics answers 503 until the first sample
@@ -111,23 +118,6 @@ def run(
         print(f"gpumon export: error: cannot listen on {shown}:{port}: {reason}", file=sys.stderr)
         return 1
     return serve_until_signalled(exporter, host)
-
-
-def _recorder(settings: Settings) -> RecorderThread:
-    """The history recorder of ``--record``, on its own thread. When the database cannot be
-    used, one line says so and the exporter serves on, its ``gpumon_history_recording`` 0."""
-    from gpumon.commands.record import recorder_for
-    from gpumon.sampling.history.recorder import RecorderThread
-
-    recorder = recorder_for(
-        settings,
-        settings.interval_s,
-        "gpumon export",
-        batch_s=max(RECORD_BATCH_S, settings.interval_s),
-    )
-    if not recorder.open():
-        print("gpumon export: serving without recording", file=sys.stderr)
-    return RecorderThread(recorder)
 
 
 def _web_config(path: str) -> WebConfig | int:

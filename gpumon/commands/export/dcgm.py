@@ -26,9 +26,16 @@ class DcgmField:
     name: str
     kind: str  # "gauge", or "unknown" for dcgm-exporter's counters (see DCGM_FIELDS)
     help: str
-    read: Callable[[GpuStats], float | None]
+    #: The :class:`GpuStats` field read as it is, or how to read it in dcgm-exporter's unit.
+    read: str | Callable[[GpuStats], float | None]
     #: Labels of this series only, after dcgm-exporter's own (DCGM_LABELS).
     extra_labels: Callable[[GpuStats], dict[str, str]] | None = None
+
+    def value(self, gpu: GpuStats) -> float | None:
+        if callable(self.read):
+            return self.read(gpu)
+        value = getattr(gpu, self.read)
+        return None if value is None else float(value)
 
 
 def _mib(value: int | None) -> float | None:
@@ -41,10 +48,6 @@ def _free_mib(gpu: GpuStats) -> float | None:
         return None
     reserved = gpu.memory_reserved_bytes or 0  # v1 drivers count reserved memory as used
     return _mib(max(0, gpu.memory_total_bytes - gpu.memory_used_bytes - reserved))
-
-
-def _number(value: float | None) -> float | None:
-    return None if value is None else float(value)
 
 
 #: What some common Xids mean, in a few words (NVIDIA's Xid catalogue says more); other
@@ -75,26 +78,15 @@ def _xid_labels(gpu: GpuStats) -> dict[str, str]:
 
 
 DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", "clock_sm_mhz"),
     DcgmField(
-        "DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
-        lambda gpu: _number(gpu.clock_sm_mhz),
+        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", "clock_memory_mhz",
     ),
     DcgmField(
-        "DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).",
-        lambda gpu: _number(gpu.clock_memory_mhz),
+        "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", "temperature_memory_c",
     ),
-    DcgmField(
-        "DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).",
-        lambda gpu: _number(gpu.temperature_memory_c),
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
-        lambda gpu: _number(gpu.temperature_c),
-    ),
-    DcgmField(
-        "DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
-        lambda gpu: _number(gpu.power_draw_w),
-    ),
+    DcgmField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", "temperature_c"),
+    DcgmField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", "power_draw_w"),
     # dcgm-exporter types this (and the replay and remapped-rows counts) a counter. In
     # OpenMetrics (which Prometheus asks for first) a counter's samples must end in _total,
     # which would rename the series dashboards query; untyped keeps the name, and rate()
@@ -104,34 +96,27 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
         "Total energy consumption since the driver was loaded (in mJ).",
         lambda gpu: None if gpu.energy_j is None else round(gpu.energy_j * 1000.0),
     ),
-    DcgmField(
-        "DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).",
-        lambda gpu: _number(gpu.utilization_gpu_pct),
-    ),
+    DcgmField("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "utilization_gpu_pct"),
     DcgmField(
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "unknown", "Total number of PCIe retries.",
-        lambda gpu: _number(gpu.pcie_replays),
+        "pcie_replays",
     ),
     DcgmField(
         "DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).",
-        lambda gpu: _number(gpu.utilization_memory_pct),
+        "utilization_memory_pct",
     ),
     DcgmField(
-        "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).",
-        lambda gpu: _number(gpu.utilization_encoder_pct),
+        "DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", "utilization_encoder_pct",
     ),
     DcgmField(
-        "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).",
-        lambda gpu: _number(gpu.utilization_decoder_pct),
+        "DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", "utilization_decoder_pct",
     ),
     # The last Xid's code, with it in err_code (and err_msg), as dcgm-exporter; 0 when none.
     DcgmField(
         "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
-        lambda gpu: _number(gpu.xid_last), _xid_labels,
+        "xid_last", _xid_labels,
     ),
-    DcgmField(
-        "DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _free_mib,
-    ),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", _free_mib),
     DcgmField(
         "DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
         lambda gpu: _mib(gpu.memory_used_bytes),
@@ -143,16 +128,16 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "unknown",
         "Number of remapped rows for uncorrectable errors",
-        lambda gpu: _number(gpu.remapped_rows_uncorrectable),
+        "remapped_rows_uncorrectable",
     ),
     DcgmField(
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "unknown",
         "Number of remapped rows for correctable errors",
-        lambda gpu: _number(gpu.remapped_rows_correctable),
+        "remapped_rows_correctable",
     ),
     DcgmField(
         "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
-        lambda gpu: _number(gpu.remapped_rows_failed),
+        "remapped_rows_failed",
     ),
 )  # fmt: skip
 
@@ -169,7 +154,7 @@ def dcgm_families(sample: Sample, note: str, label_value: Callable[[str | None],
     for field in DCGM_FIELDS:
         family = Metric(field.name, field.help + note, field.kind)
         for gpu in readable:
-            value = field.read(gpu)
+            value = field.value(gpu)
             if value is not None:
                 labels = _labels(gpu, host, label_value)
                 if field.extra_labels is not None:

@@ -9,6 +9,7 @@ are served. Details: docs/prometheus.md, "Rendering and staleness".
 
 from __future__ import annotations
 
+import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -65,11 +66,10 @@ class Page:
         self.text = b"".join(text for _, text in parts)
         # Where each family's part is in the text (not a copy of it): the series it holds,
         # where it starts and ends.
-        self._parts: list[tuple[frozenset[str], int, int]] = []
-        end = 0
-        for series, text in parts:
-            self._parts.append((series, end, end + len(text)))
-            end += len(text)
+        ends = list(itertools.accumulate(len(text) for _, text in parts))
+        self._parts = [
+            (series, end - len(text), end) for (series, text), end in zip(parts, ends, strict=True)
+        ]
         compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
         # A sync flush ends the compressed data on a byte boundary: what a copy of the
         # compressor adds next continues the same stream.
@@ -142,8 +142,6 @@ class Exposition:
         #: Whether ``--record`` writes the history now; ``None`` without ``--record``.
         self.recording: Callable[[], bool] | None = None
 
-    # -- the sampling thread -------------------------------------------------------------
-
     def sampled(self, sample: Sample) -> None:
         """A read gave ``sample``: render it, and count the stall it ends, if any."""
         now = self._clock()
@@ -161,8 +159,6 @@ class Exposition:
         self._rendered = _Rendered(
             self.collector.sampling_failed(), before.read_at, before.stalls, _EMPTY, before.identity
         )
-
-    # -- the HTTP thread -----------------------------------------------------------------
 
     @property
     def not_ready(self) -> str | None:

@@ -56,9 +56,14 @@ def respond(exposition: Exposition, request: Request) -> Response:
     if waiting is not None:
         return plain(503, waiting, ("Retry-After", "1"))
     names = urllib.parse.parse_qs(target.query).get("name[]")
-    openmetrics = _asks_for_openmetrics(request.headers.get("accept", ""))
+    # As prometheus_client decides: OpenMetrics when it is listed with no version or 1.x.
+    openmetrics = any(
+        name == "application/openmetrics-text" and version.split(".")[0] in ("", "1")
+        for name, version in _choices(request.headers.get("accept", ""))
+    )
+    encodings = _choices(request.headers.get("accept-encoding", ""))
     metrics = exposition.metrics(
-        gzip=_accepts_gzip(request.headers.get("accept-encoding", "")),
+        gzip=any(name in ("gzip", "x-gzip") for name, _ in encodings),
         openmetrics=openmetrics,
         names=None if names is None else frozenset(names),
     )
@@ -67,18 +72,6 @@ def respond(exposition: Exposition, request: Request) -> Response:
         headers.append(("Content-Encoding", "gzip"))
     headers.append(("Vary", "Accept, Accept-Encoding"))
     return Response(200, tuple(headers), metrics.parts)
-
-
-def _accepts_gzip(accept_encoding: str) -> bool:
-    return any(name in ("gzip", "x-gzip") for name, _ in _choices(accept_encoding))
-
-
-def _asks_for_openmetrics(accept: str) -> bool:
-    """As prometheus_client decides: OpenMetrics when it is listed with no version or 1.x."""
-    return any(
-        name == "application/openmetrics-text" and version.split(".")[0] in ("", "1")
-        for name, version in _choices(accept)
-    )
 
 
 def _choices(header: str) -> list[tuple[str, str]]:

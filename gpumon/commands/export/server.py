@@ -97,16 +97,14 @@ class Limits:
     max_head_bytes: int = MAX_HEAD_BYTES
 
 
+@dataclass(eq=False, slots=True)  # compared and hashed by identity: a key of the server's
 class _Connection:
     """One accepted connection: its socket, its task, and its transport once it is a stream."""
 
-    __slots__ = ("sock", "started", "task", "transport")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.started = False  # its task has begun: from then on the task closes the socket
-        self.task: asyncio.Task[None] | None = None
-        self.transport: asyncio.BaseTransport | None = None
+    sock: socket.socket
+    started: bool = False  # its task has begun: from then on the task closes the socket
+    task: asyncio.Task[None] | None = None
+    transport: asyncio.BaseTransport | None = None
 
     def close(self) -> None:
         """Now, whatever it is doing: a stream's coroutine ends at its next read or write;
@@ -195,11 +193,6 @@ class HttpServer:
             loop.default_exception_handler(context)  # a bug: worth its traceback
         # An OSError is a client that left.
 
-    def _warn_once(self, text: str) -> None:
-        if text not in self._warned:
-            self._warned.add(text)
-            print(f"gpumon export: warning: {text}", file=sys.stderr)
-
     # -- connections -------------------------------------------------------------------
 
     async def _accept(self) -> None:
@@ -213,7 +206,12 @@ class HttpServer:
                 connection, peer = await loop.sock_accept(self._listening)
             except OSError as error:
                 if error.errno in _OUT_OF_RESOURCES:  # free one, let the rest catch up
-                    self._warn_once(f"cannot accept a connection: {error}")
+                    if str(error) not in self._warned:  # said once
+                        self._warned.add(str(error))
+                        print(
+                            f"gpumon export: warning: cannot accept a connection: {error}",
+                            file=sys.stderr,
+                        )
                     self._close_oldest()
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                 continue  # else: a client that gave up before it was accepted

@@ -8,7 +8,7 @@ naming the key, never a value. What is read and refused: docs/prometheus.md.
 
 from __future__ import annotations
 
-import datetime
+import contextlib
 import os
 import re
 import ssl
@@ -156,9 +156,9 @@ def _tls(value: Any, base: str, warnings: list[str]) -> tuple[ssl.SSLContext | N
         )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)  # renegotiation: a DoS lever
-    _versions(context, table, key)
+    versions = _versions(context, table, key)
     warnings.extend(_certificate(context, table, key, base))
-    _handshakes(context, table, key)  # before a client certificate is asked for
+    _handshakes(context, key, *versions)  # before a client certificate is asked for
     ca = _client_ca(table, key, base)
     if ca is None and mode != "NoClientCert":
         raise WebConfigError(f"{key}.client_ca_file", f"required by {mode}")
@@ -179,20 +179,21 @@ def _tls(value: Any, base: str, warnings: list[str]) -> tuple[ssl.SSLContext | N
     return context, mode
 
 
-def _versions(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> None:
-    chosen = []
+def _versions(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> tuple[str, str]:
+    """Set the TLS versions asked for; returns their names (lowest, highest)."""
+    names = []
     for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
-        text = _text(table, key, name) or default
-        if text not in _VERSIONS:
+        names.append(_text(table, key, name) or default)
+        if names[-1] not in _VERSIONS:
             raise WebConfigError(f"{key}.{name}", f"unknown: one of {', '.join(_VERSIONS)}")
-        chosen.append(_VERSIONS[text])
-    low, high = chosen
+    low, high = (_VERSIONS[text] for text in names)
     if low > high:
         raise WebConfigError(f"{key}.max_version", "is below min_version")
     try:
         context.minimum_version, context.maximum_version = low, high
     except (ValueError, ssl.SSLError) as error:
         raise WebConfigError(f"{key}.min_version", f"not available here ({_ssl(error)})") from None
+    return names[0], names[1]
 
 
 def _certificate(
@@ -240,12 +241,10 @@ def _out_of_date(path: str, key: str) -> list[str]:
 
 
 def _utc(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M UTC"
-    )
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(seconds))
 
 
-def _handshakes(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> None:
+def _handshakes(context: ssl.SSLContext, key: str, low: str, high: str) -> None:
     """Refuse a context with which no TLS handshake succeeds here, tried in memory with a
     client that takes any version and cipher OpenSSL has (OpenSSL's security level disables
     TLS 1.0 and 1.1 on most systems: a server limited to them fails every handshake)."""
@@ -262,19 +261,15 @@ def _handshakes(context: ssl.SSLContext, table: Mapping[str, Any], key: str) -> 
     try:
         for _ in range(8):  # TLS 1.2 takes two round trips
             for end in list(pending):
-                try:
+                with contextlib.suppress(ssl.SSLWantReadError):
                     end.do_handshake()
                     pending.remove(end)
-                except ssl.SSLWantReadError:
-                    pass
             if not pending:
                 return
     except ssl.SSLError as error:
         reason = _ssl(error)
     else:
         reason = "it does not end"
-    low = _text(table, key, "min_version") or "TLS12"
-    high = _text(table, key, "max_version") or "TLS13"
     raise WebConfigError(
         f"{key}.min_version/max_version",
         f"no TLS handshake succeeds here with {low} to {high} ({reason}): use TLS12 or TLS13",

@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gpumon.data.free import processes_known
 from gpumon.data.idle import IdleRule
 from gpumon.data.model import GpuProcess, Sample
 from gpumon.sampling.history.schema import HISTORY_FIELDS, HOUR_S, MINUTE_S
 
+Number = TypeVar("Number", int, float)
 #: A process session's identity: (GPU UUID, PID, start time).
 Identity = tuple[str, int, float | None]
 #: A usage row's key: (position in GROUPINGS, hour start, GPU UUID, key); the key is the
@@ -65,19 +66,14 @@ class GpuMinute:
             return
         self.sums[position] += value
         self.counts[position] += 1
-        highest = self.maxes[position]
-        if highest is None or value > highest:
-            self.maxes[position] = value
+        self.maxes[position] = _higher(self.maxes[position], value)
 
     def means(self) -> list[float | None]:
         """Per field, the mean (for energy: the joules used), ``None`` when never read."""
-        found: list[float | None] = []
-        for position, (total, count) in enumerate(zip(self.sums, self.counts, strict=True)):
-            if count == 0:
-                found.append(None)
-            else:
-                found.append(total if position == _ENERGY else total / count)
-        return found
+        return [
+            None if count == 0 else total if position == _ENERGY else total / count
+            for position, (total, count) in enumerate(zip(self.sums, self.counts, strict=True))
+        ]
 
 
 @dataclass(slots=True)
@@ -222,9 +218,7 @@ class Pending:
                     self._energy.pop(gpu.uuid, None)
                 continue
             self.gpus[gpu.uuid] = (gpu.index, gpu.name)
-            row = self.minutes.get((minute, gpu.uuid))
-            if row is None:
-                row = self.minutes[(minute, gpu.uuid)] = GpuMinute()
+            row = self.minutes.setdefault((minute, gpu.uuid), GpuMinute())
             row.samples += 1
             for position, name in _READINGS:
                 row.add(position, getattr(gpu, name))
@@ -260,43 +254,33 @@ class Pending:
             # The holders, in the order of GROUPINGS: user, job, container, the GPU.
             keys = (process.user, process.job_id, process.container_id, "")
             for grouping, key in enumerate(keys):
-                holder = (grouping, uuid, key or "")
-                holding = holdings.get(holder)
-                if holding is None:
-                    holding = holdings[holder] = _Holding()
+                holding = holdings.setdefault((grouping, uuid, key or ""), _Holding())
                 holding.add(process, idle, rule)
         hour = int(now // HOUR_S) * HOUR_S
         parts = hour_parts(now, dt)
         for (grouping, uuid, key), holding in holdings.items():
             for start_s, seconds in parts:
-                usage = self._usage((grouping, start_s, uuid, key))
+                usage = self.usage.setdefault((grouping, start_s, uuid, key), Usage())
                 usage.held_s += seconds
                 if not holding.unknown:
                     usage.known_s += seconds
                     usage.used_s += min(1.0, holding.used) * seconds
                 if holding.idle and not holding.in_use:
                     usage.idle_held_s += seconds
-            usage = self._usage((grouping, hour, uuid, key))  # the hour of the sample itself
+            # The hour of the sample itself.
+            usage = self.usage.setdefault((grouping, hour, uuid, key), Usage())
             usage.peak_memory_bytes = _higher(usage.peak_memory_bytes, holding.peak_memory_bytes)
         self._forget_gone(now)
-
-    def _usage(self, key: UsageKey) -> Usage:
-        usage = self.usage.get(key)
-        if usage is None:
-            usage = self.usage[key] = Usage()
-        return usage
 
     def _forget_gone(self, now: float) -> None:
         """Drop the sessions not seen for longer than a gap, once written: memory stays
         bounded however many processes come and go (one seen again later is found in the
         database)."""
-        gone = [
-            identity
+        self.sessions = {
+            identity: session
             for identity, session in self.sessions.items()
-            if now - session.last_seen_s > self.max_gap_s and not session.changed
-        ]
-        for identity in gone:
-            del self.sessions[identity]
+            if session.changed or not now - session.last_seen_s > self.max_gap_s
+        }
 
     def written(self) -> None:
         """Everything pending has been committed: start afresh (sessions stay followed)."""
@@ -323,7 +307,7 @@ def _drop_oldest(rows: dict[Any, Any], keep: int, time: Callable[[Any], int]) ->
             del rows[key]
 
 
-def _higher(peak: int | None, value: int | None) -> int | None:
+def _higher(peak: Number | None, value: Number | None) -> Number | None:
     """The greater of a peak and a reading; N/A (``None``) counts as nothing."""
     if value is None:
         return peak

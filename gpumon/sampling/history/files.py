@@ -17,9 +17,8 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from gpumon.config.files import default_history_path, foreign_link
+from gpumon.config.files import default_history_path, foreign_link, owner_name
 from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
-from gpumon.sources.host.claims import user_name
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
@@ -93,9 +92,25 @@ def connect_read_only(path: str) -> ReadConnection | None:
         # database in WAL mode that no recorder has open (a running one has its -shm file),
         # for which SQLite would create the -wal and -shm files: read it as it is.
         uri += "&immutable=1"
+    connection = None
     try:
-        return _connect(uri)
+        connection = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=READER_BUSY_TIMEOUT_S,
+            isolation_level=None,
+            check_same_thread=False,  # opened on one thread, read on the dashboard's worker
+            factory=ReadConnection,
+        )
+        connection.execute("PRAGMA query_only = ON")
+        # Functions with side effects never run from the file's own schema (views, triggers).
+        connection.execute("PRAGMA trusted_schema = OFF")
+        # Reads the header: a file that is not a database fails here, not at the first query.
+        connection.execute("PRAGMA user_version").fetchone()
+        return connection
     except DATABASE_ERRORS as error:
+        if connection is not None:
+            connection.close()
         raise explain(path, error, writing=False) from None
 
 
@@ -106,11 +121,9 @@ def _check_reader_owner(path: str, info: os.stat_result, sidecar: str | None = N
     what, target = ("it", path) if sidecar is None else (f"its file {sidecar}", sidecar)
     uid = os.geteuid()
     if info.st_uid not in (0, uid):
-        name = user_name(info.st_uid)
-        owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
         raise HistoryError(
-            f"{path}: refused: {what} belongs to {owner}, not to you or root; gpumon reads "
-            "only a history that you or root recorded (--db chooses another database)"
+            f"{path}: refused: {what} belongs to {owner_name(info.st_uid)}, not to you or root; "
+            "gpumon reads only a history that you or root recorded (--db chooses another database)"
         )
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise HistoryError(
@@ -150,27 +163,6 @@ def _left_in_wal_mode(path: str) -> bool:
     return header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
 
 
-def _connect(uri: str) -> ReadConnection:
-    connection = sqlite3.connect(
-        uri,
-        uri=True,
-        timeout=READER_BUSY_TIMEOUT_S,
-        isolation_level=None,
-        check_same_thread=False,  # opened on one thread, read on the dashboard's worker
-        factory=ReadConnection,
-    )
-    try:
-        connection.execute("PRAGMA query_only = ON")
-        # Functions with side effects never run from the file's own schema (views, triggers).
-        connection.execute("PRAGMA trusted_schema = OFF")
-        # Reads the header: a file that is not a database fails here, not at the first query.
-        connection.execute("PRAGMA user_version").fetchone()
-    except sqlite3.Error:
-        connection.close()
-        raise
-    return connection
-
-
 def check_links(path: str, directory: str) -> None:
     """Refuse (:class:`HistoryError`) a symbolic link on the way to ``directory`` that neither
     this user nor root owns: its owner could point the recorder at a directory of root's.
@@ -178,11 +170,9 @@ def check_links(path: str, directory: str) -> None:
     found = foreign_link(directory)
     if found is not None:
         link, uid = found
-        name = user_name(uid)
-        owner = name if name.startswith("uid ") else f"{name} (uid {uid})"
         raise HistoryError(
-            f"{path}: refused: {link} is a symbolic link that {owner} owns, who could point "
-            "it elsewhere (use the real path, or --db elsewhere)"
+            f"{path}: refused: {link} is a symbolic link that {owner_name(uid)} owns, who could "
+            "point it elsewhere (use the real path, or --db elsewhere)"
         )
 
 
@@ -232,36 +222,20 @@ def make_directory(directory: str) -> None:
         ) from None
 
 
-def open_database_file(path: str) -> int:
-    """A descriptor of the database file, created 0644 when missing; its owner and mode
-    checked."""
-    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    if os.path.isdir(path):
-        raise HistoryError(
-            f"{path} is a directory: --db takes the database file's path, such as "
-            f"{os.path.join(path, 'history.db')}"
-        )
+def check_database_file(path: str) -> None:
+    """Refuse (:class:`HistoryError`) the database file at ``path`` unless it is a regular file
+    this user may write, that no one else owns or can write; a symbolic link is not followed."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-        os.fchmod(fd, 0o644)  # readable by everyone, whatever the umask
-        return fd
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise _cannot_write(path, error) from None
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as error:
         raise _cannot_write(path, error) from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise HistoryError(f"{path}: not a file: --db chooses the history database")
-        check_safe(path, info, "the file", path)
-    except BaseException:
+    finally:
         os.close(fd)
-        raise
-    return fd
+    if not stat.S_ISREG(info.st_mode):
+        raise HistoryError(f"{path}: not a file: --db chooses the history database")
+    check_safe(path, info, "the file", path)
 
 
 def _cannot_write(path: str, error: OSError) -> HistoryError:

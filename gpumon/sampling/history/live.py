@@ -17,17 +17,17 @@ import shutil
 import sqlite3
 import stat
 
+from gpumon.config.files import owner_name
 from gpumon.sampling.history.files import (
     LIVE_SUFFIX,
     SIDECARS,
+    check_database_file,
     check_links,
     check_safe,
     check_sidecars,
     make_directory,
-    open_database_file,
 )
 from gpumon.sampling.history.schema import DATABASE_ERRORS, HistoryError, explain
-from gpumon.sources.host.claims import user_name
 
 #: How long a statement waits for a lock before it fails with "database is locked".
 BUSY_TIMEOUT_S = 5.0
@@ -74,7 +74,11 @@ class WritableHistory:
                 copy.close()
             os.fsync(fd)
             os.replace(temporary, self.path)
-            _sync_directory(os.path.dirname(self.path))
+            directory_fd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory_fd)  # the rename, on disk
+            finally:
+                os.close(directory_fd)
         except (OSError, *DATABASE_ERRORS) as error:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
@@ -169,11 +173,9 @@ def _live_directory(path: str) -> str:
             "keeps its live database there)"
         )
     if info.st_uid != os.geteuid():
-        name = user_name(info.st_uid)
-        owner = name if name.startswith("uid ") else f"{name} (uid {info.st_uid})"
         raise HistoryError(
-            f"{path}: refused: its live directory {live} belongs to {owner}; the recorder "
-            f"keeps its database only in its own (remove it, or --db elsewhere)"
+            f"{path}: refused: its live directory {live} belongs to {owner_name(info.st_uid)}; "
+            "the recorder keeps its database only in its own (remove it, or --db elsewhere)"
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
         raise HistoryError(
@@ -208,8 +210,7 @@ def _take_in(path: str, live_path: str) -> None:
     database is gone) into the live directory: the file and its ``-wal`` (or ``-journal``),
     which SQLite then reads as it would have beside ``path``. Copied as files, not through
     SQLite: another user may hold a lock on the old ``-shm``, which would stall SQLite."""
-    fd = open_database_file(path)  # the same checks as for the recorder's own file
-    os.close(fd)
+    check_database_file(path)  # the same checks as for the recorder's own file
     check_sidecars(path)
     try:
         for suffix in ("", "-wal", "-journal"):
@@ -228,14 +229,6 @@ def _publishing(path: str, pid: str) -> str:
     """The file a snapshot of ``path`` is written to by the recorder of ``pid``."""
     directory, name = os.path.split(path)
     return os.path.join(directory, f".{name}.publishing.{pid}")
-
-
-def _sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _not_published(path: str, error: OSError) -> HistoryError:

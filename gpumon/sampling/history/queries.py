@@ -11,7 +11,7 @@ import math
 import sqlite3
 
 from gpumon.data.usage import GROUPINGS, UsageRow
-from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S
+from gpumon.sampling.history.schema import DAY_S, HOUR_S, MINUTE_S, meta_values
 
 
 def _usage_part(table: str, width: int) -> str:
@@ -42,11 +42,7 @@ def usage_rows(
     # that ended before the period began, so there the peak is that of the sessions seen in
     # the period (each over its whole run).
     group_column = "gpu_id" if by == "gpu" else "owner_key"
-    meta = dict(
-        connection.execute(
-            "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'interval_s')"
-        ).fetchall()
-    )
+    meta = meta_values(connection, "last_sample_s", "interval_s")
     recorded_to = float(meta.get("last_sample_s", end_s))
     slack = float(meta.get("interval_s") or 10.0)
     session_key = "''" if by == "gpu" else f"coalesce(s.{_SESSION_KEYS[by]}, '')"
@@ -123,7 +119,7 @@ def usage_rows(
             {"start": start_s, "end": end_s},
         ).fetchall()
     )
-    names = _gpu_names(connection) if by == "gpu" else {}
+    names = dict(connection.execute("SELECT id, uuid FROM gpus").fetchall()) if by == "gpu" else {}
     rows = []
     for owner, held, used, idle, peak, known in totals:
         if not all(math.isfinite(total) for total in (held, used, idle, known)):
@@ -152,10 +148,6 @@ def usage_rows(
     return rows
 
 
-def _gpu_names(connection: sqlite3.Connection) -> dict[object, str]:
-    return dict(connection.execute("SELECT id, uuid FROM gpus").fetchall())
-
-
 def _key(owner: object, gpu_uuids: dict[object, str]) -> str | None:
     """A row's key: ``''`` (none) is ``None``; a GPU's id is its UUID."""
     if gpu_uuids:
@@ -163,7 +155,7 @@ def _key(owner: object, gpu_uuids: dict[object, str]) -> str | None:
     return None if owner in ("", None) else str(owner)
 
 
-def _aggregates(field: str) -> str:
+def aggregates(field: str) -> str:
     """Mean (weighted by samples) and max of ``field`` over a bucket's rows; energy: the
     sum and the busiest row."""
     if field == "energy_j":
@@ -194,7 +186,7 @@ def series(
         "SELECT min(start_s) FROM gpu_minutes WHERE gpu_id = ?", (gpu_id,)
     ).fetchone()
     points: list[tuple[float, float | None, float | None]] = []
-    values = _aggregates(field)
+    values = aggregates(field)
     if first_minute is None or start_s < first_minute:
         # Hours whose minutes are gone: one point per hour, at least.
         hour_width = max(HOUR_S, round(width / HOUR_S) * HOUR_S)

@@ -14,14 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpumon.data.format import safe_text
 from gpumon.data.usage import GROUPINGS, UsageRow
 from gpumon.sampling.history.files import (
     ReadConnection,
     connect_read_only,
-    history_path,
     past_deadline,
 )
 from gpumon.sampling.history.queries import series, usage_rows
@@ -36,6 +35,7 @@ from gpumon.sampling.history.schema import (
     explain,
     has_column,
     has_tables,
+    meta_values,
     user_version,
 )
 
@@ -43,32 +43,13 @@ T = TypeVar("T")
 #: Seconds since the epoch at the start of the year 10000: no sample is recorded later.
 _YEAR_10000_S = 253_402_300_800
 
-__all__ = [
-    "GROUPINGS",
-    "HISTORY_FIELDS",
-    "HistoryError",
-    "HistoryReader",
-    "IdleHolder",
-    "RecordedGpu",
-    "history_path",
-    "open_history",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class IdleHolder:
     """A process recorded as holding GPU memory idle (the live view's rule) in the latest
-    sample the recorder wrote.
-
-    Attributes:
-        user: its owner; ``None`` when it could not be read.
-        gpu_uuid: the GPU's UUID; ``gpu_index`` its NVML index when recorded.
-        pid: its PID; with ``create_time_s`` (``None`` when unknown), its identity.
-        memory_bytes: the GPU memory it held in that sample.
-        idle_since_s: when its quiet spell began (seconds since the epoch): at or below
-            ``idle_below_pct`` since then.
-        job_id, container_id: its Slurm job and container, ``None`` when in none.
-    """
+    sample the recorder wrote: ``pid`` and ``create_time_s`` are its identity, ``memory_bytes``
+    what it held then, ``idle_since_s`` when its quiet spell began; ``None``: not known (no
+    job or container: none)."""
 
     user: str | None
     gpu_uuid: str
@@ -118,9 +99,7 @@ def open_history(path: str) -> HistoryReader | None:
         meta = dict(connection.execute("SELECT key, value FROM meta").fetchall())
     except DATABASE_ERRORS as error:
         connection.close()
-        if isinstance(error, sqlite3.Error) and _interrupted(error):
-            raise past_deadline(path) from None
-        raise explain(path, error, writing=False) from None
+        raise _read_error(path, error) from None
     except BaseException:
         connection.close()
         raise
@@ -148,21 +127,21 @@ class HistoryReader:
         #: Wall-clock seconds: when "now" is, for :meth:`idle_since`.
         self.clock = clock
         self._connection = connection
-        node, interval, batch = meta.get("node"), meta.get("interval_s"), meta.get("batch_s")
+
+        def number(key: str) -> float | None:
+            value = meta.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        node = meta.get("node")
         self.node = safe_text(node, 255) if isinstance(node, str) else None
-        self.interval_s = float(interval) if isinstance(interval, (int, float)) else None
-        period = max(
-            self.interval_s or 10.0, float(batch) if isinstance(batch, (int, float)) else 0
-        )
-        publish = meta.get("publish_s")  # 0 once the recorder has stopped
-        self.current_for_s = 3 * period + (
-            float(publish) if isinstance(publish, (int, float)) and 0 < publish < 3600 else 0
-        )
+        self.interval_s = number("interval_s")
+        period = max(self.interval_s or 10.0, number("batch_s") or 0)
+        publish = number("publish_s") or 0  # 0 once the recorder has stopped
+        self.current_for_s = 3 * period + (publish if 0 < publish < 3600 else 0)
         self.simulated = bool(meta.get("simulated"))
         #: Usage before this is kept per UTC day (rolled up after ``history_days``), as of
         #: opening; ``None`` when nothing is yet.
-        days = meta.get("usage_days_until_s")
-        self.usage_days_until_s = float(days) if isinstance(days, (int, float)) else None
+        self.usage_days_until_s = number("usage_days_until_s")
 
     def usage(self, start_s: float, end_s: float, by: str) -> list[UsageRow]:
         """Who used the GPUs from ``start_s`` to ``end_s``, one row per group of ``by``
@@ -237,7 +216,7 @@ class HistoryReader:
                 ORDER BY idle_since_s, uuid, pid
                 """
             ).fetchall()
-            return [_idle_holder(*row) for row in rows]
+            return [_idle_holder(row) for row in rows]
 
         return self._read(read)
 
@@ -251,12 +230,7 @@ class HistoryReader:
                 return None
             if not has_column(self._connection, "sessions", "idle_unknown"):
                 return None
-            stamps = dict(
-                self._connection.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', "
-                    "'idle_unknown_at_s')"
-                ).fetchall()
-            )
+            stamps = meta_values(self._connection, "last_sample_s", "idle_unknown_at_s")
             if stamps.get("idle_unknown_at_s") != stamps.get("last_sample_s"):
                 return None  # an older recorder wrote the latest sample: its rows say nothing
             # A scan of the sessions (no index: an older gpumon refuses unknown indexes);
@@ -287,11 +261,7 @@ class HistoryReader:
         """The times of the first and the latest sample recorded; ``None`` when empty."""
 
         def read() -> tuple[float, float] | None:
-            found = dict(
-                self._connection.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('first_sample_s', 'last_sample_s')"
-                ).fetchall()
-            )
+            found = meta_values(self._connection, "first_sample_s", "last_sample_s")
             first, last = found.get("first_sample_s"), found.get("last_sample_s")
             if first is None or last is None:
                 return None
@@ -329,17 +299,17 @@ class HistoryReader:
         try:
             return read()
         except DATABASE_ERRORS as error:
-            if isinstance(error, sqlite3.Error) and _interrupted(error):
-                raise past_deadline(self.path) from None
-            raise explain(self.path, error, writing=False) from None
+            raise _read_error(self.path, error) from None
         except (ValueError, TypeError, OverflowError) as error:
             # A value of a type or size no recorder writes (text for a number, infinity).
             raise damaged(self.path, f"{type(error).__name__}: {error}", writing=False) from None
 
 
-def _interrupted(error: sqlite3.Error) -> bool:
-    """SQLite gave up the statement: the read ran past its deadline."""
-    return "interrupted" in str(error).lower()
+def _read_error(path: str, error: sqlite3.Error | UnicodeDecodeError) -> HistoryError:
+    """The one line for a failed read; SQLite's "interrupted": it ran past its deadline."""
+    if isinstance(error, sqlite3.Error) and "interrupted" in str(error).lower():
+        return past_deadline(path)
+    return explain(path, error, writing=False)
 
 
 def _text(value: object) -> str | None:
@@ -347,25 +317,17 @@ def _text(value: object) -> str | None:
     return None if value is None else safe_text(str(value))
 
 
-def _idle_holder(
-    user: object,
-    uuid: object,
-    gpu_index: int | None,
-    pid: int,
-    create_time_s: float | None,
-    memory_bytes: int | None,
-    idle_since_s: float,
-    job_id: object,
-    container_id: object,
-) -> IdleHolder:
+def _idle_holder(row: Any) -> IdleHolder:
+    """An :class:`IdleHolder` of a ``sessions`` row, its texts made safe to print."""
+    user, uuid, index, pid, created_s, memory, since_s, job_id, container_id = row
     return IdleHolder(
         _text(user),
         _text(uuid) or "",
-        gpu_index,
+        index,
         pid,
-        create_time_s,
-        memory_bytes,
-        idle_since_s,
+        created_s,
+        memory,
+        since_s,
         _text(job_id),
         _text(container_id),
     )

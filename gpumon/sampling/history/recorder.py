@@ -8,6 +8,7 @@ runs it on its own thread, dropping the oldest samples when it falls behind.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -92,27 +93,23 @@ class RecorderThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, sample: Sample) -> None:
-        """Queue ``sample`` for the writer; the oldest waiting one goes when it is full."""
-        self._put(sample)
-
     def stop(self, timeout_s: float) -> bool:
         """Write what is pending and close, within ``timeout_s``; False when the writer is
         still busy (a database locked for long): it is left to the process's exit."""
-        self._put(None)
+        self.submit(None)
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
-    def _put(self, item: Sample | None) -> None:
+    def submit(self, sample: Sample | None) -> None:
+        """Queue ``sample`` for the writer (``None``: the end); the oldest waiting one goes when
+        the queue is full."""
         while True:
             try:
-                self._samples.put_nowait(item)
+                self._samples.put_nowait(sample)
                 return
             except queue.Full:
-                try:
+                with contextlib.suppress(queue.Empty):
                     self._samples.get_nowait()
-                except queue.Empty:
-                    pass
 
     def _run(self) -> None:
         while (sample := self._samples.get()) is not None:

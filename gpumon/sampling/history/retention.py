@@ -17,26 +17,13 @@ _USAGE_KEY = "grouping, start_s, gpu_id, key"
 _GROUPINGS = ", ".join(str(position) for position in range(len(GROUPINGS)))
 
 
-def minute_cut_s(now_s: float, history_days: int) -> int:
-    """GPU minute rows before this are pruned (a whole hour)."""
-    return int((now_s - history_days * DAY_S) // HOUR_S) * HOUR_S
-
-
-def usage_day_cut_s(now_s: float, history_days: int) -> int:
-    """Usage hour rows before this are rolled up into day rows (a whole day)."""
-    return int((now_s - history_days * DAY_S) // DAY_S) * DAY_S
-
-
-def year_cut_s(now_s: float, history_days: int) -> int:
-    """GPU hour rows, usage day rows and sessions before this are pruned (a whole day)."""
-    return int((now_s - max(YEAR_DAYS, history_days) * DAY_S) // DAY_S) * DAY_S
-
-
 def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> None:
     """Prune and roll up what ``now_s`` makes old; call inside a write transaction."""
     execute = connection.execute
-    execute("DELETE FROM gpu_minutes WHERE start_s < ?", (minute_cut_s(now_s, history_days),))
-    day_cut = usage_day_cut_s(now_s, history_days)
+    # Whole hours of GPU minutes go; whole days of usage hours are rolled up into days.
+    kept_from_s = now_s - history_days * DAY_S
+    execute("DELETE FROM gpu_minutes WHERE start_s < ?", (int(kept_from_s // HOUR_S) * HOUR_S,))
+    day_cut = int(kept_from_s // DAY_S) * DAY_S
     execute(
         f"""
         INSERT INTO usage_days ({_USAGE_KEY}, held_s, used_s, idle_held_s, peak_memory_bytes,
@@ -68,7 +55,8 @@ def prune(connection: sqlite3.Connection, now_s: float, history_days: int) -> No
         """,
         {"cut": day_cut},
     )
-    year_cut = year_cut_s(now_s, history_days)
+    # GPU hours, usage days and sessions: whole days.
+    year_cut = int((now_s - max(YEAR_DAYS, history_days) * DAY_S) // DAY_S) * DAY_S
     execute("DELETE FROM gpu_hours WHERE start_s < ?", (year_cut,))
     execute(f"DELETE FROM usage_days WHERE grouping IN ({_GROUPINGS}) AND start_s < ?", (year_cut,))
     execute("DELETE FROM sessions WHERE last_seen_s < ?", (year_cut,))

@@ -9,9 +9,11 @@ added; a session's totals are added to, its latest state replaced.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 from gpumon.sampling.history.aggregate import GpuMinute, Pending, Session, Usage, UsageKey
+from gpumon.sampling.history.queries import aggregates
 from gpumon.sampling.history.schema import HISTORY_FIELDS, HOUR_S
 
 _ENERGY = HISTORY_FIELDS.index("energy_j")
@@ -38,13 +40,7 @@ ON CONFLICT (start_s, gpu_id) DO UPDATE SET
 """
 # An hour is the mean of its minutes, weighted by their samples; energy: the sum, and the
 # busiest minute.
-_HOUR_VALUES = ", ".join(
-    f"sum({name}_mean * samples) / sum(CASE WHEN {name}_mean IS NULL THEN NULL ELSE samples "
-    f"END), max({name}_max)"
-    if name != "energy_j"
-    else "sum(energy_j_mean), max(energy_j_mean)"
-    for name in HISTORY_FIELDS
-)
+_HOUR_VALUES = ", ".join(aggregates(name) for name in HISTORY_FIELDS)
 _HOUR_FROM_MINUTES = f"""
 INSERT OR REPLACE INTO gpu_hours (start_s, gpu_id, samples, {_FIELD_COLUMNS})
 SELECT :hour, gpu_id, sum(samples), {_HOUR_VALUES}
@@ -52,8 +48,8 @@ FROM gpu_minutes WHERE gpu_id = :gpu AND start_s >= :hour AND start_s < :hour + 
 GROUP BY gpu_id
 """
 _UPSERT_USAGE = """
-INSERT INTO usage_hours (grouping, start_s, gpu_id, key, held_s, used_s, idle_held_s,
-    peak_memory_bytes, known_s)
+INSERT INTO usage_hours (grouping, start_s, gpu_id, key, held_s, used_s, known_s,
+    idle_held_s, peak_memory_bytes)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (grouping, start_s, gpu_id, key) DO UPDATE SET
     known_s = coalesce(known_s, held_s) + excluded.known_s,
@@ -194,17 +190,7 @@ def write_usage(
     connection.executemany(
         _UPSERT_USAGE,
         [
-            (
-                grouping,
-                hour,
-                gpu_ids[uuid],
-                key,
-                held.held_s,
-                held.used_s,
-                held.idle_held_s,
-                held.peak_memory_bytes,
-                held.known_s,
-            )
+            (grouping, hour, gpu_ids[uuid], key, *dataclasses.astuple(held))
             for (grouping, hour, uuid, key), held in usage.items()
         ],
     )

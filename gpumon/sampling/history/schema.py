@@ -8,10 +8,12 @@ docs/history.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from gpumon.data.format import safe_text
 
@@ -151,7 +153,7 @@ def create(
 ) -> None:
     """Create version ``target``'s tables in an empty database, in one transaction: version
     1's, then each migration's."""
-    with _transaction(connection):
+    with transaction(connection):
         for statement in VERSION_1:
             connection.execute(statement)
         for version in range(1, target):
@@ -183,7 +185,7 @@ def migrate(
     check_version(version, path, target)
     start = version
     while version < target:
-        with _transaction(connection):
+        with transaction(connection):
             migrations[version](connection)
             connection.execute(f"PRAGMA user_version = {version + 1}")
         version += 1
@@ -203,6 +205,13 @@ def check_version(version: int, path: str, target: int = SCHEMA_VERSION) -> None
             f"{path} was written by a newer gpumon (history version {version}; this one "
             f"knows {target}): upgrade gpumon, or use --db to choose another file"
         )
+
+
+def meta_values(connection: sqlite3.Connection, *keys: str) -> dict[str, Any]:
+    """The values of ``keys`` in the meta table; a key not there is left out."""
+    marks = ", ".join("?" * len(keys))
+    query = f"SELECT key, value FROM meta WHERE key IN ({marks})"
+    return dict(connection.execute(query, keys).fetchall())
 
 
 def user_version(connection: sqlite3.Connection) -> int:
@@ -244,29 +253,18 @@ def has_tables(connection: sqlite3.Connection) -> bool:
     return connection.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
 
 
-class _transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on an error (autocommit connection)."""
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self.connection = connection
-
-    def __enter__(self) -> None:
-        self.connection.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        try:
-            if error is None:
-                self.connection.execute("COMMIT")
-        finally:
-            # After an error, or a COMMIT that failed (SQLite may have rolled back already).
-            if self.connection.in_transaction:
-                self.connection.execute("ROLLBACK")
-
-
-def transaction(connection: sqlite3.Connection) -> _transaction:
-    """One write transaction on an autocommit connection: the context manager
-    ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back when the block raises."""
-    return _transaction(connection)
+@contextlib.contextmanager
+def transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction on an autocommit connection: ``BEGIN IMMEDIATE`` ... ``COMMIT``,
+    rolled back when the block raises."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        connection.execute("COMMIT")
+    finally:
+        # After an error, or a COMMIT that failed (SQLite may have rolled back already).
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
 
 
 # SQLite's primary result codes (sqlite3.Error.sqlite_errorcode, Python 3.11+, holds the

@@ -31,6 +31,7 @@ from gpumon.sampling.history.schema import (
     add_columns,
     check_objects,
     explain,
+    meta_values,
     migrate,
     transaction,
 )
@@ -51,18 +52,11 @@ RESOLVED = {
 
 
 class HistoryWriter:
-    """Records samples into the history database at ``path`` (created when missing).
-
-    Args:
-        rule: what IDLE means (the idle settings).
-        interval_s: the sampling interval; a gap longer than three of them (at least a minute)
-            is credited to nobody.
-        history_days: how long minute rows are kept.
-        batch_s: write at most this often (0: every sample).
-        publish_s: publish the readers' snapshot at most this often (default: by the size of
-            the history), and as it stops.
-        clock: monotonic seconds, for ``batch_s`` and ``publish_s``.
-    """
+    """Records samples into the history database at ``path`` (created when missing): IDLE by
+    ``rule``; a gap over three ``interval_s`` (a minute at least) is credited to nobody; minute
+    rows kept ``history_days``; written at most every ``batch_s`` (0: every sample); the
+    readers' snapshot published at most every ``publish_s`` (default: by the history's size)
+    and as it stops; ``clock``: monotonic seconds."""
 
     def __init__(
         self,
@@ -112,11 +106,7 @@ class HistoryWriter:
             check_objects(connection, self._named(database))
             connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             self._gpu_ids = dict(connection.execute("SELECT uuid, id FROM gpus").fetchall())
-            meta = dict(
-                connection.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('last_sample_s', 'prune_horizon_s')"
-                ).fetchall()
-            )
+            meta = meta_values(connection, "last_sample_s", "prune_horizon_s")
         except DATABASE_ERRORS as error:
             problem = explain(self._named(database), error, writing=True)
             database.close(discard=database.taken_in and not problem.retry)
@@ -128,10 +118,8 @@ class HistoryWriter:
             database.close()
             raise
         self._database = database
-        last, horizon = (
-            meta.get("last_sample_s"),
-            meta.get("prune_horizon_s", meta.get("last_sample_s")),
-        )
+        last = meta.get("last_sample_s")
+        horizon = meta.get("prune_horizon_s", last)
         if isinstance(last, (int, float)):
             self.pending.resume(float(last))
         if isinstance(horizon, (int, float)) and math.isfinite(horizon):
@@ -261,10 +249,8 @@ class HistoryWriter:
     def close(self) -> None:
         """Write what is pending (one try), publish the snapshot, then close. Never
         raises."""
-        try:
+        with contextlib.suppress(HistoryError):
             self.write()
-        except HistoryError:
-            pass
         database, self._database = self._database, None
         if database is None:
             return
