@@ -49,7 +49,6 @@ class Probe:
         self.cuda_index = -1
         self.gpu_uuid = ""
         self.tensors: dict[str, Any] = {}
-        self.context_created = False
 
     # Step 1 --------------------------------------------------------------------------------
     def step_python(self) -> Outcome:
@@ -207,7 +206,6 @@ class Probe:
     def step_tensors(self) -> Outcome:
         torch = self.torch
         n = self.cuda_index
-        self.context_created = True
         free, total = torch.cuda.mem_get_info(n)
         wanted = self.request.size_mib * 2**20
         cap = int(free * self.request.max_free_fraction) // 2**20 * 2**20

@@ -29,7 +29,6 @@ from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, c
 from gpumon.probe.protocol import (
     Done,
     Event,
-    Hello,
     Holding,
     ProtocolError,
     Request,
@@ -76,14 +75,12 @@ def _describe_exit(returncode: int) -> str:
 class _ProbeRun:
     def __init__(
         self,
-        request: Request,
         argv: list[str],
         timeout_s: float,
         next_sample: NextSample | None,
         on_event: EventCallback | None,
         confirm_timeout_s: float,
     ) -> None:
-        self.request = request
         self.argv = argv
         self.timeout_s = timeout_s
         self.next_sample = next_sample
@@ -91,7 +88,6 @@ class _ProbeRun:
         self.confirm_timeout_s = confirm_timeout_s
         self.steps: dict[int, StepEvent] = {}
         self.started: dict[int, float] = {}
-        self.hello: Hello | None = None
         self.holding: Holding | None = None
         self.child_done: Done | None = None
         self.stderr_tail = ""
@@ -173,8 +169,6 @@ class _ProbeRun:
             if isinstance(event, Done):
                 self.child_done = event
                 continue
-            if isinstance(event, Hello):
-                self.hello = event
             await self.emit(event)
             if isinstance(event, Holding):
                 self.holding = event
@@ -294,5 +288,5 @@ async def run_probe(
     """
     argv = [*(command if command is not None else child_command(python))]
     argv += ["--request", encode(request)]
-    run = _ProbeRun(request, argv, timeout_s, next_sample, on_event, confirm_timeout_s)
+    run = _ProbeRun(argv, timeout_s, next_sample, on_event, confirm_timeout_s)
     return await run.run()

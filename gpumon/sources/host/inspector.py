@@ -116,7 +116,7 @@ def sees_every_host_pid(proc: str = "/proc") -> bool:
     return not proc_hides_pids(mounts, proc)
 
 
-_PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
+PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 #: How many PIDs no longer listed the inspector remembers the identity of.
 FORGOTTEN_MAX = 4096
 
@@ -299,7 +299,7 @@ class ProcessInspector:
                 # is_running() compares create time: catches a PID reused by a new process.
                 if tracked.process is not None and tracked.process.is_running():
                     return tracked
-            except _PSUTIL_ERRORS:
+            except PSUTIL_ERRORS:
                 pass
             del self._tracked[pid]
         return self._discover(pid)
@@ -309,12 +309,12 @@ class ProcessInspector:
         try:
             process = self._process_factory(pid)
             create_time = process.create_time()
-        except _PSUTIL_ERRORS:
+        except PSUTIL_ERRORS:
             # Not in this PID namespace (container) or already gone.
             return None
         if self._is_a_collision(pid, create_time):
             return None
-        uid = _read_uid(process)
+        uid = read_uid(process)
         return self._keep(
             pid,
             _Tracked(
@@ -346,7 +346,7 @@ class ProcessInspector:
         if command is None:  # none readable or an empty one (a zombie): the name, as psutil
             try:
                 command = _read_command(psutil.Process(pid))
-            except _PSUTIL_ERRORS:
+            except PSUTIL_ERRORS:
                 command = None
         again = read_proc_stat(pid)
         if again is None or again.start_ticks != start_ticks:
@@ -394,7 +394,7 @@ class ProcessInspector:
             return None
         try:
             return safe_text(str(process.username()))
-        except (*_PSUTIL_ERRORS, KeyError):
+        except (*PSUTIL_ERRORS, KeyError):
             return None
 
 
@@ -407,10 +407,10 @@ def _defunct(command: str | None) -> str:
     return f"{command or '?'} <defunct>"
 
 
-def _read_uid(process: psutil.Process) -> int | None:
+def read_uid(process: psutil.Process) -> int | None:
     try:
         return int(process.uids().real)
-    except (*_PSUTIL_ERRORS, AttributeError):
+    except (*PSUTIL_ERRORS, AttributeError):
         return None
 
 
@@ -419,9 +419,9 @@ def _read_command(process: psutil.Process) -> str | None:
         text = " ".join(process.cmdline())
         if text.strip():  # argv [""] is no command: the name, as for an empty one
             return safe_text(text)
-    except _PSUTIL_ERRORS:
+    except PSUTIL_ERRORS:
         pass
     try:
         return safe_text(str(process.name()))
-    except _PSUTIL_ERRORS:
+    except PSUTIL_ERRORS:
         return None

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import typing
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.data.cluster import ExporterKind
-from gpumon.data.format import gpu_uuid, known_time, safe_text
+from gpumon.data.format import ascii_int, gpu_uuid, known_time, safe_text
 from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
@@ -117,8 +118,7 @@ def _host(series: Iterable[_Series]) -> str | None:
 
 
 def _gpu_index(item: _Series) -> int | None:
-    text = item.labels.get("gpu", "")
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+    return ascii_int(item.labels.get("gpu"), 6)
 
 
 _TYPES = typing.get_type_hints(GpuStats)
@@ -200,9 +200,7 @@ def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
 def _gpumon_sample(series: list[_Series], host: str, when: float) -> Sample:
     gpus = _gpumon_gpus(series)
     processes = _processes(series)
-    listed: dict[int, int] = {}
-    for process in processes:
-        listed[process.gpu_index] = listed.get(process.gpu_index, 0) + 1
+    listed = Counter(process.gpu_index for process in processes)
     stats = tuple(_gpumon_stats(gpus[index], listed.get(index, 0)) for index in sorted(gpus))
     scalars = {item.name: item for item in series if "gpu" not in item.labels}
     stamp = sample_time(series)
@@ -260,14 +258,15 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
     if not instances:
         return None
     ordered = sorted(
-        instances.items(), key=lambda pair: (_int(pair[0][0]) or 0, _int(pair[0][1]) or 0)
+        instances.items(),
+        key=lambda pair: (ascii_int(pair[0][0], 9) or 0, ascii_int(pair[0][1], 9) or 0),
     )
     return tuple(
         MigInstance(
             gpu.index,
             number,
-            _int(key[0]),
-            _int(key[1]),
+            ascii_int(key[0], 9),
+            ascii_int(key[1], 9),
             entry["profile"],
             entry["uuid"],
             entry.get("gpumon_mig_memory_used_bytes"),
@@ -275,10 +274,6 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
         )
         for number, (key, entry) in enumerate(ordered)
     )
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 #: The ``type`` label of a process series: nvidia-smi's Type column. Absent: not known.
@@ -299,7 +294,7 @@ def _processes(series: list[_Series]) -> list[GpuProcess]:
     for item in series:
         if item.name != "gpumon_process_gpu_memory_bytes":
             continue
-        index, pid = _gpu_index(item), _int(item.labels.get("pid", ""))
+        index, pid = _gpu_index(item), ascii_int(item.labels.get("pid"), 9)
         if index is None or not pid:
             continue  # not a process gpumon's exporter would serve
         memory = _reading(item.value)

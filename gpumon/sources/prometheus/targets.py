@@ -7,6 +7,7 @@ the targets that are nodes; :func:`_unique` tells alike names apart (docs/cluste
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -94,9 +95,7 @@ def _node_targets(
 
 def _unique(names: list[str], built: list[tuple[str | None, Node]]) -> list[str]:
     """Names that are still alike (one instance in two jobs) get the job added."""
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
+    counts = Counter(names)
     return [
         f"{name} [{node.job}]" if counts[name] > 1 and node.job else name
         for name, (_, node) in zip(names, built, strict=True)

@@ -19,6 +19,7 @@ from gpumon.data.idle import IdleRule
 from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
+from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _number, _Series, _vector
 from gpumon.sources.prometheus.source import PrometheusSource
 
@@ -26,7 +27,6 @@ from gpumon.sources.prometheus.source import PrometheusSource
 LABELS = {"user": "user", "job": "job_id", "container": "container_id", "gpu": "uuid"}
 MAX_POINTS = 720
 MIN_STEP_S = 15.0
-_FACT = "gpumon_fact"
 #: The recording rules' series (contrib/prometheus/gpumon-recording.yml), per fact.
 RECORDED = {
     "held": "instance_user:gpumon_gpus_held:count",
