@@ -129,15 +129,10 @@ def node_names(targets: Sequence[tuple[str | None, str]]) -> list[str]:
     else the instance; ``host (instance)`` for every target whose host label another target
     shares."""
     counts = Counter(host for host, _ in targets if host)
-    names = []
-    for host, instance in targets:
-        if not host:
-            names.append(instance)
-        elif counts[host] > 1:
-            names.append(f"{host} ({instance})")
-        else:
-            names.append(host)
-    return names
+    return [
+        f"{host} ({instance})" if host and counts[host] > 1 else host or instance
+        for host, instance in targets
+    ]
 
 
 def classify(

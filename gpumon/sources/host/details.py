@@ -7,6 +7,7 @@ may hold secrets). Blocking: call it off the event loop. Text is made safe here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -81,12 +82,10 @@ def _user(process: psutil.Process) -> str | None:
 
 
 def _command(process: psutil.Process) -> str | None:
-    try:
+    with contextlib.suppress(*PSUTIL_ERRORS):
         parts = process.cmdline()
         if parts:
             return safe_text(" ".join(parts), COMMAND_MAX_CHARS)
-    except PSUTIL_ERRORS:
-        pass
     try:
         return safe_text(str(process.name()))
     except PSUTIL_ERRORS:

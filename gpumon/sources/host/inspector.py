@@ -7,6 +7,7 @@ comes from other users (command lines, user names) is made safe here, once, for 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import socket
@@ -269,22 +270,16 @@ class ProcessInspector:
         zombie = False
         try:
             with process.oneshot():
-                try:
+                with contextlib.suppress(psutil.AccessDenied):
                     # An exited process its parent never reaped: NVML may still list it.
                     zombie = process.status() == psutil.STATUS_ZOMBIE
-                except psutil.AccessDenied:
-                    pass
-                try:
+                with contextlib.suppress(psutil.AccessDenied):
                     value = process.cpu_percent(interval=None)
                     # The first call only primes the counter: its 0.0 is not a measurement.
                     cpu_pct = value if tracked.primed else None
                     tracked.primed = True
-                except psutil.AccessDenied:
-                    pass
-                try:
+                with contextlib.suppress(psutil.AccessDenied):
                     rss = process.memory_info().rss
-                except psutil.AccessDenied:
-                    pass
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             self._tracked.pop(pid, None)
             return self._missing
@@ -295,12 +290,10 @@ class ProcessInspector:
     def _track(self, pid: int) -> _Tracked | None:
         tracked = self._tracked.get(pid)
         if tracked is not None:
-            try:
-                # is_running() compares create time: catches a PID reused by a new process.
+            # is_running() compares create time: catches a PID reused by a new process.
+            with contextlib.suppress(*PSUTIL_ERRORS):
                 if tracked.process is not None and tracked.process.is_running():
                     return tracked
-            except PSUTIL_ERRORS:
-                pass
             del self._tracked[pid]
         return self._discover(pid)
 
@@ -315,16 +308,8 @@ class ProcessInspector:
         if self._is_a_collision(pid, create_time):
             return None
         uid = read_uid(process)
-        return self._keep(
-            pid,
-            _Tracked(
-                process=process,
-                create_time=create_time,
-                uid=uid,
-                user=self._user_name(uid, process),
-                command=_read_command(process),
-            ),
-        )
+        user, command = self._user_name(uid, process), _read_command(process)
+        return self._keep(pid, _Tracked(process, create_time, user, uid, command))
 
     def _discover_from_proc(self, pid: int, start_ticks: int) -> _Tracked | None:
         """:meth:`_discover` from this host's /proc, whose stat was just read: psutil's values from
@@ -353,16 +338,7 @@ class ProcessInspector:
             # It exited (or its PID went to another process) while being read: what was read
             # is not its owner and command but nothing, and it is gone, not a row of unknowns.
             return None
-        return self._keep(
-            pid,
-            _Tracked(
-                process=None,
-                create_time=create_time,
-                uid=uid,
-                user=self._user_name(uid),
-                command=command,
-            ),
-        )
+        return self._keep(pid, _Tracked(None, create_time, self._user_name(uid), uid, command))
 
     def _is_a_collision(self, pid: int, create_time: float) -> bool:
         """Outside the host's PID namespace: whether ``pid`` here is some other process
@@ -415,12 +391,10 @@ def read_uid(process: psutil.Process) -> int | None:
 
 
 def _read_command(process: psutil.Process) -> str | None:
-    try:
+    with contextlib.suppress(*PSUTIL_ERRORS):
         text = " ".join(process.cmdline())
         if text.strip():  # argv [""] is no command: the name, as for an empty one
             return safe_text(text)
-    except PSUTIL_ERRORS:
-        pass
     try:
         return safe_text(str(process.name()))
     except PSUTIL_ERRORS:

@@ -65,11 +65,7 @@ def refusal(process: GpuProcess, *, readonly: bool, current_uid: int | None = No
 
 
 def send_signal(
-    process: GpuProcess,
-    sig: signal.Signals,
-    *,
-    readonly: bool,
-    current_uid: int | None = None,
+    process: GpuProcess, sig: signal.Signals, *, readonly: bool, current_uid: int | None = None
 ) -> SignalResult:
     """Send ``sig`` to ``process`` if :func:`refusal` allows it and it is still that process.
 

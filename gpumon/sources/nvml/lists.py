@@ -65,19 +65,15 @@ class ListReader:
 
     def _direct_processes(self, function: str, handle: Any) -> list[ProcessEntry]:
         count, array = self._fill(function, self._structs[function[-3:]], handle)
-        entries: list[ProcessEntry] = []
-        for index in range(count):
-            item = array[index]
-            memory = item.usedGpuMemory
-            entries.append(
-                (
-                    item.pid,
-                    None if memory == VALUE_NOT_AVAILABLE else memory,
-                    item.gpuInstanceId,
-                    item.computeInstanceId,
-                )
+        return [
+            (
+                item.pid,
+                None if item.usedGpuMemory == VALUE_NOT_AVAILABLE else item.usedGpuMemory,
+                item.gpuInstanceId,
+                item.computeInstanceId,
             )
-        return entries
+            for item in array[:count]
+        ]
 
     # -- the per-process SM samples -----------------------------------------------------
 

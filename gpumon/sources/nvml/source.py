@@ -8,6 +8,7 @@ remembers NOT_SUPPORTED per device and field so it is not asked again every tick
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -298,15 +299,13 @@ class NvmlSource:
             self._initialised = False
             if self._xid is not None:
                 self._xid.close()
-            try:
+            with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError:
-                pass
 
 
 def hostname_only() -> HostStats:
     """The host as modes that show no host strip need it: its name, every reading N/A."""
-    return HostStats(safe_text(os.uname().nodename), None, None, None, None, None, None)
+    return HostStats(safe_text(os.uname().nodename))
 
 
 def _cuda_version(value: Any) -> str | None:

@@ -83,10 +83,9 @@ class Deadline:
                 return
             self._expired = True
             for sock in self._sockets:
-                try:
+                # OSError: not connected yet, or its descriptor passed to a TLS socket.
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # a blocked read returns at once
-                except OSError:
-                    pass  # not connected yet, or its descriptor passed to a TLS socket
 
 
 class _Bounded(socket.socket):

@@ -207,7 +207,7 @@ def _gpumon_sample(series: list[_Series], host: str, when: float) -> Sample:
     simulated = scalars.get("gpumon_simulated")
     return Sample(
         timestamp_s=stamp if stamp is not None else when,
-        host=_host_stats(host),
+        host=HostStats(host),
         driver=_driver(series),
         gpus=stats,
         processes=tuple(p for p in processes if p.gpu_index in gpus),
@@ -322,10 +322,6 @@ def _driver(series: list[_Series]) -> DriverInfo | None:
     return None
 
 
-def _host_stats(host: str) -> HostStats:
-    return HostStats(host, None, None, None, None, None, None)
-
-
 def _dcgm_sample(series: list[_Series], host: str, when: float) -> Sample:
     gpus: dict[int, _Gpu] = {}
     for item in series:
@@ -341,7 +337,7 @@ def _dcgm_sample(series: list[_Series], host: str, when: float) -> Sample:
             gpu.values[attribute] = value
     return Sample(
         timestamp_s=when,
-        host=_host_stats(host),
+        host=HostStats(host),
         driver=None,
         gpus=tuple(_dcgm_stats(gpus[index]) for index in sorted(gpus)),
         processes_read=False,
@@ -371,4 +367,4 @@ def _identity_sample(series: list[_Series], host: str, when: float) -> Sample:
     for index in sorted(gpus):
         values = gpus[index].values
         stats.append(GpuStats(index, values.pop("uuid", None), **values))
-    return Sample(when, _host_stats(host), None, tuple(stats), processes_read=False)
+    return Sample(when, HostStats(host), None, tuple(stats), processes_read=False)

@@ -22,13 +22,7 @@ from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _
 from gpumon.sources.prometheus.nodes import DEFAULT_SCRAPE_INTERVAL_S, _build_node, _Known
 from gpumon.sources.prometheus.queries import DCGM_READINGS, QUERIES, _promql_string, _series_name
 from gpumon.sources.prometheus.series import _number, _Series, _vector
-from gpumon.sources.prometheus.targets import (
-    Target,
-    _by_target,
-    _facts,
-    _node_targets,
-    _unique,
-)
+from gpumon.sources.prometheus.targets import Target, _by_target, _facts, _node_targets, _unique
 
 __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 

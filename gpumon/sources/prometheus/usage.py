@@ -229,7 +229,7 @@ def cluster_usage(
         period=period,
         by=by,
         rows=sorted_rows(usage),
-        holders=sorted_holders([_named(holder, names[t]) for t, holder in holders]),
+        holders=sorted_holders([replace(holder, node=names[t]) for t, holder in holders]),
         idle_unknown=idle_unknown,
         source="prometheus",
         where=source.url,
@@ -340,7 +340,3 @@ def _names(
     ordered = sorted(targets)
     names = node_names([(hosts.get(target), safe_text(target[0])) for target in ordered])
     return dict(zip(ordered, names, strict=True))
-
-
-def _named(holder: IdleHolder, node: str) -> IdleHolder:
-    return replace(holder, node=node)
