@@ -190,7 +190,7 @@ class ProcessInspector:
         self._monotonic = monotonic
         if read_cgroup is None:
             real = process_factory is psutil.Process
-            read_cgroup = cgroup.read_cgroup_ids if real else _no_cgroup_ids
+            read_cgroup = cgroup.read_cgroup_ids if real else lambda pid: NO_IDS
         self._read_cgroup = read_cgroup
         self._tracked: dict[int, _Tracked] = {}
         #: PIDs no longer asked about -> (start ticks, create time) as last known, the
@@ -372,10 +372,6 @@ class ProcessInspector:
             return safe_text(str(process.username()))
         except (*PSUTIL_ERRORS, KeyError):
             return None
-
-
-def _no_cgroup_ids(pid: int) -> CgroupIds:
-    return NO_IDS
 
 
 def _defunct(command: str | None) -> str:

@@ -28,10 +28,6 @@ _FIRST_CAPACITY = 16
 _TRIES = 3
 
 
-def _grown(needed: int) -> int:
-    return needed * 2 + 5  # room for processes that start before the next call (as pynvml)
-
-
 class ListReader:
     """One GPU's lists, each read in one NVML call while its buffer is large enough."""
 
@@ -114,7 +110,7 @@ class ListReader:
                 ret = fn(handle, ctypes.byref(count), array)
             if ret != NVML_ERROR_INSUFFICIENT_SIZE:
                 break
-            capacity = _grown(count.value)
+            capacity = count.value * 2 + 5  # room for processes that start meanwhile (as pynvml)
             array = (struct * capacity)()
         self._buffers[function] = (capacity, array)
         if ret != NVML_SUCCESS:

@@ -83,7 +83,7 @@ class _Client:
         self.headers = dict(headers)
         self.redactor = Redactor(self.headers, auth)
         if auth is not None:
-            token = _basic_token(auth)
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
             self.headers["Authorization"] = f"Basic {token}"
         self.timeout_s = timeout_s
         self.opener = opener
@@ -190,10 +190,6 @@ _LIMIT = f"gpumon reads at most {MAX_ANSWER_BYTES // 2**20} MiB"
 def _content_length(headers: Any) -> int | None:
     text = (headers.get("Content-Length") or "").strip() if headers is not None else ""
     return int(text) if text.isascii() and text.isdigit() else None
-
-
-def _basic_token(auth: tuple[str, str]) -> str:
-    return base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
 
 
 def _split_url(url: str) -> tuple[str, str, tuple[str, str] | None]:

@@ -214,15 +214,11 @@ def _connect(
 class _HTTPConnection(http.client.HTTPConnection):
     def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._create_connection = lambda *where: _connect(deadline, *where)
-
-
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self._deadline = deadline
         self._create_connection = lambda *where: _connect(deadline, *where)
 
+
+class _HTTPSConnection(_HTTPConnection, http.client.HTTPSConnection):
     def connect(self) -> None:
         _ACTIVE.deadline = self._deadline  # for the TLS socket the context creates
         try:

@@ -46,14 +46,10 @@ def step_seconds(period: Period) -> float:
     return period.seconds / count
 
 
-def _groups(label: str) -> tuple[str, str]:
-    group = f"instance, job, {label}"
-    return group, group if label == "uuid" else f"{group}, uuid"
-
-
 def raw_expressions(label: str) -> dict[str, str]:
     """Per fact, the PromQL over the per-process series, by ``label`` and node."""
-    group, per_gpu = _groups(label)
+    group = f"instance, job, {label}"
+    per_gpu = group if label == "uuid" else f"{group}, uuid"
     return {
         "held": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_gpu_memory_bytes > 0))",
         "used": f"sum by ({group}) (clamp_max(sum by ({per_gpu}) "
@@ -247,12 +243,9 @@ def _extents(data: Any, period: Period) -> dict[tuple[str, str], tuple[float, fl
     firsts: dict[tuple[str, str], float] = {}
     lasts: dict[tuple[str, str], float] = {}
     for item in _vector(data):
-        fact, value = item.labels.get(_FACT), item.value
-        if value is None or not math.isfinite(value):
-            continue
-        (firsts if fact == "first" else lasts if fact == "last" else {})[_target(item.labels)] = (
-            value
-        )
+        fact, value = item.labels.get(_FACT), item.value  # finite, or None (_vector)
+        if value is not None and fact in ("first", "last"):
+            (firsts if fact == "first" else lasts)[_target(item.labels)] = value
     return {
         target: (max(first, period.start_s), min(lasts[target], period.end_s))
         for target, first in firsts.items()
