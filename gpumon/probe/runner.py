@@ -270,21 +270,14 @@ async def run_probe(
     command: Sequence[str] | None = None,
     confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> ProbeOutcome:
-    """Run the probe child once and report every step through ``on_event``.
+    """Run the probe child once (in ``python``, default gpumon's; ``command`` replaces its argv
+    before ``--request``, for tests) and report every step through ``on_event`` (a function or
+    coroutine function), in order.
 
     Never raises for anything the child does: each failure is a failed step and the rest are
-    skipped; the last event is always the runner's own :class:`Done`. Cancelling kills and
-    reaps the child.
-
-    Args:
-        request: What to probe; sent to the child as ``--request``.
-        python: The interpreter for the child (default: gpumon's).
-        timeout_s: The whole run's limit; past it the child's group is killed.
-        next_sample: The next NVML sample, for step 6 and the check after step 9; without it
-            step 6 is skipped.
-        on_event: Called with each event in order; may be a coroutine function.
-        command: Replaces the child's argv before ``--request`` (tests).
-        confirm_timeout_s: How long step 6 waits for NVML samples.
+    skipped; the last event is always the runner's own :class:`Done`. Past ``timeout_s`` the
+    child's group is killed; cancelling kills and reaps it. Without ``next_sample`` (the next
+    NVML sample) step 6 is skipped; it waits ``confirm_timeout_s`` for NVML at most.
     """
     argv = [*(command if command is not None else child_command(python))]
     argv += ["--request", encode(request)]

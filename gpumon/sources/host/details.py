@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import psutil
 
 from gpumon.data.format import safe_text
-from gpumon.sources.host.inspector import PSUTIL_ERRORS, read_uid
 
 #: CUDA's variables that decide which GPU ``cuda:N`` is.
 CUDA_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
@@ -22,6 +21,8 @@ CUDA_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 COMMAND_MAX_CHARS = 64 * 1024
 #: Parents shown at most (init and the kernel's threads are never shown).
 MAX_ANCESTORS = 12
+
+PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,13 @@ def read_process_details(pid: int, expected_start_s: float | None = None) -> Pro
         own=own,
         cuda_environment=_cuda_environment(process) if own else None,
     )
+
+
+def read_uid(process: psutil.Process) -> int | None:
+    try:
+        return int(process.uids().real)
+    except (*PSUTIL_ERRORS, AttributeError):
+        return None
 
 
 def _user(process: psutil.Process) -> str | None:

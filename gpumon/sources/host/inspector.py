@@ -21,6 +21,7 @@ from gpumon.data.format import safe_text
 from gpumon.data.model import HostStats
 from gpumon.sources.host import cgroup
 from gpumon.sources.host.cgroup import NO_IDS, CgroupIds
+from gpumon.sources.host.details import PSUTIL_ERRORS, read_uid
 from gpumon.sources.host.procfs import (
     CLOCK_TICKS,
     ProcStat,
@@ -117,7 +118,6 @@ def sees_every_host_pid(proc: str = "/proc") -> bool:
     return not proc_hides_pids(mounts, proc)
 
 
-PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 #: How many PIDs no longer listed the inspector remembers the identity of.
 FORGOTTEN_MAX = 4096
 
@@ -145,15 +145,12 @@ class ProcessInspector:
     (one ``/proc/PID/stat`` read on Linux, else psutil). A process is known by (PID, start
     time), so a reused PID is never mistaken for the old process.
 
-    Args:
-        process_factory: ``psutil.Process`` or a look-alike (tests).
-        current_uid: whose processes are "mine" (default: this process's real uid).
-        clock: wall clock, for elapsed times; ``monotonic``: for CPU percentages.
-        read_stat: the per-tick reader (default on Linux with psutil's ``Process``).
-        read_cgroup: reads a new PID's Slurm job and container ids (default with psutil's).
-        sees_every_pid: whether a PID missing here has exited (default: detected).
-        foreign_namespace: gpumon runs outside the host's PID namespace, so a PID found here is
-            NVML's only when it has an NVIDIA device open (default: detected).
+    ``process_factory`` is ``psutil.Process`` or a look-alike (tests); ``current_uid`` owns
+    the processes that are "mine" (default: this process's real uid); ``clock`` dates elapsed
+    times, ``monotonic`` CPU percentages. ``read_stat`` (the per-tick reader), ``read_cgroup``,
+    ``sees_every_pid`` (a PID missing here has exited) and ``foreign_namespace`` (outside the
+    host's PID namespace, a PID here is NVML's only with an NVIDIA device open) are detected
+    by default.
     """
 
     def __init__(
@@ -377,13 +374,6 @@ class ProcessInspector:
 def _defunct(command: str | None) -> str:
     """How ps shows a zombie: the name it had, marked defunct."""
     return f"{command or '?'} <defunct>"
-
-
-def read_uid(process: psutil.Process) -> int | None:
-    try:
-        return int(process.uids().real)
-    except (*PSUTIL_ERRORS, AttributeError):
-        return None
 
 
 def _read_command(process: psutil.Process) -> str | None:

@@ -45,8 +45,6 @@ class ListReader:
         self._sample = sample
         self._buffers: dict[str, tuple[int, Any]] = {}  # function -> (capacity, array)
 
-    # -- the process lists --------------------------------------------------------------
-
     def processes(self, function: str) -> Callable[[Any], list[ProcessEntry]] | None:
         """A call for :meth:`Device.read <gpumon.sources.nvml.device.Device.read>` that lists
         the processes of NVML's ``function`` (e.g. ``nvmlDeviceGetComputeRunningProcesses_v3``;
@@ -71,8 +69,6 @@ class ListReader:
             for item in array[:count]
         ]
 
-    # -- the per-process SM samples -----------------------------------------------------
-
     def sm_samples(self) -> Callable[[Any, int], list[SmSample]]:
         """A call (handle, newest timestamp seen) for the per-process samples newer than that
         timestamp; NOT_FOUND (an ``NVMLError``) when there is none."""
@@ -89,8 +85,6 @@ class ListReader:
             "nvmlDeviceGetProcessUtilization", self._sample, handle, stamp, samples=True
         )
         return [(array[i].pid, array[i].timeStamp, array[i].smUtil) for i in range(count)]
-
-    # -- one call, the buffer grown when NVML says it is too small ----------------------
 
     def _fill(
         self, function: str, struct: Any, handle: Any, *extra: Any, samples: bool = False

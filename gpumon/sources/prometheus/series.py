@@ -235,8 +235,7 @@ def _gpumon_stats(gpu: _Gpu, listed: int) -> GpuStats:
             "(a process's GPU memory is not reported)"
         )
     values["mig_instances"] = _mig(gpu) if values.get("mig_mode") else ()
-    uuid = values.pop("uuid", None)
-    return GpuStats(gpu.index, uuid, **values)
+    return GpuStats(gpu.index, values.pop("uuid", None), **values)
 
 
 def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
@@ -349,8 +348,7 @@ def _dcgm_stats(gpu: _Gpu) -> GpuStats:
     used, free = values.get("memory_used_bytes"), values.get("memory_free_bytes")
     if "memory_total_bytes" not in values and used is not None and free is not None:
         values["memory_total_bytes"] = used + free + (values.get("memory_reserved_bytes") or 0)
-    uuid = values.pop("uuid", None)
-    return GpuStats(gpu.index, uuid, **values)
+    return GpuStats(gpu.index, values.pop("uuid", None), **values)
 
 
 def _identity_sample(series: list[_Series], host: str, when: float) -> Sample:

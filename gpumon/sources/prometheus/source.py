@@ -149,8 +149,6 @@ class PrometheusSource:
             scrape_interval_s=statistics.median(intervals) if intervals else None,
         )
 
-    # --- history ----------------------------------------------------------------------------
-
     def history(
         self,
         node: str,

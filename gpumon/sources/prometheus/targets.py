@@ -1,8 +1,6 @@
 """Scrape targets, the Prometheus source's nodes: facts and grouping per target.
 
-A target is its ``(instance, job)`` labels. :func:`_facts` reads each target's ``up``,
-scrapes and scrape interval; :func:`_by_target` groups series; :func:`_node_targets` picks
-the targets that are nodes; :func:`_unique` tells alike names apart (docs/cluster.md).
+A target is its ``(instance, job)`` labels (docs/cluster.md).
 """
 
 from __future__ import annotations

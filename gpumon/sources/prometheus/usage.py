@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.data.cluster import node_names
@@ -123,7 +123,6 @@ class _Row:
     known: float | None = None
     peak: float | None = None
     processes: int = 0
-    seen: set[str] = field(default_factory=set)
 
 
 def _target(labels: dict[str, str]) -> tuple[str, str]:
