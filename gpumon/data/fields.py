@@ -300,7 +300,6 @@ FIELDS: tuple[Field, ...] = (
 )  # fmt: skip
 
 BY_KEY: dict[str, Field] = {field.key: field for field in FIELDS}
-BY_ATTRIBUTE: dict[str, Field] = {field.attribute: field for field in FIELDS}
 
 #: GpuStats attributes that are the GPU's identity or state, not readings: no descriptor.
 IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost", "lost_reason", "processes_error")

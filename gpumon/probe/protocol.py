@@ -159,20 +159,17 @@ def _get(payload: dict[str, Any], key: str, kind: Any, optional: bool = False) -
     value = payload[key]
     # bool is an int in Python, never in this protocol.
     if isinstance(value, bool) and kind is not bool:
-        raise ProtocolError(f"{key!r} must be {_kind_name(kind)}, got {value!r}")
+        raise ProtocolError(f"{key!r} must be {_KIND_NAMES.get(kind, kind)}, got {value!r}")
     if kind is float:
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ProtocolError(f"{key!r} must be a finite number, got {value!r}")
         return float(value)
     if not isinstance(value, kind):
-        raise ProtocolError(f"{key!r} must be {_kind_name(kind)}, got {value!r}")
+        raise ProtocolError(f"{key!r} must be {_KIND_NAMES.get(kind, kind)}, got {value!r}")
     return value
 
 
-def _kind_name(kind: Any) -> str:
-    return {int: "an integer", str: "a string", bool: "true or false", list: "a list"}.get(
-        kind, str(kind)
-    )
+_KIND_NAMES = {int: "an integer", str: "a string", bool: "true or false", list: "a list"}
 
 
 def _non_negative(payload: dict[str, Any], key: str, kind: Any) -> Any:

@@ -240,7 +240,6 @@ class Device:
         self.mig_enabled = settings.mig_on
         utilization = self._utilization()
         settings = self.settings.last  # with its MIG mode read again, if it was
-        mig = settings.mig
         mig_instances: tuple[MigInstance, ...] | None = ()
         if self.mig_enabled:
             from gpumon.sources.nvml.mig import read_mig_instances
@@ -252,8 +251,7 @@ class Device:
         encoder, decoder = self.codecs.read() if details else self.codecs.skip()
         pcie_rx, pcie_tx = self._pcie_throughput()
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
-        limit_mw, persistence = settings.power_limit_mw, settings.persistence
-        display, compute_mode = settings.display, settings.compute_mode
+        limit_mw, compute_mode = settings.power_limit_mw, settings.compute_mode
         pstate = self.read("pstate", nvml.nvmlDeviceGetPerformanceState)
         graphics = (nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS)
         return GpuStats(
@@ -261,8 +259,8 @@ class Device:
             uuid=self.uuid,
             name=self.name,
             pci_bus_id=self.pci_bus_id,
-            persistence_mode=None if persistence is None else bool(persistence),
-            display_active=None if display is None else bool(display),
+            persistence_mode=None if settings.persistence is None else bool(settings.persistence),
+            display_active=None if settings.display is None else bool(settings.display),
             performance_state=None if pstate in (None, _PSTATE_UNKNOWN) else int(pstate),
             fan_pct=self.read("fan", nvml.nvmlDeviceGetFanSpeed),
             temperature_c=self._temperature(),
@@ -285,7 +283,7 @@ class Device:
             clock_memory_mhz=self.settings.memory_clock(pstate),
             clock_event_reasons=self._clock_event_reasons() if details else None,
             compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
-            mig_mode=None if mig is None else self.mig_enabled,
+            mig_mode=None if settings.mig is None else self.mig_enabled,
             mig_instances=mig_instances,
             **self.health.read(details=details),
         )

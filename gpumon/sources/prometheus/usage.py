@@ -186,11 +186,9 @@ def cluster_usage(
         row = rows.setdefault((target, None if key is None else safe_text(key)), _Row())
         if fact == "peak":
             row.peak = max([*values, *([] if row.peak is None else [row.peak])], default=None)
-        elif fact == "known":
-            row.known = (row.known or 0.0) + sum(values) * step_s / 3600.0
-        elif fact in ("held", "used", "idle"):
+        elif fact in ("held", "used", "idle", "known"):  # known: None until read
             hours = sum(values) * step_s / 3600.0
-            setattr(row, fact, getattr(row, fact) + hours)
+            setattr(row, fact, (getattr(row, fact) or 0.0) + hours)
     for (target, _), row in rows.items():
         _scale(row, _presence(extents.get(target), seen.get(target, 0), step_s))
     counted = source.query(processes_query(label, covered, step_s), covered.end_s)
