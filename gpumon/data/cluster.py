@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -127,19 +128,11 @@ def node_names(targets: Sequence[tuple[str | None, str]]) -> list[str]:
     """Names for targets given as (host label or None, instance), in order: the host label,
     else the instance; ``host (instance)`` for every target whose host label another target
     shares."""
-    counts: dict[str, int] = {}
-    for host, _ in targets:
-        if host:
-            counts[host] = counts.get(host, 0) + 1
-    names = []
-    for host, instance in targets:
-        if not host:
-            names.append(instance)
-        elif counts[host] > 1:
-            names.append(f"{host} ({instance})")
-        else:
-            names.append(host)
-    return names
+    counts = Counter(host for host, _ in targets if host)
+    return [
+        f"{host} ({instance})" if host and counts[host] > 1 else host or instance
+        for host, instance in targets
+    ]
 
 
 def classify(

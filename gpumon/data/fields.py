@@ -58,14 +58,6 @@ _PCT = 0.01  # percent -> ratio, as Prometheus conventions ask
 _MHZ = 1e6
 
 
-def _percent(value: float) -> str:
-    return f"{value:.0f}%"
-
-
-def _bytes(value: int) -> str:
-    return fmt.bytes_short(value)
-
-
 def _rate(value: int) -> str:
     return f"{fmt.bytes_short(value)}/s"
 
@@ -86,84 +78,84 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "util", "utilization_gpu_pct", "GPU", "%",
         "utilisation: share of the last sample period (1/6 s to 1 s) a kernel ran; N/A with MIG",
-        _percent, "GPU-Util",
+        fmt.percent, "GPU-Util",
         Prometheus("gpumon_gpu_utilization_ratio", scale=_PCT),
         query="utilization.gpu",
     ),
     Field(
         "mem_util", "utilization_memory_pct", "MemBW", "%",
         "memory-controller utilisation: share of that period memory was read or written",
-        _percent, "-q: Memory Util",
+        fmt.percent, "-q: Memory Util",
         Prometheus("gpumon_gpu_memory_utilization_ratio", scale=_PCT),
         query="utilization.memory",
     ),
     Field(
         "enc", "utilization_encoder_pct", "Enc", "%", "video encoder utilisation",
-        _percent, "-q: Encoder Util",
+        fmt.percent, "-q: Encoder Util",
         Prometheus("gpumon_gpu_encoder_utilization_ratio", scale=_PCT),
         query="utilization.encoder",
     ),
     Field(
         "dec", "utilization_decoder_pct", "Dec", "%", "video decoder utilisation",
-        _percent, "-q: Decoder Util",
+        fmt.percent, "-q: Decoder Util",
         Prometheus("gpumon_gpu_decoder_utilization_ratio", scale=_PCT),
         query="utilization.decoder",
     ),
     Field(
         "mem_used", "memory_used_bytes", "MEM used", "bytes",
         "memory in use; NVML's memory info v2, as nvidia-smi on R510+ (reserved not counted)",
-        _bytes, "Memory-Usage",
+        fmt.bytes_short, "Memory-Usage",
         Prometheus("gpumon_gpu_memory_used_bytes"),
         query="memory.used",
     ),
     Field(
         "mem_total", "memory_total_bytes", "MEM total", "bytes", "total memory",
-        _bytes, "Memory-Usage",
+        fmt.bytes_short, "Memory-Usage",
         Prometheus("gpumon_gpu_memory_total_bytes"),
         query="memory.total",
     ),
     Field(
         "mem_free", "memory_free_bytes", "MEM free", "bytes",
-        "memory free: total - used - reserved", _bytes, "-q: Free",
+        "memory free: total - used - reserved", fmt.bytes_short, "-q: Free",
         Prometheus("gpumon_gpu_memory_free_bytes"),
         query="memory.free",
     ),
     Field(
         "mem_reserved", "memory_reserved_bytes", "rsv", "bytes",
-        "memory reserved by the driver and firmware", _bytes, "-q: Reserved",
+        "memory reserved by the driver and firmware", fmt.bytes_short, "-q: Reserved",
         Prometheus("gpumon_gpu_memory_reserved_bytes"),
         query="memory.reserved",
     ),
     Field(
         "temp", "temperature_c", "Temp", "°C",
         "GPU core temperature",
-        lambda value: f"{value}°C", "Temp",
+        fmt.celsius, "Temp",
         Prometheus("gpumon_gpu_temperature_celsius"),
         query="temperature.gpu",
     ),
     Field(
         "temp_slowdown", "temperature_slowdown_c", "Slowdown", "°C",
         "temperature at which the GPU slows itself down",
-        lambda value: f"{value}°C", "-q: GPU Slowdown Temp",
+        fmt.celsius, "-q: GPU Slowdown Temp",
         Prometheus("gpumon_gpu_temperature_slowdown_celsius"),
     ),
     Field(
         "temp_shutdown", "temperature_shutdown_c", "Shutdown", "°C",
         "temperature at which the GPU shuts down",
-        lambda value: f"{value}°C", "-q: GPU Shutdown Temp",
+        fmt.celsius, "-q: GPU Shutdown Temp",
         Prometheus("gpumon_gpu_temperature_shutdown_celsius"),
     ),
     Field(
         "temp_mem", "temperature_memory_c", "MemTemp", "°C",
         "memory temperature (HBM boards; N/A on most GDDR ones)",
-        lambda value: f"{value}°C", "-q: Memory Current Temp",
+        fmt.celsius, "-q: Memory Current Temp",
         Prometheus("gpumon_gpu_memory_temperature_celsius"),
         query="temperature.memory",
     ),
     Field(
         "fan", "fan_pct", "Fan", "%",
         "fan speed, % of maximum (may exceed 100); N/A on boards without a fan (SXM)",
-        _percent, "Fan",
+        fmt.percent, "Fan",
         Prometheus("gpumon_gpu_fan_speed_ratio", scale=_PCT),
         query="fan.speed",
     ),
@@ -187,19 +179,19 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field(
         "sm_clock", "clock_sm_mhz", "SM", "MHz", "SM clock",
-        lambda value: f"{value}MHz", "-q: Clocks SM",
+        fmt.mhz, "-q: Clocks SM",
         Prometheus("gpumon_gpu_clock_sm_hertz", scale=_MHZ),
         query="clocks.current.sm",
     ),
     Field(
         "mem_clock", "clock_memory_mhz", "Mem", "MHz", "memory clock",
-        lambda value: f"{value}MHz", "-q: Clocks Memory",
+        fmt.mhz, "-q: Clocks Memory",
         Prometheus("gpumon_gpu_clock_memory_hertz", scale=_MHZ),
         query="clocks.current.memory",
     ),
     Field(
         "gr_clock", "clock_graphics_mhz", "Gr", "MHz", "graphics clock",
-        lambda value: f"{value}MHz", "-q: Clocks Graphics",
+        fmt.mhz, "-q: Clocks Graphics",
         Prometheus("gpumon_gpu_clock_graphics_hertz", scale=_MHZ),
         query="clocks.current.graphics",
     ),
@@ -308,7 +300,6 @@ FIELDS: tuple[Field, ...] = (
 )  # fmt: skip
 
 BY_KEY: dict[str, Field] = {field.key: field for field in FIELDS}
-BY_ATTRIBUTE: dict[str, Field] = {field.attribute: field for field in FIELDS}
 
 #: GpuStats attributes that are the GPU's identity or state, not readings: no descriptor.
 IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost", "lost_reason", "processes_error")

@@ -244,6 +244,14 @@ def safe_lines(text: str, max_chars: int = SAFE_TEXT_MAX_CHARS) -> str:
     return "\n".join(safe_text(line, max_chars) for line in text.split("\n"))
 
 
+def error_text(error: BaseException) -> str:
+    """The system's words for an error (``Operation not permitted``), else its text."""
+    strerror = getattr(error, "strerror", None)
+    if isinstance(strerror, str) and strerror:
+        return strerror
+    return str(error) or type(error).__name__
+
+
 def ascii_int(text: str | None, max_digits: int = 18) -> int | None:
     """``text`` as a number when it is 1 to ``max_digits`` ASCII digits, else ``None``.
 

@@ -63,15 +63,15 @@ class DriverInfo:
 
 @dataclass(frozen=True, slots=True)
 class HostStats:
-    """The host strip: CPU, load, RAM and swap."""
+    """The host strip: CPU, load, RAM and swap; ``None`` where not read."""
 
     hostname: str
-    cpu_pct: float | None
-    load_average: tuple[float, float, float] | None
-    memory_used_bytes: int | None
-    memory_total_bytes: int | None
-    swap_used_bytes: int | None
-    swap_total_bytes: int | None
+    cpu_pct: float | None = None
+    load_average: tuple[float, float, float] | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    swap_total_bytes: int | None = None
     cpu_count: int | None = None
 
 
@@ -164,9 +164,7 @@ class GpuStats:
 
     @property
     def power_fraction(self) -> float | None:
-        if self.power_draw_w is None or not self.power_limit_w:
-            return None
-        return max(0.0, min(1.0, self.power_draw_w / self.power_limit_w))
+        return _fraction(self.power_draw_w, self.power_limit_w)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +286,7 @@ def notable_unlisted_memory_bytes(gpu: GpuStats, processes: Sequence[GpuProcess]
     return None
 
 
-def _fraction(used: int | None, total: int | None) -> float | None:
+def _fraction(used: float | None, total: float | None) -> float | None:
     if used is None or not total:
         return None
     return max(0.0, min(1.0, used / total))

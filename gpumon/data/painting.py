@@ -1,10 +1,7 @@
 """ANSI colours for the headless text output (``gpumon once``, ``once --prometheus``).
 
-What lives here: the SGR codes, :func:`use_color` (whether to colour at all), :class:`Painter`
-(wraps text in codes, or not), :func:`temperature_codes`, and :func:`fit_line` (a painted line
-cut to the terminal's width). Raw SGR codes, because importing rich or textual would cost more
-than the whole snapshot: only on a terminal, never when ``NO_COLOR`` is set to anything
-non-empty, always when ``FORCE_COLOR`` is (and ``NO_COLOR`` is not), unless ``--color`` says.
+Raw SGR codes, because importing rich or textual would cost more than the whole snapshot;
+when to colour at all: :func:`use_color`.
 """
 
 from __future__ import annotations

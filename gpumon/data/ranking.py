@@ -97,25 +97,16 @@ def qualify(
     output_format: str = "index",
     free_below_bytes: int | None = None,
 ) -> tuple[tuple[Candidate, ...], tuple[str, ...]]:
-    """Every candidate of ``sample`` that qualifies, freest first, and why the others do not.
+    """Every candidate of ``sample`` (read with processes) that qualifies, freest first, and
+    one short phrase per GPU or MIG instance that does not, in NVML order (``GPU 1 LOST``,
+    ``GPU 4: 2 processes (alice, bob)``).
 
-    Args:
-        sample: one sample, read with processes.
-        n: how many are wanted; MIG instances are candidates only for 1.
-        min_free_bytes: a candidate needs at least this much memory free (N/A fails).
-        max_utilization_pct: a candidate may be at most this busy (N/A fails, but a MIG
-            instance that runs no process passes: it has no reading by design and nothing
-            that could keep it busy).
-        output_format: ``index`` or ``uuid``: a MIG instance needs ``uuid``, and with
-            ``uuid`` a candidate whose UUID is not known, or is no UUID
-            (:func:`~gpumon.data.format.gpu_uuid`), does not qualify.
-        free_below_bytes: when given, only a FREE candidate qualifies: no process, and less
-            memory in use than this (``gpumon pick`` without thresholds or ``--busy-ok``).
-
-    Returns:
-        ``(qualifying, reasons)``: the candidates, freest first, and one short phrase
-        (``GPU 1 LOST``, ``GPU 4: 2 processes (alice, bob)``) per GPU or MIG instance that
-        does not qualify, in NVML order.
+    MIG instances are candidates only for ``n`` 1 and ``output_format`` ``uuid``; with
+    ``uuid``, a candidate whose UUID is unknown or no UUID (:func:`~gpumon.data.format.gpu_uuid`)
+    does not qualify. A threshold N/A fails, but a MIG instance that runs no process passes
+    ``max_utilization_pct`` (no reading by design, nothing to keep it busy). With
+    ``free_below_bytes`` only a FREE candidate qualifies: no process, and less memory in use
+    (``gpumon pick`` without thresholds or ``--busy-ok``).
     """
     qualifying: list[Candidate] = []
     reasons: list[str] = []

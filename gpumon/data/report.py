@@ -27,17 +27,8 @@ NO_KEY = {
 @dataclass(frozen=True, slots=True)
 class IdleHolder:
     """A process holding GPU memory idle now: IDLE by the idle rule (``idle_s`` seconds at
-    low SM utilisation with at least the minimum memory).
-
-    Attributes:
-        user: its owner; ``None`` when not known.
-        pid: its PID (on ``node``).
-        gpu_index: the NVML index of its GPU; ``None`` when not known.
-        gpu_uuid: its GPU's UUID; ``None`` when not known.
-        idle_s: how long it has been quiet.
-        gpu_memory_bytes: the GPU memory it holds; ``None`` when not known.
-        command: its command (a cluster gives the executable's name only); ``None``.
-        node: the node, in a cluster report.
+    low SM utilisation with at least the minimum memory). ``None``: not known; ``command`` is
+    the executable's name only in a cluster report, ``node`` set only there.
     """
 
     user: str | None
@@ -52,37 +43,23 @@ class IdleHolder:
 
 @dataclass(frozen=True, slots=True)
 class UsageReport:
-    """A whole report.
+    """A whole report: ``rows`` most GPU-hours held first, ``holders`` (who holds GPU memory
+    idle now) longest first; ``source`` ``"history"`` (a database, ``where`` its path) or
+    ``"prometheus"`` (``where`` its URL, no credentials). ``None``: does not apply to that source.
 
-    Attributes:
-        period: the period the rows cover.
-        by: the grouping (:data:`gpumon.data.usage.GROUPINGS`).
-        rows: most GPU-hours held first.
-        holders: who holds GPU memory idle now, longest first.
-        source: ``"history"`` (a database) or ``"prometheus"``.
-        where: the database's path, or the Prometheus server's URL (no credentials).
-        step_s: the spacing of the Prometheus samples the hours are summed from; ``None``
-            for a database.
-        recording_rules: a Prometheus report read the contrib recording rules' series;
-            ``None`` for a database.
-        simulated: some of the data is from ``--demo``.
-        notes: what the reader should know (a node whose names were not found, ...).
-        recorded_from_s, recorded_to_s: a database's first and latest recorded sample
-            (what it covers, gaps aside); for Prometheus, the exporters' first and last
-            sample within the period (the hours are summed over that); ``None``: nothing.
-        recording: a database's recorder is writing now (its latest sample is at most
-            three intervals old), so ``holders`` is who holds memory idle now; when False,
-            nobody knows who does. ``None`` for Prometheus (its answer is now's).
-        bucket_s: a database's granularity over the period: 3600 (UTC hours), 86400 when
-            part of it is kept in UTC days (before ``days_before_s``); ``None`` for Prometheus.
-        days_before_s: a database keeps usage before this per UTC day; ``None`` when none.
-        prorated_s: seconds of the period in the buckets it covers in part (its ends, off a
-            bucket's bounds), whose share is estimated: clipped to when the group's
-            processes were seen, then as if used evenly; ``None`` for Prometheus.
-        idle_unknown: how many processes hold GPU memory now with no SM utilisation reading
-            (MIG, some boards), so that ``holders`` cannot tell whether they are idle;
-            ``None`` when nobody counted them (a database whose recorder is an older
-            gpumon) or ``holders`` is not known.
+    ``step_s``, ``recording_rules``: the spacing of the Prometheus samples the hours are summed
+    from, and whether the contrib recording rules' series were read. ``recorded_from_s``,
+    ``recorded_to_s``: a database's first and latest recorded sample (what it covers, gaps
+    aside); for Prometheus the exporters' first and last sample within the period (the hours
+    are summed over that). ``recording``: a database's recorder is writing now (latest sample
+    at most three intervals old), so ``holders`` is who holds memory idle now; when False,
+    nobody knows who does. ``bucket_s``: a database's granularity, 3600 (UTC hours) or 86400
+    where part of it is kept in UTC days (before ``days_before_s``). ``prorated_s``: seconds
+    of the period in buckets it covers in part, whose share is estimated (clipped to when the
+    group's processes were seen, then as if used evenly). ``idle_unknown``: how many processes
+    hold GPU memory now with no SM utilisation reading (MIG, some boards), so ``holders``
+    cannot tell whether they are idle; ``None`` when nobody counted them (an older recorder)
+    or ``holders`` is not known.
     """
 
     period: Period

@@ -1,10 +1,6 @@
 """The plain-text GPU table of the headless modes: ``gpumon once``, and per node the cluster
 view of ``gpumon once --prometheus`` (:mod:`gpumon.commands.cluster_output`).
-
-What lives here: :func:`gpu_lines` (one line per GPU, FREE on the free ones, its processes
-indented below), the cells and column helpers it is built from, and :func:`user_line`, the
-row of the per-user table (USER, GPUS, GPU-MEM, PROCS). Pure functions of a sample; colours
-come from :mod:`gpumon.data.painting`.
+Pure functions of a sample; colours come from :mod:`gpumon.data.painting`.
 """
 
 from __future__ import annotations

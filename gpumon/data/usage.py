@@ -16,26 +16,17 @@ GROUPINGS = ("user", "job", "container", "gpu")
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One row of a report: one user (or Slurm job, container, GPU) over the period.
+    """One row of a report: one user (or Slurm job, container, GPU UUID: ``key``; ``None``
+    for what has none) over the period, on ``node`` in a cluster report.
 
-    Attributes:
-        key: the user name, job id, container id or GPU UUID; ``None`` for the row of what
-            has none (processes in no job, or whose owner could not be read).
-        node: the node, in a cluster report; ``None`` on one server.
-        gpu_hours_held: GPU-hours during which the group's processes held memory on a GPU
-            (two processes on one GPU for an hour: one GPU-hour).
-        gpu_hours_used: the same, weighted by the processes' SM utilisation (0 to 1), over
-            the time it was known; ``None`` when it was never known (MIG instances, boards
-            that do not report it): unknown is never 0 used.
-        idle_held_hours: GPU-hours held by processes that were idle (judged by their SM
-            utilisation: counted over the same known time as ``gpu_hours_used``); ``None``
-            when that was never known: unknown is never 0 idle.
-        peak_memory_bytes: the most GPU memory one of its processes held at once; ``None``
-            when never known.
-        processes: how many process sessions (PID and start time) it had.
-        used_known_hours: the part of ``gpu_hours_held`` during which the SM utilisation
-            of the group's processes was known (what ``gpu_hours_used`` is counted over);
-            ``None`` when not tracked (the recording rules of an older gpumon).
+    ``gpu_hours_held``: GPU-hours during which its processes held memory on a GPU (two on one
+    GPU for an hour: one). ``gpu_hours_used``: the same weighted by their SM utilisation (0 to
+    1) over the time it was known, and ``idle_held_hours`` the part held by idle processes
+    (judged over that same time); both ``None`` when it was never known (MIG instances,
+    boards that do not report it): unknown is never 0. ``peak_memory_bytes``: the most one
+    process held at once. ``processes``: process sessions (PID and start time).
+    ``used_known_hours``: the part of ``gpu_hours_held`` with the SM utilisation known;
+    ``None`` when not tracked (the recording rules of an older gpumon).
     """
 
     key: str | None

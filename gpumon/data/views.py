@@ -46,16 +46,13 @@ class ProcessFilter:
     def describe(self) -> str:
         """The active parts in words (``GPU 3 · user alice · mine · "train"``); empty when
         none."""
-        parts = []
-        if self.gpu_index is not None:
-            parts.append(f"GPU {self.gpu_index}")
-        if self.user:
-            parts.append(f"user {self.user}")
-        if self.mine:
-            parts.append("mine")
-        if self.text:
-            parts.append(f'"{self.text}"')
-        return " · ".join(parts)
+        parts = (
+            "" if self.gpu_index is None else f"GPU {self.gpu_index}",
+            f"user {self.user}" if self.user else "",
+            "mine" if self.mine else "",
+            f'"{self.text}"' if self.text else "",
+        )
+        return " · ".join(part for part in parts if part)
 
 
 def filter_processes(

@@ -49,7 +49,6 @@ class Probe:
         self.cuda_index = -1
         self.gpu_uuid = ""
         self.tensors: dict[str, Any] = {}
-        self.context_created = False
 
     # Step 1 --------------------------------------------------------------------------------
     def step_python(self) -> Outcome:
@@ -207,22 +206,20 @@ class Probe:
     def step_tensors(self) -> Outcome:
         torch = self.torch
         n = self.cuda_index
-        self.context_created = True
         free, total = torch.cuda.mem_get_info(n)
         wanted = self.request.size_mib * 2**20
-        cap = int(free * self.request.max_free_fraction) // 2**20 * 2**20
+        fraction = self.request.max_free_fraction
+        cap = int(free * fraction) // 2**20 * 2**20
         size = min(wanted, cap)
-        note = ""
         if size < min(wanted, S.MIN_SIZE_MIB * 2**20):
             return Outcome(
                 S.FAIL,
                 f"too little free memory on cuda:{n}: {mib(free)} free of {mib(total)}; "
                 f"nothing allocated",
-                f"The probe uses at most {self.request.max_free_fraction:.0%} of the free "
-                f"memory and needs at least {S.MIN_SIZE_MIB} MiB.",
+                f"The probe uses at most {fraction:.0%} of the free memory and needs at least "
+                f"{S.MIN_SIZE_MIB} MiB.",
             )
-        if size < wanted:
-            note = f" (capped at {self.request.max_free_fraction:.0%} of free memory)"
+        note = f" (capped at {fraction:.0%} of free memory)" if size < wanted else ""
 
         created = torch.randn(3, 2, device=f"cuda:{n}")
         device = torch.device("cuda", n)

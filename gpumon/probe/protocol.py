@@ -159,20 +159,17 @@ def _get(payload: dict[str, Any], key: str, kind: Any, optional: bool = False) -
     value = payload[key]
     # bool is an int in Python, never in this protocol.
     if isinstance(value, bool) and kind is not bool:
-        raise ProtocolError(f"{key!r} must be {_kind_name(kind)}, got {value!r}")
+        raise ProtocolError(f"{key!r} must be {_KIND_NAMES.get(kind, kind)}, got {value!r}")
     if kind is float:
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ProtocolError(f"{key!r} must be a finite number, got {value!r}")
         return float(value)
     if not isinstance(value, kind):
-        raise ProtocolError(f"{key!r} must be {_kind_name(kind)}, got {value!r}")
+        raise ProtocolError(f"{key!r} must be {_KIND_NAMES.get(kind, kind)}, got {value!r}")
     return value
 
 
-def _kind_name(kind: Any) -> str:
-    return {int: "an integer", str: "a string", bool: "true or false", list: "a list"}.get(
-        kind, str(kind)
-    )
+_KIND_NAMES = {int: "an integer", str: "a string", bool: "true or false", list: "a list"}
 
 
 def _non_negative(payload: dict[str, Any], key: str, kind: Any) -> Any:
@@ -182,21 +179,14 @@ def _non_negative(payload: dict[str, Any], key: str, kind: Any) -> Any:
     return value
 
 
-def _text(payload: dict[str, Any], key: str, optional: bool = False) -> str:
-    """A string field, made safe to show: the child's text may hold terminal escapes."""
+def _text(payload: dict[str, Any], key: str, optional: bool = False, lines: bool = False) -> str:
+    """A string field (of several ``lines``: each line) made safe to show: the child's text
+    may hold terminal escapes."""
     # Parent side only, so imported here: the child's interpreter may be too old for it.
-    from gpumon.data.format import safe_text
+    from gpumon.data.format import safe_lines, safe_text
 
     value = _get(payload, key, str, optional)
-    return "" if value is None else safe_text(value)
-
-
-def _lines(payload: dict[str, Any], key: str, optional: bool = False) -> str:
-    """A string field of several lines, each made safe to show."""
-    from gpumon.data.format import safe_lines
-
-    value = _get(payload, key, str, optional)
-    return "" if value is None else safe_lines(value)
+    return "" if value is None else (safe_lines if lines else safe_text)(value)
 
 
 def decode(line: str | bytes) -> Event:
@@ -224,7 +214,7 @@ def decode(line: str | bytes) -> Event:
             status=status,
             value=_text(payload, "value"),
             duration_ms=_non_negative(payload, "duration_ms", float),
-            detail=_lines(payload, "detail", optional=True),
+            detail=_text(payload, "detail", optional=True, lines=True),
         )
     if kind == "holding":
         return Holding(

@@ -29,7 +29,6 @@ from gpumon.probe.confirm import CONFIRM_TIMEOUT_S, NextSample, check_holding, c
 from gpumon.probe.protocol import (
     Done,
     Event,
-    Hello,
     Holding,
     ProtocolError,
     Request,
@@ -76,14 +75,12 @@ def _describe_exit(returncode: int) -> str:
 class _ProbeRun:
     def __init__(
         self,
-        request: Request,
         argv: list[str],
         timeout_s: float,
         next_sample: NextSample | None,
         on_event: EventCallback | None,
         confirm_timeout_s: float,
     ) -> None:
-        self.request = request
         self.argv = argv
         self.timeout_s = timeout_s
         self.next_sample = next_sample
@@ -91,7 +88,6 @@ class _ProbeRun:
         self.confirm_timeout_s = confirm_timeout_s
         self.steps: dict[int, StepEvent] = {}
         self.started: dict[int, float] = {}
-        self.hello: Hello | None = None
         self.holding: Holding | None = None
         self.child_done: Done | None = None
         self.stderr_tail = ""
@@ -173,8 +169,6 @@ class _ProbeRun:
             if isinstance(event, Done):
                 self.child_done = event
                 continue
-            if isinstance(event, Hello):
-                self.hello = event
             await self.emit(event)
             if isinstance(event, Holding):
                 self.holding = event
@@ -276,23 +270,16 @@ async def run_probe(
     command: Sequence[str] | None = None,
     confirm_timeout_s: float = CONFIRM_TIMEOUT_S,
 ) -> ProbeOutcome:
-    """Run the probe child once and report every step through ``on_event``.
+    """Run the probe child once (in ``python``, default gpumon's; ``command`` replaces its argv
+    before ``--request``, for tests) and report every step through ``on_event`` (a function or
+    coroutine function), in order.
 
     Never raises for anything the child does: each failure is a failed step and the rest are
-    skipped; the last event is always the runner's own :class:`Done`. Cancelling kills and
-    reaps the child.
-
-    Args:
-        request: What to probe; sent to the child as ``--request``.
-        python: The interpreter for the child (default: gpumon's).
-        timeout_s: The whole run's limit; past it the child's group is killed.
-        next_sample: The next NVML sample, for step 6 and the check after step 9; without it
-            step 6 is skipped.
-        on_event: Called with each event in order; may be a coroutine function.
-        command: Replaces the child's argv before ``--request`` (tests).
-        confirm_timeout_s: How long step 6 waits for NVML samples.
+    skipped; the last event is always the runner's own :class:`Done`. Past ``timeout_s`` the
+    child's group is killed; cancelling kills and reaps it. Without ``next_sample`` (the next
+    NVML sample) step 6 is skipped; it waits ``confirm_timeout_s`` for NVML at most.
     """
     argv = [*(command if command is not None else child_command(python))]
     argv += ["--request", encode(request)]
-    run = _ProbeRun(request, argv, timeout_s, next_sample, on_event, confirm_timeout_s)
+    run = _ProbeRun(argv, timeout_s, next_sample, on_event, confirm_timeout_s)
     return await run.run()

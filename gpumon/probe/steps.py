@@ -42,9 +42,6 @@ STEPS = (PYTHON, BUILD, CUDA, MAPPING, TENSORS, NVML, CROSS_DEVICE, BANDWIDTH, C
 STEP_IDS = tuple(step.id for step in STEPS)
 BY_ID = {step.id: step for step in STEPS}
 
-# Step 6 is the parent's: the child holds its memory and waits while the parent asks NVML.
-PARENT_STEPS = frozenset({NVML.id})
-
 # Step statuses. RUNNING is the only one that is not final.
 RUNNING = "running"
 PASS = "pass"
@@ -59,8 +56,6 @@ MAX_FREE_FRACTION = 0.10
 # Below this, a capped allocation proves nothing; the probe refuses instead.
 MIN_SIZE_MIB = 16
 DEFAULT_TIMEOUT_S = 60.0
-# How long the child holds its memory waiting for the parent's "continue".
-DEFAULT_HOLD_TIMEOUT_S = 30.0
 
 
 def title(step_id: int) -> str:

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from uuid import UUID
 
 from gpumon.data.model import DriverInfo, GpuProcess, GpuStats, HostStats, ProcessKind, Sample
 
@@ -108,10 +109,8 @@ class DemoSource:
         self._ticks = 0
         self._load: list[float] | None = None
         self._next_pid = 201_000 + self._random.randrange(1000)
-        if current_user is None:
-            current_user = _login_name()
-        self._current_user = current_user
-        self._users = (*_OTHER_USERS, current_user)
+        self._current_user = _login_name() if current_user is None else current_user
+        self._users = (*_OTHER_USERS, self._current_user)
         self._gpus = [self._new_gpu(index) for index in range(gpu_count)]
         # The last busy GPU but the display's: derived, not drawn (a seed's server stays).
         self._quiet_gpu = max((g.index for g in self._gpus[1:] if g.load > 0), default=None)
@@ -141,8 +140,7 @@ class DemoSource:
 
     def _new_gpu(self, index: int) -> _SimGpu:
         uuid_hex = "".join(f"{self._random.randrange(16):x}" for _ in range(32))
-        groups = (uuid_hex[:8], uuid_hex[8:12], uuid_hex[12:16], uuid_hex[16:20], uuid_hex[20:])
-        uuid = "GPU-" + "-".join(groups)
+        uuid = f"GPU-{UUID(uuid_hex)}"  # 8-4-4-4-12 hex digits
         # About a quarter of the GPUs are idle: "is this GPU free?" has an answer.
         load = (
             0.0 if self._random.random() < 0.25 and index > 0 else self._random.uniform(0.4, 0.98)

@@ -112,8 +112,6 @@ class ClaimsDir:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- reading -----------------------------------------------------------------------
-
     def scan(self, keys: Collection[str] | None = None, now_s: float | None = None) -> Scan:
         """Every claim file (of ``keys`` only, when given) checked and read.
 
@@ -195,8 +193,6 @@ class ClaimsDir:
             expires_s=rules.expiry(stated_s, claimed_s),
         )
         return claim, ""
-
-    # -- writing -----------------------------------------------------------------------
 
     def write(self, key: str, claimed_s: float, expires_s: float, token: str | None = None) -> str:
         """Write this user's claim on ``key`` (named with ``token``, random by default); returns its

@@ -7,6 +7,7 @@ may hold secrets). Blocking: call it off the event loop. Text is made safe here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ COMMAND_MAX_CHARS = 64 * 1024
 #: Parents shown at most (init and the kernel's threads are never shown).
 MAX_ANCESTORS = 12
 
-_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
+PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +56,11 @@ def read_process_details(pid: int, expected_start_s: float | None = None) -> Pro
     try:
         process = psutil.Process(pid)
         started = process.create_time()
-    except _ERRORS:
+    except PSUTIL_ERRORS:
         return ProcessDetails(pid, visible=False)
     if expected_start_s is not None and abs(started - expected_start_s) > 1.0:
         return ProcessDetails(pid, visible=False)  # a new process under an old PID
-    uid = _uid(process)
+    uid = read_uid(process)
     own = uid is not None and uid == os.getuid()
     return ProcessDetails(
         pid=pid,
@@ -73,31 +74,29 @@ def read_process_details(pid: int, expected_start_s: float | None = None) -> Pro
     )
 
 
-def _uid(process: psutil.Process) -> int | None:
+def read_uid(process: psutil.Process) -> int | None:
     try:
         return int(process.uids().real)
-    except (*_ERRORS, AttributeError):
+    except (*PSUTIL_ERRORS, AttributeError):
         return None
 
 
 def _user(process: psutil.Process) -> str | None:
     try:
         return safe_text(str(process.username()))
-    except (*_ERRORS, KeyError):
-        uid = _uid(process)
+    except (*PSUTIL_ERRORS, KeyError):
+        uid = read_uid(process)
         return None if uid is None else str(uid)
 
 
 def _command(process: psutil.Process) -> str | None:
-    try:
+    with contextlib.suppress(*PSUTIL_ERRORS):
         parts = process.cmdline()
         if parts:
             return safe_text(" ".join(parts), COMMAND_MAX_CHARS)
-    except _ERRORS:
-        pass
     try:
         return safe_text(str(process.name()))
-    except _ERRORS:
+    except PSUTIL_ERRORS:
         return None
 
 
@@ -108,7 +107,7 @@ def _ancestors(process: psutil.Process) -> tuple[Ancestor, ...]:
     for _ in range(MAX_ANCESTORS):
         try:
             parent = current.parent()
-        except _ERRORS:
+        except PSUTIL_ERRORS:
             break
         if parent is None or parent.pid <= 1:
             break
@@ -126,7 +125,7 @@ def _short(command: str | None, limit: int = 200) -> str | None:
 def _cuda_environment(process: psutil.Process) -> dict[str, str | None] | None:
     try:
         environment = process.environ()
-    except _ERRORS:
+    except PSUTIL_ERRORS:
         return None
     return {
         name: None if name not in environment else safe_text(environment[name], 256)

@@ -7,6 +7,7 @@ comes from other users (command lines, user names) is made safe here, once, for 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import socket
@@ -20,6 +21,7 @@ from gpumon.data.format import safe_text
 from gpumon.data.model import HostStats
 from gpumon.sources.host import cgroup
 from gpumon.sources.host.cgroup import NO_IDS, CgroupIds
+from gpumon.sources.host.details import PSUTIL_ERRORS, read_uid
 from gpumon.sources.host.procfs import (
     CLOCK_TICKS,
     ProcStat,
@@ -116,7 +118,6 @@ def sees_every_host_pid(proc: str = "/proc") -> bool:
     return not proc_hides_pids(mounts, proc)
 
 
-_PSUTIL_ERRORS = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError)
 #: How many PIDs no longer listed the inspector remembers the identity of.
 FORGOTTEN_MAX = 4096
 
@@ -144,15 +145,12 @@ class ProcessInspector:
     (one ``/proc/PID/stat`` read on Linux, else psutil). A process is known by (PID, start
     time), so a reused PID is never mistaken for the old process.
 
-    Args:
-        process_factory: ``psutil.Process`` or a look-alike (tests).
-        current_uid: whose processes are "mine" (default: this process's real uid).
-        clock: wall clock, for elapsed times; ``monotonic``: for CPU percentages.
-        read_stat: the per-tick reader (default on Linux with psutil's ``Process``).
-        read_cgroup: reads a new PID's Slurm job and container ids (default with psutil's).
-        sees_every_pid: whether a PID missing here has exited (default: detected).
-        foreign_namespace: gpumon runs outside the host's PID namespace, so a PID found here is
-            NVML's only when it has an NVIDIA device open (default: detected).
+    ``process_factory`` is ``psutil.Process`` or a look-alike (tests); ``current_uid`` owns
+    the processes that are "mine" (default: this process's real uid); ``clock`` dates elapsed
+    times, ``monotonic`` CPU percentages. ``read_stat`` (the per-tick reader), ``read_cgroup``,
+    ``sees_every_pid`` (a PID missing here has exited) and ``foreign_namespace`` (outside the
+    host's PID namespace, a PID here is NVML's only with an NVIDIA device open) are detected
+    by default.
     """
 
     def __init__(
@@ -189,7 +187,7 @@ class ProcessInspector:
         self._monotonic = monotonic
         if read_cgroup is None:
             real = process_factory is psutil.Process
-            read_cgroup = cgroup.read_cgroup_ids if real else _no_cgroup_ids
+            read_cgroup = cgroup.read_cgroup_ids if real else lambda pid: NO_IDS
         self._read_cgroup = read_cgroup
         self._tracked: dict[int, _Tracked] = {}
         #: PIDs no longer asked about -> (start ticks, create time) as last known, the
@@ -269,22 +267,16 @@ class ProcessInspector:
         zombie = False
         try:
             with process.oneshot():
-                try:
+                with contextlib.suppress(psutil.AccessDenied):
                     # An exited process its parent never reaped: NVML may still list it.
                     zombie = process.status() == psutil.STATUS_ZOMBIE
-                except psutil.AccessDenied:
-                    pass
-                try:
+                with contextlib.suppress(psutil.AccessDenied):
                     value = process.cpu_percent(interval=None)
                     # The first call only primes the counter: its 0.0 is not a measurement.
                     cpu_pct = value if tracked.primed else None
                     tracked.primed = True
-                except psutil.AccessDenied:
-                    pass
-                try:
+                with contextlib.suppress(psutil.AccessDenied):
                     rss = process.memory_info().rss
-                except psutil.AccessDenied:
-                    pass
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             self._tracked.pop(pid, None)
             return self._missing
@@ -295,12 +287,10 @@ class ProcessInspector:
     def _track(self, pid: int) -> _Tracked | None:
         tracked = self._tracked.get(pid)
         if tracked is not None:
-            try:
-                # is_running() compares create time: catches a PID reused by a new process.
+            # is_running() compares create time: catches a PID reused by a new process.
+            with contextlib.suppress(*PSUTIL_ERRORS):
                 if tracked.process is not None and tracked.process.is_running():
                     return tracked
-            except _PSUTIL_ERRORS:
-                pass
             del self._tracked[pid]
         return self._discover(pid)
 
@@ -309,22 +299,14 @@ class ProcessInspector:
         try:
             process = self._process_factory(pid)
             create_time = process.create_time()
-        except _PSUTIL_ERRORS:
+        except PSUTIL_ERRORS:
             # Not in this PID namespace (container) or already gone.
             return None
         if self._is_a_collision(pid, create_time):
             return None
-        uid = _read_uid(process)
-        return self._keep(
-            pid,
-            _Tracked(
-                process=process,
-                create_time=create_time,
-                uid=uid,
-                user=self._user_name(uid, process),
-                command=_read_command(process),
-            ),
-        )
+        uid = read_uid(process)
+        user, command = self._user_name(uid, process), _read_command(process)
+        return self._keep(pid, _Tracked(process, create_time, user, uid, command))
 
     def _discover_from_proc(self, pid: int, start_ticks: int) -> _Tracked | None:
         """:meth:`_discover` from this host's /proc, whose stat was just read: psutil's values from
@@ -346,23 +328,14 @@ class ProcessInspector:
         if command is None:  # none readable or an empty one (a zombie): the name, as psutil
             try:
                 command = _read_command(psutil.Process(pid))
-            except _PSUTIL_ERRORS:
+            except PSUTIL_ERRORS:
                 command = None
         again = read_proc_stat(pid)
         if again is None or again.start_ticks != start_ticks:
             # It exited (or its PID went to another process) while being read: what was read
             # is not its owner and command but nothing, and it is gone, not a row of unknowns.
             return None
-        return self._keep(
-            pid,
-            _Tracked(
-                process=None,
-                create_time=create_time,
-                uid=uid,
-                user=self._user_name(uid),
-                command=command,
-            ),
-        )
+        return self._keep(pid, _Tracked(None, create_time, self._user_name(uid), uid, command))
 
     def _is_a_collision(self, pid: int, create_time: float) -> bool:
         """Outside the host's PID namespace: whether ``pid`` here is some other process
@@ -394,12 +367,8 @@ class ProcessInspector:
             return None
         try:
             return safe_text(str(process.username()))
-        except (*_PSUTIL_ERRORS, KeyError):
+        except (*PSUTIL_ERRORS, KeyError):
             return None
-
-
-def _no_cgroup_ids(pid: int) -> CgroupIds:
-    return NO_IDS
 
 
 def _defunct(command: str | None) -> str:
@@ -407,21 +376,12 @@ def _defunct(command: str | None) -> str:
     return f"{command or '?'} <defunct>"
 
 
-def _read_uid(process: psutil.Process) -> int | None:
-    try:
-        return int(process.uids().real)
-    except (*_PSUTIL_ERRORS, AttributeError):
-        return None
-
-
 def _read_command(process: psutil.Process) -> str | None:
-    try:
+    with contextlib.suppress(*PSUTIL_ERRORS):
         text = " ".join(process.cmdline())
         if text.strip():  # argv [""] is no command: the name, as for an empty one
             return safe_text(text)
-    except _PSUTIL_ERRORS:
-        pass
     try:
         return safe_text(str(process.name()))
-    except _PSUTIL_ERRORS:
+    except PSUTIL_ERRORS:
         return None

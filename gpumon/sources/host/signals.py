@@ -15,7 +15,7 @@ from typing import Literal
 
 import psutil
 
-from gpumon.data.format import safe_text
+from gpumon.data.format import error_text, safe_text
 from gpumon.data.model import GpuProcess
 from gpumon.sources.host.pidfd import open_pidfd
 
@@ -60,16 +60,12 @@ def refusal(process: GpuProcess, *, readonly: bool, current_uid: int | None = No
     except _Stop as stop:
         return f"{stop.reason}: nothing sent"
     except (OSError, psutil.Error) as error:
-        return f"PID {process.pid} could not be checked ({_describe(error)}): nothing sent"
+        return f"PID {process.pid} could not be checked ({error_text(error)}): nothing sent"
     return None
 
 
 def send_signal(
-    process: GpuProcess,
-    sig: signal.Signals,
-    *,
-    readonly: bool,
-    current_uid: int | None = None,
+    process: GpuProcess, sig: signal.Signals, *, readonly: bool, current_uid: int | None = None
 ) -> SignalResult:
     """Send ``sig`` to ``process`` if :func:`refusal` allows it and it is still that process.
 
@@ -94,10 +90,10 @@ def send_signal(
         return SignalResult("gone", f"PID {pid} has already exited: {name} not sent")
     except (PermissionError, psutil.AccessDenied) as error:
         return SignalResult(
-            "refused", f"Not permitted to signal PID {pid} ({_describe(error)}): {name} not sent"
+            "refused", f"Not permitted to signal PID {pid} ({error_text(error)}): {name} not sent"
         )
     except (OSError, psutil.Error) as error:
-        return SignalResult("refused", f"PID {pid}: {_describe(error)}: {name} not sent")
+        return SignalResult("refused", f"PID {pid}: {error_text(error)}: {name} not sent")
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -147,11 +143,3 @@ def _user_name(uid: int) -> str:
         return f"{safe_text(pwd.getpwuid(uid).pw_name)} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
-
-
-def _describe(error: BaseException) -> str:
-    """The system's words for an error (``Operation not permitted``), else its text."""
-    strerror = getattr(error, "strerror", None)
-    if isinstance(strerror, str) and strerror:
-        return strerror
-    return str(error) or type(error).__name__

@@ -8,6 +8,7 @@ hands each device the loaded binding.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -190,20 +191,15 @@ class Device:
         """Read what never changes, once. A field that failed transiently is read again on
         the next tick, and only that field: a value already read is never replaced."""
         nvml = self.nvml
+        threshold = nvml.nvmlDeviceGetTemperatureThreshold
         calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
             "uuid": (nvml.nvmlDeviceGetUUID, ()),
             "name": (nvml.nvmlDeviceGetName, ()),
             "pci": (nvml.nvmlDeviceGetPciInfo, ()),
-            "slowdown": (
-                nvml.nvmlDeviceGetTemperatureThreshold,
-                (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,),
-            ),
-            "shutdown": (
-                nvml.nvmlDeviceGetTemperatureThreshold,
-                (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,),
-            ),
+            "slowdown": (threshold, (nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,)),
+            "shutdown": (threshold, (nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,)),
         }
-        try:
+        with contextlib.suppress(GpuLost):
             for field in [field for field in calls if field in self._identity_missing]:
                 call, args = calls[field]
                 value = self.read(field, call, *args)
@@ -222,8 +218,6 @@ class Device:
                     self.slowdown_c = int(value)
                 else:
                     self.shutdown_c = int(value)
-        except GpuLost:
-            pass
 
     def lost_stats(self) -> GpuStats:
         return GpuStats(
@@ -246,7 +240,6 @@ class Device:
         self.mig_enabled = settings.mig_on
         utilization = self._utilization()
         settings = self.settings.last  # with its MIG mode read again, if it was
-        mig = settings.mig
         mig_instances: tuple[MigInstance, ...] | None = ()
         if self.mig_enabled:
             from gpumon.sources.nvml.mig import read_mig_instances
@@ -258,16 +251,16 @@ class Device:
         encoder, decoder = self.codecs.read() if details else self.codecs.skip()
         pcie_rx, pcie_tx = self._pcie_throughput()
         power_mw = self.read("power", nvml.nvmlDeviceGetPowerUsage)
-        limit_mw, persistence = settings.power_limit_mw, settings.persistence
-        display, compute_mode = settings.display, settings.compute_mode
+        limit_mw, compute_mode = settings.power_limit_mw, settings.compute_mode
         pstate = self.read("pstate", nvml.nvmlDeviceGetPerformanceState)
+        graphics = (nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS)
         return GpuStats(
             index=self.index,
             uuid=self.uuid,
             name=self.name,
             pci_bus_id=self.pci_bus_id,
-            persistence_mode=None if persistence is None else bool(persistence),
-            display_active=None if display is None else bool(display),
+            persistence_mode=None if settings.persistence is None else bool(settings.persistence),
+            display_active=None if settings.display is None else bool(settings.display),
             performance_state=None if pstate in (None, _PSTATE_UNKNOWN) else int(pstate),
             fan_pct=self.read("fan", nvml.nvmlDeviceGetFanSpeed),
             temperature_c=self._temperature(),
@@ -285,16 +278,12 @@ class Device:
             utilization_decoder_pct=decoder,
             pcie_rx_bytes_per_s=pcie_rx,
             pcie_tx_bytes_per_s=pcie_tx,
-            clock_graphics_mhz=self.read(
-                "clock_graphics", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_GRAPHICS
-            )
-            if details
-            else None,
+            clock_graphics_mhz=self.read("clock_graphics", *graphics) if details else None,
             clock_sm_mhz=self.read("clock_sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
             clock_memory_mhz=self.settings.memory_clock(pstate),
             clock_event_reasons=self._clock_event_reasons() if details else None,
             compute_mode=None if compute_mode is None else _COMPUTE_MODES.get(compute_mode),
-            mig_mode=None if mig is None else self.mig_enabled,
+            mig_mode=None if settings.mig is None else self.mig_enabled,
             mig_instances=mig_instances,
             **self.health.read(details=details),
         )
@@ -319,12 +308,8 @@ class Device:
         # v2 separates reserved memory; v1 counts it as used on R510+ (disagrees with nvidia-smi).
         # A transient v2 error is N/A for this tick, not a reason to fall back to v1 for good.
         v2 = getattr(nvml, "nvmlMemory_v2", None)
-        info = self.read_newest(
-            [
-                ("memory_v2", nvml.nvmlDeviceGetMemoryInfo if v2 else None, (v2,)),
-                ("memory", nvml.nvmlDeviceGetMemoryInfo, ()),
-            ]
-        )
+        call = nvml.nvmlDeviceGetMemoryInfo
+        info = self.read_newest([("memory_v2", call if v2 else None, (v2,)), ("memory", call, ())])
         if info is None:
             return None, None, None, None
         used, total = int(info.used), int(info.total)
@@ -356,32 +341,19 @@ class Device:
     def _clock_event_reasons(self) -> tuple[str, ...] | None:
         # "Throttle reasons" were renamed "clock event reasons" (R535); the old call is
         # deprecated. A driver without the new call answers FUNCTION_NOT_FOUND, once.
-        nvml = self.nvml
-        mask = self.read_newest(
-            [
-                (
-                    "clock_events",
-                    getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None),
-                    (),
-                ),
-                (
-                    "clock_throttle",
-                    getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
-                    (),
-                ),
-            ]
-        )
+        events = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        throttle = getattr(self.nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        mask = self.read_newest([("clock_events", events, ()), ("clock_throttle", throttle, ())])
         return None if mask is None else clock_event_names(int(mask))
 
     def _temperature(self) -> int | None:
         # nvmlDeviceGetTemperature is deprecated (to be removed in CUDA 14): ask the versioned
         # call first; a driver without it answers FUNCTION_NOT_FOUND, and a binding without
         # either call is asked nothing.
-        sensor = self.nvml.NVML_TEMPERATURE_GPU
+        sensor = (self.nvml.NVML_TEMPERATURE_GPU,)
+        versioned = getattr(self.nvml, "nvmlDeviceGetTemperatureV", None)
+        plain = getattr(self.nvml, "nvmlDeviceGetTemperature", None)
         value = self.read_newest(
-            [
-                ("temperature_v", getattr(self.nvml, "nvmlDeviceGetTemperatureV", None), (sensor,)),
-                ("temperature", getattr(self.nvml, "nvmlDeviceGetTemperature", None), (sensor,)),
-            ]
+            [("temperature_v", versioned, sensor), ("temperature", plain, sensor)]
         )
         return None if value is None else int(value)

@@ -40,11 +40,6 @@ FELL_OFF_THE_BUS = "fell off the bus (NVML: GPU is lost); check dmesg for Xid 79
 PROCESSES_NOT_SUPPORTED = "not supported: this GPU or driver does not list its processes"
 
 
-def unopened(error: BaseException) -> str:
-    """Why a GPU whose handle NVML refused (for a reason other than GPU_IS_LOST) is LOST."""
-    return f"NVML cannot open this GPU: {error}"
-
-
 def error_code(error: BaseException) -> int | None:
     """The NVML return code an ``NVMLError`` carries, if any."""
     value = getattr(error, "value", None)

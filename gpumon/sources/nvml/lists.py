@@ -28,10 +28,6 @@ _FIRST_CAPACITY = 16
 _TRIES = 3
 
 
-def _grown(needed: int) -> int:
-    return needed * 2 + 5  # room for processes that start before the next call (as pynvml)
-
-
 class ListReader:
     """One GPU's lists, each read in one NVML call while its buffer is large enough."""
 
@@ -49,8 +45,6 @@ class ListReader:
         self._sample = sample
         self._buffers: dict[str, tuple[int, Any]] = {}  # function -> (capacity, array)
 
-    # -- the process lists --------------------------------------------------------------
-
     def processes(self, function: str) -> Callable[[Any], list[ProcessEntry]] | None:
         """A call for :meth:`Device.read <gpumon.sources.nvml.device.Device.read>` that lists
         the processes of NVML's ``function`` (e.g. ``nvmlDeviceGetComputeRunningProcesses_v3``;
@@ -65,21 +59,15 @@ class ListReader:
 
     def _direct_processes(self, function: str, handle: Any) -> list[ProcessEntry]:
         count, array = self._fill(function, self._structs[function[-3:]], handle)
-        entries: list[ProcessEntry] = []
-        for index in range(count):
-            item = array[index]
-            memory = item.usedGpuMemory
-            entries.append(
-                (
-                    item.pid,
-                    None if memory == VALUE_NOT_AVAILABLE else memory,
-                    item.gpuInstanceId,
-                    item.computeInstanceId,
-                )
+        return [
+            (
+                item.pid,
+                None if item.usedGpuMemory == VALUE_NOT_AVAILABLE else item.usedGpuMemory,
+                item.gpuInstanceId,
+                item.computeInstanceId,
             )
-        return entries
-
-    # -- the per-process SM samples -----------------------------------------------------
+            for item in array[:count]
+        ]
 
     def sm_samples(self) -> Callable[[Any, int], list[SmSample]]:
         """A call (handle, newest timestamp seen) for the per-process samples newer than that
@@ -97,8 +85,6 @@ class ListReader:
             "nvmlDeviceGetProcessUtilization", self._sample, handle, stamp, samples=True
         )
         return [(array[i].pid, array[i].timeStamp, array[i].smUtil) for i in range(count)]
-
-    # -- one call, the buffer grown when NVML says it is too small ----------------------
 
     def _fill(
         self, function: str, struct: Any, handle: Any, *extra: Any, samples: bool = False
@@ -118,7 +104,7 @@ class ListReader:
                 ret = fn(handle, ctypes.byref(count), array)
             if ret != NVML_ERROR_INSUFFICIENT_SIZE:
                 break
-            capacity = _grown(count.value)
+            capacity = count.value * 2 + 5  # room for processes that start meanwhile (as pynvml)
             array = (struct * capacity)()
         self._buffers[function] = (capacity, array)
         if ret != NVML_SUCCESS:

@@ -140,11 +140,9 @@ class MigReader:
         v2 = getattr(nvml, "nvmlMemory_v2", None)
         instances: list[MigInstance] = []
         for slot in slots:
+            call = slot.memory_info
             info = device.read_newest(
-                [
-                    ("mig_memory_v2", slot.memory_info if v2 else None, (v2,)),
-                    ("mig_memory", slot.memory_info, ()),
-                ]
+                [("mig_memory_v2", call if v2 else None, (v2,)), ("mig_memory", call, ())]
             )
             if info is None and (
                 device.failure_code("mig_memory_v2") in _NO_INSTANCE

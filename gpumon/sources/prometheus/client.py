@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import gpumon  # gpumon.__version__, read when a request is sent
-from gpumon.data.format import safe_text
+from gpumon.data.format import error_text, safe_text
 from gpumon.sources.prometheus.deadline import Deadline, deadline_opener, tls_context
 from gpumon.sources.prometheus.redaction import HIDDEN, Redactor
 
@@ -83,14 +83,14 @@ class _Client:
         self.headers = dict(headers)
         self.redactor = Redactor(self.headers, auth)
         if auth is not None:
-            token = _basic_token(auth)
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
             self.headers["Authorization"] = f"Basic {token}"
         self.timeout_s = timeout_s
         self.opener = opener
         try:
             self.context = tls_context(ca_file)
         except (OSError, ssl.SSLError) as error:
-            raise ValueError(f"cannot use the CA file {ca_file!r}: {_describe(error)}") from None
+            raise ValueError(f"cannot use the CA file {ca_file!r}: {error_text(error)}") from None
 
     def post(self, path: str, form: Mapping[str, str]) -> Any:
         request = urllib.request.Request(
@@ -143,7 +143,7 @@ class _Client:
         if isinstance(error, urllib.error.URLError):
             return _url_error_text(error.reason, self.timeout_s)
         if isinstance(error, (OSError, http.client.HTTPException)):
-            return f"connection failed: {_describe(error)}"
+            return f"connection failed: {error_text(error)}"
         raise error  # a bug: the source's own handler says it
 
     def _http_error_text(self, error: urllib.error.HTTPError) -> str:
@@ -192,10 +192,6 @@ def _content_length(headers: Any) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def _basic_token(auth: tuple[str, str]) -> str:
-    return base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
-
-
 def _split_url(url: str) -> tuple[str, str, tuple[str, str] | None]:
     """(base for requests, the same to show, basic auth from the URL or None)."""
     parts = urllib.parse.urlsplit(url.strip())
@@ -241,11 +237,6 @@ def _gunzip(body: bytes | bytearray) -> bytes:
     return data
 
 
-def _describe(error: BaseException) -> str:
-    text = getattr(error, "strerror", None) or str(error) or type(error).__name__
-    return str(text)
-
-
 def _url_error_text(reason: Any, timeout_s: float) -> str:
     if isinstance(reason, TimeoutError):
         return f"no answer within {timeout_s:g} s"
@@ -254,7 +245,7 @@ def _url_error_text(reason: Any, timeout_s: float) -> str:
     if isinstance(reason, ssl.SSLError):
         return f"TLS failed: {reason.reason or reason}"
     if isinstance(reason, BaseException):
-        return f"cannot connect: {_describe(reason)}"
+        return f"cannot connect: {error_text(reason)}"
     return f"cannot connect: {reason}"
 
 

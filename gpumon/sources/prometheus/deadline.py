@@ -83,10 +83,9 @@ class Deadline:
                 return
             self._expired = True
             for sock in self._sockets:
-                try:
+                # OSError: not connected yet, or its descriptor passed to a TLS socket.
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # a blocked read returns at once
-                except OSError:
-                    pass  # not connected yet, or its descriptor passed to a TLS socket
 
 
 class _Bounded(socket.socket):
@@ -215,15 +214,11 @@ def _connect(
 class _HTTPConnection(http.client.HTTPConnection):
     def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._create_connection = lambda *where: _connect(deadline, *where)
-
-
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self._deadline = deadline
         self._create_connection = lambda *where: _connect(deadline, *where)
 
+
+class _HTTPSConnection(_HTTPConnection, http.client.HTTPSConnection):
     def connect(self) -> None:
         _ACTIVE.deadline = self._deadline  # for the TLS socket the context creates
         try:

@@ -1,10 +1,7 @@
 """One node from its scrape target's series: its state, its GPUs, and why it is not current.
 
-:func:`_build_node` reads one target; :func:`_state` tells UP, DOWN or STALE from Prometheus'
-facts about the scrapes; :func:`_health` tells, for gpumon's exporter, whether the sample it
-serves is current although it answers (a driver call stuck behind a live exporter);
-:func:`_gpu_count_problem` refuses a node that names more GPUs than a machine can have. See
-"What a node holds" and "Staleness" in :mod:`gpumon.sources.prometheus.source`.
+A node that answers may still serve an old sample (a driver call stuck behind a live
+exporter), and one naming more GPUs than a machine can have is refused (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -136,9 +133,7 @@ def _health(
     age = _reading(values.get("gpumon_sample_age_seconds"))
     if age is not None:  # measured by the exporter itself: no skew between machines' clocks
         stamp = (scraped_s if scraped_s is not None else now) - age
-    old = ""
-    if stamp is not None:
-        old = f": its last sample is {fmt.duration(max(0.0, now - stamp))} old"
+    old = "" if stamp is None else f": its last sample is {fmt.duration(max(0.0, now - stamp))} old"
     if values.get("gpumon_sampler_stalled"):
         return f"the exporter's sampler is stalled{old}", stamp
     if (age is not None and age > STALE_AFTER_INTERVALS * interval_s) or (

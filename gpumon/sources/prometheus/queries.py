@@ -1,10 +1,6 @@
 """The PromQL the Prometheus source sends, and the series it reads.
 
-The three instant queries one refresh runs (:data:`QUERIES`: :data:`TARGETS_QUERY`,
-:data:`DATA_QUERY`, :data:`IDENTITY_QUERY`; see "Queries" in
-:mod:`gpumon.sources.prometheus.source`), the gpumon series names taken from the field table
-(:data:`GPUMON_READINGS`), dcgm-exporter's series with their units (:data:`DCGM_READINGS`),
-and quoting a PromQL string. No HTTP, no parsing.
+gpumon's series names come from the field table, never a copy. No HTTP, no parsing.
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import typing
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpumon.data.cluster import ExporterKind
-from gpumon.data.format import gpu_uuid, known_time, safe_text
+from gpumon.data.format import ascii_int, gpu_uuid, known_time, safe_text
 from gpumon.data.model import (
     DriverInfo,
     GpuProcess,
@@ -117,8 +118,7 @@ def _host(series: Iterable[_Series]) -> str | None:
 
 
 def _gpu_index(item: _Series) -> int | None:
-    text = item.labels.get("gpu", "")
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+    return ascii_int(item.labels.get("gpu"), 6)
 
 
 _TYPES = typing.get_type_hints(GpuStats)
@@ -200,16 +200,14 @@ def _gpumon_gpus(series: list[_Series]) -> dict[int, _Gpu]:
 def _gpumon_sample(series: list[_Series], host: str, when: float) -> Sample:
     gpus = _gpumon_gpus(series)
     processes = _processes(series)
-    listed: dict[int, int] = {}
-    for process in processes:
-        listed[process.gpu_index] = listed.get(process.gpu_index, 0) + 1
+    listed = Counter(process.gpu_index for process in processes)
     stats = tuple(_gpumon_stats(gpus[index], listed.get(index, 0)) for index in sorted(gpus))
     scalars = {item.name: item for item in series if "gpu" not in item.labels}
     stamp = sample_time(series)
     simulated = scalars.get("gpumon_simulated")
     return Sample(
         timestamp_s=stamp if stamp is not None else when,
-        host=_host_stats(host),
+        host=HostStats(host),
         driver=_driver(series),
         gpus=stats,
         processes=tuple(p for p in processes if p.gpu_index in gpus),
@@ -237,8 +235,7 @@ def _gpumon_stats(gpu: _Gpu, listed: int) -> GpuStats:
             "(a process's GPU memory is not reported)"
         )
     values["mig_instances"] = _mig(gpu) if values.get("mig_mode") else ()
-    uuid = values.pop("uuid", None)
-    return GpuStats(gpu.index, uuid, **values)
+    return GpuStats(gpu.index, values.pop("uuid", None), **values)
 
 
 def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
@@ -260,14 +257,15 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
     if not instances:
         return None
     ordered = sorted(
-        instances.items(), key=lambda pair: (_int(pair[0][0]) or 0, _int(pair[0][1]) or 0)
+        instances.items(),
+        key=lambda pair: (ascii_int(pair[0][0], 9) or 0, ascii_int(pair[0][1], 9) or 0),
     )
     return tuple(
         MigInstance(
             gpu.index,
             number,
-            _int(key[0]),
-            _int(key[1]),
+            ascii_int(key[0], 9),
+            ascii_int(key[1], 9),
             entry["profile"],
             entry["uuid"],
             entry.get("gpumon_mig_memory_used_bytes"),
@@ -275,10 +273,6 @@ def _mig(gpu: _Gpu) -> tuple[MigInstance, ...] | None:
         )
         for number, (key, entry) in enumerate(ordered)
     )
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 #: The ``type`` label of a process series: nvidia-smi's Type column. Absent: not known.
@@ -299,7 +293,7 @@ def _processes(series: list[_Series]) -> list[GpuProcess]:
     for item in series:
         if item.name != "gpumon_process_gpu_memory_bytes":
             continue
-        index, pid = _gpu_index(item), _int(item.labels.get("pid", ""))
+        index, pid = _gpu_index(item), ascii_int(item.labels.get("pid"), 9)
         if index is None or not pid:
             continue  # not a process gpumon's exporter would serve
         memory = _reading(item.value)
@@ -327,10 +321,6 @@ def _driver(series: list[_Series]) -> DriverInfo | None:
     return None
 
 
-def _host_stats(host: str) -> HostStats:
-    return HostStats(host, None, None, None, None, None, None)
-
-
 def _dcgm_sample(series: list[_Series], host: str, when: float) -> Sample:
     gpus: dict[int, _Gpu] = {}
     for item in series:
@@ -346,7 +336,7 @@ def _dcgm_sample(series: list[_Series], host: str, when: float) -> Sample:
             gpu.values[attribute] = value
     return Sample(
         timestamp_s=when,
-        host=_host_stats(host),
+        host=HostStats(host),
         driver=None,
         gpus=tuple(_dcgm_stats(gpus[index]) for index in sorted(gpus)),
         processes_read=False,
@@ -358,8 +348,7 @@ def _dcgm_stats(gpu: _Gpu) -> GpuStats:
     used, free = values.get("memory_used_bytes"), values.get("memory_free_bytes")
     if "memory_total_bytes" not in values and used is not None and free is not None:
         values["memory_total_bytes"] = used + free + (values.get("memory_reserved_bytes") or 0)
-    uuid = values.pop("uuid", None)
-    return GpuStats(gpu.index, uuid, **values)
+    return GpuStats(gpu.index, values.pop("uuid", None), **values)
 
 
 def _identity_sample(series: list[_Series], host: str, when: float) -> Sample:
@@ -376,4 +365,4 @@ def _identity_sample(series: list[_Series], host: str, when: float) -> Sample:
     for index in sorted(gpus):
         values = gpus[index].values
         stats.append(GpuStats(index, values.pop("uuid", None), **values))
-    return Sample(when, _host_stats(host), None, tuple(stats), processes_read=False)
+    return Sample(when, HostStats(host), None, tuple(stats), processes_read=False)

@@ -17,18 +17,12 @@ from typing import Any
 
 from gpumon.data.cluster import ClusterSample, ExporterKind, no_longer_current, node_names
 from gpumon.data.fields import BY_KEY
-from gpumon.data.format import known_time
-from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client, _describe
+from gpumon.data.format import error_text, known_time
+from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client
 from gpumon.sources.prometheus.nodes import DEFAULT_SCRAPE_INTERVAL_S, _build_node, _Known
 from gpumon.sources.prometheus.queries import DCGM_READINGS, QUERIES, _promql_string, _series_name
 from gpumon.sources.prometheus.series import _number, _Series, _vector
-from gpumon.sources.prometheus.targets import (
-    Target,
-    _by_target,
-    _facts,
-    _node_targets,
-    _unique,
-)
+from gpumon.sources.prometheus.targets import Target, _by_target, _facts, _node_targets, _unique
 
 __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 
@@ -100,7 +94,7 @@ class PrometheusSource:
         except PrometheusError as error:
             return self._failed(str(error))
         except Exception as error:  # a bug must not take the dashboard down: say it
-            said = self._client.server_text(_describe(error))  # it may quote the answer
+            said = self._client.server_text(error_text(error))  # it may quote the answer
             return self._failed(str(self._client.error(f"unexpected answer: {said}")))
         self._backoff.succeeded()
         self.last = sample
@@ -155,8 +149,6 @@ class PrometheusSource:
             scrape_interval_s=statistics.median(intervals) if intervals else None,
         )
 
-    # --- history ----------------------------------------------------------------------------
-
     def history(
         self,
         node: str,
@@ -194,13 +186,7 @@ class PrometheusSource:
         step_s = max(1.0, float(step) if step else seconds / 360)
         end = math.floor((self._clock() + self._clock_offset_s) / step_s) * step_s
         start = end - math.floor(seconds / step_s) * step_s
-        form = {
-            "query": f"max({metric}{{{selector}}})",
-            "start": f"{start:.3f}",
-            "end": f"{end:.3f}",
-            "step": f"{step_s:g}",
-        }
-        data = self._client.post("/api/v1/query_range", form)
+        data = self.query_range(f"max({metric}{{{selector}}})", start, end, step_s)
         values: dict[float, float | None] = {}
         for item in data.get("result", ())[:1]:
             for pair in item.get("values", ()) if isinstance(item, dict) else ():

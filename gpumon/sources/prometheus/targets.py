@@ -1,12 +1,11 @@
 """Scrape targets, the Prometheus source's nodes: facts and grouping per target.
 
-A target is its ``(instance, job)`` labels. :func:`_facts` reads each target's ``up``,
-scrapes and scrape interval; :func:`_by_target` groups series; :func:`_node_targets` picks
-the targets that are nodes; :func:`_unique` tells alike names apart (docs/cluster.md).
+A target is its ``(instance, job)`` labels (docs/cluster.md).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -94,9 +93,7 @@ def _node_targets(
 
 def _unique(names: list[str], built: list[tuple[str | None, Node]]) -> list[str]:
     """Names that are still alike (one instance in two jobs) get the job added."""
-    counts: dict[str, int] = {}
-    for name in names:
-        counts[name] = counts.get(name, 0) + 1
+    counts = Counter(names)
     return [
         f"{name} [{node.job}]" if counts[name] > 1 and node.job else name
         for name, (_, node) in zip(names, built, strict=True)

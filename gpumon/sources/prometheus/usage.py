@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumon.data.cluster import node_names
@@ -19,6 +19,7 @@ from gpumon.data.idle import IdleRule
 from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
+from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _number, _Series, _vector
 from gpumon.sources.prometheus.source import PrometheusSource
 
@@ -26,7 +27,6 @@ from gpumon.sources.prometheus.source import PrometheusSource
 LABELS = {"user": "user", "job": "job_id", "container": "container_id", "gpu": "uuid"}
 MAX_POINTS = 720
 MIN_STEP_S = 15.0
-_FACT = "gpumon_fact"
 #: The recording rules' series (contrib/prometheus/gpumon-recording.yml), per fact.
 RECORDED = {
     "held": "instance_user:gpumon_gpus_held:count",
@@ -46,14 +46,10 @@ def step_seconds(period: Period) -> float:
     return period.seconds / count
 
 
-def _groups(label: str) -> tuple[str, str]:
-    group = f"instance, job, {label}"
-    return group, group if label == "uuid" else f"{group}, uuid"
-
-
 def raw_expressions(label: str) -> dict[str, str]:
     """Per fact, the PromQL over the per-process series, by ``label`` and node."""
-    group, per_gpu = _groups(label)
+    group = f"instance, job, {label}"
+    per_gpu = group if label == "uuid" else f"{group}, uuid"
     return {
         "held": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_gpu_memory_bytes > 0))",
         "used": f"sum by ({group}) (clamp_max(sum by ({per_gpu}) "
@@ -127,7 +123,6 @@ class _Row:
     known: float | None = None
     peak: float | None = None
     processes: int = 0
-    seen: set[str] = field(default_factory=set)
 
 
 def _target(labels: dict[str, str]) -> tuple[str, str]:
@@ -191,11 +186,9 @@ def cluster_usage(
         row = rows.setdefault((target, None if key is None else safe_text(key)), _Row())
         if fact == "peak":
             row.peak = max([*values, *([] if row.peak is None else [row.peak])], default=None)
-        elif fact == "known":
-            row.known = (row.known or 0.0) + sum(values) * step_s / 3600.0
-        elif fact in ("held", "used", "idle"):
+        elif fact in ("held", "used", "idle", "known"):  # known: None until read
             hours = sum(values) * step_s / 3600.0
-            setattr(row, fact, getattr(row, fact) + hours)
+            setattr(row, fact, (getattr(row, fact) or 0.0) + hours)
     for (target, _), row in rows.items():
         _scale(row, _presence(extents.get(target), seen.get(target, 0), step_s))
     counted = source.query(processes_query(label, covered, step_s), covered.end_s)
@@ -229,7 +222,7 @@ def cluster_usage(
         period=period,
         by=by,
         rows=sorted_rows(usage),
-        holders=sorted_holders([_named(holder, names[t]) for t, holder in holders]),
+        holders=sorted_holders([replace(holder, node=names[t]) for t, holder in holders]),
         idle_unknown=idle_unknown,
         source="prometheus",
         where=source.url,
@@ -247,12 +240,9 @@ def _extents(data: Any, period: Period) -> dict[tuple[str, str], tuple[float, fl
     firsts: dict[tuple[str, str], float] = {}
     lasts: dict[tuple[str, str], float] = {}
     for item in _vector(data):
-        fact, value = item.labels.get(_FACT), item.value
-        if value is None or not math.isfinite(value):
-            continue
-        (firsts if fact == "first" else lasts if fact == "last" else {})[_target(item.labels)] = (
-            value
-        )
+        fact, value = item.labels.get(_FACT), item.value  # finite, or None (_vector)
+        if value is not None and fact in ("first", "last"):
+            (firsts if fact == "first" else lasts)[_target(item.labels)] = value
     return {
         target: (max(first, period.start_s), min(lasts[target], period.end_s))
         for target, first in firsts.items()
@@ -340,7 +330,3 @@ def _names(
     ordered = sorted(targets)
     names = node_names([(hosts.get(target), safe_text(target[0])) for target in ordered])
     return dict(zip(ordered, names, strict=True))
-
-
-def _named(holder: IdleHolder, node: str) -> IdleHolder:
-    return replace(holder, node=node)
