@@ -1,15 +1,7 @@
-"""The Textual dashboards. Imported only by the dashboard path of the CLI.
+"""The Textual dashboards, imported only by the dashboard path of the CLI: the base both apps
+share (:mod:`~gpumon.ui.app`), ``app.tcss``, and the packages ``widgets`` (what both draw
+with), ``dashboard`` (one machine) and ``cluster`` (Prometheus).
 
-What lives here: :mod:`~gpumon.ui.app` (``MonitorApp``, the base both apps share: the ASCII
-look, the chosen theme, quitting on signals, closing the poller, alerts),
-:mod:`~gpumon.ui.alerts` (the bell and desktop notifications), :mod:`~gpumon.ui.signals`,
-:mod:`~gpumon.ui.exact_updates` (only changed cells reach the terminal), ``app.tcss`` (sizes
-and theme colours), and three packages: ``widgets`` (what both apps draw with),
-``dashboard`` (the one-machine app and its screens) and ``cluster`` (the cluster app and its
-screens).
-
-May import: every layer below (:mod:`gpumon.probe`, :mod:`gpumon.sampling`,
-:mod:`gpumon.sources`, :mod:`gpumon.data`), textual and rich; never :mod:`gpumon.commands`.
-``dashboard`` and ``cluster`` never import each other; ``widgets`` and the base import
-neither.
+May import every layer below, textual and rich; never :mod:`gpumon.commands`. ``dashboard``
+and ``cluster`` never import each other; ``widgets`` and the base import neither.
 """
