@@ -18,7 +18,7 @@ from gpumon.cli_docs.man_page import man_page
 from gpumon.cli_docs.model import read_parser
 from gpumon.config import SETTINGS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gpumon(*args: str) -> subprocess.CompletedProcess[str]:
