@@ -22,7 +22,7 @@ from gpumon.data.painting import (
     fit_line,
     temperature_codes,
 )
-from gpumon.data.views import ProcessFilter, filter_processes
+from gpumon.data.views import ProcessFilter, filter_processes, shorten_command
 
 DEMO_MARKER = "DEMO (simulated data)"
 
@@ -49,9 +49,10 @@ def _gpu_cells(gpu: GpuStats, ascii_only: bool = False) -> dict[str, str]:
 
 
 def _process_cells(process: GpuProcess, sm: bool = False) -> dict[str, str]:
-    """A process line's cells; with ``sm``, its SM utilisation over NVML's window (``sm``)."""
+    """A process line's cells, the program's path shortened as the dashboard's table does
+    (the whole command line is in ``--json``); with ``sm``, its SM utilisation (``sm``)."""
     if process.visible:
-        command = process.command or "?"
+        command = shorten_command(process.command) if process.command else "?"
     elif process.exited:
         command = "(exited: NVML still lists it)"
     else:

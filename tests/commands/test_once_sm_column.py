@@ -40,7 +40,7 @@ def words(line: str) -> str:
 
 def test_each_process_line_says_its_sm_utilisation() -> None:
     lines = process_lines(once.render_table(sample(), ascii_only=False))
-    assert words(lines[0]).startswith("root 2113 186M SM N/A /usr/lib/xorg/Xorg")
+    assert words(lines[0]).startswith("root 2113 186M SM N/A Xorg vt1")
     assert words(lines[1]).startswith("alice 4242 11.0G SM 87% python train.py")
     assert words(lines[2]).startswith("bob 4343 4.0G SM 0% python eval.py")
     assert len({line.index(" SM ") for line in lines}) == 1  # the cells line up
