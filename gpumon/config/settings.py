@@ -136,6 +136,14 @@ class Settings:
         env="GPUMON_THEME",
         flag="--theme NAME",
     )
+    time_seconds: bool = _setting(
+        False,
+        checks.boolean,
+        "the process table's TIME to the second (5h17m04s; default 5h17m, <1m in the first "
+        "minute, so cells change once a minute)",
+        env="GPUMON_TIME_SECONDS",
+        flag="--time-seconds",
+    )
     probe_python: str | None = _setting(
         None,
         checks.interpreter,

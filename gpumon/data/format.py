@@ -115,15 +115,22 @@ def known_time(timestamp_s: object) -> float | None:
     return float(timestamp_s)
 
 
-def duration(seconds: float | None) -> str:
+def duration(seconds: float | None, *, precise: bool = False) -> str:
     """``42s``, ``17m``, ``5h17m``, ``3d04h``: elapsed time, seconds only in the first
-    minute (a cell that changes every second costs bytes over SSH)."""
+    minute (a cell that changes every second costs bytes over SSH). ``precise``: to the
+    second, ``17m04s``, ``5h17m04s``, ``3d04h05m06s``."""
     if seconds is None:
         return NA
     total = int(seconds)
     days, rest = divmod(total, 86_400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
+    if precise:
+        units = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+        while len(units) > 1 and not units[0][0]:
+            del units[0]
+        (first, unit), *rest_units = units
+        return f"{first}{unit}" + "".join(f"{value:02d}{name}" for value, name in rest_units)
     if days:
         return f"{days}d{hours:02d}h"
     if hours:
@@ -133,12 +140,12 @@ def duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-def running_time(seconds: float | None) -> str:
+def running_time(seconds: float | None, *, precise: bool = False) -> str:
     """:func:`duration` for a table that refreshes: ``<1m`` for the whole first minute, so
-    a young job's cell does not change every second."""
-    if seconds is not None and seconds < 60:
+    a young job's cell does not change every second; ``precise``: to the second."""
+    if seconds is not None and seconds < 60 and not precise:
         return "<1m"
-    return duration(seconds)
+    return duration(seconds, precise=precise)
 
 
 def truncate(text: str, width: int, ellipsis: str = ELLIPSIS) -> str:

@@ -220,3 +220,20 @@ def test_elapsed_time_is_as_precise_as_is_useful(seconds: float | None, shown: s
 )
 def test_running_time_in_the_table_has_one_step_a_minute(seconds: float | None, shown: str) -> None:
     assert fmt.running_time(seconds) == shown
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "N/A"),
+        (0, "0s"),
+        (42.9, "42s"),
+        (60, "1m00s"),
+        (17 * 60 + 4, "17m04s"),
+        (5 * 3600 + 17 * 60 + 4, "5h17m04s"),
+        (3 * 86_400 + 4 * 3600 + 5 * 60 + 6, "3d04h05m06s"),
+    ],
+)
+def test_precise_time_keeps_the_seconds_at_every_scale(seconds: float | None, shown: str) -> None:
+    assert fmt.duration(seconds, precise=True) == shown
+    assert fmt.running_time(seconds, precise=True) == shown  # no <1m: seconds were asked for

@@ -114,7 +114,7 @@ def render_identity(
     _append_fields(text, _placement(process), width)
     if details is not None and details.visible and details.started_at_s is not None:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(details.started_at_s))
-        ago = f"({fmt.duration(now_s - details.started_at_s)} ago)"
+        ago = f"({fmt.duration(now_s - details.started_at_s, precise=True)} ago)"
         _append_fields(text, [("Started  ", started), ("", ago)], width, gap="  ")
     if details is not None and details.visible:
         text.append("Launched by\n", "bold")

@@ -61,6 +61,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         panel = self.query_one(GpuPanel)
         panel.history = app.store
         panel.settings = app.settings
+        self.query_one(ProcessTable).time_seconds = app.settings.time_seconds
         panel.focus()
         if app.settings.user_filter:  # --user NAME: shown in the table's title; Escape clears
             self.set_filter(ProcessFilter(user=app.settings.user_filter))

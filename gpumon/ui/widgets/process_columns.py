@@ -66,6 +66,8 @@ COLUMNS: tuple[Column[GpuProcess], ...] = (
 MIN_COMMAND_WIDTH = 4
 #: The SM% column's width while some process is idle: ``idle ≥ 2h13m``.
 IDLE_SM_WIDTH = 12
+#: The TIME column's width with ``seconds`` (``time_seconds``): ``12d04h05m06s``.
+SECONDS_TIME_WIDTH = 12
 #: Optional columns and the process field whose value shows them; ``idle`` widens SM%.
 _OPTIONAL_FIELDS = (("job", "job_id"), ("container", "container_id"), ("sm", "sm_utilization_pct"))
 
@@ -96,6 +98,11 @@ def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[
     if "idle" in optional:
         columns = [
             dataclasses.replace(c, width=IDLE_SM_WIDTH) if c.key == "sm" else c for c in columns
+        ]
+    if "seconds" in optional:
+        columns = [
+            dataclasses.replace(c, width=SECONDS_TIME_WIDTH) if c.key == "time" else c
+            for c in columns
         ]
     return columns
 
@@ -159,9 +166,11 @@ def cell_text(
     process: GpuProcess,
     activity: Activity | None = None,
     ascii_only: bool = False,
+    seconds: bool = False,
 ) -> str:
     """What the cell of ``column`` reads for ``process``; ``activity`` is what gpumon has seen
-    of its SM utilisation (an IDLE process's SM% reads ``idle 2h13m``)."""
+    of its SM utilisation (an IDLE process's SM% reads ``idle 2h13m``); ``seconds``: TIME to
+    the second (``5h17m04s``), else to the minute (``<1m``, ``17m``, ``5h17m``)."""
     key = column.key
     if key == "gpu":
         if process.gpu_instance_id is not None:  # MIG: GPU / GPU instance
@@ -188,7 +197,7 @@ def cell_text(
     if key == "rss":
         return fmt.bytes_short(process.rss_bytes)
     if key == "time":
-        return fmt.running_time(process.elapsed_s)
+        return fmt.running_time(process.elapsed_s, precise=seconds)
     if process.exited:
         return "(exited: NVML still lists it)"
     if not process.visible:

@@ -82,6 +82,8 @@ class ProcessTable(KeyedTable[GpuProcess, ProcessFilter]):
         #: before :meth:`show` (the cluster's tables have none).
         self.activity: Mapping[ProcessKey, Activity] = {}
         self._optional: frozenset[str] = frozenset()
+        #: TIME to the second (the ``time_seconds`` setting), in a wider column.
+        self.time_seconds = False
 
     # -- data in ---------------------------------------------------------------------
 
@@ -158,6 +160,8 @@ class ProcessTable(KeyedTable[GpuProcess, ProcessFilter]):
     def _rows_changed(self) -> None:
         self.command_offset = min(self.command_offset, self._command_scroll_limit())
         self._optional = optional_columns(self.rows, self.activity)
+        if self.time_seconds:
+            self._optional |= {"seconds"}
 
     def cycle_sort(self) -> None:
         keys = [c.key for c in visible_columns(self.size.width or 200, self._optional)]
@@ -202,7 +206,9 @@ class ProcessTable(KeyedTable[GpuProcess, ProcessFilter]):
         activity = self.activity.get(process.key)
         for index, (column, column_width) in enumerate(layout):
             # In terminal cells: a wide user name or command keeps the columns aligned.
-            text = cell_text(column, process, activity, self.glyphs.ascii_only)
+            text = cell_text(
+                column, process, activity, self.glyphs.ascii_only, seconds=self.time_seconds
+            )
             if self.command_offset and column.key == "command":
                 text = self.glyphs.ellipsis + text[self.command_offset + 1 :]
             text = self.glyphs.fit(text, column_width, column.right)
