@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from gpumon.commands.pick_wait import span
 from gpumon.config.text import duration_seconds
 from gpumon.data import format as fmt
 from gpumon.data.alerts import alert_sequence
@@ -167,7 +168,9 @@ class Watcher:
         elif self.watch is not None:
             watch = self.watch
             ended = is_done(watch, sample, frozenset())
-            states[f"GPU {watch.gpu_index}"] = f"{watch.name} {'ended' if ended else 'runs'}"
+            listed = any(process.pid == watch.pid for process in sample.processes)
+            state = "ended" if ended else "runs" if listed else "unknown (processes not read)"
+            states[f"GPU {watch.gpu_index}"] = f"{watch.name} {state}"
             done = (watch.gpu_index,) if ended else None
         else:
             free = free_gpu_indices(sample, self.free_threshold_mib)
@@ -288,7 +291,7 @@ def run(
     label = SIMULATED if reader.simulated else ""
     if isinstance(result, int):
         if result == 1 and timeout is not None:
-            print(f"{PREFIX}{label}gave up after {fmt.duration(timeout)}", file=sys.stderr)
+            print(f"{PREFIX}{label}gave up after {span(timeout)}", file=sys.stderr)
         return result
     gpus_text = ",".join(str(index) for index in result)
     if pid is not None:
