@@ -356,6 +356,6 @@ SETTINGS: tuple[Setting, ...] = tuple(
 BY_KEY: dict[str, Setting] = {spec.key: spec for spec in SETTINGS if spec.key}
 #: Settings field -> its setting.
 BY_ATTRIBUTE: dict[str, Setting] = {spec.attribute: spec for spec in SETTINGS}
-#: Every ``GPUMON_*`` variable gpumon reads: the settings', and ``GPUMON_ASCII`` (bars and
-#: borders in ASCII, read where text is drawn).
-VARIABLES = frozenset({spec.env for spec in SETTINGS if spec.env} | {"GPUMON_ASCII"})
+#: Every ``GPUMON_*`` variable gpumon names: the settings', ``GPUMON_ASCII`` (bars and
+#: borders in ASCII, read where text is drawn) and ``GPUMON_GPUS`` (set for watch --exec).
+VARIABLES = frozenset({spec.env for spec in SETTINGS if spec.env} | {"GPUMON_ASCII", "GPUMON_GPUS"})
