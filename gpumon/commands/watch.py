@@ -306,9 +306,12 @@ def run(
         return 0
     import subprocess
 
-    return subprocess.run(
-        then_run, shell=True, env={**os.environ, GPUS_VARIABLE: gpus_text}
-    ).returncode
+    try:
+        return subprocess.run(
+            then_run, shell=True, env={**os.environ, GPUS_VARIABLE: gpus_text}
+        ).returncode
+    except KeyboardInterrupt:  # the command had Ctrl+C too, and has ended
+        return 130
 
 
 def _alert(text: str) -> None:
