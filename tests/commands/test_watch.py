@@ -232,3 +232,30 @@ def test_a_process_whose_gpu_list_goes_unknown_has_not_ended(
     code, lines, _ = watch(capsys, "--pid", "100", "--timeout", "0.6")
     assert code == 1
     assert lines[-1] == "GPU 0: PID 100 (python train.py) unknown (processes not read)"
+
+
+def test_in_a_terminal_the_demo_rings_when_a_gpu_frees() -> None:
+    """stdout and stderr a terminal (an SSH session): the bell and OSC 9/777 at the end."""
+    import pty
+
+    parent, child = pty.openpty()
+    env = {**os.environ, "TMUX": ""}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpumon", "watch", "--demo", *FAST, "--timeout", "10"],
+        stdout=child, stderr=child, stdin=subprocess.DEVNULL, cwd=ROOT, env=env,
+    )  # fmt: skip
+    os.close(child)
+    written = b""
+    while True:
+        try:
+            chunk = os.read(parent, 4096)
+        except OSError:  # the child ended and its side of the terminal closed
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(parent)
+    assert process.wait(timeout=30) == 0
+    assert b"done: GPU 2 is FREE" in written
+    assert b"\a\x1b]9;[simulated] GPU 2 is FREE\a" in written
+    assert b"\x1b]777;notify;gpumon;[simulated] GPU 2 is FREE\a" in written
