@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from gpumon.commands.pick_wait import span
+from gpumon.commands.pick_wait import read_timeout, span
 from gpumon.config.text import duration_seconds
 from gpumon.data import format as fmt
 from gpumon.data.alerts import alert_sequence
@@ -252,6 +252,7 @@ def follow(
         if done is not None:
             return done
         if clock() - started >= limit:
+            print(f"{PREFIX}{label}gave up after {span(limit)}", file=sys.stderr)
             return 1
         pause = min(interval_s - (clock() - began), limit - (clock() - started))
         if pause > 0:
@@ -281,8 +282,13 @@ def run(
     tracker = IdleTracker(idle_rule(settings), interval_s=settings.interval_s)
     watcher = Watcher(condition, [*gpus, *more], pid, settings.free_threshold_mib, tracker)
     reader = SampleReader(source_for(settings, processes=True, pcie=False, host_details=True))
+    began = time.monotonic()
+
+    def read() -> Sample:  # a stuck driver cannot hold the watch past its --timeout
+        return reader.read(read_timeout(timeout, time.monotonic() - began))
+
     try:
-        result = follow(reader.read, watcher, timeout_s=timeout, interval_s=settings.interval_s,
+        result = follow(read, watcher, timeout_s=timeout, interval_s=settings.interval_s,
                         out=sys.stdout)  # fmt: skip
     except KeyboardInterrupt:
         return 130
@@ -290,8 +296,6 @@ def run(
         reader.close()
     label = SIMULATED if reader.simulated else ""
     if isinstance(result, int):
-        if result == 1 and timeout is not None:
-            print(f"{PREFIX}{label}gave up after {span(timeout)}", file=sys.stderr)
         return result
     gpus_text = ",".join(str(index) for index in result)
     if pid is not None:

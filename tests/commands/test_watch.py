@@ -10,13 +10,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from gpumon.cli import main
-from gpumon.data.model import GpuUnavailable, UnavailableReason
-from tests.support.pick_helpers import GIB, gpu, job, sample, serve
+from gpumon.data.model import GpuUnavailable, Sample, UnavailableReason
+from gpumon.sources import base
+from tests.support.pick_helpers import GIB, SampleSource, gpu, job, sample, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
@@ -259,3 +261,35 @@ def test_in_a_terminal_the_demo_rings_when_a_gpu_frees() -> None:
     assert b"done: GPU 2 is FREE" in written
     assert b"\a\x1b]9;[simulated] GPU 2 is FREE\a" in written
     assert b"\x1b]777;notify;gpumon;[simulated] GPU 2 is FREE\a" in written
+
+
+class StuckAfterFirst(SampleSource):
+    """A driver that answers once, then never again."""
+
+    def sample(self) -> Sample:
+        self.reads += 1
+        if self.reads > 1:
+            time.sleep(60)
+        return self.samples[0]
+
+
+def test_a_stuck_driver_cannot_hold_the_watch_past_its_timeout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    board = gpu(0)
+    stuck = StuckAfterFirst(sample((board,), (job(board, 100),)))
+    monkeypatch.setattr(base, "source_for", lambda settings, **options: stuck)
+    began = time.monotonic()
+    code, lines, err = watch(capsys, "0", "--timeout", "1.5")
+    assert code == 1 and time.monotonic() - began < 10
+    assert lines[-1].startswith("GPUs: no data: NVML did not answer")
+    assert err == "gpumon watch: gave up after 1.5s\n"
+
+
+def test_no_driver_at_the_start_is_exit_1_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gone = GpuUnavailable(UnavailableReason.DRIVER_NOT_LOADED, "no NVIDIA driver", "libnvidia-ml.so")
+    serve(monkeypatch, sample((), unavailable=gone))
+    code, lines, err = watch(capsys, "0", "--timeout", "5")
+    assert (code, lines, err) == (1, [], "gpumon watch: no NVIDIA driver\n")
