@@ -289,7 +289,8 @@ def test_a_stuck_driver_cannot_hold_the_watch_past_its_timeout(
 def test_no_driver_at_the_start_is_exit_1_with_its_reason(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    gone = GpuUnavailable(UnavailableReason.DRIVER_NOT_LOADED, "no NVIDIA driver", "libnvidia-ml.so")
+    reason = UnavailableReason.DRIVER_NOT_LOADED
+    gone = GpuUnavailable(reason, "no NVIDIA driver", "libnvidia-ml.so")
     serve(monkeypatch, sample((), unavailable=gone))
     code, lines, err = watch(capsys, "0", "--timeout", "5")
     assert (code, lines, err) == (1, [], "gpumon watch: no NVIDIA driver\n")
