@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, str] = {
     "pick": "gpumon.commands.pick",
     "report": "gpumon.commands.report",
     "record": "gpumon.commands.record",
+    "watch": "gpumon.commands.watch",
 }
 
 # Here, not in the modules: `gpumon status` (run by tmux every few seconds) imports only the
@@ -54,6 +55,9 @@ SUBCOMMAND_HELP: dict[str, str] = {
     "and who holds memory idle now, from the history database (or --prometheus)",
     "record": "record the GPUs' history (per-minute readings, who held which GPU) into the "
     "history database (--db), for report and the dashboard's graphs",
+    "watch": "wait until GPUs are FREE (or held idle, or below some memory) or a GPU process "
+    "ends, printing a line per change; then exit 0 or run --exec, e.g. gpumon watch 3 --exec "
+    "'CUDA_VISIBLE_DEVICES=$GPUMON_GPUS python train.py'",
 }
 
 

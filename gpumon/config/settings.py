@@ -17,7 +17,7 @@ from gpumon.data.model import MAX_INTERVAL_S, MIN_INTERVAL_S
 
 #: The subcommands that read a cluster (``--prometheus`` and its access options).
 CLUSTER_COMMANDS = frozenset({"once", "pick", "report"})
-_DEMO_COMMANDS = frozenset({"once", "status", "export", "probe", "pick", "record"})
+_DEMO_COMMANDS = frozenset({"once", "status", "export", "probe", "pick", "record", "watch"})
 _HISTORY_COMMANDS = frozenset({"once", "export", "record", "report"})
 #: gpumon record's seconds between samples unless its --interval says otherwise (the config
 #: file's ``interval`` is the dashboard's 1 s, for eyes).
@@ -120,12 +120,13 @@ class Settings:
         key="interval",
         env="GPUMON_INTERVAL",
         flag="--interval SECONDS",
-        commands=frozenset({"export", "record", "pick"}),
+        commands=frozenset({"export", "record", "pick", "watch"}),
         command_help={
             "export": "seconds between samples (default: 1); scrapes read the latest sample",
             "record": f"seconds between samples (default: {RECORD_INTERVAL_S:g}); the database "
             "is --db, kept --history-days",
             "pick": "with --wait: look again this often (default: 1)",
+            "watch": "look again this often (default: 1)",
         },
     )
     theme: str = _setting(
@@ -177,7 +178,7 @@ class Settings:
         "a GPU with no process and less than this much memory in use is FREE",
         env="GPUMON_FREE_THRESHOLD_MIB",
         flag="--free-threshold MIB",
-        commands=frozenset({"once", "status", "export", "pick"}),
+        commands=frozenset({"once", "status", "export", "pick", "watch"}),
     )
     readonly: bool = _setting(
         False,
@@ -207,7 +208,7 @@ class Settings:
         "only a process holding at least this much GPU memory can be idle",
         env="GPUMON_IDLE_MIN_MEMORY_MIB",
         flag="--idle-min-memory MIB",
-        commands=frozenset({"export", "record", "report"}),
+        commands=frozenset({"export", "record", "report", "watch"}),
     )
     idle_below_pct: int = _setting(
         5,
@@ -215,7 +216,7 @@ class Settings:
         "low utilisation: its SM utilisation at or below this",
         env="GPUMON_IDLE_BELOW_PCT",
         flag="--idle-below PCT",
-        commands=frozenset({"once", "export", "record"}),
+        commands=frozenset({"once", "export", "record", "watch"}),
     )
     history_db: str | None = _setting(
         None,
@@ -242,7 +243,7 @@ class Settings:
         "a process is idle after this long at low utilisation",
         env="GPUMON_IDLE_AFTER_MINUTES",
         flag="--idle-after MINUTES",
-        commands=frozenset({"export", "record"}),
+        commands=frozenset({"export", "record", "watch"}),
     )
     prometheus_url: str | None = _setting(
         None,
@@ -363,6 +364,6 @@ SETTINGS: tuple[Setting, ...] = tuple(
 BY_KEY: dict[str, Setting] = {spec.key: spec for spec in SETTINGS if spec.key}
 #: Settings field -> its setting.
 BY_ATTRIBUTE: dict[str, Setting] = {spec.attribute: spec for spec in SETTINGS}
-#: Every ``GPUMON_*`` variable gpumon reads: the settings', and ``GPUMON_ASCII`` (bars and
-#: borders in ASCII, read where text is drawn).
-VARIABLES = frozenset({spec.env for spec in SETTINGS if spec.env} | {"GPUMON_ASCII"})
+#: Every ``GPUMON_*`` variable gpumon names: the settings', ``GPUMON_ASCII`` (bars and
+#: borders in ASCII, read where text is drawn) and ``GPUMON_GPUS`` (set for watch --exec).
+VARIABLES = frozenset({spec.env for spec in SETTINGS if spec.env} | {"GPUMON_ASCII", "GPUMON_GPUS"})

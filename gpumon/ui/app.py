@@ -20,7 +20,7 @@ from textual.command import CommandPalette
 from textual.notifications import Notification, Notify
 
 from gpumon.data import format as fmt
-from gpumon.ui.alerts import alert_sequence
+from gpumon.data.alerts import alert_sequence
 from gpumon.ui.textual_source import PALETTE_TYPED_AHEAD, is_on
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class MonitorApp(App[int]):
     def alert(self, message: str, about: Hashable | None = None) -> None:
         """Tell the user now, also when they look elsewhere: a notification that stays
         :data:`ALERT_NOTICE_S`, the bell and a desktop notification
-        (:func:`~gpumon.ui.alerts.alert_sequence`), written to the terminal the app draws on
+        (:func:`~gpumon.data.alerts.alert_sequence`), written to the terminal the app draws on
         (Textual's driver: stderr, never stdout) in one write. ``about``: what the alert
         says, for :meth:`withdraw_alerts` to take its notification down once untrue."""
         notification = Notification(message, "gpumon", timeout=ALERT_NOTICE_S, markup=False)

@@ -14,11 +14,11 @@ import pytest
 from textual.app import App
 from textual.pilot import Pilot
 
+from gpumon.data.alerts import alert_sequence, notification_text
 from gpumon.data.cluster import ClusterSample, ExporterKind, NodeState
 from gpumon.data.model import GpuProcess, GpuStats, Sample
 from gpumon.data.notes import GpuNote, gather_notes
 from gpumon.sampling.watches import Watch, Watches
-from gpumon.ui.alerts import alert_sequence, notification_text
 from gpumon.ui.cluster.node_history import NodeGpuScreen
 from gpumon.ui.cluster.node_screen import NodeScreen
 from gpumon.ui.dashboard.app import GpumonApp

@@ -1,8 +1,9 @@
 """Telling a user who is looking elsewhere: the terminal's bell and a desktop notification.
 
-:func:`alert_sequence` is what :meth:`gpumon.ui.app.MonitorApp.alert` writes: BEL, then OSC 9
-and OSC 777, wrapped for tmux inside it. Text from other users loses every character that is
-not printable, so nothing can end an escape early. No Textual here; docs/process-and-terminal.md.
+:func:`alert_sequence` is what the dashboard's alerts and ``gpumon watch`` write: BEL, then
+OSC 9 and OSC 777, wrapped for tmux inside it: pure text, so both layers use it. Text from
+other users loses every character that is not printable, so nothing can end an escape early.
+More: docs/process-and-terminal.md.
 """
 
 from __future__ import annotations
