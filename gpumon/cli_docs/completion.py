@@ -186,7 +186,7 @@ def _fish_line(option: Option, condition: str) -> str:
         parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
     if option.takes_value:
         if option.choices:
-            parts.append(f"-x -a {_fish_quote(' '.join(option.choices))}")
+            parts.append(f"-x -a {_fish_quote(_fish_choices(option))}")
         elif option.completes == "directory":
             parts.append("-x -a '(__fish_complete_directories)'")
         elif option.completes == "file":
@@ -195,6 +195,15 @@ def _fish_line(option: Option, condition: str) -> str:
             parts.append("-x")
     parts.append(f"-d {_fish_quote(short_help(option.help))}")
     return " ".join(parts)
+
+
+def _fish_choices(option: Option) -> str:
+    """``-a``'s words: each choice with its own description after a tab (fish expands the
+    words again, so each is quoted once more); a choice without one shows the option's."""
+    return " ".join(
+        choice + (f"\\t{_fish_quote(meaning)}" if meaning else "")
+        for choice, meaning in zip(option.choices, option.choice_help, strict=True)
+    )
 
 
 def _fish_quote(text: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Metavars whose values are paths: what the completions offer for them.
@@ -17,7 +18,8 @@ _DIRECTORY_METAVARS = frozenset({"DIR"})
 @dataclass(frozen=True, slots=True)
 class Option:
     """One option of a command: its spellings, its help as ``--help`` shows it, its value's
-    name (``None``: a switch), the values argparse lists, what a shell completes for it
+    name (``None``: a switch), the values argparse lists and what each means (``""``: not
+    said; declared as ``choices={value: meaning}``), what a shell completes for it
     (``"file"``, ``"directory"`` or ``""``), whether the value may be left out (``--wait``)
     and whether it may be given more than once."""
 
@@ -25,6 +27,7 @@ class Option:
     help: str
     metavar: str | None
     choices: tuple[str, ...] = ()
+    choice_help: tuple[str, ...] = ()
     completes: str = ""
     value_optional: bool = False
     repeatable: bool = False
@@ -77,6 +80,8 @@ def read_parser(parser: argparse.ArgumentParser, name: str = "", summary: str = 
 
 def _option(action: argparse.Action, help_text: str) -> Option:
     choices = tuple(str(choice) for choice in action.choices or ())
+    meanings = action.choices if isinstance(action.choices, Mapping) else {}
+    choice_help = tuple(" ".join(str(meanings.get(choice, "")).split()) for choice in choices)
     if action.nargs == 0:
         metavar = None
     elif isinstance(action.metavar, str):
@@ -95,6 +100,7 @@ def _option(action: argparse.Action, help_text: str) -> Option:
         help=" ".join(help_text.split()),
         metavar=metavar,
         choices=choices,
+        choice_help=choice_help,
         completes=completes,
         value_optional=action.nargs == argparse.OPTIONAL,
         repeatable=isinstance(action, argparse._AppendAction),

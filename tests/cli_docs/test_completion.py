@@ -141,6 +141,32 @@ def test_fish_completes_subcommands_options_and_choices(tmp_path: Path) -> None:
     assert "once" not in offered("gpumon once ")
 
 
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_describes_each_choice_on_its_own(tmp_path: Path) -> None:
+    """`--by <TAB>` tells what a row of each grouping is, not the option's help four times."""
+    script = tmp_path / "gpumon.fish"
+    script.write_text(gpumon("--print-completion", "fish").stdout)
+
+    def described(line: str) -> dict[str, str]:
+        done = subprocess.run(
+            ["fish", "--no-config", "-c", f"source {script}; complete -C '{line}'"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return dict(entry.split("\t", 1) for entry in done.stdout.splitlines())
+
+    assert described("gpumon report --by ") == {
+        "user": "one row per user",
+        "job": "one row per Slurm job",
+        "container": "one row per container",
+        "gpu": "one row per GPU",
+    }
+    assert described("gpumon pick --format ")["index"] == "nvidia-smi's numbers"
+    assert described("gpumon once --color ")["never"] == "no colour codes at all"
+    assert described("gpumon report --by=")["--by=gpu"] == "one row per GPU"
+
+
 def test_the_man_page_has_every_option_subcommand_and_variable() -> None:
     result = gpumon("--print-man")
     assert result.returncode == 0, result.stderr
