@@ -39,10 +39,19 @@ def bash(program: Command) -> str:
         _header("bash"),
         "_gpumon() {",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
-        '    local command="" before i',
+        '    local command="" before i prefix=""',
+        "    # --opt=value: one word where COMP_WORDBREAKS lacks '=', else '=' is a word.",
+        '    if [[ "$cur" == = ]]; then',
+        '        cur=""',
+        '    elif [[ "$prev" == = ]]; then',
+        '        prev="${COMP_WORDS[COMP_CWORD-2]}"',
+        '    elif [[ "$cur" == --*=* ]]; then',
+        '        prev="${cur%%=*}" prefix="${cur%%=*}=" cur="${cur#*=}"',
+        "    fi",
         "    # The subcommand: the first word naming one that is not an option's value.",
         "    for ((i = 1; i < COMP_CWORD; i++)); do",
         '        before="${COMP_WORDS[i-1]}"',
+        '        [[ "$before" == = ]] && before="${COMP_WORDS[i-2]}"',
         '        case "${COMP_WORDS[i]}" in',
         f"            {'|'.join(names)})",
         '                case "$before" in',
@@ -82,10 +91,14 @@ def _bash_values(command: Command, name: str) -> list[str]:
     patterns: dict[str, list[str]] = {}
     for option in command.value_options():
         if option.choices:
-            action = f'COMPREPLY=($(compgen -W "{" ".join(option.choices)}" -- "$cur"))'
+            words = " ".join(option.choices)
+            action = f'COMPREPLY=($(compgen -P "$prefix" -W "{words}" -- "$cur"))'
         elif option.completes:
             kind = "-d" if option.completes == "directory" else "-f"
-            action = f'compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen {kind} -- "$cur"))'
+            action = (
+                "compopt -o filenames 2>/dev/null; "
+                f'COMPREPLY=($(compgen -P "$prefix" {kind} -- "$cur"))'
+            )
         else:
             action = "COMPREPLY=()"  # a number or a name to type: nothing to offer
         patterns.setdefault(action, []).extend(f'"{name} {flag}"' for flag in option.flags)

@@ -112,6 +112,25 @@ def test_bash_completes_subcommands_options_choices_and_paths(tmp_path: Path) ->
     assert bash_complete(script, "gpumon", "status", "--th") == []
 
 
+def test_bash_completes_the_value_after_an_equals_sign(tmp_path: Path) -> None:
+    """`--by=<TAB>` offers the groupings, whether bash splits the word at '=' (its default
+    COMP_WORDBREAKS) or keeps it whole (then each answer keeps the `--by=` in front)."""
+    script = tmp_path / "gpumon.bash"
+    script.write_text(gpumon("--print-completion", "bash").stdout)
+    groupings = ["user", "job", "container", "gpu"]
+    assert bash_complete(script, "gpumon", "report", "--by", "=") == groupings
+    assert bash_complete(script, "gpumon", "report", "--by", "=", "c") == ["container"]
+    assert bash_complete(script, "gpumon", "once", "--color", "=", "n") == ["never"]
+    assert bash_complete(script, "gpumon", "report", "--by=") == [f"--by={g}" for g in groupings]
+    assert bash_complete(script, "gpumon", "once", "--color=al") == ["--color=always"]
+    (tmp_path / "conf.toml").touch()
+    assert bash_complete(script, "gpumon", "--config", "=", f"{tmp_path}/co") == [
+        f"{tmp_path}/conf.toml"
+    ]
+    # A subcommand's name as an option's value after '=' is not the subcommand.
+    assert "once" in bash_complete(script, "gpumon", "--config", "=", "status", "")
+
+
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_reads_the_script(tmp_path: Path) -> None:
     script = tmp_path / "_gpumon"
