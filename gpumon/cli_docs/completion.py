@@ -147,7 +147,9 @@ def _zsh_specs(options: tuple[Option, ...]) -> list[str]:
         described = f"[{_zsh_text(short_help(option.help))}]"
         value = ""
         if option.metavar is not None:
-            if option.choices:
+            if any(option.choice_help):
+                action = "((" + " ".join(_zsh_described(option)) + "))"
+            elif option.choices:
                 action = "(" + " ".join(option.choices) + ")"
             elif option.completes == "directory":
                 action = "_files -/"
@@ -159,8 +161,23 @@ def _zsh_specs(options: tuple[Option, ...]) -> list[str]:
             value = f"{colons}{_zsh_text(option.metavar)}:{action}"
         repeat = "*" if option.repeatable else ""
         for flag in option.flags:
-            specs.append(_zsh_quote(f"{repeat}{flag}{described}{value}"))
+            # "--by=": the value in the next word or after an "=" in the same one.
+            equals = "=" if value and flag.startswith("--") else ""
+            specs.append(_zsh_quote(f"{repeat}{flag}{equals}{described}{value}"))
     return specs
+
+
+def _zsh_described(option: Option) -> list[str]:
+    """``value\\:meaning`` words for ``((...))``, which zsh evaluates: all but letters
+    and digits escaped."""
+    return [
+        _zsh_word(choice) + "\\:" + _zsh_word(meaning)
+        for choice, meaning in zip(option.choices, option.choice_help, strict=True)
+    ]
+
+
+def _zsh_word(text: str) -> str:
+    return "".join(c if c.isalnum() else "\\" + c for c in text)
 
 
 def _zsh_text(text: str) -> str:

@@ -140,6 +140,31 @@ def test_zsh_reads_the_script(tmp_path: Path) -> None:
     assert script.read_text().startswith("#compdef gpumon\n")
 
 
+def zsh_complete(directory: Path, line: str) -> set[str]:
+    """What zsh offers after ``line`` and TAB (matches and description lines), with the
+    script ``_gpumon`` in ``directory``."""
+    out = directory / f"offered-{len(list(directory.glob('offered-*')))}"
+    subprocess.run(
+        ["zsh", "-f", ROOT / "tests/support/zsh_complete.zsh", directory, out, line],
+        check=True,
+        timeout=60,
+    )
+    assert Path(f"{out}.done").exists(), "zsh never finished completing"
+    return set(out.read_text().splitlines()) if out.exists() else set()
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completes_values_after_an_equals_sign_with_their_meaning(tmp_path: Path) -> None:
+    (tmp_path / "_gpumon").write_text(gpumon("--print-completion", "zsh").stdout)
+    groupings = {"user", "job", "container", "gpu"}
+    assert groupings <= zsh_complete(tmp_path, "gpumon report --by=")
+    assert groupings <= zsh_complete(tmp_path, "gpumon report --by ")
+    offered = zsh_complete(tmp_path, "gpumon pick --format=")
+    assert "index  -- nvidia-smi's numbers" in offered
+    assert "uuid   -- GPU-... / MIG-... UUIDs, always right" in offered
+    assert {"auto", "always", "never"} <= zsh_complete(tmp_path, "gpumon once --color=")
+
+
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
 def test_fish_completes_subcommands_options_and_choices(tmp_path: Path) -> None:
     script = tmp_path / "gpumon.fish"
