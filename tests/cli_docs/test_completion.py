@@ -5,16 +5,18 @@ is in them, and the shells and groff take what is generated."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
 
 from gpumon import cli
 from gpumon.cli_docs import completion
-from gpumon.cli_docs.man_page import man_page
+from gpumon.cli_docs.man_page import RELEASE, man_page
 from gpumon.cli_docs.model import read_parser
 from gpumon.config import SETTINGS
 
@@ -215,7 +217,7 @@ def test_the_man_page_has_every_option_subcommand_and_variable() -> None:
     result = gpumon("--print-man")
     assert result.returncode == 0, result.stderr
     page = result.stdout
-    assert page.startswith('.TH GPUMON 1 "" "gpumon ')
+    assert page.startswith('.TH GPUMON 1 "')
     for command, flags in every_command_and_flag().items():
         assert not command or f'.SS "gpumon {command}"' in page
         for flag in flags:
@@ -238,6 +240,50 @@ def test_groff_formats_the_man_page_without_a_warning(tmp_path: Path) -> None:
         ["groff", "-man", "-Tascii", page], capture_output=True, text=True, check=True
     ).stdout
     assert "gpumon - Live NVIDIA GPU dashboard for shared GPU servers" in shown
+
+
+def test_the_man_page_is_dated_by_the_release_or_source_date_epoch() -> None:
+    """Without SOURCE_DATE_EPOCH the release's day; with it (a reproducible build) its day
+    in UTC, whatever the time zone."""
+    released = gpumon("--print-man").stdout.splitlines()[0]
+    assert released.startswith(f'.TH GPUMON 1 "{RELEASE[1]}" "gpumon ')
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "gpumon", "--print-man"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "1764288000", "TZ": "America/Los_Angeles"},
+    ).stdout
+    assert rebuilt.startswith('.TH GPUMON 1 "2025-11-28" "gpumon ')
+
+
+def test_the_release_date_belongs_to_the_version_in_pyproject() -> None:
+    """Bumping the version without the man page's release date fails here."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert RELEASE[0] == project["version"]
+    assert date.fromisoformat(RELEASE[1])
+
+
+def test_man_page_text_lines_fit_80_bytes_and_none_is_blank() -> None:
+    """What mandoc -Tlint checks, for machines without it: no blank line (fill mode), no
+    text line over 80 bytes but a single long word, no text line taken for a request."""
+    page = man_page(read_parser(cli.build_parser()), "1.2.3", environ={})
+    lines = page.splitlines()
+    assert lines and "" not in lines
+    for line in lines:
+        assert len(line.encode()) <= 80 or " " not in line or line.startswith("."), line
+        assert not line.startswith("'"), line
+    assert page.endswith("\n") and not any(line != line.rstrip() for line in lines)
+
+
+@pytest.mark.skipif(shutil.which("mandoc") is None, reason="mandoc is not installed")
+def test_mandoc_lints_the_man_page_without_a_word(tmp_path: Path) -> None:
+    page = tmp_path / "gpumon.1"
+    page.write_text(gpumon("--print-man").stdout)
+    done = subprocess.run(["mandoc", "-Tlint", page], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_a_closed_pipe_stops_the_man_page_quietly() -> None:
