@@ -112,14 +112,18 @@ def _unescape(help_text: str) -> str:
     return help_text.replace("%%", "%")
 
 
+_ASIDE = re.compile(r"\s\([^()]*\)")
 _CLAUSE_END = re.compile(r";\s|\s\(")
 
 
 def short_help(text: str, limit: int = 72) -> str:
-    """The first clause of a help text, at most ``limit`` characters: a completion menu's
+    """The first clause of a help text without its asides in parentheses, at most ``limit``
+    characters (cut at the last comma that fits, else at a word): a completion menu's
     description."""
-    clause = _CLAUSE_END.split(text, maxsplit=1)[0].strip()
+    clause = _CLAUSE_END.split(_ASIDE.sub("", text), maxsplit=1)[0].strip()
     if len(clause) <= limit:
         return clause
+    if ", " in clause[:limit]:
+        return clause[:limit].rsplit(", ", 1)[0]
     cut = clause[: limit - 3].rsplit(" ", 1)[0]
     return cut.rstrip(",;:") + "..."

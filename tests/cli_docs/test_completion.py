@@ -17,7 +17,7 @@ import pytest
 from gpumon import cli
 from gpumon.cli_docs import completion
 from gpumon.cli_docs.man_page import RELEASE, man_page
-from gpumon.cli_docs.model import read_parser
+from gpumon.cli_docs.model import read_parser, short_help
 from gpumon.config import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,6 +211,16 @@ def test_fish_describes_each_choice_on_its_own(tmp_path: Path) -> None:
     assert described("gpumon pick --format ")["index"] == "nvidia-smi's numbers"
     assert described("gpumon once --color ")["never"] == "no colour codes at all"
     assert described("gpumon report --by=")["--by=gpu"] == "one row per GPU"
+    # The option's own line names every grouping, its aside "(default)" left out.
+    assert described("gpumon report --b")["--by"] == "one row per user, Slurm job, container or GPU"
+
+
+def test_a_menu_description_leaves_out_asides_and_stops_at_a_comma_that_fits() -> None:
+    assert short_help("the per-user table (USER, GPUS) in place of lines (JSON: all)") == (
+        "the per-user table in place of lines"
+    )
+    assert short_help("print FREE GPUs, one per line; or none", limit=20) == "print FREE GPUs"
+    assert short_help("a very long clause without any comma at all", limit=20) == "a very long..."
 
 
 def test_the_man_page_has_every_option_subcommand_and_variable() -> None:
