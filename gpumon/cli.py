@@ -232,7 +232,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         action=_PrintAndExit,
         text=_completion,
         nargs=None,
-        choices=COMPLETION_SHELLS,
+        choices={shell: f"the script for {shell}" for shell in COMPLETION_SHELLS},
         metavar="SHELL",
         help="print a completion script for bash, zsh or fish, and exit (README: Shell completion)",
     )

@@ -39,10 +39,19 @@ def bash(program: Command) -> str:
         _header("bash"),
         "_gpumon() {",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
-        '    local command="" before i',
+        '    local command="" before i prefix=""',
+        "    # --opt=value: one word where COMP_WORDBREAKS lacks '=', else '=' is a word.",
+        '    if [[ "$cur" == = ]]; then',
+        '        cur=""',
+        '    elif [[ "$prev" == = ]]; then',
+        '        prev="${COMP_WORDS[COMP_CWORD-2]}"',
+        '    elif [[ "$cur" == --*=* ]]; then',
+        '        prev="${cur%%=*}" prefix="${cur%%=*}=" cur="${cur#*=}"',
+        "    fi",
         "    # The subcommand: the first word naming one that is not an option's value.",
         "    for ((i = 1; i < COMP_CWORD; i++)); do",
         '        before="${COMP_WORDS[i-1]}"',
+        '        [[ "$before" == = ]] && before="${COMP_WORDS[i-2]}"',
         '        case "${COMP_WORDS[i]}" in',
         f"            {'|'.join(names)})",
         '                case "$before" in',
@@ -82,10 +91,14 @@ def _bash_values(command: Command, name: str) -> list[str]:
     patterns: dict[str, list[str]] = {}
     for option in command.value_options():
         if option.choices:
-            action = f'COMPREPLY=($(compgen -W "{" ".join(option.choices)}" -- "$cur"))'
+            words = " ".join(option.choices)
+            action = f'COMPREPLY=($(compgen -P "$prefix" -W "{words}" -- "$cur"))'
         elif option.completes:
             kind = "-d" if option.completes == "directory" else "-f"
-            action = f'compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen {kind} -- "$cur"))'
+            action = (
+                "compopt -o filenames 2>/dev/null; "
+                f'COMPREPLY=($(compgen -P "$prefix" {kind} -- "$cur"))'
+            )
         else:
             action = "COMPREPLY=()"  # a number or a name to type: nothing to offer
         patterns.setdefault(action, []).extend(f'"{name} {flag}"' for flag in option.flags)
@@ -134,7 +147,9 @@ def _zsh_specs(options: tuple[Option, ...]) -> list[str]:
         described = f"[{_zsh_text(short_help(option.help))}]"
         value = ""
         if option.metavar is not None:
-            if option.choices:
+            if any(option.choice_help):
+                action = "((" + " ".join(_zsh_described(option)) + "))"
+            elif option.choices:
                 action = "(" + " ".join(option.choices) + ")"
             elif option.completes == "directory":
                 action = "_files -/"
@@ -146,8 +161,23 @@ def _zsh_specs(options: tuple[Option, ...]) -> list[str]:
             value = f"{colons}{_zsh_text(option.metavar)}:{action}"
         repeat = "*" if option.repeatable else ""
         for flag in option.flags:
-            specs.append(_zsh_quote(f"{repeat}{flag}{described}{value}"))
+            # "--by=": the value in the next word or after an "=" in the same one.
+            equals = "=" if value and flag.startswith("--") else ""
+            specs.append(_zsh_quote(f"{repeat}{flag}{equals}{described}{value}"))
     return specs
+
+
+def _zsh_described(option: Option) -> list[str]:
+    """``value\\:meaning`` words for ``((...))``, which zsh evaluates: all but letters
+    and digits escaped."""
+    return [
+        _zsh_word(choice) + "\\:" + _zsh_word(meaning)
+        for choice, meaning in zip(option.choices, option.choice_help, strict=True)
+    ]
+
+
+def _zsh_word(text: str) -> str:
+    return "".join(c if c.isalnum() else "\\" + c for c in text)
 
 
 def _zsh_text(text: str) -> str:
@@ -186,7 +216,7 @@ def _fish_line(option: Option, condition: str) -> str:
         parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
     if option.takes_value:
         if option.choices:
-            parts.append(f"-x -a {_fish_quote(' '.join(option.choices))}")
+            parts.append(f"-x -a {_fish_quote(_fish_choices(option))}")
         elif option.completes == "directory":
             parts.append("-x -a '(__fish_complete_directories)'")
         elif option.completes == "file":
@@ -195,6 +225,15 @@ def _fish_line(option: Option, condition: str) -> str:
             parts.append("-x")
     parts.append(f"-d {_fish_quote(short_help(option.help))}")
     return " ".join(parts)
+
+
+def _fish_choices(option: Option) -> str:
+    """``-a``'s words: each choice with its own description after a tab (fish expands the
+    words again, so each is quoted once more); a choice without one shows the option's."""
+    return " ".join(
+        choice + (f"\\t{_fish_quote(meaning)}" if meaning else "")
+        for choice, meaning in zip(option.choices, option.choice_help, strict=True)
+    )
 
 
 def _fish_quote(text: str) -> str:

@@ -1,12 +1,23 @@
 """The man page, gpumon(1): the options from the parser, the config keys and variables from
-:data:`gpumon.config.SETTINGS`, the rest written here. No date: the same gpumon, the same page.
+:data:`gpumon.config.SETTINGS`, the rest written here. Its date is the release's
+(:data:`RELEASE`), or ``SOURCE_DATE_EPOCH``'s where a reproducible build sets it: the same
+gpumon, the same page. Text lines are filled to 80 bytes, so that ``mandoc -Tlint`` is quiet.
 """
 
 from __future__ import annotations
 
+import os
+import textwrap
+from collections.abc import Mapping
+from datetime import datetime, timezone
+
 from gpumon.cli_docs.model import Command, Option
 from gpumon.config import SETTINGS
 from gpumon.config.files import DEFAULT_CONFIG_DIRS
+
+#: The version this page was last released with and the day of that release (ISO 8601); a
+#: test fails while the version differs from pyproject.toml's (RELEASING.md).
+RELEASE = ("0.1.0", "2026-11-28")
 
 #: The repository's address: pyproject.toml's [project.urls] Repository.
 HOMEPAGE = "https://github.com/gpumon-tui/gpumon-tui"
@@ -29,10 +40,10 @@ _ENVIRONMENT = (
 )  # fmt: skip
 
 
-def man_page(program: Command, version: str) -> str:
-    """gpumon(1) in roff (``man -l`` shows it)."""
+def man_page(program: Command, version: str, environ: Mapping[str, str] = os.environ) -> str:
+    """gpumon(1) in roff (``man -l`` shows it), dated :func:`page_date`."""
     lines = [
-        f'.TH GPUMON 1 "" "gpumon {_escape(version)}" "User Commands"',
+        f'.TH GPUMON 1 "{page_date(environ)}" "gpumon {_escape(version)}" "User Commands"',
         ".SH NAME",
         f"gpumon \\- {_escape(_sentence(program.description))}",
         ".SH SYNOPSIS",
@@ -87,7 +98,30 @@ def man_page(program: Command, version: str) -> str:
         "\\fBnvidia\\-smi\\fR(1), " + _escape(f"{HOMEPAGE}#readme"),
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(_filled(lines))
+
+
+def page_date(environ: Mapping[str, str]) -> str:
+    """``SOURCE_DATE_EPOCH``'s day in UTC where it is a number (reproducible-builds.org),
+    else the release's day."""
+    epoch = environ.get("SOURCE_DATE_EPOCH", "")
+    if epoch.isdigit():
+        return datetime.fromtimestamp(int(epoch), timezone.utc).date().isoformat()
+    return RELEASE[1]
+
+
+def _filled(lines: list[str]) -> list[str]:
+    """Text lines broken at spaces to at most 80 bytes (a word longer stays whole); requests
+    and the tag line after ``.TP`` are left as they are."""
+    filled: list[str] = []
+    for line in lines:
+        if line.startswith(".") or (filled and filled[-1] == ".TP") or len(line) <= 80:
+            filled.append(line)
+            continue
+        # 78: room for the "\&" that a piece starting with "." or "'" gets.
+        pieces = textwrap.wrap(line, 78, break_long_words=False, break_on_hyphens=False)
+        filled += [_escape_start(piece) for piece in pieces]
+    return filled
 
 
 def _options(options: tuple[Option, ...]) -> list[str]:
@@ -128,5 +162,9 @@ def _sentence(text: str) -> str:
 
 def _escape(text: str) -> str:
     """Text for roff: backslashes and hyphens escaped, no line taken for a request."""
-    text = text.replace("\\", "\\e").replace("-", "\\-")
-    return "\\&" + text if text.startswith((".", "'")) else text
+    return _escape_start(text.replace("\\", "\\e").replace("-", "\\-"))
+
+
+def _escape_start(line: str) -> str:
+    """A text line that roff would take for a request (a leading ``.`` or ``'``) made text."""
+    return "\\&" + line if line.startswith((".", "'")) else line

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Metavars whose values are paths: what the completions offer for them.
@@ -17,7 +18,8 @@ _DIRECTORY_METAVARS = frozenset({"DIR"})
 @dataclass(frozen=True, slots=True)
 class Option:
     """One option of a command: its spellings, its help as ``--help`` shows it, its value's
-    name (``None``: a switch), the values argparse lists, what a shell completes for it
+    name (``None``: a switch), the values argparse lists and what each means (``""``: not
+    said; declared as ``choices={value: meaning}``), what a shell completes for it
     (``"file"``, ``"directory"`` or ``""``), whether the value may be left out (``--wait``)
     and whether it may be given more than once."""
 
@@ -25,6 +27,7 @@ class Option:
     help: str
     metavar: str | None
     choices: tuple[str, ...] = ()
+    choice_help: tuple[str, ...] = ()
     completes: str = ""
     value_optional: bool = False
     repeatable: bool = False
@@ -77,6 +80,8 @@ def read_parser(parser: argparse.ArgumentParser, name: str = "", summary: str = 
 
 def _option(action: argparse.Action, help_text: str) -> Option:
     choices = tuple(str(choice) for choice in action.choices or ())
+    meanings = action.choices if isinstance(action.choices, Mapping) else {}
+    choice_help = tuple(" ".join(str(meanings.get(choice, "")).split()) for choice in choices)
     if action.nargs == 0:
         metavar = None
     elif isinstance(action.metavar, str):
@@ -95,6 +100,7 @@ def _option(action: argparse.Action, help_text: str) -> Option:
         help=" ".join(help_text.split()),
         metavar=metavar,
         choices=choices,
+        choice_help=choice_help,
         completes=completes,
         value_optional=action.nargs == argparse.OPTIONAL,
         repeatable=isinstance(action, argparse._AppendAction),
@@ -106,14 +112,18 @@ def _unescape(help_text: str) -> str:
     return help_text.replace("%%", "%")
 
 
+_ASIDE = re.compile(r"\s\([^()]*\)")
 _CLAUSE_END = re.compile(r";\s|\s\(")
 
 
 def short_help(text: str, limit: int = 72) -> str:
-    """The first clause of a help text, at most ``limit`` characters: a completion menu's
+    """The first clause of a help text without its asides in parentheses, at most ``limit``
+    characters (cut at the last comma that fits, else at a word): a completion menu's
     description."""
-    clause = _CLAUSE_END.split(text, maxsplit=1)[0].strip()
+    clause = _CLAUSE_END.split(_ASIDE.sub("", text), maxsplit=1)[0].strip()
     if len(clause) <= limit:
         return clause
+    if ", " in clause[:limit]:
+        return clause[:limit].rsplit(", ", 1)[0]
     cut = clause[: limit - 3].rsplit(" ", 1)[0]
     return cut.rstrip(",;:") + "..."

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpumon.data import format as fmt
 from gpumon.data.model import Sample
-from gpumon.data.painting import BOLD, REVERSE, YELLOW, Painter, fit_line, use_color
+from gpumon.data.painting import (
+    BOLD,
+    COLOR_MODES,
+    REVERSE,
+    YELLOW,
+    Painter,
+    fit_line,
+    use_color,
+)
 from gpumon.data.text_table import DEMO_MARKER, gpu_lines
 
 if TYPE_CHECKING:
@@ -53,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--color",
-        choices=("auto", "always", "never"),
+        choices=COLOR_MODES,
         default="auto",
         help="colour the table: auto (default) = on a terminal, or where FORCE_COLOR is "
         "set, unless NO_COLOR is set",

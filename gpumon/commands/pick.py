@@ -45,7 +45,12 @@ if TYPE_CHECKING:
     from gpumon.data.selection import GpuSelection
     from gpumon.sampling.snapshot import SampleReader
 
-FORMATS = ("auto", "index", "uuid")
+#: ``--format``'s choices and what each prints (the completions show them).
+FORMATS = {
+    "auto": "index where CUDA counts as nvidia-smi does, else uuid",
+    "index": "nvidia-smi's numbers",
+    "uuid": "GPU-... / MIG-... UUIDs, always right",
+}
 DEMO_LABEL = "simulated GPUs (--demo)"
 UNCLAIMED_NOTE = "gpumon pick: note: not claimed (--no-claim): another pick may get them too"
 

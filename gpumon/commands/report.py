@@ -14,12 +14,16 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from gpumon.data.painting import COLOR_MODES
 from gpumon.data.usage import GROUPINGS
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
     from gpumon.data.periods import Period
     from gpumon.data.report import UsageReport
+
+#: What a row of each ``--by`` grouping (:data:`GROUPINGS`, in its order) is.
+_ROW_PER = ("one row per user", "one row per Slurm job", "one row per container", "one row per GPU")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--by",
-        choices=GROUPINGS,
+        choices=dict(zip(GROUPINGS, _ROW_PER, strict=True)),
         default="user",
         help="one row per user (default), Slurm job, container or GPU",
     )
@@ -63,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--color",
-        choices=("auto", "always", "never"),
+        choices=COLOR_MODES,
         default="auto",
         help="colour the table: auto (default) = on a terminal unless NO_COLOR is set",
     )

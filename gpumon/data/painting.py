@@ -24,6 +24,13 @@ MAGENTA = "35"
 CYAN = "36"
 REVERSE = "7"
 
+#: ``--color``'s choices and what each does (:func:`use_color`): the completions show them.
+COLOR_MODES = {
+    "auto": "on a terminal, unless NO_COLOR is set",
+    "always": "also into a pipe or a file",
+    "never": "no colour codes at all",
+}
+
 
 def use_color(mode: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
     """Whether to write ANSI colours (``mode``: ``always``, ``never`` or ``auto``).

@@ -5,17 +5,19 @@ is in them, and the shells and groff take what is generated."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
 
 from gpumon import cli
 from gpumon.cli_docs import completion
-from gpumon.cli_docs.man_page import man_page
-from gpumon.cli_docs.model import read_parser
+from gpumon.cli_docs.man_page import RELEASE, man_page
+from gpumon.cli_docs.model import read_parser, short_help
 from gpumon.config import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +114,25 @@ def test_bash_completes_subcommands_options_choices_and_paths(tmp_path: Path) ->
     assert bash_complete(script, "gpumon", "status", "--th") == []
 
 
+def test_bash_completes_the_value_after_an_equals_sign(tmp_path: Path) -> None:
+    """`--by=<TAB>` offers the groupings, whether bash splits the word at '=' (its default
+    COMP_WORDBREAKS) or keeps it whole (then each answer keeps the `--by=` in front)."""
+    script = tmp_path / "gpumon.bash"
+    script.write_text(gpumon("--print-completion", "bash").stdout)
+    groupings = ["user", "job", "container", "gpu"]
+    assert bash_complete(script, "gpumon", "report", "--by", "=") == groupings
+    assert bash_complete(script, "gpumon", "report", "--by", "=", "c") == ["container"]
+    assert bash_complete(script, "gpumon", "once", "--color", "=", "n") == ["never"]
+    assert bash_complete(script, "gpumon", "report", "--by=") == [f"--by={g}" for g in groupings]
+    assert bash_complete(script, "gpumon", "once", "--color=al") == ["--color=always"]
+    (tmp_path / "conf.toml").touch()
+    assert bash_complete(script, "gpumon", "--config", "=", f"{tmp_path}/co") == [
+        f"{tmp_path}/conf.toml"
+    ]
+    # A subcommand's name as an option's value after '=' is not the subcommand.
+    assert "once" in bash_complete(script, "gpumon", "--config", "=", "status", "")
+
+
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
 def test_zsh_reads_the_script(tmp_path: Path) -> None:
     script = tmp_path / "_gpumon"
@@ -119,6 +140,31 @@ def test_zsh_reads_the_script(tmp_path: Path) -> None:
     done = subprocess.run(["zsh", "-n", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert script.read_text().startswith("#compdef gpumon\n")
+
+
+def zsh_complete(directory: Path, line: str) -> set[str]:
+    """What zsh offers after ``line`` and TAB (matches and description lines), with the
+    script ``_gpumon`` in ``directory``."""
+    out = directory / f"offered-{len(list(directory.glob('offered-*')))}"
+    subprocess.run(
+        ["zsh", "-f", ROOT / "tests/support/zsh_complete.zsh", directory, out, line],
+        check=True,
+        timeout=60,
+    )
+    assert Path(f"{out}.done").exists(), "zsh never finished completing"
+    return set(out.read_text().splitlines()) if out.exists() else set()
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completes_values_after_an_equals_sign_with_their_meaning(tmp_path: Path) -> None:
+    (tmp_path / "_gpumon").write_text(gpumon("--print-completion", "zsh").stdout)
+    groupings = {"user", "job", "container", "gpu"}
+    assert groupings <= zsh_complete(tmp_path, "gpumon report --by=")
+    assert groupings <= zsh_complete(tmp_path, "gpumon report --by ")
+    offered = zsh_complete(tmp_path, "gpumon pick --format=")
+    assert "index  -- nvidia-smi's numbers" in offered
+    assert "uuid   -- GPU-... / MIG-... UUIDs, always right" in offered
+    assert {"auto", "always", "never"} <= zsh_complete(tmp_path, "gpumon once --color=")
 
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
@@ -141,11 +187,47 @@ def test_fish_completes_subcommands_options_and_choices(tmp_path: Path) -> None:
     assert "once" not in offered("gpumon once ")
 
 
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_describes_each_choice_on_its_own(tmp_path: Path) -> None:
+    """`--by <TAB>` tells what a row of each grouping is, not the option's help four times."""
+    script = tmp_path / "gpumon.fish"
+    script.write_text(gpumon("--print-completion", "fish").stdout)
+
+    def described(line: str) -> dict[str, str]:
+        done = subprocess.run(
+            ["fish", "--no-config", "-c", f"source {script}; complete -C '{line}'"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return dict(entry.split("\t", 1) for entry in done.stdout.splitlines())
+
+    assert described("gpumon report --by ") == {
+        "user": "one row per user",
+        "job": "one row per Slurm job",
+        "container": "one row per container",
+        "gpu": "one row per GPU",
+    }
+    assert described("gpumon pick --format ")["index"] == "nvidia-smi's numbers"
+    assert described("gpumon once --color ")["never"] == "no colour codes at all"
+    assert described("gpumon report --by=")["--by=gpu"] == "one row per GPU"
+    # The option's own line names every grouping, its aside "(default)" left out.
+    assert described("gpumon report --b")["--by"] == "one row per user, Slurm job, container or GPU"
+
+
+def test_a_menu_description_leaves_out_asides_and_stops_at_a_comma_that_fits() -> None:
+    assert short_help("the per-user table (USER, GPUS) in place of lines (JSON: all)") == (
+        "the per-user table in place of lines"
+    )
+    assert short_help("print FREE GPUs, one per line; or none", limit=20) == "print FREE GPUs"
+    assert short_help("a very long clause without any comma at all", limit=20) == "a very long..."
+
+
 def test_the_man_page_has_every_option_subcommand_and_variable() -> None:
     result = gpumon("--print-man")
     assert result.returncode == 0, result.stderr
     page = result.stdout
-    assert page.startswith('.TH GPUMON 1 "" "gpumon ')
+    assert page.startswith('.TH GPUMON 1 "')
     for command, flags in every_command_and_flag().items():
         assert not command or f'.SS "gpumon {command}"' in page
         for flag in flags:
@@ -168,6 +250,50 @@ def test_groff_formats_the_man_page_without_a_warning(tmp_path: Path) -> None:
         ["groff", "-man", "-Tascii", page], capture_output=True, text=True, check=True
     ).stdout
     assert "gpumon - Live NVIDIA GPU dashboard for shared GPU servers" in shown
+
+
+def test_the_man_page_is_dated_by_the_release_or_source_date_epoch() -> None:
+    """Without SOURCE_DATE_EPOCH the release's day; with it (a reproducible build) its day
+    in UTC, whatever the time zone."""
+    released = gpumon("--print-man").stdout.splitlines()[0]
+    assert released.startswith(f'.TH GPUMON 1 "{RELEASE[1]}" "gpumon ')
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "gpumon", "--print-man"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "SOURCE_DATE_EPOCH": "1764288000", "TZ": "America/Los_Angeles"},
+    ).stdout
+    assert rebuilt.startswith('.TH GPUMON 1 "2025-11-28" "gpumon ')
+
+
+def test_the_release_date_belongs_to_the_version_in_pyproject() -> None:
+    """Bumping the version without the man page's release date fails here."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python 3.11+")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert RELEASE[0] == project["version"]
+    assert date.fromisoformat(RELEASE[1])
+
+
+def test_man_page_text_lines_fit_80_bytes_and_none_is_blank() -> None:
+    """What mandoc -Tlint checks, for machines without it: no blank line (fill mode), no
+    text line over 80 bytes but a single long word, no text line taken for a request."""
+    page = man_page(read_parser(cli.build_parser()), "1.2.3", environ={})
+    lines = page.splitlines()
+    assert lines and "" not in lines
+    for line in lines:
+        assert len(line.encode()) <= 80 or " " not in line or line.startswith("."), line
+        assert not line.startswith("'"), line
+    assert page.endswith("\n") and not any(line != line.rstrip() for line in lines)
+
+
+@pytest.mark.skipif(shutil.which("mandoc") is None, reason="mandoc is not installed")
+def test_mandoc_lints_the_man_page_without_a_word(tmp_path: Path) -> None:
+    page = tmp_path / "gpumon.1"
+    page.write_text(gpumon("--print-man").stdout)
+    done = subprocess.run(["mandoc", "-Tlint", page], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_a_closed_pipe_stops_the_man_page_quietly() -> None:
