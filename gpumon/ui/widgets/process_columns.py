@@ -115,14 +115,17 @@ def column_layout(
     """Each shown column and its width in ``width`` cells (left of the scrollbar).
 
     COMMAND gets what the other columns leave. The row is never wider than ``width``: a
-    column that does not fit is dropped whole (COMMAND first, then from the right), never
-    cut mid-number."""
+    column that does not fit is dropped whole (COMMAND first, then from the right, and
+    COMMAND is back where that leaves it room), never cut mid-number."""
     columns = visible_columns(max(width, full_width), optional)
     fixed = sum(c.width + 1 for c in columns if c.width)
     if width - fixed < MIN_COMMAND_WIDTH:
+        command = [c for c in columns if not c.width]
         columns = [c for c in columns if c.width]
         while len(columns) > 1 and fixed - 1 > width:  # no space after the last column
             fixed -= columns.pop().width + 1
+        if width - fixed >= MIN_COMMAND_WIDTH:
+            columns += command
     return [(c, c.width or width - fixed) for c in columns]
 
 

@@ -169,6 +169,10 @@ async def test_at_80_and_60_columns_an_idle_process_beside_a_busy_one_still_read
                 assert re.search(r"16\.0G\s+61 ", row_of(app, 4300))
                 assert re.search(r"20\.0G\s+idle 2h ", row_of(app, 4200))
                 await pilot.press("z")
+        await pilot.resize_terminal(40, 15)  # too narrow for both: COMMAND stays, as before
+        await pilot.pause()
+        assert "SM%" not in header(app) and "pytho" in row_of(app, 4400)
+        await pilot.resize_terminal(80, 24)
         await replay(pilot, ((MINUTE, server(70, 50)),))  # everyone busy: CPU% is back
         assert "CPU%" in header(app) and "SM%" not in header(app)
 
