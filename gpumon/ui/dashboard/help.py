@@ -41,7 +41,10 @@ Processes (nvidia-smi's Processes table, plus host details)
                   for idle_after_minutes or more (--idle-*): how long it has
                   been quiet; "at least" (>=) when quiet since before gpumon
                   started. A GPU whose memory is all held idle reads "held
-                  idle by alice 2h13m"; u shows each user's IDLE-MEM.
+                  idle by alice 2h13m"; u shows each user's IDLE-MEM. Below
+                  100 columns SM% shows while some process is idle, in
+                  CPU%'s place: "idle 2h". Exact (not >=) with a recorder:
+                  see History below.
   CPU% / RSS      host CPU (of one core) and resident memory, from psutil
   TIME            time since the process started
   Bold rows are your own processes. Other users' processes show what is

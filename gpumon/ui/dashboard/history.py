@@ -40,6 +40,13 @@ Opener = Callable[[str], "HistoryReader | None"]
 #: the server's own.
 DEMO_LINE = " DEMO: simulated history (gpumon record --demo), not this server's "
 
+#: What a recorder adds to the idle times, said where there is no database (help, U).
+IDLE_FROM_RECORDER = (
+    "A recorder that runs as a service times idle processes from when they went quiet, "
+    "from the dashboard's first second: idle 2h13m, not idle >=12m counted from when "
+    "gpumon started."
+)
+
 #: Ask the database about idle processes at most this often.
 IDLE_LOOKUP_S = 30.0
 
@@ -93,7 +100,7 @@ class DashboardHistory:
     def help_line(self) -> str:
         """What the help says about the history: where it is read, or how to start one."""
         if self.present is False:
-            return f"No history database yet ({self.path}): {START_RECORDING}."
+            return f"No history database yet ({self.path}): {START_RECORDING}. {IDLE_FROM_RECORDER}"
         if self.error is not None:
             return f"The history database cannot be read: {self.error}"
         return (

@@ -9,6 +9,7 @@ database the screen says how to start recording.
 from __future__ import annotations
 
 import getpass
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -25,7 +26,12 @@ from gpumon.data import format as fmt
 from gpumon.data.report import NO_KEY, bar_cells, hours_text
 from gpumon.data.usage import UsageRow
 from gpumon.sampling.usage_history import HistoryError, usage
-from gpumon.ui.dashboard.history import DEMO_LINE, DashboardHistory, NoDatabase
+from gpumon.ui.dashboard.history import (
+    DEMO_LINE,
+    IDLE_FROM_RECORDER,
+    DashboardHistory,
+    NoDatabase,
+)
 from gpumon.ui.widgets.keys_footer import KeysFooter
 from gpumon.ui.widgets.text_lines import TextLines
 
@@ -156,7 +162,8 @@ class UsageScreen(Screen[None]):
         self.history.settle(message.present, message.error)
         self.tables, self.simulated = message.tables, message.simulated
         if message.tables is None:
-            self._draw(self.history.missing_text)
+            recorder = "" if message.present else f"\n\n{IDLE_FROM_RECORDER}"
+            self._draw(self.history.missing_text + recorder)
         else:
             self.refresh_tables()
 
@@ -181,8 +188,11 @@ class UsageScreen(Screen[None]):
             )
         )
 
-    def _draw(self, line: str) -> None:
-        self.query_one("#usage", TextLines).update(Text(line + "\n", "dim"))
+    def _draw(self, text: str) -> None:
+        """``text`` dim, each paragraph wrapped to the screen (a path may be long)."""
+        width = max(20, self.size.width - 4)
+        lines = [textwrap.fill(part, width) for part in text.split("\n")]
+        self.query_one("#usage", TextLines).update(Text("\n".join(lines) + "\n", "dim"))
 
     def action_back(self) -> None:
         self.app.pop_screen()

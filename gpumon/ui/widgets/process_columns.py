@@ -4,13 +4,16 @@ what an empty table says.
 ``SM%`` is NVML's per-process SM utilisation over the last interval; it shows only where some
 process has one (not on MIG GPUs, nor in a cluster node's table) and the table is wide
 enough, and reads ``idle 2h13m`` for an IDLE process (:mod:`gpumon.data.idle`): it widens
-then, while some process is idle.
+then, while some process is idle. Narrower than that, it still shows while some process is
+idle, in CPU%'s place and as ``idle 2h``: who holds a GPU without using it is the question a
+shared server asks, at any width (CPU% stays in the process detail).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,12 +65,15 @@ COLUMNS: tuple[Column[GpuProcess], ...] = (
     Column("time", "TIME", 9, True, lambda p: _none_last(p.elapsed_s), True, 80),
     Column("command", "COMMAND", 0, False, lambda p: _none_last(p.command)),
 )  # fmt: skip
+SM_COLUMN = next(c for c in COLUMNS if c.key == "sm")
 #: The fewest cells COMMAND is shown in (a letter or three and the ellipsis).
 MIN_COMMAND_WIDTH = 4
 #: The SM% column's width while some process is idle: ``idle ≥ 2h13m``.
 IDLE_SM_WIDTH = 12
 #: The TIME column's width with ``seconds`` (``time_seconds``): ``12d04h05m06s``.
 SECONDS_TIME_WIDTH = 12
+#: The SM% column's width below its own terminal width, while some process is idle: ``idle≥13m``.
+NARROW_IDLE_SM_WIDTH = 9
 #: Optional columns and the process field whose value shows them; ``idle`` widens SM%.
 _OPTIONAL_FIELDS = (("job", "job_id"), ("container", "container_id"), ("sm", "sm_utilization_pct"))
 
@@ -90,20 +96,19 @@ def optional_columns(
 def visible_columns(width: int, optional: frozenset[str] = frozenset()) -> list[Column[GpuProcess]]:
     """The columns shown at the table's full ``width`` (with the scrollbar's cell: a
     column does not come and go with the scrollbar when the rows outgrow the table)."""
-    columns = [
-        c
-        for c in COLUMNS
-        if width >= c.min_terminal_width and (not c.optional or c.key in optional)
-    ]
-    if "idle" in optional:
-        columns = [
-            dataclasses.replace(c, width=IDLE_SM_WIDTH) if c.key == "sm" else c for c in columns
-        ]
-    if "seconds" in optional:
-        columns = [
-            dataclasses.replace(c, width=SECONDS_TIME_WIDTH) if c.key == "time" else c
-            for c in columns
-        ]
+    idle = "idle" in optional and "sm" in optional
+    narrow = idle and width < SM_COLUMN.min_terminal_width
+    columns = []
+    for column in COLUMNS:
+        if (column.optional and column.key not in optional) or (narrow and column.key == "cpu"):
+            continue  # narrow and idle: SM% takes CPU%'s place, so the idle mark shows
+        if idle and column.key == "sm":
+            cells = NARROW_IDLE_SM_WIDTH if narrow else IDLE_SM_WIDTH
+            column = dataclasses.replace(column, width=cells, min_terminal_width=0)
+        if "seconds" in optional and column.key == "time":
+            column = dataclasses.replace(column, width=SECONDS_TIME_WIDTH)
+        if width >= column.min_terminal_width:
+            columns.append(column)
     return columns
 
 
@@ -114,15 +119,25 @@ def column_layout(
     """Each shown column and its width in ``width`` cells (left of the scrollbar).
 
     COMMAND gets what the other columns leave. The row is never wider than ``width``: a
-    column that does not fit is dropped whole (COMMAND first, then from the right), never
-    cut mid-number."""
+    column that does not fit is dropped whole (COMMAND first, then from the right, and
+    COMMAND is back where that leaves it room), never cut mid-number."""
     columns = visible_columns(max(width, full_width), optional)
     fixed = sum(c.width + 1 for c in columns if c.width)
     if width - fixed < MIN_COMMAND_WIDTH:
+        command = [c for c in columns if not c.width]
         columns = [c for c in columns if c.width]
         while len(columns) > 1 and fixed - 1 > width:  # no space after the last column
             fixed -= columns.pop().width + 1
+        if width - fixed >= MIN_COMMAND_WIDTH:
+            columns += command
     return [(c, c.width or width - fixed) for c in columns]
+
+
+def short_idle_text(activity: Activity, ascii_only: bool = False) -> str:
+    """``idle 2h``, ``idle≥13m`` (ASCII ``idle>=13m``): the idle time's largest unit."""
+    mark = (">=" if ascii_only else "≥") if activity.at_least else " "
+    coarse = re.match(r"\d+\D", fmt.duration(activity.quiet_s))
+    return f"idle{mark}{coarse.group() if coarse else fmt.duration(activity.quiet_s)}"
 
 
 def _job_number(job_id: str | None) -> int | None:
@@ -190,6 +205,8 @@ def cell_text(
         return fmt.bytes_short(process.gpu_memory_bytes)
     if key == "sm":
         if activity is not None and activity.idle:
+            if column.width < IDLE_SM_WIDTH:
+                return short_idle_text(activity, ascii_only)
             return idle_text(activity, ascii_only)
         return fmt.NA if process.sm_utilization_pct is None else str(process.sm_utilization_pct)
     if key == "cpu":

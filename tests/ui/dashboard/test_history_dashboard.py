@@ -7,6 +7,7 @@ how to start recording, at most one notice.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sqlite3
 import time
@@ -103,6 +104,49 @@ async def test_without_a_database_idle_time_is_at_least_what_the_dashboard_saw(
         assert app.history.present is False and notices(app) == []
 
 
+def a_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root's default database is the system's: run as a user, whose is under $XDG_STATE_HOME
+    (root's files stay readable to them)."""
+    if os.geteuid() == 0:
+        monkeypatch.setattr(os, "geteuid", lambda: 4321)
+
+
+async def test_the_default_database_is_read_without_db(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `gpumon record` writes by default ($XDG_STATE_HOME/gpumon/history.db) times idle
+    processes without --db, at 80 columns too."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "state" / "gpumon").mkdir(parents=True, mode=0o700)
+    start = time.time() - 3600
+    fill(tmp_path / "state" / "gpumon" / "history.db", start)
+    a_user(monkeypatch)
+    app = app_for(now_sample(start), settings=Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await replay(pilot, start, [0, 1, 1.1, 20])
+        assert re.search(r"10\.0G\s+idle 1h\s", row_of(app, 101))
+        assert "≥" not in row_of(app, 101) and notices(app) == []
+
+
+async def test_a_refused_default_database_is_one_notice_and_idle_reads_at_least(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default database others may write is refused as --db's is: one notice, no crash."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "state" / "gpumon").mkdir(parents=True, mode=0o700)
+    start = time.time() - 3600
+    database = tmp_path / "state" / "gpumon" / "history.db"
+    fill(database, start)
+    database.chmod(0o666)
+    a_user(monkeypatch)
+    app = app_for(now_sample(start), settings=Settings())
+    async with app.run_test(size=(160, 40)) as pilot:
+        await replay(pilot, start, [0, 1, 2, 20])
+        assert "idle ≥ 20m" in row_of(app, 101)
+        (notice,) = notices(app)
+        assert notice.startswith("History database: ") and str(database) in notice
+
+
 async def test_a_broken_database_is_one_notice_and_the_dashboard_goes_on(tmp_path: Path) -> None:
     broken = tmp_path / "broken.db"
     broken.write_bytes(b"this is no database" * 200)
@@ -174,6 +218,7 @@ async def test_u_without_a_database_says_how_to_start_recording(tmp_path: Path) 
         await settle(pilot)
         text = " ".join(screen_text(app).split())
         assert f"no history database at {missing}: start recording with `gpumon record`" in text
+        assert "times idle processes from when they went quiet, from the dashboard's first" in text
         assert notices(app) == []
 
 
@@ -242,6 +287,12 @@ async def test_the_help_says_how_to_start_recording_without_a_database(tmp_path:
         assert "".join(said.split()) in "".join(flat.split())  # a long path wraps anywhere
         assert "U GPU-hours per user, 24 h and 7 days (the history database)" in flat
         assert "[ / ] in a GPU's detail (Enter)" in flat
+        assert "A recorder that runs as a service times idle processes from when they went" in flat
+        assert "contrib/systemd/gpumon-record.service" in "".join(flat.split())
+        assert (
+            'Below 100 columns SM% shows while some process is idle, in CPU%\'s place: "idle 2h"'
+            in flat
+        )
         assert max(len(line) for line in help_text.splitlines()) <= 76
 
 

@@ -154,6 +154,38 @@ async def test_an_idle_process_reads_idle_and_its_gpu_reads_held_idle() -> None:
         assert panel_notes == {1: (GpuNote("held idle by alice 2h13m", "note-warn"),)}
 
 
+async def test_at_80_and_60_columns_an_idle_process_beside_a_busy_one_still_reads_idle() -> None:
+    """Below 100 columns SM% gives way, except while some process is idle: then it takes
+    CPU%'s place as ``idle 1h``, in the zoomed table too (GPU 2: chen busy, dana idle)."""
+    app = app_for(server(40, 30))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await replay(pilot)
+        for size in ((80, 24), (60, 15)):
+            await pilot.resize_terminal(*size)
+            for _zoom in range(2):
+                await pilot.pause()
+                assert "SM%" in header(app) and "CPU%" not in header(app)
+                assert re.search(r"6\.0G\s+idle 1h .*python eval\.py", row_of(app, 4400))
+                assert re.search(r"16\.0G\s+61 ", row_of(app, 4300))
+                assert re.search(r"20\.0G\s+idle 2h ", row_of(app, 4200))
+                await pilot.press("z")
+        await pilot.resize_terminal(40, 15)  # too narrow for both: COMMAND stays, as before
+        await pilot.pause()
+        assert "SM%" not in header(app) and "pytho" in row_of(app, 4400)
+        await pilot.resize_terminal(80, 24)
+        await replay(pilot, ((MINUTE, server(70, 50)),))  # everyone busy: CPU% is back
+        assert "CPU%" in header(app) and "SM%" not in header(app)
+
+
+async def test_a_narrow_idle_mark_says_at_least_in_ascii_too() -> None:
+    quiet = server(0, 0)
+    for ascii_only, mark in ((False, "≥"), (True, ">=")):
+        app = app_for(quiet, ascii_only=ascii_only)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await replay(pilot, ((0.0, quiet), (20 * MINUTE, quiet)))
+            assert f" idle{mark}20m " in row_of(app, 4200)
+
+
 async def test_a_process_gets_busy_again_and_is_no_longer_idle() -> None:
     app = app_for(server(40, 30))
     async with app.run_test(size=(120, 40)) as pilot:
