@@ -159,7 +159,8 @@ class ProcessTable(KeyedTable[GpuProcess, ProcessFilter]):
 
     def _rows_changed(self) -> None:
         self.command_offset = min(self.command_offset, self._command_scroll_limit())
-        self._optional = optional_columns(self.rows, self.activity)
+        # A filter that leaves no row keeps the columns the list has: the titles stay put.
+        self._optional = optional_columns(self.rows or self._processes, self.activity)
 
     def cycle_sort(self) -> None:
         keys = [c.key for c in visible_columns(self.size.width or 200, self._optional)]
