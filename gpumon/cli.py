@@ -272,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(only=only).parse_args(words)
     _Ran.command = args.command
     from gpumon.config import SettingsError, describe, load_settings
+    from gpumon.config.checks import unknown_user
 
     given = flags.settings_flags(args)
     try:
@@ -282,7 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(describe(settings))
         return 0
-    misplaced = _misplaced_prometheus(args, settings) or flags.not_taken(args.command, given)
+    misplaced = (
+        _misplaced_prometheus(args, settings)
+        or flags.not_taken(args.command, given)
+        or unknown_user(
+            settings.user_filter, local=not settings.demo and settings.prometheus_url is None
+        )
+    )
     if misplaced is not None:
         print(f"gpumon: error: {misplaced}", file=sys.stderr)
         return 2

@@ -454,3 +454,20 @@ def test_the_man_page_lists_each_commands_shared_options_as_its_help_does() -> N
     pick = page.split('.SS "gpumon pick"')[1].split(".SS")[0]
     assert "--db" in report and "--claims-dir" not in report and "--demo" not in report
     assert "--claims-dir" in pick and "--claim-seconds" in pick
+
+
+@pytest.mark.parametrize("command", [(), ("once",)])
+def test_a_user_this_machine_does_not_know_is_one_line_and_exit_2(command: tuple[str, ...]) -> None:
+    """`--user nosuchuser` (a typo) says so, instead of an empty table."""
+    result = run_gpumon(*command, "--user", "nosuchuser-gpumon")
+    assert result.returncode == 2
+    assert (
+        result.stderr == "gpumon: error: --user nosuchuser-gpumon: no such user on this machine\n"
+    )
+    assert result.stdout == ""
+
+
+def test_the_demo_and_a_bare_uid_are_not_looked_up() -> None:
+    """The demo's users exist only in the demo; a process without a user name shows its uid."""
+    assert run_gpumon("once", "--demo", "--user", "alice").returncode == 0
+    assert "no such user" not in run_gpumon("once", "--user", "4242").stderr

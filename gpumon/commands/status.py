@@ -3,6 +3,8 @@
 Run every few seconds, so it starts fast: one sample, no psutil, no textual, no colours. The
 default is one cell per GPU, ``GPU 0:87/26% 1:FREE ...``, with ``?`` after a GPU whose
 process list is unknown (never FREE); a ``--format`` without ``{free}`` reads no process list.
+``--free-first`` leads with the FREE GPUs (``free 3,6,7 | GPU ...``, ``0 free``, ``free ?``
+while a GPU's processes are unknown), the answer a status bar is mostly glanced at for.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ UNKNOWN_MARK = "?"
 FREE = "FREE"
 DEFAULT_SEPARATOR = " "
 DEFAULT_PREFIX = "GPU "
+#: What ``--free-first`` says when no GPU is free but some GPU's processes are unknown.
+FREE_UNKNOWN = "free ?"
+#: Between the ``--free-first`` lead and the GPUs.
+LEAD_SEPARATOR = " | "
 #: What the line says when there is no GPU data (no driver): never a blank status bar.
 NO_DATA = "GPU N/A"
 
@@ -70,9 +76,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"text before the first GPU (default: {DEFAULT_PREFIX!r} with the default "
         "format, nothing with your own --format)",
     )
+    parser.add_argument(
+        "--free-first",
+        action="store_true",
+        help="lead with the FREE GPUs: 'free 3,6,7 | GPU ...' ('0 free' when none is, "
+        "'free ?' when a GPU's processes are unknown)",
+    )
 
 
-def run(settings: Settings, *, format: str, separator: str, prefix: str | None) -> int:
+def run(
+    settings: Settings,
+    *,
+    format: str,
+    separator: str,
+    prefix: str | None,
+    free_first: bool = False,
+) -> int:
     """``gpumon status``: print the line (exit 0), or ``GPU N/A`` without GPU data (exit 1)."""
     template = format
     problem = None if template == DEFAULT_FORMAT else check_template(template)
@@ -84,7 +103,7 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
 
     # NVML's process lists only when the line shows FREE, never the host's per-process reads
     # (the line shows no process); PCIe only when the template shows it.
-    shows_free = template == DEFAULT_FORMAT or "{free" in template
+    shows_free = free_first or template == DEFAULT_FORMAT or "{free" in template
     details = False  # the fields the source may leave unread: only where the template shows one
     if template != DEFAULT_FORMAT:
         import string  # only a template of the user's own is looked at
@@ -110,6 +129,10 @@ def run(settings: Settings, *, format: str, separator: str, prefix: str | None) 
     line = status_line(
         sample, template=template, separator=separator, prefix=prefix, free=free, unknown=unknown
     )
+    if free_first:
+        demo = "DEMO " if sample.simulated else ""  # DEMO still comes first
+        lead = free_lead(free, len(sample.gpus), len(unknown))
+        line = demo + lead + line.removeprefix(demo)
     print(line)
     return 0
 
@@ -191,6 +214,14 @@ def _cell(gpu: GpuStats, template: str, ascii_only: bool, free: bool, unknown: b
     if free:
         return FREE_CELL.format(index=gpu.index)
     return template.format(**gpu_fields(gpu, ascii_only)) + (UNKNOWN_MARK if unknown else "")
+
+
+def free_lead(free: Set[int], total: int, unknown: int) -> str:
+    """``--free-first``'s lead: ``free 3,6,7 | ``, ``0 free | ``, ``free ? | ``."""
+    from gpumon.data.free import free_summary
+
+    said = free_summary(sorted(free), total, unknown, word="free")
+    return (said or FREE_UNKNOWN) + LEAD_SEPARATOR
 
 
 def _number(value: float | None) -> str:

@@ -218,6 +218,24 @@ def user_name(value: Any) -> str:
     return value
 
 
+def unknown_user(name: str | None, *, local: bool) -> str | None:
+    """What is wrong with ``--user name`` on this machine, or ``None``: a name the system does
+    not know matches no process (their names come from it), so it is a typo, said as one.
+    Only ``local`` processes' users are (not the demo's nor remote nodes'), and not a bare
+    uid (a process whose user has no name)."""
+    if name is None or not local or name.isdigit():
+        return None
+    try:
+        import pwd
+    except ImportError:  # not a POSIX system: nothing to look the name up in
+        return None
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return f"--user {name}: no such user on this machine"
+    return None
+
+
 def shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"

@@ -47,3 +47,26 @@ def free_gpu_indices(sample: Sample | None, threshold_mib: int) -> frozenset[int
         for gpu in sample.gpus
         if is_free(gpu, by_gpu.get(gpu.index, ()), threshold, known=processes_known(gpu, sample))
     )
+
+
+def free_summary(
+    free: Sequence[int] | frozenset[int],
+    total: int,
+    unknown: int,
+    *,
+    counted: bool = False,
+    word: str = "FREE",
+) -> str | None:
+    """What a header or a status line says of the FREE GPUs: ``FREE 3,6,7``, or with
+    ``counted`` ``3 free of 8`` (``word`` leads the list); ``0 free`` when none is and every
+    GPU's processes are known.
+
+    ``None`` when nothing honest can be said: no GPU, or none free while ``unknown`` GPUs'
+    process lists were not read (unknown is never free, nor proof that none is)."""
+    if total == 0 or (not free and unknown):
+        return None
+    if not free:
+        return "0 free"
+    if counted:
+        return f"{len(free)} free of {total}"
+    return f"{word} " + ",".join(str(index) for index in sorted(free))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpumon.config import Settings
+from gpumon.data.free import free_summary, processes_known
 from gpumon.data.idle import IdleView
 from gpumon.data.model import Sample
 from gpumon.data.notes import GpuNote, NoteSource, gather_notes, unknown_process_notes
@@ -113,6 +114,9 @@ class DashboardState:
     polling: bool = True
     #: The FREE GPUs (none while the sample is stale: stale is not free).
     free: frozenset[int] = frozenset()
+    #: What the header says of them, longest form first (``FREE 3,6,7``, ``3 free of 8``);
+    #: nothing while the sample is stale or the lists that would tell are unknown.
+    free_text: tuple[str, ...] = ()
     notes: Mapping[int, tuple[GpuNote, ...]] = field(default_factory=dict)
     idle: IdleView = field(default_factory=IdleView)
     #: ``GPUs 0,3 of 8`` while a start-up filter is on.
@@ -126,6 +130,16 @@ class DashboardState:
         if self.stall is None or self.sample is None:
             return ""
         return self.stall.text(self.sample.timestamp_s)
+
+
+def free_texts(sample: Sample, free: frozenset[int]) -> tuple[str, ...]:
+    """The header's words for ``free``: the list, then the count where that is shorter."""
+    unknown = sum(not processes_known(gpu, sample) for gpu in sample.gpus)
+    listed = free_summary(free, len(sample.gpus), unknown)
+    counted = free_summary(free, len(sample.gpus), unknown, counted=True)
+    if listed is None or counted is None:
+        return ()
+    return (listed, counted) if len(counted) < len(listed) else (listed,)
 
 
 class DashboardPipeline:
@@ -181,13 +195,15 @@ class DashboardPipeline:
     ) -> DashboardState:
         """What the screens draw now (``stale``: the latest sample is no longer current)."""
         sample = self.store.latest
+        free = frozenset() if stale else self.watches.free  # the latest sample's
         return DashboardState(
             sample=sample,
             stall=stall,
             paused=paused,
             interval_s=interval_s,
             polling=polling,
-            free=frozenset() if stale else self.watches.free,  # the latest sample's
+            free=free,
+            free_text=() if stale or sample is None else free_texts(sample, free),
             notes=gather_notes(self.note_sources, sample),
             idle=self.idle.view,
             selection=self.selection.header_text,

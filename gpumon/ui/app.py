@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
+from textual.filter import Monochrome, NoColor
+from textual.keys import KEY_DISPLAY_ALIASES
 from textual.notifications import Notification, Notify
 
 from gpumon.data import format as fmt
@@ -106,9 +108,20 @@ class MonitorApp(App[int]):
         # Another Textual's input loop: its own driver, as it is.
         return QuietLinuxDriver if follows_textual() else driver
 
+    def get_key_display(self, binding: Binding) -> str:
+        """Textual's, with its arrows and ``⏎`` spelled out when the look is ASCII."""
+        shown = super().get_key_display(binding)
+        if not self.glyphs.ascii_only or shown.isascii():
+            return shown
+        for name, glyph in KEY_DISPLAY_ALIASES.items():
+            shown = shown.replace(glyph, name)
+        return shown
+
     def start_common(self) -> None:
         if self.glyphs.ascii_only:
             self.add_class("-ascii")
+        if self.no_color:
+            self.add_class("-no-color")
         if self.settings.origins.get("theme"):  # chosen by the user; else Textual's default
             self.theme = self.settings.theme
         if self.quit_signals is None:
@@ -119,6 +132,9 @@ class MonitorApp(App[int]):
 
     def __init__(self) -> None:
         super().__init__()
+        if self.no_color:  # Textual's Monochrome still writes greys; NO_COLOR means none
+            filters = getattr(self, "_filters", [])
+            filters[:] = [NoColor() if isinstance(f, Monochrome) else f for f in filters]
         #: The alerts on screen that say something may stop being true, by what they say.
         self._alerts: dict[Hashable, Notification] = {}
 

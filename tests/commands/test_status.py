@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
@@ -22,6 +23,7 @@ from gpumon.data.model import (
     UnavailableReason,
 )
 from gpumon.sampling import snapshot
+from tests.support.samples import make_process
 
 GIB = 1024**3
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,6 +217,8 @@ def test_real_command_with_demo_and_without_a_driver() -> None:
     # The demo's third GPU is idle: FREE in place of its 0/0%.
     assert demo.stdout.count("\n") == 1 and demo.stdout.count("%") == 2
     assert demo.stdout.rstrip().endswith(" 2:FREE")
+    first = run("--demo", "--demo-gpus", "3", "--free-first")
+    assert first.returncode == 0 and first.stdout.startswith("DEMO free 2 | GPU 0:")
 
     real = run()
     if real.returncode == 0:
@@ -274,3 +278,36 @@ def test_a_sample_taken_without_details_reads_them_as_not_read_not_na() -> None:
     sample = source.sample()
     assert sample.unread_gpu_fields == ON_DEMAND_GPU_FIELDS
     assert sample.gpus[0].clock_graphics_mhz is None
+
+
+def test_free_first_leads_with_the_free_gpus_within_120_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`status --free-first`: what a glance at the bar is for comes first, 8 GPUs in 120."""
+    free_ones = {3, 6, 7}
+    gpus = [
+        busy_gpu(i, utilization_gpu_pct=0, memory_used_bytes=0)
+        if i in free_ones
+        else busy_gpu(i, utilization_gpu_pct=100, memory_used_bytes=80 * GIB)
+        for i in range(8)
+    ]
+    sample = dataclasses.replace(
+        make_sample(*gpus, simulated=True), processes_read=True, processes=()
+    )
+    busy = tuple(
+        dataclasses.replace(make_process(gpus[i], 100 + i), gpu_memory_bytes=GIB)
+        for i in range(8)
+        if i not in free_ones
+    )
+    code, out = run_status(
+        monkeypatch, ["--free-first"], dataclasses.replace(sample, processes=busy)
+    )
+    assert code == 0
+    assert out.startswith("DEMO free 3,6,7 | GPU 0:100/100% ")
+    assert len(out.rstrip("\n") + " | 12:00") <= 120
+    none_free = dataclasses.replace(
+        sample, processes=busy + tuple(make_process(gpus[i], 200 + i) for i in free_ones)
+    )
+    assert run_status(monkeypatch, ["--free-first"], none_free)[1].startswith("DEMO 0 free | GPU ")
+    unknown = dataclasses.replace(sample, processes_read=False)
+    assert run_status(monkeypatch, ["--free-first"], unknown)[1].startswith("DEMO free ? | GPU ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import pwd
 from dataclasses import replace
 from typing import Any
 
@@ -283,6 +284,7 @@ def test_once_only_a_gpu_that_is_not_here_is_an_error(
 def test_once_user_lists_only_their_processes_and_free_still_counts_everyone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: name)  # bob has an account here
     status, text = run_once(monkeypatch, ["once", "--user", "bob"], server(4), {})
     assert status == 0
     assert gpu_lines(text) == ["[0]", "[1]", "[2]", "[3]"]

@@ -42,6 +42,7 @@ def test_the_steps_cut_the_sample_first_and_every_later_step_sees_the_cut(
     assert [watch.gpu_index for watch in pipeline.watches.done] == [1]
     state = pipeline.state(stall=None, stale=False, paused=True, interval_s=2.0, polling=True)
     assert state.sample is shown and state.free == frozenset({1})
+    assert state.free_text == ("FREE 1",)
     assert state.paused and state.interval_s == 2.0
     assert "1" in state.selection and state.nothing_shown is None
     assert pipeline.selection.notices() == pipeline.selection.notices() == []
@@ -52,7 +53,10 @@ def test_a_stale_sample_has_no_free_gpu_and_says_since_when(tmp_path: Path) -> N
     pipeline.run(make_sample(GPUS))
     stall = Stall(12)
     state = pipeline.state(stall=stall, stale=True, paused=False, interval_s=1.0, polling=True)
-    assert state.free == frozenset()
+    assert state.free == frozenset() and state.free_text == ()  # nor "0 free": not known
+    assert pipeline.state(
+        stall=None, stale=False, paused=False, interval_s=1.0, polling=True
+    ).free_text == ("FREE 1",)
     assert state.stale_text.startswith("NVML not answering for 12 s: readings of ")
     assert stall.text(FIXED_TIME) == state.stale_text
 

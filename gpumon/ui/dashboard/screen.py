@@ -135,6 +135,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
             stalled_s=None if stall is None else stall.seconds,
             stall_reason=STALL_NOT_ANSWERING if stall is None else stall.reason,
             selection=state.selection,
+            free_text=state.free_text,
         )
         host = self.query_one(HostStrip)
         host.show(sample.host if sample else None, sample.simulated if sample else False)

@@ -1,5 +1,9 @@
-"""The header (host, the GPUs shown, driver versions, interval, clock, DEMO) and the host
-strip."""
+"""The header (host, the FREE GPUs, the GPUs shown, driver versions, interval, clock, DEMO)
+and the host strip.
+
+The FREE GPUs are said at every width (``FREE 3,6,7``, narrower ``3 free of 8``), so a pane
+too short for the GPU panel still answers "is any GPU free"; driver versions give way first.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ class HeaderBar(Bar):
         "header-bar--stale",
         "header-bar--stalled",
         "header-bar--filter",
+        "header-bar--free",
     }
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $panel; color: $text; }
@@ -54,6 +59,7 @@ class HeaderBar(Bar):
     HeaderBar > .header-bar--stale { color: $warning; }
     HeaderBar > .header-bar--stalled { background: $error; color: $text-error; text-style: bold; }
     HeaderBar > .header-bar--filter { color: $warning; text-style: bold; }
+    HeaderBar > .header-bar--free { color: $success; text-style: bold; }
     """
 
     def show(
@@ -65,13 +71,24 @@ class HeaderBar(Bar):
         stalled_s: int | None = None,
         selection: str = "",
         stall_reason: str = STALL_NOT_ANSWERING,
+        free_text: tuple[str, ...] = (),
     ) -> None:
         """``stalled_s``: seconds the sample in flight has taken, when that is far too long
         (``stall_reason``: NVML not answering), or the last sample's age when every read
         since has failed (reads failing); the banner goes when samples resume.
         ``selection``: which GPUs a start-up filter shows (``GPUs 0,3 of 8``), kept however
-        narrow the terminal."""
-        self._shown = (sample, interval_s, paused, polling, stalled_s, selection, stall_reason)
+        narrow the terminal. ``free_text``: what to say of the FREE GPUs, longest form first
+        (:attr:`~gpumon.sampling.pipeline.DashboardState.free_text`); the shortest is kept."""
+        self._shown = (
+            sample,
+            interval_s,
+            paused,
+            polling,
+            stalled_s,
+            selection,
+            stall_reason,
+            free_text,
+        )
         width = self.size.width or 80
         right = Line()
         if stalled_s is not None:
@@ -99,11 +116,13 @@ class HeaderBar(Bar):
             ]
         host = sample.host.hostname if sample is not None else "..."
 
-        def left(keep: int, host: str) -> Line:
+        def left(keep: int, host: str, free: str) -> Line:
             line = Line().add(" gpumon ", self.style("title"))
             if sample is not None and sample.simulated:
                 line.add(" DEMO: simulated data " if width >= 70 else " DEMO ", self.style("demo"))
                 line.add(" ")
+            if free:
+                line.add(free, self.style("free")).add("  ")
             line.add(host + "  ")
             if selection:
                 line.add(selection, self.style("filter")).add("  ")
@@ -111,14 +130,17 @@ class HeaderBar(Bar):
                 line.add(label, self.style("label")).add(value + "  ")
             return line
 
-        for keep in range(len(optional), -1, -1):
-            line = left(keep, host)
+        frees = free_text or ("",)
+        tries = [(keep, frees[0]) for keep in range(len(optional), -1, -1)]
+        tries += [(0, free) for free in frees[1:]]
+        for keep, free in tries:
+            line = left(keep, host, free)
             if line.width + right.width < width:
                 break
         else:
             # Even alone, a long host name (an FQDN) must not push PAUSED and the clock off.
             room = width - right.width - (line.width - len(host)) - 1
-            line = left(0, self.glyphs.truncate(host, max(4, room)))
+            line = left(0, self.glyphs.truncate(host, max(4, room)), frees[-1])
         gap = max(1, width - line.width - right.width)
         line.add(" " * gap)
         for segment in right.strip(right.width):

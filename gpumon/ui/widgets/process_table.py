@@ -129,11 +129,13 @@ class ProcessTable(KeyedTable[GpuProcess, ProcessFilter]):
     def title_text(self) -> str:
         """The title line's words: ``Processes 12 of 64  filter: GPU 3 · mine``; ``unknown``
         when no GPU's list is known, ``>= 12`` when some GPU's list is not (never a count of
-        what was not read)."""
+        what was not read); a filter on one GPU whose list is known counts it exactly."""
         at_least = ">= " if self.unknown_gpus else ""
         count = f"{at_least}{len(self._processes)}"
         if self.row_filter.active:
-            count = f"{at_least}{len(self.rows)} of {count}"
+            wanted = self.row_filter.gpu_index
+            exact = wanted is not None and wanted not in self.unknown_gpus
+            count = f"{'' if exact else at_least}{len(self.rows)} of {count}"
         if self.empty_text in (EMPTY_WAITING, EMPTY_UNKNOWN, EMPTY_ALL_UNKNOWN):
             count = "unknown"
         text = f" Processes {count}"
@@ -159,7 +161,8 @@ class ProcessTable(KeyedTable[GpuProcess, ProcessFilter]):
 
     def _rows_changed(self) -> None:
         self.command_offset = min(self.command_offset, self._command_scroll_limit())
-        self._optional = optional_columns(self.rows, self.activity)
+        # A filter that leaves no row keeps the columns the list has: the titles stay put.
+        self._optional = optional_columns(self.rows or self._processes, self.activity)
         if self.time_seconds:
             self._optional |= {"seconds"}
 

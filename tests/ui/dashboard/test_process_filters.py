@@ -987,3 +987,30 @@ async def test_user_summary_title_counts_the_rows_it_lists() -> None:
         await pilot.pause()
         rows = summary_rows(app)
         assert f"Users of the GPUs: >= {len(rows)} " in screen_text(app)  # GPU 2 refused
+
+
+async def test_a_filter_on_a_gpu_whose_list_is_known_counts_it_exactly() -> None:
+    """GPU 2's list is refused: the total is ">= 6", but GPU 0's rows are all there is."""
+    sample = users_server()
+    on_gpu_0 = sum(process.gpu_index == 0 for process in sample.processes)
+    app = app_for(sample)
+    async with app.run_test(size=SIZE) as pilot:
+        await start(app, pilot, sample)
+        await pilot.press("f")
+        assert title(app) == f"Processes {on_gpu_0} of >= 6  filter: GPU 0"
+
+
+async def test_a_filter_that_leaves_no_row_keeps_the_column_titles() -> None:
+    """JOB and SM% stay in the header when the filter matches nothing (no jumping titles)."""
+    gpu = make_gpu(0)
+    sample = make_sample((gpu,), (make_process(gpu, 4000, job_id="1234", sm_utilization_pct=50),))
+    app = app_for(sample)
+    async with app.run_test(size=SIZE) as pilot:
+        await start(app, pilot, sample)
+        before = next(line for line in screen_text(app).splitlines() if " PID " in line)
+        assert "JOB" in before and "SM%" in before
+        await pilot.press("slash", *"nothing-matches", "enter")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "No process matches the filter" in text
+        assert next(line for line in text.splitlines() if " PID " in line) == before
