@@ -19,6 +19,7 @@ from gpumon.data.painting import BOLD, DIM, GREEN, YELLOW, Painter, fit_line
 from gpumon.data.report import NO_KEY, UsageReport, bar_cells, hours_text
 from gpumon.data.text_table import DEMO_MARKER
 from gpumon.data.usage import UsageRow
+from gpumon.data.views import shorten_command
 
 #: Bumped only for breaking changes, as ``once --json``'s.
 REPORT_SCHEMA_VERSION = 1
@@ -237,8 +238,8 @@ def holder_lines(report: UsageReport) -> list[str]:
         )
         if holder.job:
             text += f"  job {fmt.safe_text(holder.job, 64)}"
-        if holder.command:
-            text += f"  {fmt.safe_text(holder.command, 200)}"
+        if holder.command:  # as the table shows it (JSON: the whole line)
+            text += f"  {fmt.safe_text(shorten_command(holder.command), 200)}"
         lines.append(text)
     if unknown:
         lines.append(f"Not counted: {unknown}")

@@ -59,7 +59,7 @@ def test_an_idle_holder_is_named_with_its_command_made_safe_and_its_job(
     with sqlite3.connect(database) as connection:
         connection.execute(
             "UPDATE sessions SET command = ?, job_id = '4242' WHERE pid = 101",
-            ("python notebook.py \x1b]52;c;evil\x07",),
+            ("/opt/conda/envs/x/bin/python notebook.py \x1b]52;c;evil\x07",),
         )
     out = report(capsys, "--db", str(database), "--since", "2h")
     holder = out.split("Holding GPU memory idle now:\n", 1)[1].splitlines()[0]
@@ -68,7 +68,8 @@ def test_an_idle_holder_is_named_with_its_command_made_safe_and_its_job(
     document = json.loads(report(capsys, "--db", str(database), "--since", "2h", "--json"))
     jsonschema.Draft202012Validator(SCHEMA).validate(document)
     (found,) = document["idle_holders"]
-    assert (found["job"], found["command"]) == ("4242", "python notebook.py ?]52;c;evil?")
+    command = "/opt/conda/envs/x/bin/python notebook.py ?]52;c;evil?"  # whole in JSON
+    assert (found["job"], found["command"]) == ("4242", command)
 
 
 def test_a_holder_without_job_or_command_says_neither() -> None:
