@@ -61,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "not list, is never picked. Prints them comma-separated, freest first, and claims "
         "each for --claim-seconds: another pick skips a GPU claimed by someone else; where "
         "claims cannot be made it prints nothing and exits 1 (--wait: waits). When "
-        "fewer than N qualify it prints nothing, says why on stderr and exits 1 (--wait: "
-        "looks again every --interval). A GPU in MIG mode offers its MIG instances instead, "
+        "fewer than N qualify it prints nothing, says why on stderr (and, when only FREE GPUs "
+        "were wanted, which are held idle and what would help) and exits 1 (--wait: looks "
+        "again every --interval). A GPU in MIG mode offers its MIG instances instead, "
         "as MIG-... UUIDs and for -n 1 only: a CUDA process uses one MIG instance."
     )
     parser.add_argument(
