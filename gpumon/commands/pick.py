@@ -41,6 +41,7 @@ from gpumon.data.ranking import Candidate, could_ever_qualify, mig_on, qualify
 
 if TYPE_CHECKING:
     from gpumon.commands.pick_claims import PickClaims
+    from gpumon.commands.pick_hints import IdleWatch
     from gpumon.config import Settings
     from gpumon.data.selection import GpuSelection
     from gpumon.sampling.snapshot import SampleReader
@@ -65,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "not list, is never picked. Prints them comma-separated, freest first, and claims "
         "each for --claim-seconds: another pick skips a GPU claimed by someone else; where "
         "claims cannot be made it prints nothing and exits 1 (--wait: waits). When "
-        "fewer than N qualify it prints nothing, says why on stderr and exits 1 (--wait: "
-        "looks again every --interval). A GPU in MIG mode offers its MIG instances instead, "
+        "fewer than N qualify it prints nothing, says why on stderr (and, when only FREE GPUs "
+        "were wanted, which are held idle and what would help) and exits 1 (--wait: looks "
+        "again every --interval). A GPU in MIG mode offers its MIG instances instead, "
         "as MIG-... UUIDs and for -n 1 only: a CUDA process uses one MIG instance."
     )
     parser.add_argument(
@@ -287,6 +289,10 @@ def run(
             requested_format=format,
             wait_s=wait,
         )
+        if free_below_bytes is not None:
+            from gpumon.commands.pick_hints import IdleWatch
+
+            look.idle = IdleWatch(settings)
         result = attempts(look, wait_s=wait, interval_s=settings.interval_s, stderr=sys.stderr)
         if isinstance(result, int):
             if claims is not None:
@@ -312,6 +318,8 @@ class Look:
     requested_format: str
     selection: GpuSelection | None = None
     wait_s: float | None = None
+    #: Only FREE GPUs are wanted: a failure names the GPUs held idle and what would help.
+    idle: IdleWatch | None = None
     _began: float | None = field(default=None, init=False)  # the first look (monotonic)
     _said: set[str] = field(default_factory=set, init=False)
 
@@ -369,7 +377,23 @@ class Look:
         hopeless = possible < n  # --wait would wait for ever (or to its limit) for nothing
         word = "qualify" if self.free_below_bytes is None else "free"
         status = waiting_text(sample, picked, n, claimed, word=word)
-        return Attempt(failure=failure, status=status, hopeless=hopeless)
+        hints: list[str] = []
+        if self.idle is not None:
+            from gpumon.commands.pick_hints import help_line
+
+            hints = self.idle.lines(sample, picked)
+            waiting = self.wait_s is not None
+            hints.append(
+                help_line(
+                    sample, n, output_format, claimed=claimed, waiting=waiting, hopeless=hopeless
+                )
+            )
+        return Attempt(
+            failure=failure,
+            hints=tuple(line for line in hints if line),
+            status=status,
+            hopeless=hopeless,
+        )
 
     def _select(self, sample: Sample) -> tuple[Sample, tuple[str, ...]]:
         """The GPUs ``--only`` / ``--only-visible`` leave (what to know said once on stderr),

@@ -33,13 +33,15 @@ MAX_REASONS = 12
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One look at the GPUs: ``output`` (stdout) and ``notes`` when enough qualify; else
-    ``failure`` (the line for giving up now) and ``status`` (the waiting line). ``fatal``: lines
-    to say before exiting ``fatal_status`` at once (no driver; 2 for a usage error).
+    ``failure`` (the line for giving up now), ``hints`` (the lines after it: what would help)
+    and ``status`` (the waiting line). ``fatal``: lines to say before exiting ``fatal_status``
+    at once (no driver; 2 for a usage error).
     """
 
     output: str | None = None
     notes: tuple[str, ...] = ()
     failure: str = ""
+    hints: tuple[str, ...] = ()
     status: str = ""
     fatal: tuple[str, ...] = ()
     fatal_status: int = 1
@@ -154,16 +156,21 @@ def attempts(
                     print(f"{PREFIX}waited {span(waited)}", file=stderr)
                 return result
             if wait_s is None:
-                print(result.failure, file=stderr)
+                for line in (result.failure, *result.hints):
+                    print(line, file=stderr)
                 return 1
             if result.hopeless:
                 status.clear()
                 print(f"{result.failure}; waiting would not change that", file=stderr)
+                for line in result.hints:
+                    print(line, file=stderr)
                 return 1
             if waited >= wait_s:
                 status.clear()
                 reason = result.failure.removeprefix(PREFIX)
                 print(f"{PREFIX}gave up after waiting {span(waited)}: {reason}", file=stderr)
+                for line in result.hints:
+                    print(line, file=stderr)
                 return 1
             status.show(result.status)
             pause = interval_s - (clock() - began)

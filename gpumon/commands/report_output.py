@@ -19,6 +19,7 @@ from gpumon.data.painting import BOLD, DIM, GREEN, YELLOW, Painter, fit_line
 from gpumon.data.report import NO_KEY, UsageReport, bar_cells, hours_text
 from gpumon.data.text_table import DEMO_MARKER
 from gpumon.data.usage import UsageRow
+from gpumon.data.views import shorten_command
 
 #: Bumped only for breaking changes, as ``once --json``'s.
 REPORT_SCHEMA_VERSION = 1
@@ -37,6 +38,13 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 def key_text(report: UsageReport, key: str | None) -> str:
     return NO_KEY.get(report.by, "(none)") if key is None else fmt.safe_text(key, 200)
+
+
+def row_text(report: UsageReport, row: UsageRow) -> str:
+    """A row's name: a GPU's recorded index and name where known, else its key."""
+    if row.gpu_index is None:
+        return key_text(report, row.key)
+    return fmt.safe_text(f"{row.gpu_index} {row.gpu_name or key_text(report, row.key)}", 200)
 
 
 def _when(timestamp_s: float) -> str:
@@ -116,7 +124,7 @@ def bar(row: UsageRow, top: float, width: int, ascii_only: bool, paint: Painter)
 
 
 def _row_cells(report: UsageReport, row: UsageRow) -> list[str]:
-    cells = [key_text(report, row.key)]
+    cells = [row_text(report, row)]
     if report.cluster:
         cells.append(fmt.safe_text(row.node or "?", 200))
     cells += [
@@ -228,8 +236,10 @@ def holder_lines(report: UsageReport) -> list[str]:
             f"  {user}  {where}GPU {gpu}  PID {holder.pid}  "
             f"{fmt.bytes_short(holder.gpu_memory_bytes)}  idle {fmt.duration(holder.idle_s)}"
         )
-        if holder.command:
-            text += f"  {fmt.safe_text(holder.command)}"
+        if holder.job:
+            text += f"  job {fmt.safe_text(holder.job, 64)}"
+        if holder.command:  # as the table shows it (JSON: the whole line)
+            text += f"  {fmt.safe_text(shorten_command(holder.command), 200)}"
         lines.append(text)
     if unknown:
         lines.append(f"Not counted: {unknown}")
@@ -292,6 +302,13 @@ def render_csv(report: UsageReport) -> str:
     return out.getvalue()
 
 
+def gpu_fields(report: UsageReport, row: UsageRow) -> dict[str, Any]:
+    """A GPU row's recorded index and name (a database report by GPU only)."""
+    if report.by != "gpu" or report.cluster:
+        return {}
+    return {"gpu_index": row.gpu_index, "gpu_name": row.gpu_name}
+
+
 def report_to_dict(report: UsageReport) -> dict[str, Any]:
     """The report as JSON-able data (``gpumon/schema/report.schema.json``)."""
     from gpumon.sampling.snapshot import iso_timestamp as iso
@@ -321,6 +338,7 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
                 "peak_memory_bytes": row.peak_memory_bytes,
                 "processes": row.processes,
                 "used_known_hours": row.used_known_hours,
+                **gpu_fields(report, row),
             }
             for row in report.rows
         ],
@@ -341,6 +359,7 @@ def report_to_dict(report: UsageReport) -> dict[str, Any]:
                 "gpu_uuid": holder.gpu_uuid,
                 "pid": holder.pid,
                 "command": holder.command,
+                "job": holder.job,
                 "idle_s": holder.idle_s,
                 "gpu_memory_bytes": holder.gpu_memory_bytes,
             }

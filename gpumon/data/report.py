@@ -28,7 +28,8 @@ NO_KEY = {
 class IdleHolder:
     """A process holding GPU memory idle now: IDLE by the idle rule (``idle_s`` seconds at
     low SM utilisation with at least the minimum memory). ``None``: not known; ``command`` is
-    the executable's name only in a cluster report, ``node`` set only there.
+    the command line as recorded (the executable's name in a cluster report), ``job`` its Slurm
+    job, ``node`` set only in a cluster report.
     """
 
     user: str | None
@@ -39,6 +40,7 @@ class IdleHolder:
     gpu_memory_bytes: int | None = None
     command: str | None = None
     node: str | None = None
+    job: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

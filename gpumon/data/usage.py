@@ -26,7 +26,8 @@ class UsageRow:
     boards that do not report it): unknown is never 0. ``peak_memory_bytes``: the most one
     process held at once. ``processes``: process sessions (PID and start time).
     ``used_known_hours``: the part of ``gpu_hours_held`` with the SM utilisation known;
-    ``None`` when not tracked (the recording rules of an older gpumon).
+    ``None`` when not tracked (the recording rules of an older gpumon). ``gpu_index``,
+    ``gpu_name``: a GPU row's NVML index and name as last recorded (a database's only).
     """
 
     key: str | None
@@ -37,6 +38,8 @@ class UsageRow:
     processes: int
     node: str | None = None
     used_known_hours: float | None = None
+    gpu_index: int | None = None
+    gpu_name: str | None = None
 
     @property
     def used_partly_known(self) -> bool:

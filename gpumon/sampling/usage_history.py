@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpumon.config.files import default_history_path
@@ -70,6 +71,8 @@ def report_from_history(
 ) -> UsageReport:
     """The report of ``period`` from the database at ``path``; raises :class:`HistoryError`."""
     rows = usage(reader, period.start_s, period.end_s, by, now_s)
+    if by == "gpu":
+        rows = gpu_rows(reader, rows)
     holders = [
         IdleHolder(
             user=holder.user,
@@ -78,6 +81,8 @@ def report_from_history(
             gpu_uuid=holder.gpu_uuid,
             idle_s=max(0.0, now_s - holder.idle_since_s),
             gpu_memory_bytes=holder.memory_bytes,
+            command=holder.command,
+            job=holder.job_id,
         )
         for holder in reader.idle_holders(now_s)
     ]
@@ -101,6 +106,16 @@ def report_from_history(
         days_before_s=days,
         prorated_s=prorated_seconds(period, days, last),
     )
+
+
+def gpu_rows(reader: HistoryReader, rows: list[UsageRow]) -> list[UsageRow]:
+    """``rows`` of GPUs with their recorded index and name, in index order (unknown last)."""
+    recorded = {gpu.uuid: gpu for gpu in reader.gpus()}
+    named = []
+    for row in rows:
+        gpu = recorded.get(row.key or "")
+        named.append(row if gpu is None else replace(row, gpu_index=gpu.index, gpu_name=gpu.name))
+    return sorted(named, key=lambda row: (row.gpu_index is None, row.gpu_index or 0, row.key or ""))
 
 
 def _in_days(timestamp_s: float, days_before_s: float | None) -> bool:

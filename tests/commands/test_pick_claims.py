@@ -113,7 +113,10 @@ def test_another_users_claim_is_skipped_and_named(
     code, out, err = pick(monkeypatch, capsys, shared, "-n", "2")
     assert (code, out) == (1, "")
     assert err.startswith("gpumon pick: only 1 of 2 GPUs qualifies (need 2): GPU 0: claimed by ")
-    assert f"claimed by {user_name(OTHER_UID)} 4" in err and err.endswith(" s ago\n")
+    failure, helps = err.splitlines()
+    assert f"claimed by {user_name(OTHER_UID)} 4" in failure and failure.endswith(" s ago")
+    # The claimed GPU is not offered: --busy-ok or --min-free-memory would not get it either.
+    assert helps == "gpumon pick: would help: --wait (until 2 are free)"
 
 
 def test_the_claimers_own_later_pick_takes_its_gpu_again(

@@ -1,7 +1,7 @@
 """`gpumon pick` picks FREE GPUs by default (no process, little memory in use); thresholds
 decide instead when given, `--busy-ok` ranks every GPU as pick used to; never a lost GPU or
-one whose processes are unknown. Too few: exit 1 and one line naming why each other GPU
-does not qualify, with its users."""
+one whose processes are unknown. Too few: exit 1, one line naming why each other GPU does
+not qualify, with its users, then what would help."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ def test_a_server_whose_every_gpu_runs_jobs_has_none_to_pick(
         "gpumon pick: none of 5 GPUs qualifies (need 2): GPU 0: 1 process (alice), "
         "GPU 1: 1 process (bob), GPU 2: 1 process (carol), GPU 3: 1 process (dave), "
         "GPU 4: 2 processes (alice, bob)\n"
+        "gpumon pick: would help: --busy-ok (shares the freest: GPU 0, GPU 1), "
+        "--min-free-memory 23G (GPU 1 has 24.0G free), --wait (until 2 are free)\n"
     )
 
 
@@ -75,6 +77,8 @@ def test_only_free_gpus_qualify_by_default(
         "gpumon pick: only 1 of 4 GPUs qualifies (need 2): GPU 0: 1 process (other namespace), "
         "GPU 1: 2.0G in use by no listed process (FREE is under 1.0G), "
         "GPU 3: memory in use N/A\n"
+        "gpumon pick: would help: --busy-ok (shares the freest: GPU 2, GPU 1), "
+        "--min-free-memory 23G (GPU 1 has 24.0G free), --wait (until 2 are free)\n"
     )
     assert run(monkeypatch, capsys, served)[:2] == (0, "2\n")
 
@@ -118,10 +122,10 @@ def test_never_a_lost_gpu_or_one_whose_processes_are_unknown(
     )  # fmt: skip
     code, out, err = run(monkeypatch, capsys, served, *argv)
     assert (code, out) == (1, "")
-    assert err.endswith(": GPU 0 LOST, GPU 1 process list unknown\n")
+    assert err.splitlines()[0].endswith(": GPU 0 LOST, GPU 1 process list unknown")
 
 
-def test_the_failure_line_stays_one_line_on_a_big_server(
+def test_the_failure_line_stays_one_line_on_a_big_server_before_what_would_help(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gpus = tuple(gpu(index) for index in range(20))
@@ -129,9 +133,10 @@ def test_the_failure_line_stays_one_line_on_a_big_server(
     served = sample(gpus, crowd + tuple(job(g, 100 + g.index) for g in gpus if g.index != 3))
     code, out, err = run(monkeypatch, capsys, served)
     assert (code, out) == (1, "")
-    assert err.count("\n") == 1
-    assert "GPU 3: 6 processes (user0, user1, user2, 3 more)" in err
-    assert err.endswith(f", {20 - MAX_REASONS} more\n")
+    failure, helps = err.splitlines()
+    assert "GPU 3: 6 processes (user0, user1, user2, 3 more)" in failure
+    assert failure.endswith(f", {20 - MAX_REASONS} more")
+    assert helps.startswith("gpumon pick: would help: --busy-ok")
 
 
 def test_print_config_shows_what_pick_shares(capsys: pytest.CaptureFixture[str]) -> None:

@@ -52,7 +52,7 @@ def test_a_gpu_that_frees_after_a_few_looks_is_printed(
     assert (source.reads, source.closed) == (3, True)
 
 
-def test_a_wait_that_runs_out_is_exit_1_with_one_line(
+def test_a_wait_that_runs_out_is_exit_1_with_one_line_and_what_would_help(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     opened = serve(monkeypatch, *busy_then_free(1000))  # type: ignore[arg-type]
@@ -61,7 +61,9 @@ def test_a_wait_that_runs_out_is_exit_1_with_one_line(
     assert (code, out) == (1, "")
     assert re.fullmatch(
         r"gpumon pick: gave up after waiting [0-9.]+s: only 1 of 2 GPUs qualifies \(need 2\): "
-        r"GPU 0: 1 process \(alice\)\n",
+        r"GPU 0: 1 process \(alice\)\n"
+        r"gpumon pick: would help: --busy-ok \(shares the freest: GPU 1, GPU 0\), "
+        r"--min-free-memory 23G \(GPU 0 has 24.0G free\)\n",  # waiting: no --wait
         err,
     )
     assert opened[0].reads >= 2 and opened[0].closed

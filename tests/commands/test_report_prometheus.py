@@ -83,7 +83,7 @@ class FakePrometheus:
             return vector(({**base, "user": "alice"}, 3), ({**base, "user": "bob"}, 9))
         process = {**base, "gpu": "1", "uuid": "GPU-1", "pid": "4200", "user": "alice"}
         return vector(
-            ({**process, "process": "python", "gpumon_fact": "idle"}, 7980.0),
+            ({**process, "process": "python", "job_id": "81234", "gpumon_fact": "idle"}, 7980.0),
             ({**process, "gpumon_fact": "memory"}, 20.0 * GIB),
         )
 
@@ -112,12 +112,13 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
         "alice", "gpu-node-1", 1, 4200,
     )  # fmt: skip
     assert (holder.idle_s, holder.gpu_memory_bytes, holder.command) == (7980.0, 20 * GIB, "python")
+    assert holder.job == "81234"  # the Slurm job, as the exporter labels it
     assert report.recording_rules is False and report.simulated is False
     kinds = [kind for kind, _ in source.asked]
     assert kinds == ["instant", "instant", "range", "instant", "instant"]  # whatever the period
     text = render_text(report, width=None)
     assert "from Prometheus at http://prometheus.example:9090 (sampled every 14m)" in text
-    assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  python" in text
+    assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  job 81234  python" in text
     assert report_to_dict(report)["rows"][0] == {
         "user": "alice", "node": "gpu-node-1", "gpu_hours_held": pytest.approx(1.4),
         "gpu_hours_used": pytest.approx(0.7), "idle_held_hours": pytest.approx(2 * 840 / 3600),
@@ -157,7 +158,7 @@ def test_memory_held_with_no_sm_series_is_counted_as_idleness_unknown() -> None:
     report = cluster_usage(MigToo(), WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
     assert len(report.holders) == 1 and report.idle_unknown == 2
     text = render_text(report, width=None)
-    assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  python" in text
+    assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  job 81234  python" in text
     assert (
         "Not counted: 2 processes hold GPU memory with no SM utilisation reading (MIG, or no "
         "sample from the driver), so whether they are idle is unknown."

@@ -48,8 +48,8 @@ _YEAR_10000_S = 253_402_300_800
 class IdleHolder:
     """A process recorded as holding GPU memory idle (the live view's rule) in the latest
     sample the recorder wrote: ``pid`` and ``create_time_s`` are its identity, ``memory_bytes``
-    what it held then, ``idle_since_s`` when its quiet spell began; ``None``: not known (no
-    job or container: none)."""
+    what it held then, ``idle_since_s`` when its quiet spell began, ``command`` its command
+    line as recorded; ``None``: not known (no job or container: none)."""
 
     user: str | None
     gpu_uuid: str
@@ -60,6 +60,7 @@ class IdleHolder:
     idle_since_s: float
     job_id: str | None = None
     container_id: str | None = None
+    command: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +210,7 @@ class HistoryReader:
             rows = self._connection.execute(
                 """
                 SELECT user, uuid, gpu_index, pid, create_time_s, memory_bytes, idle_since_s,
-                    job_id, container_id
+                    job_id, container_id, command
                 FROM sessions JOIN gpus ON gpus.id = sessions.gpu_id
                 WHERE idle_since_s IS NOT NULL
                     AND last_seen_s >= (SELECT value FROM meta WHERE key = 'last_sample_s')
@@ -319,7 +320,7 @@ def _text(value: object) -> str | None:
 
 def _idle_holder(row: Any) -> IdleHolder:
     """An :class:`IdleHolder` of a ``sessions`` row, its texts made safe to print."""
-    user, uuid, index, pid, created_s, memory, since_s, job_id, container_id = row
+    user, uuid, index, pid, created_s, memory, since_s, job_id, container_id, command = row
     return IdleHolder(
         _text(user),
         _text(uuid) or "",
@@ -330,4 +331,5 @@ def _idle_holder(row: Any) -> IdleHolder:
         since_s,
         _text(job_id),
         _text(container_id),
+        _text(command),
     )

@@ -318,6 +318,7 @@ def _holders(series: Iterable[_Series]) -> list[tuple[tuple[str, str], IdleHolde
             idle_s=item.value,
             gpu_memory_bytes=None if held is None else int(held),
             command=item.label("process"),
+            job=item.label("job_id"),
         )
         found.append((_target(labels), holder))
     return found

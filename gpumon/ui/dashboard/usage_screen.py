@@ -3,7 +3,8 @@ database: GPU-hours held, used (SM-weighted) and held idle, each row with a bar 
 ``gpumon report``: :func:`gpumon.data.report.bar_cells`).
 
 Read on a worker thread when the screen opens and every :data:`REFRESH_S` after; without a
-database the screen says how to start recording.
+database the screen says how to start recording. Under each title, what the database does not
+cover of its period (``report``'s notes); notes and hints wrap to the screen, tables are cut.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from gpumon.data import format as fmt
+from gpumon.data.periods import Period
 from gpumon.data.report import NO_KEY, bar_cells, hours_text
 from gpumon.data.usage import UsageRow
-from gpumon.sampling.usage_history import HistoryError, usage
+from gpumon.sampling.usage_history import HistoryError, coverage_notes, usage
 from gpumon.ui.dashboard.history import (
     DEMO_LINE,
     IDLE_FROM_RECORDER,
@@ -44,28 +46,38 @@ REFRESH_S = 300.0
 _KEY_CELLS = 20
 _BAR_CELLS = 40
 HEADER = f"{'USER':<{_KEY_CELLS}} {'HELD':>7} {'USED':>7} {'IDLE':>7}  GPU-hours"
+#: A period's table: its title, its rows, and what the database does not cover of it.
+Table = tuple[str, Sequence[UsageRow], Sequence[str]]
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` as lines of at most ``width`` cells (at least 20), the later ones indented."""
+    lines = textwrap.wrap(text, max(20, width), subsequent_indent="  ", break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
 
 
 def render_usage(
-    tables: Sequence[tuple[str, Sequence[UsageRow]]],
+    tables: Sequence[Table],
     width: int,
     ascii_only: bool = False,
     colors: tuple[str, str] = ("green", "yellow"),
     current_user: str | None = None,
     simulated: bool = False,
 ) -> Text:
-    """Each period's table: per user GPU-hours held, used and held idle, and a bar (used,
-    then held, then held idle) on one scale for all the tables; under a DEMO line when the
-    history is ``simulated``."""
+    """Each period's table: what the database does not cover of it, then per user GPU-hours
+    held, used and held idle, and a bar (used, then held, then held idle) on one scale for all
+    the tables; under a DEMO line when the history is ``simulated``."""
     text = Text(no_wrap=True, overflow="crop")
     if simulated:
         text.append(DEMO_LINE, "bold reverse")
         text.append("\n\n")
     cells = ("#", "=", ".") if ascii_only else ("█", "▒", "░")
     bar_width = max(0, min(_BAR_CELLS, width - len(HEADER) - 2 + len("GPU-hours")))
-    top = max((row.gpu_hours_held for _, rows in tables for row in rows), default=0.0)
-    for title, rows in tables:
+    top = max((row.gpu_hours_held for _, rows, _ in tables for row in rows), default=0.0)
+    for title, rows, notes in tables:
         text.append(f"{title}\n", "bold")
+        for note in notes:
+            text.append(wrapped(note, width), colors[1])
         text.append(HEADER + "\n", "bold")
         if not rows:
             text.append("  nobody held GPU memory\n", "dim")
@@ -84,11 +96,11 @@ def render_usage(
             text.append(cells[2] * idle, colors[1])
             text.append("\n")
         text.append("\n")
-    text.append(
+    legend = (
         f"{cells[0]} used (SM-weighted)  {cells[1]} held  {cells[2]} held idle: one GPU held "
-        "for an hour is one GPU-hour\n",
-        "dim",
+        "for an hour is one GPU-hour"
     )
+    text.append(wrapped(legend, width), "dim")
     return text
 
 
@@ -106,7 +118,7 @@ class UsageScreen(Screen[None]):
 
         def __init__(
             self,
-            tables: list[tuple[str, list[UsageRow]]] | None,
+            tables: list[Table] | None,
             present: bool,
             error: str | None,
             simulated: bool = False,
@@ -121,9 +133,11 @@ class UsageScreen(Screen[None]):
         super().__init__()
         self.history = history
         self.clock = clock
-        self.tables: list[tuple[str, list[UsageRow]]] | None = None
+        self.tables: list[Table] | None = None
         #: The database holds a simulated server's history: the tables say DEMO.
         self.simulated = False
+        #: The line shown instead of the tables (wrapped again on a resize).
+        self.line = ""
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -142,8 +156,16 @@ class UsageScreen(Screen[None]):
         """Read both periods on a worker thread."""
         history, now = self.history, self.clock()
 
-        def tables(reader: HistoryReader) -> tuple[list[tuple[str, list[UsageRow]]], bool]:
-            read = [(title, usage(reader, now - back, now, "user", now)) for title, back in PERIODS]
+        def tables(reader: HistoryReader) -> tuple[list[Table], bool]:
+            span, interval = reader.span(), reader.interval_s
+            read: list[Table] = [
+                (
+                    title,
+                    usage(reader, now - back, now, "user", now),
+                    coverage_notes(Period(now - back, now), span, interval),
+                )
+                for title, back in PERIODS
+            ]
             return read, reader.simulated
 
         def work() -> None:
@@ -163,13 +185,15 @@ class UsageScreen(Screen[None]):
         self.tables, self.simulated = message.tables, message.simulated
         if message.tables is None:
             recorder = "" if message.present else f"\n\n{IDLE_FROM_RECORDER}"
-            self._draw(self.history.missing_text + recorder)
+            self._draw(self.history.missing_text + recorder, self.size.width - 4)
         else:
             self.refresh_tables()
 
     def on_resize(self) -> None:
         if self.tables is not None:
             self.refresh_tables()
+        elif self.line:
+            self._draw(self.line, self.size.width - 4)
 
     def refresh_tables(self) -> None:
         if self.tables is None or not self.is_attached:
@@ -188,11 +212,14 @@ class UsageScreen(Screen[None]):
             )
         )
 
-    def _draw(self, text: str) -> None:
-        """``text`` dim, each paragraph wrapped to the screen (a path may be long)."""
-        width = max(20, self.size.width - 4)
-        lines = [textwrap.fill(part, width) for part in text.split("\n")]
-        self.query_one("#usage", TextLines).update(Text("\n".join(lines) + "\n", "dim"))
+    def _draw(self, line: str, width: int | None = None) -> None:
+        """``line`` dim; with ``width``, each paragraph wrapped to it (a path may be long)."""
+        self.line = line
+        if width is None:
+            text = line + "\n"
+        else:
+            text = "".join(wrapped(part, width) if part else "\n" for part in line.split("\n"))
+        self.query_one("#usage", TextLines).update(Text(text, "dim"))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -344,3 +344,33 @@ async def test_u_and_the_recorded_spans_say_demo_for_a_simulated_history(
         (title,) = graph_titles(app)
         assert ("(last 1 h, recorded, DEMO)" in title) is demo
         assert ("DEMO: simulated history" in screen_text(app)) is demo
+
+
+async def test_u_says_what_the_history_covers_and_wraps_its_hints_at_80_columns(
+    recorded: tuple[Path, float],
+) -> None:
+    """An hour recorded: each table says the rest of its period is not in the database."""
+    database, start = recorded
+    app = app_with(database, start)
+    async with app.run_test(size=(80, 40)) as pilot:
+        await pilot.press("U")
+        await settle(pilot)
+        text = screen_text(app)
+        first = time.strftime("%Y-%m-%d %H:%M", time.localtime(start))
+        assert text.count(f"recorded only from {first}") == 2  # under each title
+        joined = " ".join(text.replace("│", " ").split())
+        assert re.search(
+            r"the 2\dh\d\dm before it are not in the database \(counted as nothing\)", joined
+        )
+        assert "one GPU held for an hour is one GPU-hour" in joined  # wrapped, not cut
+
+
+async def test_u_without_a_database_wraps_how_to_start_recording_at_80_columns(
+    tmp_path: Path,
+) -> None:
+    app = app_with(tmp_path / "none.db", time.time())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("U")
+        await settle(pilot)
+        joined = " ".join(screen_text(app).replace("│", " ").split())
+        assert "contrib/systemd/gpumon-record.service (README: History)." in joined
