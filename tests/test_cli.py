@@ -31,7 +31,7 @@ def test_version() -> None:
     assert result.returncode == 0
     lines = result.stdout.splitlines()
     assert lines[:2] == [f"gpumon {__version__}", f"Textual {version('textual')}"]
-    assert len(lines) == 6  # and one per replacement of Textual's code (test_textual_source)
+    assert len(lines) == 7  # and one per replacement of Textual's code (test_textual_source)
 
 
 def test_help_lists_options_and_modes() -> None:

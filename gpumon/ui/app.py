@@ -23,7 +23,7 @@ from textual.notifications import Notification, Notify
 
 from gpumon.data import format as fmt
 from gpumon.data.alerts import alert_sequence
-from gpumon.ui.textual_source import PALETTE_TYPED_AHEAD, is_on
+from gpumon.ui.textual_source import NO_COLOR_FILTER, PALETTE_TYPED_AHEAD, is_on
 
 if TYPE_CHECKING:
     from textual.driver import Driver
@@ -132,9 +132,12 @@ class MonitorApp(App[int]):
 
     def __init__(self) -> None:
         super().__init__()
-        if self.no_color:  # Textual's Monochrome still writes greys; NO_COLOR means none
-            filters = getattr(self, "_filters", [])
-            filters[:] = [NoColor() if isinstance(f, Monochrome) else f for f in filters]
+        # Textual's Monochrome still writes greys; NO_COLOR means none (where Textual builds
+        # and reads its filters as it was tested: NO_COLOR_FILTER).
+        if self.no_color and is_on(NO_COLOR_FILTER):
+            self._filters[:] = [
+                NoColor() if isinstance(f, Monochrome) else f for f in self._filters
+            ]
         #: The alerts on screen that say something may stop being true, by what they say.
         self._alerts: dict[Hashable, Notification] = {}
 

@@ -94,7 +94,17 @@ PALETTE_TYPED_AHEAD = Replacement(
     },
 )
 
-REPLACEMENTS = (EXACT_UPDATES, QUIET_INPUT, KEYS_FOOTER, PALETTE_TYPED_AHEAD)
+#: With ``NO_COLOR``, ``App._filters``' ``Monochrome`` (which still writes greys) swapped for
+#: Textual's ``NoColor`` (:class:`gpumon.ui.app.MonitorApp`): where the list is built and read.
+NO_COLOR_FILTER = Replacement(
+    "NO_COLOR without greys",
+    {
+        "textual.app:App.__init__": frozenset({"e86181fcd11d409f", "b122413b733a3812"}),
+        "textual.app:App.get_line_filters": frozenset({"62c8ee8f12bb9812"}),
+    },
+)
+
+REPLACEMENTS = (EXACT_UPDATES, QUIET_INPUT, KEYS_FOOTER, PALETTE_TYPED_AHEAD, NO_COLOR_FILTER)
 
 
 def textual_directory() -> Path | None:

@@ -68,7 +68,7 @@ def version_of(copy: Path | None = None) -> str:
 def test_every_replacement_is_on_with_the_installed_textual() -> None:
     """CI installs the oldest and the newest Textual gpumon takes: all four are on in each."""
     output = version_of()
-    assert [line.split(": ")[1] for line in output.splitlines()[2:]] == ["on"] * 4, output
+    assert [line.split(": ")[1] for line in output.splitlines()[2:]] == ["on"] * 5, output
 
 
 def test_a_change_elsewhere_in_a_followed_file_leaves_it_on(
@@ -101,6 +101,7 @@ def test_a_change_to_a_followed_function_turns_its_replacement_off_and_says_why(
         "quiet input driver: on",
         "quiet footer: on",
         "palette type-ahead: on",
+        "NO_COLOR without greys: on",
     ]
 
 
