@@ -200,7 +200,7 @@ async def shoot_probe() -> None:
     async with app.run_test(size=(200, 50)) as pilot:
         while app.sample is None:
             await pilot.pause(0.05)
-        await app.open_probe(app.sample.gpus[0], app.sample)
+        await app.dashboard.open_probe(app.sample.gpus[0], app.sample)
         for _ in range(200):
             await pilot.pause(0.05)
             if str(app.query_one("#probe-verdict").render()).startswith(("PASS", "FAIL")):
