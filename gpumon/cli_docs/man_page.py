@@ -1,6 +1,6 @@
 """The man page, gpumon(1): the options from the parser, the config keys and variables from
 :data:`gpumon.config.SETTINGS`, the rest written here. Its date is the release's
-(:data:`RELEASE`), or ``SOURCE_DATE_EPOCH``'s where a reproducible build sets it: the same
+(:data:`RELEASE_DATE`), or ``SOURCE_DATE_EPOCH``'s where a reproducible build sets it: the same
 gpumon, the same page. Text lines are filled to 80 bytes, so that ``mandoc -Tlint`` is quiet.
 """
 
@@ -15,9 +15,9 @@ from gpumon.cli_docs.model import Command, Option
 from gpumon.config import SETTINGS
 from gpumon.config.files import DEFAULT_CONFIG_DIRS
 
-#: The version this page was last released with and the day of that release (ISO 8601); a
-#: test fails while the version differs from pyproject.toml's (RELEASING.md).
-RELEASE = ("0.1.0", "2026-11-28")
+#: The day (ISO 8601) of the release of the version pyproject.toml names: set with the version
+#: (RELEASING.md), which is written nowhere else.
+RELEASE_DATE = "2026-11-28"
 
 #: The repository's address: pyproject.toml's [project.urls] Repository.
 HOMEPAGE = "https://github.com/gpumon-tui/gpumon-tui"
@@ -107,7 +107,7 @@ def page_date(environ: Mapping[str, str]) -> str:
     epoch = environ.get("SOURCE_DATE_EPOCH", "")
     if epoch.isdigit():
         return datetime.fromtimestamp(int(epoch), timezone.utc).date().isoformat()
-    return RELEASE[1]
+    return RELEASE_DATE
 
 
 def _filled(lines: list[str]) -> list[str]:
