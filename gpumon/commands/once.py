@@ -141,12 +141,24 @@ def run(
         if not no_processes:
             shown = replace(sample, processes=filter_processes(sample.processes, process_filter))
             table += render_users(shown, color=painted, always=by_user, width=width)
+            if settings.user_filter and not shown.processes:
+                table += no_process_of(settings.user_filter, sample)
         stdout.write(table)
     if failed:
         assert sample.unavailable is not None
         report_unavailable(sample.unavailable)
         return 1
     return 0
+
+
+def no_process_of(user: str, sample: Sample) -> str:
+    """``--user`` matched no process: said, never left as an empty table; where some GPU's
+    processes are unknown, only of those known (unknown is not none)."""
+    from gpumon.data.free import processes_known
+
+    unknown = [str(gpu.index) for gpu in sample.gpus if not processes_known(gpu, sample)]
+    known = f" on the GPUs whose processes are known (not {','.join(unknown)})" if unknown else ""
+    return f"\nNo process of {fmt.safe_text(user)}{known}.\n"
 
 
 def recorded_idle_s(settings: Settings, sample: Sample) -> dict[tuple[int, int], float | None]:

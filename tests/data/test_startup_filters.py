@@ -309,6 +309,13 @@ def test_once_user_lists_only_their_processes_and_free_still_counts_everyone(
     assert [u["user"] for u in document["users"]] == ["bob"]
 
 
+def test_once_user_with_no_process_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: name)  # carol has an account here
+    status, text = run_once(monkeypatch, ["once", "--user", "carol"], server(4), {})
+    assert status == 0
+    assert text.rstrip().endswith("No process of carol.")
+
+
 def test_the_filters_are_refused_for_a_cluster(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
