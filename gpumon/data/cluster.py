@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpumon.data.free import free_gpu_indices
 from gpumon.data.model import GpuStats, Sample
-from gpumon.data.views import is_stale, user_summary
+from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER, is_stale, user_summary
 
 
 class NodeState(str, enum.Enum):
@@ -72,10 +72,19 @@ class ClusterSample:
     scrape_interval_s: float | None = None
     error: str | None = None
     stale: bool = False
+    #: One row per node from aggregate queries (``nodes`` may then be empty: per-GPU series
+    #: are fetched for the node on screen only); ``None``: build them from ``nodes``.
+    rows: tuple[NodeSummary, ...] | None = None
+    #: The fleet's totals and top-k lists; ``None``: compute them from the rows.
+    fleet: Fleet | None = None
+    #: How the rows were read, for the header: "recording rules", "raw queries" or None.
+    path: str | None = None
 
     @property
     def simulated(self) -> bool:
         """Any node serves simulated data (``gpumon export --demo``): labelled everywhere."""
+        if self.rows is not None:
+            return any(row.simulated for row in self.rows)
         return any(node.sample.simulated for node in self.nodes)
 
 
@@ -95,6 +104,61 @@ class NodeSummary:
     last_seen_s: float | None
     down_since_s: float | None
     exporter: ExporterKind
+    instance: str = ""
+    job: str | None = None
+    max_utilization_pct: float | None = None
+    #: GPU memory held by processes the exporter calls idle; None: not known (no process
+    #: data, or an exporter that does not tell idleness).
+    idle_held_bytes: int | None = None
+    idle_holders: tuple[str, ...] = ()  # their users, made safe, by memory held
+    users: frozenset[str] = frozenset()  # everyone with a process on it (the text filter)
+    simulated: bool = False
+    problem: str | None = None
+    #: The target's grouping labels that a site sets (``partition``, ``cluster``...).
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def current(self) -> bool:
+        """UP: its readings are current and its free GPUs may be offered."""
+        return self.state is NodeState.UP
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One entry of a top-k list: a node (``node7``, ``node7 GPU 3``) or a user, and its value
+    in the list's unit (°C, bytes)."""
+
+    name: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class LabelCount:
+    """GPUs and FREE GPUs of the nodes whose target carries ``label=value``."""
+
+    label: str
+    value: str
+    gpus: int
+    free_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The fleet summary over every node (a filter never changes it). GPUs, FREE and busy count
+    UP nodes only; ``free_unknown`` UP nodes cannot tell their free GPUs (no process data)."""
+
+    nodes: int
+    down: int
+    stale: int
+    gpus: int
+    free_gpus: int
+    free_unknown: int
+    busy_gpus: int
+    idle_held_bytes: int | None
+    by_label: tuple[LabelCount, ...] = ()
+    hottest: tuple[Ranked, ...] = ()
+    most_idle_held: tuple[Ranked, ...] = ()
+    top_users: tuple[Ranked, ...] = ()  # by GPU memory held across the fleet
 
 
 def summarize(node: Node, free_threshold_mib: int) -> NodeSummary:
@@ -121,6 +185,59 @@ def summarize(node: Node, free_threshold_mib: int) -> NodeSummary:
         last_seen_s=node.last_seen_s,
         down_since_s=node.down_since_s,
         exporter=node.exporter,
+        instance=node.instance,
+        job=node.job,
+        max_utilization_pct=max(utils) if utils else None,
+        users=frozenset(
+            (p.user or UNKNOWN_USER) if p.visible else OTHER_NAMESPACE
+            for p in node.sample.processes
+        ),
+        simulated=node.sample.simulated,
+        problem=node.problem,
+    )
+
+
+def rows_of(cluster: ClusterSample, free_threshold_mib: int) -> tuple[NodeSummary, ...]:
+    """The node list's rows: the aggregate path's, else one :func:`summarize` per node."""
+    if cluster.rows is not None:
+        return cluster.rows
+    return tuple(summarize(node, free_threshold_mib) for node in cluster.nodes)
+
+
+def fleet_of(rows: Sequence[NodeSummary], top_users: Sequence[Ranked] = (), k: int = 5) -> Fleet:
+    """The fleet summary of ``rows`` (``top_users`` come from the source: a node's row names
+    its top user only). Free and busy GPUs count UP nodes whose processes are known."""
+    up = [row for row in rows if row.current]
+    told = [row for row in up if row.free_gpus is not None]
+    idle = [row.idle_held_bytes for row in up if row.idle_held_bytes is not None]
+    groups: dict[tuple[str, str], list[NodeSummary]] = {}
+    for row in up:
+        for label in row.labels:
+            groups.setdefault(label, []).append(row)
+    hot = sorted(
+        (row for row in up if row.hottest_c is not None), key=lambda r: -(r.hottest_c or 0)
+    )
+    held = sorted(
+        (row for row in up if row.idle_held_bytes), key=lambda r: -(r.idle_held_bytes or 0)
+    )
+    return Fleet(
+        nodes=len(rows),
+        down=sum(row.state is NodeState.DOWN for row in rows),
+        stale=sum(row.state is NodeState.STALE for row in rows),
+        gpus=sum(row.gpu_count for row in up),
+        free_gpus=sum(row.free_gpus or 0 for row in told),
+        free_unknown=len(up) - len(told),
+        busy_gpus=sum(row.gpu_count - (row.free_gpus or 0) for row in told),
+        idle_held_bytes=sum(idle) if idle else None,
+        by_label=tuple(
+            LabelCount(
+                label, value, sum(r.gpu_count for r in group), sum(r.free_gpus or 0 for r in group)
+            )
+            for (label, value), group in sorted(groups.items())
+        ),
+        hottest=tuple(Ranked(row.name, float(row.hottest_c or 0)) for row in hot[:k]),
+        most_idle_held=tuple(Ranked(row.name, float(row.idle_held_bytes or 0)) for row in held[:k]),
+        top_users=tuple(top_users[:k]),
     )
 
 
