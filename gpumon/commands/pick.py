@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpumon.commands.pick_wait import (
+    DEMO_LABEL,
     Attempt,
     attempts,
+    failure_line,
     hand_over,
     processes_text,
     read_timeout,
     waiting_text,
-    with_reasons,
 )
 from gpumon.config.text import (
     duration_seconds,
@@ -42,6 +43,7 @@ from gpumon.data.ranking import Candidate, could_ever_qualify, mig_on, qualify
 if TYPE_CHECKING:
     from gpumon.commands.pick_claims import PickClaims
     from gpumon.commands.pick_hints import IdleWatch
+    from gpumon.commands.pick_queue import PickQueue
     from gpumon.config import Settings
     from gpumon.data.selection import GpuSelection
     from gpumon.sampling.snapshot import SampleReader
@@ -52,7 +54,6 @@ FORMATS = {
     "index": "nvidia-smi's numbers",
     "uuid": "GPU-... / MIG-... UUIDs, always right",
 }
-DEMO_LABEL = "simulated GPUs (--demo)"
 UNCLAIMED_NOTE = "gpumon pick: note: not claimed (--no-claim): another pick may get them too"
 
 
@@ -130,6 +131,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(claims: see --claims-dir)",
     )
     parser.add_argument(
+        "--queue",
+        action="store_true",
+        help="print who waits for GPUs (pick --wait) in the queue, oldest first, and since "
+        "when; a free GPU goes to the oldest waiter it suits (docs/claims.md)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="with --queue: print the queue as JSON",
+    )
+    parser.add_argument(
         "--cluster",
         action="store_true",
         help="pick from the whole cluster at the configured Prometheus server "
@@ -167,35 +179,6 @@ def resolve_format(requested: str, sample: Sample, environ: Mapping[str, str]) -
     if requested != "auto":
         return requested
     return "index" if indices_match_cuda(sample, environ) else "uuid"
-
-
-def failure_line(
-    picked: Sequence[Candidate],
-    reasons: Sequence[str],
-    n: int,
-    *,
-    gpu_count: int,
-    simulated: bool = False,
-) -> str:
-    """The one stderr line for "fewer than ``n`` qualify", naming why the others do not
-    (``gpu_count``: the sample's GPUs; with MIG candidates they are "devices").
-    """
-    total = len(picked) + len(reasons)
-    prefix = f"gpumon pick: {DEMO_LABEL}: " if simulated else "gpumon pick: "
-    if total == 0:
-        return f"{prefix}no GPU found (need {n})"
-    kind = "GPU" if total == gpu_count else "device"
-    noun = kind if total == 1 else f"{kind}s"
-    if not reasons:
-        return f"{prefix}only {total} {noun} here (need {n})"
-    if picked:
-        verb = "qualifies" if len(picked) == 1 else "qualify"
-        head = f"only {len(picked)} of {total} {noun} {verb}"
-    elif total == 1:
-        head = f"the only {kind} does not qualify"
-    else:
-        head = f"none of {total} {noun} qualifies"
-    return with_reasons(f"{prefix}{head} (need {n})", reasons)
 
 
 def notes(
@@ -237,9 +220,19 @@ def run(
     wait: float | None = None,
     no_claim: bool = False,
     across_nodes: bool = False,
+    queue: bool = False,
+    json: bool = False,
 ) -> int:
     """``gpumon pick``: print the picked GPUs (exit 0), or why too few qualify (exit 1)."""
     from gpumon.sources.cluster_base import cluster_requested
+
+    if queue or json:
+        if not queue:
+            print("gpumon: error: --json goes with --queue", file=sys.stderr)
+            return 2
+        from gpumon.commands.pick_queue import show_queue
+
+        return show_queue(settings.claims_dir, as_json=json, stdout=sys.stdout, stderr=sys.stderr)
 
     free_below_bytes = None
     if not busy_ok and min_free_memory is None and max_utilization is None:
@@ -264,6 +257,7 @@ def run(
     # Users and process ages name who holds a GPU; PCIe throughput is not needed.
     reader = SampleReader(source_for(settings, processes=True, pcie=False, host_details=True))
     claims = None
+    queue_part: PickQueue | None = None
     try:
         if not reader.simulated:  # nobody shares a simulated GPU
             from gpumon.commands.pick_claims import PickClaims
@@ -276,6 +270,9 @@ def run(
                 claim=not no_claim,
                 waiting=wait is not None,
             )
+            from gpumon.commands.pick_queue import PickQueue
+
+            queue_part = PickQueue(since_s=started_s)
         from gpumon.data.selection import selection_from
 
         look = Look(
@@ -288,6 +285,8 @@ def run(
             free_below_bytes=free_below_bytes,
             requested_format=format,
             wait_s=wait,
+            queue=queue_part,
+            interval_s=settings.interval_s,
         )
         if free_below_bytes is not None:
             from gpumon.commands.pick_hints import IdleWatch
@@ -300,6 +299,8 @@ def run(
             return result
         return hand_over(result, None if claims is None else claims.release)
     finally:
+        if queue_part is not None and claims is not None:
+            queue_part.leave(claims)
         if claims is not None:
             claims.close()
         reader.close()
@@ -320,6 +321,9 @@ class Look:
     wait_s: float | None = None
     #: Only FREE GPUs are wanted: a failure names the GPUs held idle and what would help.
     idle: IdleWatch | None = None
+    #: The fair queue: the GPUs kept for older waiters are skipped; ``--wait`` enters it.
+    queue: PickQueue | None = None
+    interval_s: float = 1.0
     _began: float | None = field(default=None, init=False)  # the first look (monotonic)
     _said: set[str] = field(default_factory=set, init=False)
 
@@ -348,12 +352,15 @@ class Look:
             free_below_bytes=self.free_below_bytes,
         )
         claimed: dict[int, str] = {}
+        kept: dict[int, str] = {}
         if self.claims is None:
             picked = list(qualifying[:n])
         else:
             from gpumon.commands.pick_claims import CannotClaim
 
             try:
+                qualifying, queued, kept = self._queue(qualifying, sample, output_format)
+                reasons += tuple(queued)
                 picked, skipped, claimed = self.claims.take(qualifying, n, sample)
             except CannotClaim as cannot:
                 return Attempt(
@@ -376,7 +383,7 @@ class Look:
         )
         hopeless = possible < n  # --wait would wait for ever (or to its limit) for nothing
         word = "qualify" if self.free_below_bytes is None else "free"
-        status = waiting_text(sample, picked, n, claimed, word=word)
+        status = waiting_text(sample, picked, n, claimed, word=word, kept=kept)
         hints: list[str] = []
         if self.idle is not None:
             from gpumon.commands.pick_hints import help_line
@@ -394,6 +401,19 @@ class Look:
             status=status,
             hopeless=hopeless,
         )
+
+    def _queue(
+        self, qualifying: Sequence[Candidate], sample: Sample, output_format: str
+    ) -> tuple[tuple[Candidate, ...], list[str], dict[int, str]]:
+        """``qualifying`` less the GPUs kept for older waiters, why, and for whom; a waiting
+        pick that claims enters the queue at its first look."""
+        if self.queue is None or self.claims is None:
+            return tuple(qualifying), [], {}
+        if self.wait_s is not None and self.claims.claim and self.queue.request is None:
+            from gpumon.commands.pick_queue import request_for
+
+            self.queue.request = request_for(self, sample, output_format)
+        return self.queue.look(self.claims, qualifying, sample)
 
     def _select(self, sample: Sample) -> tuple[Sample, tuple[str, ...]]:
         """The GPUs ``--only`` / ``--only-visible`` leave (what to know said once on stderr),

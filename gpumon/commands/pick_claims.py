@@ -50,19 +50,19 @@ class PickClaims:
     _said: set[str] = field(default_factory=set, init=False)
     _counted: set[int] = field(default_factory=set, init=False)
 
-    def _say(self, line: str) -> None:
+    def say(self, line: str) -> None:
         if line not in self._said:
             self._said.add(line)
             print(f"gpumon pick: {line}", file=self.stderr)
 
-    def _cannot(self, why: str) -> None:
+    def cannot(self, why: str) -> None:
         """Claims cannot be used: raise CannotClaim, or (--no-claim) say so once."""
         self.close()
         if not self.claim:
-            self._say(f"other picks' claims cannot be read: {why}")
+            self.say(f"other picks' claims cannot be read: {why}")
             return
         if self.waiting:
-            self._say(f"cannot claim: {why}; waiting until it can (--no-claim: pick unclaimed)")
+            self.say(f"cannot claim: {why}; waiting until it can (--no-claim: pick unclaimed)")
         raise CannotClaim(f"cannot claim: {why}")
 
     def take(
@@ -74,9 +74,9 @@ class PickClaims:
         """
         if self.dir is None:  # opened at the first look with GPUs (no driver: none made)
             try:
-                self.dir = ClaimsDir.open(self.path, create=True, uid=self.uid)
+                self.opened()
             except ClaimsOff as off:
-                self._cannot(str(off))
+                self.cannot(str(off))
                 return list(qualifying[:n]), [], {}
         running = {key: target.processes for key, target in rules.targets(sample).items()}
         lost: tuple[Candidate, rules.Claim] | None = None
@@ -100,7 +100,7 @@ class PickClaims:
             self.release()
             if isinstance(error, OSError):
                 error = ClaimsOff(f"cannot write in {self.path}: {error.strerror or error}")
-            self._cannot(str(error))
+            self.cannot(str(error))
             return list(qualifying[:n]), [], {}
         reasons = [
             f"{c.label}: claimed by {claim.owner} {claim.ago(now_s)}"
@@ -110,6 +110,29 @@ class PickClaims:
         holders = {candidate.gpu_index: claim.owner for candidate, claim in skipped}
         return picked, reasons, holders
 
+    def opened(self) -> ClaimsDir:
+        """The claims directory, opened (made when missing) at the first call; raises
+        :class:`ClaimsOff` when it cannot be used."""
+        if self.dir is None:
+            self.dir = ClaimsDir.open(self.path, create=True, uid=self.uid)
+        return self.dir
+
+    def held(self, sample: Sample) -> frozenset[str]:
+        """The claim keys that a live claim of anybody holds (as a waiting pick sees them).
+        Raises :class:`ClaimsOff` or :class:`OSError` when the directory cannot be read."""
+        self.opened()
+        running = {key: target.processes for key, target in rules.targets(sample).items()}
+        now_s = time.time()
+        claims = self._read(running, now_s, tidy=False)
+        return frozenset(
+            key
+            for key, found in claims.items()
+            if any(
+                claim.live(now_s) and not rules.ended_by(claim, running.get(key, ()), now_s)
+                for claim in found
+            )
+        )
+
     def _read(
         self, running: Mapping[str, Sequence[GpuProcess]], now_s: float, *, tidy: bool = True
     ) -> dict[str, list[rules.Claim]]:
@@ -117,7 +140,7 @@ class PickClaims:
         ``tidy``)."""
         assert self.dir is not None
         scan = self.dir.scan(keys=running.keys(), now_s=now_s)
-        self._report(scan.ignored)
+        self.report(scan.ignored)
         by_key: dict[str, list[rules.Claim]] = {}
         for claim in scan.claims:
             over = not claim.live(now_s) or rules.ended_by(claim, running.get(claim.key, ()), now_s)
@@ -128,20 +151,21 @@ class PickClaims:
             by_key.setdefault(claim.key, []).append(claim)
         return by_key
 
-    def _report(self, ignored: Sequence[Ignored]) -> None:
-        """Name each ignored entry once; a user with many is one count line, said once."""
+    def report(self, ignored: Sequence[Ignored], kind: str = "claim") -> None:
+        """Name each ignored entry (a ``kind`` file) once; a user with many is one count line,
+        said once."""
         by_uid: dict[int, list[Ignored]] = {}
         for entry in ignored:
             by_uid.setdefault(entry.uid, []).append(entry)
         for uid, entries in by_uid.items():
             if len(entries) <= MAX_NAMED:
                 for entry in entries:
-                    self._say(f"ignored claim file {entry.name} in {self.path}: {entry.why}")
+                    self.say(f"ignored {kind} file {entry.name} in {self.path}: {entry.why}")
             elif uid not in self._counted:
                 self._counted.add(uid)
-                self._say(
+                self.say(
                     f"ignored {len(entries)} entries of {user_name(uid)} (uid {uid}) in "
-                    f"{self.path} that are not claims"
+                    f"{self.path} that are not {kind}s"
                 )
 
     def _blocking(
@@ -185,7 +209,7 @@ class PickClaims:
         if len(picked) == n:  # a second job of this user about to share a GPU: say so
             for candidate in picked:
                 if candidate in mine:
-                    self._say(
+                    self.say(
                         f"{candidate.label}: your own earlier pick claimed it and no job of "
                         "yours has started there since (two jobs may share it; --wait waits "
                         "instead)"

@@ -26,6 +26,7 @@ PREFIX = "gpumon pick: "
 LAST_READ_S = 1.0
 #: Erase the line the cursor is on and go to its start.
 CLEAR_LINE = "\r\x1b[2K"
+DEMO_LABEL = "simulated GPUs (--demo)"
 #: A failure line names at most this many reasons, then says how many more there are.
 MAX_REASONS = 12
 
@@ -89,6 +90,35 @@ def with_reasons(head: str, reasons: Sequence[str]) -> str:
     if len(reasons) > MAX_REASONS:
         shown.append(f"{len(reasons) - MAX_REASONS} more")
     return f"{head}: {', '.join(shown)}"
+
+
+def failure_line(
+    picked: Sequence[Candidate],
+    reasons: Sequence[str],
+    n: int,
+    *,
+    gpu_count: int,
+    simulated: bool = False,
+) -> str:
+    """The one stderr line for "fewer than ``n`` qualify", naming why the others do not
+    (``gpu_count``: the sample's GPUs; with MIG candidates they are "devices").
+    """
+    total = len(picked) + len(reasons)
+    prefix = f"gpumon pick: {DEMO_LABEL}: " if simulated else "gpumon pick: "
+    if total == 0:
+        return f"{prefix}no GPU found (need {n})"
+    kind = "GPU" if total == gpu_count else "device"
+    noun = kind if total == 1 else f"{kind}s"
+    if not reasons:
+        return f"{prefix}only {total} {noun} here (need {n})"
+    if picked:
+        verb = "qualifies" if len(picked) == 1 else "qualify"
+        head = f"only {len(picked)} of {total} {noun} {verb}"
+    elif total == 1:
+        head = f"the only {kind} does not qualify"
+    else:
+        head = f"none of {total} {noun} qualifies"
+    return with_reasons(f"{prefix}{head} (need {n})", reasons)
 
 
 def processes_text(count: int) -> str:
@@ -202,10 +232,13 @@ def waiting_text(
     claimed: Mapping[int, str],
     *,
     word: str = "free",
+    kept: Mapping[int, str] | None = None,
 ) -> str:
     """``waiting: 1 of 2 free; GPU 0 alice 2h13m, GPU 3 bob 5m``: how many qualify, and who holds
-    each other GPU (``claimed``: NVML index -> the claim's owner) or why else it does not.
+    each other GPU (``claimed``: NVML index -> the claim's owner; ``kept``: -> the older
+    waiter it is kept for) or why else it does not.
     """
+    kept = kept or {}
     taken = {candidate.gpu_index for candidate in available}
     holders = []
     for gpu in sample.gpus:
@@ -219,6 +252,8 @@ def waiting_text(
             holders.append(f"{label} unknown")
         elif gpu.index in claimed:
             holders.append(f"{label} claimed by {claimed[gpu.index]}")
+        elif gpu.index in kept:
+            holders.append(f"{label} kept for {kept[gpu.index]} (queue)")
         elif processes:
             ages = [p.elapsed_s for p in processes if p.elapsed_s is not None]
             since = f" {fmt.duration(max(ages))}" if ages else ""

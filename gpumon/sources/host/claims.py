@@ -47,6 +47,14 @@ class Ignored:
 
 
 @dataclass(frozen=True, slots=True)
+class Unread:
+    """Why an entry was not read (empty: it was removed since the listing), and whose it is."""
+
+    why: str
+    uid: int
+
+
+@dataclass(frozen=True, slots=True)
 class Scan:
     """What the directory holds: the valid claims (live or not), and the entries that were
     ignored, each with why (``a symbolic link``) and whose."""
@@ -142,48 +150,16 @@ class ClaimsDir:
     ) -> tuple[rules.Claim | None, str, int]:
         """The claim ``name`` holds, or why it is none; and whose the entry is."""
         key, uid, _ = parsed
-        try:
-            info = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        except FileNotFoundError:  # removed since the listing: not a claim any more
-            return None, "", uid
-        except OSError as error:
-            return None, str(error.strerror), uid
-        problem = _kind_problem(info, uid)
-        if problem is not None:
-            return None, problem, info.st_uid
-        files_of[uid] = files_of.get(uid, 0) + 1
-        if files_of[uid] > MAX_FILES_PER_USER:
-            return None, f"more than {MAX_FILES_PER_USER} claim files of one user", uid
-        claim, why = self._read_file(name, key, uid, info, now_s)
-        return claim, why, uid
-
-    def _read_file(
-        self, name: str, key: str, uid: int, info: os.stat_result, now_s: float
-    ) -> tuple[rules.Claim | None, str]:
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
-        except FileNotFoundError:
-            return None, ""
-        except OSError as error:
-            return None, "a symbolic link" if error.errno == errno.ELOOP else str(error.strerror)
-        try:
-            opened = os.fstat(fd)
-            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
-                return None, "replaced while read"
-            problem = _kind_problem(opened, uid)
-            if problem is not None:
-                return None, problem
-            data = os.read(fd, rules.MAX_CLAIM_FILE_BYTES + 1)
-        except OSError as error:
-            return None, str(error.strerror)
-        finally:
-            os.close(fd)
+        read = self.read_entry(name, uid, rules.MAX_CLAIM_FILE_BYTES, files_of)
+        if isinstance(read, Unread):
+            return None, read.why, read.uid
+        data, opened = read
         try:
             claimed_s, stated_s = rules.parse_claim_text(data, key)
         except ValueError as error:
-            return None, str(error)
+            return None, str(error), uid
         if rules.from_the_future(claimed_s, now_s):
-            return None, "dated in the future"
+            return None, "dated in the future", uid
         claim = rules.Claim(
             key=key,
             uid=opened.st_uid,
@@ -192,7 +168,63 @@ class ClaimsDir:
             claimed_s=claimed_s,
             expires_s=rules.expiry(stated_s, claimed_s),
         )
-        return claim, ""
+        return claim, "", uid
+
+    def read_entry(
+        self, name: str, uid: int, max_bytes: int, files_of: dict[int, int]
+    ) -> tuple[bytes, os.stat_result] | Unread:
+        """The bytes of ``name``, whose name says it is ``uid``'s, and its ``fstat``; or why it
+        is not read (:class:`Unread`; no why: removed since the listing). Never follows a
+        symlink, never opens what is not a regular file of ``uid``, reads at most
+        ``max_bytes`` and at most :data:`MAX_FILES_PER_USER` files of one user (``files_of``
+        counts them)."""
+        try:
+            info = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:  # removed since the listing: not an entry any more
+            return Unread("", uid)
+        except OSError as error:
+            return Unread(str(error.strerror), uid)
+        problem = _kind_problem(info, uid, max_bytes)
+        if problem is not None:
+            return Unread(problem, info.st_uid)
+        files_of[uid] = files_of.get(uid, 0) + 1
+        if files_of[uid] > MAX_FILES_PER_USER:
+            return Unread(f"more than {MAX_FILES_PER_USER} files of one user", uid)
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        except FileNotFoundError:
+            return Unread("", uid)
+        except OSError as error:
+            why = "a symbolic link" if error.errno == errno.ELOOP else str(error.strerror)
+            return Unread(why, uid)
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+                return Unread("replaced while read", uid)
+            problem = _kind_problem(opened, uid, max_bytes)
+            if problem is not None:
+                return Unread(problem, uid)
+            return os.read(fd, max_bytes + 1), opened
+        except OSError as error:
+            return Unread(str(error.strerror), uid)
+        finally:
+            os.close(fd)
+
+    def write_file(self, name: str, text: bytes) -> None:
+        """Write this user's file ``name`` (readable by all) under a hidden name and rename it
+        into place. Raises :class:`OSError`, leaving nothing behind."""
+        temporary = f".{name}.tmp"
+        fd = os.open(temporary, _CREATE_FLAGS, 0o644, dir_fd=self.fd)
+        try:
+            try:
+                os.fchmod(fd, 0o644)  # whatever the umask: other users' picks must read it
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+            os.rename(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            self.remove(temporary)
+            raise
 
     def write(self, key: str, claimed_s: float, expires_s: float, token: str | None = None) -> str:
         """Write this user's claim on ``key`` (named with ``token``, random by default); returns its
@@ -200,18 +232,7 @@ class ClaimsDir:
         """
         token = secrets.token_hex(8) if token is None else token
         name = rules.file_name(key, self.uid, token)
-        temporary = f".{name}.tmp"
-        fd = os.open(temporary, _CREATE_FLAGS, 0o644, dir_fd=self.fd)
-        try:
-            try:
-                os.fchmod(fd, 0o644)  # whatever the umask: other users' picks must read it
-                os.write(fd, rules.claim_text(key, claimed_s, expires_s, os.getpid()))
-            finally:
-                os.close(fd)
-            os.rename(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
-            self.remove(temporary)
-            raise
+        self.write_file(name, rules.claim_text(key, claimed_s, expires_s, os.getpid()))
         return name
 
     def remove(self, name: str) -> None:
@@ -247,7 +268,7 @@ def _open_failure(path: str, error: OSError) -> str:
     return f"cannot open {path}: {error.strerror or error}"
 
 
-def _kind_problem(info: os.stat_result, name_uid: int) -> str | None:
+def _kind_problem(info: os.stat_result, name_uid: int, max_bytes: int) -> str | None:
     """Why a file is not a claim to read, from its ``lstat``; None when it may be one."""
     if stat.S_ISLNK(info.st_mode):
         return "a symbolic link"
@@ -257,6 +278,6 @@ def _kind_problem(info: os.stat_result, name_uid: int) -> str | None:
         return "not a regular file"
     if info.st_uid != name_uid:
         return f"owned by {user_name(info.st_uid)}, not the uid {name_uid} its name says"
-    if info.st_size > rules.MAX_CLAIM_FILE_BYTES:
+    if info.st_size > max_bytes:
         return f"too large ({info.st_size} bytes)"
     return None
