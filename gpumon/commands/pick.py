@@ -390,9 +390,10 @@ class Look:
 
             hints = self.idle.lines(sample, picked)
             waiting = self.wait_s is not None
+            taken = {*claimed, *kept}  # neither option would get these
             hints.append(
                 help_line(
-                    sample, n, output_format, claimed=claimed, waiting=waiting, hopeless=hopeless
+                    sample, n, output_format, claimed=taken, waiting=waiting, hopeless=hopeless
                 )
             )
         return Attempt(

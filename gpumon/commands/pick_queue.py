@@ -82,7 +82,8 @@ class PickQueue:
         now_s = time.time()
         found = scan_waiters(directory, now_s)
         claims.report(found.ignored, "waiter")
-        self._tidy(directory, found)
+        if claims.claim:  # --no-claim changes nothing in the directory
+            self._tidy(directory, found)
         mine = next((w for w in found.waiters if w.file_name == self.entry), None)
         older = [
             waiter

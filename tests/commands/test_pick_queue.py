@@ -101,8 +101,8 @@ def test_a_killed_waiter_leaves_the_queue(
     set_free(place, 1, (0,))
     assert root.result()[:2] == (0, "0\n")
     assert len(waiter_files(place, NOBODY)) == 1  # root never removes another user's file
-    running.append(again := start_pick(place, "again", NOBODY, "--no-claim"))
-    again.result()
+    running.append(again := start_pick(place, "again", NOBODY))
+    assert again.result()[0] == 1  # GPU 0 is root's now
     assert waiter_files(place, NOBODY) == []
 
 
@@ -178,7 +178,8 @@ def test_an_older_waiter_for_more_gpus_than_are_free_does_not_hold_up_one_for_fe
     place: Path, running: list[Running]
 ) -> None:
     """nobody waits for 2 GPUs of 3 with 1 FREE: root's pick of 1 gets it now (backfill);
-    an older waiter for 1 GPU keeps it: root's pick says for whom."""
+    an older waiter for 1 GPU keeps it: root's pick says for whom, and offers only what it
+    could get."""
     set_free(place, 3, (2,))
     running.append(big := start_pick(place, "big", NOBODY, "-n", "2", *WAIT))
     until(lambda: waiter_files(place, NOBODY))
@@ -195,6 +196,7 @@ def test_an_older_waiter_for_more_gpus_than_are_free_does_not_hold_up_one_for_fe
     code, out, err = late.result()
     assert (code, out) == (1, ""), err
     assert "GPU 1: kept for nobody (waiting since " in err, err
+    assert "would help: --busy-ok (shares the freest: GPU 0)" in err, err  # not the kept one
 
 
 def test_a_waiter_that_never_takes_its_gpu_is_passed_over(
