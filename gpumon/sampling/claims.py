@@ -1,9 +1,10 @@
-"""The claims of ``gpumon pick`` for the dashboard's notes: ``claimed by alice 40 s ago``.
+"""The claims of ``gpumon pick`` for the dashboard's notes: ``claimed by alice 40 s ago``;
+and the header's ``2 waiting``, the live picks in the queue.
 
 :class:`ClaimsReader` is a pipeline step: a sample starts a read of the claims directory
 (:mod:`gpumon.sources.host.claims`; only one that passes pick's checks, never created) on its
 own daemon thread, at most once every :data:`REFRESH_S`, so a slow or hung file system never
-holds up the event loop; the notes come from the last read. A directory unchanged since the
+holds up the event loop; what it says comes from the last read. A directory unchanged since the
 last full read is not read again until :data:`FULL_READ_S`, and reads take at most
 :data:`MAX_READ_SHARE` of a core and :data:`MAX_WALL_SHARE` of the time (docs/claims.md).
 """
@@ -20,6 +21,7 @@ from gpumon.data.model import Sample
 from gpumon.data.notes import GpuNote
 from gpumon.sampling.poller import DaemonThread
 from gpumon.sources.host.claims import ClaimsDir, ClaimsOff
+from gpumon.sources.host.queue import scan_waiters
 
 #: The claims directory is read at most this often.
 REFRESH_S = 1.0
@@ -52,6 +54,8 @@ class ClaimsReader:
         self.thread_time = thread_time
         #: The claims of the last read (replaced whole by the worker, never changed).
         self.claims: tuple[rules.Claim, ...] = ()
+        #: How many live picks waited in the queue at the last read.
+        self.waiting = 0
         #: When the next read may start (monotonic), None: at once.
         self._next_read_at: float | None = None
         #: The directory as it was at the last full read: (device, inode, mtime ns), and
@@ -93,6 +97,14 @@ class ClaimsReader:
             index: [GpuNote(text, "note-warn") for text in texts] for index, texts in said.items()
         }
 
+    def with_waiting(self, free_text: tuple[str, ...]) -> tuple[str, ...]:
+        """The header's free count, and how many picks wait in the queue (``FREE 3, 2
+        waiting``), each form; as it is when none wait."""
+        if not self.waiting:
+            return free_text
+        waiting = f"{self.waiting} waiting"
+        return tuple(f"{text}, {waiting}" for text in free_text) or (waiting,)
+
     def notice(self) -> str | None:
         """Why the claims cannot be read, once per reason (no claim notes must not read as
         no claims); else ``None``."""
@@ -116,10 +128,11 @@ class ClaimsReader:
                 self.full_reads += 1
                 try:
                     self.claims, self.off = directory.scan().claims, None
+                    self.waiting = len(scan_waiters(directory, self.clock()).waiters)
                 except ClaimsOff as off:  # the listing failed: as read
-                    self.claims, self.off = (), str(off)
+                    self.claims, self.off, self.waiting = (), str(off), 0
         except ClaimsOff:  # no directory, or one pick would not use: no claims to show
-            self.claims, self._read_stamp, self.off = (), None, None
+            self.claims, self._read_stamp, self.off, self.waiting = (), None, None, 0
         except Exception:  # as the thread worker did (exit_on_error=False): the last claims
             self._read_stamp = None  # stand, and no "exception was never retrieved" is
             # printed over the screen

@@ -203,7 +203,9 @@ class DashboardPipeline:
             interval_s=interval_s,
             polling=polling,
             free=free,
-            free_text=() if stale or sample is None else free_texts(sample, free),
+            free_text=()
+            if stale or sample is None
+            else self.claims.with_waiting(free_texts(sample, free)),
             notes=gather_notes(self.note_sources, sample),
             idle=self.idle.view,
             selection=self.selection.header_text,

@@ -1,11 +1,12 @@
 """The dashboard notes a GPU that `gpumon pick` claimed: `claimed by alice 40 s ago` on its
 card, read from the claims directory off the event loop; gone once the claimer's job runs
-there."""
+there. The header says how many picks wait in the queue."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ import pytest
 from gpumon.config import Settings
 from gpumon.data import claims as rules
 from gpumon.data.notes import GpuNote
-from gpumon.sources.host.claims import user_name
+from gpumon.data.queue import Request
+from gpumon.sources.host.claims import ClaimsDir, user_name
+from gpumon.sources.host.queue import write_waiter
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from tests.support.claims import GPUS, cannot_list, claim
@@ -142,3 +145,30 @@ def test_the_note_text() -> None:
     assert rules.note_text(found, 140.0) == "claimed by alice 40 s ago"
     assert rules.note_text(found, 100.0 + 185) == "claimed by alice 3 min ago"
     assert GpuNote(rules.note_text(found, 140.0), "note-warn").style == "note-warn"
+
+
+async def test_the_header_says_how_many_picks_wait_in_the_queue(tmp_path: Path) -> None:
+    """Two live `pick --wait` entries in the claims directory: `2 waiting` beside the free
+    count in the header, at 80 columns; gone once they leave."""
+    claims_dir = tmp_path / "claims"
+    sample = make_sample(GPUS)
+    with ClaimsDir.open(str(claims_dir), create=True) as directory:
+        names = [write_waiter(directory, Request(count=2), time.time()) for _ in range(2)]
+    app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.receive_sample(sample)
+        await pilot.pause()
+        await settle(app)
+        app.receive_sample(sample)
+        await pilot.pause()
+        header = screen_text(app).splitlines()[0]
+        assert ", 2 waiting" in header, header
+        for name in names:
+            os.unlink(claims_dir / name)
+        app.pipeline.claims._next_read_at = None  # the next sample reads again at once
+        app.receive_sample(sample)
+        await pilot.pause()
+        await settle(app)
+        app.receive_sample(sample)
+        await pilot.pause()
+        assert "waiting" not in screen_text(app).splitlines()[0]
