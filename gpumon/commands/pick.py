@@ -121,7 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="wait until N GPUs qualify, looking every --interval: for at most DURATION "
         "(90s, 30m, 2h; a bare number is seconds), without a limit when none is given; "
-        "then exit 1",
+        "then exit 1. Waiting picks queue: a GPU that frees goes to the oldest waiter it "
+        "suits (--queue shows them)",
     )
     parser.add_argument(
         "--no-claim",

@@ -50,7 +50,8 @@ class PickQueue:
     request: rules.Request | None = None
     since_s: float = field(default_factory=time.time)
     entry: str | None = field(default=None, init=False)
-    _first_kept: dict[tuple[str, str], float] = field(default_factory=dict, init=False)
+    #: Waiter file -> since when (this pick's clock) it has kept a GPU, look after look.
+    _first_kept: dict[str, float] = field(default_factory=dict, init=False)
     _passed_over: set[str] = field(default_factory=set, init=False)
 
     def look(
@@ -112,15 +113,15 @@ class PickQueue:
     def _pass_over(
         self, kept: dict[str, rules.Waiter], now_s: float, say: Callable[[str], None]
     ) -> bool:
-        """Pass over the waiters that have kept a GPU longer than they would take to take it;
+        """Pass over the waiters that have kept GPUs longer than they would take to take them;
         True when one was."""
-        seen = {(waiter.file_name, key) for key, waiter in kept.items()}
-        for pair in list(self._first_kept):
-            if pair not in seen:
-                del self._first_kept[pair]
+        keeping = {waiter.file_name: waiter for waiter in kept.values()}
+        for name in list(self._first_kept):
+            if name not in keeping:
+                del self._first_kept[name]
         passed = False
-        for key, waiter in kept.items():
-            first = self._first_kept.setdefault((waiter.file_name, key), now_s)
+        for name, waiter in keeping.items():
+            first = self._first_kept.setdefault(name, now_s)
             if now_s - first > hold_s(waiter.request):
                 self._passed_over.add(waiter.file_name)
                 say(
