@@ -153,10 +153,11 @@ def test_entries_another_user_forged_never_jump_the_queue(
 
 
 def test_a_time_written_long_ago_does_not_put_a_later_entry_first(
-    place: Path, running: list[Running]
+    place: Path, running: list[Running], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """root waits; then nobody enters a live process of theirs with a time a year back: the
-    queue goes by when each entry was written, so root still gets the GPU."""
+    """root waits; then nobody enters a live process of theirs, twice, with a time a year
+    back: the queue goes by when each entry was written and counts a process once, so root
+    is first and still gets the GPU."""
     set_free(place, 1, ())
     running.append(root := start_pick(place, "root", ME, *WAIT))
     until(lambda: waiter_files(place, ME))
@@ -164,11 +165,15 @@ def test_a_time_written_long_ago_does_not_put_a_later_entry_first(
     def enter_with_an_old_time() -> int:
         with ClaimsDir.open(str(place / "claims"), create=False) as directory:
             write_waiter(directory, FREE_ONE, 1.0)
+            write_waiter(directory, FREE_ONE, 1.0)
         time.sleep(60)  # alive, in the queue, never taking a GPU
         return 0
 
     running.append(start(place, "old", NOBODY, enter_with_an_old_time))
-    until(lambda: waiter_files(place, NOBODY))
+    until(lambda: len(waiter_files(place, NOBODY)) == 2)
+    out, err = queue(place, capsys)
+    assert [line.split()[1] for line in out.splitlines()[1:]] == ["root", "nobody"], out
+    assert "a second entry of process" in err, err
     set_free(place, 1, (0,))
     code, out, err = root.result()
     assert (code, out) == (0, "0\n"), err

@@ -82,7 +82,15 @@ def scan_waiters(directory: ClaimsDir, now_s: float) -> WaiterScan:
             dead.append((name, uid))
         elif why:  # empty: removed since the listing
             ignored.append(Ignored(safe_text(name, 120), safe_text(why, 200), uid))
-    return WaiterScan(tuple(rules.in_order(waiters)), tuple(dead), tuple(ignored))
+    # A pick writes one entry: more naming one process would put it in the queue many times.
+    first: list[rules.Waiter] = []
+    for waiter in rules.in_order(waiters):
+        if any(waiter.pid == earlier.pid for earlier in first):
+            why = f"a second entry of process {waiter.pid}"
+            ignored.append(Ignored(safe_text(waiter.file_name, 120), why, waiter.uid))
+        else:
+            first.append(waiter)
+    return WaiterScan(tuple(first), tuple(dead), tuple(ignored))
 
 
 def _check(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,9 +15,9 @@ import pytest
 from gpumon.config import Settings
 from gpumon.data import claims as rules
 from gpumon.data.notes import GpuNote
-from gpumon.data.queue import Request
+from gpumon.data.queue import Request, waiter_text
 from gpumon.sources.host.claims import ClaimsDir, user_name
-from gpumon.sources.host.queue import write_waiter
+from gpumon.sources.host.queue import process_start_s, write_waiter
 from gpumon.ui.dashboard.app import GpumonApp
 from gpumon.ui.widgets.gpu_panel import GpuPanel
 from tests.support.claims import GPUS, cannot_list, claim
@@ -152,8 +153,11 @@ async def test_the_header_says_how_many_picks_wait_in_the_queue(tmp_path: Path) 
     count in the header, at 80 columns; gone once they leave."""
     claims_dir = tmp_path / "claims"
     sample = make_sample(GPUS)
+    other = subprocess.Popen(["sleep", "60"])  # a second waiting process
     with ClaimsDir.open(str(claims_dir), create=True) as directory:
-        names = [write_waiter(directory, Request(count=2), time.time()) for _ in range(2)]
+        names = [write_waiter(directory, Request(count=2), time.time()), "@wait.0.0123456789ab"]
+        text = waiter_text(Request(count=1), time.time(), other.pid, process_start_s(other.pid))
+        directory.write_file(names[1], text)
     app = app_for(sample, settings=Settings(claims_dir=str(claims_dir)))
     async with app.run_test(size=(80, 24)) as pilot:
         app.receive_sample(sample)
@@ -172,3 +176,5 @@ async def test_the_header_says_how_many_picks_wait_in_the_queue(tmp_path: Path) 
         app.receive_sample(sample)
         await pilot.pause()
         assert "waiting" not in screen_text(app).splitlines()[0]
+    other.kill()
+    other.wait()
