@@ -230,8 +230,10 @@ def show_queue(path: str, *, as_json: bool, stdout: TextIO, stderr: TextIO) -> i
         except ClaimsOff as off:
             print(f"gpumon pick: {off}", file=stderr)
             return 1
-    for entry in found.ignored:
-        print(f"gpumon pick: ignored waiter file {entry.name} in {path}: {entry.why}", file=stderr)
+    from gpumon.commands.pick_claims import PickClaims
+
+    # Named as pick names them: a user with many, one line that counts them.
+    PickClaims(path, 0, now_s, stderr, claim=False).report(found.ignored, "waiter")
     text = queue_json(found, now_s) if as_json else "\n".join(queue_lines(found, now_s))
     print(text, file=stdout)
     return 0
