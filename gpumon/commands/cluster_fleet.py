@@ -111,8 +111,7 @@ def with_detail(
         return overview
     if named:
         return replace(overview, nodes=tuple(source.detail(name) for name in named))
-    count = len(overview.rows or ())
-    if overview.error is None and not overview.nodes and 0 < count <= SMALL_FLEET_NODES:
+    if overview.error is None and 0 < len(overview.rows or ()) <= SMALL_FLEET_NODES:
         return source.sample(detail=True)
     return overview
 

@@ -1,7 +1,8 @@
 """A cluster for the headless modes: ``once --prometheus`` text and JSON.
 
 Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`, with no clock but the one
-passed in. A node's GPUs print as ``gpumon once`` prints a machine's, under a line that says
+passed in. The fleet's line and its rows come from :mod:`gpumon.commands.cluster_fleet`; a
+node read GPU by GPU prints as ``gpumon once`` prints a machine, under a line that says
 whether it is UP; only an UP node's GPUs can be FREE.
 """
 

@@ -13,7 +13,7 @@ scrapes). Claims are this machine's: a cluster pick leaves none and reads none.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ from gpumon.commands import cluster_fleet as cf
 from gpumon.commands import cluster_output as co
 from gpumon.commands import cluster_pick
 from gpumon.commands.pick_wait import Attempt, attempts, hand_over, processes_text
-from gpumon.data.cluster import ClusterSample, Node
+from gpumon.data.cluster import ClusterSample, Node, NodeSummary
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
@@ -120,19 +120,24 @@ def with_offers(
     nodes: list[Node] = []
     detailed = replace(overview, nodes=())
     while candidates and len(nodes) < MAX_DETAILED_NODES and not (nodes and enough(detailed)):
-        size, offered = 0, 0
-        while size < len(candidates) and (offered < wanted.n or size < 1):
-            offered += (
-                candidates[size].free_gpus if free_only else candidates[size].gpu_count
-            ) or 0
-            size += 1
-        batch = candidates[: ONE_NODE_BATCH if one_node else size]
+        size = ONE_NODE_BATCH if one_node else _covering(candidates, wanted.n, free_only)
+        batch = candidates[: min(size, MAX_DETAILED_NODES - len(nodes))]
         candidates = candidates[len(batch) :]
         nodes += [source.detail(row.name) for row in batch]
         detailed = replace(overview, nodes=tuple(nodes))
     if candidates:
-        reasons += (f"{len(candidates)} more nodes with FREE GPUs not read",)
+        reasons += (f"{len(candidates)} more candidate nodes not read",)
     return detailed, reasons
+
+
+def _covering(rows: Sequence[NodeSummary], n: int, free_only: bool) -> int:
+    """How many of ``rows`` (at least one) together offer ``n`` GPUs."""
+    offered = 0
+    for count, row in enumerate(rows, 1):
+        offered += (row.free_gpus if free_only else row.gpu_count) or 0
+        if offered >= n:
+            return count
+    return max(1, len(rows))
 
 
 def one_node(source: cf.FleetSource, overview: ClusterSample, wanted: Wanted) -> Attempt:

@@ -251,3 +251,15 @@ def test_unknown_and_down_nodes_are_never_read_nor_picked(
     assert (code, out) == (1, "")
     assert err.startswith("gpumon pick: no GPU on 41 nodes qualifies (need 1): dcgm0 processes")
     assert source.details == []
+
+
+def test_the_nodes_read_are_bounded_and_the_rest_are_counted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = serving(monkeypatch, large_fleet())
+    monkeypatch.setattr(pick_cluster, "MAX_DETAILED_NODES", 2)
+    code, out, err = run(["pick", "--prometheus", URL, "-n", "5", "--across-nodes"], capsys)
+    assert (code, out) == (1, "")
+    assert source.details == ["node1", "node2"]
+    assert err.startswith("gpumon pick: only 2 GPUs on 37 nodes qualify (need 5): ")
+    assert "33 more candidate nodes not read" in err
