@@ -121,10 +121,30 @@ def ordered_rows(rows: Sequence[NodeSummary]) -> list[NodeSummary]:
     return sorted(rows, key=lambda row: (natural_key(row.name), row.instance))
 
 
-def fleet_line(cluster: ClusterSample, fleet: Fleet, *, show_free: bool, paint: Painter) -> str:
+def fleet_lines(
+    cluster: ClusterSample,
+    fleet: Fleet,
+    *,
+    show_free: bool,
+    paint: Painter,
+    width: int | None = None,
+) -> list[str]:
     """``URL  time  5 nodes (3 up, 1 DOWN, 1 stale)  24 GPUs up, 6 FREE, 16 busy  12G
     idle-held  raw queries``; ``(2 nodes cannot tell)`` where processes are unknown; the DEMO
-    marker on simulated data. ``show_free`` False: GPUs only."""
+    marker on simulated data. ``show_free`` False: GPUs only. Wider than ``width``: the
+    server, time, path and marker on a line, the counts on the next, so none is cut off."""
+    plain = [
+        part for parts in _fleet_parts(cluster, fleet, show_free, Painter(False)) for part in parts
+    ]
+    where, counts, after = _fleet_parts(cluster, fleet, show_free, paint)
+    if width is None or fmt.cell_len("  ".join(plain)) <= width:
+        return ["  ".join([*where, *counts, *after])]
+    return ["  ".join([*where, *after]), "  ".join(counts)]
+
+
+def _fleet_parts(
+    cluster: ClusterSample, fleet: Fleet, show_free: bool, paint: Painter
+) -> tuple[list[str], list[str], list[str]]:
     read_s = fmt.known_time(cluster.timestamp_s)
     stamp = (
         UNKNOWN_TIME
@@ -143,14 +163,13 @@ def fleet_line(cluster: ClusterSample, fleet: Fleet, *, show_free: bool, paint: 
         if fleet.free_unknown:
             many = "node cannot" if fleet.free_unknown == 1 else "nodes cannot"
             gpus += f" ({fleet.free_unknown} {many} tell)"
-    parts = [paint(cluster.url, BOLD), stamp, f"{fleet.nodes} {noun} ({', '.join(states)})", gpus]
+    counts = [f"{fleet.nodes} {noun} ({', '.join(states)})", gpus]
     if show_free and fleet.idle_held_bytes is not None:
-        parts.append(f"{fmt.bytes_short(fleet.idle_held_bytes)} idle-held")
-    if cluster.path:
-        parts.append(paint(cluster.path, DIM))
+        counts.append(f"{fmt.bytes_short(fleet.idle_held_bytes)} idle-held")
+    after = [paint(cluster.path, DIM)] if cluster.path else []
     if cluster.simulated:
-        parts.append(paint(DEMO_MARKER, BOLD, YELLOW, REVERSE))
-    return "  ".join(parts)
+        after.append(paint(DEMO_MARKER, BOLD, YELLOW, REVERSE))
+    return [paint(cluster.url, BOLD), stamp], counts, after
 
 
 def top_lines(fleet: Fleet, *, show_processes: bool) -> list[str]:

@@ -66,7 +66,7 @@ def render_cluster(
     paint = Painter(color)
     rows = rows_of(cluster, free_threshold_mib)
     fleet = cf.fleet_or_computed(cluster, rows)
-    lines = [cf.fleet_line(cluster, fleet, show_free=show_processes, paint=paint)]
+    lines = cf.fleet_lines(cluster, fleet, show_free=show_processes, paint=paint, width=width)
     nodes = ordered(cluster.nodes)
     detailed = {node.name for node in nodes}
     brief = [row for row in cf.ordered_rows(rows) if row.name not in detailed]

@@ -192,3 +192,14 @@ def test_a_row_says_its_state_in_its_colour_only_when_asked() -> None:
     down = next(line for line in text.splitlines() if "gone" in line)
     assert down.startswith("\x1b[1;31m") and NodeState.DOWN.value.upper() in down
     assert "\x1b[" not in co.render_cluster(rows_only(large_fleet()))
+
+
+def test_on_a_narrow_terminal_the_counts_get_a_line_of_their_own() -> None:
+    """At 80 columns the server's address must not push the FREE count off the line."""
+    answer = FakeClusterSource(large_fleet()).sample()
+    wide = co.render_cluster(answer).splitlines()
+    narrow = co.render_cluster(answer, width=80).splitlines()
+    assert len(wide[0]) > 80 and "FREE" in wide[0]
+    assert narrow[0] == f"{URL}  2023-11-14 22:13:20  raw queries"
+    assert narrow[1].startswith(f"{LARGE} nodes (") and f"{LARGE - 3} FREE" in narrow[1]
+    assert narrow[2:] == wide[1:]
