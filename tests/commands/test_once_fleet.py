@@ -203,3 +203,21 @@ def test_on_a_narrow_terminal_the_counts_get_a_line_of_their_own() -> None:
     assert narrow[0] == f"{URL}  2023-11-14 22:13:20  raw queries"
     assert narrow[1].startswith(f"{LARGE} nodes (") and f"{LARGE - 3} FREE" in narrow[1]
     assert narrow[2:] == wide[1:]
+
+
+def test_a_small_fleets_json_rows_agree_with_its_gpus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = cluster(busy_node("node1"), dcgm_node("node2"), down_node("node3"))
+    serving(monkeypatch, small)
+    code, out, _ = run(["once", "--cluster", "--prometheus", URL, "--json"], capsys)
+    document = json.loads(out)
+    validator().validate(document)
+    rows = {row["name"]: row["free_gpus"] for row in document["rows"]}
+    free = {
+        node["name"]: sum(gpu["free"] for gpu in node["gpus"]) if node["up"] else None
+        for node in document["nodes"]
+    }
+    assert code == 0 and rows == {"node1": 1, "node2": None, "node3": None}
+    assert free == {"node1": 1, "node2": 0, "node3": None}  # dcgm: none free, count unknown
+    assert document["fleet"]["free_gpus"] == 1
