@@ -1,30 +1,26 @@
 """A cluster for the headless modes: ``once --prometheus`` text and JSON.
 
 Pure functions of a :class:`~gpumon.data.cluster.ClusterSample`, with no clock but the one
-passed in. A node's GPUs print as ``gpumon once`` prints a machine's, under a line that says
+passed in. The fleet's line and its rows come from :mod:`gpumon.commands.cluster_fleet`; a
+node read GPU by GPU prints as ``gpumon once`` prints a machine, under a line that says
 whether it is UP; only an UP node's GPUs can be FREE.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpumon.commands import cluster_fleet as cf
+from gpumon.commands.cluster_fleet import EXPORTER_LABELS, state_text
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState, rows_of
 from gpumon.data.format import natural_key
 from gpumon.data.free import free_gpu_indices, processes_known
 from gpumon.data.painting import BOLD, DIM, GREEN, RED, REVERSE, YELLOW, Painter
 from gpumon.data.text_table import DEMO_MARKER, USER_COLUMNS, column_widths, gpu_lines, user_line
 from gpumon.data.views import UserUsage, user_summary
-
-EXPORTER_LABELS = {
-    ExporterKind.GPUMON: "gpumon",
-    ExporterKind.DCGM: "dcgm-exporter",
-    ExporterKind.UNKNOWN: "unknown exporter",
-}
 
 
 def read_failure(cluster: ClusterSample) -> str | None:
@@ -33,7 +29,7 @@ def read_failure(cluster: ClusterSample) -> str | None:
         if cluster.url in cluster.error:  # the source's line names the server already
             return cluster.error
         return f"cannot read Prometheus at {cluster.url}: {cluster.error}"
-    if not cluster.nodes:
+    if not cluster.nodes and not cluster.rows:
         return (
             f"Prometheus at {cluster.url} knows no GPU node: no scrape target with gpumon's "
             "or dcgm-exporter's metrics (docs/cluster.md has the scrape config)"
@@ -44,40 +40,6 @@ def read_failure(cluster: ClusterSample) -> str | None:
 def ordered(nodes: Sequence[Node]) -> list[Node]:
     """Nodes by name, as a person counts (``node2`` before ``node10``), then instance."""
     return sorted(nodes, key=lambda node: (natural_key(node.name), node.instance))
-
-
-#: What a time that is not known reads as.
-UNKNOWN_TIME = "unknown"
-
-
-def clock(timestamp_s: float | None, now_s: float | None) -> str:
-    """``14:03`` today (local time), ``2024-06-09 14:03`` on another day; ``unknown`` for
-    ``None`` or a number that is not a real moment (:func:`gpumon.data.format.known_time`)."""
-    known = fmt.known_time(timestamp_s)
-    if known is None:
-        return UNKNOWN_TIME
-    moment = time.localtime(known)
-    now = fmt.known_time(now_s)
-    today = now is not None and time.localtime(now)[:3] == moment[:3]
-    return time.strftime("%H:%M" if today else "%Y-%m-%d %H:%M", moment)
-
-
-def state_text(node: Node, now_s: float) -> str:
-    """``UP``, ``DOWN since 14:03`` (else ``DOWN, last seen 14:01``) or
-    ``stale, last seen 14:01``; then the node's problem, if it has one (``stale, last seen
-    14:01 (the exporter's sampler is stalled)``)."""
-    problem = f" ({node.problem})" if node.problem else ""
-    if node.state is NodeState.UP:
-        return "UP" + problem
-    if node.state is NodeState.DOWN:
-        if fmt.known_time(node.down_since_s) is not None:
-            return f"DOWN since {clock(node.down_since_s, now_s)}{problem}"
-        head = "DOWN"
-    else:
-        head = "stale"
-    if fmt.known_time(node.last_seen_s) is None:
-        return head + problem
-    return f"{head}, last seen {clock(node.last_seen_s, now_s)}{problem}"
 
 
 def node_free(node: Node, threshold_mib: int) -> frozenset[int]:
@@ -95,19 +57,25 @@ def render_cluster(
     ascii_only: bool | None = None,
     free_threshold_mib: int = 1024,
 ) -> str:
-    """``gpumon once --prometheus``: a summary line, then per node a header and its GPUs (as
-    ``gpumon once`` prints them), then who uses what across the cluster; each line ends with a
-    newline. ``show_processes`` False: no process lines, no FREE, no users; ``by_user``: the
-    per-user table instead of the process lines; the rest as ``once``'s :func:`render_table`.
+    """``gpumon once --prometheus``: the fleet's summary line; a line per node read without
+    its GPUs (:func:`~gpumon.commands.cluster_fleet.row_lines`); per node read with them a
+    header and its GPUs (as ``gpumon once`` prints them), then who uses what on those nodes;
+    each line ends with a newline. ``show_processes`` False: no process lines, no FREE, no
+    users; ``by_user``: the per-user table instead of the process lines.
     """
     paint = Painter(color)
+    rows = rows_of(cluster, free_threshold_mib)
+    fleet = cf.fleet_or_computed(cluster, rows)
+    lines = cf.fleet_lines(cluster, fleet, show_free=show_processes, paint=paint, width=width)
     nodes = ordered(cluster.nodes)
-    free = [
-        node_free(node, free_threshold_mib) if show_processes else frozenset() for node in nodes
-    ]
-    free_count = sum(map(len, free)) if show_processes else None
-    lines = [_summary_line(cluster, nodes, free_count, paint)]
-    for node, node_free_indices in zip(nodes, free, strict=True):
+    detailed = {node.name for node in nodes}
+    brief = [row for row in cf.ordered_rows(rows) if row.name not in detailed]
+    if brief:
+        lines += cf.top_lines(fleet, show_processes=show_processes)
+        lines += cf.row_lines(
+            brief, cluster.timestamp_s, show_processes=show_processes, paint=paint
+        )
+    for node in nodes:
         lines.append(_node_line(node, cluster.timestamp_s, paint))
         inner = gpu_lines(
             node.sample,
@@ -115,11 +83,11 @@ def render_cluster(
             color=color,
             width=None if width is None else width - len(INDENT),
             ascii_only=ascii_only,
-            free=node_free_indices,
+            free=node_free(node, free_threshold_mib) if show_processes else frozenset(),
         )
         lines.extend(INDENT + line for line in inner or [paint("(no GPU series)", DIM)])
     text = "\n".join(lines) + "\n"
-    if show_processes:
+    if show_processes and nodes:
         text += render_cluster_users(nodes, color=color, always=by_user)
     return text
 
@@ -131,34 +99,6 @@ def processes_shown(node: Node) -> bool:
     """A node's processes are worth showing: UP (a DOWN node's last known ones may be gone)
     and read (dcgm-exporter exports none)."""
     return node.usable and node.sample.processes_read
-
-
-def _summary_line(
-    cluster: ClusterSample, nodes: Sequence[Node], free_count: int | None, paint: Painter
-) -> str:
-    read_s = fmt.known_time(cluster.timestamp_s)
-    stamp = (
-        UNKNOWN_TIME
-        if read_s is None
-        else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(read_s))
-    )
-    counts = {state: sum(node.state is state for node in nodes) for state in NodeState}
-    states = [f"{counts[NodeState.UP]} up"]
-    if counts[NodeState.DOWN]:
-        states.append(paint(f"{counts[NodeState.DOWN]} DOWN", BOLD, RED))
-    if counts[NodeState.STALE]:
-        states.append(paint(f"{counts[NodeState.STALE]} stale", YELLOW))
-    noun = "node" if len(nodes) == 1 else "nodes"
-    gpus = sum(len(node.gpus) for node in nodes if node.usable)
-    parts = [
-        paint(cluster.url, BOLD),
-        stamp,
-        f"{len(nodes)} {noun} ({', '.join(states)})",
-        f"{gpus} GPUs up" + ("" if free_count is None else f", {free_count} FREE"),
-    ]
-    if cluster.simulated:
-        parts.append(paint(DEMO_MARKER, BOLD, YELLOW, REVERSE))
-    return "  ".join(parts)
 
 
 def _node_line(node: Node, now_s: float, paint: Painter) -> str:
@@ -283,6 +223,7 @@ def cluster_to_dict(
     from gpumon import __version__
     from gpumon.sampling.snapshot import SCHEMA_VERSION, iso_timestamp
 
+    rows = rows_of(cluster, free_threshold_mib)
     return {
         "schema_version": SCHEMA_VERSION,
         "gpumon_version": __version__,
@@ -293,6 +234,9 @@ def cluster_to_dict(
         "scrape_interval_s": cluster.scrape_interval_s,
         "stale": cluster.stale,
         "error": cluster.error,
+        "path": cluster.path,
+        "fleet": cf.fleet_to_dict(cf.fleet_or_computed(cluster, rows)),
+        "rows": cf.rows_to_dict(rows),
         "nodes": [
             node_to_dict(node, include_processes=include_processes, threshold=free_threshold_mib)
             for node in ordered(cluster.nodes)

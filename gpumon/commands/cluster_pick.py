@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumon.commands.cluster_output import EXPORTER_LABELS, ordered, state_text
+from gpumon.commands.cluster_fleet import EXPORTER_LABELS, ordered_rows, state_text
+from gpumon.commands.cluster_output import ordered
 from gpumon.commands.pick_wait import with_reasons
-from gpumon.data.cluster import ClusterSample, Node
+from gpumon.data.cluster import ClusterSample, Node, NodeSummary
 from gpumon.data.format import natural_key
 from gpumon.data.ranking import Candidate, qualify, rank
 
@@ -94,6 +95,37 @@ def _each_node(
             yield node, chosen
 
 
+def candidate_rows(
+    cluster: ClusterSample, *, need: int, free_only: bool, ssh_names_only: bool
+) -> tuple[list[NodeSummary], tuple[str, ...]]:
+    """The rows whose node may offer ``need`` GPUs (FREE ones with ``free_only``, else any of
+    an UP node whose processes are known), most FREE first; and why the others cannot. A
+    row's FREE count bounds what qualifies there: only these nodes' GPUs need reading."""
+    reasons: list[str] = []
+    offers: list[NodeSummary] = []
+    for row in ordered_rows(cluster.rows or ()):
+        offer = row.free_gpus if free_only else row.gpu_count
+        if not row.current:
+            reasons.append(f"{row.name} {state_text(row, cluster.timestamp_s)}")
+        elif row.free_gpus is None:
+            reasons.append(f"{row.name} processes unknown ({EXPORTER_LABELS[row.exporter]})")
+        elif ssh_names_only and not safe_host_name(row.name):
+            reasons.append(f"{row.name!r} is no host name to ssh to")
+        elif not offer or offer < need:
+            reasons.append(
+                f"{row.name}: {offer} FREE" if free_only else f"{row.name}: {offer} GPUs"
+            )
+        else:
+            offers.append(row)
+    offers.sort(key=_freest_row)
+    return offers, tuple(reasons)
+
+
+def _freest_row(row: NodeSummary) -> tuple[Any, ...]:
+    utilization = row.mean_utilization_pct
+    return (-(row.free_gpus or 0), math.inf if utilization is None else utilization)
+
+
 def safe_host_name(name: str) -> bool:
     """True for a node name a script can hand to ssh as it is (``gpu-node3``,
     ``node3.cluster.local``, ``10.0.0.5``); False for ``host (instance)``, ``host:9400``."""
@@ -146,7 +178,7 @@ def pick_one_node(cluster: ClusterSample, *, n: int = 1, **thresholds: Any) -> O
 def one_node_failure_line(cluster: ClusterSample, result: OneNodeResult, n: int) -> str:
     """The one stderr line for "no node has ``n``", with the best node's count and why."""
     prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
-    if not cluster.nodes:
+    if not node_count(cluster):
         return f"{prefix}Prometheus at {cluster.url} knows no GPU node (need {n})"
     if result.best_node is None:
         head = f"no node has a GPU that qualifies (need {n} on one node)"
@@ -166,7 +198,7 @@ def cluster_failure_line(
 ) -> str:
     """The one stderr line for "fewer than ``n`` qualify" in the cluster, with why."""
     prefix = "gpumon pick: simulated GPUs (DEMO): " if cluster.simulated else "gpumon pick: "
-    nodes = len(cluster.nodes)
+    nodes = node_count(cluster)
     if nodes == 0:
         return f"{prefix}Prometheus at {cluster.url} knows no GPU node (need {n})"
     where = f"on {nodes} node" + ("" if nodes == 1 else "s")
@@ -176,3 +208,24 @@ def cluster_failure_line(
     else:
         head = f"no GPU {where} qualifies"
     return with_reasons(f"{prefix}{head} (need {n})", reasons)
+
+
+def best_row(cluster: ClusterSample, free_only: bool) -> dict[str, Any]:
+    """``best_node`` and ``best_count`` of a :class:`OneNodeResult` from the rows: the UP
+    node with a safe host name and the most FREE GPUs (any GPUs, not ``free_only``)."""
+    offers = [
+        (row.free_gpus if free_only else row.gpu_count, row.name)
+        for row in cluster.rows or ()
+        if row.current and row.free_gpus is not None and safe_host_name(row.name)
+    ]
+    count, name = min(
+        ((count, name) for count, name in offers if count),
+        key=lambda offer: (-offer[0], natural_key(offer[1])),
+        default=(0, None),
+    )
+    return {"best_node": name, "best_count": count}
+
+
+def node_count(cluster: ClusterSample) -> int:
+    """The cluster's nodes: its rows where the aggregate path gave them."""
+    return len(cluster.rows) if cluster.rows is not None else len(cluster.nodes)

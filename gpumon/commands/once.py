@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -37,6 +37,9 @@ FILTERS_NOT_FOR_CLUSTER = (
     "--only, --only-visible and --user choose this machine's GPUs and processes, not a "
     "cluster's (--prometheus, or prometheus_url in the config)"
 )
+
+
+NODE_WITHOUT_CLUSTER = "--node names a cluster's node: with --prometheus URL or --cluster"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         action="store_true",
         help="the whole cluster from the configured Prometheus server (prometheus_url), "
-        "as --prometheus URL does: per node its state and GPUs (docs/cluster.md)",
+        "as --prometheus URL does: the fleet's totals, a line per node, and per node its "
+        "GPUs where the fleet is small (docs/cluster.md)",
+    )
+    parser.add_argument(
+        "--node",
+        dest="nodes",
+        action="append",
+        metavar="NAME",
+        help="with --cluster: this node's GPUs and processes (its name or instance; "
+        "repeatable), whatever the fleet's size",
     )
 
 
@@ -82,6 +94,7 @@ def run(
     color: str,
     by_user: bool = False,
     cluster: bool = False,
+    nodes: Sequence[str] | None = None,
 ) -> int:
     """``gpumon once``: print one sample (a table, or JSON with ``as_json``) and exit."""
     from gpumon.sources.cluster_base import cluster_requested
@@ -91,8 +104,16 @@ def run(
             print(f"gpumon: error: {FILTERS_NOT_FOR_CLUSTER}", file=sys.stderr)
             return 2
         return run_cluster(
-            settings, as_json=as_json, no_processes=no_processes, color=color, by_user=by_user
+            settings,
+            as_json=as_json,
+            no_processes=no_processes,
+            color=color,
+            by_user=by_user,
+            nodes=tuple(dict.fromkeys(nodes or ())),
         )
+    if nodes:
+        print(f"gpumon: error: {NODE_WITHOUT_CLUSTER}", file=sys.stderr)
+        return 2
     from gpumon.data.free import free_gpu_indices
     from gpumon.data.views import ProcessFilter, filter_processes
     from gpumon.sampling.snapshot import (
@@ -193,20 +214,45 @@ def select_gpus(settings: Settings, sample: Sample) -> Sample | None:
 
 
 def run_cluster(
-    settings: Settings, *, as_json: bool, no_processes: bool, color: str, by_user: bool
+    settings: Settings,
+    *,
+    as_json: bool,
+    no_processes: bool,
+    color: str,
+    by_user: bool,
+    nodes: Sequence[str] = (),
 ) -> int:
     """``gpumon once --prometheus URL``: the whole cluster; exit 1 when Prometheus cannot be
-    read or knows no GPU node (the JSON is printed all the same), 2 for bad settings."""
-    from gpumon.commands import cluster_output
+    read or knows no GPU node (the JSON is printed all the same), 2 for bad settings or a
+    ``--node`` it does not know."""
+    from gpumon.commands import cluster_fleet, cluster_output
     from gpumon.config import SettingsError
-    from gpumon.sources.cluster_base import take_cluster_sample
+    from gpumon.data.cluster import rows_of
+    from gpumon.sources.prometheus.client import PrometheusError
 
     try:
-        cluster = take_cluster_sample(settings)
+        source = cluster_fleet.open_fleet_source(settings)
     except SettingsError as error:
         print(f"gpumon: error: {error}", file=sys.stderr)
         return 2
     threshold = settings.free_threshold_mib
+    try:
+        cluster = source.sample()
+        failure = cluster_output.read_failure(cluster)
+        unknown = cluster_fleet.unknown_nodes(rows_of(cluster, threshold), nodes)
+        if failure is None and unknown:
+            print(
+                f"gpumon: error: --node {fmt.safe_text(unknown[0])}: no such node at {cluster.url}",
+                file=sys.stderr,
+            )
+            return 2
+        if failure is None:
+            cluster = cluster_fleet.with_detail(source, cluster, nodes)
+    except PrometheusError as error:
+        print(f"gpumon: {error}", file=sys.stderr)
+        return 1
+    finally:
+        source.close()
     failure = cluster_output.read_failure(cluster)
     if as_json:
         import json

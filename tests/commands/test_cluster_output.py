@@ -18,11 +18,13 @@ import pytest
 from referencing import Registry, Resource
 
 from gpumon.cli import main
+from gpumon.commands import cluster_fleet as cf
 from gpumon.commands import cluster_output as co
 from gpumon.commands import cluster_pick as cp
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
 from gpumon.data.model import GpuStats, Sample
 from gpumon.sources import cluster_base
+from tests.support.cluster_fake import FakeClusterSource
 from tests.support.ui_helpers import FIXED_TIME, GIB, MIB, make_gpu, make_process, make_sample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +130,8 @@ def test_the_summary_line_counts_nodes_by_state_and_free_gpus() -> None:
     first = co.render_cluster(mixed()).splitlines()[0]
     assert first.startswith(f"{URL}  2023-11-14 22:13:20  ")
     assert "4 nodes (2 up, 1 DOWN, 1 stale)" in first
-    assert first.endswith("4 GPUs up, 1 FREE")  # node10's GPU 1; dcgm's idle GPUs unknown
+    # node10's GPU 1 is FREE, its GPU 0 busy; dcgm's idle GPUs are unknown, never free
+    assert first.endswith("4 GPUs up, 1 FREE, 1 busy (1 node cannot tell)")
 
 
 def test_gpu_lines_are_onces_own_and_free_only_on_an_up_node_with_processes() -> None:
@@ -194,10 +197,10 @@ def test_colour_only_when_asked() -> None:
 
 def test_down_on_another_day_shows_the_date() -> None:
     old = node("old", make_sample(()), state=NodeState.DOWN, down_since_s=FIXED_TIME - 86_400)
-    assert co.state_text(old, FIXED_TIME) == "DOWN since 2023-11-13 22:13"
+    assert cf.state_text(old, FIXED_TIME) == "DOWN since 2023-11-13 22:13"
     unknown = node("x", make_sample(()), state=NodeState.DOWN, last_seen_s=None)
-    assert co.state_text(unknown, FIXED_TIME) == "DOWN"
-    assert co.clock(FIXED_TIME, math.nan) == "2023-11-14 22:13"  # today? not known: the date
+    assert cf.state_text(unknown, FIXED_TIME) == "DOWN"
+    assert cf.clock(FIXED_TIME, math.nan) == "2023-11-14 22:13"  # today? not known: the date
 
 
 NOT_MOMENTS = [None, math.nan, math.inf, -math.inf, 1e300, -5.0, 0.0, 1e12]
@@ -209,12 +212,12 @@ def test_a_time_that_is_not_a_real_moment_reads_unknown_everywhere(value: float 
     other nodes are read and picked as ever."""
     from gpumon.sampling.snapshot import iso_timestamp
 
-    assert co.clock(value, FIXED_TIME) == "unknown"
+    assert cf.clock(value, FIXED_TIME) == "unknown"
     assert iso_timestamp(value) is None
     odd = node(
         "odd", make_sample((idle(0),)), state=NodeState.DOWN, last_seen_s=value, down_since_s=value
     )
-    assert co.state_text(odd, FIXED_TIME) == "DOWN"
+    assert cf.state_text(odd, FIXED_TIME) == "DOWN"
     sample = dataclasses.replace(cluster(odd, busy_node("node1")), timestamp_s=value)
     assert co.render_cluster(sample).startswith(f"{URL}  unknown  2 nodes (1 up, 1 DOWN)")
     document = co.cluster_to_dict(sample)
@@ -233,7 +236,7 @@ def test_a_nodes_problem_is_said_with_its_state() -> None:
     expected = (
         "stale, last seen 22:06 (the exporter's sampler is stalled: its last sample is 7m old)"
     )
-    assert co.state_text(stuck, FIXED_TIME) == expected
+    assert cf.state_text(stuck, FIXED_TIME) == expected
     assert blocks(co.render_cluster(cluster(stuck)))["node4"][0].startswith(f"node4  {expected}")
     _, reasons = cp.rank_cluster(cluster(stuck), n=1)
     assert reasons == (f"node4 {expected}",)
@@ -317,7 +320,9 @@ def test_an_unreachable_server_is_a_valid_document_with_its_error() -> None:
 def test_every_cluster_field_is_described_in_the_docs() -> None:
     docs = (ROOT / "docs" / "json-schema.md").read_text()
     schema = load("once-cluster.schema.json")
-    names = set(schema["properties"]) | set(schema["$defs"]["node"]["properties"])
+    names = set(schema["properties"])
+    for part in ("node", "row", "fleet"):
+        names |= set(schema["$defs"][part]["properties"])
     assert sorted(name for name in names if f"`{name}`" not in docs) == []
     assert "once-cluster.schema.json" in docs
 
@@ -387,15 +392,16 @@ def test_the_failure_line_says_how_many_and_why(nodes: tuple[str, ...], n: int, 
 # --- through the command line ---------------------------------------------------------------
 
 
-def answering(monkeypatch: pytest.MonkeyPatch, answer: ClusterSample) -> list[Any]:
-    """The cluster source answers ``answer``; returns the settings it was opened with."""
+def answering(monkeypatch: pytest.MonkeyPatch, *answers: ClusterSample) -> list[Any]:
+    """The cluster source is a :class:`FakeClusterSource` of ``answers``; returns the
+    settings it was opened with, then the sources opened."""
     opened: list[Any] = []
 
-    def take(settings: Any) -> ClusterSample:
+    def open_headless_source(settings: Any) -> FakeClusterSource:
         opened.append(settings)
-        return answer
+        return FakeClusterSource(*answers)
 
-    monkeypatch.setattr(cluster_base, "take_cluster_sample", take)
+    monkeypatch.setattr(cluster_base, "open_headless_source", open_headless_source)
     monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
     return opened
 
@@ -412,7 +418,7 @@ def test_once_prometheus_prints_the_cluster(
     opened = answering(monkeypatch, mixed())
     code, out, err = run(["once", "--prometheus", URL], capsys)
     assert (code, err) == (0, "")
-    assert out == co.render_cluster(mixed())
+    assert out == co.render_cluster(FakeClusterSource(mixed()).sample(detail=True))
     assert opened[0].prometheus_url == URL
 
 

@@ -14,7 +14,19 @@ from gpumon.commands import cluster_pick as cp
 from gpumon.commands import pick_cluster
 from gpumon.data.cluster import ClusterSample, Node
 from gpumon.sources import cluster_base
-from tests.commands.test_cluster_output import URL, answering, busy_node, cluster, idle, node, run
+from tests.commands.test_cluster_output import (
+    URL,
+    answering,
+    busy_node,
+    cluster,
+    dcgm_node,
+    down_node,
+    idle,
+    node,
+    run,
+    utc,  # noqa: F401 (an autouse fixture: clock times in UTC)
+)
+from tests.support.cluster_fake import FakeClusterSource
 from tests.support.ui_helpers import GIB, make_process, make_sample
 
 FREE_BELOW = 1024**3
@@ -175,3 +187,79 @@ def test_a_uuid_a_shell_would_run_is_never_printed(
         code, out, _ = run(["pick", "--prometheus", URL, "--format", "uuid", *argv], capsys)
         assert code == 0 and "pwned" not in out
         assert "GPU-8f2f2c1a-1b2c-3d4e-5f60-718293a4b5c6" in out
+
+
+# --- a large fleet: the rows choose which nodes are read GPU by GPU --------------------------
+
+
+def large_fleet(*extra: Node) -> ClusterSample:
+    """More nodes than a small fleet: node1.. with one FREE GPU each, a dcgm node (FREE
+    unknown), a DOWN one, and ``extra``."""
+    from gpumon.commands.cluster_fleet import SMALL_FLEET_NODES
+
+    busy = [busy_node(f"node{index}") for index in range(1, SMALL_FLEET_NODES + 4)]
+    return cluster(*busy, dcgm_node("dcgm1"), down_node("gone"), *extra)
+
+
+def serving(monkeypatch: pytest.MonkeyPatch, answer: ClusterSample) -> FakeClusterSource:
+    source = FakeClusterSource(answer)
+    monkeypatch.setattr(cluster_base, "open_headless_source", lambda settings: source)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
+    return source
+
+
+def test_one_node_pick_reads_only_nodes_whose_free_count_can_give_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = serving(monkeypatch, large_fleet(free_node("gpu-07", 4), free_node("gpu-08", 2)))
+    code, out, err = run(["pick", "--prometheus", URL, "-n", "3"], capsys)
+    assert (code, out, err) == (0, "gpu-07 0,1,2\n", "")
+    assert source.calls == ["sample", "detail gpu-07"] and source.closed
+
+
+def test_across_nodes_reads_the_freest_nodes_until_enough(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = serving(monkeypatch, large_fleet(free_node("gpu-07", 2)))
+    argv = ["pick", "--prometheus", URL, "-n", "4", "--across-nodes"]
+    code, out, err = run(argv, capsys)
+    assert (code, err) == (0, "")
+    assert out == "gpu-07:0,gpu-07:1,node1:1,node2:1\n"
+    assert source.details == ["gpu-07", "node1", "node2"]  # 2 + 1 + 1 FREE: no more
+
+
+def test_no_node_with_n_free_is_said_from_the_rows_without_reading_a_gpu(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = serving(monkeypatch, large_fleet())
+    code, out, err = run(["pick", "--prometheus", URL, "-n", "2"], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith(
+        "gpumon pick: no node has 2 GPUs that qualify; the best, node1, has 1 "
+        "(--across-nodes picks from several): dcgm1 processes unknown (dcgm-exporter), "
+        "gone DOWN since 22:05, node1: 1 FREE"
+    )
+    assert source.details == []
+
+
+def test_unknown_and_down_nodes_are_never_read_nor_picked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [dcgm_node(f"dcgm{index}") for index in range(40)] + [down_node("gone")]
+    source = serving(monkeypatch, cluster(*nodes))
+    code, out, err = run(["pick", "--prometheus", URL, "--across-nodes"], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith("gpumon pick: no GPU on 41 nodes qualifies (need 1): dcgm0 processes")
+    assert source.details == []
+
+
+def test_the_nodes_read_are_bounded_and_the_rest_are_counted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = serving(monkeypatch, large_fleet())
+    monkeypatch.setattr(pick_cluster, "MAX_DETAILED_NODES", 2)
+    code, out, err = run(["pick", "--prometheus", URL, "-n", "5", "--across-nodes"], capsys)
+    assert (code, out) == (1, "")
+    assert source.details == ["node1", "node2"]
+    assert err.startswith("gpumon pick: only 2 GPUs on 37 nodes qualify (need 5): ")
+    assert "33 more candidate nodes not read" in err
