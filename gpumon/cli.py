@@ -306,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = int(module.run(settings, **own))
         sys.stdout.flush()  # a full disk must fail here, not in the interpreter's exit
+    except KeyboardInterrupt:  # a second Ctrl+C while the first is handled: no traceback
+        return 128 + signal.SIGINT
     except BrokenPipeError:
         # The reader went away (`gpumon once | head`): stop quietly, as cat and grep do.
         _silence_stdout()

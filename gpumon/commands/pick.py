@@ -23,6 +23,7 @@ from gpumon.commands.pick_wait import (
     DEMO_LABEL,
     Attempt,
     attempts,
+    exit_on_signals,
     failure_line,
     hand_over,
     processes_text,
@@ -259,6 +260,7 @@ def run(
     reader = SampleReader(source_for(settings, processes=True, pcie=False, host_details=True))
     claims = None
     queue_part: PickQueue | None = None
+    restore_signals = exit_on_signals()
     try:
         if not reader.simulated:  # nobody shares a simulated GPU
             from gpumon.commands.pick_claims import PickClaims
@@ -305,6 +307,7 @@ def run(
         if claims is not None:
             claims.close()
         reader.close()
+        restore_signals()
 
 
 @dataclass

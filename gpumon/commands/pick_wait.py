@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -264,3 +266,22 @@ def waiting_text(
             holders.append(f"{label} busy")
     head = f"waiting: {min(len(available), n)} of {n} {word}"
     return f"{head}; {', '.join(holders)}" if holders else head
+
+
+def exit_on_signals() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM and SIGHUP (a closed SSH session) end the
+    pick as Ctrl+C does: its ``finally`` leaves the queue and releases its claims at once,
+    rather than leaving a dead waiter's file for its owner's next pick to remove."""
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # only the main thread may set handlers (an embedding caller)
+    previous = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,3 +244,17 @@ def test_the_queue_as_json(
     assert waiter["min_free_bytes"] == 20 * 1024**3 and not waiter["free_only"]
     assert waiter["wants"] == "1 GPU, 20.0G free memory"
     assert 0 <= waiter["waited_s"] < 60 and abs(waiter["since_s"] - time.time()) < 60
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_waiter_ended_by_a_signal_leaves_the_queue_at_once(
+    place: Path, running: list[Running], signum: int
+) -> None:
+    """SIGTERM (``kill``, a batch system) or SIGHUP (the SSH session closed) end a waiting pick
+    as Ctrl+C does: its file is gone at once, not left for its owner's next pick."""
+    set_free(place, 1, ())
+    running.append(nobody := start_pick(place, "nobody", NOBODY, *WAIT))
+    until(lambda: waiter_files(place, NOBODY))
+    os.kill(nobody.pid, signum)
+    assert nobody.finished(10)
+    assert waiter_files(place) == []
