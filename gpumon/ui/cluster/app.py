@@ -22,7 +22,14 @@ from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample, marked_stale
+from gpumon.data.cluster import (
+    ClusterSample,
+    Fleet,
+    NodeSummary,
+    fleet_of,
+    marked_stale,
+    rows_of,
+)
 from gpumon.data.free import free_gpu_indices
 from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
@@ -147,6 +154,9 @@ class ClusterApp(MonitorApp):
         self.stall: Stall | None = None
         #: ``w`` on a node's GPU: tell me when it is FREE.
         self.watches = Watches()
+        self._rows: tuple[ClusterSample | None, tuple[NodeSummary, ...], Fleet] = (
+            None, (), fleet_of(())
+        )  # fmt: skip
         self._timed = _Timed(source, clock)
         # The poller hands on whatever sample() returns: a ClusterSample here.
         self.poller = Poller(
@@ -196,9 +206,12 @@ class ClusterApp(MonitorApp):
             delay = self.source.next_retry_s or self._raised.delay_s or self._raised.initial_s
             self.retry_at = self._timed.started + delay
             self.poller.interval_s = delay
-            if not cluster.nodes and previous is not None and previous.nodes:
-                # Never lose what was known: the last nodes stay, marked stale.
-                cluster = replace(cluster, nodes=previous.nodes)
+            if not cluster.nodes and not cluster.rows and previous is not None:
+                # Never lose what was known: the last nodes and rows stay, marked stale.
+                cluster = replace(
+                    cluster, nodes=previous.nodes, rows=previous.rows, fleet=previous.fleet,
+                    path=previous.path,
+                )  # fmt: skip
             cluster = replace(cluster, stale=True)
         if cluster.stale:
             # Whoever built it (the source, a poll that raised, the last nodes kept above):
@@ -220,12 +233,11 @@ class ClusterApp(MonitorApp):
     def _on_poll_error(self, error: BaseException) -> None:
         # The source should never raise; if it does, it reads as Prometheus failing.
         self._raised.failed()
+        why = str(error) or type(error).__name__
         cluster = self.cluster
-        url = cluster.url if cluster is not None else ""
-        nodes = cluster.nodes if cluster is not None else ()
-        self._on_cluster(
-            ClusterSample(self.wall_clock(), url, nodes, error=str(error) or type(error).__name__)
-        )
+        if cluster is None:
+            cluster = ClusterSample(self.wall_clock(), "", ())
+        self._on_cluster(replace(cluster, timestamp_s=self.wall_clock(), error=why))
 
     def retry_in_s(self) -> int | None:
         """Whole seconds to the next try after a failure (0: trying now), else ``None``."""
@@ -248,6 +260,16 @@ class ClusterApp(MonitorApp):
             return
         with self.batch_update():
             self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
+
+    def rows(self) -> tuple[tuple[NodeSummary, ...], Fleet]:
+        """The node list's rows and the fleet summary of the answer shown, worked out once
+        per answer (:func:`~gpumon.data.cluster.rows_of`, :func:`~gpumon.data.cluster.fleet_of`)."""
+        cluster = self.cluster
+        if self._rows[0] is not cluster:
+            rows = () if cluster is None else rows_of(cluster, self.settings.free_threshold_mib)
+            fleet = cluster.fleet if cluster is not None else None
+            self._rows = (cluster, rows, fleet or fleet_of(rows))
+        return self._rows[1], self._rows[2]
 
     # -- actions ---------------------------------------------------------------------
 

@@ -20,9 +20,7 @@ from gpumon.ui.cluster.node_columns import (
     EMPTY_NONE,
     EMPTY_WAITING,
     NodeFilter,
-    cluster_counts,
     header_counts,
-    node_rows,
 )
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.view import ClusterBanner, ClusterView
@@ -163,10 +161,9 @@ class ClusterScreen(ClusterView):
     def _show(self, cluster: ClusterSample | None) -> None:
         if cluster is None:
             return
-        app = self.cluster_app
-        rows = node_rows(cluster.nodes, app.settings.free_threshold_mib)
-        self._show_header(cluster, header_counts(cluster_counts(rows)))
-        if cluster.nodes:
+        rows, fleet = self.cluster_app.rows()
+        self._show_header(cluster, header_counts(fleet))
+        if rows:
             empty = EMPTY_NONE
         else:
             empty = EMPTY_UNREACHABLE if cluster.error is not None else EMPTY_NONE
