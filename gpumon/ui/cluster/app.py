@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -25,12 +26,15 @@ from gpumon.data import format as fmt
 from gpumon.data.cluster import (
     ClusterSample,
     Fleet,
+    Node,
     NodeSummary,
+    Ranked,
     fleet_of,
     marked_stale,
     rows_of,
 )
 from gpumon.data.free import free_gpu_indices
+from gpumon.data.views import user_summary
 from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
 from gpumon.sampling.watches import Watch, Watches
@@ -49,6 +53,9 @@ if TYPE_CHECKING:
 #: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
 #: interval, the cluster is read this often, not every second.
 DEFAULT_CLUSTER_INTERVAL_S = 5.0
+#: A refresh may take a fifth of the interval; a longer one stretches the interval to five
+#: times the refresh.
+REFRESH_SHARE = 5
 #: Why the last answer is stale while a refresh takes too long.
 WAITING = "Prometheus not answering"
 
@@ -85,21 +92,27 @@ class _Timed:
         self.source = source
         self._clock = clock
         self.started = clock()
+        #: How long the last refresh took (``None``: one handed in by a test).
+        self.took_s: float | None = None
 
     def sample(self) -> ClusterSample:
         self.started = self._clock()
-        return self.source.sample()
+        self.took_s = None
+        cluster = self.source.sample()
+        self.took_s = self._clock() - self.started
+        return cluster
 
     def close(self) -> None:
         self.source.close()
 
 
 class ClusterTaken(Message):
-    """The poller read the cluster (messages up)."""
+    """The poller read the cluster (messages up), in ``took_s`` seconds."""
 
-    def __init__(self, cluster: ClusterSample) -> None:
+    def __init__(self, cluster: ClusterSample, took_s: float | None) -> None:
         super().__init__()
         self.cluster = cluster
+        self.took_s = took_s
 
 
 class ClusterApp(MonitorApp):
@@ -143,6 +156,9 @@ class ClusterApp(MonitorApp):
             chosen = self.settings.origins.get("interval_s", "default") != "default"
             interval_s = self.settings.interval_s if chosen else DEFAULT_CLUSTER_INTERVAL_S
         self.interval_s = interval_s
+        #: How long the last good refresh took, when it stretched the interval (the header
+        #: says so), else ``None``.
+        self.refresh_s: float | None = None
         # Polls that raised (a bug in the source: it should not): the same growing waits.
         self._raised = Backoff()
         #: When the latest good answer was read (seconds since the epoch).
@@ -189,18 +205,28 @@ class ClusterApp(MonitorApp):
         self._on_cluster(cluster)
 
     def _cluster_taken(self, cluster: ClusterSample) -> None:
-        self.post_message(ClusterTaken(cluster))  # messages up: handled in its turn
+        # Messages up: handled in its turn.
+        self.post_message(ClusterTaken(cluster, self._timed.took_s))
 
     def on_cluster_taken(self, message: ClusterTaken) -> None:
-        self._on_cluster(message.cluster)
+        self._on_cluster(message.cluster, message.took_s)
 
-    def _on_cluster(self, cluster: ClusterSample) -> None:
+    @property
+    def every_s(self) -> float:
+        """Seconds between refreshes: the interval, stretched to five times the last refresh
+        when that took more than a fifth of it (a slow server is not asked back to back)."""
+        took = self.refresh_s
+        return self.interval_s if took is None else took * REFRESH_SHARE
+
+    def _on_cluster(self, cluster: ClusterSample, took_s: float | None = None) -> None:
         previous = self.cluster
         self.stall = None
         if cluster.error is None:
             self._raised.succeeded()
             self.retry_at = None
-            self.poller.interval_s = self.interval_s
+            slow = took_s is not None and took_s * REFRESH_SHARE > self.interval_s
+            self.refresh_s = took_s if slow else None
+            self.poller.interval_s = self.every_s
             self.last_answer_s = cluster.timestamp_s
         else:
             delay = self.source.next_retry_s or self._raised.delay_s or self._raised.initial_s
@@ -268,7 +294,9 @@ class ClusterApp(MonitorApp):
         if self._rows[0] is not cluster:
             rows = () if cluster is None else rows_of(cluster, self.settings.free_threshold_mib)
             fleet = cluster.fleet if cluster is not None else None
-            self._rows = (cluster, rows, fleet or fleet_of(rows))
+            if fleet is None:
+                fleet = fleet_of(rows, () if cluster is None else top_users(cluster.nodes))
+            self._rows = (cluster, rows, fleet)
         return self._rows[1], self._rows[2]
 
     # -- actions ---------------------------------------------------------------------
@@ -314,6 +342,17 @@ def free_gpus(cluster: ClusterSample | None, node_name: str, threshold_mib: int)
     if cluster is None or node is None or not node.usable or cluster.stale:
         return frozenset()
     return free_gpu_indices(node.sample, threshold_mib)
+
+
+def top_users(nodes: Iterable[Node]) -> list[Ranked]:
+    """The users holding the most GPU memory on the UP nodes, most first: the fleet's list
+    where the source gave none (an answer with every node's processes)."""
+    held: Counter[str] = Counter()
+    for node in nodes:
+        if node.usable:
+            for user in user_summary(node.sample.processes):
+                held[user.user] += user.gpu_memory_bytes or 0
+    return [Ranked(user, float(value)) for user, value in held.most_common()]
 
 
 def create_cluster_app(

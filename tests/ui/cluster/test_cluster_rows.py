@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpumon.data.cluster import ClusterSample, summarize
+from gpumon.data.cluster import ClusterSample, fleet_of, summarize
+from gpumon.ui.cluster.app import top_users
 from tests.support.ui_helpers import screen_text
 from tests.ui.cluster.test_cluster_ui import (
     CLUSTER_FREE,
@@ -25,10 +26,12 @@ from tests.ui.cluster.test_cluster_ui import (
 )
 
 
-def rows_only(cluster: ClusterSample) -> ClusterSample:
-    """``cluster`` as the aggregate path answers it: one row per node, no node's GPUs."""
+def rows_only(cluster: ClusterSample, *, fleet: bool = True) -> ClusterSample:
+    """``cluster`` as the aggregate path answers it: one row per node, no node's GPUs, and
+    (with ``fleet``) the fleet summary with its top users."""
     rows = tuple(summarize(node, 1024) for node in cluster.nodes)
-    return replace(cluster, nodes=(), rows=rows)
+    summary = fleet_of(rows, top_users(cluster.nodes)) if fleet else None
+    return replace(cluster, nodes=(), rows=rows, fleet=summary)
 
 
 async def test_rows_alone_show_the_same_list_and_header_as_every_gpu() -> None:
