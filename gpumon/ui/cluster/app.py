@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -25,24 +24,18 @@ from gpumon import startup
 from gpumon.data import format as fmt
 from gpumon.data.cluster import (
     ClusterSample,
-    Fleet,
     Node,
-    NodeSummary,
-    Ranked,
-    fleet_of,
     marked_stale,
-    rows_of,
 )
-from gpumon.data.free import free_gpu_indices
-from gpumon.data.views import user_summary
 from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
 from gpumon.sampling.watches import Watch, Watches
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
 from gpumon.ui.app import APP_BINDINGS, MonitorApp, wants_ascii
+from gpumon.ui.cluster.answer import Shown, find_node
+from gpumon.ui.cluster.detail import DetailRead, DetailReader, DetailsDone
 from gpumon.ui.cluster.screen import ClusterScreen
-from gpumon.ui.cluster.view import find_node
 from gpumon.ui.widgets.lines import Glyphs
 
 if TYPE_CHECKING:
@@ -66,14 +59,17 @@ class ClusterSource(Protocol):
 
     ``sample()`` blocks (HTTP) and never raises: an unreachable server gives a sample with
     ``error`` set and the last nodes marked ``stale``, and ``next_retry_s`` says how long to
-    wait before the next try (``None`` after a success). ``history()`` blocks, and may raise
-    (one line saying why).
+    wait before the next try (``None`` after a success). ``detail(node)`` (one node's GPUs
+    and processes, for a node named in the rows) and ``history()`` block, and may raise (one
+    line saying why).
     """
 
     @property
     def next_retry_s(self) -> float | None: ...
 
     def sample(self) -> ClusterSample: ...
+
+    def detail(self, node: str) -> Node: ...
 
     def history(
         self, node: str, gpu_index: int, field_key: str, seconds: float = 3600.0
@@ -127,6 +123,9 @@ class ClusterApp(MonitorApp):
     #: While the last answer is not current: seconds to the next try, and the stall (the
     #: banner's countdown, once a second).
     waiting: var[tuple[int | None, Stall | None]] = var((None, None), init=False)
+    #: Counts the nodes' details read (:mod:`~gpumon.ui.cluster.detail`): the screens of a
+    #: node watch it.
+    details_read: var[int] = var(0, init=False)
 
     BINDINGS = APP_BINDINGS
 
@@ -170,9 +169,10 @@ class ClusterApp(MonitorApp):
         self.stall: Stall | None = None
         #: ``w`` on a node's GPU: tell me when it is FREE.
         self.watches = Watches()
-        self._rows: tuple[ClusterSample | None, tuple[NodeSummary, ...], Fleet] = (
-            None, (), fleet_of(())
-        )  # fmt: skip
+        #: The nodes' GPUs and processes, read for the nodes on screen and the watched ones.
+        self.details = DetailReader(self, source)
+        #: What the screens read of the answer: rows, the fleet, a node's GPUs.
+        self.shown = Shown(self.settings.free_threshold_mib, self.details.details)
         self._timed = _Timed(source, clock)
         # The poller hands on whatever sample() returns: a ClusterSample here.
         self.poller = Poller(
@@ -243,18 +243,11 @@ class ClusterApp(MonitorApp):
             # Whoever built it (the source, a poll that raised, the last nodes kept above):
             # a stale answer has no node UP, so no count, pick or watch takes a GPU as FREE.
             cluster = marked_stale(cluster)
-        if self.is_running:  # the watches first: the screens show what is still watched
-            threshold = self.settings.free_threshold_mib
-
-            def free(watch: Hashable) -> bool:
-                assert isinstance(watch, Watch)
-                return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
-
-            self.withdraw_alerts(lambda watch: not free(watch))
-            for watch in self.watches.finish(free):
-                self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
+        self._check_watches(cluster)  # first: the screens show what is still watched
         with self.batch_update():
             self.cluster = cluster
+        if cluster.error is None:
+            self.details.read(self._detail_names())  # the nodes on screen follow
 
     def _on_poll_error(self, error: BaseException) -> None:
         # The source should never raise; if it does, it reads as Prometheus failing.
@@ -287,17 +280,46 @@ class ClusterApp(MonitorApp):
         with self.batch_update():
             self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
 
-    def rows(self) -> tuple[tuple[NodeSummary, ...], Fleet]:
-        """The node list's rows and the fleet summary of the answer shown, worked out once
-        per answer (:func:`~gpumon.data.cluster.rows_of`, :func:`~gpumon.data.cluster.fleet_of`)."""
+    # -- a node's detail -------------------------------------------------------------
+
+    def want_detail(self, name: str) -> None:
+        """A screen of node ``name`` opened: its GPUs are read now, then after each answer."""
+        self.details.want(name)
+        self.details.read(self._detail_names())
+
+    def drop_detail(self, name: str) -> None:
+        watched = any(watch.node == name for watch in self.watches)
+        self.details.drop(name, keep=watched)
+
+    def _detail_names(self) -> list[str]:
+        """The nodes whose detail to read: on screen, or watched, and not in the answer."""
         cluster = self.cluster
-        if self._rows[0] is not cluster:
-            rows = () if cluster is None else rows_of(cluster, self.settings.free_threshold_mib)
-            fleet = cluster.fleet if cluster is not None else None
-            if fleet is None:
-                fleet = fleet_of(rows, () if cluster is None else top_users(cluster.nodes))
-            self._rows = (cluster, rows, fleet)
-        return self._rows[1], self._rows[2]
+        if cluster is None:
+            return []
+        names = [*self.details.wanted, *(watch.node or "" for watch in self.watches)]
+        shown = self.shown
+        return [n for n in names if find_node(cluster, n) is None and shown.row_of(cluster, n)]
+
+    def on_detail_read(self, message: DetailRead) -> None:
+        self.details.on_read(message)
+        self._check_watches(self.cluster)
+        self.details_read += 1
+
+    def on_details_done(self, _: DetailsDone) -> None:
+        self.details.on_done(self._detail_names)
+
+    def _check_watches(self, cluster: ClusterSample | None) -> None:
+        """Alert on the watched GPUs FREE now; withdraw alerts on those no longer FREE."""
+        if not self.is_running or cluster is None:
+            return
+
+        def free(watch: Hashable) -> bool:
+            assert isinstance(watch, Watch)
+            return watch.gpu_index in self.shown.free_of(cluster, watch.node or "")
+
+        self.withdraw_alerts(lambda watch: not free(watch))
+        for watch in self.watches.finish(free):
+            self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
 
     # -- actions ---------------------------------------------------------------------
 
@@ -311,7 +333,7 @@ class ClusterApp(MonitorApp):
         read), or stop watching it. FREE already, or a node whose exporter lists no
         processes (dcgm-exporter): said at once, not watched."""
         watch = Watch(gpu.index, f"GPU {gpu.index} ({gpu.name or fmt.NA})", node=node_name)
-        node = find_node(self.cluster, node_name)
+        node, _ = self.shown.node_of(self.cluster, node_name)
         refusal = None
         if node is not None and not self.watches.watching(watch):
             if not node.sample.processes_read:
@@ -319,7 +341,7 @@ class ClusterApp(MonitorApp):
                     f"{node_name} lists no processes ({node.exporter.value} exporter): "
                     "whether its GPUs are FREE cannot be told, so none can be watched."
                 )
-            elif gpu.index in free_gpus(self.cluster, node_name, self.settings.free_threshold_mib):
+            elif gpu.index in self.shown.free_of(self.cluster, node_name):
                 refusal = f"GPU {gpu.index} of {node_name} is FREE now: nothing to wait for."
         if refusal is not None:
             self.notify(refusal, markup=False)
@@ -333,26 +355,6 @@ class ClusterApp(MonitorApp):
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
         self.cluster = self.cluster  # the banner says paused
-
-
-def free_gpus(cluster: ClusterSample | None, node_name: str, threshold_mib: int) -> frozenset[int]:
-    """The FREE GPUs of node ``node_name``, as its screen marks them: only a node that is UP,
-    in an answer that is not stale, can have any."""
-    node = find_node(cluster, node_name)
-    if cluster is None or node is None or not node.usable or cluster.stale:
-        return frozenset()
-    return free_gpu_indices(node.sample, threshold_mib)
-
-
-def top_users(nodes: Iterable[Node]) -> list[Ranked]:
-    """The users holding the most GPU memory on the UP nodes, most first: the fleet's list
-    where the source gave none (an answer with every node's processes)."""
-    held: Counter[str] = Counter()
-    for node in nodes:
-        if node.usable:
-            for user in user_summary(node.sample.processes):
-                held[user.user] += user.gpu_memory_bytes or 0
-    return [Ranked(user, float(value)) for user, value in held.most_common()]
 
 
 def create_cluster_app(

@@ -175,7 +175,7 @@ class ClusterScreen(ClusterView):
     def _show(self, cluster: ClusterSample | None) -> None:
         if cluster is None:
             return
-        rows, fleet = self.cluster_app.rows()
+        rows, fleet = self.cluster_app.shown.rows(cluster)
         self._show_header(cluster, header_counts(fleet))
         self.query_one(FleetTotals).show(fleet, cluster.path)
         self.query_one(TopLists).show(fleet)

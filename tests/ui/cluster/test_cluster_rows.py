@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpumon.data.cluster import ClusterSample, fleet_of, summarize
-from gpumon.ui.cluster.app import top_users
+from gpumon.ui.cluster.answer import top_users
 from tests.support.ui_helpers import screen_text
 from tests.ui.cluster.test_cluster_ui import (
     CLUSTER_FREE,
