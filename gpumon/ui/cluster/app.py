@@ -2,10 +2,11 @@
 
 It shares the widgets, the app base and the poller with the one-machine dashboard, not its
 screens. The poller posts each :class:`~gpumon.data.cluster.ClusterSample`; the app sets
-:attr:`ClusterApp.cluster`, which the screen on top draws. An answer that failed (the last
-nodes kept, the next try after the source's backoff) or a refresh stalled for three
-intervals (:func:`~gpumon.sampling.pipeline.stall_of`) is stale: no node UP, no GPU FREE
-(docs/cluster.md). ``w`` on a node's GPU alerts on the first answer with it FREE.
+:attr:`ClusterApp.cluster`, which the screen on top draws; a node's GPUs are read on demand
+(:mod:`~gpumon.ui.cluster.detail`). An answer that failed (the last rows kept, the next try
+after the source's backoff) or a refresh stalled for three intervals is stale: no node UP,
+no GPU FREE (docs/cluster.md). A slow refresh stretches the interval. ``w`` on a node's GPU
+alerts on the first answer with it FREE.
 """
 
 from __future__ import annotations

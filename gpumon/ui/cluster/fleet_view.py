@@ -21,20 +21,26 @@ from gpumon.ui.widgets.lines import Line
 NOTHING = "-"
 
 
-def totals_parts(fleet: Fleet, path: str | None) -> list[tuple[str, str]]:
-    """The totals line as (text, style name) pieces, what matters first."""
+def totals_parts(fleet: Fleet, path: str | None) -> list[list[tuple[str, str]]]:
+    """The totals line as groups of (text, style name) pieces, what matters first: a
+    narrow terminal drops whole groups from the end."""
     parts = [
-        (f" {fleet.gpus} GPU{'s' if fleet.gpus != 1 else ''} up: ", "label"),
-        (f"{fleet.free_gpus} FREE", "free"),
-        (f", {fleet.busy_gpus} busy", "text"),
-        ("  idle-held ", "label"),
-        (fmt.bytes_short(fleet.idle_held_bytes), "text"),
+        [
+            (f" {fleet.gpus} GPU{'s' if fleet.gpus != 1 else ''} up: ", "label"),
+            (f"{fleet.free_gpus} FREE", "free"),
+            (f", {fleet.busy_gpus} busy", "text"),
+        ],
+        [("  idle-held ", "label"), (fmt.bytes_short(fleet.idle_held_bytes), "text")],
     ]
     if path:
-        parts.append((f"  ({path})", "label"))
+        parts.append([(f"  ({path})", "label")])
     for group in fleet.by_label:
-        parts.append((f"  {group.label}={group.value}: ", "label"))
-        parts.append((f"{group.gpus} GPUs, {group.free_gpus} FREE", "text"))
+        parts.append(
+            [
+                (f"  {group.label}={group.value}: ", "label"),
+                (f"{group.gpus} GPUs, {group.free_gpus} FREE", "text"),
+            ]
+        )
     return parts
 
 
@@ -53,8 +59,11 @@ class FleetTotals(Bar):
         self._shown = (fleet, path)
         width = self.size.width or 80
         line = Line()
-        for text, style in totals_parts(fleet, path):
-            line.add(text, self.style(style))
+        for index, group in enumerate(totals_parts(fleet, path)):
+            if index and line.width + sum(len(text) for text, _ in group) > width:
+                break
+            for text, style in group:
+                line.add(text, self.style(style))
         self.set_lines([line.strip(width)])
 
 
