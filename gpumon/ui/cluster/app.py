@@ -285,7 +285,7 @@ class ClusterApp(MonitorApp):
 
     def want_detail(self, name: str) -> None:
         """A screen of node ``name`` opened: its GPUs are read now, then after each answer."""
-        self.details.want(name)
+        self.details.want(name, fresh=any(watch.node == name for watch in self.watches))
         self.details.read(self._detail_names())
 
     def drop_detail(self, name: str) -> None:

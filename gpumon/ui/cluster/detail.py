@@ -66,8 +66,12 @@ class DetailReader:
         self._again = False
         self.reads = 0  # reads started (tests count them)
 
-    def want(self, name: str) -> None:
-        """A screen shows ``name``: read it now (or once the read in flight ends)."""
+    def want(self, name: str, fresh: bool = False) -> None:
+        """A screen shows ``name``: read it now (or once the read in flight ends). What was
+        read of it before is not shown as current unless ``fresh`` (read at each answer:
+        another screen shows it, or it is watched)."""
+        if not fresh and not self.wanted[name]:
+            self.details[name] = Detail(reading=True)
         self.wanted[name] += 1
         self.details.setdefault(name, Detail(reading=True))
 

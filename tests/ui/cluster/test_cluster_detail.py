@@ -165,3 +165,10 @@ async def test_a_watched_gpu_of_a_node_read_on_demand_alerts_when_free() -> None
         await settle(app, pilot)
         assert not len(app.watches)  # the watch fired
         assert source.detail_calls[-1][0] == "node1"
+        # Opened again later: what was read for the watch is not shown as current.
+        source.gate.clear()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "reading node1…" in screen_text(app) and "GPU 7" not in screen_text(app)
+        source.gate.set()
+        await settle(app, pilot)
