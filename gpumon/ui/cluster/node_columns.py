@@ -8,6 +8,7 @@ list's style), and on the reading columns it sorts after every UP node, either d
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ from gpumon.ui.widgets.keyed_table import Column
 
 #: What a node that is not UP shows for its free GPUs (and a node with no top user).
 NOT_CURRENT = "-"
+
+#: A node name's sort key, kept: a fleet of thousands is sorted again on each answer.
+name_key = functools.lru_cache(maxsize=65536)(natural_key)
 
 EMPTY_WAITING = "Waiting for the first answer from Prometheus."
 EMPTY_NONE = "Prometheus lists no node with GPU metrics."
@@ -64,7 +68,7 @@ def _free(row: NodeSummary) -> int | None:
 
 
 COLUMNS: tuple[Column[NodeSummary], ...] = (
-    Column("node", "NODE", 0, False, lambda row: natural_key(row.name)),
+    Column("node", "NODE", 0, False, lambda row: name_key(row.name)),
     Column("gpus", "GPUS", 5, True, lambda row: row.gpu_count, True),
     Column("free", "FREE", 5, True, _free, True),
     Column("util", "UTIL", 5, True, lambda row: row.mean_utilization_pct, True),
@@ -95,9 +99,9 @@ def sort_rows(rows: Iterable[NodeSummary], key: str, reverse: bool) -> list[Node
     descending = reverse != column.descending_first
     ordered = []
     for group in (current, old):
-        by_name = sorted(group, key=lambda pair: natural_key(pair[1].name))
+        by_name = sorted(group, key=lambda pair: name_key(pair[1].name))
         ordered += sorted(by_name, key=lambda pair: pair[0], reverse=descending)  # stable
-    return [row for _, row in ordered] + sorted(unknown, key=lambda row: natural_key(row.name))
+    return [row for _, row in ordered] + sorted(unknown, key=lambda row: name_key(row.name))
 
 
 def clock_text(seconds: float | None, now_s: float) -> str:
