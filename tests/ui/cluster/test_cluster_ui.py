@@ -187,6 +187,11 @@ class FakeSource:
     def next_retry_s(self) -> float | None:
         return self.backoff.delay_s
 
+    def detail(self, node: str) -> Node:
+        """The node of the last cluster answered (the dashboard asks only for a node whose
+        GPUs the answer does not carry)."""
+        return next(n for n in self.clusters[0].nodes if node in (n.name, n.instance))
+
     def history(
         self, node: str, gpu_index: int, field_key: str, seconds: float = 3600.0
     ) -> Sequence[tuple[float, float | None]]:
