@@ -23,11 +23,7 @@ from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
-from gpumon.data.cluster import (
-    ClusterSample,
-    Node,
-    marked_stale,
-)
+from gpumon.data.cluster import ClusterSample, Node, marked_stale
 from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
 from gpumon.sampling.watches import Watch, Watches

@@ -124,9 +124,10 @@ class ClusterHeader(Bar):
             right.add("waiting for Prometheus  ", self.style("label"))
         if every_shown:
             interval_s, refresh_s = every
-            right.add("every ", self.style("label")).add(f"{interval_s:.3g} s  ")
+            right.add("every ", self.style("label")).add(f"{interval_s:.3g} s ")
             if refresh_s is not None:  # a slow server stretched the interval
-                right.add(f"(refresh {refresh_s:.1f} s)  ", self.style("label"))
+                right.add(f"(refresh {refresh_s:.1f} s) ", self.style("label"))
+            right.add(" ")
         if known_time(answered_s) is not None:
             assert answered_s is not None
             right.add(time.strftime("%H:%M:%S", time.localtime(answered_s)) + " ")

@@ -100,7 +100,7 @@ async def test_a_slow_refresh_stretches_the_interval_and_the_header_says_so() ->
         await app.poller.poll_once()
         await pilot.pause()
         assert app.poller.interval_s == pytest.approx(7.0)  # 1.4 s is more than a fifth of 5 s
-        assert "every 7 s  (refresh 1.4 s)" in screen_text(app).splitlines()[0]
+        assert "every 7 s (refresh 1.4 s)" in screen_text(app).splitlines()[0]
         took[0] = 0.5
         await app.poller.poll_once()
         await pilot.pause()
