@@ -273,9 +273,18 @@ def no_longer_current(node: Node) -> Node:
 
 def marked_stale(cluster: ClusterSample) -> ClusterSample:
     """``cluster`` no longer current: ``stale``, and no node UP (:func:`no_longer_current`),
-    so that no view counts, offers or watches a GPU of it as FREE."""
+    so that no view counts, offers or watches a GPU of it as FREE. Its rows likewise, and
+    its fleet summary is counted again from them (no FREE GPU; the top users are kept)."""
     nodes = tuple(no_longer_current(node) for node in cluster.nodes)
-    return dataclasses.replace(cluster, nodes=nodes, stale=True)
+    rows = cluster.rows
+    fleet = cluster.fleet
+    if rows is not None:
+        rows = tuple(
+            dataclasses.replace(row, state=NodeState.STALE) if row.current else row for row in rows
+        )
+        if fleet is not None:
+            fleet = fleet_of(rows, fleet.top_users, max(len(fleet.top_users), 5))
+    return dataclasses.replace(cluster, nodes=nodes, rows=rows, fleet=fleet, stale=True)
 
 
 def _sum(values: Iterable[int | None]) -> int | None:

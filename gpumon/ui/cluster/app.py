@@ -2,10 +2,11 @@
 
 It shares the widgets, the app base and the poller with the one-machine dashboard, not its
 screens. The poller posts each :class:`~gpumon.data.cluster.ClusterSample`; the app sets
-:attr:`ClusterApp.cluster`, which the screen on top draws. An answer that failed (the last
-nodes kept, the next try after the source's backoff) or a refresh stalled for three
-intervals (:func:`~gpumon.sampling.pipeline.stall_of`) is stale: no node UP, no GPU FREE
-(docs/cluster.md). ``w`` on a node's GPU alerts on the first answer with it FREE.
+:attr:`ClusterApp.cluster`, which the screen on top draws; a node's GPUs are read on demand
+(:mod:`~gpumon.ui.cluster.detail`). An answer that failed (the last rows kept, the next try
+after the source's backoff) or a refresh stalled for three intervals is stale: no node UP,
+no GPU FREE (docs/cluster.md). A slow refresh stretches the interval. ``w`` on a node's GPU
+alerts on the first answer with it FREE.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ from textual.screen import Screen
 
 from gpumon import startup
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample, marked_stale
-from gpumon.data.free import free_gpu_indices
+from gpumon.data.cluster import ClusterSample, Node, marked_stale
 from gpumon.sampling.pipeline import Stall, stall_of
 from gpumon.sampling.poller import Poller
 from gpumon.sampling.watches import Watch, Watches
 from gpumon.sources.prometheus.client import Backoff
 from gpumon.ui import exact_updates
 from gpumon.ui.app import APP_BINDINGS, MonitorApp, wants_ascii
+from gpumon.ui.cluster.answer import Shown, find_node
+from gpumon.ui.cluster.detail import DetailRead, DetailReader, DetailsDone
 from gpumon.ui.cluster.screen import ClusterScreen
-from gpumon.ui.cluster.view import find_node
 from gpumon.ui.widgets.lines import Glyphs
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 #: Prometheus' data changes once a scrape interval (15 s is usual): unless the user chose an
 #: interval, the cluster is read this often, not every second.
 DEFAULT_CLUSTER_INTERVAL_S = 5.0
+#: A refresh may take a fifth of the interval; a longer one stretches the interval to five
+#: times the refresh.
+REFRESH_SHARE = 5
 #: Why the last answer is stale while a refresh takes too long.
 WAITING = "Prometheus not answering"
 
@@ -52,14 +56,17 @@ class ClusterSource(Protocol):
 
     ``sample()`` blocks (HTTP) and never raises: an unreachable server gives a sample with
     ``error`` set and the last nodes marked ``stale``, and ``next_retry_s`` says how long to
-    wait before the next try (``None`` after a success). ``history()`` blocks, and may raise
-    (one line saying why).
+    wait before the next try (``None`` after a success). ``detail(node)`` (one node's GPUs
+    and processes, for a node named in the rows) and ``history()`` block, and may raise (one
+    line saying why).
     """
 
     @property
     def next_retry_s(self) -> float | None: ...
 
     def sample(self) -> ClusterSample: ...
+
+    def detail(self, node: str) -> Node: ...
 
     def history(
         self, node: str, gpu_index: int, field_key: str, seconds: float = 3600.0
@@ -78,21 +85,27 @@ class _Timed:
         self.source = source
         self._clock = clock
         self.started = clock()
+        #: How long the last refresh took (``None``: one handed in by a test).
+        self.took_s: float | None = None
 
     def sample(self) -> ClusterSample:
         self.started = self._clock()
-        return self.source.sample()
+        self.took_s = None
+        cluster = self.source.sample()
+        self.took_s = self._clock() - self.started
+        return cluster
 
     def close(self) -> None:
         self.source.close()
 
 
 class ClusterTaken(Message):
-    """The poller read the cluster (messages up)."""
+    """The poller read the cluster (messages up), in ``took_s`` seconds."""
 
-    def __init__(self, cluster: ClusterSample) -> None:
+    def __init__(self, cluster: ClusterSample, took_s: float | None) -> None:
         super().__init__()
         self.cluster = cluster
+        self.took_s = took_s
 
 
 class ClusterApp(MonitorApp):
@@ -107,6 +120,9 @@ class ClusterApp(MonitorApp):
     #: While the last answer is not current: seconds to the next try, and the stall (the
     #: banner's countdown, once a second).
     waiting: var[tuple[int | None, Stall | None]] = var((None, None), init=False)
+    #: Counts the nodes' details read (:mod:`~gpumon.ui.cluster.detail`): the screens of a
+    #: node watch it.
+    details_read: var[int] = var(0, init=False)
 
     BINDINGS = APP_BINDINGS
 
@@ -136,6 +152,9 @@ class ClusterApp(MonitorApp):
             chosen = self.settings.origins.get("interval_s", "default") != "default"
             interval_s = self.settings.interval_s if chosen else DEFAULT_CLUSTER_INTERVAL_S
         self.interval_s = interval_s
+        #: How long the last good refresh took, when it stretched the interval (the header
+        #: says so), else ``None``.
+        self.refresh_s: float | None = None
         # Polls that raised (a bug in the source: it should not): the same growing waits.
         self._raised = Backoff()
         #: When the latest good answer was read (seconds since the epoch).
@@ -147,6 +166,10 @@ class ClusterApp(MonitorApp):
         self.stall: Stall | None = None
         #: ``w`` on a node's GPU: tell me when it is FREE.
         self.watches = Watches()
+        #: The nodes' GPUs and processes, read for the nodes on screen and the watched ones.
+        self.details = DetailReader(self, source)
+        #: What the screens read of the answer: rows, the fleet, a node's GPUs.
+        self.shown = Shown(self.settings.free_threshold_mib, self.details.details)
         self._timed = _Timed(source, clock)
         # The poller hands on whatever sample() returns: a ClusterSample here.
         self.poller = Poller(
@@ -179,53 +202,58 @@ class ClusterApp(MonitorApp):
         self._on_cluster(cluster)
 
     def _cluster_taken(self, cluster: ClusterSample) -> None:
-        self.post_message(ClusterTaken(cluster))  # messages up: handled in its turn
+        # Messages up: handled in its turn.
+        self.post_message(ClusterTaken(cluster, self._timed.took_s))
 
     def on_cluster_taken(self, message: ClusterTaken) -> None:
-        self._on_cluster(message.cluster)
+        self._on_cluster(message.cluster, message.took_s)
 
-    def _on_cluster(self, cluster: ClusterSample) -> None:
+    @property
+    def every_s(self) -> float:
+        """Seconds between refreshes: the interval, stretched to five times the last refresh
+        when that took more than a fifth of it (a slow server is not asked back to back)."""
+        took = self.refresh_s
+        return self.interval_s if took is None else took * REFRESH_SHARE
+
+    def _on_cluster(self, cluster: ClusterSample, took_s: float | None = None) -> None:
         previous = self.cluster
         self.stall = None
         if cluster.error is None:
             self._raised.succeeded()
             self.retry_at = None
-            self.poller.interval_s = self.interval_s
+            slow = took_s is not None and took_s * REFRESH_SHARE > self.interval_s
+            self.refresh_s = took_s if slow else None
+            self.poller.interval_s = self.every_s
             self.last_answer_s = cluster.timestamp_s
         else:
             delay = self.source.next_retry_s or self._raised.delay_s or self._raised.initial_s
             self.retry_at = self._timed.started + delay
             self.poller.interval_s = delay
-            if not cluster.nodes and previous is not None and previous.nodes:
-                # Never lose what was known: the last nodes stay, marked stale.
-                cluster = replace(cluster, nodes=previous.nodes)
+            if not cluster.nodes and not cluster.rows and previous is not None:
+                # Never lose what was known: the last nodes and rows stay, marked stale.
+                cluster = replace(
+                    cluster, nodes=previous.nodes, rows=previous.rows, fleet=previous.fleet,
+                    path=previous.path,
+                )  # fmt: skip
             cluster = replace(cluster, stale=True)
         if cluster.stale:
             # Whoever built it (the source, a poll that raised, the last nodes kept above):
             # a stale answer has no node UP, so no count, pick or watch takes a GPU as FREE.
             cluster = marked_stale(cluster)
-        if self.is_running:  # the watches first: the screens show what is still watched
-            threshold = self.settings.free_threshold_mib
-
-            def free(watch: Hashable) -> bool:
-                assert isinstance(watch, Watch)
-                return watch.gpu_index in free_gpus(cluster, watch.node or "", threshold)
-
-            self.withdraw_alerts(lambda watch: not free(watch))
-            for watch in self.watches.finish(free):
-                self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
+        self._check_watches(cluster)  # first: the screens show what is still watched
         with self.batch_update():
             self.cluster = cluster
+        if cluster.error is None:
+            self.details.read(self._detail_names())  # the nodes on screen follow
 
     def _on_poll_error(self, error: BaseException) -> None:
         # The source should never raise; if it does, it reads as Prometheus failing.
         self._raised.failed()
+        why = str(error) or type(error).__name__
         cluster = self.cluster
-        url = cluster.url if cluster is not None else ""
-        nodes = cluster.nodes if cluster is not None else ()
-        self._on_cluster(
-            ClusterSample(self.wall_clock(), url, nodes, error=str(error) or type(error).__name__)
-        )
+        if cluster is None:
+            cluster = ClusterSample(self.wall_clock(), "", ())
+        self._on_cluster(replace(cluster, timestamp_s=self.wall_clock(), error=why))
 
     def retry_in_s(self) -> int | None:
         """Whole seconds to the next try after a failure (0: trying now), else ``None``."""
@@ -249,6 +277,47 @@ class ClusterApp(MonitorApp):
         with self.batch_update():
             self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
 
+    # -- a node's detail -------------------------------------------------------------
+
+    def want_detail(self, name: str) -> None:
+        """A screen of node ``name`` opened: its GPUs are read now, then after each answer."""
+        self.details.want(name, fresh=any(watch.node == name for watch in self.watches))
+        self.details.read(self._detail_names())
+
+    def drop_detail(self, name: str) -> None:
+        watched = any(watch.node == name for watch in self.watches)
+        self.details.drop(name, keep=watched)
+
+    def _detail_names(self) -> list[str]:
+        """The nodes whose detail to read: on screen, or watched, and not in the answer."""
+        cluster = self.cluster
+        if cluster is None:
+            return []
+        names = [*self.details.wanted, *(watch.node or "" for watch in self.watches)]
+        shown = self.shown
+        return [n for n in names if find_node(cluster, n) is None and shown.row_of(cluster, n)]
+
+    def on_detail_read(self, message: DetailRead) -> None:
+        self.details.on_read(message)
+        self._check_watches(self.cluster)
+        self.details_read += 1
+
+    def on_details_done(self, _: DetailsDone) -> None:
+        self.details.on_done(self._detail_names)
+
+    def _check_watches(self, cluster: ClusterSample | None) -> None:
+        """Alert on the watched GPUs FREE now; withdraw alerts on those no longer FREE."""
+        if not self.is_running or cluster is None:
+            return
+
+        def free(watch: Hashable) -> bool:
+            assert isinstance(watch, Watch)
+            return watch.gpu_index in self.shown.free_of(cluster, watch.node or "")
+
+        self.withdraw_alerts(lambda watch: not free(watch))
+        for watch in self.watches.finish(free):
+            self.alert(watch.done_text(watch.node or "?", cluster.timestamp_s), watch)
+
     # -- actions ---------------------------------------------------------------------
 
     def action_help(self) -> None:
@@ -261,7 +330,7 @@ class ClusterApp(MonitorApp):
         read), or stop watching it. FREE already, or a node whose exporter lists no
         processes (dcgm-exporter): said at once, not watched."""
         watch = Watch(gpu.index, f"GPU {gpu.index} ({gpu.name or fmt.NA})", node=node_name)
-        node = find_node(self.cluster, node_name)
+        node, _ = self.shown.node_of(self.cluster, node_name)
         refusal = None
         if node is not None and not self.watches.watching(watch):
             if not node.sample.processes_read:
@@ -269,7 +338,7 @@ class ClusterApp(MonitorApp):
                     f"{node_name} lists no processes ({node.exporter.value} exporter): "
                     "whether its GPUs are FREE cannot be told, so none can be watched."
                 )
-            elif gpu.index in free_gpus(self.cluster, node_name, self.settings.free_threshold_mib):
+            elif gpu.index in self.shown.free_of(self.cluster, node_name):
                 refusal = f"GPU {gpu.index} of {node_name} is FREE now: nothing to wait for."
         if refusal is not None:
             self.notify(refusal, markup=False)
@@ -283,15 +352,6 @@ class ClusterApp(MonitorApp):
     def action_toggle_pause(self) -> None:
         self.poller.paused = not self.poller.paused
         self.cluster = self.cluster  # the banner says paused
-
-
-def free_gpus(cluster: ClusterSample | None, node_name: str, threshold_mib: int) -> frozenset[int]:
-    """The FREE GPUs of node ``node_name``, as its screen marks them: only a node that is UP,
-    in an answer that is not stale, can have any."""
-    node = find_node(cluster, node_name)
-    if cluster is None or node is None or not node.usable or cluster.stale:
-        return frozenset()
-    return free_gpu_indices(node.sample, threshold_mib)
 
 
 def create_cluster_app(

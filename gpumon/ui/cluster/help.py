@@ -30,8 +30,18 @@ The node list
   EXPORTER        gpumon (gpumon export: GPUs and processes) or dcgm
                   (NVIDIA's dcgm-exporter: GPUs only, fewer fields)
 
-Header and banner
+Header and fleet summary
+  N GPUs up       GPUs of UP nodes: FREE, busy (a node that cannot tell
+                  its processes counts in neither), the memory idle
+                  processes hold, how the rows were read (recording
+                  rules or raw queries), and per partition or other site
+                  label. Then the hottest nodes, the most idle-held and
+                  the users holding most (on a tall enough terminal).
+  every N s (refresh M s)  a refresh that took more than a fifth of the
+                  interval stretches it to five times the refresh.
   DEMO            some node serves simulated data (gpumon export --demo)
+  A node's GPUs and processes are read when its screen opens ("reading
+  node7..."), then at each refresh while it is shown or watched.
   Prometheus unreachable: the last data stays on screen, dimmed and
   stale (no GPU counts as free), and the server is asked again with a
   growing pause between tries (1, 2, 4 ... 60 s).

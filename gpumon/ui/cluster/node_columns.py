@@ -1,86 +1,32 @@
-"""The node list's rows, columns, filter and sort orders .
-
-One row per node of a :class:`~gpumon.data.cluster.ClusterSample`, from
-:func:`gpumon.data.cluster.summarize`. A node that is not UP (DOWN, stale; every node while
-Prometheus does not answer) never reads like a node of idle GPUs: its free count reads ``-``,
-its last readings are drawn dimmed (the list's style), and on the reading columns it sorts
-after every UP node, whichever the direction.
+"""The node list's columns, filter and sort orders, over the rows of a
+:class:`~gpumon.data.cluster.ClusterSample` (:func:`~gpumon.data.cluster.rows_of`: the
+aggregate queries' rows, or one :func:`~gpumon.data.cluster.summarize` per node). A node
+that is not UP (DOWN, stale; every node while Prometheus does not answer) never reads like
+a node of idle GPUs: its free count reads ``-``, its last readings are drawn dimmed (the
+list's style), and on the reading columns it sorts after every UP node, either direction.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ExporterKind, Node, NodeState, NodeSummary, summarize
+from gpumon.data.cluster import ExporterKind, Fleet, Node, NodeState, NodeSummary
 from gpumon.data.format import known_time, natural_key
-from gpumon.data.views import OTHER_NAMESPACE, UNKNOWN_USER
 from gpumon.ui.widgets.keyed_table import Column
 
 #: What a node that is not UP shows for its free GPUs (and a node with no top user).
 NOT_CURRENT = "-"
 
+#: A node name's sort key, kept: a fleet of thousands is sorted again on each answer.
+name_key = functools.lru_cache(maxsize=65536)(natural_key)
+
 EMPTY_WAITING = "Waiting for the first answer from Prometheus."
 EMPTY_NONE = "Prometheus lists no node with GPU metrics."
-
-
-@dataclass(frozen=True, slots=True)
-class NodeRow:
-    """One node as the list shows it; ``users`` are everyone with a process on it (the
-    text filter matches them, not only the top user)."""
-
-    summary: NodeSummary
-    users: frozenset[str]
-    instance: str
-
-    @property
-    def name(self) -> str:
-        return self.summary.name
-
-    @property
-    def current(self) -> bool:
-        return self.summary.state is NodeState.UP
-
-
-def node_rows(nodes: Iterable[Node], free_threshold_mib: int) -> list[NodeRow]:
-    """The rows for ``nodes``, in their order."""
-    rows = []
-    for node in nodes:
-        users = frozenset(
-            (p.user or UNKNOWN_USER) if p.visible else OTHER_NAMESPACE
-            for p in node.sample.processes
-        )
-        rows.append(NodeRow(summarize(node, free_threshold_mib), users, node.instance))
-    return rows
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterCounts:
-    """The header's numbers."""
-
-    nodes: int
-    down: int
-    stale: int
-    gpus: int
-    free_gpus: int
-    #: UP nodes whose free GPUs cannot be told (dcgm-exporter lists no processes).
-    free_unknown: int
-
-
-def cluster_counts(rows: Sequence[NodeRow]) -> ClusterCounts:
-    """Counts over every node (not only the filtered ones): free GPUs only on UP nodes."""
-    states = [row.summary.state for row in rows]
-    return ClusterCounts(
-        nodes=len(rows),
-        down=states.count(NodeState.DOWN),
-        stale=states.count(NodeState.STALE),
-        gpus=sum(row.summary.gpu_count for row in rows),
-        free_gpus=sum(row.summary.free_gpus or 0 for row in rows if row.current),
-        free_unknown=sum(1 for row in rows if row.current and row.summary.free_gpus is None),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +41,8 @@ class NodeFilter:
     def active(self) -> bool:
         return bool(self.text) or self.free_only
 
-    def matches(self, row: NodeRow) -> bool:
-        if self.free_only and not (row.current and (row.summary.free_gpus or 0) > 0):
+    def matches(self, row: NodeSummary) -> bool:
+        if self.free_only and not (row.current and (row.free_gpus or 0) > 0):
             return False
         if self.text:
             needle = self.text.casefold()
@@ -117,33 +63,33 @@ class NodeFilter:
 _STATE_ORDER = {NodeState.DOWN: 0, NodeState.STALE: 1, NodeState.UP: 2}
 
 
-def _free(row: NodeRow) -> int | None:
-    return row.summary.free_gpus if row.current else None
+def _free(row: NodeSummary) -> int | None:
+    return row.free_gpus if row.current else None
 
 
-COLUMNS: tuple[Column[NodeRow], ...] = (
-    Column("node", "NODE", 0, False, lambda row: natural_key(row.name)),
-    Column("gpus", "GPUS", 5, True, lambda row: row.summary.gpu_count, True),
+COLUMNS: tuple[Column[NodeSummary], ...] = (
+    Column("node", "NODE", 0, False, lambda row: name_key(row.name)),
+    Column("gpus", "GPUS", 5, True, lambda row: row.gpu_count, True),
     Column("free", "FREE", 5, True, _free, True),
-    Column("util", "UTIL", 5, True, lambda row: row.summary.mean_utilization_pct, True),
-    Column("memory", "MEMORY", 13, True, lambda row: row.summary.memory_used_bytes, True, 72),
-    Column("hot", "HOT", 5, True, lambda row: row.summary.hottest_c, True, 86),
-    Column("user", "TOP USER", 12, False, lambda row: row.summary.top_user, False, 96),
-    Column("state", "STATE", 23, False, lambda row: _STATE_ORDER[row.summary.state]),
-    Column("exporter", "EXPORTER", 9, False, lambda row: row.summary.exporter.value, False, 112),
+    Column("util", "UTIL", 5, True, lambda row: row.mean_utilization_pct, True),
+    Column("memory", "MEMORY", 13, True, lambda row: row.memory_used_bytes, True, 72),
+    Column("hot", "HOT", 5, True, lambda row: row.hottest_c, True, 86),
+    Column("user", "TOP USER", 12, False, lambda row: row.top_user, False, 96),
+    Column("state", "STATE", 23, False, lambda row: _STATE_ORDER[row.state]),
+    Column("exporter", "EXPORTER", 9, False, lambda row: row.exporter.value, False, 112),
 )
 #: Readings of the GPUs: old ones (a node not UP) sort after every current one.
 READINGS = frozenset({"free", "util", "memory", "hot"})
 
 
-def sort_rows(rows: Iterable[NodeRow], key: str, reverse: bool) -> list[NodeRow]:
+def sort_rows(rows: Iterable[NodeSummary], key: str, reverse: bool) -> list[NodeSummary]:
     """Rows by column ``key`` (its natural direction, or the other with ``reverse``); on a
     reading column, old readings after current ones; rows without a sort value (``None``)
     last, by name; ties by name."""
     column = next(c for c in COLUMNS if c.key == key)
-    current: list[tuple[Any, NodeRow]] = []
-    old: list[tuple[Any, NodeRow]] = []
-    unknown: list[NodeRow] = []
+    current: list[tuple[Any, NodeSummary]] = []
+    old: list[tuple[Any, NodeSummary]] = []
+    unknown: list[NodeSummary] = []
     for row in rows:
         value = column.sort(row)
         if value is None:
@@ -153,9 +99,9 @@ def sort_rows(rows: Iterable[NodeRow], key: str, reverse: bool) -> list[NodeRow]
     descending = reverse != column.descending_first
     ordered = []
     for group in (current, old):
-        by_name = sorted(group, key=lambda pair: natural_key(pair[1].name))
+        by_name = sorted(group, key=lambda pair: name_key(pair[1].name))
         ordered += sorted(by_name, key=lambda pair: pair[0], reverse=descending)  # stable
-    return [row for _, row in ordered] + sorted(unknown, key=lambda row: natural_key(row.name))
+    return [row for _, row in ordered] + sorted(unknown, key=lambda row: name_key(row.name))
 
 
 def clock_text(seconds: float | None, now_s: float) -> str:
@@ -192,45 +138,44 @@ _EXPORTER_NAMES = {
 }
 
 
-def cell_text(key: str, row: NodeRow, now_s: float, ascii_only: bool = False) -> str:
+def cell_text(key: str, row: NodeSummary, now_s: float, ascii_only: bool = False) -> str:
     """Column ``key`` of ``row`` as shown."""
-    summary = row.summary
     if key == "node":
         return row.name
     if key == "gpus":
-        return str(summary.gpu_count)
+        return str(row.gpu_count)
     if key == "state":
-        return state_text(summary, now_s)
+        return state_text(row, now_s)
     if key == "exporter":
-        return _EXPORTER_NAMES[summary.exporter]
+        return _EXPORTER_NAMES[row.exporter]
     if key == "user":
-        return summary.top_user or NOT_CURRENT
+        return row.top_user or NOT_CURRENT
     if key == "free":
         if not row.current:
             return NOT_CURRENT  # old readings offer no free GPU
-        return fmt.NA if summary.free_gpus is None else str(summary.free_gpus)
+        return fmt.NA if row.free_gpus is None else str(row.free_gpus)
     if key == "util":
-        return fmt.percent(summary.mean_utilization_pct)
+        return fmt.percent(row.mean_utilization_pct)
     if key == "memory":
-        return fmt.memory_pair(summary.memory_used_bytes, summary.memory_total_bytes)
+        return fmt.memory_pair(row.memory_used_bytes, row.memory_total_bytes)
     if key == "hot":
-        return fmt.celsius(summary.hottest_c, ascii_only)
+        return fmt.celsius(row.hottest_c, ascii_only)
     raise KeyError(key)
 
 
-def header_counts(counts: ClusterCounts) -> tuple[str, str, str]:
+def header_counts(fleet: Fleet) -> tuple[str, str, str]:
     """The header's words: ``100 nodes (2 DOWN, 1 stale)``, ``37 GPUs free in the cluster``
     and, where some UP nodes cannot tell (dcgm-exporter), ``(+10 nodes unknown)``."""
     problems = []
-    if counts.down:
-        problems.append(f"{counts.down} DOWN")
-    if counts.stale:
-        problems.append(f"{counts.stale} stale")
-    nodes = f"{counts.nodes} node{'s' if counts.nodes != 1 else ''}"
+    if fleet.down:
+        problems.append(f"{fleet.down} DOWN")
+    if fleet.stale:
+        problems.append(f"{fleet.stale} stale")
+    nodes = f"{fleet.nodes} node{'s' if fleet.nodes != 1 else ''}"
     if problems:
         nodes += f" ({', '.join(problems)})"
-    free = f"{counts.free_gpus} GPU{'s' if counts.free_gpus != 1 else ''} free in the cluster"
+    free = f"{fleet.free_gpus} GPU{'s' if fleet.free_gpus != 1 else ''} free in the cluster"
     unknown = ""
-    if counts.free_unknown:
-        unknown = f"(+{counts.free_unknown} node{'s' if counts.free_unknown != 1 else ''} unknown)"
+    if fleet.free_unknown:
+        unknown = f"(+{fleet.free_unknown} node{'s' if fleet.free_unknown != 1 else ''} unknown)"
     return nodes, free, unknown

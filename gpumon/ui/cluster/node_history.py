@@ -21,14 +21,13 @@ from textual.message import Message
 from textual.widgets import Static
 
 from gpumon.data import format as fmt
-from gpumon.data.cluster import ClusterSample, NodeState
+from gpumon.data.cluster import ClusterSample, NodeState, no_longer_current
 from gpumon.data.fields import FIELDS
 from gpumon.data.model import GpuStats
 from gpumon.ui.cluster.view import (
     WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
-    find_node,
     node_state,
     processes_note,
 )
@@ -151,7 +150,7 @@ class NodeGpuScreen(ClusterView):
 
     def read_history(self) -> None:
         """Run the range queries on a worker thread (never on the event loop)."""
-        node = find_node(self.cluster_app.cluster, self.node_name)
+        node, _ = self.cluster_app.shown.node_of(self.cluster_app.cluster, self.node_name)
         if node is None:
             return
         source = self.cluster_app.source
@@ -176,7 +175,9 @@ class NodeGpuScreen(ClusterView):
 
     def _show(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
-        node = find_node(cluster, self.node_name)
+        node, current = app.shown.node_of(cluster, self.node_name)
+        if node is not None and not current and node.state is NodeState.UP:
+            node = no_longer_current(node)  # its last read failed, or the answer is old
         gpu = (
             None
             if node is None
@@ -200,7 +201,7 @@ class NodeGpuScreen(ClusterView):
             render_history(self.history, gpu, width, ascii_only, color)
         )
         self.query_one("#node-gpu-fields", TextLines).update(render_fields(gpu, ascii_only))
-        why = processes_note(node, cluster.timestamp_s, node.usable and not cluster.stale)
+        why = processes_note(node, cluster.timestamp_s, current)
         if why:
             processes = Text("Processes\n", style="bold").append(f"  {why}\n")
         else:
@@ -208,7 +209,7 @@ class NodeGpuScreen(ClusterView):
         self.query_one("#node-gpu-processes", TextLines).update(processes)
 
     def action_watch(self) -> None:
-        node = find_node(self.cluster_app.cluster, self.node_name)
+        node, _ = self.cluster_app.shown.node_of(self.cluster_app.cluster, self.node_name)
         gpu = (
             None
             if node is None

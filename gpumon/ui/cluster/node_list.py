@@ -14,26 +14,25 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
-from gpumon.data.cluster import NodeState
+from gpumon.data.cluster import NodeState, NodeSummary
 from gpumon.ui.cluster.node_columns import (
     COLUMNS,
     EMPTY_WAITING,
     NodeFilter,
-    NodeRow,
     cell_text,
     sort_rows,
 )
 from gpumon.ui.widgets.keyed_table import Column, KeyedTable, row_bindings
 from gpumon.ui.widgets.lines import Glyphs, Line
 
-__all__ = ["NodeFilter", "NodeList", "NodeRow"]
+__all__ = ["NodeFilter", "NodeList"]
 
 # The component style of each state's STATE cell.
 _STATE_STYLES = {NodeState.UP: "up", NodeState.DOWN: "down", NodeState.STALE: "stale"}
 
 
 @functools.lru_cache(maxsize=16)
-def _layout(width: int, full_width: int) -> list[tuple[Column[NodeRow], int]]:
+def _layout(width: int, full_width: int) -> list[tuple[Column[NodeSummary], int]]:
     """Each shown column and its width in ``width`` cells (left of the scrollbar); which
     columns show follows the full width, so they do not come and go with the scrollbar."""
     columns = [c for c in COLUMNS if max(width, full_width) >= c.min_terminal_width]
@@ -41,7 +40,7 @@ def _layout(width: int, full_width: int) -> list[tuple[Column[NodeRow], int]]:
     return [(c, c.width or max(8, width - fixed)) for c in columns]
 
 
-class NodeList(KeyedTable[NodeRow, NodeFilter]):
+class NodeList(KeyedTable[NodeSummary, NodeFilter]):
     """Scrollable, sortable node list with a row cursor that follows its node."""
 
     COLUMNS = COLUMNS
@@ -83,15 +82,25 @@ class NodeList(KeyedTable[NodeRow, NodeFilter]):
         #: Prometheus did not answer: every row is as last read (dimmed).
         self.stale = False
         self.now_s = 0.0
-        self._all: tuple[NodeRow, ...] = ()
+        self._all: tuple[NodeSummary, ...] = ()
+        self._shown: tuple[object, ...] = ()
         # Node name -> (what its line shows, the line): an unchanged node is not redrawn.
         self._lines: dict[str, tuple[tuple[object, ...], Strip]] = {}
 
     def show(
-        self, rows: Sequence[NodeRow], now_s: float, *, stale: bool = False, empty_text: str = ""
+        self,
+        rows: Sequence[NodeSummary],
+        now_s: float,
+        *,
+        stale: bool = False,
+        empty_text: str = "",
     ) -> None:
         """Attributes down: every node's row, the time the data is from (for "DOWN since"),
-        whether Prometheus stopped answering. Repaints only what changed."""
+        whether Prometheus stopped answering. Repaints only what changed; the same rows
+        again (a key that changed nothing here) are not filtered and sorted again."""
+        if (rows, now_s, stale, empty_text) == self._shown:
+            return
+        self._shown = (rows, now_s, stale, empty_text)
         self._all = tuple(rows)
         self.now_s = now_s
         self.stale = stale
@@ -128,21 +137,21 @@ class NodeList(KeyedTable[NodeRow, NodeFilter]):
 
     # -- the keyed table -------------------------------------------------------------
 
-    def _key(self, row: NodeRow) -> str:
+    def _key(self, row: NodeSummary) -> str:
         return row.name
 
-    def _sorted_rows(self) -> list[NodeRow]:
+    def _sorted_rows(self) -> list[NodeSummary]:
         shown = [row for row in self._all if self.row_filter.matches(row)]
         return sort_rows(shown, self.sort_key, self.sort_reverse)
 
-    def _columns(self, width: int) -> list[tuple[Column[NodeRow], int]]:
+    def _columns(self, width: int) -> list[tuple[Column[NodeSummary], int]]:
         return _layout(width, self.size.width)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._lines.clear()
 
-    def _row_line(self, row: NodeRow, width: int) -> Strip:
+    def _row_line(self, row: NodeSummary, width: int) -> Strip:
         cursor = row.name == self.cursor_key
         key = (row, cursor, width, self.size.width, self.stale, self.now_s)
         cached = self._lines.get(row.name)
@@ -163,12 +172,12 @@ class NodeList(KeyedTable[NodeRow, NodeFilter]):
         self._lines[row.name] = (key, strip)
         return strip
 
-    def _cell_style(self, key: str, row: NodeRow, base: Style) -> Style:
+    def _cell_style(self, key: str, row: NodeSummary, base: Style) -> Style:
         if key == "state":
-            return self.style(_STATE_STYLES[row.summary.state]) + base
+            return self.style(_STATE_STYLES[row.state]) + base
         if key == "node":
             return self.style("name") + base
-        if key == "free" and row.current and not self.stale and (row.summary.free_gpus or 0):
+        if key == "free" and row.current and not self.stale and (row.free_gpus or 0):
             return self.style("free") + base
         return base
 

@@ -11,14 +11,21 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
-from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState
+from gpumon.data.cluster import (
+    ClusterSample,
+    ExporterKind,
+    Node,
+    NodeState,
+    NodeSummary,
+    no_longer_current,
+)
 from gpumon.data.free import free_gpu_indices
-from gpumon.ui.cluster.node_columns import clock_text
+from gpumon.ui.cluster.detail import Detail
+from gpumon.ui.cluster.node_columns import clock_text, state_text
 from gpumon.ui.cluster.view import (
     WATCH_TOOLTIP,
     ClusterBanner,
     ClusterView,
-    find_node,
     node_state,
     processes_note,
 )
@@ -34,15 +41,18 @@ EXPORTER_NAMES = {
 }
 
 
-def node_title(node: Node, now_s: float) -> str:
+def node_title(node: Node | NodeSummary, now_s: float) -> str:
     """``node07  UP  gpumon exporter  10.0.0.7:9835  8 GPUs``; what matters first (the
-    state, DEMO) comes first, so a narrow terminal cuts only the end."""
-    state = node_state(node, now_s)
-    demo = "  DEMO (simulated)" if node.sample.simulated else ""
+    state, DEMO) comes first, so a narrow terminal cuts only the end. From the node's row
+    until its GPUs are read."""
+    if isinstance(node, Node):
+        state, demo, count = node_state(node, now_s), node.sample.simulated, len(node.gpus)
+    else:
+        state, demo, count = state_text(node, now_s), node.simulated, node.gpu_count
     job = f" ({node.job})" if node.job else ""
     return (
-        f" {node.name}  {state}{demo}  {EXPORTER_NAMES[node.exporter]}  "
-        f"{node.instance}{job}  {len(node.gpus)} GPUs"
+        f" {node.name}  {state}{'  DEMO (simulated)' if demo else ''}  "
+        f"{EXPORTER_NAMES[node.exporter]}  {node.instance}{job}  {count} GPUs"
     )
 
 
@@ -78,24 +88,37 @@ class NodeScreen(ClusterView):
         panel = self.query_one(GpuPanel)
         panel.settings = self.cluster_app.settings
         panel.focus()
+        self.cluster_app.want_detail(self.node_name)  # its GPUs, unless the answer has them
         self.show_cluster(self.cluster_app.cluster)
+
+    def on_unmount(self) -> None:
+        self.cluster_app.drop_detail(self.node_name)
 
     def _show(self, cluster: ClusterSample | None) -> None:
         app = self.cluster_app
-        node = self.node = find_node(cluster, self.node_name)
-        if cluster is None or node is None:
+        node, current = app.shown.node_of(cluster, self.node_name)
+        row = app.shown.row_of(cluster, self.node_name)
+        detail = app.details.details.get(self.node_name, Detail())
+        self.node = node
+        if cluster is None or row is None:
             self.set_title(f" {self.node_name}: no longer listed by Prometheus")
             self.set_class(True, "-old")
             self._note("")
             self.query_one(GpuView).show(None, empty_text="Processes unknown: the node is gone.")
             return
-        current = node.usable and not cluster.stale
+        if node is None:  # its GPUs not read yet, or never
+            self._show_unread(row, cluster.timestamp_s, detail.error)
+            return
+        if not current and node.state is NodeState.UP:
+            node = no_longer_current(node)  # its last read failed, or the answer is old
         self.set_class(not current, "-old")
         self.set_class(node.state is NodeState.DOWN, "-down")
         self.set_class(node.state is NodeState.STALE, "-stale")
         self.set_title(node_title(node, cluster.timestamp_s))
         note = processes_note(node, cluster.timestamp_s, current)
         has_table = not note
+        if detail.error is not None:
+            note = f"Not read again: {detail.error}. " + note
         self.set_class(not has_table, "-no-processes")
         if not node.gpus:
             note = "No GPU listed for this node." + (f"  {note}" if note else "")
@@ -113,6 +136,17 @@ class NodeScreen(ClusterView):
             processes=has_table,
             notices=notices,
         )
+
+    def _show_unread(self, row: NodeSummary, now_s: float, error: str | None) -> None:
+        """The node's row until its GPUs are read: "reading node7...", or why not."""
+        self.set_title(node_title(row, now_s))
+        self.set_class(True, "-old")
+        self.set_class(True, "-no-processes")
+        if error is None:
+            self._note(f"reading {row.name}{self.cluster_app.glyphs.ellipsis}")
+        else:
+            self._note(f"{row.name}: its GPUs could not be read: {error}")
+        self.query_one(GpuView).show(None, processes=False)
 
     def _note(self, text: str) -> None:
         self.set_class(not text, "-no-note")

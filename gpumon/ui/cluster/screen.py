@@ -1,8 +1,9 @@
 """The cluster dashboard's node list screen and its header.
 
 :class:`ClusterScreen` is the default screen (a :class:`~gpumon.ui.cluster.view.ClusterView`):
-a header (the server, node and free-GPU counts, DEMO), a banner while Prometheus does not
-answer (:class:`~gpumon.ui.cluster.view.ClusterBanner`), and the node list.
+a header (the server, node and free-GPU counts, DEMO, the interval), the fleet summary
+(:mod:`gpumon.ui.cluster.fleet_view`), a banner while Prometheus does not answer
+(:class:`~gpumon.ui.cluster.view.ClusterBanner`), and the node list.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from textual.binding import Binding
 
 from gpumon.data.cluster import ClusterSample
 from gpumon.data.format import known_time
+from gpumon.ui.cluster.fleet_view import FleetTotals, TopLists
 from gpumon.ui.cluster.node_columns import (
     EMPTY_NONE,
     EMPTY_WAITING,
     NodeFilter,
-    cluster_counts,
     header_counts,
-    node_rows,
 )
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.view import ClusterBanner, ClusterView
@@ -32,6 +32,8 @@ from gpumon.ui.widgets.lines import Line
 from gpumon.ui.widgets.search_box import SearchBox
 
 EMPTY_UNREACHABLE = "No data: Prometheus has not answered yet (see above)."
+#: Cells of the server's address kept when the header is short of room.
+URL_KEPT = 24
 
 
 class ClusterHeader(Bar):
@@ -62,14 +64,15 @@ class ClusterHeader(Bar):
         self,
         cluster: ClusterSample | None,
         counts: tuple[str, str, str],
-        interval_s: float,
+        every: tuple[float, float | None],
         paused: bool,
         answered_s: float | None,
     ) -> None:
         """``counts``: the nodes, the free GPUs, the nodes that cannot tell (see
-        :func:`~gpumon.ui.cluster.node_columns.header_counts`). The counts, DEMO, PAUSED and the
-        clock stay on any width."""
-        self._shown = (cluster, counts, interval_s, paused, answered_s)
+        :func:`~gpumon.ui.cluster.node_columns.header_counts`); ``every``: the interval and,
+        when a slow refresh stretched it, how long that took. The counts, DEMO, PAUSED and
+        the clock stay on any width."""
+        self._shown = (cluster, counts, every, paused, answered_s)
         width = self.size.width or 80
         nodes, free, unknown = counts
         url = cluster.url if cluster is not None else ""
@@ -80,7 +83,7 @@ class ClusterHeader(Bar):
             )
         # What goes first on a narrow terminal: the interval, the unknown count, the words
         # "in the cluster"; then the address is cut.
-        for every, unknown_shown, long_free in (
+        for every_shown, unknown_shown, long_free in (
             (True, True, True),
             (False, True, True),
             (False, False, True),
@@ -92,9 +95,10 @@ class ClusterHeader(Bar):
                 middle.add("  ").add(short, self.style("free"))
             if unknown and unknown_shown:
                 middle.add(" " + unknown, self.style("label"))
-            right = self._right(cluster, interval_s, paused, answered_s, every)
+            right = self._right(cluster, every, paused, answered_s, every_shown)
             room = width - title.width - middle.width - right.width - 3
-            if room >= len(url):
+            # A stretched interval is said before the whole address.
+            if room >= (min(len(url), URL_KEPT) if every[1] is not None else len(url)):
                 break
         line = Line()
         _append(line, title)
@@ -108,18 +112,22 @@ class ClusterHeader(Bar):
     def _right(
         self,
         cluster: ClusterSample | None,
-        interval_s: float,
+        every: tuple[float, float | None],
         paused: bool,
         answered_s: float | None,
-        every: bool,
+        every_shown: bool,
     ) -> Line:
         right = Line()
         if paused:
             right.add(" PAUSED ", self.style("paused")).add(" ")
         elif cluster is None:
             right.add("waiting for Prometheus  ", self.style("label"))
-        if every:
-            right.add("every ", self.style("label")).add(f"{interval_s:g}s  ")
+        if every_shown:
+            interval_s, refresh_s = every
+            right.add("every ", self.style("label")).add(f"{interval_s:.3g} s ")
+            if refresh_s is not None:  # a slow server stretched the interval
+                right.add(f"(refresh {refresh_s:.1f} s) ", self.style("label"))
+            right.add(" ")
         if known_time(answered_s) is not None:
             assert answered_s is not None
             right.add(time.strftime("%H:%M:%S", time.localtime(answered_s)) + " ")
@@ -132,7 +140,10 @@ def _append(line: Line, other: Line) -> None:
 
 
 class ClusterScreen(ClusterView):
-    """The default screen: every node, one row each."""
+    """The default screen: the fleet summary, then every node, one row each."""
+
+    #: The top-k lists fold away on a short terminal (cluster.tcss).
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (30, "-tall")]
 
     BINDINGS = [
         Binding("s", "sort", "Sort", tooltip="cycle the sort column"),
@@ -147,6 +158,8 @@ class ClusterScreen(ClusterView):
         glyphs = self.cluster_app.glyphs
         yield ClusterHeader(glyphs, id="cluster-header")
         yield ClusterBanner(glyphs, id="cluster-banner")
+        yield FleetTotals(glyphs, id="fleet-totals")
+        yield TopLists(glyphs, id="top-lists")
         yield NodeList(glyphs, id="nodes")
         yield SearchBox("filter: node or user (Enter keeps, Esc clears)", self._search_text,
                         NodeList, id="node-search")  # fmt: skip
@@ -163,10 +176,11 @@ class ClusterScreen(ClusterView):
     def _show(self, cluster: ClusterSample | None) -> None:
         if cluster is None:
             return
-        app = self.cluster_app
-        rows = node_rows(cluster.nodes, app.settings.free_threshold_mib)
-        self._show_header(cluster, header_counts(cluster_counts(rows)))
-        if cluster.nodes:
+        rows, fleet = self.cluster_app.shown.rows(cluster)
+        self._show_header(cluster, header_counts(fleet))
+        self.query_one(FleetTotals).show(fleet, cluster.path)
+        self.query_one(TopLists).show(fleet)
+        if rows:
             empty = EMPTY_NONE
         else:
             empty = EMPTY_UNREACHABLE if cluster.error is not None else EMPTY_NONE
@@ -176,8 +190,9 @@ class ClusterScreen(ClusterView):
 
     def _show_header(self, cluster: ClusterSample | None, counts: tuple[str, str, str]) -> None:
         app = self.cluster_app
+        every = (app.every_s, app.refresh_s)
         self.query_one(ClusterHeader).show(
-            cluster, counts, app.interval_s, app.poller.paused, app.last_answer_s
+            cluster, counts, every, app.poller.paused, app.last_answer_s
         )
         if cluster is None:
             self.query_one(NodeList).show((), 0.0, empty_text=EMPTY_WAITING)

@@ -64,13 +64,6 @@ def node_state(node: Node, now_s: float) -> str:
     )
 
 
-def find_node(cluster: ClusterSample | None, name: str) -> Node | None:
-    """The node called ``name`` in ``cluster``; ``None`` when it is no longer listed."""
-    if cluster is None:
-        return None
-    return next((node for node in cluster.nodes if node.name == name), None)
-
-
 class ClusterView(Screen[None]):
     """A screen of the cluster dashboard: shows each new cluster sample while on top."""
 
@@ -86,6 +79,7 @@ class ClusterView(Screen[None]):
         app = self.cluster_app
         self.watch(app, "cluster", self.show_cluster, init=False)
         self.watch(app, "waiting", self._on_waiting, init=False)
+        self.watch(app, "details_read", lambda: self.show_cluster(app.cluster), init=False)
 
     def _on_waiting(self) -> None:
         app = self.cluster_app

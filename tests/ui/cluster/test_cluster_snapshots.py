@@ -46,8 +46,9 @@ def after(*keys: str, failing: bool = False) -> Callable[[Pilot[Any]], Awaitable
 
 def test_node_list_100_nodes_120x40(snap_compare) -> None:  # type: ignore[no-untyped-def]
     """The node list of 100 nodes: the header (server, 100 nodes with 1 DOWN and 1 stale, GPUs
-    free in the cluster), one row per node sorted by name (node2 before node10), node7 DOWN
-    and node13 stale in colour with FREE "-", the first 36 rows only."""
+    free in the cluster), the fleet's totals and top lists (hottest, most idle-held: none
+    known, users holding most), one row per node sorted by name (node2 before node10), node7
+    DOWN and node13 stale in colour with FREE "-", the first rows only."""
     assert snap_compare(cluster_app(), terminal_size=(120, 40), run_before=after())
 
 
@@ -60,7 +61,8 @@ def test_node_list_sorted_by_free_at_the_end_120x40(snap_compare) -> None:  # ty
 
 def test_prometheus_unreachable_120x30(snap_compare) -> None:  # type: ignore[no-untyped-def]
     """Prometheus answers HTTP 503: a banner (why, data from 22:13, retrying in 2 s), every
-    node kept with its last readings, dimmed and stale, no GPU free."""
+    node kept with its last readings, dimmed and stale, no GPU free (the fleet's totals: 0
+    GPUs up; nothing current to rank)."""
     run_before = after(failing=True)
     assert snap_compare(cluster_app(), terminal_size=(120, 30), run_before=run_before)
 

@@ -11,7 +11,7 @@ import pytest
 
 from gpumon.config import Settings
 from gpumon.data.cluster import ClusterSample
-from gpumon.ui.cluster.app import ClusterApp, create_cluster_app, free_gpus
+from gpumon.ui.cluster.app import ClusterApp, create_cluster_app
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.node_screen import NodeScreen
 from tests.support.ui_helpers import FIXED_TIME, screen_text
@@ -68,7 +68,7 @@ async def test_a_refresh_longer_than_three_intervals_leaves_nothing_up_or_free()
         now[0] += 3 * interval
         app._tick()
         await pilot.pause()
-        assert free_gpus(app.cluster, "node1", 1024) == NODE1_FREE
+        assert app.shown.free_of(app.cluster, "node1") == NODE1_FREE
         assert "not answering" not in screen_text(app)
         # Past them it is not: a banner, no node UP, no GPU FREE.
         now[0] += 2
@@ -82,7 +82,7 @@ async def test_a_refresh_longer_than_three_intervals_leaves_nothing_up_or_free()
         assert "0 GPUs free in the cluster" in header
         assert "stale, last seen" in row_of(screen_text(app), "node1")
         assert app.screen.query_one(NodeList).stale
-        assert free_gpus(app.cluster, "node1", 1024) == frozenset()
+        assert app.shown.free_of(app.cluster, "node1") == frozenset()
         # The banner counts on; the node's own screen says it is stale too.
         now[0] += 1
         app._tick()
@@ -102,7 +102,7 @@ async def test_a_refresh_longer_than_three_intervals_leaves_nothing_up_or_free()
                 break
         await pilot.pause()
         assert "not answering" not in screen_text(app)
-        assert free_gpus(app.cluster, "node1", 1024) == NODE1_FREE
+        assert app.shown.free_of(app.cluster, "node1") == NODE1_FREE
 
 
 async def test_a_gpu_free_in_a_late_answer_is_watched_not_taken_for_free() -> None:
@@ -148,7 +148,7 @@ async def test_a_failed_refresh_keeps_the_last_nodes_none_up_none_free(
     async with app.run_test(size=(140, 30)) as pilot:
         await app.poller.poll_once()
         await pilot.pause()
-        assert free_gpus(app.cluster, "node1", 1024) == NODE1_FREE
+        assert app.shown.free_of(app.cluster, "node1") == NODE1_FREE
         await app.poller.poll_once()
         await pilot.pause()
         header, banner = lines(app)
@@ -156,4 +156,4 @@ async def test_a_failed_refresh_keeps_the_last_nodes_none_up_none_free(
         assert "0 GPUs free in the cluster" in header
         assert "stale, last seen" in row_of(screen_text(app), "node1")
         assert app.cluster is not None and not any(node.usable for node in app.cluster.nodes)
-        assert free_gpus(app.cluster, "node1", 1024) == frozenset()
+        assert app.shown.free_of(app.cluster, "node1") == frozenset()
