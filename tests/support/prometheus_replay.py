@@ -25,16 +25,19 @@ from typing import Any
 
 import pytest
 
+from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.queries import QUERIES
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
-ROLES = ("targets", "data", "identity")
+#: The per-series path's three queries, then the aggregate path's: raw, and from the rules.
+ROLES = ("targets", "data", "identity", "rows", "rules")
+ALL_QUERIES = (*QUERIES, rows_query(1024, rules=False), rows_query(1024, rules=True))
 
 
 def load(scenario: str) -> dict[str, Any]:
-    """The three recorded answers of a scenario, by role."""
+    """The recorded answers of a scenario, by role (both paths' queries at one instant)."""
     document = json.loads((FIXTURES / f"{scenario}.json").read_text())
-    assert tuple(document["queries"].values()) == QUERIES, (
+    assert tuple(document["queries"].values()) == ALL_QUERIES, (
         "the source's queries changed: re-record"
         " (python tests/support/fixtures/prometheus/record.py)"
     )
@@ -68,6 +71,7 @@ class Replay:
     def __init__(self) -> None:
         self.answers: dict[str, Any] = load("empty")
         self.range_answer: dict[str, Any] = {}
+        self.aliases: dict[str, str] = {}  # another query -> the role whose answer it gets
         self.reply = Reply()
         self.requests: list[tuple[str, dict[str, str], dict[str, str]]] = []
         self.release = threading.Event()
@@ -110,7 +114,9 @@ class Replay:
             if handler.path.endswith("/query_range"):
                 body = json.dumps(self.range_answer).encode()
             else:
-                body = json.dumps(self.answers[ROLES[QUERIES.index(form["query"])]]).encode()
+                query = form["query"]
+                role = self.aliases.get(query) or ROLES[ALL_QUERIES.index(query)]
+                body = json.dumps(self.answers[role]).encode()
         headers = {"Content-Type": "application/json", **reply.headers}
         if reply.gzip:
             body = gzip.compress(body)
