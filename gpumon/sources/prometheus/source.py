@@ -60,9 +60,9 @@ class PrometheusSource:
     followed; ``ca_file`` names a PEM bundle of a private CA. ``timeout_s`` bounds each request
     as a whole. ``clock`` is used only where the server gives no real moment; ``opener``
     replaces urllib's, for tests. ``free_threshold_mib``: a GPU with no process and less
-    memory in use is FREE (the settings' ``free_threshold_mib``). Raises :class:`ValueError` for a URL that is not
-    ``http(s)://host...`` or an unreadable CA file. No ``repr()`` or error text holds a
-    credential.
+    memory in use is FREE (the settings' ``free_threshold_mib``). Raises :class:`ValueError`
+    for a URL that is not ``http(s)://host...`` or an unreadable CA file. No ``repr()`` or
+    error text holds a credential.
     """
 
     def __init__(

@@ -16,8 +16,8 @@ import pytest
 
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, summarize
 from gpumon.sources.prometheus.client import PrometheusError
-from gpumon.sources.prometheus.source import PrometheusSource
 from gpumon.sources.prometheus.queries import node_queries
+from gpumon.sources.prometheus.source import PrometheusSource
 from tests.support.prometheus_replay import ALL_QUERIES, Replay
 
 GIB = 1024**3

@@ -71,7 +71,7 @@ def trickler(request: pytest.FixtureRequest) -> Iterator[Trickler]:
 
 def timed_sample(source: PrometheusSource) -> tuple[float, str]:
     started = time.monotonic()
-    result = source.sample()
+    result = source.sample(detail=True)
     elapsed = time.monotonic() - started
     assert result.error is not None and result.stale
     return elapsed, result.error
@@ -91,10 +91,10 @@ def test_a_stalled_server_turns_the_nodes_it_had_stale(tmp_path: Path) -> None:
     try:
         replay.serve("demo")
         source = PrometheusSource(replay.url, timeout_s=TIMEOUT_S)
-        assert [node.state for node in source.sample().nodes] == [NodeState.UP]
+        assert [node.state for node in source.sample(detail=True).nodes] == [NodeState.UP]
         replay.reply = Reply(hang_s=30)
         started = time.monotonic()
-        stalled = source.sample()
+        stalled = source.sample(detail=True)
         assert time.monotonic() - started < TIMEOUT_S + SLACK_S
     finally:
         replay.close()
@@ -164,7 +164,7 @@ def test_environment_proxies_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("http_proxy", proxy.url)
         monkeypatch.delenv("no_proxy", raising=False)
         monkeypatch.delenv("NO_PROXY", raising=False)
-        result = PrometheusSource("http://prometheus.invalid:9090", timeout_s=5).sample()
+        result = PrometheusSource("http://prometheus.invalid:9090", timeout_s=5).sample(detail=True)
     finally:
         proxy.close()
     assert result.error is None and len(result.nodes) == 1
