@@ -49,7 +49,7 @@ __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 
 #: How the rows were read (``ClusterSample.path``), said in the header.
 RECORDING_RULES, RAW_QUERIES = "recording rules", "raw queries"
-FREE_THRESHOLD_MIB: int = Settings.__dataclass_fields__["free_threshold_mib"].default
+FREE_THRESHOLD_MIB: int = Settings().free_threshold_mib
 
 
 class PrometheusSource:
@@ -140,8 +140,8 @@ class PrometheusSource:
         """
         instance, job, _ = self._resolve(node)
         matchers = {"instance": instance} | ({} if job is None else {"job": job})
-        answers = [self._query(q) for q in node_queries(matchers)]
-        built = self._build(*answers, keep_others=True)
+        facts, data, identity = (self._query(q) for q in node_queries(matchers))
+        built = self._build(facts, data, identity, keep_others=True)
         for found in built.nodes:
             if found.instance == instance and (job is None or found.job == job):
                 shown = self._shown_name(found.instance, found.job) or found.name
@@ -169,7 +169,8 @@ class PrometheusSource:
         )
 
     def _detailed(self) -> ClusterSample:
-        sample = self._build(*(self._query(q) for q in QUERIES))
+        facts, data, identity = (self._query(q) for q in QUERIES)
+        sample = self._build(facts, data, identity)
         rows = tuple(summarize(node, self._free_threshold_mib) for node in sample.nodes)
         processes = [p for node in sample.nodes if node.usable for p in node.sample.processes]
         users = [
@@ -320,7 +321,9 @@ class PrometheusSource:
     def _resolve(self, node: str) -> tuple[str, str | None, ExporterKind]:
         """(instance, job, exporter) of a node given by name or instance."""
         last = self.last
-        candidates = [] if last is None else [*(last.rows or ()), *last.nodes]
+        candidates: list[NodeSummary | Node] = []
+        if last is not None:
+            candidates = [*(last.rows or ()), *last.nodes]
         for candidate in candidates:
             if node in (candidate.name, candidate.instance):
                 return candidate.instance, candidate.job, candidate.exporter
