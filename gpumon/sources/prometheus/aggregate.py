@@ -67,10 +67,11 @@ RULES: dict[str, str] = {
         f"max by ({_NODE}) (round(gpumon_gpu_temperature_celsius {_SANE}))"
     ),
     "instance:gpumon_idle_told:count": f"count by ({_NODE}) (gpumon_process_idle_seconds)",
-    "instance_user:gpumon_processes:count": (
-        f"count by ({_NODE}, user) (gpumon_process_gpu_memory_bytes)"
+    # Every user with a process on the node, NaN where none of its memory is known.
+    "instance_user:gpumon_process_memory_bytes:sum": (
+        f"sum by ({_NODE}, user) {_PROCESS_MEMORY}"
+        f" or count by ({_NODE}, user) (gpumon_process_gpu_memory_bytes) * NaN"
     ),
-    "instance_user:gpumon_process_memory_bytes:sum": f"sum by ({_NODE}, user) {_PROCESS_MEMORY}",
     "instance_user:gpumon_idle_held_bytes:sum": (
         f"sum by ({_NODE}, user) ({_PROCESS_MEMORY}"
         f" and on ({_NODE}, gpu, pid) (gpumon_process_idle_seconds > 0))"
@@ -134,7 +135,7 @@ def rows_query(free_threshold_mib: int, *, rules: bool) -> str:
         parts.append(_fact(name, name if rules else expression.replace("{threshold}", threshold)))
     parts.append(_fact("node", _NODE_SERIES))
     parts.extend(_fact(name, expression) for name, expression in _IDENTITY.items())
-    held = "instance_user:gpumon_process_memory_bytes:sum" if rules else _PROCESS_MEMORY
+    held = "(instance_user:gpumon_process_memory_bytes:sum >= 0)" if rules else _PROCESS_MEMORY
     top = f"topk({TOP_USERS}, sum by (user) ({held}))"
     parts.append(_fact("top_user", top))
     parts.append(_fact(RULES_LOADED, RULES_LOADED))

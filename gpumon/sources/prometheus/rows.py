@@ -27,6 +27,7 @@ from gpumon.sources.prometheus.targets import Target, _Facts, _facts, _target, _
 
 _GPUMON, _DCGM = "instance:gpumon_", "instance:dcgm_"
 _HIDDEN_LABELS = frozenset({"__name__", "instance", "job", _FACT})
+_TARGET_FACTS = frozenset({"up", "scraped", "last_up", "scrapes_5m", "first_5m"})
 
 
 @dataclass(slots=True)
@@ -68,7 +69,7 @@ class Answer:
 def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]) -> Answer:
     """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
     the rows of the previous refresh's nodes that served GPU data then."""
-    facts = _facts(series)
+    facts = _facts(item for item in series if item.labels.get(_FACT) in _TARGET_FACTS)
     read: dict[Target, _Read] = {}
     top: list[Ranked] = []
     loaded: float | None = None
