@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, Ranked, node_names
 from gpumon.data.format import safe_text
 from gpumon.data.views import UNKNOWN_USER
-from gpumon.sources.prometheus.aggregate import RULES_LOADED
+from gpumon.sources.prometheus.aggregate import RULES, RULES_LOADED
 from gpumon.sources.prometheus.nodes import (
     DEFAULT_SCRAPE_INTERVAL_S,
     MAX_GPUS_PER_NODE,
@@ -74,7 +74,14 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
     top: list[Ranked] = []
     loaded: float | None = None
     for item in series:
-        fact, target = item.labels.get(_FACT, ""), _target(item)
+        labels = item.labels
+        fact, instance = labels.get(_FACT, ""), labels.get("instance")
+        if fact in _VALUES and instance is not None:  # most of them: the fast way
+            target = (instance, labels.get("job", ""))
+            entry = read.get(target) or read.setdefault(target, _Read())
+            entry.values[fact] = item.value
+            continue
+        found = _target(item)
         if fact == "top_user":
             if item.value is not None:
                 top.append(Ranked(item.label("user") or UNKNOWN_USER, item.value))
@@ -82,9 +89,9 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
         if fact == RULES_LOADED:
             loaded = item.value
             continue
-        if target is None:
+        if found is None:
             continue
-        entry = read.setdefault(target, _Read())
+        entry = read.setdefault(found, _Read())
         if fact == "up":
             entry.labels = tuple(
                 sorted((k, safe_text(v)) for k, v in item.labels.items() if k not in _HIDDEN_LABELS)
@@ -114,7 +121,10 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
             remembered[target] = kept
     names = node_names([(host, row.instance) for host, row in built])
     names = _unique(names, [row.job for _, row in built])
-    rows = [replace(row, name=name) for name, (_, row) in zip(names, built, strict=True)]
+    rows = [
+        row if row.name == name else replace(row, name=name)
+        for name, (_, row) in zip(names, built, strict=True)
+    ]
     intervals = [f.interval_s for t in targets if (f := facts.get(t)) and f.interval_s]
     return Answer(
         rows=tuple(sorted(rows, key=lambda row: (row.name, row.instance))),
@@ -228,3 +238,7 @@ def _readings(
 
 _IDLE = "instance_user:gpumon_idle_held_bytes:sum"
 _MEMORY = "instance_user:gpumon_process_memory_bytes:sum"
+#: Facts that are one number of a node.
+_VALUES = frozenset(
+    name for name in RULES if name.startswith("instance:") and name != _DCGM + "gpus:count"
+) | {"seen_gpus"}

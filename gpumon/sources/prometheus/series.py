@@ -77,18 +77,24 @@ def _count(value: float | None) -> int | None:
 def _vector(data: Any) -> list[_Series]:
     """An instant query's result as series; malformed entries are skipped."""
     found = []
+    moments: dict[Any, float | None] = {}  # every series of an answer has the same time
     for item in data.get("result", ()):
         try:
             labels, (time_s, text) = item["metric"], item["value"]
+            # Label names and values are text in every answer Prometheus gives (a JSON
+            # object's names always are; join() refuses anything but text): a series with
+            # anything else is not one, and only it is dropped.
+            if type(labels) is not dict or not isinstance("".join(labels.values()), str):
+                continue
         except (KeyError, TypeError, ValueError):
             continue
-        # Label names and values are text in every answer Prometheus gives: a series with
-        # anything else is not one, and only it is dropped.
-        if type(labels) is dict and all(
-            type(key) is str and type(value) is str for key, value in labels.items()
-        ):
-            moment = known_time(_number(time_s))
-            found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
+        try:
+            moment = moments[time_s]
+        except KeyError:
+            moment = moments[time_s] = known_time(_number(time_s))
+        except TypeError:  # not a time at all
+            moment = None
+        found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
     return found
 
 

@@ -8,11 +8,13 @@ the queries: docs/cluster.md, "How the cluster is read".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gpumon.config.settings import Settings
@@ -153,9 +155,10 @@ class PrometheusSource:
 
     def _aggregated(self) -> ClusterSample:
         rules = self._rules
-        series = self._query(rows_query(self._free_threshold_mib, rules=rules))
-        now = self._now(series)
-        answer = read_rows(series, now, self._known_rows)
+        with _no_collection():
+            series = self._query(rows_query(self._free_threshold_mib, rules=rules))
+            now = self._now(series)
+            answer = read_rows(series, now, self._known_rows)
         self._known_rows = answer.known
         self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
         return ClusterSample(
@@ -328,6 +331,20 @@ class PrometheusSource:
             if node in (candidate.name, candidate.instance):
                 return candidate.instance, candidate.job, candidate.exporter
         return node, None, ExporterKind.UNKNOWN
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """No cyclic garbage collection while an answer is parsed: it makes objects by the hundred
+    thousand, none of them in a cycle, and the collector's passes over them cost more than
+    the parse (measured: 5x at 5,000 nodes)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _not_current(row: NodeSummary) -> NodeSummary:
