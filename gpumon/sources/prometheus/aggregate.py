@@ -95,11 +95,15 @@ RULES: dict[str, str] = {
 RULES_FREE_THRESHOLD_MIB = 1024
 RULES_LOADED = "gpumon:node_rules_loaded"
 
-#: Series served once per node, read raw on both paths: host, simulated, the sampler's health.
-_NODE_SERIES = (
-    '{__name__=~"gpumon_host_info|gpumon_simulated|gpumon_sample_age_seconds'
-    '|gpumon_sample_timestamp_seconds|gpumon_sampler_stalled"}'
-)
+#: Series served once per node, read raw on both paths: its host, and the sampler's health
+#: (only what is not the usual: simulated, stalled, a timestamp where no age is told).
+_NODE_SERIES = {
+    "node:host": "gpumon_host_info",
+    "node:age": "gpumon_sample_age_seconds",
+    "node:stamp": f"gpumon_sample_timestamp_seconds unless on ({_NODE}) gpumon_sample_age_seconds",
+    "node:simulated": "gpumon_simulated != 0",
+    "node:stalled": "gpumon_sampler_stalled != 0",
+}
 #: Who named a node and its GPUs within the hour, for nodes serving no GPU now (down, gone).
 _IDENTITY = {
     "seen_host": (
@@ -133,7 +137,7 @@ def rows_query(free_threshold_mib: int, *, rules: bool) -> str:
     parts = [TARGETS_QUERY]
     for name, expression in RULES.items():
         parts.append(_fact(name, name if rules else expression.replace("{threshold}", threshold)))
-    parts.append(_fact("node", _NODE_SERIES))
+    parts.extend(_fact(name, expression) for name, expression in _NODE_SERIES.items())
     parts.extend(_fact(name, expression) for name, expression in _IDENTITY.items())
     held = "(instance_user:gpumon_process_memory_bytes:sum >= 0)" if rules else _PROCESS_MEMORY
     top = f"topk({TOP_USERS}, sum by (user) ({held}))"

@@ -69,8 +69,8 @@ class Answer:
 def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]) -> Answer:
     """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
     the rows of the previous refresh's nodes that served GPU data then."""
-    facts = _facts(item for item in series if item.labels.get(_FACT) in _TARGET_FACTS)
     read: dict[Target, _Read] = {}
+    of_targets: list[_Series] = []
     top: list[Ranked] = []
     loaded: float | None = None
     for item in series:
@@ -82,6 +82,8 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
             entry.values[fact] = item.value
             continue
         found = _target(item)
+        if fact in _TARGET_FACTS:
+            of_targets.append(item)
         if fact == "top_user":
             if item.value is not None:
                 top.append(Ranked(item.label("user") or UNKNOWN_USER, item.value))
@@ -96,7 +98,7 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
             entry.labels = tuple(
                 sorted((k, safe_text(v)) for k, v in item.labels.items() if k not in _HIDDEN_LABELS)
             )
-        elif fact == "node":
+        elif fact.startswith("node:"):
             entry.series.append(item)
         elif fact.startswith("instance_user:"):
             user = item.label("user") or UNKNOWN_USER
@@ -107,6 +109,7 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
                 entry.values[fact] = (entry.values.get(fact) or 0) + (item.value or 0)
         elif fact.startswith(("instance:", "seen_")):
             entry.values[fact] = item.value
+    facts = _facts(of_targets)
     kinds = {t: r.kind() for t, r in read.items()}
     gpu_jobs = {t[1] for t, r in read.items() if kinds[t] is not ExporterKind.UNKNOWN}
     gpu_jobs |= {t[1] for t, r in read.items() if r.seen_kind() is not ExporterKind.UNKNOWN}
