@@ -1,9 +1,10 @@
-"""A cluster read from Prometheus' HTTP query API: one :class:`~gpumon.data.cluster.Node` per
-scrape target, from gpumon's exporter or dcgm-exporter (detected per target).
+"""A cluster read from Prometheus' HTTP query API: one row per scrape target from one
+aggregate request (:mod:`.aggregate`, :mod:`.rows`), and one target's GPUs and processes as a
+:class:`~gpumon.data.cluster.Node` on demand, from gpumon's exporter or dcgm-exporter.
 
-Three instant queries per refresh, whatever the number of nodes; a failed refresh keeps the
-last nodes, STALE, so that no view counts their GPUs free. What a node holds, staleness and
-the queries: docs/cluster.md, "How the cluster is read".
+A failed refresh keeps the last rows and nodes, STALE, so that no view counts their GPUs
+free. The queries, their cost and the recording rules: docs/cluster.md, "How the cluster is
+read".
 """
 
 from __future__ import annotations
