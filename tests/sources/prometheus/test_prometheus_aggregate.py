@@ -57,7 +57,7 @@ def told(rows: tuple[NodeSummary, ...]) -> list[NodeSummary]:
 
 
 #: Exporters serving fixed texts: the rules' values (evaluated every second) are the same.
-FIXED = ["dcgm", "shared_host", "stalled", "old", "partial", "nan", "idle"]
+FIXED = ["dcgm", "shared_host", "stalled", "old", "partial", "nan", "idle", "mig"]
 
 
 @pytest.mark.parametrize("scenario", ["demo", "down", "stale", *FIXED])
@@ -122,6 +122,12 @@ def test_unknown_processes_are_never_free(replay: Replay) -> None:
     rows, _, _ = both_paths(replay, "partial")
     (row,) = rows
     assert row.free_gpus == 0 and row.gpu_count == 3
+
+
+def test_mig_gpus_are_free_only_where_their_instances_are_readable(replay: Replay) -> None:
+    rows, per_series, _ = both_paths(replay, "mig")
+    (row,) = rows
+    assert row.free_gpus == 1 == per_series[0].free_gpus  # GPU 1; never GPU 2
 
 
 def test_idle_held_memory_and_its_holders(replay: Replay) -> None:
