@@ -14,7 +14,7 @@ import typing
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpumon.data.cluster import ExporterKind
 from gpumon.data.format import ascii_int, gpu_uuid, known_time, safe_text
@@ -30,8 +30,10 @@ from gpumon.data.model import (
 from gpumon.sources.prometheus.queries import DCGM_IDENTITY, DCGM_READINGS, GPUMON_READINGS
 
 
-@dataclass(frozen=True, slots=True)
-class _Series:
+class _Series(NamedTuple):
+    """One series of an answer. A named tuple, not a frozen dataclass: an answer holds one
+    per node and fact (100,000 at 5,000 nodes), and a tuple is made three times faster."""
+
     name: str | None
     labels: dict[str, str]  # as Prometheus gave them, ``__name__`` included
     value: float | None
