@@ -1,5 +1,5 @@
-"""The aggregate path against a real Prometheus: three `gpumon export --demo` exporters (one
-sample each, held for a minute), scraped every second with the contrib recording rules loaded;
+"""The aggregate path against a real Prometheus: three `gpumon export --demo` exporters (a
+new sample every 2 s: current), scraped every second with the contrib recording rules loaded;
 the rows of ``sample()`` equal the per-series path's, from raw expressions first, then from the
 recorded series once their marker is seen. Skips where the `prometheus` binary is missing."""
 
@@ -49,7 +49,7 @@ def compared(rows: tuple[NodeSummary, ...]) -> list[NodeSummary]:
 def test_both_paths_give_the_same_rows_from_a_real_prometheus(
     started: Started, tmp_path: Path
 ) -> None:
-    ports = [start_exporter(started, tmp_path / f"e{n}.log", "60")[1] for n in range(3)]
+    ports = [start_exporter(started, tmp_path / f"e{n}.log", "2")[1] for n in range(3)]
     instances = [f"127.0.0.1:{port}" for port in ports]
     url = start_prometheus(started, tmp_path, instances, rules=(RULES,))
     wait_for("the targets up", lambda: targets_up(url, 3))
