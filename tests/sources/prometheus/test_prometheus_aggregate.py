@@ -9,16 +9,18 @@ the recording rules alike.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, summarize
+from gpumon.data.format import safe_text
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.queries import node_queries
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.support.prometheus_replay import ALL_QUERIES, Replay
+from tests.support.prometheus_replay import ALL_QUERIES, Replay, load
 
 GIB = 1024**3
 #: What only the aggregate path tells (the per-series rows leave them unknown).
@@ -57,7 +59,7 @@ def told(rows: tuple[NodeSummary, ...]) -> list[NodeSummary]:
 
 
 #: Exporters serving fixed texts: the rules' values (evaluated every second) are the same.
-FIXED = ["dcgm", "shared_host", "stalled", "old", "partial", "nan", "idle", "mig"]
+FIXED = ["dcgm", "shared_host", "stalled", "old", "partial", "nan", "idle", "mig", "hostile"]
 
 
 @pytest.mark.parametrize("scenario", ["demo", "down", "stale", *FIXED])
@@ -185,3 +187,29 @@ def test_detail_of_a_node_not_in_the_answer_raises(replay: Replay) -> None:
     replay.serve("empty")
     with pytest.raises(PrometheusError, match="no node nowhere:1"):
         source.detail("nowhere:1")
+
+
+def test_other_machines_text_in_the_rows_is_made_safe(replay: Replay) -> None:
+    """Escapes, bidi overrides and C1 controls in a host label and a user name."""
+    rows, _, _ = both_paths(replay, "hostile")
+    (row,) = rows
+    shown = [row.name, row.top_user or "", *row.users]
+    assert "owned" in row.name and all(text.isprintable() for text in shown), shown
+
+
+def test_the_fleet_names_the_users_holding_most_memory(replay: Replay) -> None:
+    """From the request's fleet-wide ``topk``: most first, names made safe."""
+    answers = copy.deepcopy(load("shared_host"))
+    result = answers["rows"]["data"]["result"]
+    moment = result[0]["value"][0]
+    for user, held in (("bob", "2e10"), ("mal\u202eory", "5e10")):
+        metric = {"gpumon_fact": "top_user", "user": user}
+        result.append({"metric": metric, "value": [moment, held]})
+    replay.serve(answers)
+    fleet = PrometheusSource(replay.url).sample().fleet
+    assert fleet is not None
+    assert [(top.name, top.value) for top in fleet.top_users] == [
+        (safe_text("mal\u202eory"), 5e10),
+        ("bob", 2e10),
+    ]
+    assert fleet.nodes == 2 and fleet.gpus == 6 and fleet.free_gpus == 1
