@@ -66,9 +66,12 @@ class Answer:
     known: dict[Target, Remembered]  # rows read while their node served GPU data
 
 
-def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]) -> Answer:
+def read_rows(
+    series: list[_Series], now: float, known: dict[Target, Remembered], rules: bool = False
+) -> Answer:
     """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
-    the rows of the previous refresh's nodes that served GPU data then."""
+    the rows of the previous refresh's nodes that served GPU data then; ``rules``: the
+    answer read the recording rules' series."""
     read: dict[Target, _Read] = {}
     of_targets: list[_Series] = []
     top: list[Ranked] = []
@@ -118,7 +121,7 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
     remembered: dict[Target, Remembered] = {}
     for target in targets:
         host, row, keep = _row(target, facts.get(target) or _Facts(), read.get(target) or _Read(),
-                               now, known.get(target))  # fmt: skip
+                               now, known.get(target), rules)  # fmt: skip
         built.append((host, row))
         if (kept := keep or known.get(target)) is not None:
             remembered[target] = kept
@@ -139,7 +142,12 @@ def read_rows(series: list[_Series], now: float, known: dict[Target, Remembered]
 
 
 def _row(
-    target: Target, facts: _Facts, read: _Read, now: float, known: Remembered | None
+    target: Target,
+    facts: _Facts,
+    read: _Read,
+    now: float,
+    known: Remembered | None,
+    rules: bool = False,
 ) -> tuple[str | None, NodeSummary, Remembered | None]:
     """(host label, the row, the row to remember or None): :func:`.nodes._build_node`'s rules."""
     state, last_seen, down_since = _state(facts, now)
@@ -169,7 +177,11 @@ def _row(
             row = _empty(kind, count, instance, job)
         if problem is None and state is NodeState.UP and kind is not ExporterKind.UNKNOWN:
             problem, sampled = _health(read.series, now, interval, facts.scraped_s)
-            problem = problem or "the exporter serves no GPU series: its sampling fails"
+            problem = problem or (
+                "no row recorded yet: the recording rules run at their evaluation interval"
+                if rules
+                else "the exporter serves no GPU series: its sampling fails"
+            )
     if problem is not None and state is NodeState.UP:
         state = NodeState.STALE
         if sampled is not None and (last_seen is None or sampled < last_seen):

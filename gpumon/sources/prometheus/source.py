@@ -159,7 +159,7 @@ class PrometheusSource:
         with _no_collection():
             series = self._query(rows_query(self._free_threshold_mib, rules=rules))
             now = self._now(series)
-            answer = read_rows(series, now, self._known_rows)
+            answer = read_rows(series, now, self._known_rows, rules)
         self._known_rows = answer.known
         self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
         return ClusterSample(

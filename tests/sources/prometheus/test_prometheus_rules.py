@@ -96,3 +96,17 @@ def test_rules_for_another_free_threshold_are_not_used(
     assert source.sample().error is None
     assert source.sample().path == "raw queries"
     assert replay.queries == [rows_query(threshold, rules=False)] * 2
+
+
+def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:
+    """A new node's series are scraped before the next evaluation of the rules: its row says
+    why it is not current, and it is never counted free."""
+    answers = with_marker(load("partial"), "1024")
+    result = answers["rules"]["data"]["result"]
+    result[:] = [s for s in result if ":gpumon_" not in s["metric"].get("gpumon_fact", "")]
+    replay.serve(answers)
+    source = PrometheusSource(replay.url)
+    source.sample()
+    (row,) = source.sample().rows or ()
+    assert row.state.value == "stale" and row.free_gpus is None
+    assert row.problem is not None and row.problem.startswith("no row recorded yet: the recording")
