@@ -32,6 +32,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
 #: The per-series path's three queries, then the aggregate path's: raw, and from the rules.
 ROLES = ("targets", "data", "identity", "rows", "rules")
 ALL_QUERIES = (*QUERIES, rows_query(1024, rules=False), rows_query(1024, rules=True))
+_ROLE_OF = dict(zip(ALL_QUERIES, ROLES, strict=True))
 
 
 def load(scenario: str) -> dict[str, Any]:
@@ -115,8 +116,12 @@ class Replay:
                 body = json.dumps(self.range_answer).encode()
             else:
                 query = form["query"]
-                role = self.aliases.get(query) or ROLES[ALL_QUERIES.index(query)]
-                body = json.dumps(self.answers[role]).encode()
+                role = self.aliases.get(query) or _ROLE_OF.get(query)
+                if role is None:  # as Prometheus says it, not a broken connection
+                    unknown = {"status": "error", "errorType": "bad_data", "error": "unknown"}
+                    body = json.dumps(unknown).encode()
+                else:
+                    body = json.dumps(self.answers[role]).encode()
         headers = {"Content-Type": "application/json", **reply.headers}
         if reply.gzip:
             body = gzip.compress(body)
