@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, Ranked, node_names
 from gpumon.data.format import safe_text
@@ -160,11 +161,10 @@ def _row(
                            _DCGM + "gpus:count") or 0  # fmt: skip
     problem = _count_problem(gpus)
     sampled: float | None = None
-    keep = None
+    readings: dict[str, Any] | None = None
     instance, job = safe_text(target[0]), safe_text(target[1]) or None
     if problem is None and kind is not ExporterKind.UNKNOWN and gpus:
-        row = _readings(kind, read, int(gpus), instance, job)
-        keep = (host, row)
+        readings = _readings(kind, read, int(gpus), instance, job)
         if kind is ExporterKind.GPUMON and state is NodeState.UP:
             problem, sampled = _health(read.series, now, interval, facts.scraped_s)
     else:
@@ -186,17 +186,20 @@ def _row(
         state = NodeState.STALE
         if sampled is not None and (last_seen is None or sampled < last_seen):
             last_seen = sampled
-    row = replace(
-        row,
-        name=host or instance,
-        state=state,
-        free_gpus=row.free_gpus if state is NodeState.UP else None,
-        last_seen_s=last_seen,
-        down_since_s=down_since,
-        problem=problem,
-        labels=read.labels,
-    )
-    return host, row, keep
+    now_told: dict[str, Any] = {
+        "name": host or instance,
+        "state": state,
+        "last_seen_s": last_seen,
+        "down_since_s": down_since,
+        "problem": problem,
+        "labels": read.labels,
+    }
+    if state is not NodeState.UP:
+        now_told["free_gpus"] = None
+    if readings is None:
+        return host, replace(row, **now_told), None
+    row = NodeSummary(**(readings | now_told))  # made once: most rows take this way
+    return host, row, (host, row)
 
 
 def _count_problem(gpus: float) -> str | None:
@@ -218,37 +221,32 @@ def _int(value: float | None) -> int | None:
 
 def _readings(
     kind: ExporterKind, read: _Read, gpus: int, instance: str, job: str | None
-) -> NodeSummary:
-    """The row's readings from a node's aggregates (state and name are set after)."""
+) -> dict[str, Any]:
+    """The row's readings from a node's aggregates (its state and name are told after)."""
     prefix = _GPUMON if kind is ExporterKind.GPUMON else _DCGM
     values = read.values
     told = kind is ExporterKind.GPUMON and prefix + "gpus_free:count" in values
-    memory = {user: told.get(_MEMORY) for user, told in read.users.items()}
+    memory = {user: facts.get(_MEMORY) for user, facts in read.users.items()}
     ranked = sorted(memory, key=lambda u: (memory[u] is None, -(memory[u] or 0), u))
     idle = {u: v for u, f in read.users.items() if (v := f.get(_IDLE))}
     idle_known = told and ("instance:gpumon_idle_told:count" in values or not read.users)
-    simulated = any(s.name == "gpumon_simulated" and s.value for s in read.series)
-    return NodeSummary(
-        name=instance,
-        state=NodeState.UP,
-        gpu_count=gpus,
-        free_gpus=_int(values.get(prefix + "gpus_free:count")) if told else None,
-        mean_utilization_pct=values.get(prefix + "utilization:mean"),
-        memory_used_bytes=_int(values.get(prefix + "memory_used_bytes:sum")),
-        memory_total_bytes=_int(values.get(prefix + "memory_total_bytes:sum")),
-        hottest_c=_int(values.get(prefix + "temperature_celsius:max")),
-        top_user=ranked[0] if told and ranked else None,
-        last_seen_s=None,
-        down_since_s=None,
-        exporter=kind,
-        instance=instance,
-        job=job,
-        max_utilization_pct=values.get(prefix + "utilization:max"),
-        idle_held_bytes=_int(sum(idle.values())) if idle_known else None,
-        idle_holders=tuple(sorted(idle, key=lambda u: (-idle[u], u))),
-        users=frozenset(read.users),
-        simulated=simulated,
-    )
+    return {
+        "gpu_count": gpus,
+        "free_gpus": _int(values.get(prefix + "gpus_free:count")) if told else None,
+        "mean_utilization_pct": values.get(prefix + "utilization:mean"),
+        "memory_used_bytes": _int(values.get(prefix + "memory_used_bytes:sum")),
+        "memory_total_bytes": _int(values.get(prefix + "memory_total_bytes:sum")),
+        "hottest_c": _int(values.get(prefix + "temperature_celsius:max")),
+        "top_user": ranked[0] if told and ranked else None,
+        "exporter": kind,
+        "instance": instance,
+        "job": job,
+        "max_utilization_pct": values.get(prefix + "utilization:max"),
+        "idle_held_bytes": _int(sum(idle.values())) if idle_known else None,
+        "idle_holders": tuple(sorted(idle, key=lambda u: (-idle[u], u))),
+        "users": frozenset(read.users),
+        "simulated": any(s.name == "gpumon_simulated" and s.value for s in read.series),
+    }
 
 
 _IDLE = "instance_user:gpumon_idle_held_bytes:sum"
