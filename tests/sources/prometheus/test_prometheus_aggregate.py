@@ -213,3 +213,23 @@ def test_the_fleet_names_the_users_holding_most_memory(replay: Replay) -> None:
         ("bob", 2e10),
     ]
     assert fleet.nodes == 2 and fleet.gpus == 6 and fleet.free_gpus == 1
+
+
+def test_the_targets_site_labels_group_the_fleet(replay: Replay) -> None:
+    """A label the site gives its targets (file_sd's ``partition``) is the row's, and the
+    fleet counts GPUs and FREE GPUs by it."""
+    answers = copy.deepcopy(load("shared_host"))
+    for item in answers["rows"]["data"]["result"]:
+        if item["metric"].get("gpumon_fact") == "up":
+            item["metric"]["partition"] = "a100" if item["metric"]["job"] == "static" else "dgx"
+    replay.serve(answers)
+    cluster = PrometheusSource(replay.url).sample()
+    assert {row.labels for row in cluster.rows or ()} == {
+        (("partition", "a100"),),
+        (("partition", "dgx"),),
+    }
+    assert cluster.fleet is not None
+    assert [(c.value, c.gpus, c.free_gpus) for c in cluster.fleet.by_label] == [
+        ("a100", 4, 1),
+        ("dgx", 2, 0),
+    ]
