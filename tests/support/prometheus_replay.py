@@ -33,6 +33,23 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
 ROLES = ("targets", "data", "identity", "rows", "rules")
 ALL_QUERIES = (*QUERIES, rows_query(1024, rules=False), rows_query(1024, rules=True))
 _ROLE_OF = dict(zip(ALL_QUERIES, ROLES, strict=True))
+#: The aggregate path's lean queries (the targets' state and latest scrape only): answered
+#: with the recorded answers less the other facts.
+LEAN = {
+    rows_query(1024, rules=False, lean=True): "rows",
+    rows_query(1024, rules=True, lean=True): "rules",
+}
+_SLOW_FACTS = ("last_up", "scrapes_5m", "first_5m")
+
+
+def lean(answer: dict[str, Any]) -> dict[str, Any]:
+    """A recorded aggregate answer as the lean query gets it."""
+    result = [
+        item
+        for item in answer["data"]["result"]
+        if item["metric"].get("gpumon_fact") not in _SLOW_FACTS
+    ]
+    return {**answer, "data": {**answer["data"], "result": result}}
 
 
 def load(scenario: str) -> dict[str, Any]:
@@ -116,10 +133,12 @@ class Replay:
                 body = json.dumps(self.range_answer).encode()
             else:
                 query = form["query"]
-                role = self.aliases.get(query) or _ROLE_OF.get(query)
+                role = self.aliases.get(query) or _ROLE_OF.get(query) or LEAN.get(query)
                 if role is None:  # as Prometheus says it, not a broken connection
                     unknown = {"status": "error", "errorType": "bad_data", "error": "unknown"}
                     body = json.dumps(unknown).encode()
+                elif query in LEAN or role.startswith("lean "):
+                    body = json.dumps(lean(self.answers[role.removeprefix("lean ")])).encode()
                 else:
                     body = json.dumps(self.answers[role]).encode()
         headers = {"Content-Type": "application/json", **reply.headers}

@@ -9,7 +9,13 @@ counted FREE by the rules of :mod:`gpumon.data.free`; queries and cost: docs/clu
 
 from __future__ import annotations
 
-from gpumon.sources.prometheus.queries import _FACT, DCGM_READINGS, LOOKBACK, TARGETS_QUERY
+from gpumon.sources.prometheus.queries import (
+    _FACT,
+    DCGM_READINGS,
+    LOOKBACK,
+    TARGETS_QUERY,
+    targets_query,
+)
 
 _MIB = 1024 * 1024
 _NODE = "instance, job"
@@ -129,12 +135,12 @@ def _fact(name: str, expression: str) -> str:
     return f'label_replace({expression}, "{_FACT}", "{name}", "", "")'
 
 
-def rows_query(free_threshold_mib: int, *, rules: bool) -> str:
-    """The one query of a refresh: the targets' facts, every node's aggregates (from the
-    recording rules with ``rules``), its per-node series, identities, the fleet's top users and
-    whether the rules are loaded."""
+def rows_query(free_threshold_mib: int, *, rules: bool, lean: bool = False) -> str:
+    """The one query of a refresh: the targets' facts (``lean``: their state and latest
+    scrape only), every node's aggregates (from the recording rules with ``rules``), its
+    per-node series, identities, the fleet's top users and whether the rules are loaded."""
     threshold = str(free_threshold_mib * _MIB)
-    parts = [TARGETS_QUERY]
+    parts = [targets_query(lean=True) if lean else TARGETS_QUERY]
     for name, expression in RULES.items():
         parts.append(_fact(name, name if rules else expression.replace("{threshold}", threshold)))
     parts.extend(_fact(name, expression) for name, expression in _NODE_SERIES.items())

@@ -14,19 +14,21 @@ _MIB = 1024 * 1024
 _FACT = "gpumon_fact"
 
 
-def targets_query(selector: str = "") -> str:
+def targets_query(selector: str = "", *, lean: bool = False) -> str:
     """Per target (those matching ``selector``, a PromQL label list): its facts, each told
-    apart by the ``gpumon_fact`` label."""
+    apart by the ``gpumon_fact`` label. ``lean``: ``up`` and its latest scrape only (the
+    others are subqueries over every target: most of the query's cost)."""
     up = f"up{{{selector}}}" if selector else "up"
+    facts = (
+        ("up", up),
+        ("scraped", f"timestamp({up})"),
+        ("last_up", f"max_over_time((timestamp({up}) and {up} == 1)[{LOOKBACK}:15s])"),
+        ("scrapes_5m", f"count_over_time({up}[5m])"),
+        ("first_5m", f"min_over_time(timestamp({up})[5m:1s])"),
+    )
     return " or ".join(
         f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
-        for fact, expression in (
-            ("up", up),
-            ("scraped", f"timestamp({up})"),
-            ("last_up", f"max_over_time((timestamp({up}) and {up} == 1)[{LOOKBACK}:15s])"),
-            ("scrapes_5m", f"count_over_time({up}[5m])"),
-            ("first_5m", f"min_over_time(timestamp({up})[5m:1s])"),
-        )
+        for fact, expression in facts[: 2 if lean else None]
     )
 
 

@@ -65,14 +65,23 @@ class Answer:
     rules_loaded: float | None
     scrape_interval_s: float | None
     known: dict[Target, Remembered]  # rows read while their node served GPU data
+    facts: dict[Target, _Facts]  # the targets' facts, for a lean answer's sake
+    #: A lean answer's targets are not those of the earlier facts (a new one, one up or down
+    #: since): ask again with every fact.
+    changed: bool = False
 
 
 def read_rows(
-    series: list[_Series], now: float, known: dict[Target, Remembered], rules: bool = False
+    series: list[_Series],
+    now: float,
+    known: dict[Target, Remembered],
+    rules: bool = False,
+    earlier: dict[Target, _Facts] | None = None,
 ) -> Answer:
     """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
     the rows of the previous refresh's nodes that served GPU data then; ``rules``: the
-    answer read the recording rules' series."""
+    answer read the recording rules' series; ``earlier``: the targets' facts of an earlier
+    whole answer, for a lean one (its scrape intervals and last times up)."""
     read: dict[Target, _Read] = {}
     of_targets: list[_Series] = []
     top: list[Ranked] = []
@@ -114,6 +123,10 @@ def read_rows(
         elif fact.startswith(("instance:", "seen_")):
             entry.values[fact] = item.value
     facts = _facts(of_targets)
+    if earlier is not None:
+        facts, changed = _with_earlier(facts, earlier)
+        if changed:
+            return Answer((), (), None, None, {}, {}, changed=True)
     kinds = {t: r.kind() for t, r in read.items()}
     gpu_jobs = {t[1] for t, r in read.items() if kinds[t] is not ExporterKind.UNKNOWN}
     gpu_jobs |= {t[1] for t, r in read.items() if r.seen_kind() is not ExporterKind.UNKNOWN}
@@ -139,7 +152,26 @@ def read_rows(
         rules_loaded=loaded,
         scrape_interval_s=statistics.median(intervals) if intervals else None,
         known=remembered,
+        facts=facts,
     )
+
+
+def _with_earlier(
+    facts: dict[Target, _Facts], earlier: dict[Target, _Facts]
+) -> tuple[dict[Target, _Facts], bool]:
+    """A lean answer's facts completed by the earlier ones: a target's interval and last time
+    up (fixed while it stays down), a gone target's as they were; changed when a target is new
+    or has gone up, down or away since."""
+    merged = {t: e for t, e in earlier.items() if t not in facts}
+    if any(e.up is not None for e in merged.values()):
+        return facts, True
+    for target, fact in facts.items():
+        before = earlier.get(target)
+        if before is None or (before.up == 1) != (fact.up == 1):
+            return facts, True
+        fact.last_up_s, fact.measured_s = before.last_up_s, before.interval_s
+        merged[target] = fact
+    return merged, False
 
 
 def _row(

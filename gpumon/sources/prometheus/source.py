@@ -44,13 +44,23 @@ from gpumon.sources.prometheus.queries import (
 )
 from gpumon.sources.prometheus.rows import Answer, Remembered, read_rows
 from gpumon.sources.prometheus.series import _number, _Series, _vector
-from gpumon.sources.prometheus.targets import Target, _by_target, _facts, _node_targets, _unique
+from gpumon.sources.prometheus.targets import (
+    Target,
+    _by_target,
+    _Facts,
+    _facts,
+    _node_targets,
+    _unique,
+)
 
 __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 
 #: How the rows were read (``ClusterSample.path``), said in the header.
 RECORDING_RULES, RAW_QUERIES = "recording rules", "raw queries"
 FREE_THRESHOLD_MIB: int = Settings().free_threshold_mib
+#: How long the targets' scrape intervals, as measured, serve lean refreshes (those facts
+#: are subqueries over every target: most of the request's cost to Prometheus).
+FACTS_FOR_S = 60.0
 
 
 class PrometheusSource:
@@ -90,6 +100,8 @@ class PrometheusSource:
         self._known_rows: dict[Target, Remembered] = {}
         self._free_threshold_mib = free_threshold_mib
         self._rules = False  # the recording rules were loaded at the last refresh
+        self._facts: dict[Target, _Facts] = {}  # the targets' facts of the last whole answer
+        self._facts_at = -math.inf
         self._backoff = Backoff()
         self.last: ClusterSample | None = None
 
@@ -154,14 +166,23 @@ class PrometheusSource:
 
     def _aggregated(self) -> ClusterSample:
         rules = self._rules
-        query = rows_query(self._free_threshold_mib, rules=rules)
+        earlier: dict[Target, _Facts] | None = self._facts
+        if self._clock() - self._facts_at > FACTS_FOR_S:
+            earlier = None
 
         def read(data: Any) -> tuple[float, Answer]:
             series = _vector(data)
             now = self._now(series)
-            return now, read_rows(series, now, self._known_rows, rules)
+            return now, read_rows(series, now, self._known_rows, rules, earlier)
 
+        query = rows_query(self._free_threshold_mib, rules=rules, lean=earlier is not None)
         now, answer = self._client.post("/api/v1/query", {"query": query}, read)
+        if earlier is None or answer.changed:
+            earlier = None
+            query = rows_query(self._free_threshold_mib, rules=rules)
+            if answer.changed:
+                now, answer = self._client.post("/api/v1/query", {"query": query}, read)
+            self._facts, self._facts_at = answer.facts, self._clock()
         self._known_rows = answer.known
         self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
         return ClusterSample(

@@ -39,12 +39,15 @@ class _Facts:
     scrapes_5m: float | None = None
     first_5m_s: float | None = None
     evaluated_s: float | None = None
+    measured_s: float | None = None  # the interval as measured by an earlier answer
 
     @property
     def interval_s(self) -> float | None:
         """Seconds between scrapes: the time the last five minutes' scrapes span over their
         number. ``first_5m_s`` is the latest scrape at or before the window's first second:
         before the window for a target older than that (one gap more than the count)."""
+        if self.measured_s is not None:
+            return self.measured_s
         first, last, count = self.first_5m_s, self.scraped_s, self.scrapes_5m
         if first is None or last is None or count is None or self.evaluated_s is None:
             return None

@@ -17,6 +17,7 @@ import pytest
 
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, summarize
 from gpumon.data.format import safe_text
+from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.queries import node_queries
 from gpumon.sources.prometheus.source import PrometheusSource
@@ -144,11 +145,38 @@ def test_a_node_without_idle_series_tells_no_idle_held_memory(replay: Replay) ->
 
 
 def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
+    """The first asks every fact of the targets; the next ones, for a minute, their state and
+    latest scrape only (the scrape intervals measured then), with the same rows."""
+    replay.serve("demo")
+    moment = [1_000.0]
+    source = PrometheusSource(replay.url, clock=lambda: moment[0])
+    first = source.sample()
+    moment[0] += 30
+    second = source.sample()
+    moment[0] += 31
+    source.sample()
+    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
+    assert replay.queries == [whole, lean, whole]
+    assert second.rows == first.rows and second.scrape_interval_s == first.scrape_interval_s
+    assert first.scrape_interval_s is not None
+
+
+def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> None:
+    """A lean answer whose targets changed (new ones, one down) is not used: the same refresh
+    asks every fact again, so that a node just down says since when."""
     replay.serve("demo")
     source = PrometheusSource(replay.url)
     source.sample()
-    source.sample()
-    assert replay.queries == [ALL_QUERIES[3]] * 2
+    replay.serve("down")
+    replay.requests.clear()
+    cluster = source.sample()
+    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
+    assert replay.queries == [lean, whole]
+    _, per_series, _ = both_paths(replay, "down")
+    assert told(cluster.rows or ()) == list(per_series)
+    replay.requests.clear()
+    again = source.sample()  # lean: the down nodes keep their last time up
+    assert replay.queries == [lean] and again.rows == cluster.rows
 
 
 def test_a_failed_refresh_keeps_the_rows_not_current(replay: Replay) -> None:

@@ -80,7 +80,10 @@ def test_the_source_reads_the_rules_while_they_are_recorded(replay: Replay) -> N
     source = PrometheusSource(replay.url)
     first, second = source.sample(), source.sample()
     assert (first.path, second.path) == ("raw queries", "recording rules")
-    assert replay.queries == [rows_query(1024, rules=False), rows_query(1024, rules=True)]
+    assert replay.queries == [
+        rows_query(1024, rules=False),
+        rows_query(1024, rules=True, lean=True),
+    ]
     assert second.rows == first.rows
     replay.serve(with_marker(answers, None))  # the rules were unloaded
     assert [source.sample().path, source.sample().path] == ["recording rules", "raw queries"]
@@ -91,11 +94,17 @@ def test_rules_for_another_free_threshold_are_not_used(
     replay: Replay, threshold: int, marker: str
 ) -> None:
     replay.serve(with_marker(load("shared_host"), marker))
-    replay.aliases = {rows_query(threshold, rules=False): "rows"}
+    replay.aliases = {
+        rows_query(threshold, rules=False): "rows",
+        rows_query(threshold, rules=False, lean=True): "lean rows",
+    }
     source = PrometheusSource(replay.url, free_threshold_mib=threshold)
     assert source.sample().error is None
     assert source.sample().path == "raw queries"
-    assert replay.queries == [rows_query(threshold, rules=False)] * 2
+    assert replay.queries == [
+        rows_query(threshold, rules=False),
+        rows_query(threshold, rules=False, lean=True),
+    ]
 
 
 def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:
