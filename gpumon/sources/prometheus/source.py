@@ -196,9 +196,15 @@ class PrometheusSource:
         )
 
     def _detailed(self) -> ClusterSample:
+        # What only the aggregate request tells (site labels, idle-held memory) joins the rows
+        # built from the same nodes as the GPUs shown, so that their counts agree.
+        told = {(row.instance, row.job): row for row in self._aggregated().rows or ()}
         facts, data, identity = (self._query(q) for q in QUERIES)
         sample = self._build(facts, data, identity)
-        rows = tuple(summarize(node, self._free_threshold_mib) for node in sample.nodes)
+        rows = tuple(
+            _with_aggregates(summarize(node, self._free_threshold_mib), told)
+            for node in sample.nodes
+        )
         processes = [p for node in sample.nodes if node.usable for p in node.sample.processes]
         users = [
             Ranked(usage.user, float(usage.gpu_memory_bytes))
@@ -362,3 +368,18 @@ def _not_current(row: NodeSummary) -> NodeSummary:
     if row.state is NodeState.UP:
         return dataclasses.replace(row, state=NodeState.STALE, free_gpus=None)
     return row
+
+
+def _with_aggregates(
+    row: NodeSummary, told: Mapping[tuple[str, str | None], NodeSummary]
+) -> NodeSummary:
+    """``row`` with the site labels and idle-held memory of the aggregate row of its target."""
+    other = told.get((row.instance, row.job))
+    if other is None:
+        return row
+    return dataclasses.replace(
+        row,
+        labels=other.labels,
+        idle_held_bytes=other.idle_held_bytes if row.current else None,
+        idle_holders=other.idle_holders if row.current else (),
+    )
