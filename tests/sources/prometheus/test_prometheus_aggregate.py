@@ -261,3 +261,11 @@ def test_the_targets_site_labels_group_the_fleet(replay: Replay) -> None:
         ("a100", 4, 1),
         ("dgx", 2, 0),
     ]
+    detailed = PrometheusSource(replay.url).sample(detail=True)  # once on a small fleet
+    assert detailed.fleet is not None and detailed.fleet.by_label == cluster.fleet.by_label
+
+
+def test_a_detailed_read_tells_the_idle_held_memory_too(replay: Replay) -> None:
+    replay.serve(load("idle"))
+    (row,) = PrometheusSource(replay.url).sample(detail=True).rows or ()
+    assert row.idle_held_bytes == 59 * GIB and row.idle_holders == ("alice",)
