@@ -19,10 +19,14 @@ from gpumon.commands.report_output import render_text, report_to_dict
 from gpumon.data.periods import Period
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.usage import (
+    HOSTS,
     MAX_POINTS,
+    PRESENT,
     RECORDED,
     RULES_INTERVAL,
     RULES_MARKER,
+    SAMPLE_TIME,
+    STARTED,
     cluster_usage,
     step_seconds,
 )
@@ -31,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "contrib" / "prometheus" / "gpumon-recording.yml"
 RULES_TEST = ROOT / "contrib" / "prometheus" / "gpumon-recording.test.yml"
 GIB = 1024**3
+#: The usage rules' other series the report reads, beside the facts (RECORDED).
+READ_TOO = (STARTED, PRESENT, HOSTS, SAMPLE_TIME, RULES_INTERVAL, RULES_MARKER)
 WEEK = Period(1_793_491_200.0, 1_793_491_200.0 + 7 * 86400)
 
 
@@ -79,7 +85,7 @@ class FakePrometheus:
                 fact("simulated", 0),
                 *([fact("interval", 60.0)] if RULES_INTERVAL in expression else []),
             )
-        if RULES_MARKER in expression:
+        if RULES_INTERVAL in expression:  # the rules' check
             return vector(({}, 5.0)) if self.rules else vector()
         if "count by" in expression:  # processes
             return vector(({**base, "user": "alice"}, 3), ({**base, "user": "bob"}, 9))
@@ -196,20 +202,20 @@ def test_the_recording_rules_series_are_read_where_they_were_loaded() -> None:
 
 
 def test_rules_that_do_not_record_their_interval_are_read_as_raw_series() -> None:
-    """The rules of an older gpumon: their sums cannot be made hours; the per-process ones."""
+    """The rules of an older gpumon (a marker, no interval): their sums cannot be made
+    hours; the per-process series are read."""
 
     class OlderRules(FakePrometheus):
         def query(self, expression: str, at_s: float) -> Any:
-            found = super().query(expression, at_s)
-            found["result"] = [
-                item for item in found["result"] if item["metric"].get("gpumon_fact") != "interval"
-            ]
-            return found
+            if expression.startswith(f"count_over_time({RULES_INTERVAL}"):
+                return vector()
+            return super().query(expression, at_s)
 
     source = OlderRules(rules=True)
     report = cluster_usage(source, WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
     assert report.recording_rules is False and report.step_s == 840.0
     assert report.rows[0].gpu_hours_held == pytest.approx(6 * 840 / 3600)
+    assert "instance_user:" not in totals(source)
 
 
 def test_a_period_sets_the_step_within_bounds() -> None:
@@ -259,10 +265,10 @@ def test_promtool_checks_and_runs_the_recording_rules_tests() -> None:
 def test_the_rules_record_what_the_report_reads() -> None:
     """A renamed rule would leave report --prometheus on the raw series for ever."""
     text = RULES.read_text(encoding="utf-8")
-    for name in (*RECORDED.values(), RULES_MARKER):
+    for name in (*RECORDED.values(), *READ_TOO):
         assert f"record: {name}\n" in text, name
     tests = RULES_TEST.read_text(encoding="utf-8")
-    assert all(name in tests for name in RECORDED.values())
+    assert all(name in tests for name in (*RECORDED.values(), *READ_TOO))
     assert f"rule_files:\n  - {RULES.name}\n" in tests
 
 
@@ -271,7 +277,7 @@ def test_the_rules_read_only_series_gpumon_exports() -> None:
 
     usage = RULES.read_text(encoding="utf-8").split("  - name: gpumon-nodes")[0]
     exprs = rule_exprs(usage)  # the node rows' group also reads dcgm-exporter's series
-    assert len(exprs) == len(RECORDED) + 2  # and the interval
+    assert len(exprs) == len(RECORDED) + len(READ_TOO)
     used = names_in(exprs)
     assert "gpumon_process_gpu_memory_bytes" in used
     assert used <= exported_names(), sorted(used - exported_names())

@@ -39,6 +39,13 @@ RECORDED = {
 }
 #: A series the recording rules always write: they were loaded at a moment where it is.
 RULES_MARKER = "gpumon:usage_rules_loaded"
+#: Per user and node, the processes started since the rules' previous evaluation; per
+#: process, that it holds memory; per node, its host name and whether it is simulated; the
+#: fleet's newest sample time.
+STARTED = "instance_user:gpumon_processes_started:count"
+PRESENT = "instance_user_pid:gpumon_process_gpu_memory_bytes:group"
+HOSTS = "instance_hostname:gpumon_simulated:max"
+SAMPLE_TIME = "gpumon:usage_sample_time:max"
 #: The seconds between two evaluations of the recording rules (each recorded sample stands
 #: for one): also written on every evaluation but the first.
 RULES_INTERVAL = "gpumon:usage_rules_interval_seconds"
@@ -81,11 +88,17 @@ def _window(seconds: float) -> str:
     return f"[{max(1, math.ceil(seconds))}s]"
 
 
-def extent_query(period: Period) -> str:
-    """Each node's first (``first``) and last (``last``) sample time in ``period``, from the
-    time the exporter stamps on every sample, read over the raw samples (each series once,
-    whatever the period: no subquery), evaluated at the period's end."""
+def extent_query(period: Period, recorded: bool) -> str:
+    """Each node's first (``first``) and last (``last``) sample time in ``period`` (recorded:
+    the fleet's), from the time the exporter stamps on every sample, read over the raw
+    samples (each series once, whatever the period: no subquery), at the period's end."""
     window = _window(period.seconds)
+    if recorded:
+        sampled = f"{SAMPLE_TIME}{window}"
+        return (
+            f'label_replace(min_over_time({sampled}), "{_FACT}", "first", "", "") or '
+            f'label_replace(max_over_time({sampled}), "{_FACT}", "last", "", "")'
+        )
     return " or ".join(
         f"label_replace({kind} by (instance, job) ({kind}_over_time("
         f'gpumon_sample_timestamp_seconds{window})), "{_FACT}", "{fact}", "", "")'
@@ -109,6 +122,8 @@ def totals_query(label: str, covered: Period, step_s: float, recorded: bool) -> 
         }
         facts["peak"] = f"max_over_time({RECORDED['peak']}{window})"
         facts["interval"] = f"quantile_over_time(0.5, {RULES_INTERVAL}{window})"
+        facts["host"] = f"max_over_time({HOSTS}{window})"
+        facts["simulated"] = f"max by (instance, job) (max_over_time({HOSTS}{window}))"
     else:
         # A subquery's range includes its start: a second less keeps it to the period's.
         span = max(1, math.ceil(covered.seconds) - 1)
@@ -124,20 +139,28 @@ def totals_query(label: str, covered: Period, step_s: float, recorded: bool) -> 
         facts["seen"] = (
             f"count_over_time((group by (instance, job) (gpumon_host_info{offset})){steps})"
         )
-    facts["host"] = (
-        f"group by (instance, job, hostname) (last_over_time(gpumon_host_info{window}{offset}))"
-    )
-    facts["simulated"] = f"max by (instance, job) (max_over_time(gpumon_simulated{window}{offset}))"
+        hosts = f"last_over_time(gpumon_host_info{window}{offset})"
+        facts["host"] = f"group by (instance, job, hostname) ({hosts})"
+        simulated = f"max_over_time(gpumon_simulated{window}{offset})"
+        facts["simulated"] = f"max by (instance, job) ({simulated})"
     return " or ".join(
         f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
         for fact, expression in facts.items()
     )
 
 
-def processes_query(label: str, period: Period) -> str:
-    """Distinct PIDs per group and node with a sample in the period (each series read once)."""
+def processes_query(label: str, period: Period, recorded: bool) -> str:
+    """Distinct PIDs per group and node in the period: recorded, those started in it plus
+    those there when it began; raw, those with a sample in it (each series read once)."""
+    window = _window(period.seconds)
+    if recorded:
+        return (
+            f"sum_over_time({STARTED}{window}) or on (instance, job, user) "
+            f"label_replace(count by (instance, job, user) ({PRESENT} offset "
+            f'{window[1:-1]}), "{_FACT}", "running", "", "")'
+        )
     group = f"instance, job, {label}"
-    pids = f"last_over_time(gpumon_process_gpu_memory_bytes{_window(period.seconds)})"
+    pids = f"last_over_time(gpumon_process_gpu_memory_bytes{window})"
     return f"count by ({group}) (group by ({group}, pid) ({pids}))"
 
 
@@ -180,11 +203,11 @@ def cluster_usage(
 ) -> UsageReport:
     """The report of ``period`` grouped ``by``; raises :class:`PrometheusError` (one safe line)."""
     label = LABELS[by]
-    extents = _extents(source.query(extent_query(period), period.end_s), period)
-    covered = _covered(period, extents)
-    step_s = step_seconds(covered)
     # Loaded when the period asked for began, as before clipping: else the raw series.
     recorded = by == "user" and _rules_loaded(source, period, step_seconds(period))
+    extents = _extents(source.query(extent_query(period, recorded), period.end_s), period)
+    covered = _covered(period, extents)
+    step_s = step_seconds(covered)
     if recorded:
         totals = _vector(source.query(totals_query(label, covered, step_s, True), covered.end_s))
         interval = next((i.value for i in totals if i.labels.get(_FACT) == "interval"), None)
@@ -219,7 +242,7 @@ def cluster_usage(
                 setattr(row, fact, (getattr(row, fact) or 0.0) + value * step_s / 3600.0)
     for (target, _), row in rows.items():
         _scale(row, _presence(extents.get(target), seen.get(target, 0), step_s))
-    counted = source.query(processes_query(label, covered), covered.end_s)
+    counted = source.query(processes_query(label, covered, recorded), covered.end_s)
     for item in _vector(counted):
         key = item.labels.get(label) or None
         found = rows.get((_target(item.labels), None if key is None else safe_text(key)))
@@ -315,9 +338,11 @@ def _used(row: _Row, tracked: bool) -> float | None:
 
 
 def _rules_loaded(source: PrometheusSource, period: Period, step_s: float) -> bool:
-    """Whether the recording rules ran when the period began (their marker was written)."""
+    """Whether this gpumon's recording rules ran when the period began (they wrote their
+    interval; an older gpumon's did not, and their series are not read)."""
     window = max(1, math.ceil(step_s)) + 60  # at least one evaluation interval of a minute
-    answer = source.query(f"count_over_time({RULES_MARKER}[{window}s])", period.start_s + step_s)
+    asked = f"count_over_time({RULES_INTERVAL}[{window}s])"
+    answer = source.query(asked, period.start_s + step_s)
     return any(item.value for item in _vector(answer))
 
 
