@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def write_history(path: Path, nodes: int, processes: int, end_s: int, args: Any)
     evaluations = range(end_s - args.days * 86400, end_s + 1, args.eval_s)
     count = 0
 
-    def family(name: str, series: list[tuple[str, str | None]], times: range) -> None:
+    def family(name: str, series: Sequence[tuple[str, str | None]], times: range) -> None:
         nonlocal count
         out.write(f"# TYPE {name} gauge\n")
         for labels, value in series:  # value None: the sample's own time
@@ -60,42 +61,31 @@ def write_history(path: Path, nodes: int, processes: int, end_s: int, args: Any)
     def node(n: int) -> str:
         return f'instance="node{n:05d}:9402",job="gpumon"'
 
+    hosts = [f'{node(n)},hostname="node{n:05d}"' for n in range(nodes)]
+    pairs = [(n, p, f'user="user{(n + p) % 97}"') for n in range(nodes) for p in range(processes)]
+    procs = [f'{node(n)},gpu="{p}",uuid="GPU-{n}-{p}",pid="{1000 + p}",{u}' for n, p, u in pairs]
+    pids = [f'{node(n)},pid="{1000 + p}",{u}' for n, p, u in pairs]
+    users = sorted({f"{node(n)},{u}" for n, _, u in pairs})
+    per_node = [(node(n), "0") for n in range(nodes)]
     with path.open("w", encoding="ascii") as out:
-        family(
-            "gpumon_host_info",
-            [(f'{node(n)},hostname="node{n:05d}"', "1") for n in range(nodes)],
-            scrapes,
-        )
+        family("gpumon_host_info", [(labels, "1") for labels in hosts], scrapes)
         family("gpumon_sample_timestamp_seconds", [(node(n), None) for n in range(nodes)], scrapes)
-        family("gpumon_simulated", [(node(n), "0") for n in range(nodes)], scrapes)
-        procs = [
-            (f'{node(n)},gpu="{p}",uuid="GPU-{n}-{p}",pid="{1000 + p}",user="user{(n + p) % 97}"')
-            for n in range(nodes)
-            for p in range(processes)
-        ]
-        family(
-            "gpumon_process_gpu_memory_bytes",
-            [(labels, str(20 * GIB)) for labels in procs],
-            scrapes,
-        )
-        family(
-            "gpumon_process_sm_utilization_ratio", [(labels, "0.5") for labels in procs], scrapes
-        )
+        family("gpumon_simulated", per_node, scrapes)
+        memory = str(20 * GIB)
+        family("gpumon_process_gpu_memory_bytes", [(ls, memory) for ls in procs], scrapes)
+        family("gpumon_process_sm_utilization_ratio", [(ls, "0.5") for ls in procs], scrapes)
         family("gpumon_process_idle_seconds", [(labels, "0") for labels in procs], scrapes)
-        users = sorted({(n, (n + p) % 97) for n in range(nodes) for p in range(processes)})
-        for name, value in RECORDED_VALUES.items():
-            family(name, [(f'{node(n)},user="user{u}"', value) for n, u in users], evaluations)
-        family("instance_user:gpumon_processes_started:count",
-               [(f'{node(n)},user="user{u}"', "0") for n, u in users], evaluations)  # fmt: skip
-        family("instance_user_pid:gpumon_process_gpu_memory_bytes:group",
-               [(f'{node(n)},pid="{1000 + p}",user="user{(n + p) % 97}"', "1")
-                for n in range(nodes) for p in range(processes)],
-               evaluations)  # fmt: skip
-        family("instance_hostname:gpumon_simulated:max",
-               [(f'{node(n)},hostname="node{n:05d}"', "0") for n in range(nodes)], evaluations)  # fmt: skip
-        family("gpumon:usage_sample_time:max", [("", None)], evaluations)
-        family("gpumon:usage_rules_loaded", [("", "1")], evaluations)
-        family("gpumon:usage_rules_interval_seconds", [("", str(args.eval_s))], evaluations)
+        recorded: dict[str, Sequence[tuple[str, str | None]]] = {
+            **{name: [(ls, value) for ls in users] for name, value in RECORDED_VALUES.items()},
+            "instance_user:gpumon_processes_started:count": [(ls, "0") for ls in users],
+            "instance_user_pid:gpumon_process_gpu_memory_bytes:group": [(ls, "1") for ls in pids],
+            "instance_hostname:gpumon_simulated:max": [(labels, "0") for labels in hosts],
+            "gpumon:usage_sample_time:max": [("", None)],
+            "gpumon:usage_rules_loaded": [("", "1")],
+            "gpumon:usage_rules_interval_seconds": [("", str(args.eval_s))],
+        }
+        for name, series in recorded.items():
+            family(name, series, evaluations)
         out.write("# EOF\n")
     return count
 
@@ -124,7 +114,8 @@ class Measured:
     """A source that keeps each request (path and form) to replay it with ``stats=all``."""
 
     def __init__(self, source: PrometheusSource) -> None:
-        self.source, self.url, self.asked = source, source.url, []
+        self.source, self.url = source, source.url
+        self.asked: list[tuple[str, dict[str, str]]] = []
 
     def query(self, expression: str, at_s: float) -> Any:
         self.asked.append(("/api/v1/query", {"query": expression, "time": f"{at_s:.3f}"}))
@@ -159,7 +150,13 @@ def measure(label: str, usage: Any, url: str, period: Period, timeout_s: float) 
     started = time.perf_counter()
     try:
         report = usage.cluster_usage(source, period, "user", period.end_s)
-        outcome = f"{len(report.rows)} rows, recording rules {report.recording_rules}"
+        first = report.rows[0] if report.rows else None
+        outcome = f"{len(report.rows)} rows, recording rules {report.recording_rules}" + (
+            f"; first: {first.key}@{first.node} held {first.gpu_hours_held:.1f} GPU-h, "
+            f"{first.processes} processes"
+            if first
+            else ""
+        )
     except PrometheusError as error:
         outcome = f"failed: {error}"
     print(f"{label}: {time.perf_counter() - started:.2f} s wall ({outcome})")

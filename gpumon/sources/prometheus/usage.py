@@ -154,10 +154,10 @@ def processes_query(label: str, period: Period, recorded: bool) -> str:
     those there when it began; raw, those with a sample in it (each series read once)."""
     window = _window(period.seconds)
     if recorded:
+        running = f"count by (instance, job, user) ({PRESENT} offset {window[1:-1]})"
         return (
-            f"sum_over_time({STARTED}{window}) or on (instance, job, user) "
-            f"label_replace(count by (instance, job, user) ({PRESENT} offset "
-            f'{window[1:-1]}), "{_FACT}", "running", "", "")'
+            f'label_replace(sum_over_time({STARTED}{window}), "{_FACT}", "started", "", "") '
+            f'or label_replace({running}, "{_FACT}", "running", "", "")'
         )
     group = f"instance, job, {label}"
     pids = f"last_over_time(gpumon_process_gpu_memory_bytes{window})"
