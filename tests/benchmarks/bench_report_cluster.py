@@ -45,10 +45,17 @@ RECORDED_VALUES = {  # per user and node: one GPU held, half used, known, not id
 }
 
 
-def write_history(path: Path, nodes: int, processes: int, end_s: int, args: Any) -> int:
-    """The OpenMetrics text of ``nodes`` nodes over ``args.days`` days; its sample count."""
-    scrapes = range(end_s - args.days * 86400, end_s + 1, args.scrape_s)
-    evaluations = range(end_s - args.days * 86400, end_s + 1, args.eval_s)
+def write_history(path: Path, nodes: int, processes: int, span: range, args: Any) -> int:
+    """The OpenMetrics text of ``nodes`` nodes' samples at the times in ``span`` (of
+    ``args.days`` days ending at ``span``'s own end); its sample count."""
+    first_s, end_s = args.end_s - args.days * 86400, args.end_s
+
+    def grid(step_s: int) -> range:
+        start = max(span.start, first_s)
+        start = first_s + -(-(start - first_s) // step_s) * step_s
+        return range(start, min(span.stop, end_s + 1), step_s)
+
+    scrapes, evaluations = grid(args.scrape_s), grid(args.eval_s)
     count = 0
 
     def family(name: str, series: Sequence[tuple[str, str | None]], times: range) -> None:
@@ -183,13 +190,23 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     data, end_s = work / "data", int(time.time()) // 3600 * 3600
     if not data.exists():
-        text = work / "history.om"
-        started = time.perf_counter()
-        count = write_history(text, args.nodes, args.processes, end_s, args)
+        # One file per 2-hour block: promtool reads its whole input once per block.
+        started, count, converting = time.perf_counter(), 0, None
+        args.end_s = end_s
+        for block_s in range((end_s - args.days * 86400) // 7200 * 7200, end_s + 1, 7200):
+            text = work / f"history-{block_s}.om"
+            count += write_history(
+                text, args.nodes, args.processes, range(block_s, block_s + 7200), args
+            )
+            if converting is not None and converting.wait() != 0:
+                sys.exit("promtool failed")
+            converting = subprocess.Popen(
+                f"promtool tsdb create-blocks-from openmetrics -q {text} {data} && rm {text}",
+                shell=True,
+            )
+        if converting is not None and converting.wait() != 0:
+            sys.exit("promtool failed")
         print(f"{count:,} samples written in {time.perf_counter() - started:.0f} s")
-        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(text),
-                        str(data)], check=True)  # fmt: skip
-        text.unlink()
         (work / "end_s").write_text(str(end_s))
     end_s = int((work / "end_s").read_text())
     config = work / "prometheus.yml"
