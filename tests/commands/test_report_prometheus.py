@@ -55,8 +55,8 @@ class FakePrometheus:
 
     url = "http://prometheus.example:9090"
 
-    def __init__(self, *, rules: bool = False) -> None:
-        self.rules = rules
+    def __init__(self, *, rules: bool = False, simulated: int = 0) -> None:
+        self.rules, self.simulated = rules, simulated
         self.asked: list[tuple[str, str]] = []
 
     def query_range(self, expression: str, start_s: float, end_s: float, step_s: float) -> Any:
@@ -71,6 +71,7 @@ class FakePrometheus:
                 for node in ("n1:9402", "n2:9402")
                 for fact, at in (("first", at_s - 30 * 86400), ("last", at_s))
             ])  # fmt: skip
+        rules = RULES_INTERVAL in expression
         if '"held"' in expression:  # the totals: the evaluations' values summed
             return vector(
                 fact("held", 6, user="alice"),  # 1, 1, 2, 2 GPUs
@@ -80,8 +81,9 @@ class FakePrometheus:
                 fact("peak", 20 * GIB, user="alice"),
                 fact("held", 2, user="bob", instance="n2:9402"),
                 fact("held", 1, instance="n2:9402"),  # an owner the exporter could not read
-                fact("host", 1, hostname="gpu-node-1"),
-                fact("host", 1, hostname="gpu-node-2", instance="n2:9402"),
+                # On the rules, a host's value says whether its data is simulated.
+                fact("host", self.simulated, hostname="gpu-node-1"),
+                fact("host", 0 if rules else 1, hostname="gpu-node-2", instance="n2:9402"),
                 fact("simulated", 0),
                 *([fact("interval", 60.0)] if RULES_INTERVAL in expression else []),
             )
@@ -193,6 +195,9 @@ def test_the_recording_rules_series_are_read_where_they_were_loaded() -> None:
     # No subquery anywhere: each series is read once, whatever the period and the fleet.
     assert not any(re.search(r"\[\d+s:", expression) for _, expression in source.asked)
     assert "sampled every 1m; recording rules" in render_text(report, width=None)
+    assert report.simulated is False
+    demo = cluster_usage(FakePrometheus(rules=True, simulated=1), WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
+    assert demo.simulated is True and "DEMO (simulated data)" in render_text(demo, width=None)
     # Other groupings than user have no recorded series: the per-process ones, by their label.
     source = FakePrometheus(rules=True)
     report = cluster_usage(source, WEEK, "job", WEEK.end_s)  # type: ignore[arg-type]

@@ -55,7 +55,6 @@ def test_the_report_reads_what_the_rules_recorded(tmp_path: Path) -> None:
             (f'{fact}="peak"', 8 * GIB),
             ('gpumon_fact="interval"', 60),
             (f'{NODE}, hostname="gpu-node-1", gpumon_fact="host"', 0),
-            (f'{NODE}, gpumon_fact="simulated"', 0),
         )
         + expect(
             processes_query("user", PERIOD, recorded=True),

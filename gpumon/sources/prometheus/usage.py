@@ -110,8 +110,9 @@ def totals_query(label: str, covered: Period, step_s: float, recorded: bool) -> 
     """One instant query, at the end of ``covered`` (raw: :func:`grid_shift_s` after it): per
     group and node, each fact summed over it (``peak``: its most), plus host names and
     simulated data per node. Recorded: the rules' samples and their evaluation interval
-    (``interval``); raw: the per-process expressions evaluated every ``step_s`` and how many
-    evaluations saw each node (``seen``). One series per group and node whatever the period."""
+    (``interval``; a host's value says whether it is simulated); raw: the per-process
+    expressions evaluated every ``step_s`` and how many evaluations saw each node
+    (``seen``). One series per group and node whatever the period."""
     window = _window(covered.seconds)
     shift_ms = 0 if recorded else round(grid_shift_s(covered.end_s, step_s) * 1000)
     offset = f" offset {shift_ms}ms" if shift_ms else ""
@@ -122,8 +123,7 @@ def totals_query(label: str, covered: Period, step_s: float, recorded: bool) -> 
         }
         facts["peak"] = f"max_over_time({RECORDED['peak']}{window})"
         facts["interval"] = f"quantile_over_time(0.5, {RULES_INTERVAL}{window})"
-        facts["host"] = f"max_over_time({HOSTS}{window})"
-        facts["simulated"] = f"max by (instance, job) (max_over_time({HOSTS}{window}))"
+        facts["host"] = f"max_over_time({HOSTS}{window})"  # its value: simulated or not
     else:
         # A subquery's range includes its start: a second less keeps it to the period's.
         span = max(1, math.ceil(covered.seconds) - 1)
@@ -229,6 +229,7 @@ def cluster_usage(
         if fact == "host":
             if item.labels.get("hostname"):
                 hosts[target] = safe_text(item.labels["hostname"])
+            simulated = simulated or (recorded and value > 0)
         elif fact == "seen":
             seen[target] = int(value)
         elif fact == "simulated":
