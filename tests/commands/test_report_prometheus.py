@@ -7,6 +7,7 @@ were loaded, and the rules themselves under promtool.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,9 +19,14 @@ from gpumon.commands.report_output import render_text, report_to_dict
 from gpumon.data.periods import Period
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.usage import (
+    HOSTS,
     MAX_POINTS,
+    PRESENT,
     RECORDED,
+    RULES_INTERVAL,
     RULES_MARKER,
+    SAMPLE_TIME,
+    STARTED,
     cluster_usage,
     step_seconds,
 )
@@ -29,12 +35,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "contrib" / "prometheus" / "gpumon-recording.yml"
 RULES_TEST = ROOT / "contrib" / "prometheus" / "gpumon-recording.test.yml"
 GIB = 1024**3
+#: The usage rules' other series the report reads, beside the facts (RECORDED).
+READ_TOO = (STARTED, PRESENT, HOSTS, SAMPLE_TIME, RULES_INTERVAL, RULES_MARKER)
 WEEK = Period(1_793_491_200.0, 1_793_491_200.0 + 7 * 86400)
 
 
-def series(fact: str, values: list[float], **labels: str) -> dict[str, Any]:
-    labels = {"instance": "n1:9402", "job": "gpumon", **labels, "gpumon_fact": fact}
-    return {"metric": labels, "values": [[1.0 + n, str(v)] for n, v in enumerate(values)]}
+def fact(name: str, value: float, **labels: str) -> tuple[dict[str, str], float]:
+    return {"instance": "n1:9402", "job": "gpumon", **labels, "gpumon_fact": name}, value
 
 
 def vector(*items: tuple[dict[str, str], float]) -> dict[str, Any]:
@@ -48,38 +55,41 @@ class FakePrometheus:
 
     url = "http://prometheus.example:9090"
 
-    def __init__(self, *, rules: bool = False) -> None:
-        self.rules = rules
+    def __init__(self, *, rules: bool = False, simulated: int = 0) -> None:
+        self.rules, self.simulated = rules, simulated
         self.asked: list[tuple[str, str]] = []
 
     def query_range(self, expression: str, start_s: float, end_s: float, step_s: float) -> Any:
-        self.asked.append(("range", expression))
-        assert (end_s - start_s) / step_s + 1 <= MAX_POINTS
-        return {"resultType": "matrix", "result": [
-            series("held", [1, 1, 2, 2], user="alice"),
-            series("used", [0.5, 0.5, 1.0, 1.0], user="alice"),
-            series("known", [1, 1, 1, 2], user="alice"),  # one GPU a MIG slice for a while
-            series("idle", [0, 0, 1, 1], user="alice"),
-            series("peak", [10 * GIB, 20 * GIB, 20 * GIB], user="alice"),
-            series("held", [1, 1], user="bob", instance="n2:9402"),
-            series("held", [1], instance="n2:9402"),  # an owner the exporter could not read
-            series("host", [1, 1], hostname="gpu-node-1"),
-            series("host", [1, 1], hostname="gpu-node-2", instance="n2:9402"),
-            series("simulated", [0, 0]),
-        ]}  # fmt: skip
+        raise AssertionError("a range query: one series per node and step")
 
     def query(self, expression: str, at_s: float) -> Any:
         self.asked.append(("instant", expression))
         base = {"job": "gpumon", "instance": "n1:9402"}
-        if "timestamp(gpumon_host_info)" in expression:  # both nodes scraped all the period
+        if "gpumon_sample_timestamp_seconds" in expression:  # both nodes scraped all the period
             return vector(*[
                 ({"job": "gpumon", "instance": node, "gpumon_fact": fact}, at)
                 for node in ("n1:9402", "n2:9402")
                 for fact, at in (("first", at_s - 30 * 86400), ("last", at_s))
             ])  # fmt: skip
-        if RULES_MARKER in expression:
+        rules = RULES_INTERVAL in expression
+        if '"held"' in expression:  # the totals: the evaluations' values summed
+            return vector(
+                fact("held", 6, user="alice"),  # 1, 1, 2, 2 GPUs
+                fact("used", 3, user="alice"),  # 0.5, 0.5, 1, 1
+                fact("known", 5, user="alice"),  # one GPU a MIG slice for a while
+                fact("idle", 2, user="alice"),
+                fact("peak", 20 * GIB, user="alice"),
+                fact("held", 2, user="bob", instance="n2:9402"),
+                fact("held", 1, instance="n2:9402"),  # an owner the exporter could not read
+                # On the rules, a host's value says whether its data is simulated.
+                fact("host", self.simulated, hostname="gpu-node-1"),
+                fact("host", 0 if rules else 1, hostname="gpu-node-2", instance="n2:9402"),
+                fact("simulated", 0),
+                *([fact("interval", 60.0)] if RULES_INTERVAL in expression else []),
+            )
+        if RULES_INTERVAL in expression:  # the rules' check
             return vector(({}, 5.0)) if self.rules else vector()
-        if "count_over_time" in expression:  # processes
+        if "count by" in expression:  # processes
             return vector(({**base, "user": "alice"}, 3), ({**base, "user": "bob"}, 9))
         process = {**base, "gpu": "1", "uuid": "GPU-1", "pid": "4200", "user": "alice"}
         return vector(
@@ -115,7 +125,9 @@ def test_hours_are_the_samples_summed_over_the_step() -> None:
     assert holder.job == "81234"  # the Slurm job, as the exporter labels it
     assert report.recording_rules is False and report.simulated is False
     kinds = [kind for kind, _ in source.asked]
-    assert kinds == ["instant", "instant", "range", "instant", "instant"]  # whatever the period
+    assert kinds == ["instant"] * 5  # whatever the period
+    # The per-process series evaluated MAX_POINTS times at most, summed in Prometheus.
+    assert "[604799s:840s]" in totals(source) and MAX_POINTS == 7 * 86400 / 840
     text = render_text(report, width=None)
     assert "from Prometheus at http://prometheus.example:9090 (sampled every 14m)" in text
     assert "  alice  gpu-node-1  GPU 1  PID 4200  20.0G  idle 2h13m  job 81234  python" in text
@@ -166,20 +178,49 @@ def test_memory_held_with_no_sm_series_is_counted_as_idleness_unknown() -> None:
     assert report_to_dict(report)["idle_unknown_processes"] == 2
 
 
+def totals(source: FakePrometheus) -> str:
+    (asked,) = [expression for _, expression in source.asked if '"held"' in expression]
+    return asked
+
+
 def test_the_recording_rules_series_are_read_where_they_were_loaded() -> None:
+    """On the rules, the hours are their recorded samples summed times their evaluation
+    interval (60 s here: alice's 6 make 0.1 GPU-hours), read without any subquery."""
     source = FakePrometheus(rules=True)
     report = cluster_usage(source, WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
-    assert report.recording_rules is True
-    (ranged,) = [expression for kind, expression in source.asked if kind == "range"]
-    assert all(name in ranged for name in RECORDED.values())
-    assert "gpumon_process_sm_utilization_ratio" not in ranged
+    assert report.recording_rules is True and report.step_s == 60.0
+    assert report.rows[0].gpu_hours_held == pytest.approx(6 * 60 / 3600)
+    assert all(name in totals(source) for name in RECORDED.values())
+    assert "gpumon_process_sm_utilization_ratio" not in totals(source)
+    # No subquery anywhere: each series is read once, whatever the period and the fleet.
+    assert not any(re.search(r"\[\d+s:", expression) for _, expression in source.asked)
+    assert "sampled every 1m; recording rules" in render_text(report, width=None)
+    assert report.simulated is False
+    demo = cluster_usage(FakePrometheus(rules=True, simulated=1), WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
+    assert demo.simulated is True and "DEMO (simulated data)" in render_text(demo, width=None)
     # Other groupings than user have no recorded series: the per-process ones, by their label.
     source = FakePrometheus(rules=True)
     report = cluster_usage(source, WEEK, "job", WEEK.end_s)  # type: ignore[arg-type]
     assert report.recording_rules is False
-    (ranged,) = [expression for kind, expression in source.asked if kind == "range"]
-    assert "job_id" in ranged and "instance_user:" not in ranged
-    assert [kind for kind, _ in source.asked] == ["instant", "range", "instant", "instant"]
+    assert "job_id" in totals(source) and "instance_user:" not in totals(source)
+    assert [kind for kind, _ in source.asked] == ["instant"] * 4
+
+
+def test_rules_that_do_not_record_their_interval_are_read_as_raw_series() -> None:
+    """The rules of an older gpumon (a marker, no interval): their sums cannot be made
+    hours; the per-process series are read."""
+
+    class OlderRules(FakePrometheus):
+        def query(self, expression: str, at_s: float) -> Any:
+            if expression.startswith(f"count_over_time({RULES_INTERVAL}"):
+                return vector()
+            return super().query(expression, at_s)
+
+    source = OlderRules(rules=True)
+    report = cluster_usage(source, WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
+    assert report.recording_rules is False and report.step_s == 840.0
+    assert report.rows[0].gpu_hours_held == pytest.approx(6 * 840 / 3600)
+    assert "instance_user:" not in totals(source)
 
 
 def test_a_period_sets_the_step_within_bounds() -> None:
@@ -229,10 +270,10 @@ def test_promtool_checks_and_runs_the_recording_rules_tests() -> None:
 def test_the_rules_record_what_the_report_reads() -> None:
     """A renamed rule would leave report --prometheus on the raw series for ever."""
     text = RULES.read_text(encoding="utf-8")
-    for name in (*RECORDED.values(), RULES_MARKER):
+    for name in (*RECORDED.values(), *READ_TOO):
         assert f"record: {name}\n" in text, name
     tests = RULES_TEST.read_text(encoding="utf-8")
-    assert all(name in tests for name in RECORDED.values())
+    assert all(name in tests for name in (*RECORDED.values(), *READ_TOO))
     assert f"rule_files:\n  - {RULES.name}\n" in tests
 
 
@@ -241,7 +282,7 @@ def test_the_rules_read_only_series_gpumon_exports() -> None:
 
     usage = RULES.read_text(encoding="utf-8").split("  - name: gpumon-nodes")[0]
     exprs = rule_exprs(usage)  # the node rows' group also reads dcgm-exporter's series
-    assert len(exprs) == len(RECORDED) + 1
+    assert len(exprs) == len(RECORDED) + len(READ_TOO)
     used = names_in(exprs)
     assert "gpumon_process_gpu_memory_bytes" in used
     assert used <= exported_names(), sorted(used - exported_names())

@@ -3,8 +3,9 @@
 data covers; a node that came up late is not counted for the whole evaluation step.
 
 The fake Prometheus answers as the real one does over samples scraped every 15 s: a series
-is seen at an evaluation when it has a sample in the 5 minutes before it (the lookback), and a
-subquery's evaluations fall on multiples of its resolution."""
+is seen at an evaluation when it has a sample in the 5 minutes before it (the lookback), a
+subquery's evaluations fall on multiples of its resolution, both ends of its range included,
+and read the moments its selectors' offset before them."""
 
 from __future__ import annotations
 
@@ -47,37 +48,48 @@ class Scraped:
         return latest > at_s - LOOKBACK_S
 
     def query_range(self, expression: str, start_s: float, end_s: float, step_s: float) -> Any:
-        points = [start_s + n * step_s for n in range(int((end_s - start_s) / step_s + 1e-9) + 1)]
-        result = []
-        for node, (user, gpus, extent) in self.nodes.items():
-            at = [t for t in points if self.seen(extent, t)]
-            labels = {"instance": node, "job": "gpumon"}
-            facts = {"held": gpus, "used": 0, "known": gpus, "idle": gpus, "peak": 10 * GIB}
-            for fact, value in facts.items():
-                metric = {**labels, "user": user, "gpumon_fact": fact}
-                result.append({"metric": metric, "values": [[t, str(value)] for t in at]})
-            host = {**labels, "hostname": node.split(":")[0], "gpumon_fact": "host"}
-            result.append({"metric": host, "values": [[t, "1"] for t in at]})
-        return {"resultType": "matrix", "result": result}
+        raise AssertionError("a range query: one series per node and step")
 
     def query(self, expression: str, at_s: float) -> Any:
-        window = re.search(r"\[(\d+)s:(\d+)s\]", expression)
-        if "timestamp(gpumon_host_info)" in expression:
-            assert window is not None and int(window[2]) < LOOKBACK_S
-            since = at_s - int(window[1])
+        window = re.search(r"\[(\d+)s\]", expression)
+        since = at_s - int(window[1]) if window else at_s
+        steps = re.search(r"\[(\d+)s:(\d+)s\]", expression)
+        if "gpumon_sample_timestamp_seconds" in expression:
             return vector(*[
                 ({"instance": node, "job": "gpumon", "gpumon_fact": fact}, value)
                 for node, (_, _, (first, last)) in self.nodes.items()
                 if last > since
                 for fact, value in (("first", max(first, since)), ("last", min(last, at_s)))
             ])  # fmt: skip
-        if "count_over_time(" in expression and window is not None:  # processes
-            span, resolution = int(window[1]), int(window[2])
-            points = range(int(at_s - span) // resolution * resolution, int(at_s) + 1, resolution)
+        if '"held"' in expression:  # the totals: the subquery's evaluations summed
+            assert steps is not None and window is not None
+            span, resolution = int(steps[1]), int(steps[2])
+            start = int(at_s - span) // resolution * resolution
+            grid = [t for t in range(start, int(at_s) + 1, resolution) if t >= at_s - span]
+            offset = re.search(r"offset (\d+)ms", expression)  # every selector's
+            shift = int(offset[1]) / 1000 if offset else 0.0
+            points, since = [t - shift for t in grid], since - shift
+            found = []
+            for node, (user, gpus, extent) in self.nodes.items():
+                seen = sum(1 for t in points if self.seen(extent, t))
+                labels = {"instance": node, "job": "gpumon"}
+                facts = {"held": gpus, "used": 0, "known": gpus, "idle": gpus}
+                found += [
+                    ({**labels, "user": user, "gpumon_fact": fact}, value * seen)
+                    for fact, value in facts.items()
+                    if seen
+                ]
+                if extent[1] > since:
+                    found.append(({**labels, "user": user, "gpumon_fact": "peak"}, 10 * GIB))
+                    host = {**labels, "hostname": node.split(":")[0], "gpumon_fact": "host"}
+                    found.append((host, 1))
+                found.append(({**labels, "gpumon_fact": "seen"}, seen))
+            return vector(*found)
+        if "count by" in expression:  # processes: those with a sample in the window
             return vector(*[
                 ({"instance": node, "job": "gpumon", "user": user}, gpus)
-                for node, (user, gpus, extent) in self.nodes.items()
-                if any(at_s - span < t <= at_s and self.seen(extent, t) for t in points)
+                for node, (user, gpus, (first, last)) in self.nodes.items()
+                if last > since and first <= at_s
             ])  # fmt: skip
         if "gpumon_process_idle_seconds" in expression:  # who holds memory idle now
             base = {"instance": "n1:9402", "job": "gpumon", "user": "alice", "uuid": "GPU-1"}

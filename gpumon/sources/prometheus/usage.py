@@ -1,9 +1,11 @@
 """Who used a cluster's GPUs over a period, from Prometheus: ``gpumon report --prometheus``.
 
 Read from the exporter's per-process series with the rules of :mod:`gpumon.data.usage`; a
-row with no SM utilisation known has USED N/A, never 0. Cost is bounded whatever the period
-(at most :data:`MAX_POINTS` evaluations), and hours are never summed over time Prometheus
-holds no data of. Details: docs/cluster.md, "The usage report".
+row with no SM utilisation known has USED N/A, never 0. Five instant queries whose answers
+hold one series per group and node whatever the period; on the recording rules, sums over
+their recorded samples (no subquery: a week over 5,000 nodes in seconds), else over the
+per-process series at most :data:`MAX_POINTS` times. Hours are never summed over time
+Prometheus holds no data of. Details: docs/cluster.md, "The usage report".
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sources.prometheus.queries import _FACT
-from gpumon.sources.prometheus.series import _number, _Series, _vector
+from gpumon.sources.prometheus.series import _Series, _vector
 from gpumon.sources.prometheus.source import PrometheusSource
 
 #: The exporter's label that groups the rows, per grouping.
@@ -37,6 +39,16 @@ RECORDED = {
 }
 #: A series the recording rules always write: they were loaded at a moment where it is.
 RULES_MARKER = "gpumon:usage_rules_loaded"
+#: Per user and node, the processes started since the rules' previous evaluation; per
+#: process, that it holds memory; per node, its host name and whether it is simulated; the
+#: fleet's newest sample time.
+STARTED = "instance_user:gpumon_processes_started:count"
+PRESENT = "instance_user_pid:gpumon_process_gpu_memory_bytes:group"
+HOSTS = "instance_hostname:gpumon_simulated:max"
+SAMPLE_TIME = "gpumon:usage_sample_time:max"
+#: The seconds between two evaluations of the recording rules (each recorded sample stands
+#: for one): also written on every evaluation but the first.
+RULES_INTERVAL = "gpumon:usage_rules_interval_seconds"
 
 
 def step_seconds(period: Period) -> float:
@@ -46,58 +58,110 @@ def step_seconds(period: Period) -> float:
     return period.seconds / count
 
 
-def raw_expressions(label: str) -> dict[str, str]:
-    """Per fact, the PromQL over the per-process series, by ``label`` and node."""
+def raw_expressions(label: str, offset: str = "") -> dict[str, str]:
+    """Per fact, the PromQL over the per-process series, by ``label`` and node; ``offset``
+    follows every selector."""
     group = f"instance, job, {label}"
     per_gpu = group if label == "uuid" else f"{group}, uuid"
+    memory, sm, idle = (
+        f"gpumon_process_{name}{offset}"
+        for name in ("gpu_memory_bytes", "sm_utilization_ratio", "idle_seconds")
+    )
     return {
-        "held": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_gpu_memory_bytes > 0))",
-        "used": f"sum by ({group}) (clamp_max(sum by ({per_gpu}) "
-        "(gpumon_process_sm_utilization_ratio), 1))",
-        "idle": f"count by ({group}) (count by ({per_gpu}) (gpumon_process_idle_seconds > 0))",
-        "peak": f"max by ({group}) (gpumon_process_gpu_memory_bytes)",
+        "held": f"count by ({group}) (count by ({per_gpu}) ({memory} > 0))",
+        "used": f"sum by ({group}) (clamp_max(sum by ({per_gpu}) ({sm}), 1))",
+        "idle": f"count by ({group}) (count by ({per_gpu}) ({idle} > 0))",
         "known": f"count by ({group}) (count by ({per_gpu}) "
-        "(gpumon_process_sm_utilization_ratio and on (instance, job, uuid, pid) "
-        "(gpumon_process_gpu_memory_bytes > 0)))",
+        f"({sm} and on (instance, job, uuid, pid) ({memory} > 0)))",
     }
 
 
-#: The finest resolution of the extent query: under Prometheus' 5-minute lookback, so no
-#: sample is stepped over, and its first and last samples are read exactly.
-EXTENT_MAX_RESOLUTION_S = 240.0
-EXTENT_POINTS = 10_000
+def grid_shift_s(end_s: float, step_s: float) -> float:
+    """How long after ``end_s`` the raw totals are evaluated, their selectors offset by as
+    much: a subquery evaluates at multiples of its step, and so reads the moments ``end_s``,
+    ``end_s - step_s``, ... as a range query ending at ``end_s`` would."""
+    step_ms = max(1, math.floor(step_s)) * 1000
+    return (-round(end_s * 1000) % step_ms) / 1000
 
 
-def extent_query(period: Period) -> str:
-    """Each node's first (``first``) and last (``last``) sample time in ``period``, from the
-    series every gpumon exporter writes, evaluated at the period's end. ``timestamp()`` reads
-    the samples' own times; the subquery's resolution only has to stay under the lookback."""
-    resolution = min(EXTENT_MAX_RESOLUTION_S, max(MIN_STEP_S, period.seconds / EXTENT_POINTS))
-    window = f"[{max(1, math.ceil(period.seconds))}s:{math.floor(resolution)}s]"
+def _window(seconds: float) -> str:
+    return f"[{max(1, math.ceil(seconds))}s]"
+
+
+def extent_query(period: Period, recorded: bool) -> str:
+    """Each node's first (``first``) and last (``last``) sample time in ``period`` (recorded:
+    the fleet's), from the time the exporter stamps on every sample, read over the raw
+    samples (each series once, whatever the period: no subquery), at the period's end."""
+    window = _window(period.seconds)
+    if recorded:
+        sampled = f"{SAMPLE_TIME}{window}"
+        return (
+            f'label_replace(min_over_time({sampled}), "{_FACT}", "first", "", "") or '
+            f'label_replace(max_over_time({sampled}), "{_FACT}", "last", "", "")'
+        )
     return " or ".join(
-        f"label_replace({kind} by (instance, job) ({kind}_over_time(timestamp(gpumon_host_info)"
-        f'{window})), "{_FACT}", "{fact}", "", "")'
+        f"label_replace({kind} by (instance, job) ({kind}_over_time("
+        f'gpumon_sample_timestamp_seconds{window})), "{_FACT}", "{fact}", "", "")'
         for kind, fact in (("min", "first"), ("max", "last"))
     )
 
 
-def range_query(label: str, recorded: bool) -> str:
-    """The one range query: every fact, plus host names and simulated data per node."""
-    facts = dict(RECORDED) if recorded else raw_expressions(label)
-    facts["host"] = "group by (instance, job, hostname) (gpumon_host_info)"
-    facts["simulated"] = "max by (instance, job) (gpumon_simulated)"
+def totals_query(label: str, covered: Period, step_s: float, recorded: bool) -> str:
+    """One instant query, at the end of ``covered`` (raw: :func:`grid_shift_s` after it): per
+    group and node, each fact summed over it (``peak``: its most), plus host names and
+    simulated data per node. Recorded: the rules' samples and their evaluation interval
+    (``interval``; a host's value says whether it is simulated); raw: the per-process
+    expressions evaluated every ``step_s`` and how many evaluations saw each node
+    (``seen``). One series per group and node whatever the period."""
+    window = _window(covered.seconds)
+    shift_ms = 0 if recorded else round(grid_shift_s(covered.end_s, step_s) * 1000)
+    offset = f" offset {shift_ms}ms" if shift_ms else ""
+    if recorded:
+        facts = {
+            fact: f"sum_over_time({RECORDED[fact]}{window})"
+            for fact in ("held", "used", "idle", "known")
+        }
+        facts["peak"] = f"max_over_time({RECORDED['peak']}{window})"
+        facts["interval"] = f"quantile_over_time(0.5, {RULES_INTERVAL}{window})"
+        facts["host"] = f"max_over_time({HOSTS}{window})"  # its value: simulated or not
+    else:
+        # A subquery's range includes its start: a second less keeps it to the period's.
+        span = max(1, math.ceil(covered.seconds) - 1)
+        steps = f"[{span}s:{max(1, math.floor(step_s))}s]"
+        expressions = raw_expressions(label, offset)
+        facts = {
+            fact: f"sum_over_time(({expressions[fact]}){steps})"
+            for fact in ("held", "used", "idle", "known")
+        }
+        facts["peak"] = f"max by (instance, job, {label}) (max_over_time(" + (
+            f"gpumon_process_gpu_memory_bytes{window}{offset}))"
+        )
+        facts["seen"] = (
+            f"count_over_time((group by (instance, job) (gpumon_host_info{offset})){steps})"
+        )
+        hosts = f"last_over_time(gpumon_host_info{window}{offset})"
+        facts["host"] = f"group by (instance, job, hostname) ({hosts})"
+        simulated = f"max_over_time(gpumon_simulated{window}{offset})"
+        facts["simulated"] = f"max by (instance, job) ({simulated})"
     return " or ".join(
         f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
         for fact, expression in facts.items()
     )
 
 
-def processes_query(label: str, period: Period, step_s: float) -> str:
-    """Distinct PIDs per group and node over the period, seen at the report's step."""
+def processes_query(label: str, period: Period, recorded: bool) -> str:
+    """Distinct PIDs per group and node in the period: recorded, those started in it plus
+    those there when it began; raw, those with a sample in it (each series read once)."""
+    window = _window(period.seconds)
+    if recorded:
+        running = f"count by (instance, job, user) ({PRESENT} offset {window[1:-1]})"
+        return (
+            f'label_replace(sum_over_time({STARTED}{window}), "{_FACT}", "started", "", "") '
+            f'or label_replace({running}, "{_FACT}", "running", "", "")'
+        )
     group = f"instance, job, {label}"
-    pids = f"group by ({group}, pid) (gpumon_process_gpu_memory_bytes)"
-    window = f"[{max(1, round(period.seconds))}s:{max(1, math.floor(step_s))}s]"
-    return f"count by ({group}) (count_over_time(({pids}){window}))"
+    pids = f"last_over_time(gpumon_process_gpu_memory_bytes{window})"
+    return f"count by ({group}) (group by ({group}, pid) ({pids}))"
 
 
 def holders_query(min_memory_bytes: int) -> str:
@@ -129,26 +193,6 @@ def _target(labels: dict[str, str]) -> tuple[str, str]:
     return labels.get("instance", ""), labels.get("job", "")
 
 
-def _matrix(data: Any) -> list[tuple[dict[str, str], list[float]]]:
-    """A range query's series as (labels, finite values); malformed entries are skipped."""
-    found = []
-    for item in data.get("result", ()) if isinstance(data, dict) else ():
-        labels = item.get("metric") if isinstance(item, dict) else None
-        pairs = item.get("values") if isinstance(item, dict) else None
-        if type(labels) is not dict or not isinstance(pairs, list):
-            continue
-        if not all(type(k) is str and type(v) is str for k, v in labels.items()):
-            continue
-        values = []
-        for pair in pairs:
-            if isinstance(pair, list) and len(pair) == 2:
-                value = _number(pair[1])
-                if value is not None and value >= 0:
-                    values.append(value)
-        found.append((labels, values))
-    return found
-
-
 def cluster_usage(
     source: PrometheusSource,
     period: Period,
@@ -159,39 +203,47 @@ def cluster_usage(
 ) -> UsageReport:
     """The report of ``period`` grouped ``by``; raises :class:`PrometheusError` (one safe line)."""
     label = LABELS[by]
-    extents = _extents(source.query(extent_query(period), period.end_s), period)
-    covered = _covered(period, extents)
-    step_s = step_seconds(covered)
     # Loaded when the period asked for began, as before clipping: else the raw series.
     recorded = by == "user" and _rules_loaded(source, period, step_seconds(period))
-    answer = source.query_range(
-        range_query(label, recorded), covered.start_s + step_s, covered.end_s, step_s
-    )
+    extents = _extents(source.query(extent_query(period, recorded), period.end_s), period)
+    covered = _covered(period, extents)
+    step_s = step_seconds(covered)
+    if recorded:
+        totals = _vector(source.query(totals_query(label, covered, step_s, True), covered.end_s))
+        interval = next((i.value for i in totals if i.labels.get(_FACT) == "interval"), None)
+        if interval is not None and interval > 0:
+            step_s = interval  # each recorded sample stands for one evaluation
+        else:  # rules of an older gpumon, which did not record their interval
+            recorded = False
+    if not recorded:
+        raw = totals_query(label, covered, step_s, False)
+        totals = _vector(source.query(raw, covered.end_s + grid_shift_s(covered.end_s, step_s)))
     rows: dict[tuple[tuple[str, str], str | None], _Row] = {}
     hosts: dict[tuple[str, str], str] = {}
-    seen: dict[tuple[str, str], int] = {}  # evaluations that saw each node
+    seen: dict[tuple[str, str], int] = {}  # evaluations that saw each node (raw series)
     simulated = False
-    for labels, values in _matrix(answer):
-        fact = labels.get(_FACT)
-        target = _target(labels)
+    for item in totals:
+        fact, value, target = item.labels.get(_FACT), item.value, _target(item.labels)
+        if value is None or value < 0:
+            continue
         if fact == "host":
-            seen[target] = seen.get(target, 0) + len(values)
-            if values and labels.get("hostname"):
-                hosts[target] = safe_text(labels["hostname"])
-            continue
-        if fact == "simulated":
-            simulated = simulated or any(value > 0 for value in values)
-            continue
-        key = labels.get(label) or None
-        row = rows.setdefault((target, None if key is None else safe_text(key)), _Row())
-        if fact == "peak":
-            row.peak = max([*values, *([] if row.peak is None else [row.peak])], default=None)
-        elif fact in ("held", "used", "idle", "known"):  # known: None until read
-            hours = sum(values) * step_s / 3600.0
-            setattr(row, fact, (getattr(row, fact) or 0.0) + hours)
+            if item.labels.get("hostname"):
+                hosts[target] = safe_text(item.labels["hostname"])
+            simulated = simulated or (recorded and value > 0)
+        elif fact == "seen":
+            seen[target] = int(value)
+        elif fact == "simulated":
+            simulated = simulated or value > 0
+        elif fact in ("held", "used", "idle", "known", "peak"):
+            key = item.labels.get(label) or None
+            row = rows.setdefault((target, None if key is None else safe_text(key)), _Row())
+            if fact == "peak":
+                row.peak = value if row.peak is None else max(row.peak, value)
+            else:  # known: None until read
+                setattr(row, fact, (getattr(row, fact) or 0.0) + value * step_s / 3600.0)
     for (target, _), row in rows.items():
         _scale(row, _presence(extents.get(target), seen.get(target, 0), step_s))
-    counted = source.query(processes_query(label, covered, step_s), covered.end_s)
+    counted = source.query(processes_query(label, covered, recorded), covered.end_s)
     for item in _vector(counted):
         key = item.labels.get(label) or None
         found = rows.get((_target(item.labels), None if key is None else safe_text(key)))
@@ -287,9 +339,11 @@ def _used(row: _Row, tracked: bool) -> float | None:
 
 
 def _rules_loaded(source: PrometheusSource, period: Period, step_s: float) -> bool:
-    """Whether the recording rules ran when the period began (their marker was written)."""
+    """Whether this gpumon's recording rules ran when the period began (they wrote their
+    interval; an older gpumon's did not, and their series are not read)."""
     window = max(1, math.ceil(step_s)) + 60  # at least one evaluation interval of a minute
-    answer = source.query(f"count_over_time({RULES_MARKER}[{window}s])", period.start_s + step_s)
+    asked = f"count_over_time({RULES_INTERVAL}[{window}s])"
+    answer = source.query(asked, period.start_s + step_s)
     return any(item.value for item in _vector(answer))
 
 
