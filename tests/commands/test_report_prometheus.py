@@ -18,6 +18,7 @@ import pytest
 from gpumon.commands.report_output import render_text, report_to_dict
 from gpumon.data.periods import Period
 from gpumon.sources.prometheus.client import PrometheusError
+from gpumon.sources.prometheus.rollup import HOURLY, HOURLY_MARKER
 from gpumon.sources.prometheus.usage import (
     HOSTS,
     MAX_POINTS,
@@ -36,7 +37,16 @@ RULES = ROOT / "contrib" / "prometheus" / "gpumon-recording.yml"
 RULES_TEST = ROOT / "contrib" / "prometheus" / "gpumon-recording.test.yml"
 GIB = 1024**3
 #: The usage rules' other series the report reads, beside the facts (RECORDED).
-READ_TOO = (STARTED, PRESENT, HOSTS, SAMPLE_TIME, RULES_INTERVAL, RULES_MARKER)
+READ_TOO = (
+    STARTED,
+    PRESENT,
+    HOSTS,
+    SAMPLE_TIME,
+    RULES_INTERVAL,
+    RULES_MARKER,
+    *HOURLY.values(),
+    HOURLY_MARKER,
+)
 WEEK = Period(1_793_491_200.0, 1_793_491_200.0 + 7 * 86400)
 
 
@@ -280,9 +290,12 @@ def test_the_rules_record_what_the_report_reads() -> None:
 def test_the_rules_read_only_series_gpumon_exports() -> None:
     from tests.commands.export.test_contrib import exported_names, names_in, rule_exprs
 
-    usage = RULES.read_text(encoding="utf-8").split("  - name: gpumon-nodes")[0]
+    text = RULES.read_text(encoding="utf-8")
+    usage, hourly = text.split("  - name: gpumon-nodes")[0].split("  - name: gpumon-usage-hourly")
     exprs = rule_exprs(usage)  # the node rows' group also reads dcgm-exporter's series
-    assert len(exprs) == len(RECORDED) + len(READ_TOO)
+    assert len(exprs) + len(rule_exprs(hourly)) == len(RECORDED) + len(READ_TOO)
+    # The hourly group reads the minute group's series alone, each with its roll-up.
+    assert {f"{name}[" for name in HOURLY} == set(re.findall(r"[\w:]+\[", hourly))
     used = names_in(exprs)
     assert "gpumon_process_gpu_memory_bytes" in used
     assert used <= exported_names(), sorted(used - exported_names())

@@ -3,9 +3,9 @@
 Read from the exporter's per-process series with the rules of :mod:`gpumon.data.usage`; a
 row with no SM utilisation known has USED N/A, never 0. Five instant queries whose answers
 hold one series per group and node whatever the period; on the recording rules, sums over
-their recorded samples (no subquery: a week over 5,000 nodes in seconds), else over the
-per-process series at most :data:`MAX_POINTS` times. Hours are never summed over time
-Prometheus holds no data of. Details: docs/cluster.md, "The usage report".
+their recorded samples, its whole hours from their hourly roll-ups (:mod:`.rollup`), else
+over the per-process series at most :data:`MAX_POINTS` times. Hours are never summed over
+time Prometheus holds no data of. Details: docs/cluster.md, "The usage report".
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from gpumon.data.periods import Period
 from gpumon.data.report import IdleHolder, UsageReport, sorted_holders, sorted_rows, used_notes
 from gpumon.data.usage import UsageRow
 from gpumon.sources.prometheus.queries import _FACT
+from gpumon.sources.prometheus.rollup import Hours, hourly, over_time
 from gpumon.sources.prometheus.series import _Series, _vector
 from gpumon.sources.prometheus.source import PrometheusSource
 
@@ -106,59 +107,59 @@ def extent_query(period: Period, recorded: bool) -> str:
     )
 
 
-def totals_query(label: str, covered: Period, step_s: float, recorded: bool) -> str:
+def totals_query(
+    label: str, covered: Period, step_s: float, recorded: bool, hours: Hours | None = None
+) -> str:
     """One instant query, at the end of ``covered`` (raw: :func:`grid_shift_s` after it): per
     group and node, each fact summed over it (``peak``: its most), plus host names and
     simulated data per node. Recorded: the rules' samples and their evaluation interval
-    (``interval``; a host's value says whether it is simulated); raw: the per-process
+    (``interval``; a host's value says whether it is simulated), ``hours`` from the hourly
+    roll-ups and the rest from the minute series (``gpumon_part``); raw: the per-process
     expressions evaluated every ``step_s`` and how many evaluations saw each node
     (``seen``). One series per group and node whatever the period."""
     window = _window(covered.seconds)
     shift_ms = 0 if recorded else round(grid_shift_s(covered.end_s, step_s) * 1000)
     offset = f" offset {shift_ms}ms" if shift_ms else ""
-    if recorded:
-        facts = {
-            fact: f"sum_over_time({RECORDED[fact]}{window})"
+    if recorded:  # the whole hours of ``hours`` from their roll-ups
+        parts = [
+            over_time("sum", fact, RECORDED[fact], covered, hours)
             for fact in ("held", "used", "idle", "known")
-        }
-        facts["peak"] = f"max_over_time({RECORDED['peak']}{window})"
-        facts["interval"] = f"quantile_over_time(0.5, {RULES_INTERVAL}{window})"
-        facts["host"] = f"max_over_time({HOSTS}{window})"  # its value: simulated or not
-    else:
-        # A subquery's range includes its start: a second less keeps it to the period's.
-        span = max(1, math.ceil(covered.seconds) - 1)
-        steps = f"[{span}s:{max(1, math.floor(step_s))}s]"
-        expressions = raw_expressions(label, offset)
-        facts = {
-            fact: f"sum_over_time(({expressions[fact]}){steps})"
-            for fact in ("held", "used", "idle", "known")
-        }
-        facts["peak"] = f"max by (instance, job, {label}) (max_over_time(" + (
-            f"gpumon_process_gpu_memory_bytes{window}{offset}))"
-        )
-        facts["seen"] = (
-            f"count_over_time((group by (instance, job) (gpumon_host_info{offset})){steps})"
-        )
-        hosts = f"last_over_time(gpumon_host_info{window}{offset})"
-        facts["host"] = f"group by (instance, job, hostname) ({hosts})"
-        simulated = f"max_over_time(gpumon_simulated{window}{offset})"
-        facts["simulated"] = f"max by (instance, job) ({simulated})"
+        ]
+        parts.append(over_time("max", "peak", RECORDED["peak"], covered, hours))
+        interval = f"quantile_over_time(0.5, {RULES_INTERVAL}{window})"
+        parts.append(f'label_replace({interval}, "{_FACT}", "interval", "", "")')
+        parts.append(over_time("max", "host", HOSTS, covered, hours))  # value: simulated or not
+        return " or ".join(parts)
+    # A subquery's range includes its start: a second less keeps it to the period's.
+    span = max(1, math.ceil(covered.seconds) - 1)
+    steps = f"[{span}s:{max(1, math.floor(step_s))}s]"
+    expressions = raw_expressions(label, offset)
+    facts = {
+        fact: f"sum_over_time(({expressions[fact]}){steps})"
+        for fact in ("held", "used", "idle", "known")
+    }
+    facts["peak"] = f"max by (instance, job, {label}) (max_over_time(" + (
+        f"gpumon_process_gpu_memory_bytes{window}{offset}))"
+    )
+    facts["seen"] = f"count_over_time((group by (instance, job) (gpumon_host_info{offset})){steps})"
+    hosts = f"last_over_time(gpumon_host_info{window}{offset})"
+    facts["host"] = f"group by (instance, job, hostname) ({hosts})"
+    simulated = f"max_over_time(gpumon_simulated{window}{offset})"
+    facts["simulated"] = f"max by (instance, job) ({simulated})"
     return " or ".join(
         f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
         for fact, expression in facts.items()
     )
 
 
-def processes_query(label: str, period: Period, recorded: bool) -> str:
+def processes_query(label: str, period: Period, recorded: bool, hours: Hours | None = None) -> str:
     """Distinct PIDs per group and node in the period: recorded, those started in it plus
     those there when it began; raw, those with a sample in it (each series read once)."""
     window = _window(period.seconds)
     if recorded:
         running = f"count by (instance, job, user) ({PRESENT} offset {window[1:-1]})"
-        return (
-            f'label_replace(sum_over_time({STARTED}{window}), "{_FACT}", "started", "", "") '
-            f'or label_replace({running}, "{_FACT}", "running", "", "")'
-        )
+        started = over_time("sum", "started", STARTED, period, hours)
+        return f'{started} or label_replace({running}, "{_FACT}", "running", "", "")'
     group = f"instance, job, {label}"
     pids = f"last_over_time(gpumon_process_gpu_memory_bytes{window})"
     return f"count by ({group}) (group by ({group}, pid) ({pids}))"
@@ -208,8 +209,10 @@ def cluster_usage(
     extents = _extents(source.query(extent_query(period, recorded), period.end_s), period)
     covered = _covered(period, extents)
     step_s = step_seconds(covered)
+    hours = hourly(source, covered) if recorded else None
     if recorded:
-        totals = _vector(source.query(totals_query(label, covered, step_s, True), covered.end_s))
+        asked = totals_query(label, covered, step_s, True, hours)
+        totals = _vector(source.query(asked, covered.end_s))
         interval = next((i.value for i in totals if i.labels.get(_FACT) == "interval"), None)
         if interval is not None and interval > 0:
             step_s = interval  # each recorded sample stands for one evaluation
@@ -243,7 +246,7 @@ def cluster_usage(
                 setattr(row, fact, (getattr(row, fact) or 0.0) + value * step_s / 3600.0)
     for (target, _), row in rows.items():
         _scale(row, _presence(extents.get(target), seen.get(target, 0), step_s))
-    counted = source.query(processes_query(label, covered, recorded), covered.end_s)
+    counted = source.query(processes_query(label, covered, recorded, hours), covered.end_s)
     for item in _vector(counted):
         key = item.labels.get(label) or None
         found = rows.get((_target(item.labels), None if key is None else safe_text(key)))

@@ -1,0 +1,131 @@
+"""`gpumon report --prometheus` on the hourly roll-ups, under promtool's PromQL engine: the
+contrib rules' hourly group evaluated every hour over minute series, then the report's
+queries read the period's whole hours from it and its edges from the minute series; the
+totals are those of the minute series alone, to the sample."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpumon.data.periods import Period
+from gpumon.sources.prometheus.rollup import (
+    Hours,
+    hours_query,
+    hours_range_ms,
+    over_time,
+    read_hours,
+)
+from tests.commands.export.test_contrib import run_promtool
+from tests.commands.test_report_prometheus import RULES
+
+NODE = 'job="gpumon", instance="n1:9402", user="alice"'
+HELD = "instance_user:gpumon_gpus_held:count"
+PEAK = "instance_user:gpumon_process_gpu_memory_bytes:max"
+MINUTES = 300
+#: One sample a minute from 0m: minute m holds m + 1 (a sample counted twice or missed at
+#: an hour's boundary changes the sum).
+INPUT = "".join(
+    f"      - series: '{name}{{{NODE}}}'\n        values: '1+1x{MINUTES}'\n"
+    for name in (HELD, PEAK)
+)
+
+
+def hourly_rules(tmp_path: Path) -> Path:
+    """The contrib file's hourly group alone (promtool evaluates every group at its test's
+    evaluation_interval, whatever the group's own, and loads the input up to the last
+    evaluation: periods end on an hour)."""
+    document = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    groups = [g for g in document["groups"] if g["name"] == "gpumon-usage-hourly"]
+    path = tmp_path / "hourly.yml"
+    path.write_text(yaml.safe_dump({"groups": groups}), encoding="utf-8")
+    return path
+
+
+def expect(expression: str, at_s: float, *samples: tuple[str, float]) -> str:
+    listed = "".join(
+        f"          - labels: '{{{labels}}}'\n            value: {value}\n"
+        for labels, value in samples
+    )
+    return (
+        f"      - expr: {json.dumps(expression)}\n        eval_time: {round(at_s * 1000)}ms\n"
+        f"        exp_samples:\n{listed}"
+    )
+
+
+def minutes_in(period: Period) -> list[int]:
+    """The minutes whose samples the minute series' window reads (both its ends)."""
+    start_s = period.end_s - max(1, math.ceil(period.seconds))
+    return [m for m in range(MINUTES + 1) if start_s <= m * 60 <= period.end_s]
+
+
+@pytest.mark.parametrize(
+    "period",
+    [Period(420.0, 14400.0), Period(1000.5, 18000.0), Period(3600.0, 18000.0)],
+    ids=["start-on-a-sample", "start-between-samples", "an-hour-to-the-end"],
+)
+def test_the_hourly_path_sums_the_same_samples_as_the_minute_series(
+    tmp_path: Path, period: Period
+) -> None:
+    range_ms = hours_range_ms(period)
+    assert range_ms is not None
+    start_ms = round(period.end_s * 1000) - range_ms
+    evaluated = [t for t in range(0, MINUTES * 60 + 1, 3600) if start_ms <= t * 1000]
+    evaluated = [t for t in evaluated if t <= period.end_s]
+    hours = Hours(evaluated[0] * 1000, evaluated[-1] * 1000, range_ms)
+    minutes = minutes_in(period)
+    held, peak = sum(m + 1 for m in minutes), max(minutes) + 1
+    tests = "".join(
+        expect(
+            f"sum by (gpumon_fact) ({over_time('sum', 'held', HELD, period, read)})",
+            period.end_s,
+            ('gpumon_fact="held"', held),
+        )
+        + expect(
+            f"max by (gpumon_fact) ({over_time('max', 'peak', PEAK, period, read)})",
+            period.end_s,
+            ('gpumon_fact="peak"', peak),
+        )
+        for read in (None, hours)
+    )
+    facts = (("count", len(evaluated)), ("first", evaluated[0]), ("last", evaluated[-1]))
+    tests += expect(
+        hours_query(range_ms), period.end_s, *((f'gpumon_fact="{f}"', v) for f, v in facts)
+    )
+    test = tmp_path / "hourly.test.yml"
+    test.write_text(
+        f"rule_files:\n  - {hourly_rules(tmp_path)}\nevaluation_interval: 1h\ntests:\n"
+        f"  - interval: 1m\n    input_series:\n{INPUT}    promql_expr_test:\n{tests}",
+        encoding="utf-8",
+    )
+    result = run_promtool("test", "rules", str(test))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def answer(count: int, first_s: float, last_s: float) -> dict[str, Any]:
+    facts = {"count": count, "first": first_s, "last": last_s}
+    return {
+        "resultType": "vector",
+        "result": [
+            {"metric": {"gpumon_fact": fact}, "value": [last_s, str(value)]}
+            for fact, value in facts.items()
+        ],
+    }
+
+
+def test_hours_with_one_missed_are_not_read() -> None:
+    """Prometheus down over an hour's evaluation: the minutes of that hour are in no hourly
+    sample, and the report reads the minute series alone."""
+    assert read_hours(answer(5, 7200.0, 21600.0), 99) == Hours(7_200_000, 21_600_000, 99)
+    assert read_hours(answer(4, 7200.0, 21600.0), 99) is None
+    assert read_hours(answer(0, 7200.0, 7200.0), 99) is None
+
+
+def test_a_period_shorter_than_an_hour_and_its_delay_reads_no_hours() -> None:
+    assert hours_range_ms(Period(0.0, 3900.0)) is None
+    assert hours_range_ms(Period(0.0, 3901.0)) == 999
