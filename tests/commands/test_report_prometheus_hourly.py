@@ -15,14 +15,16 @@ import yaml
 
 from gpumon.data.periods import Period
 from gpumon.sources.prometheus.rollup import (
+    HOURLY_MARKER,
     Hours,
     hours_query,
     hours_range_ms,
     over_time,
     read_hours,
 )
+from gpumon.sources.prometheus.usage import cluster_usage
 from tests.commands.export.test_contrib import run_promtool
-from tests.commands.test_report_prometheus import RULES
+from tests.commands.test_report_prometheus import RULES, WEEK, FakePrometheus, fact, vector
 
 NODE = 'job="gpumon", instance="n1:9402", user="alice"'
 HELD = "instance_user:gpumon_gpus_held:count"
@@ -129,3 +131,43 @@ def test_hours_with_one_missed_are_not_read() -> None:
 def test_a_period_shorter_than_an_hour_and_its_delay_reads_no_hours() -> None:
     assert hours_range_ms(Period(0.0, 3900.0)) is None
     assert hours_range_ms(Period(0.0, 3901.0)) == 999
+
+
+class HourlyPrometheus(FakePrometheus):
+    """The rules recorded with their hourly roll-ups, ``missed`` hours missing."""
+
+    def __init__(self, missed: int) -> None:
+        super().__init__(rules=True)
+        self.missed = missed
+
+    def query(self, expression: str, at_s: float) -> Any:
+        if HOURLY_MARKER in expression:
+            self.asked.append(("instant", expression))
+            return answer(166 - self.missed, WEEK.start_s + 7200, WEEK.end_s - 3600)
+        if "_sum_1h" in expression:
+            self.asked.append(("instant", expression))
+            return vector(*[
+                fact("held", held, user="alice", gpumon_part=part)
+                for part, held in (("head", 2), ("hours", 100), ("tail", 3))
+            ], fact("interval", 60.0))  # fmt: skip
+        return super().query(expression, at_s)
+
+
+def test_a_week_on_the_hourly_roll_ups_sums_its_hours_and_its_edges() -> None:
+    """alice's GPUs over the week: 2 samples before its first whole hour, 100 in its hours
+    (as rolled up), 3 after its last: 105 one-minute samples, 1.75 GPU-hours."""
+    source = HourlyPrometheus(missed=0)
+    report = cluster_usage(source, WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
+    (alice,) = [row for row in report.rows if row.key == "alice"]
+    assert alice.gpu_hours_held == pytest.approx(105 / 60)
+    assert report.recording_rules and report.step_s == 60.0
+    totals = next(expression for _, expression in source.asked if '"held"' in expression)
+    assert "instance_user:gpumon_gpus_held:count_sum_1h[" in totals
+
+
+def test_a_week_with_an_hour_not_rolled_up_reads_the_minutes() -> None:
+    source = HourlyPrometheus(missed=1)
+    cluster_usage(source, WEEK, "user", WEEK.end_s)  # type: ignore[arg-type]
+    asked = [expression for _, expression in source.asked]
+    assert not any("_1h" in expression for expression in asked)
+    assert any("sum_over_time(instance_user:gpumon_gpus_held:count[" in e for e in asked)
