@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpumon.data.periods import Period  # noqa: E402
 from gpumon.sources.prometheus.client import PrometheusError  # noqa: E402
+from gpumon.sources.prometheus.rollup import HOURLY, HOURLY_MARKER  # noqa: E402
 from gpumon.sources.prometheus.source import PrometheusSource  # noqa: E402
 
 GIB = 1024**3
@@ -56,6 +57,13 @@ def write_history(path: Path, nodes: int, processes: int, span: range, args: Any
         return range(start, min(span.stop, end_s + 1), step_s)
 
     scrapes, evaluations = grid(args.scrape_s), grid(args.eval_s)
+    # The hourly group: an evaluation 5.5 minutes past each hour, the first a whole hour in.
+    hours = range(
+        first_s + 3930 + -(-(max(span.start, first_s + 3930) - first_s - 3930) // 3600) * 3600,
+        min(span.stop, end_s + 1),
+        3600,
+    )
+    per_hour = 3600 // args.eval_s
     count = 0
 
     def family(name: str, series: Sequence[tuple[str, str | None]], times: range) -> None:
@@ -93,6 +101,14 @@ def write_history(path: Path, nodes: int, processes: int, span: range, args: Any
         }
         for name, series in recorded.items():
             family(name, series, evaluations)
+        for name, series in recorded.items():
+            if name in HOURLY:  # a sum of an hour's samples, or their most
+                rolled = HOURLY[name].endswith("_sum_1h")
+                scale = [
+                    (labels, str(float(v or 0) * per_hour) if rolled else v) for labels, v in series
+                ]
+                family(HOURLY[name], scale, hours)
+        family(HOURLY_MARKER, [("", None)], hours)
         out.write("# EOF\n")
     return count
 
