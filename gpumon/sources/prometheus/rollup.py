@@ -102,16 +102,18 @@ def spans(name: str, covered: Period, hours: Hours | None) -> list[tuple[str, st
 
 
 def over_time(kind: str, fact: str, name: str, covered: Period, hours: Hours | None) -> str:
-    """``kind``_over_time of ``name`` over the period, labelled ``fact``, a series a part."""
-    parts = []
-    for part, series, selector in spans(name, covered, hours):
-        labelled = (
-            f'label_replace({kind}_over_time({series}{selector}), "{_FACT}", "{fact}", "", "")'
-        )
-        parts.append(
-            labelled if hours is None else f'label_replace({labelled}, "{PART}", "{part}", "", "")'
-        )
-    return " or ".join(parts)
+    """``kind``_over_time of ``name`` over the period, labelled ``fact``: one series a group
+    and node (its parts' ``kind``, told apart by :data:`PART` until then)."""
+    parts = [
+        (part, f'label_replace({kind}_over_time({series}{selector}), "{_FACT}", "{fact}", "", "")')
+        for part, series, selector in spans(name, covered, hours)
+    ]
+    if hours is None:
+        return parts[0][1]
+    joined = " or ".join(
+        f'label_replace({expression}, "{PART}", "{part}", "", "")' for part, expression in parts
+    )
+    return f"{kind} without ({PART}) ({joined})"
 
 
 def hourly(source: PrometheusSource, covered: Period) -> Hours | None:
