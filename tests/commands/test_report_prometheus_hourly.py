@@ -128,6 +128,15 @@ def test_hours_with_one_missed_are_not_read() -> None:
     assert read_hours(answer(0, 7200.0, 7200.0), 99) is None
 
 
+def test_hours_evaluated_at_another_time_of_the_hour_are_not_read() -> None:
+    """The rules file moved: the group's evaluations shift within the hour (its offset is a
+    hash of its file), and the hours before and after the move overlap."""
+    # 2h and 3h, then 3h37m and 4h37m: four over 2h37m; the hours of 3h and 3h37m overlap.
+    assert read_hours(answer(4, 7200.0, 7200.0 + 2 * 3600 + 37 * 60), 99) is None
+    # 2h and 3h, then 4h37m and 5h37m: four over 3h37m; no hour rolls up 2h55m to 3h32m.
+    assert read_hours(answer(4, 7200.0, 7200.0 + 3 * 3600 + 37 * 60), 99) is None
+
+
 def test_a_period_shorter_than_an_hour_and_its_delay_reads_no_hours() -> None:
     assert hours_range_ms(Period(0.0, 3900.0)) is None
     assert hours_range_ms(Period(0.0, 3901.0)) == 999

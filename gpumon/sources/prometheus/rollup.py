@@ -80,8 +80,11 @@ def read_hours(data: Any, range_ms: int) -> Hours | None:
     if not count or first is None or last is None:
         return None
     first_ms, last_ms = round(first * 1000), round(last * 1000)
-    if round((last_ms - first_ms) / HOUR_MS) + 1 != round(count):
-        return None  # an hour missed (or rolled up twice): not every minute is in them
+    hours, apart = divmod(last_ms - first_ms, HOUR_MS)
+    if apart or hours + 1 != round(count):
+        # An hour missed, or evaluations moved in the hour (the rules file renamed): some
+        # minutes are in no hourly sample, or in two.
+        return None
     return Hours(first_ms, last_ms, range_ms)
 
 
