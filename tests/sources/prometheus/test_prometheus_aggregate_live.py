@@ -56,25 +56,26 @@ def test_both_paths_give_the_same_rows_from_a_real_prometheus(
     url = start_prometheus(started, tmp_path, instances, rules=(RULES,))
     wait_for("the targets up", lambda: targets_up(url, 3))
     wait_for("the node rules", lambda: instant(url, "instance:gpumon_gpus:count"))
-    source = PrometheusSource(url)
+    learning = PrometheusSource(url)  # reads the recorded series once it has seen the marker
 
-    def rows_of_both() -> tuple[list[NodeSummary], list[NodeSummary], str | None] | None:
+    def rows_of_both(source: PrometheusSource) -> str | None:
+        """The aggregate path's name when its rows equal the per-series path's, else None."""
         aggregated = source.sample()
         nodes = PrometheusSource(url).sample(detail=True).nodes
         rows = compared(aggregated.rows or ())
         per_series = compared(tuple(summarize(node, 1024) for node in nodes))
-        if len(rows) == 3 and rows == per_series:
-            return rows, per_series, aggregated.path
-        return None
+        if len(rows) != 3 or rows != per_series:
+            return None
+        assert all(row.current and row.gpu_count == 4 and row.simulated for row in rows)
+        assert all(row.free_gpus is not None for row in rows)
+        return aggregated.path
 
     # Both reads must fall between two scrapes (a second apart): on a loaded machine that
-    # takes a few tries.
-    rows, _, path = wait_for("the raw rows to agree", rows_of_both, AGREE_S)
+    # takes a few tries. A new source reads raw expressions first, whatever is recorded.
+    path = wait_for("the raw rows to agree", lambda: rows_of_both(PrometheusSource(url)), AGREE_S)
     assert path == "raw queries"
-    assert all(row.current and row.gpu_count == 4 and row.simulated for row in rows)
-    assert all(row.free_gpus is not None for row in rows)
     wait_for(
         "the rows from the rules to agree",
-        lambda: (r := rows_of_both()) and r[2] == "recording rules",
+        lambda: rows_of_both(learning) == "recording rules",
         AGREE_S,
     )
