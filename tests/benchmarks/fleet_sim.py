@@ -270,9 +270,15 @@ async def serve_connection(
 
 
 def write_config(
-    directory: Path, fleet: Fleet, port: int, closed_port: int, scrape_timeout_s: float
+    directory: Path,
+    fleet: Fleet,
+    port: int,
+    closed_port: int,
+    scrape_timeout_s: float,
+    rule_files: list[Path] = [],  # noqa: B006 (read only)
 ) -> Path:
-    """``prometheus.yml`` with one job per exporter kind reading its ``file_sd`` file."""
+    """``prometheus.yml`` with one job per exporter kind reading its ``file_sd`` file, and
+    ``rule_files`` evaluated at the scrape interval."""
     directory.mkdir(parents=True, exist_ok=True)
     for job, dcgm in (("gpumon", False), ("dcgm", True)):
         targets = [
@@ -299,7 +305,9 @@ def write_config(
     )
     config.write_text(
         f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {scrape_timeout_s:g}s\n"
-        f"  evaluation_interval: {interval}\nscrape_configs:\n{jobs}"
+        f"  evaluation_interval: {interval}\n"
+        f"rule_files: {json.dumps([str(path.resolve()) for path in rule_files])}\n"
+        f"scrape_configs:\n{jobs}"
     )
     return config
 
@@ -318,7 +326,8 @@ async def main_async(args: argparse.Namespace) -> None:
     closed = socket.socket()  # bound, never listening: connections to it are refused
     closed.bind((args.host, 0))
     timeout = min(10.0, args.interval)
-    config = write_config(args.config_dir, fleet, port, closed.getsockname()[1], timeout)
+    closed_port = closed.getsockname()[1]
+    config = write_config(args.config_dir, fleet, port, closed_port, timeout, args.rule_file)
     if args.warm:  # render every page once now, so that the first scrapes do not wait
         for spec in nodes:
             fleet.page(spec, time.time())
@@ -362,6 +371,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--config-dir", type=Path, required=True)
+    parser.add_argument(
+        "--rule-file", type=Path, action="append", default=[], help="recording rules to load"
+    )
     parser.add_argument("--warm", action="store_true", help="render every page before serving")
     parser.add_argument("--report-every", type=float, default=60.0)
     return parser.parse_args(argv)
