@@ -1,25 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark the cluster view against a real Prometheus scraping a simulated fleet.
 
-For each ``--nodes`` size: starts ``fleet_sim.py`` (N synthetic exporters in one process) and
-a real ``prometheus`` (temporary storage, scrape interval ``--scrape-interval``, 60 s from
-2,000 nodes by default), waits until every target was scraped, then measures each gpumon tree
-(``--tree NAME=PATH``: ``python -m gpumon`` with cwd and PYTHONPATH at PATH, as
-``bench_dashboard.py --gpumon-root``), interleaved (ABAB...) over ``--rounds``:
-
-* a refresh: ``PrometheusSource.sample()`` (queries + parse + build), ``--refreshes`` times
-  in one process after a warm one; bytes per refresh (as sent and decompressed, counted by a
-  proxy); Prometheus' own time per refresh (its ``prometheus_http_request_duration_seconds``
-  for the query handlers); opening a node (``detail(name)``, where the tree has it);
-* ``gpumon once --prometheus URL``: wall time and peak RSS;
-* the cluster dashboard (``gpumon --prometheus URL --interval 5``) in a 200x50 pty: CPU % of
-  one core and peak RSS over ``--dashboard-seconds`` after its first frame (a node name on
-  the screen) and a 5 s warm-up.
-
-Prometheus and the simulator are stopped when a size is done, also on an error or Ctrl+C.
-With ``--fake-nodes`` (default 10,000) the answers recorded at the largest real size are
-served by a fake API with every node repeated (``prometheus_proxy.FakeApi``), and the refresh
-and dashboard measured on it. Prints one table: medians and [min-max] ranges.
+Per ``--nodes`` size: ``fleet_sim.py`` and a real ``prometheus`` (stopped when the size is
+done, also on an error), then each ``--tree NAME=PATH`` (its ``python -m gpumon``, as
+``bench_dashboard.py --gpumon-root``), interleaved over ``--rounds``: a refresh
+(``PrometheusSource.sample()``, median of ``--refreshes``), its bytes (a counting proxy),
+Prometheus' own handler time, ``detail(name)`` where the tree has it, ``gpumon once
+--prometheus`` wall and RSS, and the dashboard's CPU and RSS at ``--interval 5`` in a pty.
+``--fake-nodes``: the same over a fake API repeating the answers of ``--fake-from`` nodes.
+Method and figures: docs/cluster.md, "What a refresh costs".
 
     git worktree add --detach /tmp/wt-34-before bf171ff
     python tests/benchmarks/bench_cluster.py --tree per-series=/tmp/wt-34-before \\

@@ -1,17 +1,14 @@
 #!/usr/bin/env python3
 """A fleet of synthetic GPU nodes in one process, for a real Prometheus to scrape.
 
-Serves N exporters' ``/metrics``, each at ``/node/NNNNN/metrics``, rendered by gpumon's own
-exposition code (``gpumon export``'s families, or its dcgm-exporter names for a share of the
-nodes) over seeded samples: 8 GPUs with 2 processes each by default, some GPUs free, some
-held by idle processes, some nodes DOWN (answering 500, going down after two scrapes, or a
-closed port). Writes a Prometheus configuration and its ``file_sd`` targets (each target sets
-``instance``, ``__metrics_path__`` and a ``partition`` label). Each node's page is rendered at
-most once per scrape interval and kept gzipped, so one process keeps up with thousands of
-targets. The samples are synthetic: gpumon's own nodes say so (``gpumon_simulated`` 1).
+Serves N exporters at ``/node/NNNNN/metrics`` with gpumon's own exposition code (a share with
+its dcgm-exporter names) over seeded samples: 8 GPUs, 2 processes per GPU in use, some GPUs
+free or held idle, some nodes DOWN (500, down after two scrapes, or a closed port). Writes
+``prometheus.yml`` and ``file_sd`` targets setting ``instance``, ``__metrics_path__`` and
+``partition``. A page is rendered at most once per scrape interval and kept gzipped, so one
+process serves thousands of targets. gpumon's nodes say they are simulated.
 
     python tests/benchmarks/fleet_sim.py --nodes 1000 --interval 15 --config-dir /tmp/fleet
-    prometheus --config.file=/tmp/fleet/prometheus.yml --storage.tsdb.path=/tmp/fleet/tsdb
 """
 
 from __future__ import annotations
