@@ -431,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for size in sizes:
             stack = Stack(args, size, Path(tmp) / str(size))
             stack.work.mkdir()
-            proxy = Proxy("")
+            proxy = Proxy("", MAX_ANSWER_BYTES)
             try:
                 stack.start()
                 proxy.upstream = stack.url
@@ -451,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.fake_nodes and recorded:
             copies = max(1, round(args.fake_nodes / base))
             fake = FakeApi(recorded, copies, MAX_ANSWER_BYTES).start()
-            proxy = Proxy(fake.url).start()
+            proxy = Proxy(fake.url, MAX_ANSWER_BYTES).start()
             try:
                 label = f"{base * copies:,} (fake API)"
                 for number in range(args.rounds):

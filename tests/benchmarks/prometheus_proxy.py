@@ -20,6 +20,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,9 +111,12 @@ def _form(request: http.server.BaseHTTPRequestHandler, body: bytes) -> tuple[str
 class Proxy(_Base):
     """Forwards to ``upstream``; tallies bytes per tag; records the latest answers."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, limit: int) -> None:
+        """An answer larger than ``limit`` bytes (decompressed) is read no further and
+        answered with an error, as gpumon's client would give up on it."""
         super().__init__()
         self.upstream = upstream.rstrip("/")
+        self.limit = limit
         self.tag = "untagged"
         self.tallies: dict[str, Tally] = defaultdict(Tally)
         self.recorded: dict[str, bytes] = {}  # request key -> decompressed answer
@@ -132,11 +136,15 @@ class Proxy(_Base):
                 forward.add_header(name, request.headers[name])
         try:
             with urllib.request.urlopen(forward, timeout=120) as answer:
-                status, headers, data = answer.status, answer.headers, answer.read()
+                status, headers = answer.status, answer.headers
+                data, raw = _read_capped(answer, headers.get("Content-Encoding"), self.limit)
         except urllib.error.HTTPError as error:
-            status, headers, data = error.code, error.headers, error.read()
+            status, headers = error.code, error.headers
+            data, raw = _read_capped(error, headers.get("Content-Encoding"), self.limit)
         encoding = headers.get("Content-Encoding")
-        raw = gzip.decompress(data) if encoding == "gzip" else data
+        if raw is None:  # over the cap: gpumon's client would give up here too
+            status, encoding, raw = 200, None, _error(f"answer over {self.limit:,} bytes")
+            data = raw
         key = request_key(path, form)
         with self.lock:
             tally = self.tallies[self.tag]
@@ -148,6 +156,26 @@ class Proxy(_Base):
                 self.recorded[key] = raw
         content_type = headers.get("Content-Type", "application/json")
         self.reply(request, status, data, content_type, encoding)
+
+
+def _read_capped(answer: Any, encoding: str | None, limit: int) -> tuple[bytes, bytes | None]:
+    """(as sent, decompressed), or (what was read, None) once the decompressed size is over
+    ``limit``."""
+    chunks, size = [], 0
+    inflate = zlib.decompressobj(31) if encoding == "gzip" else None
+    raw = []
+    while chunk := answer.read(1 << 16):
+        chunks.append(chunk)
+        part = inflate.decompress(chunk) if inflate is not None else chunk
+        raw.append(part)
+        size += len(part)
+        if size > limit:
+            return b"".join(chunks), None
+    return b"".join(chunks), b"".join(raw)
+
+
+def _error(text: str) -> bytes:
+    return json.dumps({"status": "error", "errorType": "bench", "error": text}).encode()
 
 
 def _renamed(value: Any, copy: int) -> Any:
@@ -203,8 +231,7 @@ class FakeApi(_Base):
             body = self.EMPTY
         elif not copies and len(raw) * self.copies > self.limit:
             size = len(raw) * self.copies / 2**20
-            error = f"the fake API refuses to build an answer of about {size:,.0f} MiB"
-            body = json.dumps({"status": "error", "errorType": "bench", "error": error}).encode()
+            body = _error(f"the fake API refuses to build an answer of about {size:,.0f} MiB")
         elif copies:  # one node's answer (detail): renamed as the copy asked for
             body = json.dumps(_rename_all(json.loads(raw), max(copies))).encode()
         else:
