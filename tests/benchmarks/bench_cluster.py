@@ -368,6 +368,8 @@ def print_table(results: dict[tuple[str, str], Result]) -> None:
                 cells.append("-" if wire == "-" else f"{wire} ({raw})")
             else:
                 cells.append(cell(getattr(result, key), digits))
+        if any(note.startswith(("refresh error", "probe failed")) for note in result.notes):
+            cells[0] = f"fails after {cells[0]}"  # the time until the error, see the notes
         print(f"| {size} | {tree} | " + " | ".join(cells) + " |")
     print()
     for (size, tree), result in results.items():
