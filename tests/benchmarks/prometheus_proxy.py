@@ -221,7 +221,7 @@ class FakeApi(_Base):
             if key in self.cache:
                 return self.cache[key]
         text = " ".join(v for values in form.values() for v in values)
-        copies = [int(m.group(2)) for m in NODE.finditer(text) if m.group(2) is not None]
+        named = [int(m.group(2) or 0) for m in NODE.finditer(text)]  # asks for one node
         original = {
             k: [NODE.sub(lambda m: f"gpu-{m.group(1)}", v) for v in values]
             for k, values in form.items()
@@ -229,11 +229,11 @@ class FakeApi(_Base):
         raw = self.recorded.get(request_key(path, original))
         if raw is None:
             body = self.EMPTY
-        elif not copies and len(raw) * self.copies > self.limit:
+        elif not named and len(raw) * self.copies > self.limit:
             size = len(raw) * self.copies / 2**20
             body = _error(f"the fake API refuses to build an answer of about {size:,.0f} MiB")
-        elif copies:  # one node's answer (detail): renamed as the copy asked for
-            body = json.dumps(_rename_all(json.loads(raw), max(copies))).encode()
+        elif named:  # one node's answer (detail): renamed as the copy asked for
+            body = json.dumps(_rename_all(json.loads(raw), max(named))).encode()
         else:
             body = json.dumps(multiply(json.loads(raw), self.copies)).encode()
         packed = gzip.compress(body, 6)
