@@ -59,8 +59,11 @@ def server_s():
                if line.startswith("prometheus_http_request_duration_seconds_sum")
                and 'handler="/api/v1/query' in line)
 out = {"gpumon": gpumon.__file__}
+proxied = PrometheusSource(proxy, timeout_s=120)
+tag("other")
+proxied.sample()  # a source learns from its first answer (whether recording rules are there)
 tag("refresh")
-first = PrometheusSource(proxy, timeout_s=120).sample()
+first = proxied.sample()
 tag("other")
 rows = rows_of(first, 1024)
 out.update(rows=len(rows), up=sum(r.state is NodeState.UP for r in rows), error=first.error,
@@ -82,8 +85,6 @@ if hasattr(source, "detail"):
     # through the proxy first, so that it counts their bytes and records their answers.
     up = [r.name for r in rows if r.state is NodeState.UP]
     names = [n for n in up if "r" not in n.removeprefix("gpu-")][:5]
-    proxied = PrometheusSource(proxy, timeout_s=120)
-    proxied.sample()
     tag("detail")
     for name in names:
         proxied.detail(name)
@@ -418,6 +419,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--fake-from", type=int, default=1000, help="the real size whose answers it repeats"
     )
+    parser.add_argument(
+        "--max-nodes",
+        action="append",
+        default=[],
+        help="NAME=N: measure tree NAME only up to N nodes (one that cannot cope)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--refreshes", type=int, default=7, help="timed refreshes per round")
     parser.add_argument("--dashboard-seconds", type=float, default=60.0, help="0: none")
@@ -428,6 +435,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     args = parser.parse_args(argv)
     trees = trees_of(args.tree or ["this=."])
+    limits = {name: int(n) for name, _, n in (spec.partition("=") for spec in args.max_nodes)}
+
+    def trees_at(size: int) -> list[Tree]:
+        return [tree for tree in trees if size <= limits.get(tree.name, size)]
+
     sizes = [int(n) for n in args.nodes.split(",") if n]
     results: dict[tuple[str, str], Result] = {}
     recorded: dict[str, bytes] = {}
@@ -444,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 proxy.start()
                 for number in range(args.rounds):
                     log(f"{size} nodes, round {number + 1}/{args.rounds}")
-                    for tree in trees:
+                    for tree in trees_at(size):
                         result = results.setdefault((f"{size:,}", tree.name), Result())
                         metrics = stack.url + "/metrics"
                         measure(tree, stack.url, proxy, metrics, args, result)
@@ -462,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 label = f"{base * copies:,} (fake API)"
                 for number in range(args.rounds):
                     log(f"{label}, round {number + 1}/{args.rounds}")
-                    for tree in trees:
+                    for tree in trees_at(base * copies):
                         result = results.setdefault((label, tree.name), Result())
                         measure(tree, fake.url, proxy, "-", args, result, with_once=False)
             finally:
