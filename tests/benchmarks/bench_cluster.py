@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +35,9 @@ from typing import Any
 
 import bench_dashboard as pty_bench
 import psutil
+from cluster_stack import Stack, log
 from prometheus_proxy import FakeApi, Proxy
 
-HERE = Path(__file__).resolve().parent
 MIB = 1024 * 1024
 MAX_ANSWER_BYTES = 64 * MIB  # gpumon's cap on one answer (sources/prometheus/client.py)
 
@@ -99,10 +98,6 @@ print(json.dumps(out))
 """
 
 
-def log(message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
-
-
 @dataclass
 class Tree:
     name: str
@@ -128,90 +123,6 @@ class Result:
     dash_rss_mib: list[float] = field(default_factory=list)
     dash_first_s: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-class Stack:
-    """The simulator and Prometheus for one size; :meth:`stop` ends both (TERM, then KILL)."""
-
-    def __init__(self, args: argparse.Namespace, nodes: int, work: Path) -> None:
-        self.args, self.nodes, self.work = args, nodes, work
-        self.interval = args.scrape_interval or (15.0 if nodes < 2000 else 60.0)
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.url = ""
-
-    def _start(self, argv: list[str], name: str) -> subprocess.Popen[bytes]:
-        with open(self.work / f"{name}.log", "wb") as output:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output)
-        self.processes.append(process)
-        return process
-
-    def start(self) -> None:
-        config_dir = self.work / "config"
-        sim = [sys.executable, str(HERE / "fleet_sim.py"), "--nodes", str(self.nodes)]
-        sim += ["--interval", f"{self.interval:g}", "--config-dir", str(config_dir), "--warm"]
-        sim += [f"--rule-file={path}" for path in self.args.rules]
-        process = self._start(sim, "fleet_sim")
-        config = config_dir / "prometheus.yml"
-        self._wait("the simulator", lambda: "serving" in self._log("fleet_sim"), process, 600)
-        with contextlib.closing(__import__("socket").socket()) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        prometheus = [
-            self.args.prometheus,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={self.work / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=2h",
-            "--log.level=warn",
-        ]
-        process = self._start(prometheus, "prometheus")
-        self._wait("Prometheus", lambda: _get(self.url + "/-/ready") is not None, process, 120)
-        log(f"{self.nodes} nodes: Prometheus at {self.url}, scraping every {self.interval:g} s")
-        first = time.monotonic()
-        self._wait("every target scraped", self._all_scraped, process, 30 + 3 * self.interval)
-        # Two more scrapes: the targets that go down after two are down, rates have two points.
-        settle = 2.2 * self.interval - (time.monotonic() - first)
-        time.sleep(max(0.0, settle))
-
-    def _log(self, name: str) -> str:
-        return (self.work / f"{name}.log").read_text(errors="replace")
-
-    def _all_scraped(self) -> bool:
-        body = _get(self.url + "/api/v1/targets?state=active")
-        if body is None:
-            return False
-        targets = json.loads(body)["data"]["activeTargets"]
-        return len(targets) == self.nodes and all(t["health"] != "unknown" for t in targets)
-
-    def _wait(self, what: str, check: Any, process: subprocess.Popen[bytes], limit: float) -> None:
-        deadline = time.monotonic() + limit
-        while not check():
-            if process.poll() is not None:
-                raise RuntimeError(f"{what}: the process exited ({process.returncode})")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: not within {limit:.0f} s")
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-        self.processes.clear()
-
-
-def _get(url: str) -> bytes | None:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            body: bytes = answer.read()
-            return body
-    except OSError:
-        return None
 
 
 def probe(tree: Tree, url: str, proxy: Proxy, metrics_url: str, runs: int) -> dict[str, Any]:
