@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +124,7 @@ class Result:
     dash_cpu_pct: list[float] = field(default_factory=list)
     dash_rss_mib: list[float] = field(default_factory=list)
     dash_first_s: list[float] = field(default_factory=list)
+    query_ms: dict[str, float] = field(default_factory=dict)  # one refresh's, asked alone
     notes: list[str] = field(default_factory=list)
 
 
@@ -199,6 +202,22 @@ def run_dashboard(tree: Tree, url: str, seconds: float, warmup: float) -> dict[s
         os.close(master)
 
 
+def query_times(url: str, keys: Sequence[str]) -> dict[str, float]:
+    """Each request of a refresh asked again on its own: Prometheus' time (ms) per query."""
+    times = {}
+    for key in keys:
+        path, _, form = key.partition("?")
+        started = time.perf_counter()
+        with contextlib.suppress(OSError):
+            request = urllib.request.Request(url + path, data=form.encode(), method="POST")
+            request.add_header("Accept-Encoding", "gzip")
+            with urllib.request.urlopen(request, timeout=300) as answer:
+                answer.read()
+        query = urllib.parse.parse_qs(form).get("query", [path])[0]
+        times[query] = (time.perf_counter() - started) * 1000
+    return times
+
+
 def measure(
     tree: Tree,
     url: str,
@@ -222,6 +241,8 @@ def measure(
             result.server_ms.append(out["server_s"] * 1000)
         result.detail_ms += [s * 1000 for s in out.get("detail_s", [])]
         tallies = out["tallies"]
+        if args.query_times and metrics_url != "-" and not result.query_ms:
+            result.query_ms = query_times(url, tallies.get("refresh", {}).get("keys", []))
         if "refresh" in tallies:
             result.wire_kib.append(tallies["refresh"]["wire_bytes"] / 1024)
             result.raw_kib.append(tallies["refresh"]["raw_bytes"] / 1024)
@@ -290,7 +311,9 @@ def print_table(results: dict[tuple[str, str], Result]) -> None:
     print()
     for (size, tree), result in results.items():
         if result.notes:
-            print(f"{size} {tree}: " + "; ".join(result.notes))
+            print(f"{size} {tree}: " + "; ".join(dict.fromkeys(result.notes)))
+        for query, ms in sorted(result.query_ms.items(), key=lambda item: -item[1])[:5]:
+            print(f"  {ms:9,.0f} ms  {' '.join(query.split())[:150]}")
 
 
 def trees_of(specs: Sequence[str]) -> list[Tree]:
@@ -343,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scrape-interval", type=float, default=None)
     parser.add_argument("--rules", type=Path, action="append", default=[])
     parser.add_argument("--prometheus", default=shutil.which("prometheus") or "prometheus")
+    parser.add_argument(
+        "--query-times", action="store_true", help="time each query of a refresh alone, once"
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     args = parser.parse_args(argv)
     trees = trees_of(args.tree or ["this=."])
