@@ -142,20 +142,25 @@ def probe(tree: Tree, url: str, proxy: Proxy, metrics_url: str, runs: int) -> di
     return out
 
 
-def run_once(tree: Tree, url: str) -> tuple[float, float, int]:
-    """``gpumon once --prometheus URL``: (wall s, peak RSS MiB, exit status)."""
+def run_once(tree: Tree, url: str) -> tuple[float, float, int, str]:
+    """``gpumon once --prometheus URL``: (wall s, peak RSS MiB, exit status, its last line
+    on stderr)."""
     started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gpumon", "once", "--prometheus", url],
-        cwd=tree.root,
-        env=tree.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - started, usage.ru_maxrss / 1024, process.returncode
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpumon", "once", "--prometheus", url],
+            cwd=tree.root,
+            env=tree.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        errors.seek(0)
+        said = errors.read().decode(errors="replace").strip().splitlines()
+    wall = time.perf_counter() - started
+    return wall, usage.ru_maxrss / 1024, process.returncode, (said or [""])[-1][:200]
 
 
 def run_dashboard(tree: Tree, url: str, seconds: float, warmup: float) -> dict[str, Any]:
@@ -253,11 +258,11 @@ def measure(
         if note not in result.notes:
             result.notes.append(note)
     if with_once:
-        wall, rss, status = run_once(tree, url)
+        wall, rss, status, said = run_once(tree, url)
         result.once_s.append(wall)
         result.once_rss_mib.append(rss)
-        if status not in (0, 1):
-            result.notes.append(f"once exited {status}")
+        if status != 0 or said:
+            result.notes.append(f"once exited {status}: {said}")
     if args.dashboard_seconds > 0:
         log(f"  {tree.name}: dashboard {args.dashboard_seconds:g} s ...")
         dash = run_dashboard(tree, url, args.dashboard_seconds, args.dashboard_warmup)
