@@ -60,16 +60,18 @@ def open_cluster_source(settings: Settings) -> PrometheusSource:
             basic_auth=(user, password) if user is not None and password is not None else None,
             ca_file=ca_file,
             timeout_s=settings.prometheus_timeout_s,
+            free_threshold_mib=settings.free_threshold_mib,
         )
     except ValueError as error:  # its text never holds a password or a header's value
         raise SettingsError(str(error)) from None
 
 
-def take_cluster_sample(settings: Settings) -> ClusterSample:
-    """Open the cluster source, read it once, close it; raises as :func:`open_headless_source`."""
+def take_cluster_sample(settings: Settings, detail: bool = True) -> ClusterSample:
+    """Open the cluster source, read it once (with ``detail`` every node's GPUs too: see
+    :meth:`PrometheusSource.sample`), close it; raises as :func:`open_headless_source`."""
     source = open_headless_source(settings)
     try:
-        return source.sample()
+        return source.sample(detail=detail)
     finally:
         source.close()
 

@@ -25,16 +25,37 @@ from typing import Any
 
 import pytest
 
+from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.queries import QUERIES
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
-ROLES = ("targets", "data", "identity")
+#: The per-series path's three queries, then the aggregate path's: raw, and from the rules.
+ROLES = ("targets", "data", "identity", "rows", "rules")
+ALL_QUERIES = (*QUERIES, rows_query(1024, rules=False), rows_query(1024, rules=True))
+_ROLE_OF = dict(zip(ALL_QUERIES, ROLES, strict=True))
+#: The aggregate path's lean queries (the targets' state and latest scrape only): answered
+#: with the recorded answers less the other facts.
+LEAN = {
+    rows_query(1024, rules=False, lean=True): "rows",
+    rows_query(1024, rules=True, lean=True): "rules",
+}
+_SLOW_FACTS = ("last_up", "scrapes_5m", "first_5m")
+
+
+def lean(answer: dict[str, Any]) -> dict[str, Any]:
+    """A recorded aggregate answer as the lean query gets it."""
+    result = [
+        item
+        for item in answer["data"]["result"]
+        if item["metric"].get("gpumon_fact") not in _SLOW_FACTS
+    ]
+    return {**answer, "data": {**answer["data"], "result": result}}
 
 
 def load(scenario: str) -> dict[str, Any]:
-    """The three recorded answers of a scenario, by role."""
+    """The recorded answers of a scenario, by role (both paths' queries at one instant)."""
     document = json.loads((FIXTURES / f"{scenario}.json").read_text())
-    assert tuple(document["queries"].values()) == QUERIES, (
+    assert tuple(document["queries"].values()) == ALL_QUERIES, (
         "the source's queries changed: re-record"
         " (python tests/support/fixtures/prometheus/record.py)"
     )
@@ -68,6 +89,7 @@ class Replay:
     def __init__(self) -> None:
         self.answers: dict[str, Any] = load("empty")
         self.range_answer: dict[str, Any] = {}
+        self.aliases: dict[str, str] = {}  # another query -> the role whose answer it gets
         self.reply = Reply()
         self.requests: list[tuple[str, dict[str, str], dict[str, str]]] = []
         self.release = threading.Event()
@@ -110,7 +132,15 @@ class Replay:
             if handler.path.endswith("/query_range"):
                 body = json.dumps(self.range_answer).encode()
             else:
-                body = json.dumps(self.answers[ROLES[QUERIES.index(form["query"])]]).encode()
+                query = form["query"]
+                role = self.aliases.get(query) or _ROLE_OF.get(query) or LEAN.get(query)
+                if role is None:  # as Prometheus says it, not a broken connection
+                    unknown = {"status": "error", "errorType": "bad_data", "error": "unknown"}
+                    body = json.dumps(unknown).encode()
+                elif query in LEAN or role.startswith("lean "):
+                    body = json.dumps(lean(self.answers[role.removeprefix("lean ")])).encode()
+                else:
+                    body = json.dumps(self.answers[role]).encode()
         headers = {"Content-Type": "application/json", **reply.headers}
         if reply.gzip:
             body = gzip.compress(body)

@@ -9,6 +9,8 @@ that never shows a credential. :class:`Backoff` spaces the retries.
 from __future__ import annotations
 
 import base64
+import contextlib
+import gc
 import http.client
 import json
 import ssl
@@ -16,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import gpumon  # gpumon.__version__, read when a request is sent
@@ -92,7 +94,11 @@ class _Client:
         except (OSError, ssl.SSLError) as error:
             raise ValueError(f"cannot use the CA file {ca_file!r}: {error_text(error)}") from None
 
-    def post(self, path: str, form: Mapping[str, str]) -> Any:
+    def post(
+        self, path: str, form: Mapping[str, str], then: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """The answer's ``data``, or what ``then`` makes of it: in one stretch without cyclic
+        garbage collection with the JSON's parse (:func:`no_collection`)."""
         request = urllib.request.Request(
             self.base + path, data=urllib.parse.urlencode(form).encode(), method="POST"
         )
@@ -109,7 +115,9 @@ class _Client:
                 if deadline.expired:  # whatever broke when the sockets were shut down
                     raise self.error(f"no answer within {self.timeout_s:g} s") from None
                 raise self.error(self._failure_text(error)) from None
-        return _api_data(body, self)
+        with no_collection():
+            data = _api_data(body, self)
+            return data if then is None else then(data)
 
     def _fetch(self, request: urllib.request.Request, deadline: Deadline) -> bytes | bytearray:
         opener = self.opener or deadline_opener(deadline, self.context)
@@ -247,6 +255,20 @@ def _url_error_text(reason: Any, timeout_s: float) -> str:
     if isinstance(reason, BaseException):
         return f"cannot connect: {error_text(reason)}"
     return f"cannot connect: {reason}"
+
+
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """No cyclic garbage collection while an answer is parsed: it makes objects by the hundred
+    thousand, none of them in a cycle, and the collector's passes over them cost more than the
+    parse itself (measured: 5x at 5,000 nodes)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _api_data(body: bytes | bytearray, client: _Client) -> Any:

@@ -12,16 +12,27 @@ LOOKBACK = "1h"
 _MIB = 1024 * 1024
 
 _FACT = "gpumon_fact"
-TARGETS_QUERY = " or ".join(
-    f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
-    for fact, expression in (
-        ("up", "up"),
-        ("scraped", "timestamp(up)"),
-        ("last_up", f"max_over_time((timestamp(up) and up == 1)[{LOOKBACK}:15s])"),
-        ("scrapes_5m", "count_over_time(up[5m])"),
-        ("first_5m", "min_over_time(timestamp(up)[5m:1s])"),
+
+
+def targets_query(selector: str = "", *, lean: bool = False) -> str:
+    """Per target (those matching ``selector``, a PromQL label list): its facts, each told
+    apart by the ``gpumon_fact`` label. ``lean``: ``up`` and its latest scrape only (the
+    others are subqueries over every target: most of the query's cost)."""
+    up = f"up{{{selector}}}" if selector else "up"
+    facts = (
+        ("up", up),
+        ("scraped", f"timestamp({up})"),
+        ("last_up", f"max_over_time((timestamp({up}) and {up} == 1)[{LOOKBACK}:15s])"),
+        ("scrapes_5m", f"count_over_time({up}[5m])"),
+        ("first_5m", f"min_over_time(timestamp({up})[5m:1s])"),
     )
-)
+    return " or ".join(
+        f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
+        for fact, expression in facts[: 2 if lean else None]
+    )
+
+
+TARGETS_QUERY = targets_query()
 
 
 def _series_name(name: str, kind: str) -> str:
@@ -88,6 +99,15 @@ IDENTITY_QUERY = (
 )
 #: Every query one refresh runs, in order.
 QUERIES = (TARGETS_QUERY, DATA_QUERY, IDENTITY_QUERY)
+
+
+def node_queries(matchers: dict[str, str]) -> tuple[str, str, str]:
+    """:data:`QUERIES` for the targets whose labels equal ``matchers`` (one node's)."""
+    selector = ",".join(f'{label}="{_promql_string(value)}"' for label, value in matchers.items())
+    targets = targets_query(selector)
+    data = DATA_QUERY[:-1] + f",{selector}}}"
+    identity = IDENTITY_QUERY.replace('"}[', f'",{selector}}}[')
+    return targets, data, identity
 
 
 def _promql_string(text: str) -> str:

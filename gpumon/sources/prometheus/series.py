@@ -14,7 +14,7 @@ import typing
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpumon.data.cluster import ExporterKind
 from gpumon.data.format import ascii_int, gpu_uuid, known_time, safe_text
@@ -30,8 +30,10 @@ from gpumon.data.model import (
 from gpumon.sources.prometheus.queries import DCGM_IDENTITY, DCGM_READINGS, GPUMON_READINGS
 
 
-@dataclass(frozen=True, slots=True)
-class _Series:
+class _Series(NamedTuple):
+    """One series of an answer. A named tuple, not a frozen dataclass: an answer holds one
+    per node and fact (100,000 at 5,000 nodes), and a tuple is made three times faster."""
+
     name: str | None
     labels: dict[str, str]  # as Prometheus gave them, ``__name__`` included
     value: float | None
@@ -77,18 +79,24 @@ def _count(value: float | None) -> int | None:
 def _vector(data: Any) -> list[_Series]:
     """An instant query's result as series; malformed entries are skipped."""
     found = []
+    moments: dict[Any, float | None] = {}  # every series of an answer has the same time
     for item in data.get("result", ()):
         try:
             labels, (time_s, text) = item["metric"], item["value"]
+            # Label names and values are text in every answer Prometheus gives (a JSON
+            # object's names always are; join() refuses anything but text): a series with
+            # anything else is not one, and only it is dropped.
+            if type(labels) is not dict or not isinstance("".join(labels.values()), str):
+                continue
         except (KeyError, TypeError, ValueError):
             continue
-        # Label names and values are text in every answer Prometheus gives: a series with
-        # anything else is not one, and only it is dropped.
-        if type(labels) is dict and all(
-            type(key) is str and type(value) is str for key, value in labels.items()
-        ):
-            moment = known_time(_number(time_s))
-            found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
+        try:
+            moment = moments[time_s]
+        except KeyError:
+            moment = moments[time_s] = known_time(_number(time_s))
+        except TypeError:  # not a time at all
+            moment = None
+        found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
     return found
 
 

@@ -1,9 +1,10 @@
-"""A cluster read from Prometheus' HTTP query API: one :class:`~gpumon.data.cluster.Node` per
-scrape target, from gpumon's exporter or dcgm-exporter (detected per target).
+"""A cluster read from Prometheus' HTTP query API: one row per scrape target from one
+aggregate request (:mod:`.aggregate`, :mod:`.rows`), and one target's GPUs and processes as a
+:class:`~gpumon.data.cluster.Node` on demand, from gpumon's exporter or dcgm-exporter.
 
-Three instant queries per refresh, whatever the number of nodes; a failed refresh keeps the
-last nodes, STALE, so that no view counts their GPUs free. What a node holds, staleness and
-the queries: docs/cluster.md, "How the cluster is read".
+A failed refresh keeps the last rows and nodes, STALE, so that no view counts their GPUs
+free. The queries, their cost and the recording rules: docs/cluster.md, "How the cluster is
+read".
 """
 
 from __future__ import annotations
@@ -15,16 +16,51 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpumon.data.cluster import ClusterSample, ExporterKind, no_longer_current, node_names
+from gpumon.config.settings import Settings
+from gpumon.data.cluster import (
+    ClusterSample,
+    ExporterKind,
+    Node,
+    NodeState,
+    NodeSummary,
+    Ranked,
+    fleet_of,
+    no_longer_current,
+    node_names,
+    summarize,
+)
 from gpumon.data.fields import BY_KEY
-from gpumon.data.format import error_text, known_time
+from gpumon.data.format import error_text, known_time, safe_text
+from gpumon.data.views import user_summary
+from gpumon.sources.prometheus.aggregate import TOP_USERS, rows_query, rules_usable
 from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client
 from gpumon.sources.prometheus.nodes import DEFAULT_SCRAPE_INTERVAL_S, _build_node, _Known
-from gpumon.sources.prometheus.queries import DCGM_READINGS, QUERIES, _promql_string, _series_name
+from gpumon.sources.prometheus.queries import (
+    DCGM_READINGS,
+    QUERIES,
+    _promql_string,
+    _series_name,
+    node_queries,
+)
+from gpumon.sources.prometheus.rows import Answer, Remembered, read_rows
 from gpumon.sources.prometheus.series import _number, _Series, _vector
-from gpumon.sources.prometheus.targets import Target, _by_target, _facts, _node_targets, _unique
+from gpumon.sources.prometheus.targets import (
+    Target,
+    _by_target,
+    _Facts,
+    _facts,
+    _node_targets,
+    _unique,
+)
 
 __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
+
+#: How the rows were read (``ClusterSample.path``), said in the header.
+RECORDING_RULES, RAW_QUERIES = "recording rules", "raw queries"
+FREE_THRESHOLD_MIB: int = Settings().free_threshold_mib
+#: How long the targets' scrape intervals, as measured, serve lean refreshes (those facts
+#: are subqueries over every target: most of the request's cost to Prometheus).
+FACTS_FOR_S = 60.0
 
 
 class PrometheusSource:
@@ -34,9 +70,10 @@ class PrometheusSource:
     basic auth). ``headers`` and ``basic_auth`` are sent with every request; no redirect is
     followed; ``ca_file`` names a PEM bundle of a private CA. ``timeout_s`` bounds each request
     as a whole. ``clock`` is used only where the server gives no real moment; ``opener``
-    replaces urllib's, for tests. Raises :class:`ValueError` for a URL that is not
-    ``http(s)://host...`` or an unreadable CA file. No ``repr()`` or error text holds a
-    credential.
+    replaces urllib's, for tests. ``free_threshold_mib``: a GPU with no process and less
+    memory in use is FREE (the settings' ``free_threshold_mib``). Raises :class:`ValueError`
+    for a URL that is not ``http(s)://host...`` or an unreadable CA file. No ``repr()`` or
+    error text holds a credential.
     """
 
     def __init__(
@@ -49,6 +86,7 @@ class PrometheusSource:
         timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         opener: Opener | None = None,
+        free_threshold_mib: int = FREE_THRESHOLD_MIB,
     ) -> None:
         self._client = _Client(url, headers, basic_auth, ca_file, timeout_s, opener)
         self._header_names = sorted(headers)
@@ -59,6 +97,11 @@ class PrometheusSource:
         self._clock = clock
         self._clock_offset_s = 0.0  # server time - clock(), from the latest answer
         self._known: dict[Target, _Known] = {}
+        self._known_rows: dict[Target, Remembered] = {}
+        self._free_threshold_mib = free_threshold_mib
+        self._rules = False  # the recording rules were loaded at the last refresh
+        self._facts: dict[Target, _Facts] = {}  # the targets' facts of the last whole answer
+        self._facts_at = -math.inf
         self._backoff = Backoff()
         self.last: ClusterSample | None = None
 
@@ -82,15 +125,17 @@ class PrometheusSource:
     def close(self) -> None:
         """Nothing to release (each request has its own connection)."""
 
-    def sample(self) -> ClusterSample:
-        """Every node now; blocks, never raises.
+    def sample(self, detail: bool = False) -> ClusterSample:
+        """Every node now, one row each from aggregate queries (``nodes`` empty); with
+        ``detail`` also every node's GPUs and processes (``nodes``, and rows from them).
+        Blocks, never raises.
 
-        On failure the previous nodes come back STALE with ``stale=True`` and ``error`` set to
-        one safe line; wait :attr:`next_retry_s` before the next try.
+        On failure the previous rows and nodes come back not current (UP turns STALE) with
+        ``stale=True`` and ``error`` set to one safe line; wait :attr:`next_retry_s` before
+        the next try.
         """
         try:
-            answers = [_vector(self._client.post("/api/v1/query", {"query": q})) for q in QUERIES]
-            sample = self._build(*answers)
+            sample = self._detailed() if detail else self._aggregated()
         except PrometheusError as error:
             return self._failed(str(error))
         except Exception as error:  # a bug must not take the dashboard down: say it
@@ -100,10 +145,77 @@ class PrometheusSource:
         self.last = sample
         return sample
 
+    def detail(self, node: str) -> Node:
+        """One node's GPUs and processes now (``node``: a name or instance from the rows).
+
+        Raises :class:`PrometheusError` when a query fails or the node is not in the answer.
+        Blocks; safe beside :meth:`sample`.
+        """
+        instance, job, _ = self._resolve(node)
+        matchers = {"instance": instance} | ({} if job is None else {"job": job})
+        facts, data, identity = (self._query(q) for q in node_queries(matchers))
+        built = self._build(facts, data, identity, keep_others=True)
+        for found in built.nodes:
+            if found.instance == instance and (job is None or found.job == job):
+                shown = self._shown_name(found.instance, found.job) or found.name
+                return dataclasses.replace(found, name=shown)
+        raise self._client.error(f"no node {safe_text(node, 100)} in the answer")
+
+    def _query(self, expression: str) -> list[_Series]:
+        return _vector(self._client.post("/api/v1/query", {"query": expression}))
+
+    def _aggregated(self) -> ClusterSample:
+        rules = self._rules
+        earlier: dict[Target, _Facts] | None = self._facts
+        if self._clock() - self._facts_at > FACTS_FOR_S:
+            earlier = None
+
+        def read(data: Any) -> tuple[float, Answer]:
+            series = _vector(data)
+            now = self._now(series)
+            return now, read_rows(series, now, self._known_rows, rules, earlier)
+
+        query = rows_query(self._free_threshold_mib, rules=rules, lean=earlier is not None)
+        now, answer = self._client.post("/api/v1/query", {"query": query}, read)
+        if earlier is None or answer.changed:
+            earlier = None
+            query = rows_query(self._free_threshold_mib, rules=rules)
+            if answer.changed:
+                now, answer = self._client.post("/api/v1/query", {"query": query}, read)
+            self._facts, self._facts_at = answer.facts, self._clock()
+        self._known_rows = answer.known
+        self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
+        return ClusterSample(
+            timestamp_s=now,
+            url=self.url,
+            nodes=(),
+            scrape_interval_s=answer.scrape_interval_s,
+            rows=answer.rows,
+            fleet=fleet_of(answer.rows, answer.top_users),
+            path=RECORDING_RULES if rules else RAW_QUERIES,
+        )
+
+    def _detailed(self) -> ClusterSample:
+        facts, data, identity = (self._query(q) for q in QUERIES)
+        sample = self._build(facts, data, identity)
+        rows = tuple(summarize(node, self._free_threshold_mib) for node in sample.nodes)
+        processes = [p for node in sample.nodes if node.usable for p in node.sample.processes]
+        users = [
+            Ranked(usage.user, float(usage.gpu_memory_bytes))
+            for usage in user_summary(processes)
+            if usage.gpu_memory_bytes is not None
+        ]
+        fleet = fleet_of(rows, users, TOP_USERS)
+        return dataclasses.replace(sample, rows=rows, fleet=fleet, path=RAW_QUERIES)
+
     def _failed(self, reason: str) -> ClusterSample:
         self._backoff.failed()
         previous = self.last
         nodes = () if previous is None else tuple(no_longer_current(n) for n in previous.nodes)
+        rows = None
+        if previous is not None and previous.rows is not None:
+            rows = tuple(_not_current(row) for row in previous.rows)
+        top = () if previous is None or previous.fleet is None else previous.fleet.top_users
         return ClusterSample(
             timestamp_s=self._clock(),
             url=self.url,
@@ -111,19 +223,38 @@ class PrometheusSource:
             scrape_interval_s=None if previous is None else previous.scrape_interval_s,
             error=reason,
             stale=True,
+            rows=rows,
+            fleet=None if rows is None else fleet_of(rows, top, TOP_USERS),
+            path=None if previous is None else previous.path,
         )
 
-    def _build(
-        self, facts_series: list[_Series], data: list[_Series], identity: list[_Series]
-    ) -> ClusterSample:
-        times = [t for item in (*facts_series, *data, *identity) if (t := item.time_s) is not None]
+    def _now(self, series: list[_Series]) -> float:
+        """The server's evaluation time (this machine's clock, corrected, without one)."""
+        times = [t for item in series if (t := item.time_s) is not None]
         now = max(times) if times else self._clock() + self._clock_offset_s
         if times:
             self._clock_offset_s = now - self._clock()
+        return now
+
+    def _shown_name(self, instance: str, job: str | None) -> str | None:
+        """The name the latest rows gave the target."""
+        for row in self.last.rows or () if self.last is not None else ():
+            if row.instance == instance and row.job == job:
+                return row.name
+        return None
+
+    def _build(
+        self,
+        facts_series: list[_Series],
+        data: list[_Series],
+        identity: list[_Series],
+        keep_others: bool = False,
+    ) -> ClusterSample:
+        now = self._now([*facts_series, *data, *identity])
         facts, by_target, identities = _facts(facts_series), _by_target(data), _by_target(identity)
         targets = _node_targets(facts, by_target, identities)
         intervals = [f.interval_s for t in targets if (f := facts.get(t)) and f.interval_s]
-        built, known = [], {}
+        built, known = [], dict(self._known) if keep_others else {}
         for target in targets:
             host, node, remembered = _build_node(
                 target,
@@ -137,7 +268,8 @@ class PrometheusSource:
             if (kept := remembered or self._known.get(target)) is not None:
                 known[target] = kept
         self._known = known
-        names = _unique(node_names([(host, node.instance) for host, node in built]), built)
+        names = node_names([(host, node.instance) for host, node in built])
+        names = _unique(names, [node.job for _, node in built])
         nodes = tuple(
             dataclasses.replace(node, name=name)
             for name, (_, node) in zip(names, built, strict=True)
@@ -215,7 +347,18 @@ class PrometheusSource:
 
     def _resolve(self, node: str) -> tuple[str, str | None, ExporterKind]:
         """(instance, job, exporter) of a node given by name or instance."""
-        for candidate in self.last.nodes if self.last is not None else ():
+        last = self.last
+        candidates: list[NodeSummary | Node] = []
+        if last is not None:
+            candidates = [*(last.rows or ()), *last.nodes]
+        for candidate in candidates:
             if node in (candidate.name, candidate.instance):
                 return candidate.instance, candidate.job, candidate.exporter
         return node, None, ExporterKind.UNKNOWN
+
+
+def _not_current(row: NodeSummary) -> NodeSummary:
+    """``row`` once Prometheus no longer answers: UP turns STALE, its GPUs never free."""
+    if row.state is NodeState.UP:
+        return dataclasses.replace(row, state=NodeState.STALE, free_gpus=None)
+    return row

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpumon.data.cluster import ExporterKind, Node
+from gpumon.data.cluster import ExporterKind
 from gpumon.data.format import known_time
 from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _kind, _Series
@@ -39,12 +39,15 @@ class _Facts:
     scrapes_5m: float | None = None
     first_5m_s: float | None = None
     evaluated_s: float | None = None
+    measured_s: float | None = None  # the interval as measured by an earlier answer
 
     @property
     def interval_s(self) -> float | None:
         """Seconds between scrapes: the time the last five minutes' scrapes span over their
         number. ``first_5m_s`` is the latest scrape at or before the window's first second:
         before the window for a target older than that (one gap more than the count)."""
+        if self.measured_s is not None:
+            return self.measured_s
         first, last, count = self.first_5m_s, self.scraped_s, self.scrapes_5m
         if first is None or last is None or count is None or self.evaluated_s is None:
             return None
@@ -91,10 +94,10 @@ def _node_targets(
     return sorted(t for t in everything if t in gpu_targets or t[1] in gpu_jobs)
 
 
-def _unique(names: list[str], built: list[tuple[str | None, Node]]) -> list[str]:
+def _unique(names: list[str], jobs: list[str | None]) -> list[str]:
     """Names that are still alike (one instance in two jobs) get the job added."""
     counts = Counter(names)
     return [
-        f"{name} [{node.job}]" if counts[name] > 1 and node.job else name
-        for name, (_, node) in zip(names, built, strict=True)
+        f"{name} [{job}]" if counts[name] > 1 and job else name
+        for name, job in zip(names, jobs, strict=True)
     ]

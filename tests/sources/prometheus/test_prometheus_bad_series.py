@@ -65,7 +65,7 @@ def data(answers: dict[str, Any], name: str, gpu: int | None = None) -> list[dic
 
 def read(prom: Replay, answers: dict[str, Any]) -> ClusterSample:
     prom.serve(answers)
-    result = PrometheusSource(prom.url).sample()
+    result = PrometheusSource(prom.url).sample(detail=True)
     assert result.error is None, result.error
     validator().validate(json.loads(json.dumps(cluster_to_dict(result))))
     return result
@@ -264,13 +264,14 @@ def test_an_exporter_saying_its_sampler_is_stalled_is_stale(prom: Replay) -> Non
 def test_a_stalled_exporter_without_gpu_series_keeps_the_last_known_gpus(prom: Replay) -> None:
     source = PrometheusSource(prom.url)
     prom.serve(demo())
-    (before,) = source.sample().nodes
+    (before,) = source.sample(detail=True).nodes
     prom.serve(stalled(demo(), gpu_series=False))
-    (after,) = source.sample().nodes
+    (after,) = source.sample(detail=True).nodes
     assert after.state is NodeState.STALE and after.sample == before.sample
     assert after.problem is not None and "sampler is stalled" in after.problem
     assert after.last_seen_s == pytest.approx(scraped_at(prom.answers) - 125.5, abs=0.001)
-    (fresh,) = PrometheusSource(prom.url).sample().nodes  # a first sample: the identities
+    # A first sample: the identities.
+    (fresh,) = PrometheusSource(prom.url).sample(detail=True).nodes
     assert fresh.state is NodeState.STALE and len(fresh.gpus) == 4
 
 
@@ -417,6 +418,6 @@ def test_a_mig_instance_whose_uuid_is_no_uuid_is_never_printed(
         if item["metric"].get("__name__", "").startswith("gpumon_mig_"):
             item["metric"]["uuid"] = "MIG-1;reboot"
     prom.serve(answers)
-    result = PrometheusSource(prom.url).sample()
+    result = PrometheusSource(prom.url).sample(detail=True)
     instances = [m for n in result.nodes for g in n.gpus for m in g.mig_instances or ()]
     assert instances and all(instance.uuid is None for instance in instances)

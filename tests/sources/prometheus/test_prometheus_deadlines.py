@@ -69,17 +69,21 @@ def trickler(request: pytest.FixtureRequest) -> Iterator[Trickler]:
     server.close()
 
 
-def timed_sample(source: PrometheusSource) -> tuple[float, str]:
+def timed_sample(source: PrometheusSource, detail: bool = False) -> tuple[float, str]:
+    """How long a sample took, and its error: the aggregate path's (``detail``: the
+    per-series path's)."""
     started = time.monotonic()
-    result = source.sample()
+    result = source.sample(detail=detail)
     elapsed = time.monotonic() - started
     assert result.error is not None and result.stale
     return elapsed, result.error
 
 
+@pytest.mark.parametrize("detail", [False, True], ids=["aggregate", "per-series"])
 @pytest.mark.parametrize("trickler", list(SCRIPTS), indirect=True)
-def test_a_trickling_server_times_out_within_the_timeout(trickler: Trickler) -> None:
-    elapsed, error = timed_sample(PrometheusSource(trickler.url, timeout_s=TIMEOUT_S))
+def test_a_trickling_server_times_out_within_the_timeout(trickler: Trickler, detail: bool) -> None:
+    source = PrometheusSource(trickler.url, timeout_s=TIMEOUT_S)
+    elapsed, error = timed_sample(source, detail)
     assert elapsed < TIMEOUT_S + SLACK_S, error
     assert error == f"Prometheus at {trickler.url}: no answer within {TIMEOUT_S:g} s"
 
@@ -91,7 +95,8 @@ def test_a_stalled_server_turns_the_nodes_it_had_stale(tmp_path: Path) -> None:
     try:
         replay.serve("demo")
         source = PrometheusSource(replay.url, timeout_s=TIMEOUT_S)
-        assert [node.state for node in source.sample().nodes] == [NodeState.UP]
+        assert [node.state for node in source.sample(detail=True).nodes] == [NodeState.UP]
+        assert [row.state for row in source.sample().rows or ()] == [NodeState.UP]
         replay.reply = Reply(hang_s=30)
         started = time.monotonic()
         stalled = source.sample()
@@ -99,7 +104,7 @@ def test_a_stalled_server_turns_the_nodes_it_had_stale(tmp_path: Path) -> None:
     finally:
         replay.close()
     assert stalled.error is not None and "no answer within" in stalled.error
-    assert [node.state for node in stalled.nodes] == [NodeState.STALE]
+    assert [row.state for row in stalled.rows or ()] == [NodeState.STALE]
 
 
 @pytest.mark.parametrize("script", ["silent handshake", "body"])
@@ -164,7 +169,7 @@ def test_environment_proxies_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("http_proxy", proxy.url)
         monkeypatch.delenv("no_proxy", raising=False)
         monkeypatch.delenv("NO_PROXY", raising=False)
-        result = PrometheusSource("http://prometheus.invalid:9090", timeout_s=5).sample()
+        result = PrometheusSource("http://prometheus.invalid:9090", timeout_s=5).sample(detail=True)
     finally:
         proxy.close()
     assert result.error is None and len(result.nodes) == 1

@@ -66,14 +66,14 @@ def with_token(url: str) -> PrometheusSource:
 def test_a_refusal_shows_nothing_the_server_said(prom: Replay, status: int) -> None:
     said = " ".join([*echoes(TOKEN), f"token={TOKEN}"])
     prom.reply = Reply(status, api_error(said), reason=f"Denied token={TOKEN}")
-    error = with_token(prom.url).sample().error
+    error = with_token(prom.url).sample(detail=True).error
     assert error == f"Prometheus at {prom.url}: HTTP {status} (credentials missing or refused)"
 
 
 @pytest.mark.parametrize("form", [*echoes(TOKEN), f"Bearer {TOKEN}", f"token={TOKEN}"])
 def test_other_errors_show_the_server_text_with_the_token_masked(prom: Replay, form: str) -> None:
     prom.reply = Reply(500, api_error(f"upstream said {form} twice"), reason=f"Oops {form}")
-    error = with_token(prom.url).sample().error
+    error = with_token(prom.url).sample(detail=True).error
     assert error is not None and "HTTP 500 Oops " in error and "upstream said" in error
     assert_secret_free(error, TOKEN)
     assert "***" in error
@@ -81,7 +81,7 @@ def test_other_errors_show_the_server_text_with_the_token_masked(prom: Replay, f
 
 def test_a_query_error_is_masked_too(prom: Replay) -> None:
     prom.reply = Reply(200, api_error(f"bad query near {TOKEN.lower()}"))
-    error = with_token(prom.url).sample().error
+    error = with_token(prom.url).sample(detail=True).error
     assert error is not None and "query failed: bad_data: bad query near ***" in error
 
 
@@ -94,7 +94,7 @@ def test_basic_auth_in_every_form(prom: Replay) -> None:
         PrometheusSource(prom.url.replace("//", f"//{USER}:{PASSWORD}@")),
         PrometheusSource(prom.url, headers={"Authorization": "Basic " + b64(pair)}),
     ):
-        error = source.sample().error
+        error = source.sample(detail=True).error
         assert error is not None and "HTTP 502" in error
         assert_secret_free(error, pair, PASSWORD)
 
@@ -116,7 +116,7 @@ def test_a_credential_too_short_to_mask_hides_the_server_text(
     prom: Replay, options: dict[str, Any]
 ) -> None:
     prom.reply = Reply(500, api_error("you sent alice:pw9 k9 ab"), reason="Oops pw9 k9 ab")
-    error = PrometheusSource(prom.url, **options).sample().error
+    error = PrometheusSource(prom.url, **options).sample(detail=True).error
     assert error == f"Prometheus at {prom.url}: HTTP 500 ({HIDDEN})"
 
 
@@ -151,7 +151,7 @@ def redirected(location: str, tls: Any = None, **options: Any) -> tuple[str, lis
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
     url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     try:
-        error = PrometheusSource(url, timeout_s=5, **options).sample().error
+        error = PrometheusSource(url, timeout_s=5, **options).sample(detail=True).error
     finally:
         server.shutdown()
         server.server_close()

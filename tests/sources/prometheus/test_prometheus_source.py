@@ -51,7 +51,7 @@ def source_for(replay: Replay, **options: Any) -> PrometheusSource:
 
 def sample_of(replay: Replay, scenario: str) -> cluster.ClusterSample:
     replay.serve(scenario)
-    result = source_for(replay).sample()
+    result = source_for(replay).sample(detail=True)
     assert result.error is None, result.error
     return result
 
@@ -235,7 +235,7 @@ def test_every_dcgm_series_gpumon_can_serve_is_read_back(prom: Replay) -> None:
         item["value"][0] = 1_700_000_001.0
     answers["identity"]["data"]["result"] = []
     prom.serve(answers)
-    (node,) = source_for(prom).sample().nodes
+    (node,) = source_for(prom).sample(detail=True).nodes
     assert node.exporter is ExporterKind.DCGM
     for gpu, real in zip(node.gpus, truth.gpus, strict=True):
         assert gpu.uuid == real.uuid and gpu.name == real.name
@@ -272,7 +272,7 @@ def test_a_target_serving_both_kinds_is_gpumons(prom: Replay) -> None:
         item["metric"].update(instance=instance, job="demo", Hostname="demo-gpu-server")
     answers["data"]["data"]["result"] += dcgm
     prom.serve(answers)
-    (node,) = source_for(prom).sample().nodes
+    (node,) = source_for(prom).sample(detail=True).nodes
     assert node.exporter is ExporterKind.GPUMON and node.sample.processes_read
 
 
@@ -321,21 +321,21 @@ def test_series_older_than_three_scrape_intervals_are_stale(prom: Replay) -> Non
 def test_staleness_uses_the_servers_clock_not_ours(prom: Replay) -> None:
     """A client clock a day off must not make every node stale."""
     prom.serve("demo")
-    result = source_for(prom, clock=lambda: time.time() + 86_400).sample()
+    result = source_for(prom, clock=lambda: time.time() + 86_400).sample(detail=True)
     assert [node.state for node in result.nodes] == [NodeState.UP]
 
 
 def test_a_node_that_goes_down_keeps_its_last_readings(prom: Replay) -> None:
     source = source_for(prom)
     prom.serve("demo")
-    (before,) = source.sample().nodes
+    (before,) = source.sample(detail=True).nodes
     answers = copy.deepcopy(load("demo"))
     for item in series(answers["targets"]):
         if item["metric"]["gpumon_fact"] == "up":
             item["value"][1] = "0"
     answers["data"]["data"]["result"] = []
     prom.serve(answers)
-    (after,) = source.sample().nodes
+    (after,) = source.sample(detail=True).nodes
     assert after.state is NodeState.DOWN
     assert after.name == before.name and after.sample == before.sample
     assert after.gpus[0].utilization_gpu_pct == before.gpus[0].utilization_gpu_pct
@@ -349,7 +349,7 @@ def test_a_target_gone_from_prometheus_is_stale(prom: Replay) -> None:
     ]
     answers["data"]["data"]["result"] = []
     prom.serve(answers)
-    (node,) = source_for(prom).sample().nodes
+    (node,) = source_for(prom).sample(detail=True).nodes
     assert node.state is NodeState.STALE and node.last_seen_s is not None
 
 
@@ -358,7 +358,7 @@ def test_an_exporter_that_serves_no_gpu_series_is_stale(prom: Replay) -> None:
     is STALE with its last known GPUs, not UP with none, and none of them is free."""
     source = source_for(prom)
     prom.serve("demo")
-    (before,) = source.sample().nodes
+    (before,) = source.sample(detail=True).nodes
     failing = copy.deepcopy(load("demo"))
     failing["data"]["data"]["result"] = [
         item
@@ -366,11 +366,11 @@ def test_an_exporter_that_serves_no_gpu_series_is_stale(prom: Replay) -> None:
         if item["metric"]["__name__"] == "gpumon_simulated"  # what such a scrape still has
     ]
     prom.serve(failing)
-    (after,) = source.sample().nodes
+    (after,) = source.sample(detail=True).nodes
     assert (after.state, after.exporter) == (NodeState.STALE, ExporterKind.GPUMON)
     assert after.sample == before.sample
     assert cluster.summarize(after, FREE_MIB).free_gpus is None
-    (fresh,) = source_for(prom).sample().nodes  # a first sample: the hour's identities
+    (fresh,) = source_for(prom).sample(detail=True).nodes  # a first sample: the hour's identities
     assert fresh.state is NodeState.STALE and len(fresh.gpus) == 4
     assert fresh.name == "demo-gpu-server"
 
@@ -381,7 +381,7 @@ def test_extra_labels_of_thanos_or_federation_change_nothing(prom: Replay) -> No
         for item in series(answers[role]):
             item["metric"]["prometheus_replica"] = "prom-0"
     prom.serve(answers)
-    (node,) = source_for(prom).sample().nodes
+    (node,) = source_for(prom).sample(detail=True).nodes
     (expected,) = sample_of(prom, "demo").nodes
     assert node == expected
     assert node.sample.simulated
@@ -397,7 +397,7 @@ def test_the_scrape_interval_of_an_older_target(prom: Replay) -> None:
     facts["first_5m"]["value"][1] = str(now - 3.0 - 20 * 15.0)
     facts["scrapes_5m"]["value"][1] = "20"
     prom.serve(answers)
-    result = source_for(prom).sample()
+    result = source_for(prom).sample(detail=True)
     assert result.scrape_interval_s == pytest.approx(15.0)
     assert [node.state for node in result.nodes] == [NodeState.UP]
 
@@ -409,7 +409,7 @@ def test_targets_of_jobs_without_gpus_are_not_nodes(prom: Replay) -> None:
         item["metric"].update(instance="127.0.0.1:9090", job="prometheus")
         answers["targets"]["data"]["result"].append(item)
     prom.serve(answers)
-    assert [node.job for node in source_for(prom).sample().nodes] == ["demo"]
+    assert [node.job for node in source_for(prom).sample(detail=True).nodes] == ["demo"]
 
 
 def test_nothing_scraped_is_no_node_and_no_error(prom: Replay) -> None:
@@ -439,7 +439,7 @@ def test_a_refresh_costs_the_same_queries_for_2_or_100_nodes(prom: Replay) -> No
     for size in (2, 100):
         prom.serve(cluster_of(size))
         prom.requests.clear()
-        result = source_for(prom).sample()
+        result = source_for(prom).sample(detail=True)
         assert len(result.nodes) == size
         assert len({node.name for node in result.nodes}) == size  # one host name, unique names
         counts[size] = list(prom.queries)
@@ -464,10 +464,10 @@ def test_the_data_query_names_every_field_of_the_table() -> None:
 def failing_after_success(prom: Replay, reply: Reply, **options: Any) -> tuple[Any, Any, Any]:
     source = source_for(prom, **options)
     prom.serve("down")
-    good = source.sample()
+    good = source.sample(detail=True)
     assert good.error is None
     prom.reply = reply
-    return source, good, source.sample()
+    return source, good, source.sample(detail=True)
 
 
 def assert_kept_and_marked(good: Any, bad: Any) -> None:
@@ -515,12 +515,12 @@ def test_a_server_that_never_answers_times_out(prom: Replay) -> None:
     generous one, so a loaded machine cannot fail it."""
     source = source_for(prom, timeout_s=30)
     prom.serve("down")
-    good = source.sample()
+    good = source.sample(detail=True)
     assert good.error is None, good.error
     source._client.timeout_s = 0.3  # as PrometheusSource(timeout_s=0.3) sets it
     prom.reply = Reply(hang_s=10)
     started = time.monotonic()
-    bad = source.sample()
+    bad = source.sample(detail=True)
     assert time.monotonic() - started < 5  # the hang is 10 s: the timeout ended it
     assert_kept_and_marked(good, bad)
     assert "no answer within 0.3 s" in bad.error
@@ -530,7 +530,7 @@ def test_connection_refused_never_raises() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    result = PrometheusSource(f"http://127.0.0.1:{port}", timeout_s=1).sample()
+    result = PrometheusSource(f"http://127.0.0.1:{port}", timeout_s=1).sample(detail=True)
     assert result.stale and result.nodes == ()
     assert result.error is not None and "cannot connect" in result.error
 
@@ -541,11 +541,11 @@ def test_retries_back_off_and_reset_on_success(prom: Replay) -> None:
     prom.reply = Reply(503, PROMETHEUS_ERROR)
     delays = []
     for _ in range(8):
-        source.sample()
+        source.sample(detail=True)
         delays.append(source.next_retry_s)
     assert delays == [1, 2, 4, 8, 16, 32, 60, 60]
     prom.reply = Reply()
-    assert source.sample().error is None and source.next_retry_s is None
+    assert source.sample(detail=True).error is None and source.next_retry_s is None
 
 
 def test_backoff_alone() -> None:
@@ -560,7 +560,7 @@ def test_an_unexpected_answer_shape_is_an_error_not_a_crash(prom: Replay) -> Non
     answers = load("demo")
     answers["targets"] = {"status": "success", "data": {"resultType": "vector", "result": [1, {}]}}
     prom.serve(answers)
-    result = source_for(prom).sample()  # malformed entries are skipped
+    result = source_for(prom).sample(detail=True)  # malformed entries are skipped
     assert result.error is None
 
 
@@ -572,26 +572,26 @@ PASSWORD = "hunter2-pass"
 
 def test_headers_and_basic_auth_are_sent(prom: Replay) -> None:
     prom.serve("demo")
-    PrometheusSource(prom.url, headers={"Authorization": f"Bearer {TOKEN}"}).sample()
+    PrometheusSource(prom.url, headers={"Authorization": f"Bearer {TOKEN}"}).sample(detail=True)
     assert {headers["authorization"] for _, _, headers in prom.requests} == {f"Bearer {TOKEN}"}
     prom.requests.clear()
     PrometheusSource(
         prom.url, basic_auth=("alice", PASSWORD), headers={"X-Scope-OrgID": "t1"}
-    ).sample()
+    ).sample(detail=True)
     _, _, headers = prom.requests[0]
     assert headers["authorization"].startswith("Basic ") and headers["x-scope-orgid"] == "t1"
     prom.requests.clear()
     host = prom.url.removeprefix("http://")
     source = PrometheusSource(f"http://alice:{PASSWORD}@{host}/")
     assert source.url == prom.url  # no credentials in what is shown
-    source.sample()
+    source.sample(detail=True)
     assert prom.requests[0][2]["authorization"].startswith("Basic ")
     assert prom.requests[0][0] == "/api/v1/query"
 
 
 def test_a_path_prefix_is_kept(prom: Replay) -> None:
     prom.serve("demo")
-    PrometheusSource(prom.url + "/prometheus/").sample()
+    PrometheusSource(prom.url + "/prometheus/").sample(detail=True)
     assert {path for path, _, _ in prom.requests} == {"/prometheus/api/v1/query"}
 
 
@@ -608,7 +608,7 @@ def test_credentials_never_appear_in_errors_or_repr(prom: Replay) -> None:
     ).encode()
     for status in (401, 500):
         prom.reply = Reply(status, echo)
-        result = source.sample()
+        result = source.sample(detail=True)
         assert result.error is not None and f"HTTP {status}" in result.error
         shown = [result.error, repr(source), str(result), source.url]
         for text in shown:
@@ -658,7 +658,8 @@ def test_a_redirect_is_not_followed_and_credentials_stay_home() -> None:
         ).start()
     try:
         url = f"http://127.0.0.1:{first.server_address[1]}"
-        result = PrometheusSource(url, headers={"Authorization": f"Bearer {TOKEN}"}).sample()
+        source = PrometheusSource(url, headers={"Authorization": f"Bearer {TOKEN}"})
+        result = source.sample(detail=True)
     finally:
         for server in (elsewhere, first):
             server.shutdown()
@@ -672,7 +673,7 @@ def test_a_redirect_is_not_followed_and_credentials_stay_home() -> None:
 def test_gzip_answers_are_read(prom: Replay) -> None:
     prom.serve("demo")
     prom.reply = Reply(gzip=True)
-    result = source_for(prom).sample()
+    result = source_for(prom).sample(detail=True)
     assert result.error is None and len(result.nodes) == 1
     assert all(headers.get("accept-encoding") == "gzip" for _, _, headers in prom.requests)
 
@@ -717,9 +718,9 @@ def test_https_verifies_the_certificate_and_takes_a_ca_file(
 ) -> None:
     prom, cert = https_replay
     prom.serve("demo")
-    refused = PrometheusSource(prom.url, timeout_s=2).sample()
+    refused = PrometheusSource(prom.url, timeout_s=2).sample(detail=True)
     assert refused.error is not None and "certificate" in refused.error
-    trusted = PrometheusSource(prom.url, ca_file=str(cert), timeout_s=2).sample()
+    trusted = PrometheusSource(prom.url, ca_file=str(cert), timeout_s=2).sample(detail=True)
     assert trusted.error is None and len(trusted.nodes) == 1
 
 
@@ -750,7 +751,8 @@ def test_a_custom_opener_is_used() -> None:
             seen.append((request.full_url, timeout))
             return Answer(json.dumps(answers[ROLES[QUERIES.index(query)]]).encode())
 
-    result = PrometheusSource("http://prom:9090", opener=Opener(), timeout_s=2.5).sample()
+    source = PrometheusSource("http://prom:9090", opener=Opener(), timeout_s=2.5)
+    result = source.sample(detail=True)
     assert [node.name for node in result.nodes] == ["dgx-07"]
     assert seen == [("http://prom:9090/api/v1/query", 2.5)] * 3
 
@@ -768,7 +770,7 @@ def test_history_reads_a_range_query_in_the_models_units(prom: Replay) -> None:
     last = values[-1][0]
     prom.serve("demo")
     source = source_for(prom, clock=lambda: float(last) + 0.4)
-    (node,) = source.sample().nodes
+    (node,) = source.sample(detail=True).nodes
     prom.range_answer = answer
     prom.requests.clear()
     points = source.history(node.name, 0, "util", seconds=20, step=1)
@@ -810,7 +812,7 @@ def test_history_of_fields_without_numbers_or_series(prom: Replay) -> None:
     with pytest.raises(ValueError):
         source.history("x", 0, "clock_events")
     prom.serve("dcgm")
-    (node,) = source.sample().nodes
+    (node,) = source.sample(detail=True).nodes
     assert source.history(node.name, 0, "pcie_rx") == []  # no such dcgm series is read
     prom.range_answer = {"status": "success", "data": {"resultType": "matrix", "result": []}}
     prom.requests.clear()

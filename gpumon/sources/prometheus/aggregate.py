@@ -1,0 +1,157 @@
+"""The node list from aggregate PromQL: one request per refresh whose answer has a few series
+per node (and per user on a node), however many GPUs each node has.
+
+Each expression is told apart by its ``gpumon_fact`` label, as in the targets query, and is
+either evaluated raw or read from the recording rules of contrib/prometheus/gpumon-recording.yml
+(:data:`RULES` names them; the YAML is tested to hold these very expressions). A GPU is
+counted FREE by the rules of :mod:`gpumon.data.free`; queries and cost: docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+from gpumon.sources.prometheus.queries import (
+    _FACT,
+    DCGM_READINGS,
+    LOOKBACK,
+    TARGETS_QUERY,
+    targets_query,
+)
+
+_MIB = 1024 * 1024
+_NODE = "instance, job"
+_ON_GPU = f"on ({_NODE}, gpu)"
+#: No NVML reading is negative or this large (the source's ``_reading`` rule).
+_SANE = ">= 0 < 18446744073709551616"
+_DCGM_ANY = '{__name__=~"' + "|".join(DCGM_READINGS) + '"}'
+
+
+def _bytes(metric: str, factor: int = 1) -> str:
+    scaled = metric if factor == 1 else f"{metric} * {factor}"
+    return f"round({scaled} {_SANE})"
+
+
+_DCGM_TOTAL = (
+    f"{_bytes('DCGM_FI_DEV_FB_TOTAL', _MIB)} or {_ON_GPU} ("
+    f"{_bytes('DCGM_FI_DEV_FB_USED', _MIB)} + {_ON_GPU} {_bytes('DCGM_FI_DEV_FB_FREE', _MIB)}"
+    f" + {_ON_GPU} ({_bytes('DCGM_FI_DEV_FB_RESERVED', _MIB)} or {_ON_GPU}"
+    f" (0 * {_bytes('DCGM_FI_DEV_FB_USED', _MIB)})))"
+)
+_GPUMON_UTIL = "round(gpumon_gpu_utilization_ratio / 0.01 >= 0 <= 100)"
+_DCGM_UTIL = "round(DCGM_FI_DEV_GPU_UTIL >= 0 <= 100)"
+#: A GPU whose count of processes is 0, memory in use below the threshold, not lost, and
+#: whose MIG instances are readable where MIG is on. ``{threshold}``: bytes.
+_FREE_GPUS = (
+    "(gpumon_gpu_processes == 0)"
+    f" and {_ON_GPU} (gpumon_gpu_memory_used_bytes >= 0 < {{threshold}})"
+    f" unless {_ON_GPU} (gpumon_gpu_up == 0)"
+    f" unless {_ON_GPU} ((gpumon_gpu_mig_mode > 0 < 18446744073709551616)"
+    f" unless {_ON_GPU} gpumon_mig_memory_used_bytes"
+    f" unless {_ON_GPU} gpumon_mig_memory_total_bytes)"
+)
+_PROCESS_MEMORY = f"(gpumon_process_gpu_memory_bytes {_SANE})"
+
+#: Rule name -> expression, per node (``instance, job``) or per user on a node. The free
+#: count's ``{threshold}`` is the rules' :data:`RULES_FREE_THRESHOLD_MIB` when recorded.
+RULES: dict[str, str] = {
+    "instance:gpumon_gpus:count": f"count by ({_NODE}) (gpumon_gpu_info)",
+    # Absent where no GPU's processes are known: FREE unknown, never 0.
+    "instance:gpumon_gpus_free:count": (
+        f"count by ({_NODE}) ({_FREE_GPUS})"
+        f" or on ({_NODE}) (0 * count by ({_NODE}) (gpumon_gpu_processes >= 0 <= 1000000))"
+    ),
+    "instance:gpumon_utilization:mean": (
+        f"sum by ({_NODE}) ({_GPUMON_UTIL}) / count by ({_NODE}) ({_GPUMON_UTIL})"
+    ),
+    "instance:gpumon_utilization:max": f"max by ({_NODE}) ({_GPUMON_UTIL})",
+    "instance:gpumon_memory_used_bytes:sum": (
+        f"sum by ({_NODE}) ({_bytes('gpumon_gpu_memory_used_bytes')})"
+    ),
+    "instance:gpumon_memory_total_bytes:sum": (
+        f"sum by ({_NODE}) ({_bytes('gpumon_gpu_memory_total_bytes')})"
+    ),
+    "instance:gpumon_temperature_celsius:max": (
+        f"max by ({_NODE}) (round(gpumon_gpu_temperature_celsius {_SANE}))"
+    ),
+    "instance:gpumon_idle_told:count": f"count by ({_NODE}) (gpumon_process_idle_seconds)",
+    # Every user with a process on the node, NaN where none of its memory is known.
+    "instance_user:gpumon_process_memory_bytes:sum": (
+        f"sum by ({_NODE}, user) {_PROCESS_MEMORY}"
+        f" or count by ({_NODE}, user) (gpumon_process_gpu_memory_bytes) * NaN"
+    ),
+    "instance_user:gpumon_idle_held_bytes:sum": (
+        f"sum by ({_NODE}, user) ({_PROCESS_MEMORY}"
+        f" and on ({_NODE}, gpu, pid) (gpumon_process_idle_seconds > 0))"
+    ),
+    "instance:dcgm_gpus:count": (
+        f"count by ({_NODE}, Hostname) (count by ({_NODE}, gpu, Hostname) ({_DCGM_ANY}))"
+    ),
+    "instance:dcgm_utilization:mean": (
+        f"sum by ({_NODE}) ({_DCGM_UTIL}) / count by ({_NODE}) ({_DCGM_UTIL})"
+    ),
+    "instance:dcgm_utilization:max": f"max by ({_NODE}) ({_DCGM_UTIL})",
+    "instance:dcgm_memory_used_bytes:sum": (
+        f"sum by ({_NODE}) ({_bytes('DCGM_FI_DEV_FB_USED', _MIB)})"
+    ),
+    "instance:dcgm_memory_total_bytes:sum": f"sum by ({_NODE}) ({_DCGM_TOTAL})",
+    "instance:dcgm_temperature_celsius:max": (
+        f"max by ({_NODE}) (round(DCGM_FI_DEV_GPU_TEMP {_SANE}))"
+    ),
+}
+#: The free threshold the recorded free counts use; the loaded marker's value says it.
+RULES_FREE_THRESHOLD_MIB = 1024
+RULES_LOADED = "gpumon:node_rules_loaded"
+
+#: Series served once per node, read raw on both paths: its host, and the sampler's health
+#: (only what is not the usual: simulated, stalled, a timestamp where no age is told).
+_NODE_SERIES = {
+    "node:host": "gpumon_host_info",
+    "node:age": "gpumon_sample_age_seconds",
+    "node:stamp": f"gpumon_sample_timestamp_seconds unless on ({_NODE}) gpumon_sample_age_seconds",
+    "node:simulated": "gpumon_simulated != 0",
+    "node:stalled": "gpumon_sampler_stalled != 0",
+}
+#: Who named a node and its GPUs within the hour, for nodes serving no GPU now (down, gone).
+_IDENTITY = {
+    "seen_host": (
+        f"count by ({_NODE}, hostname) (last_over_time(gpumon_host_info[{LOOKBACK}]))"
+        f" unless on ({_NODE}) gpumon_host_info"
+    ),
+    "seen_gpus": (
+        f"count by ({_NODE}) (count by ({_NODE}, gpu)"
+        f" (last_over_time(gpumon_gpu_info[{LOOKBACK}])))"
+        f" unless on ({_NODE}) gpumon_gpu_info"
+    ),
+    "seen_dcgm": (
+        f"count by ({_NODE}, Hostname) (count by ({_NODE}, gpu, Hostname)"
+        f" (last_over_time(DCGM_FI_DEV_GPU_TEMP[{LOOKBACK}])))"
+        f" unless on ({_NODE}) DCGM_FI_DEV_GPU_TEMP"
+    ),
+}
+#: How many users the fleet's top list holds.
+TOP_USERS = 10
+
+
+def _fact(name: str, expression: str) -> str:
+    return f'label_replace({expression}, "{_FACT}", "{name}", "", "")'
+
+
+def rows_query(free_threshold_mib: int, *, rules: bool, lean: bool = False) -> str:
+    """The one query of a refresh: the targets' facts (``lean``: their state and latest
+    scrape only), every node's aggregates (from the recording rules with ``rules``), its
+    per-node series, identities, the fleet's top users and whether the rules are loaded."""
+    threshold = str(free_threshold_mib * _MIB)
+    parts = [targets_query(lean=True) if lean else TARGETS_QUERY]
+    for name, expression in RULES.items():
+        parts.append(_fact(name, name if rules else expression.replace("{threshold}", threshold)))
+    parts.extend(_fact(name, expression) for name, expression in _NODE_SERIES.items())
+    parts.extend(_fact(name, expression) for name, expression in _IDENTITY.items())
+    held = "(instance_user:gpumon_process_memory_bytes:sum >= 0)" if rules else _PROCESS_MEMORY
+    top = f"topk({TOP_USERS}, sum by (user) ({held}))"
+    parts.append(_fact("top_user", top))
+    parts.append(_fact(RULES_LOADED, RULES_LOADED))
+    return " or ".join(parts)
+
+
+def rules_usable(loaded: float | None, free_threshold_mib: int) -> bool:
+    """The rules are recorded, for the same free threshold as this viewer's."""
+    return loaded is not None and loaded == RULES_FREE_THRESHOLD_MIB == free_threshold_mib

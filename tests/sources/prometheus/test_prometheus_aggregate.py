@@ -1,0 +1,263 @@
+"""The node list from aggregate queries gives the rows the per-series path gives.
+
+Both paths' queries were answered by a real Prometheus at one instant (the recorded answers in
+tests/support/fixtures/prometheus; record.py there regenerates them): for every case the rows
+of ``sample()`` (one aggregate request) equal ``summarize()`` of the nodes of
+``sample(detail=True)`` in every field the per-series path tells, from raw expressions and from
+the recording rules alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, summarize
+from gpumon.data.format import safe_text
+from gpumon.sources.prometheus.aggregate import rows_query
+from gpumon.sources.prometheus.client import PrometheusError
+from gpumon.sources.prometheus.queries import node_queries
+from gpumon.sources.prometheus.source import PrometheusSource
+from tests.support.prometheus_replay import ALL_QUERIES, Replay, load
+
+GIB = 1024**3
+#: What only the aggregate path tells (the per-series rows leave them unknown).
+AGGREGATE_ONLY = {"idle_held_bytes": None, "idle_holders": (), "labels": ()}
+
+
+@pytest.fixture
+def replay() -> Iterator[Replay]:
+    server = Replay()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def both_paths(
+    replay: Replay, scenario: str, *, rules: bool = False
+) -> tuple[tuple[NodeSummary, ...], tuple[NodeSummary, ...], PrometheusSource]:
+    """(aggregate rows, the per-series path's rows) of one recorded scenario."""
+    replay.serve(scenario)
+    source = PrometheusSource(replay.url)
+    if rules:
+        source.sample()  # the rules' marker is fleet-wide: the recording dropped it
+        source._rules = True
+    aggregated = source.sample()
+    assert aggregated.error is None and aggregated.nodes == () and aggregated.rows is not None
+    assert aggregated.path == ("recording rules" if rules else "raw queries")
+    detailed = PrometheusSource(replay.url).sample(detail=True)
+    assert detailed.error is None
+    per_series = tuple(summarize(node, 1024) for node in detailed.nodes)
+    return aggregated.rows, per_series, source
+
+
+def told(rows: tuple[NodeSummary, ...]) -> list[NodeSummary]:
+    return [dataclasses.replace(row, **AGGREGATE_ONLY) for row in rows]
+
+
+#: Exporters serving fixed texts: the rules' values (evaluated every second) are the same.
+FIXED = ["dcgm", "shared_host", "stalled", "old", "partial", "nan", "idle", "mig", "hostile"]
+
+
+@pytest.mark.parametrize("scenario", ["demo", "down", "stale", *FIXED])
+def test_the_aggregate_rows_equal_the_per_series_rows(replay: Replay, scenario: str) -> None:
+    aggregated, per_series, _ = both_paths(replay, scenario)
+    assert per_series, "the scenario has nodes"
+    assert told(aggregated) == list(per_series)
+
+
+@pytest.mark.parametrize("scenario", FIXED)
+def test_the_rows_from_recording_rules_equal_the_per_series_rows(
+    replay: Replay, scenario: str
+) -> None:
+    aggregated, per_series, _ = both_paths(replay, scenario, rules=True)
+    assert told(aggregated) == list(per_series)
+
+
+def test_gpumon_exporter_node_counts_free_gpus_by_the_viewers_rules(replay: Replay) -> None:
+    """The static host: GPU 1 idle (free), GPU 0 busy, GPU 2 MIG with processes, GPU 3 lost."""
+    rows, _, _ = both_paths(replay, "shared_host")
+    (row,) = [r for r in rows if r.exporter is ExporterKind.GPUMON]
+    assert (row.state, row.gpu_count, row.free_gpus) == (NodeState.UP, 4, 1)
+    assert row.top_user == "alice" and row.users == frozenset({"alice", "bob"})
+    assert row.hottest_c == 71 and row.memory_used_bytes == 90 * GIB + 4 * 1024**2
+
+
+def test_dcgm_exporter_node_cannot_tell_free_gpus(replay: Replay) -> None:
+    rows, _, _ = both_paths(replay, "dcgm")
+    (row,) = rows
+    assert row.exporter is ExporterKind.DCGM and row.name == "dgx-07"
+    assert row.free_gpus is None and row.top_user is None and row.idle_held_bytes is None
+    assert (row.gpu_count, row.mean_utilization_pct, row.max_utilization_pct) == (2, 43.5, 87)
+
+
+def test_down_and_never_seen_targets_are_never_free(replay: Replay) -> None:
+    rows, _, _ = both_paths(replay, "down")
+    states = sorted(row.state.value for row in rows)
+    assert states == ["down", "down", "up"]
+    assert all(row.free_gpus is None for row in rows if not row.current)
+    stopped = [row for row in rows if row.state is NodeState.DOWN and row.gpu_count]
+    assert stopped and stopped[0].down_since_s is not None
+
+
+@pytest.mark.parametrize(
+    ("scenario", "said"),
+    [
+        ("stalled", "the exporter's sampler is stalled"),
+        ("old", "the exporter serves an old sample: its last sample is 10m"),
+    ],
+)
+def test_an_exporter_that_serves_no_current_sample_is_stale(
+    replay: Replay, scenario: str, said: str
+) -> None:
+    rows, _, _ = both_paths(replay, scenario)
+    (row,) = rows
+    assert row.state is NodeState.STALE and row.free_gpus is None
+    assert row.problem is not None and row.problem.startswith(said)
+
+
+def test_unknown_processes_are_never_free(replay: Replay) -> None:
+    """GPU 1's process list is refused: only the known GPUs' count is told, never more."""
+    rows, _, _ = both_paths(replay, "partial")
+    (row,) = rows
+    assert row.free_gpus == 0 and row.gpu_count == 3
+
+
+def test_mig_gpus_are_free_only_where_their_instances_are_readable(replay: Replay) -> None:
+    rows, per_series, _ = both_paths(replay, "mig")
+    (row,) = rows
+    assert row.free_gpus == 1 == per_series[0].free_gpus  # GPU 1; never GPU 2
+
+
+def test_idle_held_memory_and_its_holders(replay: Replay) -> None:
+    rows, _, _ = both_paths(replay, "idle")
+    (row,) = rows
+    assert row.idle_held_bytes == 59 * GIB and row.idle_holders == ("alice",)
+
+
+def test_a_node_without_idle_series_tells_no_idle_held_memory(replay: Replay) -> None:
+    rows, _, _ = both_paths(replay, "partial")
+    assert rows[0].idle_held_bytes is None
+
+
+def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
+    """The first asks every fact of the targets; the next ones, for a minute, their state and
+    latest scrape only (the scrape intervals measured then), with the same rows."""
+    replay.serve("demo")
+    moment = [1_000.0]
+    source = PrometheusSource(replay.url, clock=lambda: moment[0])
+    first = source.sample()
+    moment[0] += 30
+    second = source.sample()
+    moment[0] += 31
+    source.sample()
+    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
+    assert replay.queries == [whole, lean, whole]
+    assert second.rows == first.rows and second.scrape_interval_s == first.scrape_interval_s
+    assert first.scrape_interval_s is not None
+
+
+def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> None:
+    """A lean answer whose targets changed (new ones, one down) is not used: the same refresh
+    asks every fact again, so that a node just down says since when."""
+    replay.serve("demo")
+    source = PrometheusSource(replay.url)
+    source.sample()
+    replay.serve("down")
+    replay.requests.clear()
+    cluster = source.sample()
+    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
+    assert replay.queries == [lean, whole]
+    _, per_series, _ = both_paths(replay, "down")
+    assert told(cluster.rows or ()) == list(per_series)
+    replay.requests.clear()
+    again = source.sample()  # lean: the down nodes keep their last time up
+    assert replay.queries == [lean] and again.rows == cluster.rows
+
+
+def test_a_failed_refresh_keeps_the_rows_not_current(replay: Replay) -> None:
+    replay.serve("demo")
+    source = PrometheusSource(replay.url)
+    first = source.sample()
+    assert first.rows and first.rows[0].current and first.rows[0].free_gpus is not None
+    replay.reply.status = 500
+    failed = source.sample()
+    assert failed.error and failed.stale and failed.rows is not None
+    assert [row.state for row in failed.rows] == [NodeState.STALE]
+    assert failed.rows[0].free_gpus is None and failed.fleet is not None
+    assert failed.fleet.free_gpus == 0 and failed.fleet.stale == 1
+
+
+def test_detail_reads_one_node_with_matchers(replay: Replay) -> None:
+    """Opening a node asks today's three queries for its target only, and builds its GPUs."""
+    replay.serve("demo")
+    source = PrometheusSource(replay.url)
+    (row,) = source.sample().rows or ()
+    queries = node_queries({"instance": row.instance, "job": row.job or ""})
+    replay.aliases = dict(zip(queries, ("targets", "data", "identity"), strict=True))
+    replay.requests.clear()
+    node = source.detail(row.name)
+    assert replay.queries == list(queries)
+    assert all(f'instance="{row.instance}",job="{row.job}"' in query for query in queries)
+    assert (node.name, node.instance, len(node.gpus)) == (row.name, row.instance, row.gpu_count)
+    assert summarize(node, 1024) == dataclasses.replace(row, **AGGREGATE_ONLY)
+
+
+def test_detail_of_a_node_not_in_the_answer_raises(replay: Replay) -> None:
+    replay.serve("demo")
+    source = PrometheusSource(replay.url)
+    source.sample()
+    replay.aliases = dict.fromkeys(node_queries({"instance": "nowhere:1"}), "identity")
+    replay.serve("empty")
+    with pytest.raises(PrometheusError, match="no node nowhere:1"):
+        source.detail("nowhere:1")
+
+
+def test_other_machines_text_in_the_rows_is_made_safe(replay: Replay) -> None:
+    """Escapes, bidi overrides and C1 controls in a host label and a user name."""
+    rows, _, _ = both_paths(replay, "hostile")
+    (row,) = rows
+    shown = [row.name, row.top_user or "", *row.users]
+    assert "owned" in row.name and all(text.isprintable() for text in shown), shown
+
+
+def test_the_fleet_names_the_users_holding_most_memory(replay: Replay) -> None:
+    """From the request's fleet-wide ``topk``: most first, names made safe."""
+    answers = copy.deepcopy(load("shared_host"))
+    result = answers["rows"]["data"]["result"]
+    moment = result[0]["value"][0]
+    for user, held in (("bob", "2e10"), ("mal\u202eory", "5e10")):
+        metric = {"gpumon_fact": "top_user", "user": user}
+        result.append({"metric": metric, "value": [moment, held]})
+    replay.serve(answers)
+    fleet = PrometheusSource(replay.url).sample().fleet
+    assert fleet is not None
+    assert [(top.name, top.value) for top in fleet.top_users] == [
+        (safe_text("mal\u202eory"), 5e10),
+        ("bob", 2e10),
+    ]
+    assert fleet.nodes == 2 and fleet.gpus == 6 and fleet.free_gpus == 1
+
+
+def test_the_targets_site_labels_group_the_fleet(replay: Replay) -> None:
+    """A label the site gives its targets (file_sd's ``partition``) is the row's, and the
+    fleet counts GPUs and FREE GPUs by it."""
+    answers = copy.deepcopy(load("shared_host"))
+    for item in answers["rows"]["data"]["result"]:
+        if item["metric"].get("gpumon_fact") == "up":
+            item["metric"]["partition"] = "a100" if item["metric"]["job"] == "static" else "dgx"
+    replay.serve(answers)
+    cluster = PrometheusSource(replay.url).sample()
+    assert {row.labels for row in cluster.rows or ()} == {
+        (("partition", "a100"),),
+        (("partition", "dgx"),),
+    }
+    assert cluster.fleet is not None
+    assert [(c.value, c.gpus, c.free_gpus) for c in cluster.fleet.by_label] == [
+        ("a100", 4, 1),
+        ("dgx", 2, 0),
+    ]

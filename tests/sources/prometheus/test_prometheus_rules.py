@@ -1,0 +1,121 @@
+"""The node rows' recording rules: contrib/prometheus/gpumon-recording.yml holds the very
+expressions the source sends, promtool's unit tests of them pass, and the source reads the
+recorded series while the rules' marker says they are recorded for its free threshold, and
+evaluates the expressions itself otherwise (``ClusterSample.path`` says which)."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpumon.sources.prometheus.aggregate import (
+    RULES,
+    RULES_FREE_THRESHOLD_MIB,
+    RULES_LOADED,
+    rows_query,
+)
+from gpumon.sources.prometheus.source import PrometheusSource
+from tests.support.prometheus_replay import Replay, load
+
+CONTRIB = Path(__file__).resolve().parents[3] / "contrib" / "prometheus"
+
+
+def recorded() -> dict[str, str]:
+    document = yaml.safe_load((CONTRIB / "gpumon-recording.yml").read_text())
+    return {
+        rule["record"]: " ".join(rule["expr"].split())
+        for group in document["groups"]
+        for rule in group["rules"]
+    }
+
+
+def test_the_rules_hold_the_expressions_the_source_sends() -> None:
+    threshold = str(RULES_FREE_THRESHOLD_MIB * 1024**2)
+    rules = recorded()
+    for name, expression in RULES.items():
+        assert rules[name] == expression.replace("{threshold}", threshold), name
+    assert rules[RULES_LOADED] == f"vector({RULES_FREE_THRESHOLD_MIB})"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian: prometheus)")
+def test_promtool_passes_the_rules_unit_tests() -> None:
+    result = subprocess.run(
+        ["promtool", "test", "rules", "gpumon-recording.test.yml"],
+        cwd=CONTRIB, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture
+def replay() -> Iterator[Replay]:
+    server = Replay()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def with_marker(answers: dict[str, Any], value: str | None) -> dict[str, Any]:
+    """The scenario's answers, the rules' marker said (``value``) or not (None)."""
+    answers = copy.deepcopy(answers)
+    for role in ("rows", "rules"):
+        result = answers[role]["data"]["result"]
+        result[:] = [s for s in result if s["metric"].get("gpumon_fact") != RULES_LOADED]
+        if value is not None:
+            moment = result[0]["value"][0]
+            result.append({"metric": {"gpumon_fact": RULES_LOADED}, "value": [moment, value]})
+    return answers
+
+
+def test_the_source_reads_the_rules_while_they_are_recorded(replay: Replay) -> None:
+    answers = load("shared_host")
+    replay.serve(with_marker(answers, "1024"))
+    source = PrometheusSource(replay.url)
+    first, second = source.sample(), source.sample()
+    assert (first.path, second.path) == ("raw queries", "recording rules")
+    assert replay.queries == [
+        rows_query(1024, rules=False),
+        rows_query(1024, rules=True, lean=True),
+    ]
+    assert second.rows == first.rows
+    replay.serve(with_marker(answers, None))  # the rules were unloaded
+    assert [source.sample().path, source.sample().path] == ["recording rules", "raw queries"]
+
+
+@pytest.mark.parametrize(("threshold", "marker"), [(512, "1024"), (1024, "512")])
+def test_rules_for_another_free_threshold_are_not_used(
+    replay: Replay, threshold: int, marker: str
+) -> None:
+    replay.serve(with_marker(load("shared_host"), marker))
+    replay.aliases = {
+        rows_query(threshold, rules=False): "rows",
+        rows_query(threshold, rules=False, lean=True): "lean rows",
+    }
+    source = PrometheusSource(replay.url, free_threshold_mib=threshold)
+    assert source.sample().error is None
+    assert source.sample().path == "raw queries"
+    assert replay.queries == [
+        rows_query(threshold, rules=False),
+        rows_query(threshold, rules=False, lean=True),
+    ]
+
+
+def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:
+    """A new node's series are scraped before the next evaluation of the rules: its row says
+    why it is not current, and it is never counted free."""
+    answers = with_marker(load("partial"), "1024")
+    result = answers["rules"]["data"]["result"]
+    result[:] = [s for s in result if ":gpumon_" not in s["metric"].get("gpumon_fact", "")]
+    replay.serve(answers)
+    source = PrometheusSource(replay.url)
+    source.sample()
+    (row,) = source.sample().rows or ()
+    assert row.state.value == "stale" and row.free_gpus is None
+    assert row.problem is not None and row.problem.startswith("no row recorded yet: the recording")
