@@ -63,24 +63,31 @@ def claim_text(key: str, claimed_s: float, expires_s: float, pid: int) -> bytes:
     ).encode("ascii")
 
 
-def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
-    """``(claimed_s, expires_s)`` from a claim file's bytes; :class:`ValueError` when it is not a
-    claim gpumon wrote for ``key``.
-    """
-    if len(data) > MAX_CLAIM_FILE_BYTES:
+def text_fields(data: bytes, max_bytes: int, header: str, what: str) -> dict[str, str]:
+    """The ``name value`` lines after ``header`` of a file gpumon wrote in the claims directory;
+    :class:`ValueError` when it is not one (the message never quotes another user's text)."""
+    if len(data) > max_bytes:
         raise ValueError("too large")
     try:
         lines = data.decode("ascii").splitlines()
     except UnicodeDecodeError:
         raise ValueError("not text") from None
-    if not lines or lines[0] != _HEADER:
-        raise ValueError("not a gpumon claim")
+    if not lines or lines[0] != header:
+        raise ValueError(f"not a gpumon {what}")
     fields: dict[str, str] = {}
     for line in lines[1:]:
         name, _, value = line.partition(" ")
         if name in fields:
             raise ValueError("a field is given twice")  # its name: another user's text
         fields[name] = value
+    return fields
+
+
+def parse_claim_text(data: bytes, key: str) -> tuple[float, float]:
+    """``(claimed_s, expires_s)`` from a claim file's bytes; :class:`ValueError` when it is not a
+    claim gpumon wrote for ``key``.
+    """
+    fields = text_fields(data, MAX_CLAIM_FILE_BYTES, _HEADER, "claim")
     if fields.get("uuid") != key:
         raise ValueError("its text names another GPU")
     numbers = []

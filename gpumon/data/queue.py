@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpumon.data import format as fmt
-from gpumon.data.claims import claim_key
+from gpumon.data.claims import claim_key, text_fields
 from gpumon.data.model import Sample
 from gpumon.data.ranking import qualify
 
@@ -104,20 +104,7 @@ class WaiterText:
 def parse_waiter_text(data: bytes) -> WaiterText:
     """The waiter a file's bytes describe; :class:`ValueError` when they are not one gpumon
     wrote (the message is safe to show: it never quotes the text)."""
-    if len(data) > MAX_WAITER_FILE_BYTES:
-        raise ValueError("too large")
-    try:
-        lines = data.decode("ascii").splitlines()
-    except UnicodeDecodeError:
-        raise ValueError("not text") from None
-    if not lines or lines[0] != _HEADER:
-        raise ValueError("not a gpumon waiter")
-    fields: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(" ")
-        if name in fields:
-            raise ValueError("a field is given twice")
-        fields[name] = value
+    fields = text_fields(data, MAX_WAITER_FILE_BYTES, _HEADER, "waiter")
 
     def number(name: str, *, optional: bool = False) -> float | None:
         value = fields.get(name, "")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 
@@ -26,15 +25,6 @@ from tests.support.prometheus_replay import ALL_QUERIES, Replay, load
 GIB = 1024**3
 #: What only the aggregate path tells (the per-series rows leave them unknown).
 AGGREGATE_ONLY = {"idle_held_bytes": None, "idle_holders": (), "labels": ()}
-
-
-@pytest.fixture
-def replay() -> Iterator[Replay]:
-    server = Replay()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def both_paths(

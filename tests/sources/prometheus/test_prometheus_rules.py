@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +50,6 @@ def test_promtool_passes_the_rules_unit_tests() -> None:
         cwd=CONTRIB, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.fixture
-def replay() -> Iterator[Replay]:
-    server = Replay()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def with_marker(answers: dict[str, Any], value: str | None) -> dict[str, Any]:

@@ -14,12 +14,10 @@ from gpumon.ui.cluster.answer import top_users
 from tests.support.ui_helpers import screen_text
 from tests.ui.cluster.test_cluster_ui import (
     CLUSTER_FREE,
-    DCGM_FROM,
-    USERS,
     cluster_app,
-    gpu_is_free,
     listed,
     make_cluster,
+    nodes_of,
     row_of,
     shown,
     unreachable,
@@ -55,13 +53,7 @@ async def test_the_text_filter_finds_a_user_in_the_rows() -> None:
         await shown(app, pilot, cluster)
         await pilot.press("slash", *"carol", "enter")
         await pilot.pause()
-        expected = [
-            f"node{n}"
-            for n in range(1, DCGM_FROM)
-            if any(
-                USERS[(n + g) % len(USERS)] == "carol" and not gpu_is_free(n, g) for g in range(8)
-            )
-        ]
+        expected = nodes_of("carol")
         assert listed(app) == expected
         assert f"Nodes {len(expected)} of 100" in screen_text(app)
 

@@ -36,6 +36,15 @@ def gpu_is_free(node: int, gpu: int) -> bool:
     return (node + gpu) % 5 == 0
 
 
+def nodes_of(user: str) -> list[str]:
+    """The nodes where ``user`` runs a process (on a GPU that is not free), in list order."""
+    return [
+        f"node{n}"
+        for n in range(1, DCGM_FROM)
+        if any(USERS[(n + g) % len(USERS)] == user and not gpu_is_free(n, g) for g in range(8))
+    ]
+
+
 def make_gpu(node: int, index: int, dcgm: bool = False) -> GpuStats:
     free = gpu_is_free(node, index)
     gpu = GpuStats(
@@ -393,13 +402,7 @@ async def test_the_text_filter_counts_what_it_shows_and_escape_clears_it() -> No
         # A user's name finds every node they run on, not only where they are on top.
         await pilot.press("slash", *"CAROL", "enter")
         await pilot.pause()
-        expected = [
-            f"node{n}"
-            for n in range(1, DCGM_FROM)
-            if any(
-                USERS[(n + g) % len(USERS)] == "carol" and not gpu_is_free(n, g) for g in range(8)
-            )
-        ]
+        expected = nodes_of("carol")
         assert listed(app) == expected
         assert f"Nodes {len(expected)} of 100" in screen_text(app)
 
