@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpumon.data import format as fmt
 from gpumon.data.cluster import (
@@ -93,7 +93,7 @@ def open_fleet_source(settings: Settings) -> FleetSource:
     """The cluster source for a headless run; raises as ``open_headless_source``."""
     from gpumon.sources import cluster_base
 
-    return cast("FleetSource", cluster_base.open_headless_source(settings))
+    return cluster_base.open_headless_source(settings)
 
 
 def unknown_nodes(rows: Sequence[NodeSummary], names: Sequence[str]) -> list[str]:

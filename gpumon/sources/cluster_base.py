@@ -14,7 +14,6 @@ from gpumon.config import SettingsError
 
 if TYPE_CHECKING:
     from gpumon.config import Settings
-    from gpumon.data.cluster import ClusterSample
     from gpumon.sources.prometheus.source import PrometheusSource
 
 
@@ -64,16 +63,6 @@ def open_cluster_source(settings: Settings) -> PrometheusSource:
         )
     except ValueError as error:  # its text never holds a password or a header's value
         raise SettingsError(str(error)) from None
-
-
-def take_cluster_sample(settings: Settings, detail: bool = True) -> ClusterSample:
-    """Open the cluster source, read it once (with ``detail`` every node's GPUs too: see
-    :meth:`PrometheusSource.sample`), close it; raises as :func:`open_headless_source`."""
-    source = open_headless_source(settings)
-    try:
-        return source.sample(detail=detail)
-    finally:
-        source.close()
 
 
 def open_headless_source(settings: Settings) -> PrometheusSource:
