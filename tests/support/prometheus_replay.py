@@ -27,6 +27,7 @@ import pytest
 
 from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.queries import QUERIES
+from gpumon.sources.prometheus.targets import TARGET_FACTS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
 #: The per-series path's three queries, then the aggregate path's: raw, and from the rules.
@@ -39,7 +40,7 @@ LEAN = {
     rows_query(1024, rules=False, lean=True): "rows",
     rows_query(1024, rules=True, lean=True): "rules",
 }
-_SLOW_FACTS = ("last_up", "scrapes_5m", "first_5m")
+_SLOW_FACTS = TARGET_FACTS - {"up", "scraped"}
 
 
 def lean(answer: dict[str, Any]) -> dict[str, Any]:

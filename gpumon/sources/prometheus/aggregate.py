@@ -10,10 +10,10 @@ counted FREE by the rules of :mod:`gpumon.data.free`; queries and cost: docs/clu
 from __future__ import annotations
 
 from gpumon.sources.prometheus.queries import (
-    _FACT,
     DCGM_READINGS,
     LOOKBACK,
-    TARGETS_QUERY,
+    _any,
+    _fact,
     targets_query,
 )
 
@@ -110,7 +110,8 @@ _NODE_SERIES = {
     "node:simulated": "gpumon_simulated != 0",
     "node:stalled": "gpumon_sampler_stalled != 0",
 }
-#: Who named a node and its GPUs within the hour, for nodes serving no GPU now (down, gone).
+#: Who named a node and its GPUs within the hour, for nodes serving no GPU now (down, gone);
+#: with the rules, its GPUs are the count recorded last (one series per node to read back).
 _IDENTITY = {
     "seen_host": (
         f"count by ({_NODE}, hostname) (last_over_time(gpumon_host_info[{LOOKBACK}]))"
@@ -127,29 +128,41 @@ _IDENTITY = {
         f" unless on ({_NODE}) DCGM_FI_DEV_GPU_TEMP"
     ),
 }
+_RECORDED_IDENTITY = _IDENTITY | {
+    "seen_gpus": (
+        f"last_over_time(instance:gpumon_gpus:count[{LOOKBACK}])"
+        f" unless on ({_NODE}) gpumon_gpu_info"
+    ),
+    "seen_dcgm": (
+        f"last_over_time(instance:dcgm_gpus:count[{LOOKBACK}])"
+        f" unless on ({_NODE}) DCGM_FI_DEV_GPU_TEMP"
+    ),
+}
 #: How many users the fleet's top list holds.
 TOP_USERS = 10
-
-
-def _fact(name: str, expression: str) -> str:
-    return f'label_replace({expression}, "{_FACT}", "{name}", "", "")'
+#: The fleet's users by the GPU memory their processes hold, and how the rules record it.
+USERS_RULE = "user:gpumon_process_memory_bytes:sum"
+USERS_EXPRESSION = "sum by (user) (instance_user:gpumon_process_memory_bytes:sum >= 0)"
 
 
 def rows_query(free_threshold_mib: int, *, rules: bool, lean: bool = False) -> str:
     """The one query of a refresh: the targets' facts (``lean``: their state and latest
-    scrape only), every node's aggregates (from the recording rules with ``rules``), its
-    per-node series, identities, the fleet's top users and whether the rules are loaded."""
+    scrape only), every node's aggregates (with ``rules``: the recording rules' series, told
+    apart by their names), its per-node series, identities, the fleet's top users and whether
+    the rules are loaded."""
     threshold = str(free_threshold_mib * _MIB)
-    parts = [targets_query(lean=True) if lean else TARGETS_QUERY]
-    for name, expression in RULES.items():
-        parts.append(_fact(name, name if rules else expression.replace("{threshold}", threshold)))
+    parts = [targets_query(lean=lean, recorded=rules)]
+    if rules:
+        parts.append('{__name__=~"' + "|".join(RULES) + '"}')
+    else:
+        parts.extend(_fact(n, e.replace("{threshold}", threshold)) for n, e in RULES.items())
     parts.extend(_fact(name, expression) for name, expression in _NODE_SERIES.items())
-    parts.extend(_fact(name, expression) for name, expression in _IDENTITY.items())
-    held = "(instance_user:gpumon_process_memory_bytes:sum >= 0)" if rules else _PROCESS_MEMORY
-    top = f"topk({TOP_USERS}, sum by (user) ({held}))"
-    parts.append(_fact("top_user", top))
+    identity = _RECORDED_IDENTITY if rules else _IDENTITY
+    parts.extend(_fact(name, expression) for name, expression in identity.items())
+    users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
+    parts.append(_fact("top_user", f"topk({TOP_USERS}, {users})"))
     parts.append(_fact(RULES_LOADED, RULES_LOADED))
-    return " or ".join(parts)
+    return _any(parts)
 
 
 def rules_usable(loaded: float | None, free_threshold_mib: int) -> bool:

@@ -14,22 +14,57 @@ _MIB = 1024 * 1024
 _FACT = "gpumon_fact"
 
 
-def targets_query(selector: str = "", *, lean: bool = False) -> str:
+#: The windows a target's scrape interval is measured over, the longer where the target is
+#: older than it (:attr:`.targets._Facts.interval_s`).
+WINDOWS = ("5m", "1m")
+#: Per target, the moment of each scrape that found it up: the recording rules' series that
+#: tells when a target that is down now was last up without a subquery.
+UP_RECORDED = "gpumon:target_up_timestamp_seconds"
+
+
+def targets_query(selector: str = "", *, lean: bool = False, recorded: bool = False) -> str:
     """Per target (those matching ``selector``, a PromQL label list): its facts, each told
-    apart by the ``gpumon_fact`` label. ``lean``: ``up`` and its latest scrape only (the
-    others are subqueries over every target: most of the query's cost)."""
-    up = f"up{{{selector}}}" if selector else "up"
-    facts = (
-        ("up", up),
-        ("scraped", f"timestamp({up})"),
-        ("last_up", f"max_over_time((timestamp({up}) and {up} == 1)[{LOOKBACK}:15s])"),
-        ("scrapes_5m", f"count_over_time({up}[5m])"),
-        ("first_5m", f"min_over_time(timestamp({up})[5m:1s])"),
-    )
-    return " or ".join(
-        f'label_replace({expression}, "{_FACT}", "{fact}", "", "")'
-        for fact, expression in facts[: 2 if lean else None]
-    )
+    apart by the ``gpumon_fact`` label. ``lean``: ``up`` and its latest scrape only;
+    ``recorded``: when it was last up from :data:`UP_RECORDED`, not a subquery over every
+    target (most of the query's cost to Prometheus). Each window's first fact is the latest
+    scrape at or before its start, so that the span holds as many intervals as the window's
+    scrapes; the last time up is told only for a target not up now."""
+    up = _selected("up", selector)
+    facts = {"up": up, "scraped": f"timestamp({up})"}
+    if not lean:
+        last = (
+            f"max_over_time({_selected(UP_RECORDED, selector)}[{LOOKBACK}])"
+            if recorded
+            else f"max_over_time(({up_moments(up)})[{LOOKBACK}:15s])"
+        )
+        facts["last_up"] = f"{last} unless on (instance, job) ({up} == 1)"
+        for window in WINDOWS:
+            facts[f"scrapes_{window}"] = f"count_over_time({up}[{window}])"
+            facts[f"first_{window}"] = f"timestamp({up} offset {window})"
+    return _any([_fact(fact, expression) for fact, expression in facts.items()])
+
+
+def _fact(name: str, expression: str) -> str:
+    """``expression`` with the label that tells its series apart in a joined answer."""
+    return f'label_replace({expression}, "{_FACT}", "{name}", "", "")'
+
+
+def _any(parts: list[str]) -> str:
+    """``parts`` joined by ``or`` as a balanced tree: Prometheus matches each ``or``'s sides
+    by their labels, and a chain matches its growing left side again at every part."""
+    if len(parts) == 1:
+        return parts[0]
+    half = len(parts) // 2
+    return f"({_any(parts[:half])}) or ({_any(parts[half:])})"
+
+
+def up_moments(up: str = "up") -> str:
+    """The moment of each target's latest scrape while it is up (:data:`UP_RECORDED`)."""
+    return f"timestamp({up}) and {up} == 1"
+
+
+def _selected(metric: str, selector: str) -> str:
+    return f"{metric}{{{selector}}}" if selector else metric
 
 
 TARGETS_QUERY = targets_query()

@@ -8,7 +8,6 @@ hour, and no view counts its GPUs free.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,11 +23,18 @@ from gpumon.sources.prometheus.nodes import (
 )
 from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _host, _Series
-from gpumon.sources.prometheus.targets import Target, _Facts, _facts, _target, _unique
+from gpumon.sources.prometheus.targets import (
+    TARGET_FACTS,
+    Target,
+    _Facts,
+    _facts,
+    _target,
+    _unique,
+    _with_fleet_interval,
+)
 
 _GPUMON, _DCGM = "instance:gpumon_", "instance:dcgm_"
 _HIDDEN_LABELS = frozenset({"__name__", "instance", "job", _FACT})
-_TARGET_FACTS = frozenset({"up", "scraped", "last_up", "scrapes_5m", "first_5m"})
 
 
 @dataclass(slots=True)
@@ -88,14 +94,16 @@ def read_rows(
     loaded: float | None = None
     for item in series:
         labels = item.labels
-        fact, instance = labels.get(_FACT, ""), labels.get("instance")
+        # A recording rule's series read as they are is told apart by its name.
+        fact = labels.get(_FACT) or labels.get("__name__", "")
+        instance = labels.get("instance")
         if fact in _VALUES and instance is not None:  # most of them: the fast way
             target = (instance, labels.get("job", ""))
             entry = read.get(target) or read.setdefault(target, _Read())
             entry.values[fact] = item.value
             continue
         found = _target(item)
-        if fact in _TARGET_FACTS:
+        if fact in TARGET_FACTS:
             of_targets.append(item)
         if fact == "top_user":
             if item.value is not None:
@@ -131,6 +139,7 @@ def read_rows(
     gpu_jobs = {t[1] for t, r in read.items() if kinds[t] is not ExporterKind.UNKNOWN}
     gpu_jobs |= {t[1] for t, r in read.items() if r.seen_kind() is not ExporterKind.UNKNOWN}
     targets = sorted(t for t in set(read) | set(facts) if t[1] in gpu_jobs)
+    interval = _with_fleet_interval(facts, targets)
     built: list[tuple[str | None, NodeSummary]] = []
     remembered: dict[Target, Remembered] = {}
     for target in targets:
@@ -145,12 +154,11 @@ def read_rows(
         row if row.name == name else replace(row, name=name)
         for name, (_, row) in zip(names, built, strict=True)
     ]
-    intervals = [f.interval_s for t in targets if (f := facts.get(t)) and f.interval_s]
     return Answer(
         rows=tuple(sorted(rows, key=lambda row: (row.name, row.instance))),
         top_users=tuple(sorted(top, key=lambda r: (-r.value, r.name))),
         rules_loaded=loaded,
-        scrape_interval_s=statistics.median(intervals) if intervals else None,
+        scrape_interval_s=interval,
         known=remembered,
         facts=facts,
     )

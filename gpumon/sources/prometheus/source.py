@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -51,6 +50,7 @@ from gpumon.sources.prometheus.targets import (
     _facts,
     _node_targets,
     _unique,
+    _with_fleet_interval,
 )
 
 __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
@@ -259,7 +259,7 @@ class PrometheusSource:
         now = self._now([*facts_series, *data, *identity])
         facts, by_target, identities = _facts(facts_series), _by_target(data), _by_target(identity)
         targets = _node_targets(facts, by_target, identities)
-        intervals = [f.interval_s for t in targets if (f := facts.get(t)) and f.interval_s]
+        interval = _with_fleet_interval(facts, targets)
         built, known = [], dict(self._known) if keep_others else {}
         for target in targets:
             host, node, remembered = _build_node(
@@ -284,7 +284,7 @@ class PrometheusSource:
             timestamp_s=now,
             url=self.url,
             nodes=tuple(sorted(nodes, key=lambda node: (node.name, node.instance))),
-            scrape_interval_s=statistics.median(intervals) if intervals else None,
+            scrape_interval_s=interval,
         )
 
     def history(

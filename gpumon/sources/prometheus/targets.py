@@ -5,13 +5,14 @@ A target is its ``(instance, job)`` labels (docs/cluster.md).
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpumon.data.cluster import ExporterKind
 from gpumon.data.format import known_time
-from gpumon.sources.prometheus.queries import _FACT
+from gpumon.sources.prometheus.queries import _FACT, WINDOWS
 from gpumon.sources.prometheus.series import _kind, _Series
 
 Target = tuple[str, str]  # (instance, job)
@@ -36,46 +37,64 @@ class _Facts:
     up: float | None = None
     scraped_s: float | None = None
     last_up_s: float | None = None
-    scrapes_5m: float | None = None
-    first_5m_s: float | None = None
-    evaluated_s: float | None = None
+    #: Per window of :data:`.queries.WINDOWS`: its scrapes, and the latest scrape at or
+    #: before its start (None for a target younger than the window).
+    scrapes: dict[str, float | None] = field(default_factory=dict)
+    first_s: dict[str, float | None] = field(default_factory=dict)
     measured_s: float | None = None  # the interval as measured by an earlier answer
 
     @property
     def interval_s(self) -> float | None:
-        """Seconds between scrapes: the time the last five minutes' scrapes span over their
-        number. ``first_5m_s`` is the latest scrape at or before the window's first second:
-        before the window for a target older than that (one gap more than the count)."""
+        """Seconds between scrapes: over the longest window the target is older than, the
+        time from the scrape before the window to the latest over the window's scrapes."""
         if self.measured_s is not None:
             return self.measured_s
-        first, last, count = self.first_5m_s, self.scraped_s, self.scrapes_5m
-        if first is None or last is None or count is None or self.evaluated_s is None:
-            return None
-        gaps = count if first <= self.evaluated_s - 300 else count - 1
-        if gaps < 1 or last <= first:
-            return None
-        return (last - first) / gaps
+        last = self.scraped_s
+        for window in WINDOWS:
+            first, count = self.first_s.get(window), self.scrapes.get(window) or 0.0
+            if first is not None and last is not None and count >= 1 and last > first:
+                return (last - first) / count
+        return None
+
+
+_SLOTS = {"up": "up", "scraped": "scraped_s", "last_up": "last_up_s"}
+#: Every fact of a target, as the targets query names them.
+TARGET_FACTS = frozenset(
+    {*_SLOTS, *(f"{kind}_{window}" for window in WINDOWS for kind in ("scrapes", "first"))}
+)
 
 
 def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
     facts: dict[Target, _Facts] = {}
-    slots = {
-        "up": "up",
-        "scraped": "scraped_s",
-        "last_up": "last_up_s",
-        "scrapes_5m": "scrapes_5m",
-        "first_5m": "first_5m_s",
-    }
     for item in series:
-        target, slot = _target(item), slots.get(item.labels.get(_FACT, ""))
-        if target is not None and slot is not None:
-            target_facts = facts.setdefault(target, _Facts())
-            # A time that is not a real moment is not known (None), as Prometheus' own.
+        target, fact = _target(item), item.labels.get(_FACT, "")
+        if target is None or fact not in TARGET_FACTS:
+            continue
+        target_facts = facts.setdefault(target, _Facts())
+        kind, _, window = fact.partition("_")
+        # A time that is not a real moment is not known (None), as Prometheus' own.
+        if kind == "first":
+            target_facts.first_s[window] = known_time(item.value)
+        elif kind == "scrapes":
+            target_facts.scrapes[window] = item.value
+        else:
+            slot = _SLOTS[fact]
             value = known_time(item.value) if slot.endswith("_s") else item.value
             setattr(target_facts, slot, value)
-            if item.time_s is not None:
-                target_facts.evaluated_s = item.time_s
     return facts
+
+
+def _with_fleet_interval(facts: Mapping[Target, _Facts], targets: Iterable[Target]) -> float | None:
+    """The median of ``targets``' measured scrape intervals, taken as the interval of those
+    with none measured (younger than the shortest window, or scraped once): a site scrapes its
+    nodes alike, and the default would call a node scraped less often stale between scrapes."""
+    told = [facts[t] for t in targets if t in facts]
+    intervals = [interval for f in told if (interval := f.interval_s)]
+    median = statistics.median(intervals) if intervals else None
+    for target_facts in told:
+        if target_facts.interval_s is None:
+            target_facts.measured_s = median
+    return median
 
 
 def _node_targets(

@@ -33,9 +33,7 @@ def both_paths(
     """(aggregate rows, the per-series path's rows) of one recorded scenario."""
     replay.serve(scenario)
     source = PrometheusSource(replay.url)
-    if rules:
-        source.sample()  # the rules' marker is fleet-wide: the recording dropped it
-        source._rules = True
+    source._rules = rules  # the rules' marker is fleet-wide: the recording dropped it
     aggregated = source.sample()
     assert aggregated.error is None and aggregated.nodes == () and aggregated.rows is not None
     assert aggregated.path == ("recording rules" if rules else "raw queries")
@@ -92,6 +90,46 @@ def test_down_and_never_seen_targets_are_never_free(replay: Replay) -> None:
     assert all(row.free_gpus is None for row in rows if not row.current)
     stopped = [row for row in rows if row.state is NodeState.DOWN and row.gpu_count]
     assert stopped and stopped[0].down_since_s is not None
+
+
+def test_the_recording_rules_tell_a_down_node_since_its_first_failed_scrape(
+    replay: Replay,
+) -> None:
+    """Recorded at every evaluation (1 s here), the last scrape up is known to the scrape, where
+    the per-series path's subquery steps 15 s: the rest of the row is the same."""
+    rows, per_series, _ = both_paths(replay, "down", rules=True)
+    (row,) = [r for r in rows if r.state is NodeState.DOWN and r.gpu_count]
+    (other,) = [r for r in per_series if r.instance == row.instance]
+    assert row.down_since_s is not None and other.down_since_s is not None
+    assert other.down_since_s <= row.down_since_s <= (row.last_seen_s or 0) + 1.0
+    assert told([row]) == [dataclasses.replace(other, down_since_s=row.down_since_s,
+                                               last_seen_s=row.last_seen_s)]  # fmt: skip
+
+
+def test_a_target_younger_than_the_windows_is_scraped_as_the_fleet_is(replay: Replay) -> None:
+    """Its interval not measurable yet, a new node takes its fleet's (every 60 s here), not
+    the default 15 s by which it would be stale 50 s after its latest scrape."""
+    answers = copy.deepcopy(load("demo"))
+    result = answers["rows"]["data"]["result"]
+    now = result[0]["value"][0]
+    windows = ("first_5m", "scrapes_5m", "first_1m", "scrapes_1m")
+    result[:] = [item for item in result if item["metric"].get("gpumon_fact") not in windows]
+    for item in result:
+        if item["metric"].get("gpumon_fact") == "scraped":
+            item["value"][1] = str(now - 50)
+    elder = copy.deepcopy([item for item in result if "instance" in item["metric"]])
+    for item in elder:
+        item["metric"]["instance"] = "10.0.0.9:9400"
+    scraped = next(item for item in elder if item["metric"].get("gpumon_fact") == "scraped")
+    for fact, value in (("first_5m", now - 350), ("scrapes_5m", 5)):
+        told_fact = copy.deepcopy(scraped)
+        told_fact["metric"]["gpumon_fact"], told_fact["value"][1] = fact, str(value)
+        elder.append(told_fact)
+    result += elder
+    replay.serve(answers)
+    cluster = PrometheusSource(replay.url).sample()
+    assert cluster.scrape_interval_s == 60.0
+    assert [row.state for row in cluster.rows or ()] == [NodeState.UP, NodeState.UP]
 
 
 @pytest.mark.parametrize(

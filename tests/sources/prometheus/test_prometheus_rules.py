@@ -18,8 +18,11 @@ from gpumon.sources.prometheus.aggregate import (
     RULES,
     RULES_FREE_THRESHOLD_MIB,
     RULES_LOADED,
+    USERS_EXPRESSION,
+    USERS_RULE,
     rows_query,
 )
+from gpumon.sources.prometheus.queries import UP_RECORDED, up_moments
 from gpumon.sources.prometheus.source import PrometheusSource
 from tests.support.prometheus_replay import Replay, load
 
@@ -41,6 +44,8 @@ def test_the_rules_hold_the_expressions_the_source_sends() -> None:
     for name, expression in RULES.items():
         assert rules[name] == expression.replace("{threshold}", threshold), name
     assert rules[RULES_LOADED] == f"vector({RULES_FREE_THRESHOLD_MIB})"
+    assert rules[USERS_RULE] == USERS_EXPRESSION
+    assert rules[UP_RECORDED] == up_moments()
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian: prometheus)")
@@ -102,7 +107,7 @@ def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:
     why it is not current, and it is never counted free."""
     answers = with_marker(load("partial"), "1024")
     result = answers["rules"]["data"]["result"]
-    result[:] = [s for s in result if ":gpumon_" not in s["metric"].get("gpumon_fact", "")]
+    result[:] = [s for s in result if ":gpumon_" not in s["metric"].get("__name__", "")]
     replay.serve(answers)
     source = PrometheusSource(replay.url)
     source.sample()

@@ -344,9 +344,9 @@ def test_a_node_that_goes_down_keeps_its_last_readings(prom: Replay) -> None:
 def test_a_target_gone_from_prometheus_is_stale(prom: Replay) -> None:
     """Removed from the scrape config: no ``up`` now, seen within the hour."""
     answers = copy.deepcopy(load("demo"))
-    answers["targets"]["data"]["result"] = [
-        item for item in series(answers["targets"]) if item["metric"]["gpumon_fact"] == "last_up"
-    ]
+    (scraped,) = [i for i in series(answers["targets"]) if i["metric"]["gpumon_fact"] == "scraped"]
+    scraped["metric"]["gpumon_fact"] = "last_up"  # told for a target not up now
+    answers["targets"]["data"]["result"] = [scraped]
     answers["data"]["data"]["result"] = []
     prom.serve(answers)
     (node,) = source_for(prom).sample(detail=True).nodes
@@ -388,14 +388,17 @@ def test_extra_labels_of_thanos_or_federation_change_nothing(prom: Replay) -> No
 
 
 def test_the_scrape_interval_of_an_older_target(prom: Replay) -> None:
-    """A target older than the 5 min window: its first scrape in the window's first second
-    is the one before the window, so the span holds as many intervals as scrapes."""
+    """A target older than the 5 min window: measured over it, from its latest scrape before
+    the window (the span holds as many intervals as the window's scrapes), not over 1 min."""
     answers = copy.deepcopy(load("demo"))
     facts = {item["metric"]["gpumon_fact"]: item for item in series(answers["targets"])}
     now = facts["up"]["value"][0]
     facts["scraped"]["value"][1] = str(now - 3.0)
-    facts["first_5m"]["value"][1] = str(now - 3.0 - 20 * 15.0)
-    facts["scrapes_5m"]["value"][1] = "20"
+    for fact, value in (("first_5m", now - 3.0 - 20 * 15.0), ("scrapes_5m", 20)):
+        facts[fact] = copy.deepcopy(facts["scraped"])
+        facts[fact]["metric"]["gpumon_fact"] = fact
+        facts[fact]["value"][1] = str(value)
+        answers["targets"]["data"]["result"].append(facts[fact])
     prom.serve(answers)
     result = source_for(prom).sample(detail=True)
     assert result.scrape_interval_s == pytest.approx(15.0)
