@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Benchmark how fast the cluster dashboard answers each key over a large fleet (a script,
-not a pytest test).
+"""Benchmark how fast the cluster dashboard answers each key (a script, not a pytest test).
 
-The real app, headless (``run_test(size=(120, 40))``), over a static source of N rows (the
-fleet of ``tests/ui/cluster/test_cluster_large.py``); per ``--nodes`` size, interleaved over
-``--rounds``, each key ``--repeat`` times (a key that moves is followed by its opposite).
-Per key and size: the median and 95th percentile, in ms and in frames at Textual's frame
-rate (``TEXTUAL_FPS``, default 60: 16.7 ms), from the key posted to the app until every
-message it caused is handled (``handled``) and then until the next compositor update of
-the screen has run (``answered``: ``Screen.wait_for_refresh()``, which includes the wait for
-Textual's frame timer). Pilot's ``press()`` and ``pause()`` sleep at least 20 ms each
-(``wait_for_idle``), so they would time Pilot: ``--pilot`` times them for comparison. Also:
-the first frame with every row, from ``run_test`` and from the rows handed in. Headless
-Textual renders the changed lines but writes nothing to a terminal; ``bench_dashboard.py``
-times that in a pty. Enter answers with the node's screen; its GPUs follow from a worker.
+The real app, headless (``run_test(size=(120, 40))``), over the static fleet of N rows of
+``tests/ui/cluster/test_cluster_large.py``; per ``--nodes`` size, interleaved over
+``--rounds``, each key ``--repeat`` times, ``--gap-ms`` apart as a person types (a key that
+moves is followed by its opposite; ``s`` cycles the sort column). Per key and size, median
+and 95th percentile in ms, and the p95 in frames at Textual's ``MAX_FPS`` (``TEXTUAL_FPS``,
+default 60: 16.7 ms), from the key posted as the driver posts it to:
+
+* ``handled``: nothing left ready in the event loop (the key's messages, the ones they
+  caused, and any frame drawn at once; a worker thread may still run: Enter shows the
+  node's screen, its GPUs follow);
+* ``answered``: then the screen's next compositor update (``Screen.wait_for_refresh()``);
+  a second update within a frame of the first waits for Textual's frame timer.
+
+Pilot's ``press()`` and ``pause()`` sleep 20 ms or more each (``wait_for_idle``): ``--pilot``
+times them instead, to show that floor. Also the first frame with every row, from
+``run_test`` and from the rows handed in. Headless Textual renders the changed lines but
+writes no terminal (``bench_dashboard.py --keys`` times that in a pty).
 
     python tests/benchmarks/bench_cluster_keys.py --nodes 100,5000 --rounds 3 --repeat 20 \\
         --json /tmp/cluster_keys.json
@@ -65,8 +69,8 @@ Times = dict[str, list[float]]
 
 
 async def loop_idle() -> None:
-    """Return once nothing else in the event loop is ready to run: every message the key
-    caused, and the messages those caused, are handled (a worker thread may still run)."""
+    """Return once nothing else in the event loop is ready to run (asyncio's ready queue is
+    empty): the messages a key caused are handled, with no sleep of a fixed length."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(0)
