@@ -10,6 +10,7 @@ TLS (:func:`self_signed` makes a certificate).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gzip
 import http.server
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from gpumon.sources.prometheus.aggregate import rows_query
+from gpumon.sources.prometheus.aggregate import RULES_LOADED, rows_query
 from gpumon.sources.prometheus.queries import QUERIES
 from gpumon.sources.prometheus.targets import TARGET_FACTS
 
@@ -61,6 +62,18 @@ def load(scenario: str) -> dict[str, Any]:
         " (python tests/support/fixtures/prometheus/record.py)"
     )
     return dict(document["answers"])
+
+
+def with_marker(answers: dict[str, Any], value: str | None) -> dict[str, Any]:
+    """The scenario's answers, the rules' marker said (``value``) or not (None)."""
+    answers = copy.deepcopy(answers)
+    for role in ("rows", "rules"):
+        result = answers[role]["data"]["result"]
+        result[:] = [s for s in result if s["metric"].get("gpumon_fact") != RULES_LOADED]
+        if value is not None:
+            moment = result[0]["value"][0]
+            result.append({"metric": {"gpumon_fact": RULES_LOADED}, "value": [moment, value]})
+    return answers
 
 
 def series(answer: dict[str, Any], name: str | None = None) -> list[dict[str, Any]]:

@@ -31,7 +31,12 @@ from gpumon.data.cluster import (
 from gpumon.data.fields import BY_KEY
 from gpumon.data.format import error_text, known_time, safe_text
 from gpumon.data.views import user_summary
-from gpumon.sources.prometheus.aggregate import TOP_USERS, rows_query, rules_usable
+from gpumon.sources.prometheus.aggregate import (
+    RULES_FREE_THRESHOLD_MIB,
+    TOP_USERS,
+    rows_query,
+    rules_usable,
+)
 from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client
 from gpumon.sources.prometheus.nodes import DEFAULT_SCRAPE_INTERVAL_S, _build_node, _Known
 from gpumon.sources.prometheus.queries import (
@@ -99,7 +104,9 @@ class PrometheusSource:
         self._known: dict[Target, _Known] = {}
         self._known_rows: dict[Target, Remembered] = {}
         self._free_threshold_mib = free_threshold_mib
-        self._rules = False  # the recording rules were loaded at the last refresh
+        # The recording rules were loaded at the last refresh; at first, whether they would be
+        # usable if they were (asking them costs little where they are not).
+        self._rules = free_threshold_mib == RULES_FREE_THRESHOLD_MIB
         self._facts: dict[Target, _Facts] = {}  # the targets' facts of the last whole answer
         self._facts_at = -math.inf
         self._backoff = Backoff()
@@ -165,23 +172,18 @@ class PrometheusSource:
         return _vector(self._client.post("/api/v1/query", {"query": expression}))
 
     def _aggregated(self) -> ClusterSample:
-        rules = self._rules
         earlier: dict[Target, _Facts] | None = self._facts
         if self._clock() - self._facts_at > FACTS_FOR_S:
             earlier = None
-
-        def read(data: Any) -> tuple[float, Answer]:
-            series = _vector(data)
-            now = self._now(series)
-            return now, read_rows(series, now, self._known_rows, rules, earlier)
-
-        query = rows_query(self._free_threshold_mib, rules=rules, lean=earlier is not None)
-        now, answer = self._client.post("/api/v1/query", {"query": query}, read)
-        if earlier is None or answer.changed:
+        rules = self._rules
+        now, answer = self._ask(rules, earlier)
+        if rules and not rules_usable(answer.rules_loaded, self._free_threshold_mib):
+            rules = False  # not recorded (any more): the expressions, in the same refresh
+            now, answer = self._ask(rules, earlier)
+        if answer.changed:
             earlier = None
-            query = rows_query(self._free_threshold_mib, rules=rules)
-            if answer.changed:
-                now, answer = self._client.post("/api/v1/query", {"query": query}, read)
+            now, answer = self._ask(rules, earlier)
+        if earlier is None:
             self._facts, self._facts_at = answer.facts, self._clock()
         self._known_rows = answer.known
         self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
@@ -194,6 +196,18 @@ class PrometheusSource:
             fleet=fleet_of(answer.rows, answer.top_users),
             path=RECORDING_RULES if rules else RAW_QUERIES,
         )
+
+    def _ask(self, rules: bool, earlier: dict[Target, _Facts] | None) -> tuple[float, Answer]:
+        """The rows from one request: the rules' series or the expressions, lean with the
+        targets' ``earlier`` facts."""
+
+        def read(data: Any) -> tuple[float, Answer]:
+            series = _vector(data)
+            now = self._now(series)
+            return now, read_rows(series, now, self._known_rows, rules, earlier)
+
+        query = rows_query(self._free_threshold_mib, rules=rules, lean=earlier is not None)
+        return self._client.post("/api/v1/query", {"query": query}, read)
 
     def _detailed(self) -> ClusterSample:
         # What only the aggregate request tells (site labels, idle-held memory) joins the rows

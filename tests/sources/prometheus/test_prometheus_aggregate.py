@@ -20,7 +20,7 @@ from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.queries import node_queries
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.support.prometheus_replay import ALL_QUERIES, Replay, load
+from tests.support.prometheus_replay import ALL_QUERIES, Replay, load, with_marker
 
 GIB = 1024**3
 #: What only the aggregate path tells (the per-series rows leave them unknown).
@@ -31,9 +31,9 @@ def both_paths(
     replay: Replay, scenario: str, *, rules: bool = False
 ) -> tuple[tuple[NodeSummary, ...], tuple[NodeSummary, ...], PrometheusSource]:
     """(aggregate rows, the per-series path's rows) of one recorded scenario."""
-    replay.serve(scenario)
+    # The rules' marker is fleet-wide: the recording, by job, dropped it.
+    replay.serve(with_marker(load(scenario), "1024" if rules else None))
     source = PrometheusSource(replay.url)
-    source._rules = rules  # the rules' marker is fleet-wide: the recording dropped it
     aggregated = source.sample()
     assert aggregated.error is None and aggregated.nodes == () and aggregated.rows is not None
     assert aggregated.path == ("recording rules" if rules else "raw queries")
@@ -173,8 +173,9 @@ def test_a_node_without_idle_series_tells_no_idle_held_memory(replay: Replay) ->
 
 
 def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
-    """The first asks every fact of the targets; the next ones, for a minute, their state and
-    latest scrape only (the scrape intervals measured then), with the same rows."""
+    """The first asks every fact of the targets (of the rules first, where they are not
+    recorded then of the expressions); the next ones, for a minute, their state and latest
+    scrape only (the scrape intervals measured then), with the same rows."""
     replay.serve("demo")
     moment = [1_000.0]
     source = PrometheusSource(replay.url, clock=lambda: moment[0])
@@ -184,7 +185,8 @@ def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
     moment[0] += 31
     source.sample()
     whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
-    assert replay.queries == [whole, lean, whole]
+    rules = ALL_QUERIES[4]  # asked first, not recorded here
+    assert replay.queries == [rules, whole, lean, whole]
     assert second.rows == first.rows and second.scrape_interval_s == first.scrape_interval_s
     assert first.scrape_interval_s is not None
 

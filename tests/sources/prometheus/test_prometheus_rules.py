@@ -5,11 +5,9 @@ evaluates the expressions itself otherwise (``ClusterSample.path`` says which)."
 
 from __future__ import annotations
 
-import copy
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -24,7 +22,7 @@ from gpumon.sources.prometheus.aggregate import (
 )
 from gpumon.sources.prometheus.queries import UP_RECORDED, up_moments
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.support.prometheus_replay import Replay, load
+from tests.support.prometheus_replay import Replay, load, with_marker
 
 CONTRIB = Path(__file__).resolve().parents[3] / "contrib" / "prometheus"
 
@@ -57,31 +55,33 @@ def test_promtool_passes_the_rules_unit_tests() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def with_marker(answers: dict[str, Any], value: str | None) -> dict[str, Any]:
-    """The scenario's answers, the rules' marker said (``value``) or not (None)."""
-    answers = copy.deepcopy(answers)
-    for role in ("rows", "rules"):
-        result = answers[role]["data"]["result"]
-        result[:] = [s for s in result if s["metric"].get("gpumon_fact") != RULES_LOADED]
-        if value is not None:
-            moment = result[0]["value"][0]
-            result.append({"metric": {"gpumon_fact": RULES_LOADED}, "value": [moment, value]})
-    return answers
-
-
 def test_the_source_reads_the_rules_while_they_are_recorded(replay: Replay) -> None:
     answers = load("shared_host")
     replay.serve(with_marker(answers, "1024"))
     source = PrometheusSource(replay.url)
     first, second = source.sample(), source.sample()
-    assert (first.path, second.path) == ("raw queries", "recording rules")
+    assert (first.path, second.path) == ("recording rules", "recording rules")
     assert replay.queries == [
-        rows_query(1024, rules=False),
+        rows_query(1024, rules=True),
         rows_query(1024, rules=True, lean=True),
     ]
-    assert second.rows == first.rows
-    replay.serve(with_marker(answers, None))  # the rules were unloaded
-    assert [source.sample().path, source.sample().path] == ["recording rules", "raw queries"]
+    replay.serve(with_marker(answers, None))  # the rules were unloaded: raw in the same refresh
+    replay.requests.clear()
+    unloaded = source.sample()
+    assert unloaded.path == "raw queries" and unloaded.rows == first.rows
+    assert replay.queries == [
+        rows_query(1024, rules=True, lean=True),
+        rows_query(1024, rules=False, lean=True),
+    ]
+
+
+def test_a_first_refresh_asks_the_rules_and_the_expressions_where_none_are_recorded(
+    replay: Replay,
+) -> None:
+    replay.serve(with_marker(load("shared_host"), None))
+    cluster = PrometheusSource(replay.url).sample()
+    assert cluster.path == "raw queries" and cluster.rows
+    assert replay.queries == [rows_query(1024, rules=True), rows_query(1024, rules=False)]
 
 
 @pytest.mark.parametrize(("threshold", "marker"), [(512, "1024"), (1024, "512")])
@@ -96,7 +96,9 @@ def test_rules_for_another_free_threshold_are_not_used(
     source = PrometheusSource(replay.url, free_threshold_mib=threshold)
     assert source.sample().error is None
     assert source.sample().path == "raw queries"
+    guessed = [rows_query(1024, rules=True)] if threshold == 1024 else []  # the rules' own
     assert replay.queries == [
+        *guessed,
         rows_query(threshold, rules=False),
         rows_query(threshold, rules=False, lean=True),
     ]

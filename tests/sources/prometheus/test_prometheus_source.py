@@ -28,6 +28,7 @@ from gpumon.data.cluster import ExporterKind, NodeState
 from gpumon.data.fields import FIELDS
 from gpumon.data.free import free_gpu_indices
 from gpumon.sources.prometheus import source as prometheus
+from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.client import Backoff, PrometheusError
 from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES
 from gpumon.sources.prometheus.source import PrometheusSource
@@ -446,9 +447,11 @@ def test_a_refresh_costs_the_same_queries_for_2_or_100_nodes(prom: Replay) -> No
         assert len(result.nodes) == size
         assert len({node.name for node in result.nodes}) == size  # one host name, unique names
         counts[size] = list(prom.queries)
-    # The node rows' one aggregate request, then the per-series path's three queries.
+    # The node rows' aggregate request (from the rules first: not recorded here), then the
+    # per-series path's three queries.
     assert counts[2] == counts[100]
-    assert len(counts[2]) == 4 and counts[2][1:] == list(QUERIES)
+    rows = [rows_query(1024, rules=True), rows_query(1024, rules=False)]
+    assert counts[2] == [*rows, *QUERIES]
 
 
 def test_the_data_query_names_every_field_of_the_table() -> None:
@@ -760,7 +763,7 @@ def test_a_custom_opener_is_used() -> None:
     source = PrometheusSource("http://prom:9090", opener=Opener(), timeout_s=2.5)
     result = source.sample(detail=True)
     assert [node.name for node in result.nodes] == ["dgx-07"]
-    assert seen == [("http://prom:9090/api/v1/query", 2.5)] * 4
+    assert seen == [("http://prom:9090/api/v1/query", 2.5)] * 5
 
 
 # --- history --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from gpumon.ui.dashboard.app import GpumonApp, create_app
 from gpumon.ui.dashboard.probe_panel import ProbePanel
 from gpumon.ui.widgets.bars import HostStrip
 from gpumon.ui.widgets.process_table import ProcessTable
+from gpumon.ui.widgets.search_box import SearchBox
 from tests.support.fake_children import FAKE_TORCH_UUIDS, children_sample, gone, real_child, script
 from tests.support.ui_helpers import screen_text
 
@@ -293,7 +294,7 @@ async def test_the_probe_panel_under_the_dashboard_ends_above_the_footer(
         for keys in ((), ("slash",)):
             await pilot.press(*keys)
             await pilot.pause()
-            assert app.dashboard.has_class("-searching") == bool(keys)
+            assert app.dashboard.query_one(SearchBox).open == bool(keys)
             probe, footer, lines = probe_layout(app)
             host = app.dashboard.query_one(HostStrip).region
             assert probe.bottom == footer.y and footer.bottom == size[1]
