@@ -1,6 +1,6 @@
 """The ``/`` box under a table: the table follows each key, Enter keeps the text, Escape clears
-it. Shown and hidden by its own ``display`` (a class on the screen restyled every widget of it:
-a few frames per key on a large table).
+it. Shown and hidden by its own ``display``: a class on the screen would restyle every widget
+on it at each open and close.
 """
 
 from __future__ import annotations
