@@ -2,7 +2,8 @@
 
 :class:`Stack` starts ``fleet_sim.py`` and ``prometheus`` (temporary storage) and waits until
 every target was scraped and two more intervals passed (the targets that go down after two
-scrapes are down); :meth:`Stack.stop` ends both, TERM then KILL.
+scrapes are down), and with ``--rules`` until the node rows are recorded; :meth:`Stack.stop`
+ends both, TERM then KILL.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +69,13 @@ class Stack:
         # Two more scrapes: the targets that go down after two are down, rates have two points.
         settle = 2.2 * self.interval - (time.monotonic() - first)
         time.sleep(max(0.0, settle))
+        if self.args.rules:  # and the node rows recorded once, so that every round reads them
+            self._wait("the node rules recorded", self._rules_recorded, process, 3 * self.interval)
+
+    def _rules_recorded(self) -> bool:
+        query = urllib.parse.urlencode({"query": "gpumon:node_rules_loaded"})
+        body = _get(f"{self.url}/api/v1/query?{query}")
+        return body is not None and bool(json.loads(body)["data"]["result"])
 
     def _log(self, name: str) -> str:
         return (self.work / f"{name}.log").read_text(errors="replace")
