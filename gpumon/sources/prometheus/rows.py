@@ -134,7 +134,7 @@ def read_rows(
     if earlier is not None:
         facts, changed = _with_earlier(facts, earlier)
         if changed:
-            return Answer((), (), None, None, {}, {}, changed=True)
+            return Answer((), (), loaded, None, {}, {}, changed=True)
     kinds = {t: r.kind() for t, r in read.items()}
     gpu_jobs = {t[1] for t, r in read.items() if kinds[t] is not ExporterKind.UNKNOWN}
     gpu_jobs |= {t[1] for t, r in read.items() if r.seen_kind() is not ExporterKind.UNKNOWN}

@@ -209,6 +209,20 @@ def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> 
     assert replay.queries == [lean] and again.rows == cluster.rows
 
 
+def test_a_lean_answer_from_the_rules_whose_targets_changed_is_asked_again_from_them(
+    replay: Replay,
+) -> None:
+    replay.serve(with_marker(load("demo"), "1024"))
+    source = PrometheusSource(replay.url)
+    source.sample()
+    replay.serve(with_marker(load("down"), "1024"))
+    replay.requests.clear()
+    cluster = source.sample()
+    assert replay.queries == [rows_query(1024, rules=True, lean=True), ALL_QUERIES[4]]
+    assert cluster.path == "recording rules"
+    assert sorted(row.state.value for row in cluster.rows or ()) == ["down", "down", "up"]
+
+
 def test_a_failed_refresh_keeps_the_rows_not_current(replay: Replay) -> None:
     replay.serve("demo")
     source = PrometheusSource(replay.url)
