@@ -1,4 +1,5 @@
-"""The replayed Prometheus the source's tests read: recorded answers on a loopback server."""
+"""The replayed Prometheus the source's tests read (recorded answers on a loopback server), and
+the processes the live tests start (each ended after its test)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.sources.prometheus.test_prometheus_integration import Started
 from tests.support.prometheus_replay import Replay
 
 
@@ -16,3 +18,12 @@ def replay() -> Iterator[Replay]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def started() -> Iterator[Started]:
+    processes = Started()
+    try:
+        yield processes
+    finally:
+        processes.stop_all()

@@ -6,7 +6,6 @@ recorded series once their marker is seen. Skips where the `prometheus` binary i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,15 +32,6 @@ RULES = ROOT / "contrib" / "prometheus" / "gpumon-recording.yml"
 #: How long both paths may take to read the same scrape.
 AGREE_S = 60.0
 NOT_COMPARED = {"idle_held_bytes": None, "idle_holders": (), "labels": (), "last_seen_s": None}
-
-
-@pytest.fixture
-def started() -> Iterator[Started]:
-    processes = Started()
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
 
 
 def compared(rows: tuple[NodeSummary, ...]) -> list[NodeSummary]:

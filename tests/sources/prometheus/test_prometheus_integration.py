@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -73,15 +73,6 @@ class Started:
             self.stop(process)
         left = [process.args for process in self.processes if process.poll() is None]
         assert not left, f"still running: {left}"
-
-
-@pytest.fixture
-def started() -> Iterator[Started]:
-    processes = Started()
-    try:
-        yield processes
-    finally:
-        processes.stop_all()
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = START_S) -> Any:
