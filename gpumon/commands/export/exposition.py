@@ -10,6 +10,7 @@ are served. Details: docs/prometheus.md, "Rendering and staleness".
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -187,7 +188,8 @@ class Exposition:
         health = exporter_families(
             rendered.latest.simulated,
             errors,
-            age_s=None if read_at is None else round(now - read_at, 3),
+            # Rounded up: a stalled page never reads an age of 3 intervals or less.
+            age_s=None if read_at is None else math.ceil((now - read_at) * 1000) / 1000,
             stalled=stalled,
             recording=None if self.recording is None else self.recording(),
         )

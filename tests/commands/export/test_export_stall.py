@@ -149,7 +149,7 @@ def before_uuid(series: Series) -> str:
 def test_stall_counting_and_staleness_follow_the_clock_of_the_reads() -> None:
     """Exposition on an injected clock: stale past 3 intervals, a stall counted once and
     kept once a sample ends it, each failed read counted, and the health first served
-    after a failure without any GPU series."""
+    after a failure without any GPU series; the age is rounded up to the millisecond."""
     now = [0.0]
     exposition = Exposition(SampleCollector(), 1.0, clock=lambda: now[0])
 
@@ -160,6 +160,9 @@ def test_stall_counting_and_staleness_follow_the_clock_of_the_reads() -> None:
     exposition.sampled(make_sample())
     assert scrape_at(3.0)["gpumon_sampler_stalled"] == {(): 0.0}  # 3 intervals: still current
     assert "gpumon_gpu_up" in scrape_at(3.0)
+    just_past = scrape_at(3.0002)  # stalled, and its age says so: never read as 3.0
+    assert just_past["gpumon_sampler_stalled"] == {(): 1.0}
+    assert just_past["gpumon_sample_age_seconds"][()] > 3.0
     at_4 = scrape_at(3.5)
     assert (at_4["gpumon_sampler_stalled"], at_4["gpumon_sampling_errors_total"]) == (
         {(): 1.0},
