@@ -25,6 +25,7 @@ class FakeClusterSource:
         self.answers = [answer, *later]
         self.calls: list[str] = []
         self.closed = False
+        self.users_wanted = False
 
     @property
     def url(self) -> str:

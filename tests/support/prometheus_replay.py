@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from gpumon.sources.prometheus.aggregate import RULES_LOADED, rows_query
+from gpumon.sources.prometheus.aggregate import NODE_USERS, RULES_LOADED, rows_query
 from gpumon.sources.prometheus.queries import QUERIES
 from gpumon.sources.prometheus.targets import TARGET_FACTS
 
@@ -35,21 +35,23 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
 ROLES = ("targets", "data", "identity", "rows", "rules")
 ALL_QUERIES = (*QUERIES, rows_query(1024, rules=False), rows_query(1024, rules=True))
 _ROLE_OF = dict(zip(ALL_QUERIES, ROLES, strict=True))
-#: The aggregate path's lean queries (the targets' state and latest scrape only): answered
-#: with the recorded answers less the other facts.
+#: The aggregate path's lean queries (the targets' state and latest scrape only, and with
+#: every user on a node or not): answered with the recorded answers less the other facts.
 LEAN = {
-    rows_query(1024, rules=False, lean=True): "rows",
-    rows_query(1024, rules=True, lean=True): "rules",
+    rows_query(1024, rules=rules, lean=True, users=users): ("rules" if rules else "rows", users)
+    for rules in (False, True)
+    for users in (False, True)
 }
 _SLOW_FACTS = TARGET_FACTS - {"up", "scraped"}
 
 
-def lean(answer: dict[str, Any]) -> dict[str, Any]:
-    """A recorded aggregate answer as the lean query gets it."""
+def lean(answer: dict[str, Any], users: bool = False) -> dict[str, Any]:
+    """A recorded aggregate answer as the lean query gets it (``users``: asking them)."""
+    left_out = _SLOW_FACTS if users else _SLOW_FACTS | {NODE_USERS}
     result = [
         item
         for item in answer["data"]["result"]
-        if item["metric"].get("gpumon_fact") not in _SLOW_FACTS
+        if (item["metric"].get("gpumon_fact") or item["metric"].get("__name__")) not in left_out
     ]
     return {**answer, "data": {**answer["data"], "result": result}}
 
@@ -147,11 +149,14 @@ class Replay:
                 body = json.dumps(self.range_answer).encode()
             else:
                 query = form["query"]
-                role = self.aliases.get(query) or _ROLE_OF.get(query) or LEAN.get(query)
-                if role is None:  # as Prometheus says it, not a broken connection
+                role = self.aliases.get(query) or _ROLE_OF.get(query)
+                if query in LEAN:
+                    role, users = LEAN[query]
+                    body = json.dumps(lean(self.answers[role], users)).encode()
+                elif role is None:  # as Prometheus says it, not a broken connection
                     unknown = {"status": "error", "errorType": "bad_data", "error": "unknown"}
                     body = json.dumps(unknown).encode()
-                elif query in LEAN or role.startswith("lean "):
+                elif role.startswith("lean "):
                     body = json.dumps(lean(self.answers[role.removeprefix("lean ")])).encode()
                 else:
                     body = json.dumps(self.answers[role]).encode()

@@ -128,39 +128,50 @@ _IDENTITY = {
         f" unless on ({_NODE}) DCGM_FI_DEV_GPU_TEMP"
     ),
 }
+#: (Told apart from the nodes with a count recorded now: one series each, where the GPUs'
+#: own series are one per GPU, most of this part's cost.)
 _RECORDED_IDENTITY = _IDENTITY | {
-    "seen_gpus": (
-        f"last_over_time(instance:gpumon_gpus:count[{LOOKBACK}])"
-        f" unless on ({_NODE}) gpumon_gpu_info"
-    ),
-    "seen_dcgm": (
-        f"last_over_time(instance:dcgm_gpus:count[{LOOKBACK}])"
-        f" unless on ({_NODE}) DCGM_FI_DEV_GPU_TEMP"
-    ),
+    fact: f"last_over_time({count}[{LOOKBACK}]) unless on ({_NODE}) {count}"
+    for fact, count in (
+        ("seen_gpus", "instance:gpumon_gpus:count"),
+        ("seen_dcgm", "instance:dcgm_gpus:count"),
+    )
 }
 #: How many users the fleet's top list holds.
 TOP_USERS = 10
 #: The fleet's users by the GPU memory their processes hold, and how the rules record it.
 USERS_RULE = "user:gpumon_process_memory_bytes:sum"
 USERS_EXPRESSION = "sum by (user) (instance_user:gpumon_process_memory_bytes:sum >= 0)"
+#: Every user on a node (the node list's filter): most of a refresh's series, asked only
+#: with ``users`` (:func:`rows_query`).
+NODE_USERS = "instance_user:gpumon_process_memory_bytes:sum"
+#: Each node's user holding the most GPU memory (one of them on a tie; NaN ranks last), and
+#: how the rules record it.
+TOP_RULE = "instance_user:gpumon_process_memory_bytes:topk1"
+TOP_EXPRESSION = f"topk by ({_NODE}) (1, {NODE_USERS})"
 
 
-def rows_query(free_threshold_mib: int, *, rules: bool, lean: bool = False) -> str:
+def rows_query(
+    free_threshold_mib: int, *, rules: bool, lean: bool = False, users: bool = False
+) -> str:
     """The one query of a refresh: the targets' facts (``lean``: their state and latest
     scrape only), every node's aggregates (with ``rules``: the recording rules' series, told
-    apart by their names), its per-node series, identities, the fleet's top users and whether
-    the rules are loaded."""
+    apart by their names) and top user, every user on it (unless ``lean`` without
+    ``users``), its per-node series, identities, the fleet's top users and whether the rules
+    are loaded."""
     threshold = str(free_threshold_mib * _MIB)
+    asked = {n: e for n, e in RULES.items() if n != NODE_USERS or users or not lean}
     parts = [targets_query(lean=lean, recorded=rules)]
     if rules:
-        parts.append('{__name__=~"' + "|".join(RULES) + '"}')
+        parts.append('{__name__=~"' + "|".join([*asked, TOP_RULE]) + '"}')
     else:
-        parts.extend(_fact(n, e.replace("{threshold}", threshold)) for n, e in RULES.items())
+        asked[TOP_RULE] = TOP_EXPRESSION.replace(NODE_USERS, f"({RULES[NODE_USERS]})")
+        parts.extend(_fact(n, e.replace("{threshold}", threshold)) for n, e in asked.items())
     parts.extend(_fact(name, expression) for name, expression in _NODE_SERIES.items())
     identity = _RECORDED_IDENTITY if rules else _IDENTITY
     parts.extend(_fact(name, expression) for name, expression in identity.items())
-    users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
-    parts.append(_fact("top_user", f"topk({TOP_USERS}, {users})"))
+    fleet_users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
+    parts.append(_fact("top_user", f"topk({TOP_USERS}, {fleet_users})"))
     parts.append(_fact(RULES_LOADED, RULES_LOADED))
     return _any(parts)
 

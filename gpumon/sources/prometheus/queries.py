@@ -24,13 +24,14 @@ UP_RECORDED = "gpumon:target_up_timestamp_seconds"
 
 def targets_query(selector: str = "", *, lean: bool = False, recorded: bool = False) -> str:
     """Per target (those matching ``selector``, a PromQL label list): its facts, each told
-    apart by the ``gpumon_fact`` label. ``lean``: ``up`` and its latest scrape only;
-    ``recorded``: when it was last up from :data:`UP_RECORDED`, not a subquery over every
-    target (most of the query's cost to Prometheus). Each window's first fact is the latest
-    scrape at or before its start, so that the span holds as many intervals as the window's
-    scrapes; the last time up is told only for a target not up now."""
+    apart by the ``gpumon_fact`` label: its latest scrape, and ``up`` only where it is not 1
+    (a target scraped is up unless told). ``lean``: those only; ``recorded``: when it was
+    last up from :data:`UP_RECORDED`, not a subquery over every target (most of the query's
+    cost to Prometheus). Each window's first fact is the latest scrape at or before its
+    start, so that the span holds as many intervals as the window's scrapes; the last time
+    up is told only for a target not up now."""
     up = _selected("up", selector)
-    facts = {"up": up, "scraped": f"timestamp({up})"}
+    facts = {"up": f"{up} != 1", "scraped": f"timestamp({up})"}
     if not lean:
         last = (
             f"max_over_time({_selected(UP_RECORDED, selector)}[{LOOKBACK}])"

@@ -14,7 +14,7 @@ from typing import Any
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, Ranked, node_names
 from gpumon.data.format import safe_text
 from gpumon.data.views import UNKNOWN_USER
-from gpumon.sources.prometheus.aggregate import RULES, RULES_LOADED
+from gpumon.sources.prometheus.aggregate import RULES, RULES_LOADED, TOP_RULE
 from gpumon.sources.prometheus.nodes import (
     DEFAULT_SCRAPE_INTERVAL_S,
     MAX_GPUS_PER_NODE,
@@ -42,13 +42,15 @@ class _Read:
     """What the answer told of one target."""
 
     values: dict[str, float | None] = field(default_factory=dict)
+    top: str | None = None  # the user holding the most GPU memory, where one has a process
     users: dict[str, dict[str, float | None]] = field(default_factory=dict)
     series: list[_Series] = field(default_factory=list)  # its per-node series (host, health)
     hosts: dict[str, str | None] = field(default_factory=dict)  # fact -> host label
     labels: tuple[tuple[str, str], ...] = ()
 
     def kind(self) -> ExporterKind:
-        if any(k.startswith(_GPUMON) for k in self.values) or self.users or self.series:
+        told = self.top is not None or self.users or self.series
+        if told or any(k.startswith(_GPUMON) for k in self.values):
             return ExporterKind.GPUMON
         return ExporterKind.DCGM if _DCGM + "gpus:count" in self.values else ExporterKind.UNKNOWN
 
@@ -83,11 +85,13 @@ def read_rows(
     known: dict[Target, Remembered],
     rules: bool = False,
     earlier: dict[Target, _Facts] | None = None,
+    users: bool = True,
 ) -> Answer:
     """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
     the rows of the previous refresh's nodes that served GPU data then; ``rules``: the
     answer read the recording rules' series; ``earlier``: the targets' facts of an earlier
-    whole answer, for a lean one (its scrape intervals and last times up)."""
+    whole answer, for a lean one (its scrape intervals and last times up); ``users``: the
+    answer holds every user on each node (else a row keeps the users of its known row)."""
     read: dict[Target, _Read] = {}
     of_targets: list[_Series] = []
     top: list[Ranked] = []
@@ -115,12 +119,14 @@ def read_rows(
         if found is None:
             continue
         entry = read.setdefault(found, _Read())
-        if fact == "up":
+        if fact in ("up", "scraped"):
             entry.labels = tuple(
                 sorted((k, safe_text(v)) for k, v in item.labels.items() if k not in _HIDDEN_LABELS)
             )
         elif fact.startswith("node:"):
             entry.series.append(item)
+        elif fact == TOP_RULE:
+            entry.top = item.label("user") or UNKNOWN_USER
         elif fact.startswith("instance_user:"):
             user = item.label("user") or UNKNOWN_USER
             entry.users.setdefault(user, {})[fact] = item.value
@@ -144,7 +150,7 @@ def read_rows(
     remembered: dict[Target, Remembered] = {}
     for target in targets:
         host, row, keep = _row(target, facts.get(target) or _Facts(), read.get(target) or _Read(),
-                               now, known.get(target), rules)  # fmt: skip
+                               now, known.get(target), rules, users)  # fmt: skip
         built.append((host, row))
         if (kept := keep or known.get(target)) is not None:
             remembered[target] = kept
@@ -189,6 +195,7 @@ def _row(
     now: float,
     known: Remembered | None,
     rules: bool = False,
+    users: bool = True,
 ) -> tuple[str | None, NodeSummary, Remembered | None]:
     """(host label, the row, the row to remember or None): :func:`.nodes._build_node`'s rules."""
     state, last_seen, down_since = _state(facts, now)
@@ -205,6 +212,8 @@ def _row(
     instance, job = safe_text(target[0]), safe_text(target[1]) or None
     if problem is None and kind is not ExporterKind.UNKNOWN and gpus:
         readings = _readings(kind, read, int(gpus), instance, job)
+        if not users:
+            readings["users"] = known[1].users if known is not None else frozenset()
         if kind is ExporterKind.GPUMON and state is NodeState.UP:
             problem, sampled = _health(read.series, now, interval, facts.scraped_s)
     else:
@@ -266,10 +275,9 @@ def _readings(
     prefix = _GPUMON if kind is ExporterKind.GPUMON else _DCGM
     values = read.values
     told = kind is ExporterKind.GPUMON and prefix + "gpus_free:count" in values
-    memory = {user: facts.get(_MEMORY) for user, facts in read.users.items()}
-    ranked = sorted(memory, key=lambda u: (memory[u] is None, -(memory[u] or 0), u))
     idle = {u: v for u, f in read.users.items() if (v := f.get(_IDLE))}
-    idle_known = told and ("instance:gpumon_idle_told:count" in values or not read.users)
+    # No top user: no process on the node, so none idle.
+    idle_known = told and ("instance:gpumon_idle_told:count" in values or read.top is None)
     return {
         "gpu_count": gpus,
         "free_gpus": _int(values.get(prefix + "gpus_free:count")) if told else None,
@@ -277,7 +285,7 @@ def _readings(
         "memory_used_bytes": _int(values.get(prefix + "memory_used_bytes:sum")),
         "memory_total_bytes": _int(values.get(prefix + "memory_total_bytes:sum")),
         "hottest_c": _int(values.get(prefix + "temperature_celsius:max")),
-        "top_user": ranked[0] if told and ranked else None,
+        "top_user": read.top if told else None,
         "exporter": kind,
         "instance": instance,
         "job": job,
@@ -290,7 +298,6 @@ def _readings(
 
 
 _IDLE = "instance_user:gpumon_idle_held_bytes:sum"
-_MEMORY = "instance_user:gpumon_process_memory_bytes:sum"
 #: Facts that are one number of a node.
 _VALUES = frozenset(
     name for name in RULES if name.startswith("instance:") and name != _DCGM + "gpus:count"

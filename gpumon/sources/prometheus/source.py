@@ -111,6 +111,9 @@ class PrometheusSource:
         self._facts_at = -math.inf
         self._backoff = Backoff()
         self.last: ClusterSample | None = None
+        #: Every refresh reads every user on each node (the node list's filter by user is on);
+        #: else only the refreshes that read the targets' facts again, once a minute.
+        self.users_wanted = False
 
     @property
     def url(self) -> str:
@@ -201,12 +204,15 @@ class PrometheusSource:
         """The rows from one request: the rules' series or the expressions, lean with the
         targets' ``earlier`` facts."""
 
+        users = earlier is None or self.users_wanted
+
         def read(data: Any) -> tuple[float, Answer]:
             series = _vector(data)
             now = self._now(series)
-            return now, read_rows(series, now, self._known_rows, rules, earlier)
+            return now, read_rows(series, now, self._known_rows, rules, earlier, users)
 
-        query = rows_query(self._free_threshold_mib, rules=rules, lean=earlier is not None)
+        lean = earlier is not None
+        query = rows_query(self._free_threshold_mib, rules=rules, lean=lean, users=users)
         return self._client.post("/api/v1/query", {"query": query}, read)
 
     def _detailed(self) -> ClusterSample:

@@ -71,6 +71,8 @@ def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
         if target is None or fact not in TARGET_FACTS:
             continue
         target_facts = facts.setdefault(target, _Facts())
+        if fact == "scraped" and target_facts.up is None:
+            target_facts.up = 1.0  # scraped, and not told down
         kind, _, window = fact.partition("_")
         # A time that is not a real moment is not known (None), as Prometheus' own.
         if kind == "first":

@@ -58,8 +58,11 @@ class ClusterSource(Protocol):
     ``error`` set and the last nodes marked ``stale``, and ``next_retry_s`` says how long to
     wait before the next try (``None`` after a success). ``detail(node)`` (one node's GPUs
     and processes, for a node named in the rows) and ``history()`` block, and may raise (one
-    line saying why).
+    line saying why). ``users_wanted``: every refresh reads every user on each node (the
+    filter by user is on), not only the refreshes that read the targets' facts again.
     """
+
+    users_wanted: bool
 
     @property
     def next_retry_s(self) -> float | None: ...
@@ -276,6 +279,10 @@ class ClusterApp(MonitorApp):
             return
         with self.batch_update():
             self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
+
+    def want_users(self, wanted: bool) -> None:
+        """The node list filters by user (``wanted``): each refresh reads every user on a node."""
+        self.source.users_wanted = wanted
 
     # -- a node's detail -------------------------------------------------------------
 

@@ -215,13 +215,16 @@ class ClusterScreen(ClusterView):
 
     def action_search(self) -> None:
         """``/``: type to filter by node name or user; the list follows each key."""
+        self.cluster_app.want_users(True)  # read from the next refresh on, as the user types
         self.query_one(SearchBox).start(self.node_list.node_filter.text)
 
     def action_clear_filters(self) -> None:
         self.query_one(SearchBox).close()
+        self.cluster_app.want_users(False)
         self.node_list.set_filter(NodeFilter())
 
     def _search_text(self, text: str) -> None:
+        self.cluster_app.want_users(bool(text))
         self.node_list.set_filter(dataclasses.replace(self.node_list.node_filter, text=text))
 
     def on_node_list_opened(self, message: NodeList.Opened) -> None:

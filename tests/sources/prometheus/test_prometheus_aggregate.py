@@ -191,6 +191,37 @@ def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
     assert first.scrape_interval_s is not None
 
 
+def test_every_user_on_a_node_is_read_once_a_minute_or_while_the_filter_wants_them(
+    replay: Replay,
+) -> None:
+    """Every user of every node is most of an answer's series: a lean refresh reads each
+    node's top user only, and a row keeps the users read by the last whole refresh (the
+    filter by user matches those), unless the node list's filter wants them at each one."""
+    answers = with_marker(load("shared_host"), "1024")
+    replay.serve(answers)
+    source = PrometheusSource(replay.url)
+
+    def gpumon_row() -> NodeSummary:
+        (row,) = [r for r in source.sample().rows or () if r.exporter is ExporterKind.GPUMON]
+        return row
+
+    before = gpumon_row()
+    assert (before.top_user, before.users) == ("alice", frozenset({"alice", "bob"}))
+    for item in answers["rules"]["data"]["result"]:  # now bob holds the most, alice left
+        if item["metric"].get("user") == "alice":
+            item["metric"]["user"] = "carol"
+    replay.requests.clear()
+    lean = gpumon_row()
+    assert (lean.top_user, lean.users) == ("carol", before.users)
+    source.users_wanted = True
+    wanted = gpumon_row()
+    assert (wanted.top_user, wanted.users) == ("carol", frozenset({"carol", "bob"}))
+    assert replay.queries == [
+        rows_query(1024, rules=True, lean=True),
+        rows_query(1024, rules=True, lean=True, users=True),
+    ]
+
+
 def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> None:
     """A lean answer whose targets changed (new ones, one down) is not used: the same refresh
     asks every fact again, so that a node just down says since when."""
@@ -292,7 +323,7 @@ def test_the_targets_site_labels_group_the_fleet(replay: Replay) -> None:
     fleet counts GPUs and FREE GPUs by it."""
     answers = copy.deepcopy(load("shared_host"))
     for item in answers["rows"]["data"]["result"]:
-        if item["metric"].get("gpumon_fact") == "up":
+        if item["metric"].get("gpumon_fact") in ("up", "scraped"):
             item["metric"]["partition"] = "a100" if item["metric"]["job"] == "static" else "dgx"
     replay.serve(answers)
     cluster = PrometheusSource(replay.url).sample()

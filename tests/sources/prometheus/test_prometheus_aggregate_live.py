@@ -47,6 +47,7 @@ def test_both_paths_give_the_same_rows_from_a_real_prometheus(
     wait_for("the targets up", lambda: targets_up(url, 3))
     wait_for("the node rules", lambda: instant(url, "instance:gpumon_gpus:count"))
     learning = PrometheusSource(url)  # reads the recorded series from its first refresh
+    learning.users_wanted = True  # every user on a node at each refresh, as while filtering
 
     def rows_of_both(source: PrometheusSource) -> str | None:
         """The aggregate path's name when its rows equal the per-series path's, else None."""

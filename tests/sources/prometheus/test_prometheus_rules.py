@@ -16,6 +16,8 @@ from gpumon.sources.prometheus.aggregate import (
     RULES,
     RULES_FREE_THRESHOLD_MIB,
     RULES_LOADED,
+    TOP_EXPRESSION,
+    TOP_RULE,
     USERS_EXPRESSION,
     USERS_RULE,
     rows_query,
@@ -43,6 +45,7 @@ def test_the_rules_hold_the_expressions_the_source_sends() -> None:
         assert rules[name] == expression.replace("{threshold}", threshold), name
     assert rules[RULES_LOADED] == f"vector({RULES_FREE_THRESHOLD_MIB})"
     assert rules[USERS_RULE] == USERS_EXPRESSION
+    assert rules[TOP_RULE] == TOP_EXPRESSION
     assert rules[UP_RECORDED] == up_moments()
 
 

@@ -332,8 +332,10 @@ def test_a_node_that_goes_down_keeps_its_last_readings(prom: Replay) -> None:
     (before,) = source.sample(detail=True).nodes
     answers = copy.deepcopy(load("demo"))
     for item in series(answers["targets"]):
-        if item["metric"]["gpumon_fact"] == "up":
-            item["value"][1] = "0"
+        if item["metric"]["gpumon_fact"] == "scraped":  # and told down: up 0
+            down = copy.deepcopy(item)
+            down["metric"]["gpumon_fact"], down["value"][1] = "up", "0"
+            answers["targets"]["data"]["result"].append(down)
     answers["data"]["data"]["result"] = []
     prom.serve(answers)
     (after,) = source.sample(detail=True).nodes
@@ -393,7 +395,7 @@ def test_the_scrape_interval_of_an_older_target(prom: Replay) -> None:
     the window (the span holds as many intervals as the window's scrapes), not over 1 min."""
     answers = copy.deepcopy(load("demo"))
     facts = {item["metric"]["gpumon_fact"]: item for item in series(answers["targets"])}
-    now = facts["up"]["value"][0]
+    now = facts["scraped"]["value"][0]
     facts["scraped"]["value"][1] = str(now - 3.0)
     for fact, value in (("first_5m", now - 3.0 - 20 * 15.0), ("scrapes_5m", 20)):
         facts[fact] = copy.deepcopy(facts["scraped"])

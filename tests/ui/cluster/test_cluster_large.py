@@ -46,6 +46,7 @@ class FleetSource:
     """The 5,000 rows, and any node's detail (a made node of 8 GPUs)."""
 
     next_retry_s = None
+    users_wanted = False
 
     def __init__(self, cluster: ClusterSample) -> None:
         self.cluster = cluster

@@ -169,6 +169,7 @@ class FakeSource:
         self.release = threading.Event()
         self.release.set()
         self.closed = False
+        self.users_wanted = False
 
     def sample(self) -> ClusterSample:
         self.in_flight += 1
@@ -391,6 +392,7 @@ async def test_the_text_filter_counts_what_it_shows_and_escape_clears_it() -> No
         await shown(app, pilot)
         await pilot.press("slash", *"node1")
         await pilot.pause()
+        assert app.source.users_wanted  # every user on a node, at each refresh while it filters
         text = screen_text(app)
         # node1, node10 .. node19, node100
         assert 'Nodes 12 of 100  filter: "node1"' in text
@@ -398,7 +400,7 @@ async def test_the_text_filter_counts_what_it_shows_and_escape_clears_it() -> No
         await pilot.press("enter")  # keeps the filter, closes the box
         await pilot.press("escape")
         await pilot.pause()
-        assert " Nodes 100" in screen_text(app)
+        assert " Nodes 100" in screen_text(app) and not app.source.users_wanted
         # A user's name finds every node they run on, not only where they are on top.
         await pilot.press("slash", *"CAROL", "enter")
         await pilot.pause()
