@@ -31,23 +31,37 @@ from gpumon.sources.prometheus.queries import QUERIES
 from gpumon.sources.prometheus.targets import TARGET_FACTS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
-#: The per-series path's three queries, then the aggregate path's: raw, and from the rules.
+#: The per-series path's three queries, then the aggregate path's (every user on each node
+#: read): raw, and from the rules.
 ROLES = ("targets", "data", "identity", "rows", "rules")
-ALL_QUERIES = (*QUERIES, rows_query(1024, rules=False), rows_query(1024, rules=True))
+ALL_QUERIES = (
+    *QUERIES,
+    rows_query(1024, rules=False, users=True),
+    rows_query(1024, rules=True, users=True),
+)
 _ROLE_OF = dict(zip(ALL_QUERIES, ROLES, strict=True))
-#: The aggregate path's lean queries (the targets' state and latest scrape only, and with
-#: every user on a node or not): answered with the recorded answers less the other facts.
-LEAN = {
-    rows_query(1024, rules=rules, lean=True, users=users): ("rules" if rules else "rows", users)
+#: The aggregate path's other queries (lean: the targets' state and latest scrape only; or
+#: without every user on each node): answered with the recorded answers less the rest.
+DERIVED = {
+    rows_query(1024, rules=rules, lean=lean, users=users): (
+        "rules" if rules else "rows",
+        lean,
+        users,
+    )
     for rules in (False, True)
+    for lean in (False, True)
     for users in (False, True)
+    if lean or not users
 }
 _SLOW_FACTS = TARGET_FACTS - {"up", "scraped"}
 
 
-def lean(answer: dict[str, Any], users: bool = False) -> dict[str, Any]:
-    """A recorded aggregate answer as the lean query gets it (``users``: asking them)."""
-    left_out = _SLOW_FACTS if users else _SLOW_FACTS | {NODE_USERS}
+def lean(answer: dict[str, Any], users: bool = False, facts: bool = False) -> dict[str, Any]:
+    """A recorded aggregate answer as the lean query gets it (``users``: asking them;
+    ``facts``: every fact of the targets, as a whole refresh without users)."""
+    left_out = set() if facts else set(_SLOW_FACTS)
+    if not users:
+        left_out.add(NODE_USERS)
     result = [
         item
         for item in answer["data"]["result"]
@@ -150,9 +164,9 @@ class Replay:
             else:
                 query = form["query"]
                 role = self.aliases.get(query) or _ROLE_OF.get(query)
-                if query in LEAN:
-                    role, users = LEAN[query]
-                    body = json.dumps(lean(self.answers[role], users)).encode()
+                if query in DERIVED:
+                    role, is_lean, users = DERIVED[query]
+                    body = json.dumps(lean(self.answers[role], users, not is_lean)).encode()
                 elif role is None:  # as Prometheus says it, not a broken connection
                     unknown = {"status": "error", "errorType": "bad_data", "error": "unknown"}
                     body = json.dumps(unknown).encode()

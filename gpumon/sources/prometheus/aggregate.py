@@ -156,11 +156,10 @@ def rows_query(
 ) -> str:
     """The one query of a refresh: the targets' facts (``lean``: their state and latest
     scrape only), every node's aggregates (with ``rules``: the recording rules' series, told
-    apart by their names) and top user, every user on it (unless ``lean`` without
-    ``users``), its per-node series, identities, the fleet's top users and whether the rules
-    are loaded."""
+    apart by their names) and top user, with ``users`` every user on it, its per-node
+    series, identities, the fleet's top users and whether the rules are loaded."""
     threshold = str(free_threshold_mib * _MIB)
-    asked = {n: e for n, e in RULES.items() if n != NODE_USERS or users or not lean}
+    asked = {n: e for n, e in RULES.items() if n != NODE_USERS or users}
     parts = [targets_query(lean=lean, recorded=rules)]
     if rules:
         parts.append('{__name__=~"' + "|".join([*asked, TOP_RULE]) + '"}')

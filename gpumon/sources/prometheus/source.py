@@ -111,8 +111,8 @@ class PrometheusSource:
         self._facts_at = -math.inf
         self._backoff = Backoff()
         self.last: ClusterSample | None = None
-        #: Every refresh reads every user on each node (the node list's filter by user is on);
-        #: else only the refreshes that read the targets' facts again, once a minute.
+        #: Refreshes read every user on each node (the node list filters by user): most of an
+        #: answer's series, which nothing else needs. A row keeps the users last read.
         self.users_wanted = False
 
     @property
@@ -204,7 +204,7 @@ class PrometheusSource:
         """The rows from one request: the rules' series or the expressions, lean with the
         targets' ``earlier`` facts."""
 
-        users = earlier is None or self.users_wanted
+        users = self.users_wanted
 
         def read(data: Any) -> tuple[float, Answer]:
             series = _vector(data)

@@ -58,8 +58,8 @@ class ClusterSource(Protocol):
     ``error`` set and the last nodes marked ``stale``, and ``next_retry_s`` says how long to
     wait before the next try (``None`` after a success). ``detail(node)`` (one node's GPUs
     and processes, for a node named in the rows) and ``history()`` block, and may raise (one
-    line saying why). ``users_wanted``: every refresh reads every user on each node (the
-    filter by user is on), not only the refreshes that read the targets' facts again.
+    line saying why). ``users_wanted``: refreshes read every user on each node (the
+    filter by user is on).
     """
 
     users_wanted: bool
@@ -281,8 +281,12 @@ class ClusterApp(MonitorApp):
             self.cluster = replace(marked_stale(cluster), timestamp_s=self.wall_clock())
 
     def want_users(self, wanted: bool) -> None:
-        """The node list filters by user (``wanted``): each refresh reads every user on a node."""
+        """The node list filters by user (``wanted``): each refresh reads every user on a node,
+        from one started now."""
+        newly = wanted and not self.source.users_wanted
         self.source.users_wanted = wanted
+        if newly:
+            self.poller.poll_now()
 
     # -- a node's detail -------------------------------------------------------------
 

@@ -34,6 +34,7 @@ def both_paths(
     # The rules' marker is fleet-wide: the recording, by job, dropped it.
     replay.serve(with_marker(load(scenario), "1024" if rules else None))
     source = PrometheusSource(replay.url)
+    source.users_wanted = True  # every user on each node, as the per-series path reads
     aggregated = source.sample()
     assert aggregated.error is None and aggregated.nodes == () and aggregated.rows is not None
     assert aggregated.path == ("recording rules" if rules else "raw queries")
@@ -184,19 +185,17 @@ def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
     second = source.sample()
     moment[0] += 31
     source.sample()
-    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
-    rules = ALL_QUERIES[4]  # asked first, not recorded here
+    whole, lean = rows_query(1024, rules=False), rows_query(1024, rules=False, lean=True)
+    rules = rows_query(1024, rules=True)  # asked first, not recorded here
     assert replay.queries == [rules, whole, lean, whole]
     assert second.rows == first.rows and second.scrape_interval_s == first.scrape_interval_s
     assert first.scrape_interval_s is not None
 
 
-def test_every_user_on_a_node_is_read_once_a_minute_or_while_the_filter_wants_them(
-    replay: Replay,
-) -> None:
-    """Every user of every node is most of an answer's series: a lean refresh reads each
-    node's top user only, and a row keeps the users read by the last whole refresh (the
-    filter by user matches those), unless the node list's filter wants them at each one."""
+def test_every_user_on_a_node_is_read_only_while_the_filter_wants_them(replay: Replay) -> None:
+    """Every user of every node is most of an answer's series, and only the node list's filter
+    by user needs them: a refresh reads each node's top user, and a row keeps the users read
+    last while the filter is off."""
     answers = with_marker(load("shared_host"), "1024")
     replay.serve(answers)
     source = PrometheusSource(replay.url)
@@ -205,17 +204,20 @@ def test_every_user_on_a_node_is_read_once_a_minute_or_while_the_filter_wants_th
         (row,) = [r for r in source.sample().rows or () if r.exporter is ExporterKind.GPUMON]
         return row
 
+    assert (gpumon_row().top_user, gpumon_row().users) == ("alice", frozenset())
+    source.users_wanted = True
     before = gpumon_row()
     assert (before.top_user, before.users) == ("alice", frozenset({"alice", "bob"}))
-    for item in answers["rules"]["data"]["result"]:  # now bob holds the most, alice left
+    for item in answers["rules"]["data"]["result"]:  # now carol holds the most, alice left
         if item["metric"].get("user") == "alice":
             item["metric"]["user"] = "carol"
+    source.users_wanted = False
     replay.requests.clear()
-    lean = gpumon_row()
-    assert (lean.top_user, lean.users) == ("carol", before.users)
+    off = gpumon_row()
+    assert (off.top_user, off.users) == ("carol", before.users)
     source.users_wanted = True
-    wanted = gpumon_row()
-    assert (wanted.top_user, wanted.users) == ("carol", frozenset({"carol", "bob"}))
+    on = gpumon_row()
+    assert (on.top_user, on.users) == ("carol", frozenset({"carol", "bob"}))
     assert replay.queries == [
         rows_query(1024, rules=True, lean=True),
         rows_query(1024, rules=True, lean=True, users=True),
@@ -227,11 +229,12 @@ def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> 
     asks every fact again, so that a node just down says since when."""
     replay.serve("demo")
     source = PrometheusSource(replay.url)
+    source.users_wanted = True  # compared with the per-series rows: with every user
     source.sample()
     replay.serve("down")
     replay.requests.clear()
     cluster = source.sample()
-    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True)
+    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True, users=True)
     assert replay.queries == [lean, whole]
     _, per_series, _ = both_paths(replay, "down")
     assert told(cluster.rows or ()) == list(per_series)
@@ -249,7 +252,7 @@ def test_a_lean_answer_from_the_rules_whose_targets_changed_is_asked_again_from_
     replay.serve(with_marker(load("down"), "1024"))
     replay.requests.clear()
     cluster = source.sample()
-    assert replay.queries == [rows_query(1024, rules=True, lean=True), ALL_QUERIES[4]]
+    assert replay.queries == [rows_query(1024, rules=True, lean=True), rows_query(1024, rules=True)]
     assert cluster.path == "recording rules"
     assert sorted(row.state.value for row in cluster.rows or ()) == ["down", "down", "up"]
 
@@ -271,6 +274,7 @@ def test_detail_reads_one_node_with_matchers(replay: Replay) -> None:
     """Opening a node asks today's three queries for its target only, and builds its GPUs."""
     replay.serve("demo")
     source = PrometheusSource(replay.url)
+    source.users_wanted = True
     (row,) = source.sample().rows or ()
     queries = node_queries({"instance": row.instance, "job": row.job or ""})
     replay.aliases = dict(zip(queries, ("targets", "data", "identity"), strict=True))

@@ -64,6 +64,7 @@ def test_both_paths_give_the_same_rows_from_a_real_prometheus(
     def raw() -> PrometheusSource:
         source = PrometheusSource(url)
         source._rules = False  # its first request evaluates the expressions, as where unrecorded
+        source.users_wanted = True
         return source
 
     # Both reads must fall between two scrapes (a second apart): on a loaded machine that
