@@ -15,7 +15,7 @@ _FACT = "gpumon_fact"
 
 
 #: The windows a target's scrape interval is measured over, the longer where the target is
-#: older than it (:attr:`.targets._Facts.interval_s`).
+#: older than it.
 WINDOWS = ("5m", "1m")
 #: Per target, the moment of each scrape that found it up: the recording rules' series that
 #: tells when a target that is down now was last up without a subquery.
@@ -27,9 +27,10 @@ def targets_query(selector: str = "", *, lean: bool = False, recorded: bool = Fa
     apart by the ``gpumon_fact`` label: its latest scrape, and ``up`` only where it is not 1
     (a target scraped is up unless told). ``lean``: those only; ``recorded``: when it was
     last up from :data:`UP_RECORDED`, not a subquery over every target (most of the query's
-    cost to Prometheus). Each window's first fact is the latest scrape at or before its
-    start, so that the span holds as many intervals as the window's scrapes; the last time
-    up is told only for a target not up now."""
+    cost to Prometheus). Its scrape interval: over the longest window the target is older
+    than, the time from the latest scrape at or before the window's start (so that the span
+    holds as many intervals as the window's scrapes) to the latest, over those scrapes. The
+    last time up is told only for a target not up now."""
     up = _selected("up", selector)
     facts = {"up": f"{up} != 1", "scraped": f"timestamp({up})"}
     if not lean:
@@ -39,10 +40,17 @@ def targets_query(selector: str = "", *, lean: bool = False, recorded: bool = Fa
             else f"max_over_time(({up_moments(up)})[{LOOKBACK}:15s])"
         )
         facts["last_up"] = f"{last} unless on (instance, job) ({up} == 1)"
-        for window in WINDOWS:
-            facts[f"scrapes_{window}"] = f"count_over_time({up}[{window}])"
-            facts[f"first_{window}"] = f"timestamp({up} offset {window})"
+        facts["interval"] = scrape_interval(up)
     return _any([_fact(fact, expression) for fact, expression in facts.items()])
+
+
+def scrape_interval(up: str = "up") -> str:
+    """Per target, seconds between its scrapes (:func:`targets_query`)."""
+    return " or ".join(
+        f"((timestamp({up}) - timestamp({up} offset {window}))"
+        f" / count_over_time({up}[{window}]) > 0)"
+        for window in WINDOWS
+    )
 
 
 def _fact(name: str, expression: str) -> str:

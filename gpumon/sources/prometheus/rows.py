@@ -183,7 +183,7 @@ def _with_earlier(
         before = earlier.get(target)
         if before is None or (before.up == 1) != (fact.up == 1):
             return facts, True
-        fact.last_up_s, fact.measured_s = before.last_up_s, before.interval_s
+        fact.last_up_s, fact.interval_s = before.last_up_s, before.interval_s
         merged[target] = fact
     return merged, False
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpumon.data.cluster import ExporterKind
 from gpumon.data.format import known_time
-from gpumon.sources.prometheus.queries import _FACT, WINDOWS
+from gpumon.sources.prometheus.queries import _FACT
 from gpumon.sources.prometheus.series import _kind, _Series
 
 Target = tuple[str, str]  # (instance, job)
@@ -37,31 +37,15 @@ class _Facts:
     up: float | None = None
     scraped_s: float | None = None
     last_up_s: float | None = None
-    #: Per window of :data:`.queries.WINDOWS`: its scrapes, and the latest scrape at or
-    #: before its start (None for a target younger than the window).
-    scrapes: dict[str, float | None] = field(default_factory=dict)
-    first_s: dict[str, float | None] = field(default_factory=dict)
-    measured_s: float | None = None  # the interval as measured by an earlier answer
-
-    @property
-    def interval_s(self) -> float | None:
-        """Seconds between scrapes: over the longest window the target is older than, the
-        time from the scrape before the window to the latest over the window's scrapes."""
-        if self.measured_s is not None:
-            return self.measured_s
-        last = self.scraped_s
-        for window in WINDOWS:
-            first, count = self.first_s.get(window), self.scrapes.get(window) or 0.0
-            if first is not None and last is not None and count >= 1 and last > first:
-                return (last - first) / count
-        return None
+    #: Seconds between scrapes, as measured (:func:`.queries.targets_query`) or taken.
+    interval_s: float | None = None
 
 
-_SLOTS = {"up": "up", "scraped": "scraped_s", "last_up": "last_up_s"}
+#: The longest scrape interval the windows can measure (one scrape, the one before 5 min).
+_LONGEST_INTERVAL_S = 600.0
+_SLOTS = {"up": "up", "scraped": "scraped_s", "last_up": "last_up_s", "interval": "interval_s"}
 #: Every fact of a target, as the targets query names them.
-TARGET_FACTS = frozenset(
-    {*_SLOTS, *(f"{kind}_{window}" for window in WINDOWS for kind in ("scrapes", "first"))}
-)
+TARGET_FACTS = frozenset(_SLOTS)
 
 
 def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
@@ -73,16 +57,14 @@ def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
         target_facts = facts.setdefault(target, _Facts())
         if fact == "scraped" and target_facts.up is None:
             target_facts.up = 1.0  # scraped, and not told down
-        kind, _, window = fact.partition("_")
-        # A time that is not a real moment is not known (None), as Prometheus' own.
-        if kind == "first":
-            target_facts.first_s[window] = known_time(item.value)
-        elif kind == "scrapes":
-            target_facts.scrapes[window] = item.value
-        else:
-            slot = _SLOTS[fact]
-            value = known_time(item.value) if slot.endswith("_s") else item.value
-            setattr(target_facts, slot, value)
+        # A time that is not a real moment is not known (None), as Prometheus' own; nor is
+        # an interval no scrapes in the window can span.
+        value = item.value
+        if fact == "interval":
+            value = value if value is not None and 0 < value <= _LONGEST_INTERVAL_S else None
+        elif fact != "up":
+            value = known_time(value)
+        setattr(target_facts, _SLOTS[fact], value)
     return facts
 
 
@@ -95,7 +77,7 @@ def _with_fleet_interval(facts: Mapping[Target, _Facts], targets: Iterable[Targe
     median = statistics.median(intervals) if intervals else None
     for target_facts in told:
         if target_facts.interval_s is None:
-            target_facts.measured_s = median
+            target_facts.interval_s = median
     return median
 
 

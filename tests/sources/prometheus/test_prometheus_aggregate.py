@@ -113,8 +113,7 @@ def test_a_target_younger_than_the_windows_is_scraped_as_the_fleet_is(replay: Re
     answers = copy.deepcopy(load("demo"))
     result = answers["rows"]["data"]["result"]
     now = result[0]["value"][0]
-    windows = ("first_5m", "scrapes_5m", "first_1m", "scrapes_1m")
-    result[:] = [item for item in result if item["metric"].get("gpumon_fact") not in windows]
+    result[:] = [item for item in result if item["metric"].get("gpumon_fact") != "interval"]
     for item in result:
         if item["metric"].get("gpumon_fact") == "scraped":
             item["value"][1] = str(now - 50)
@@ -122,11 +121,9 @@ def test_a_target_younger_than_the_windows_is_scraped_as_the_fleet_is(replay: Re
     for item in elder:
         item["metric"]["instance"] = "10.0.0.9:9400"
     scraped = next(item for item in elder if item["metric"].get("gpumon_fact") == "scraped")
-    for fact, value in (("first_5m", now - 350), ("scrapes_5m", 5)):
-        told_fact = copy.deepcopy(scraped)
-        told_fact["metric"]["gpumon_fact"], told_fact["value"][1] = fact, str(value)
-        elder.append(told_fact)
-    result += elder
+    told_fact = copy.deepcopy(scraped)
+    told_fact["metric"]["gpumon_fact"], told_fact["value"][1] = "interval", "60"
+    result += [*elder, told_fact]
     replay.serve(answers)
     cluster = PrometheusSource(replay.url).sample()
     assert cluster.scrape_interval_s == 60.0

@@ -287,7 +287,7 @@ def absurd_times(answers: dict[str, Any], value: float, *, everywhere: bool) -> 
             if everywhere or first_target(item):
                 item["value"][0] = value
             fact = item["metric"].get("gpumon_fact")
-            if first_target(item) and fact in ("scraped", "last_up", "first_5m"):
+            if first_target(item) and fact in ("scraped", "last_up", "interval"):
                 item["value"][1] = repr(value)
     (stamp,) = data(answers, "gpumon_sample_timestamp_seconds")
     stamp["value"][1] = repr(value)

@@ -11,6 +11,7 @@ import copy
 import http.server
 import json
 import math
+import shutil
 import socket
 import subprocess
 import threading
@@ -30,7 +31,7 @@ from gpumon.data.free import free_gpu_indices
 from gpumon.sources.prometheus import source as prometheus
 from gpumon.sources.prometheus.aggregate import rows_query
 from gpumon.sources.prometheus.client import Backoff, PrometheusError
-from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES
+from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES, scrape_interval
 from gpumon.sources.prometheus.source import PrometheusSource
 from tests.support.hostile import unsafe_characters
 from tests.support.prometheus_replay import FIXTURES, ROLES, Replay, Reply, load, series
@@ -390,22 +391,42 @@ def test_extra_labels_of_thanos_or_federation_change_nothing(prom: Replay) -> No
     assert node.sample.simulated
 
 
-def test_the_scrape_interval_of_an_older_target(prom: Replay) -> None:
-    """A target older than the 5 min window: measured over it, from its latest scrape before
-    the window (the span holds as many intervals as the window's scrapes), not over 1 min."""
-    answers = copy.deepcopy(load("demo"))
-    facts = {item["metric"]["gpumon_fact"]: item for item in series(answers["targets"])}
-    now = facts["scraped"]["value"][0]
-    facts["scraped"]["value"][1] = str(now - 3.0)
-    for fact, value in (("first_5m", now - 3.0 - 20 * 15.0), ("scrapes_5m", 20)):
-        facts[fact] = copy.deepcopy(facts["scraped"])
-        facts[fact]["metric"]["gpumon_fact"] = fact
-        facts[fact]["value"][1] = str(value)
-        answers["targets"]["data"]["result"].append(facts[fact])
-    prom.serve(answers)
-    result = source_for(prom).sample(detail=True)
-    assert result.scrape_interval_s == pytest.approx(15.0)
-    assert [node.state for node in result.nodes] == [NodeState.UP]
+_INTERVALS_TEST = """
+rule_files: []
+tests:
+  - interval: 15s
+    input_series:
+      - series: 'up{instance="old:1", job="j"}'
+        values: '1x40'
+      - series: 'up{instance="young:1", job="j"}'
+        values: '_x31 1x8'
+      - series: 'up{instance="new:1", job="j"}'
+        values: '_x38 1x1'
+    promql_expr_test:
+      - expr: 'EXPRESSION'
+        eval_time: 10m7s
+        exp_samples:
+          - labels: '{instance="old:1", job="j"}'
+            value: 15
+          - labels: '{instance="young:1", job="j"}'
+            value: 15
+"""
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian: prometheus)")
+def test_the_scrape_interval_is_measured_over_the_longest_window_a_target_is_older_than(
+    tmp_path: Path,
+) -> None:
+    """Every 15 s: over 5 min for a target scraped for 10, over 1 min for one scraped for 2
+    (from the scrape before the window, so that the span holds as many intervals as the
+    window's scrapes); none yet for one first scraped 37 s before."""
+    test = tmp_path / "intervals.test.yml"
+    test.write_text(_INTERVALS_TEST.replace("EXPRESSION", scrape_interval()))
+    result = subprocess.run(
+        ["promtool", "test", "rules", test.name],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_targets_of_jobs_without_gpus_are_not_nodes(prom: Replay) -> None:
