@@ -170,12 +170,14 @@ class FakeSource:
         self.release.set()
         self.closed = False
         self.users_wanted = False
+        self.users_read: list[bool] = []  # at each sample(): whether it read every user
 
     def sample(self) -> ClusterSample:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             self.calls += 1
+            self.users_read.append(self.users_wanted)
             self.release.wait(5)
             if self.delay_s:
                 time.sleep(self.delay_s)
@@ -533,6 +535,27 @@ async def test_polls_run_off_the_event_loop_one_at_a_time() -> None:
         await pilot.pause(0.6)
         assert source.most_in_flight == 1
         assert source.calls >= 3
+
+
+async def test_filtering_by_user_reads_every_user_on_a_node_at_once() -> None:
+    """Every user on a node is read only while the node list filters by user: `/` starts a
+    refresh that reads them, without waiting for the interval; Escape stops it."""
+    source = FakeSource(make_cluster(20))
+    app = cluster_app(source=source, autostart=True)
+    app.interval_s = app.poller.interval_s = 60.0
+    async with app.run_test(size=(140, 30)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.cluster is not None:
+                break
+        await pilot.press("slash")
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if source.calls == 2:
+                break
+        assert source.users_read == [False, True]
+        await pilot.press("escape")
+        assert not source.users_wanted
 
 
 async def test_a_failing_poll_waits_with_backoff_then_resumes() -> None:
