@@ -215,7 +215,7 @@ class ClusterScreen(ClusterView):
 
     def action_search(self) -> None:
         """``/``: type to filter by node name or user; the list follows each key."""
-        self.cluster_app.want_users(True)  # read from the next refresh on, as the user types
+        self.cluster_app.want_users(True)  # a refresh reads them now, as the user types
         self.query_one(SearchBox).start(self.node_list.node_filter.text)
 
     def action_clear_filters(self) -> None:
