@@ -53,7 +53,13 @@ DERIVED = {
     for users in (False, True)
     if lean or not users
 }
-_SLOW_FACTS = TARGET_FACTS - {"up", "scraped"}
+#: What only a whole request reads.
+_SLOW_FACTS = TARGET_FACTS - {"up", "scraped"} | {
+    "node:host",
+    "seen_host",
+    "seen_gpus",
+    "seen_dcgm",
+}
 
 
 def lean(answer: dict[str, Any], users: bool = False, facts: bool = False) -> dict[str, Any]:

@@ -101,8 +101,9 @@ RULES: dict[str, str] = {
 RULES_FREE_THRESHOLD_MIB = 1024
 RULES_LOADED = "gpumon:node_rules_loaded"
 
-#: Series served once per node, read raw on both paths: its host, and the sampler's health
-#: (only what is not the usual: simulated, stalled, a timestamp where no age is told).
+#: Series served once per node, read raw on both paths: its host (by the whole requests
+#: only: the lean ones keep it, as the targets' other facts), and the sampler's health (only
+#: what is not the usual: simulated, stalled, a timestamp where no age is told).
 _NODE_SERIES = {
     "node:host": "gpumon_host_info",
     "node:age": "gpumon_sample_age_seconds",
@@ -166,9 +167,10 @@ def rows_query(
     else:
         asked[TOP_RULE] = TOP_EXPRESSION.replace(NODE_USERS, f"({RULES[NODE_USERS]})")
         parts.extend(_fact(n, e.replace("{threshold}", threshold)) for n, e in asked.items())
-    parts.extend(_fact(name, expression) for name, expression in _NODE_SERIES.items())
-    identity = _RECORDED_IDENTITY if rules else _IDENTITY
-    parts.extend(_fact(name, expression) for name, expression in identity.items())
+    parts.extend(_fact(n, e) for n, e in _NODE_SERIES.items() if not lean or n != "node:host")
+    if not lean:  # the lean requests keep what named the nodes, as their other facts
+        identity = _RECORDED_IDENTITY if rules else _IDENTITY
+        parts.extend(_fact(name, expression) for name, expression in identity.items())
     fleet_users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
     parts.append(_fact("top_user", f"topk({TOP_USERS}, {fleet_users})"))
     parts.append(_fact(RULES_LOADED, RULES_LOADED))

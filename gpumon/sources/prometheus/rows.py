@@ -90,7 +90,7 @@ def read_rows(
     """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
     the rows of the previous refresh's nodes that served GPU data then; ``rules``: the
     answer read the recording rules' series; ``earlier``: the targets' facts of an earlier
-    whole answer, for a lean one (its scrape intervals and last times up); ``users``: the
+    whole answer, for a lean one (its scrape intervals, last times up and hosts); ``users``: the
     answer holds every user on each node (else a row keeps the users of its known row)."""
     read: dict[Target, _Read] = {}
     of_targets: list[_Series] = []
@@ -137,10 +137,22 @@ def read_rows(
         elif fact.startswith(("instance:", "seen_")):
             entry.values[fact] = item.value
     facts = _facts(of_targets)
-    if earlier is not None:
+    if earlier is None:
+        for target, entry in read.items():
+            values = {f: v for f, v in entry.values.items() if f in _SEEN}
+            hosts = {f: h for f, h in entry.hosts.items() if f in _SEEN}
+            if target in facts or values or hosts:  # one gone from Prometheus: seen in the hour
+                told = facts.setdefault(target, _Facts())
+                told.host, told.seen = _host(entry.series), (values, hosts)
+    else:
         facts, changed = _with_earlier(facts, earlier)
         if changed:
             return Answer((), (), loaded, None, {}, {}, changed=True)
+        for target, told in facts.items():
+            if told.seen[0] or told.seen[1]:
+                entry = read.setdefault(target, _Read())
+                entry.values.update(told.seen[0])
+                entry.hosts.update(told.seen[1])
     kinds = {t: r.kind() for t, r in read.items()}
     gpu_jobs = {t[1] for t, r in read.items() if kinds[t] is not ExporterKind.UNKNOWN}
     gpu_jobs |= {t[1] for t, r in read.items() if r.seen_kind() is not ExporterKind.UNKNOWN}
@@ -173,9 +185,9 @@ def read_rows(
 def _with_earlier(
     facts: dict[Target, _Facts], earlier: dict[Target, _Facts]
 ) -> tuple[dict[Target, _Facts], bool]:
-    """A lean answer's facts completed by the earlier ones: a target's interval and last time
-    up (fixed while it stays down), a gone target's as they were; changed when a target is new
-    or has gone up, down or away since."""
+    """A lean answer's facts completed by the earlier ones: a target's interval, host and last
+    time up (fixed while it stays down), a gone target's as they were; changed when a target
+    is new or has gone up, down or away since."""
     merged = {t: e for t, e in earlier.items() if t not in facts}
     if any(e.up is not None for e in merged.values()):
         return facts, True
@@ -184,6 +196,7 @@ def _with_earlier(
         if before is None or (before.up == 1) != (fact.up == 1):
             return facts, True
         fact.last_up_s, fact.interval_s = before.last_up_s, before.interval_s
+        fact.host, fact.seen = before.host, before.seen
         merged[target] = fact
     return merged, False
 
@@ -201,7 +214,7 @@ def _row(
     state, last_seen, down_since = _state(facts, now)
     interval = facts.interval_s or DEFAULT_SCRAPE_INTERVAL_S
     kind = read.kind()
-    host = _host(read.series) or read.hosts.get(_DCGM + "gpus:count")
+    host = facts.host or read.hosts.get(_DCGM + "gpus:count")
     host = host or read.hosts.get("seen_host") or read.hosts.get("seen_dcgm")
     host = host or (known[0] if known is not None else None)
     gpus = read.values.get(_GPUMON + "gpus:count" if kind is ExporterKind.GPUMON else
@@ -298,6 +311,7 @@ def _readings(
 
 
 _IDLE = "instance_user:gpumon_idle_held_bytes:sum"
+_SEEN = ("seen_host", "seen_gpus", "seen_dcgm")
 #: Facts that are one number of a node.
 _VALUES = frozenset(
     name for name in RULES if name.startswith("instance:") and name != _DCGM + "gpus:count"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpumon.data.cluster import ExporterKind
 from gpumon.data.format import known_time
@@ -39,6 +39,12 @@ class _Facts:
     last_up_s: float | None = None
     #: Seconds between scrapes, as measured (:func:`.queries.targets_query`) or taken.
     interval_s: float | None = None
+    #: Read by the node list's whole requests, kept by the lean ones: its host label, and for
+    #: a node serving no GPU now, what named it within the hour (values and host labels).
+    host: str | None = None
+    seen: tuple[dict[str, float | None], dict[str, str | None]] = field(
+        default_factory=lambda: ({}, {})
+    )
 
 
 #: The longest scrape interval the windows can measure (one scrape, the one before 5 min).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -219,6 +220,45 @@ def test_every_user_on_a_node_is_read_only_while_the_filter_wants_them(replay: R
         rows_query(1024, rules=True, lean=True),
         rows_query(1024, rules=True, lean=True, users=True),
     ]
+
+
+@pytest.mark.parametrize("gone", [False, True], ids=["down", "gone-from-prometheus"])
+def test_a_lean_refresh_keeps_what_named_a_node_serving_no_gpu(replay: Replay, gone: bool) -> None:
+    """What named a node serving no GPU now, and its GPUs, within the hour: read by the whole
+    request (once a minute) and kept by the lean ones, which do not ask it; also for a
+    target gone from Prometheus (no ``up`` any more)."""
+    answers = copy.deepcopy(load("down"))
+    result = answers["rows"]["data"]["result"]
+    if gone:  # its target's facts gone, what named it within the hour still there
+        instance, facts = down_instance(result), ("up", "scraped", "last_up", "interval")
+        result[:] = [
+            item
+            for item in result
+            if item["metric"].get("instance") != instance
+            or item["metric"].get("gpumon_fact") not in facts
+        ]
+    replay.serve(answers)
+    source = PrometheusSource(replay.url)
+    whole, lean = source.sample().rows or (), source.sample().rows or ()
+    assert lean == whole
+    (seen,) = [row for row in whole if row.exporter is ExporterKind.GPUMON and not row.current]
+    expected = NodeState.STALE if gone else NodeState.DOWN
+    assert (seen.name.startswith("demo-gpu-server"), seen.gpu_count, seen.state) == (
+        True,
+        4,
+        expected,
+    )
+    assert "seen_" not in replay.queries[-1] and "gpumon_host_info" not in replay.queries[-1]
+
+
+def down_instance(result: list[dict[str, Any]]) -> str:
+    """The instance of the demo exporter that stopped (told ``up`` 0, seen within the hour)."""
+    (instance,) = {
+        item["metric"]["instance"]
+        for item in result
+        if item["metric"].get("gpumon_fact") == "seen_gpus"
+    }
+    return str(instance)
 
 
 def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> None:
