@@ -63,8 +63,8 @@ __all__ = ["DEFAULT_SCRAPE_INTERVAL_S", "PrometheusError", "PrometheusSource"]
 #: How the rows were read (``ClusterSample.path``), said in the header.
 RECORDING_RULES, RAW_QUERIES = "recording rules", "raw queries"
 FREE_THRESHOLD_MIB: int = Settings().free_threshold_mib
-#: How long the targets' scrape intervals, as measured, serve lean refreshes (those facts
-#: are subqueries over every target: most of the request's cost to Prometheus).
+#: How long the targets' facts a whole request read (scrape intervals, last times up, host
+#: names, what named the nodes serving no GPU) serve the lean refreshes after it.
 FACTS_FOR_S = 60.0
 
 
