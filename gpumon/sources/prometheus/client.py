@@ -115,8 +115,13 @@ class _Client:
                 if deadline.expired:  # whatever broke when the sockets were shut down
                     raise self.error(f"no answer within {self.timeout_s:g} s") from None
                 raise self.error(self._failure_text(error)) from None
+        # The text replaces the bytes and the parse replaces the text, each freed in turn: at
+        # 5,000 nodes each is some 10 MiB of a refresh's peak.
+        text = _text(body, self)
+        del body
         with no_collection():
-            data = _api_data(body, self)
+            data = _api_data(text, self)
+            del text
             return data if then is None else then(data)
 
     def _fetch(self, request: urllib.request.Request, deadline: Deadline) -> bytes | bytearray:
@@ -271,11 +276,22 @@ def no_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _api_data(body: bytes | bytearray, client: _Client) -> Any:
+_NOT_JSON = "the answer is not JSON (is this Prometheus' address?)"
+
+
+def _text(body: bytes | bytearray, client: _Client) -> str:
+    """The answer's text, decoded as :func:`json.loads` would decode its bytes."""
     try:
-        answer = json.loads(body)
+        return body.decode(json.detect_encoding(body), "surrogatepass")
+    except UnicodeDecodeError:
+        raise client.error(_NOT_JSON) from None
+
+
+def _api_data(text: str, client: _Client) -> Any:
+    try:
+        answer = json.loads(text)
     except (ValueError, RecursionError):
-        raise client.error("the answer is not JSON (is this Prometheus' address?)") from None
+        raise client.error(_NOT_JSON) from None
     if not isinstance(answer, dict) or answer.get("status") not in ("success", "error"):
         raise client.error("the answer is not Prometheus' API JSON (is this its address?)")
     if answer["status"] == "error":

@@ -522,6 +522,7 @@ PROMETHEUS_ERROR = b'{"status":"error","errorType":"unavailable","error":"query 
         (Reply(500, b"<html>oops</html>"), "HTTP 500"),
         (Reply(503, PROMETHEUS_ERROR), "query queue full"),
         (Reply(200, b"<html>Grafana login</html>"), "not JSON"),
+        (Reply(200, b'{"status": "success", "data": "\xff\xfe\xfd"}'), "not JSON"),
         (Reply(200, b'{"hello": "world"}'), "not Prometheus' API JSON"),
         (
             Reply(422, b'{"status":"error","errorType":"execution","error":"too many samples"}'),
@@ -529,7 +530,7 @@ PROMETHEUS_ERROR = b'{"status":"error","errorType":"unavailable","error":"query 
         ),
         (Reply(200, b"\x1f\x8b broken", {"Content-Encoding": "gzip"}), "gzip"),
     ],
-    ids=["401", "403", "500", "503", "html", "other-json", "422", "bad-gzip"],
+    ids=["401", "403", "500", "503", "html", "not-utf-8", "other-json", "422", "bad-gzip"],
 )
 def test_an_error_keeps_the_last_nodes_marked_stale(
     prom: Replay, reply: Reply, expected: str
