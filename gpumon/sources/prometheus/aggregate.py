@@ -162,9 +162,7 @@ def rows_query(
     threshold = str(free_threshold_mib * _MIB)
     asked = {n: e for n, e in RULES.items() if n != NODE_USERS or users}
     parts = [targets_query(lean=lean, recorded=rules)]
-    if rules:
-        parts.append('{__name__=~"' + "|".join([*asked, TOP_RULE]) + '"}')
-    else:
+    if not rules:
         asked[TOP_RULE] = TOP_EXPRESSION.replace(NODE_USERS, f"({RULES[NODE_USERS]})")
         parts.extend(_fact(n, e.replace("{threshold}", threshold)) for n, e in asked.items())
     parts.extend(_fact(n, e) for n, e in _NODE_SERIES.items() if not lean or n != "node:host")
@@ -174,6 +172,8 @@ def rows_query(
     fleet_users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
     parts.append(_fact("top_user", f"topk({TOP_USERS}, {fleet_users})"))
     parts.append(_fact(RULES_LOADED, RULES_LOADED))
+    if rules:  # most of the answer: at the top, its series are matched by one ``or`` only
+        return f'({{__name__=~"{"|".join([*asked, TOP_RULE])}"}}) or ({_any(parts)})'
     return _any(parts)
 
 
