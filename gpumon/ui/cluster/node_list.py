@@ -84,6 +84,9 @@ class NodeList(KeyedTable[NodeSummary, NodeFilter]):
         self.now_s = 0.0
         self._all: tuple[NodeSummary, ...] = ()
         self._shown: tuple[object, ...] = ()
+        # Every row sorted, and by what: a filter's key filters them again, in their order.
+        self._sorted: tuple[tuple[NodeSummary, ...], tuple[str, bool], list[NodeSummary]]
+        self._sorted = ((), ("", False), [])
         # Node name -> (what its line shows, the line): an unchanged node is not redrawn.
         self._lines: dict[str, tuple[tuple[object, ...], Strip]] = {}
 
@@ -141,8 +144,16 @@ class NodeList(KeyedTable[NodeSummary, NodeFilter]):
         return row.name
 
     def _sorted_rows(self) -> list[NodeSummary]:
-        shown = [row for row in self._all if self.row_filter.matches(row)]
-        return sort_rows(shown, self.sort_key, self.sort_reverse)
+        """The rows that pass the filter, sorted: every row is sorted once per answer and
+        sort (a filter keeps their order), so a key that filters 5,000 rows sorts none."""
+        order = (self.sort_key, self.sort_reverse)
+        all_rows, sorted_by, rows = self._sorted
+        if all_rows is not self._all or sorted_by != order:
+            rows = sort_rows(self._all, *order)
+            self._sorted = (self._all, order, rows)
+        if not self.row_filter.active:
+            return list(rows)
+        return [row for row in rows if self.row_filter.matches(row)]
 
     def _columns(self, width: int) -> list[tuple[Column[NodeSummary], int]]:
         return _layout(width, self.size.width)

@@ -1,13 +1,17 @@
 """A fleet of 5,000 nodes (rows only, as the aggregate queries answer): every key of the
-cluster dashboard answers, and only a key that changes the filter or the sort filters and
-sorts the rows again; moving, pausing, help and opening a node do not.
+cluster dashboard answers, and only a key that changes the filter or the sort filters the
+rows again; moving, pausing, help and opening a node do not. Only a new sort or a new
+answer sorts them: a filter keeps their order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from gpumon.data.cluster import ClusterSample, ExporterKind, Node, NodeState, NodeSummary
+from gpumon.ui.cluster import node_list as node_list_module
 from gpumon.ui.cluster.node_list import NodeList
 from gpumon.ui.cluster.node_screen import NodeScreen
 from tests.support.ui_helpers import FIXED_TIME, GIB, screen_text
@@ -79,7 +83,17 @@ def counting(node_list: NodeList) -> Callable[[], int]:
     return lambda: calls[0]
 
 
-async def test_every_key_answers_over_5000_nodes_and_only_filters_and_sorts_rebuild() -> None:
+async def test_every_key_answers_over_5000_nodes_and_only_filters_and_sorts_rebuild(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sorts = [0]
+    sort_rows = node_list_module.sort_rows
+
+    def counted_sort(*args: object) -> list[NodeSummary]:
+        sorts[0] += 1
+        return sort_rows(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(node_list_module, "sort_rows", counted_sort)
     cluster = ClusterSample(FIXED_TIME, URL, (), scrape_interval_s=15.0, rows=fleet_rows())
     source = FleetSource(cluster)
     app = cluster_app(source=source)  # type: ignore[arg-type]
@@ -90,11 +104,12 @@ async def test_every_key_answers_over_5000_nodes_and_only_filters_and_sorts_rebu
         rebuilds = counting(node_list)
         assert f"{NODES} nodes (51 DOWN)" in screen_text(app).splitlines()[0]
 
-        async def press(*keys: str, rebuilt: int) -> str:
-            before = rebuilds()
+        async def press(*keys: str, rebuilt: int, sorted_again: bool = False) -> str:
+            before, sorted_before = rebuilds(), sorts[0]
             await pilot.press(*keys)
             await pilot.pause()
             assert rebuilds() - before == rebuilt, keys
+            assert sorts[0] - sorted_before == sorted_again, keys
             return screen_text(app)
 
         assert node_list.cursor_key == "node1"
@@ -107,8 +122,8 @@ async def test_every_key_answers_over_5000_nodes_and_only_filters_and_sorts_rebu
         assert node_list.cursor_key == "node1"
         assert "PAUSED" in await press("space", rebuilt=0)
         assert "PAUSED" not in await press("space", rebuilt=0)
-        assert "GPUS▼" in await press("s", rebuilt=1)
-        assert "GPUS▲" in await press("r", rebuilt=1)
+        assert "GPUS▼" in await press("s", rebuilt=1, sorted_again=True)
+        assert "GPUS▲" in await press("r", rebuilt=1, sorted_again=True)
         assert "filter: free GPUs" in await press("f", rebuilt=1)
         assert len(node_list.rows) == sum(1 for n in range(1, NODES + 1) if n % 97 and n % 3)
         await press("f", rebuilt=1)
@@ -136,7 +151,7 @@ async def test_every_key_answers_over_5000_nodes_and_only_filters_and_sorts_rebu
         await press("escape", rebuilt=0)
         assert node_list.cursor_key == "node1"
         # A new answer: the list is sorted once.
-        before = rebuilds()
+        before, sorted_before = rebuilds(), sorts[0]
         app.receive_cluster(ClusterSample(FIXED_TIME + 5, URL, (), rows=fleet_rows()))
         await pilot.pause()
-        assert rebuilds() - before == 1
+        assert rebuilds() - before == 1 and sorts[0] - sorted_before == 1
