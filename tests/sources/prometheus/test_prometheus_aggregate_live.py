@@ -48,6 +48,7 @@ def test_both_paths_give_the_same_rows_from_a_real_prometheus(
     wait_for("the node rules", lambda: instant(url, "instance:gpumon_gpus:count"))
     learning = PrometheusSource(url)  # reads the recorded series from its first refresh
     learning.users_wanted = True  # every user on a node at each refresh, as while filtering
+    differing: list[tuple[NodeSummary, NodeSummary]] = []  # the latest try's, for a failure
 
     def rows_of_both(source: PrometheusSource) -> str | None:
         """The aggregate path's name when its rows equal the per-series path's, else None."""
@@ -56,6 +57,7 @@ def test_both_paths_give_the_same_rows_from_a_real_prometheus(
         rows = compared(aggregated.rows or ())
         per_series = compared(tuple(summarize(node, 1024) for node in nodes))
         if len(rows) != 3 or rows != per_series:
+            differing[:] = [(a, b) for a, b in zip(rows, per_series, strict=False) if a != b]
             return None
         assert all(row.current and row.gpu_count == 4 and row.simulated for row in rows)
         assert all(row.free_gpus is not None for row in rows)
@@ -69,10 +71,13 @@ def test_both_paths_give_the_same_rows_from_a_real_prometheus(
 
     # Both reads must fall between two scrapes (a second apart): on a loaded machine that
     # takes a few tries.
-    path = wait_for("the raw rows to agree", lambda: rows_of_both(raw()), AGREE_S)
-    assert path == "raw queries"
-    wait_for(
-        "the rows from the rules to agree",
-        lambda: rows_of_both(learning) == "recording rules",
-        AGREE_S,
-    )
+    try:
+        path = wait_for("the raw rows to agree", lambda: rows_of_both(raw()), AGREE_S)
+        assert path == "raw queries"
+        wait_for(
+            "the rows from the rules to agree",
+            lambda: rows_of_both(learning) == "recording rules",
+            AGREE_S,
+        )
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}; the latest try's rows (aggregate, per-series): {differing}")

@@ -87,7 +87,7 @@ async def test_pressing_P_runs_the_probe_and_highlights_its_process(
         text = screen_text(app)
         assert "FAIL" not in text, text
         assert "GPU 0 is cuda:1" in text  # NVML's GPU 0 is cuda:1 for the stand-in torch
-        assert f"NVML lists PID {pid} on GPU 0" in text
+        assert f"NVML lists PID {pid} on GPU 0" in text, text
         # While the child held its tensors its row was highlighted; cleared when it finished.
         assert highlighted[0] == frozenset({pid})
         table = app.query_one(ProcessTable)
