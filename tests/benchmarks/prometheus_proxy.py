@@ -174,6 +174,11 @@ def _read_capped(answer: Any, encoding: str | None, limit: int) -> tuple[bytes, 
     return b"".join(chunks), b"".join(raw)
 
 
+def _as_prometheus_writes(answer: Any) -> bytes:
+    """``answer`` laid out as Prometheus writes it: no spaces."""
+    return json.dumps(answer, separators=(",", ":")).encode()
+
+
 def _error(text: str) -> bytes:
     return json.dumps({"status": "error", "errorType": "bench", "error": text}).encode()
 
@@ -233,9 +238,9 @@ class FakeApi(_Base):
             size = len(raw) * self.copies / 2**20
             body = _error(f"the fake API refuses to build an answer of about {size:,.0f} MiB")
         elif named:  # one node's answer (detail): renamed as the copy asked for
-            body = json.dumps(_rename_all(json.loads(raw), max(named))).encode()
+            body = _as_prometheus_writes(_rename_all(json.loads(raw), max(named)))
         else:
-            body = json.dumps(multiply(json.loads(raw), self.copies)).encode()
+            body = _as_prometheus_writes(multiply(json.loads(raw), self.copies))
         packed = gzip.compress(body, 6)
         with self.lock:
             self.cache[key] = packed

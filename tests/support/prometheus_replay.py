@@ -62,6 +62,11 @@ _SLOW_FACTS = TARGET_FACTS - {"up", "scraped"} | {
 }
 
 
+def _written(answer: Any, spaced: bool) -> str:
+    """``answer`` as JSON laid out as Prometheus writes it (no spaces), or ``spaced``."""
+    return json.dumps(answer, indent=1) if spaced else json.dumps(answer, separators=(",", ":"))
+
+
 def lean(answer: dict[str, Any], users: bool = False, facts: bool = False) -> dict[str, Any]:
     """A recorded aggregate answer as the lean query gets it (``users``: asking them;
     ``facts``: every fact of the targets, as a whole refresh without users)."""
@@ -117,6 +122,7 @@ class Reply:
     hang_s: float = 0.0
     gzip: bool = False
     reason: str | None = None  # the status line's reason phrase; None: the standard one
+    spaced: bool = False  # the answers laid out with spaces, as another server may write them
 
 
 class Replay:
@@ -165,21 +171,22 @@ class Replay:
             return
         body = reply.body
         if body is None:
+            answer: Any
             if handler.path.endswith("/query_range"):
-                body = json.dumps(self.range_answer).encode()
+                answer = self.range_answer
             else:
                 query = form["query"]
                 role = self.aliases.get(query) or _ROLE_OF.get(query)
                 if query in DERIVED:
                     role, is_lean, users = DERIVED[query]
-                    body = json.dumps(lean(self.answers[role], users, not is_lean)).encode()
+                    answer = lean(self.answers[role], users, not is_lean)
                 elif role is None:  # as Prometheus says it, not a broken connection
-                    unknown = {"status": "error", "errorType": "bad_data", "error": "unknown"}
-                    body = json.dumps(unknown).encode()
+                    answer = {"status": "error", "errorType": "bad_data", "error": "unknown"}
                 elif role.startswith("lean "):
-                    body = json.dumps(lean(self.answers[role.removeprefix("lean ")])).encode()
+                    answer = lean(self.answers[role.removeprefix("lean ")])
                 else:
-                    body = json.dumps(self.answers[role]).encode()
+                    answer = self.answers[role]
+            body = _written(answer, reply.spaced).encode()
         headers = {"Content-Type": "application/json", **reply.headers}
         if reply.gzip:
             body = gzip.compress(body)

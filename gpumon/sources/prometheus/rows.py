@@ -8,6 +8,7 @@ hour, and no view counts its GPUs free.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -68,6 +69,7 @@ Remembered = tuple[str | None, NodeSummary]
 class Answer:
     """The rows of one refresh, and what the next one needs."""
 
+    now_s: float  # when Prometheus evaluated the answer
     rows: tuple[NodeSummary, ...]
     top_users: tuple[Ranked, ...]
     rules_loaded: float | None
@@ -80,15 +82,16 @@ class Answer:
 
 
 def read_rows(
-    series: list[_Series],
-    now: float,
+    series: Iterable[_Series],
+    clock: Callable[[float | None], float],
     known: dict[Target, Remembered],
     rules: bool = False,
     earlier: dict[Target, _Facts] | None = None,
     users: bool = True,
 ) -> Answer:
-    """The rows for the aggregate query's answer ``series`` evaluated at ``now``; ``known``:
-    the rows of the previous refresh's nodes that served GPU data then; ``rules``: the
+    """The rows for the aggregate query's answer ``series``, read once, and when it was
+    evaluated: ``clock`` of the latest time its series tell (None: none); ``known``: the
+    rows of the previous refresh's nodes that served GPU data then; ``rules``: the
     answer read the recording rules' series; ``earlier``: the targets' facts of an earlier
     whole answer, for a lean one (its scrape intervals, last times up and hosts); ``users``: the
     answer holds every user on each node (else a row keeps the users of its known row)."""
@@ -96,7 +99,12 @@ def read_rows(
     of_targets: list[_Series] = []
     top: list[Ranked] = []
     loaded: float | None = None
+    latest = moment = None
     for item in series:
+        if item.time_s is not moment:  # most series share the moment of the one before
+            moment = item.time_s
+            if moment is not None and (latest is None or moment > latest):
+                latest = moment
         labels = item.labels
         # A recording rule's series read as they are is told apart by its name.
         fact = labels.get(_FACT) or labels.get("__name__", "")
@@ -136,6 +144,7 @@ def read_rows(
                 entry.values[fact] = (entry.values.get(fact) or 0) + (item.value or 0)
         elif fact.startswith(("instance:", "seen_")):
             entry.values[fact] = item.value
+    now = clock(latest)
     facts = _facts(of_targets)
     if earlier is None:
         for target, entry in read.items():
@@ -147,7 +156,7 @@ def read_rows(
     else:
         facts, changed = _with_earlier(facts, earlier)
         if changed:
-            return Answer((), (), loaded, None, {}, {}, changed=True)
+            return Answer(now, (), (), loaded, None, {}, {}, changed=True)
         for target, told in facts.items():
             if told.seen[0] or told.seen[1]:
                 entry = read.setdefault(target, _Read())
@@ -173,6 +182,7 @@ def read_rows(
         for name, (_, row) in zip(names, built, strict=True)
     ]
     return Answer(
+        now_s=now,
         rows=tuple(sorted(rows, key=lambda row: (row.name, row.instance))),
         top_users=tuple(sorted(top, key=lambda r: (-r.value, r.name))),
         rules_loaded=loaded,

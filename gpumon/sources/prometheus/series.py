@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import typing
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -78,9 +78,14 @@ def _count(value: float | None) -> int | None:
 
 def _vector(data: Any) -> list[_Series]:
     """An instant query's result as series; malformed entries are skipped."""
-    found = []
+    return list(_series(data.get("result", ())))
+
+
+def _series(entries: Iterable[Any]) -> Iterator[_Series]:
+    """An instant query's result entries as series, one at a time; malformed ones are
+    skipped."""
     moments: dict[Any, float | None] = {}  # every series of an answer has the same time
-    for item in data.get("result", ()):
+    for item in entries:
         try:
             labels, (time_s, text) = item["metric"], item["value"]
             # Label names and values are text in every answer Prometheus gives (a JSON
@@ -96,8 +101,7 @@ def _vector(data: Any) -> list[_Series]:
             moment = moments[time_s] = known_time(_number(time_s))
         except TypeError:  # not a time at all
             moment = None
-        found.append(_Series(labels.get("__name__"), labels, _number(text), moment))
-    return found
+        yield _Series(labels.get("__name__"), labels, _number(text), moment)
 
 
 def _kind(series: Iterable[_Series]) -> ExporterKind:

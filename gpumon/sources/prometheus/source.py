@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gpumon.config.settings import Settings
@@ -47,7 +47,7 @@ from gpumon.sources.prometheus.queries import (
     node_queries,
 )
 from gpumon.sources.prometheus.rows import Answer, Remembered, read_rows
-from gpumon.sources.prometheus.series import _number, _Series, _vector
+from gpumon.sources.prometheus.series import _number, _Series, _series, _vector
 from gpumon.sources.prometheus.targets import (
     Target,
     _by_target,
@@ -179,19 +179,19 @@ class PrometheusSource:
         if self._clock() - self._facts_at > FACTS_FOR_S:
             earlier = None
         rules = self._rules
-        now, answer = self._ask(rules, earlier)
+        answer = self._ask(rules, earlier)
         if rules and not rules_usable(answer.rules_loaded, self._free_threshold_mib):
             rules = False  # not recorded (any more): the expressions, in the same refresh
-            now, answer = self._ask(rules, earlier)
+            answer = self._ask(rules, earlier)
         if answer.changed:
             earlier = None
-            now, answer = self._ask(rules, earlier)
+            answer = self._ask(rules, earlier)
         if earlier is None:
             self._facts, self._facts_at = answer.facts, self._clock()
         self._known_rows = answer.known
         self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
         return ClusterSample(
-            timestamp_s=now,
+            timestamp_s=answer.now_s,
             url=self.url,
             nodes=(),
             scrape_interval_s=answer.scrape_interval_s,
@@ -200,17 +200,15 @@ class PrometheusSource:
             path=RECORDING_RULES if rules else RAW_QUERIES,
         )
 
-    def _ask(self, rules: bool, earlier: dict[Target, _Facts] | None) -> tuple[float, Answer]:
+    def _ask(self, rules: bool, earlier: dict[Target, _Facts] | None) -> Answer:
         """The rows from one request: the rules' series or the expressions, lean with the
         targets' ``earlier`` facts."""
 
         users = self.users_wanted
 
-        def read(data: Any) -> tuple[float, Answer]:
-            series = _vector(data)
-            data.clear()  # its entries, a third of the answer's memory, before the rows are built
-            now = self._now(series)
-            return now, read_rows(series, now, self._known_rows, rules, earlier, users)
+        def read(entries: Iterator[Any]) -> Answer:
+            # One series at a time: only what the rows keep of the answer stays in memory.
+            return read_rows(_series(entries), self._now, self._known_rows, rules, earlier, users)
 
         lean = earlier is not None
         query = rows_query(self._free_threshold_mib, rules=rules, lean=lean, users=users)
@@ -255,13 +253,13 @@ class PrometheusSource:
             path=None if previous is None else previous.path,
         )
 
-    def _now(self, series: list[_Series]) -> float:
-        """The server's evaluation time (this machine's clock, corrected, without one)."""
-        times = [t for item in series if (t := item.time_s) is not None]
-        now = max(times) if times else self._clock() + self._clock_offset_s
-        if times:
-            self._clock_offset_s = now - self._clock()
-        return now
+    def _now(self, latest: float | None) -> float:
+        """The server's evaluation time, the ``latest`` its series tell (without one, this
+        machine's clock, corrected)."""
+        if latest is None:
+            return self._clock() + self._clock_offset_s
+        self._clock_offset_s = latest - self._clock()
+        return latest
 
     def _shown_name(self, instance: str, job: str | None) -> str | None:
         """The name the latest rows gave the target."""
@@ -277,7 +275,8 @@ class PrometheusSource:
         identity: list[_Series],
         keep_others: bool = False,
     ) -> ClusterSample:
-        now = self._now([*facts_series, *data, *identity])
+        times = (item.time_s for part in (facts_series, data, identity) for item in part)
+        now = self._now(max((t for t in times if t is not None), default=None))
         facts, by_target, identities = _facts(facts_series), _by_target(data), _by_target(identity)
         targets = _node_targets(facts, by_target, identities)
         interval = _with_fleet_interval(facts, targets)

@@ -512,6 +512,8 @@ def assert_kept_and_marked(good: Any, bad: Any) -> None:
 
 
 PROMETHEUS_ERROR = b'{"status":"error","errorType":"unavailable","error":"query queue full"}'
+VECTOR = b'{"status":"success","data":{"resultType":"vector","result":['
+ENTRY = b'{"metric":{"__name__":"up","instance":"a:1","job":"j"},"value":[1,"1"]}'
 
 
 @pytest.mark.parametrize(
@@ -529,8 +531,18 @@ PROMETHEUS_ERROR = b'{"status":"error","errorType":"unavailable","error":"query 
             "too many samples",
         ),
         (Reply(200, b"\x1f\x8b broken", {"Content-Encoding": "gzip"}), "gzip"),
+        # Laid out as Prometheus writes answers, whose entries are read one at a time.
+        (Reply(200, VECTOR + ENTRY + b"," + ENTRY[:30]), "not JSON"),
+        (Reply(200, VECTOR + ENTRY + b"," + ENTRY + b",]}}"), "not JSON"),
+        (Reply(200, VECTOR + ENTRY + ENTRY + b"]}}"), "not JSON"),
+        (Reply(200, VECTOR + ENTRY + b"]}} and more"), "not JSON"),
+        (Reply(200, VECTOR + ENTRY + b'],"result":[' + ENTRY + b"]}}"), "two results"),
+        (Reply(200, VECTOR + ENTRY + b']},"status":"error","error":"said last"}'), "said last"),
     ],
-    ids=["401", "403", "500", "503", "html", "not-utf-8", "other-json", "422", "bad-gzip"],
+    ids=[
+        *("401", "403", "500", "503", "html", "not-utf-8", "other-json", "422", "bad-gzip"),
+        *("cut-short", "comma-before-end", "no-comma", "more-after", "two-results", "error-last"),
+    ],
 )
 def test_an_error_keeps_the_last_nodes_marked_stale(
     prom: Replay, reply: Reply, expected: str
@@ -539,6 +551,19 @@ def test_an_error_keeps_the_last_nodes_marked_stale(
     assert_kept_and_marked(good, bad)
     assert expected in bad.error
     assert bad.error.startswith(f"Prometheus at {prom.url}")
+
+
+@pytest.mark.parametrize("scenario", ["demo", "dcgm", "down", "mig", "nan", "hostile"])
+def test_an_answer_laid_out_with_spaces_gives_the_same_rows(prom: Replay, scenario: str) -> None:
+    """Answers laid out as Prometheus writes them are read an entry at a time; the same
+    answers with spaces (as another server may write them) are read whole, to the same rows."""
+    prom.serve(scenario)
+    compact = source_for(prom).sample()
+    prom.reply = Reply(spaced=True)
+    spaced = source_for(prom).sample()
+    assert compact.error is None and spaced.error is None, (compact.error, spaced.error)
+    assert compact.rows and spaced.rows == compact.rows
+    assert spaced.fleet == compact.fleet
 
 
 def test_a_server_that_never_answers_times_out(prom: Replay) -> None:
