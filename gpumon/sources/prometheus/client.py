@@ -307,24 +307,31 @@ def _api_entries(text: str, client: _Client) -> Iterator[Any]:
         return
     try:
         at = _after_space(text, len(_VECTOR_HEAD))
-        while text[at] != "]":
-            entry, at = _ENTRY(text, at)
+        mark = text[at]
+        while mark != "]":
+            entry, at = _ENTRY(text, at)  # StopIteration where no value begins
             yield entry
-            at = _after_space(text, at)
-            if text[at] == ",":
-                at = _after_space(text, at + 1)
-                if text[at] == "]":
-                    raise ValueError("a comma before ]")
-            elif text[at] != "]":
-                raise ValueError("neither , nor ]")
+            mark = text[at]
+            if mark in _SPACES:
+                at = _after_space(text, at)
+                mark = text[at]
+            if mark == ",":
+                at += 1
+                if text[at] in _SPACES:
+                    at = _after_space(text, at)
+            elif mark != "]":
+                raise ValueError("neither , nor ] after an entry")
     except (StopIteration, ValueError, IndexError, RecursionError):
         raise client.error(_NOT_JSON) from None
     if _api_data(_VECTOR_HEAD + text[at:], client)["result"]:  # a second result: refused
         raise client.error("the answer is not Prometheus' API JSON (two results)")
 
 
+_SPACES = " \t\n\r"
+
+
 def _after_space(text: str, at: int) -> int:
-    while text[at] in " \t\n\r":
+    while text[at] in _SPACES:
         at += 1
     return at
 
