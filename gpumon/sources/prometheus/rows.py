@@ -27,8 +27,8 @@ from gpumon.sources.prometheus.series import _host, _Series
 from gpumon.sources.prometheus.targets import (
     TARGET_FACTS,
     Target,
+    _add_fact,
     _Facts,
-    _facts,
     _target,
     _unique,
     _with_fleet_interval,
@@ -96,7 +96,7 @@ def read_rows(
     whole answer, for a lean one (its scrape intervals, last times up and hosts); ``users``: the
     answer holds every user on each node (else a row keeps the users of its known row)."""
     read: dict[Target, _Read] = {}
-    of_targets: list[_Series] = []
+    facts: dict[Target, _Facts] = {}
     top: list[Ranked] = []
     loaded: float | None = None
     latest = moment = None
@@ -109,14 +109,15 @@ def read_rows(
         # A recording rule's series read as they are is told apart by its name.
         fact = labels.get(_FACT) or labels.get("__name__", "")
         instance = labels.get("instance")
-        if fact in _VALUES and instance is not None:  # most of them: the fast way
+        # Most of them, the fast way; each keeps the table's name, not the answer's copy.
+        if (value_of := _VALUES.get(fact)) is not None and instance is not None:
             target = (instance, labels.get("job", ""))
             entry = read.get(target) or read.setdefault(target, _Read())
-            entry.values[fact] = item.value
+            entry.values[value_of] = item.value
             continue
         found = _target(item)
         if fact in TARGET_FACTS:
-            of_targets.append(item)
+            _add_fact(facts, item)
         if fact == "top_user":
             if item.value is not None:
                 top.append(Ranked(item.label("user") or UNKNOWN_USER, item.value))
@@ -131,8 +132,10 @@ def read_rows(
             entry.labels = tuple(
                 sorted((k, safe_text(v)) for k, v in item.labels.items() if k not in _HIDDEN_LABELS)
             )
-        elif fact.startswith("node:"):
+        elif fact == "node:host":  # (its host label is read once the answer is)
             entry.series.append(item)
+        elif fact.startswith("node:"):  # the exporter's health: only a name and a value
+            entry.series.append(_Series(item.name, {}, item.value, item.time_s))
         elif fact == TOP_RULE:
             entry.top = item.label("user") or UNKNOWN_USER
         elif fact.startswith("instance_user:"):
@@ -145,7 +148,6 @@ def read_rows(
         elif fact.startswith(("instance:", "seen_")):
             entry.values[fact] = item.value
     now = clock(latest)
-    facts = _facts(of_targets)
     if earlier is None:
         for target, entry in read.items():
             values = {f: v for f, v in entry.values.items() if f in _SEEN}
@@ -322,7 +324,9 @@ def _readings(
 
 _IDLE = "instance_user:gpumon_idle_held_bytes:sum"
 _SEEN = ("seen_host", "seen_gpus", "seen_dcgm")
-#: Facts that are one number of a node.
-_VALUES = frozenset(
-    name for name in RULES if name.startswith("instance:") and name != _DCGM + "gpus:count"
-) | {"seen_gpus"}
+#: Facts that are one number of a node, by name.
+_VALUES = {
+    name: name
+    for name in (*RULES, "seen_gpus")
+    if name.startswith(("instance:", "seen_")) and name != _DCGM + "gpus:count"
+}

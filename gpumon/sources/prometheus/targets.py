@@ -57,9 +57,14 @@ TARGET_FACTS = frozenset(_SLOTS)
 def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
     facts: dict[Target, _Facts] = {}
     for item in series:
-        target, fact = _target(item), item.labels.get(_FACT, "")
-        if target is None or fact not in TARGET_FACTS:
-            continue
+        _add_fact(facts, item)
+    return facts
+
+
+def _add_fact(facts: dict[Target, _Facts], item: _Series) -> None:
+    """The fact ``item`` tells of its target, into ``facts`` (where it tells one)."""
+    target, fact = _target(item), item.labels.get(_FACT, "")
+    if target is not None and fact in TARGET_FACTS:
         target_facts = facts.setdefault(target, _Facts())
         if fact == "scraped" and target_facts.up is None:
             target_facts.up = 1.0  # scraped, and not told down
@@ -71,7 +76,6 @@ def _facts(series: Iterable[_Series]) -> dict[Target, _Facts]:
         elif fact != "up":
             value = known_time(value)
         setattr(target_facts, _SLOTS[fact], value)
-    return facts
 
 
 def _with_fleet_interval(facts: Mapping[Target, _Facts], targets: Iterable[Target]) -> float | None:
