@@ -302,9 +302,9 @@ def _api_entries(text: str, client: _Client) -> Iterator[Any]:
     """The entries of the answer's result, checked as :func:`_api_data` checks the answer.
 
     Where the answer begins as Prometheus writes it, each entry is decoded as it is read, so
-    that only what the reader keeps of it stays in memory (at 5,000 nodes the whole answer
-    decoded at once takes 28 MiB more), and the rest of the answer is checked after the
-    last. A broken entry raises once the entries before it are read.
+    that only what the reader keeps of it stays in memory (decoded whole, every entry's
+    dictionaries are alive at once: docs/cluster.md), and the rest of the answer is checked
+    after the last. A broken entry raises once the entries before it are read.
     """
     if not text.startswith(_VECTOR_HEAD):
         yield from _api_data(text, client)["result"]
