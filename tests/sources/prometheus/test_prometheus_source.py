@@ -30,7 +30,7 @@ from gpumon.data.fields import FIELDS
 from gpumon.data.free import free_gpu_indices
 from gpumon.sources.prometheus import source as prometheus
 from gpumon.sources.prometheus.aggregate import rows_query
-from gpumon.sources.prometheus.client import Backoff, PrometheusError
+from gpumon.sources.prometheus.client import Backoff, PrometheusError, _api_entries, _Client
 from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES, scrape_interval
 from gpumon.sources.prometheus.source import PrometheusSource
 from tests.support.hostile import unsafe_characters
@@ -551,6 +551,16 @@ def test_an_error_keeps_the_last_nodes_marked_stale(
     assert_kept_and_marked(good, bad)
     assert expected in bad.error
     assert bad.error.startswith(f"Prometheus at {prom.url}")
+
+
+def test_an_answer_laid_out_as_prometheus_writes_it_is_decoded_an_entry_at_a_time() -> None:
+    """Each entry is decoded as it is read (what is not kept of it is freed), so a broken
+    entry is found only once those before it are read."""
+    client = _Client("http://prometheus.example", {}, None, None, 5.0, None)
+    entries = _api_entries((VECTOR + ENTRY + b"," + ENTRY[:30]).decode(), client)
+    assert next(entries)["metric"]["instance"] == "a:1"
+    with pytest.raises(PrometheusError, match="not JSON"):
+        next(entries)
 
 
 @pytest.mark.parametrize("scenario", ["demo", "dcgm", "down", "mig", "nan", "hostile"])
