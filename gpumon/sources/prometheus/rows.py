@@ -134,8 +134,9 @@ def read_rows(
             )
         elif fact == "node:host":  # (its host label is read once the answer is)
             entry.series.append(item)
-        elif fact.startswith("node:"):  # the exporter's health: only a name and a value
-            entry.series.append(_Series(item.name, {}, item.value, item.time_s))
+        elif fact.startswith("node:"):  # the exporter's health: a name, a value (a GPU's)
+            gpu = {"gpu": labels["gpu"]} if "gpu" in labels else {}
+            entry.series.append(_Series(item.name, gpu, item.value, item.time_s))
         elif fact == TOP_RULE:
             entry.top = item.label("user") or UNKNOWN_USER
         elif fact.startswith("instance_user:"):
