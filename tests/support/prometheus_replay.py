@@ -26,32 +26,34 @@ from typing import Any
 
 import pytest
 
-from gpumon.sources.prometheus.aggregate import NODE_USERS, RULES_LOADED, rows_query
-from gpumon.sources.prometheus.queries import QUERIES
+from gpumon.sources.prometheus.aggregate import NODE_USERS, RULES_LOADED, rows_queries
+from gpumon.sources.prometheus.queries import _FACT, QUERIES
 from gpumon.sources.prometheus.targets import TARGET_FACTS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "prometheus"
 #: The per-series path's three queries, then the aggregate path's (every user on each node
-#: read): raw, and from the rules.
+#: read): raw, and from the rules. A refresh's queries are recorded at one instant, their
+#: answers joined into one (each series is told apart by its ``gpumon_fact`` or name).
 ROLES = ("targets", "data", "identity", "rows", "rules")
 ALL_QUERIES = (
     *QUERIES,
-    rows_query(1024, rules=False, users=True),
-    rows_query(1024, rules=True, users=True),
+    tuple(rows_queries(1024, rules=False, users=True)),
+    tuple(rows_queries(1024, rules=True, users=True)),
 )
-_ROLE_OF = dict(zip(ALL_QUERIES, ROLES, strict=True))
+_ROLE_OF = {
+    query: role
+    for role, asked in zip(ROLES, ALL_QUERIES, strict=True)
+    for query in ([asked] if isinstance(asked, str) else asked)
+}
 #: The aggregate path's other queries (lean: the targets' state and latest scrape only; or
 #: without every user on each node): answered with the recorded answers less the rest.
 DERIVED = {
-    rows_query(1024, rules=rules, lean=lean, users=users): (
-        "rules" if rules else "rows",
-        lean,
-        users,
-    )
+    query: ("rules" if rules else "rows", lean, users)
     for rules in (False, True)
     for lean in (False, True)
     for users in (False, True)
     if lean or not users
+    for query in rows_queries(1024, rules=rules, lean=lean, users=users)
 }
 #: What only a whole request reads.
 _SLOW_FACTS = TARGET_FACTS - {"up", "scraped"} | {
@@ -81,10 +83,35 @@ def lean(answer: dict[str, Any], users: bool = False, facts: bool = False) -> di
     return {**answer, "data": {**answer["data"], "result": result}}
 
 
+def asked_in(answer: dict[str, Any], query: str) -> dict[str, Any]:
+    """Of a refresh's joined ``answer``, what ``query``, one of its queries, is answered:
+    the rules' series read by their names, or the facts it names."""
+
+    def answers(item: dict[str, Any]) -> bool:
+        fact = item["metric"].get(_FACT)
+        if fact is None:  # a recording rule's series, read by its name
+            return query.startswith('{__name__=~"')
+        return f'"{_FACT}", "{fact}", "", "")' in query
+
+    result = [item for item in answer["data"]["result"] if answers(item)]
+    return {**answer, "data": {**answer["data"], "result": result}}
+
+
+def refreshes(queries: list[str], *expected: list[str]) -> tuple[list[Any], list[Any]]:
+    """The ``queries`` asked, cut as the ``expected`` refreshes' queries are, each refresh's
+    in no order (they are asked at once), and those expected: for an assertion."""
+    asked, at = [], 0
+    for each in expected:
+        asked.append(sorted(queries[at : at + len(each)]))
+        at += len(each)
+    return [*asked, *([queries[at:]] if queries[at:] else [])], [sorted(e) for e in expected]
+
+
 def load(scenario: str) -> dict[str, Any]:
     """The recorded answers of a scenario, by role (both paths' queries at one instant)."""
     document = json.loads((FIXTURES / f"{scenario}.json").read_text())
-    assert tuple(document["queries"].values()) == ALL_QUERIES, (
+    recorded = tuple(q if isinstance(q, str) else tuple(q) for q in document["queries"].values())
+    assert recorded == ALL_QUERIES, (
         "the source's queries changed: re-record"
         " (python tests/support/fixtures/prometheus/record.py)"
     )
@@ -186,6 +213,8 @@ class Replay:
                     answer = lean(self.answers[role.removeprefix("lean ")])
                 else:
                     answer = self.answers[role]
+                if role is not None and role.endswith(("rows", "rules")):
+                    answer = asked_in(answer, query)
             body = _written(answer, reply.spaced).encode()
         headers = {"Content-Type": "application/json", **reply.headers}
         if reply.gzip:

@@ -1,5 +1,5 @@
-"""The node list from aggregate PromQL: one request per refresh whose answer has a few series
-per node (and per user on a node), however many GPUs each node has.
+"""The node list from aggregate PromQL: a refresh's few queries, asked at once, have a few
+series per node (and per user on a node) in their answers, however many GPUs each node has.
 
 Each expression is told apart by its ``gpumon_fact`` label, as in the targets query, and is
 either evaluated raw or read from the recording rules of contrib/prometheus/gpumon-recording.yml
@@ -144,7 +144,7 @@ TOP_USERS = 10
 USERS_RULE = "user:gpumon_process_memory_bytes:sum"
 USERS_EXPRESSION = "sum by (user) (instance_user:gpumon_process_memory_bytes:sum >= 0)"
 #: Every user on a node (the node list's filter): most of a refresh's series, asked only
-#: with ``users`` (:func:`rows_query`).
+#: with ``users`` (:func:`rows_queries`).
 NODE_USERS = "instance_user:gpumon_process_memory_bytes:sum"
 #: Each node's user holding the most GPU memory (one of them on a tie; NaN ranks last), and
 #: how the rules record it.
@@ -152,29 +152,31 @@ TOP_RULE = "instance_user:gpumon_process_memory_bytes:topk1"
 TOP_EXPRESSION = f"topk by ({_NODE}) (1, {NODE_USERS})"
 
 
-def rows_query(
+def rows_queries(
     free_threshold_mib: int, *, rules: bool, lean: bool = False, users: bool = False
-) -> str:
-    """The one query of a refresh: the targets' facts (``lean``: their state and latest
-    scrape only), every node's aggregates (with ``rules``: the recording rules' series, told
-    apart by their names) and top user, with ``users`` every user on it, its per-node
-    series, identities, the fleet's top users and whether the rules are loaded."""
-    threshold = str(free_threshold_mib * _MIB)
+) -> list[str]:
+    """The queries of a refresh, asked at once: every node's aggregates (with ``rules``: the
+    recording rules' series, told apart by their names) and top user, with ``users`` every
+    user on it; the targets' facts (``lean``: their state and latest scrape only) with the
+    nodes' own series, the fleet's top users and whether the rules are loaded; and but for a
+    ``lean`` refresh, the identities. A node's health is judged on its facts and series of
+    one instant: they share a query."""
     asked = {n: e for n, e in RULES.items() if n != NODE_USERS or users}
-    parts = [targets_query(lean=lean, recorded=rules)]
-    if not rules:
+    if rules:  # most of the answer: one selector, matched by no ``or``
+        aggregates = f'{{__name__=~"{"|".join([*asked, TOP_RULE])}"}}'
+    else:
         asked[TOP_RULE] = TOP_EXPRESSION.replace(NODE_USERS, f"({RULES[NODE_USERS]})")
-        parts.extend(_fact(n, e.replace("{threshold}", threshold)) for n, e in asked.items())
-    parts.extend(_fact(n, e) for n, e in _NODE_SERIES.items() if not lean or n != "node:host")
-    if not lean:  # the lean requests keep what named the nodes, as their other facts
-        identity = _RECORDED_IDENTITY if rules else _IDENTITY
-        parts.extend(_fact(name, expression) for name, expression in identity.items())
+        threshold = str(free_threshold_mib * _MIB)
+        aggregates = _any([_fact(n, e.replace("{threshold}", threshold)) for n, e in asked.items()])
+    facts = [targets_query(lean=lean, recorded=rules)]
+    facts.extend(_fact(n, e) for n, e in _NODE_SERIES.items() if not lean or n != "node:host")
     fleet_users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
-    parts.append(_fact("top_user", f"topk({TOP_USERS}, {fleet_users})"))
-    parts.append(_fact(RULES_LOADED, RULES_LOADED))
-    if rules:  # most of the answer: at the top, its series are matched by one ``or`` only
-        return f'({{__name__=~"{"|".join([*asked, TOP_RULE])}"}}) or ({_any(parts)})'
-    return _any(parts)
+    facts.append(_fact("top_user", f"topk({TOP_USERS}, {fleet_users})"))
+    facts.append(_fact(RULES_LOADED, RULES_LOADED))
+    if lean:  # the lean refreshes keep what named the nodes, as their other facts
+        return [aggregates, _any(facts)]
+    identity = _RECORDED_IDENTITY if rules else _IDENTITY
+    return [aggregates, _any(facts), _any([_fact(n, e) for n, e in identity.items()])]
 
 
 def rules_usable(loaded: float | None, free_threshold_mib: int) -> bool:

@@ -1,9 +1,10 @@
 """The Prometheus source's HTTP client: standard library urllib only.
 
-:class:`_Client` POSTs forms to ``/api/v1/...`` and returns the answer's ``data``: auth sent
-pre-emptively, TLS verified, every request within its timeout, no redirect followed, answers
-over :data:`MAX_ANSWER_BYTES` refused; every failure is a one-line :class:`PrometheusError`
-that never shows a credential. :class:`Backoff` spaces the retries.
+:class:`_Client` POSTs forms to ``/api/v1/...`` and returns the answer's ``data`` (or reads
+the results of several, asked at once): auth sent pre-emptively, TLS verified, every request
+within its timeout, no redirect followed, answers over :data:`MAX_ANSWER_BYTES` refused;
+every failure is a one-line :class:`PrometheusError` that never shows a credential.
+:class:`Backoff` spaces the retries.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import gc
 import http.client
 import json
 import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, as_completed, wait
 from json.scanner import make_scanner
 from typing import Any, Protocol
 
@@ -95,12 +98,55 @@ class _Client:
         except (OSError, ssl.SSLError) as error:
             raise ValueError(f"cannot use the CA file {ca_file!r}: {error_text(error)}") from None
 
-    def post(
-        self, path: str, form: Mapping[str, str], then: Callable[[Iterator[Any]], Any] | None = None
+    def post(self, path: str, form: Mapping[str, str]) -> Any:
+        """The answer's ``data``, parsed without cyclic garbage collection
+        (:func:`no_collection`)."""
+        text = self._answer(path, form, _Budget())[0]
+        with no_collection():
+            return _api_data(text, self)
+
+    def read(
+        self, path: str, forms: list[Mapping[str, str]], then: Callable[[Iterator[Any]], Any]
     ) -> Any:
-        """The answer's ``data``, or what ``then`` makes of its result's entries, read one at a
-        time (:func:`_api_entries`): in one stretch without cyclic garbage collection with
-        the JSON's parse (:func:`no_collection`)."""
+        """What ``then`` makes of the entries of the results of the answers to ``forms``, read
+        one at a time (:func:`_api_entries`), in one stretch without cyclic garbage collection.
+
+        The forms are posted at once, each within the timeout, and :data:`MAX_ANSWER_BYTES`
+        bounds them together; each answer is read as it arrives, while the server still
+        evaluates the others. A failed request raises once every request has ended: none
+        outlives the call. Each is sent from a daemon thread, as the samples are taken, so
+        that a server that hangs never keeps gpumon from quitting.
+        """
+        budget = _Budget()
+        asked = [self._ask(path, form, budget) for form in forms]
+
+        def entries() -> Iterator[Any]:
+            for done in as_completed(asked):
+                # The text leaves its box: held by its entries only until the last is read (at
+                # 5,000 nodes some 10 MiB of a refresh's peak).
+                yield from _api_entries(done.result().pop(), self)
+
+        try:
+            with no_collection():
+                return then(entries())
+        finally:
+            wait(asked)
+
+    def _ask(self, path: str, form: Mapping[str, str], budget: _Budget) -> Future[list[str]]:
+        """:meth:`_answer`, from a daemon thread of its own."""
+        future: Future[list[str]] = Future()
+
+        def answer() -> None:
+            try:
+                future.set_result(self._answer(path, form, budget))
+            except BaseException as error:  # raised where the answer is read
+                future.set_exception(error)
+
+        threading.Thread(target=answer, name="gpumon-prometheus", daemon=True).start()
+        return future
+
+    def _answer(self, path: str, form: Mapping[str, str], budget: _Budget) -> list[str]:
+        """The answer's text, in a list its reader empties."""
         request = urllib.request.Request(
             self.base + path, data=urllib.parse.urlencode(form).encode(), method="POST"
         )
@@ -112,23 +158,16 @@ class _Client:
             request.add_unredirected_header(name, value)
         with Deadline(self.timeout_s) as deadline:
             try:
-                body = self._fetch(request, deadline)
+                body = self._fetch(request, deadline, budget)
             except Exception as error:  # each becomes one safe line (a bug: re-raised)
                 if deadline.expired:  # whatever broke when the sockets were shut down
                     raise self.error(f"no answer within {self.timeout_s:g} s") from None
                 raise self.error(self._failure_text(error)) from None
-        # The text replaces the bytes, freed before the parse, and the entries hold the text
-        # only until the last is read: at 5,000 nodes each is some 10 MiB of a refresh's peak.
-        text = _text(body, self)
-        del body
-        with no_collection():
-            if then is None:
-                return _api_data(text, self)
-            entries = _api_entries(text, self)
-            del text
-            return then(entries)
+        return [_text(body, self)]  # the bytes are freed as the text is made
 
-    def _fetch(self, request: urllib.request.Request, deadline: Deadline) -> bytes | bytearray:
+    def _fetch(
+        self, request: urllib.request.Request, deadline: Deadline, budget: _Budget
+    ) -> bytes | bytearray:
         opener = self.opener or deadline_opener(deadline, self.context)
         try:
             response = opener.open(request, timeout=self.timeout_s)
@@ -140,16 +179,15 @@ class _Client:
             raise _BadAnswer(text) from None
         with response:
             length = _content_length(response.headers)
-            if length is not None and length > MAX_ANSWER_BYTES:
+            if length is not None and length > budget.left:
                 raise _BadAnswer(f"the answer is too large ({length:,} bytes; {_LIMIT})")
             body = bytearray()  # grown in place: the answer is held once, not twice
-            while chunk := response.read(min(_READ_BYTES, MAX_ANSWER_BYTES + 1 - len(body))):
+            while chunk := response.read(min(_READ_BYTES, budget.left + 1)):
+                budget.take(len(chunk))
                 body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise _BadAnswer(f"the answer is too large ({_LIMIT})")
                 deadline.left()  # for an opener that does not bound its sockets
             if (response.headers.get("Content-Encoding") or "").lower() == "gzip":
-                return _gunzip(body)
+                return _gunzip(body, budget)
             return body
 
     def _failure_text(self, error: Exception) -> str:
@@ -201,7 +239,26 @@ class _Client:
         return " ".join(safe_text(text, _ERROR_MAX_CHARS).split())
 
 
-_LIMIT = f"gpumon reads at most {MAX_ANSWER_BYTES // 2**20} MiB"
+_LIMIT = f"gpumon reads at most {MAX_ANSWER_BYTES // 2**20} MiB at once"
+
+
+class _Budget:
+    """What the answers of a refresh may hold together: :data:`MAX_ANSWER_BYTES`."""
+
+    def __init__(self) -> None:
+        self.left = MAX_ANSWER_BYTES
+        self._lock = threading.Lock()
+
+    def take(self, count: int) -> None:
+        """Count ``count`` bytes more held; raises :class:`_BadAnswer` past the limit."""
+        with self._lock:
+            if count > self.left:
+                raise _BadAnswer(f"the answer is too large ({_LIMIT})")
+            self.left -= count
+
+    def give(self, count: int) -> None:
+        with self._lock:
+            self.left += count
 
 
 def _content_length(headers: Any) -> int | None:
@@ -243,14 +300,15 @@ def _redirect_target(base: str, location: str | None) -> str:
     return safe_text(where, 200)
 
 
-def _gunzip(body: bytes | bytearray) -> bytes:
+def _gunzip(body: bytes | bytearray, budget: _Budget) -> bytes:
+    """``body`` decompressed, counted in ``budget`` in its place."""
     decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        data = decompressor.decompress(body, MAX_ANSWER_BYTES + 1)
+        data = decompressor.decompress(body, budget.left + len(body) + 1)
     except zlib.error:
         raise _BadAnswer("the answer's gzip encoding is broken") from None
-    if len(data) > MAX_ANSWER_BYTES:
-        raise _BadAnswer(f"the answer is too large ({_LIMIT})")
+    budget.give(len(body))
+    budget.take(len(data))
     return data
 
 

@@ -1,5 +1,5 @@
-"""A cluster read from Prometheus' HTTP query API: one row per scrape target from one
-aggregate request (:mod:`.aggregate`, :mod:`.rows`), and one target's GPUs and processes as a
+"""A cluster read from Prometheus' HTTP query API: one row per scrape target from a few
+aggregate queries (:mod:`.aggregate`, :mod:`.rows`), and one target's GPUs and processes as a
 :class:`~gpumon.data.cluster.Node` on demand, from gpumon's exporter or dcgm-exporter.
 
 A failed refresh keeps the last rows and nodes, STALE, so that no view counts their GPUs
@@ -34,7 +34,7 @@ from gpumon.data.views import user_summary
 from gpumon.sources.prometheus.aggregate import (
     RULES_FREE_THRESHOLD_MIB,
     TOP_USERS,
-    rows_query,
+    rows_queries,
     rules_usable,
 )
 from gpumon.sources.prometheus.client import Backoff, Opener, PrometheusError, _Client
@@ -201,8 +201,8 @@ class PrometheusSource:
         )
 
     def _ask(self, rules: bool, earlier: dict[Target, _Facts] | None) -> Answer:
-        """The rows from one request: the rules' series or the expressions, lean with the
-        targets' ``earlier`` facts."""
+        """The rows from one refresh's queries: the rules' series or the expressions, lean
+        with the targets' ``earlier`` facts."""
 
         users = self.users_wanted
 
@@ -211,11 +211,11 @@ class PrometheusSource:
             return read_rows(_series(entries), self._now, self._known_rows, rules, earlier, users)
 
         lean = earlier is not None
-        query = rows_query(self._free_threshold_mib, rules=rules, lean=lean, users=users)
-        return self._client.post("/api/v1/query", {"query": query}, read)
+        queries = rows_queries(self._free_threshold_mib, rules=rules, lean=lean, users=users)
+        return self._client.read("/api/v1/query", [{"query": q} for q in queries], read)
 
     def _detailed(self) -> ClusterSample:
-        # What only the aggregate request tells (site labels, idle-held memory) joins the rows
+        # What only the aggregate queries tell (site labels, idle-held memory) joins the rows
         # built from the same nodes as the GPUs shown, so that their counts agree.
         told = {(row.instance, row.job): row for row in self._aggregated().rows or ()}
         facts, data, identity = (self._query(q) for q in QUERIES)

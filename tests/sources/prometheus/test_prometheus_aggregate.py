@@ -2,7 +2,7 @@
 
 Both paths' queries were answered by a real Prometheus at one instant (the recorded answers in
 tests/support/fixtures/prometheus; record.py there regenerates them): for every case the rows
-of ``sample()`` (one aggregate request) equal ``summarize()`` of the nodes of
+of ``sample()`` (the aggregate queries) equal ``summarize()`` of the nodes of
 ``sample(detail=True)`` in every field the per-series path tells, from raw expressions and from
 the recording rules alike.
 """
@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, summarize
 from gpumon.data.format import safe_text
-from gpumon.sources.prometheus.aggregate import rows_query
+from gpumon.sources.prometheus.aggregate import rows_queries
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.queries import node_queries
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.support.prometheus_replay import ALL_QUERIES, Replay, load, with_marker
+from tests.support.prometheus_replay import Replay, load, refreshes, with_marker
 
 GIB = 1024**3
 #: What only the aggregate path tells (the per-series rows leave them unknown).
@@ -171,7 +173,7 @@ def test_a_node_without_idle_series_tells_no_idle_held_memory(replay: Replay) ->
     assert rows[0].idle_held_bytes is None
 
 
-def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
+def test_the_same_queries_each_refresh_whatever_the_gpus(replay: Replay) -> None:
     """The first asks every fact of the targets (of the rules first, where they are not
     recorded then of the expressions); the next ones, for a minute, their state and latest
     scrape only (the scrape intervals measured then), with the same rows."""
@@ -183,9 +185,10 @@ def test_one_request_per_refresh_whatever_the_gpus(replay: Replay) -> None:
     second = source.sample()
     moment[0] += 31
     source.sample()
-    whole, lean = rows_query(1024, rules=False), rows_query(1024, rules=False, lean=True)
-    rules = rows_query(1024, rules=True)  # asked first, not recorded here
-    assert replay.queries == [rules, whole, lean, whole]
+    whole, lean = rows_queries(1024, rules=False), rows_queries(1024, rules=False, lean=True)
+    rules = rows_queries(1024, rules=True)  # asked first, not recorded here
+    asked, expected = refreshes(replay.queries, rules, whole, lean, whole)
+    assert asked == expected
     assert second.rows == first.rows and second.scrape_interval_s == first.scrape_interval_s
     assert first.scrape_interval_s is not None
 
@@ -216,10 +219,12 @@ def test_every_user_on_a_node_is_read_only_while_the_filter_wants_them(replay: R
     source.users_wanted = True
     on = gpumon_row()
     assert (on.top_user, on.users) == ("carol", frozenset({"carol", "bob"}))
-    assert replay.queries == [
-        rows_query(1024, rules=True, lean=True),
-        rows_query(1024, rules=True, lean=True, users=True),
-    ]
+    asked, expected = refreshes(
+        replay.queries,
+        rows_queries(1024, rules=True, lean=True),
+        rows_queries(1024, rules=True, lean=True, users=True),
+    )
+    assert asked == expected
 
 
 @pytest.mark.parametrize("gone", [False, True], ids=["down", "gone-from-prometheus"])
@@ -248,7 +253,8 @@ def test_a_lean_refresh_keeps_what_named_a_node_serving_no_gpu(replay: Replay, g
         4,
         expected,
     )
-    assert "seen_" not in replay.queries[-1] and "gpumon_host_info" not in replay.queries[-1]
+    lean_queries = replay.queries[-2:]
+    assert not any("seen_" in q or "gpumon_host_info" in q for q in lean_queries)
 
 
 def down_instance(result: list[dict[str, Any]]) -> str:
@@ -271,13 +277,16 @@ def test_a_target_gone_up_or_down_since_is_asked_again_whole(replay: Replay) -> 
     replay.serve("down")
     replay.requests.clear()
     cluster = source.sample()
-    whole, lean = ALL_QUERIES[3], rows_query(1024, rules=False, lean=True, users=True)
-    assert replay.queries == [lean, whole]
+    whole = rows_queries(1024, rules=False, users=True)
+    lean = rows_queries(1024, rules=False, lean=True, users=True)
+    asked, expected = refreshes(replay.queries, lean, whole)
+    assert asked == expected
     _, per_series, _ = both_paths(replay, "down")
     assert told(cluster.rows or ()) == list(per_series)
     replay.requests.clear()
     again = source.sample()  # lean: the down nodes keep their last time up
-    assert replay.queries == [lean] and again.rows == cluster.rows
+    asked, expected = refreshes(replay.queries, lean)
+    assert asked == expected and again.rows == cluster.rows
 
 
 def test_a_lean_answer_from_the_rules_whose_targets_changed_is_asked_again_from_them(
@@ -289,9 +298,38 @@ def test_a_lean_answer_from_the_rules_whose_targets_changed_is_asked_again_from_
     replay.serve(with_marker(load("down"), "1024"))
     replay.requests.clear()
     cluster = source.sample()
-    assert replay.queries == [rows_query(1024, rules=True, lean=True), rows_query(1024, rules=True)]
+    asked, expected = refreshes(
+        replay.queries,
+        rows_queries(1024, rules=True, lean=True),
+        rows_queries(1024, rules=True),
+    )
+    assert asked == expected
     assert cluster.path == "recording rules"
     assert sorted(row.state.value for row in cluster.rows or ()) == ["down", "down", "up"]
+
+
+def test_a_refresh_ends_with_the_last_of_its_queries(replay: Replay) -> None:
+    """A refresh's queries are asked at once, each from a daemon thread (a hung server never
+    keeps gpumon from quitting): where one fails at once, the refresh still ends only once
+    the others have, so that no two refreshes' requests are ever in flight together."""
+    slow = rows_queries(1024, rules=True)[1]
+    threads: list[bool] = []
+    answer = replay.respond
+
+    def respond(handler: Any, form: dict[str, str]) -> None:
+        if form["query"] == slow:
+            threads.extend(t.daemon for t in threading.enumerate() if t.name == "gpumon-prometheus")
+            time.sleep(0.5)
+            answer(handler, form)
+        else:  # a query it does not know: an error, as Prometheus says it
+            answer(handler, {"query": "unknown"})
+
+    replay.respond = respond  # type: ignore[method-assign]
+    started = time.monotonic()
+    failed = PrometheusSource(replay.url).sample()
+    assert failed.error is not None and "query failed" in failed.error
+    assert time.monotonic() - started >= 0.5
+    assert threads and all(threads)  # this one's at least
 
 
 def test_a_failed_refresh_keeps_the_rows_not_current(replay: Replay) -> None:

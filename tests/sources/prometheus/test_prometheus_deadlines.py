@@ -181,6 +181,7 @@ def test_environment_proxies_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- Size ------------------------------------------------------------------------------------
 
 CAP = client.MAX_ANSWER_BYTES
+LIMIT = "gpumon reads at most 64 MiB at once"
 
 
 def test_the_cap_fits_hundreds_of_nodes() -> None:
@@ -198,7 +199,7 @@ def test_a_content_length_over_the_cap_is_refused_before_reading() -> None:
     finally:
         server.close()
     assert elapsed < 5
-    assert f"the answer is too large ({CAP + 1:,} bytes; gpumon reads at most 64 MiB)" in error
+    assert f"the answer is too large ({CAP + 1:,} bytes; {LIMIT})" in error
 
 
 @pytest.mark.parametrize("encoding", ["plain", "gzip"])
@@ -217,4 +218,18 @@ def test_an_answer_without_length_is_refused_at_the_cap(encoding: str) -> None:
     finally:
         server.close()
     assert elapsed < 20
-    assert "the answer is too large (gpumon reads at most 64 MiB)" in error
+    assert f"the answer is too large ({LIMIT})" in error
+
+
+def test_the_answers_of_a_refresh_are_capped_together() -> None:
+    """A refresh asks its queries at once: answers that each fit, and not all together, are
+    refused as one too large."""
+    body = b" " * (CAP // 2)
+    head = http_head("200 OK", "Connection: close")
+    server = Trickler(Script(head=head, body=body, close_after=True))
+    try:
+        elapsed, error = timed_sample(PrometheusSource(server.url, timeout_s=20))
+    finally:
+        server.close()
+    assert elapsed < 20
+    assert f"the answer is too large ({LIMIT})" in error

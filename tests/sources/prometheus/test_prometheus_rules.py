@@ -20,11 +20,11 @@ from gpumon.sources.prometheus.aggregate import (
     TOP_RULE,
     USERS_EXPRESSION,
     USERS_RULE,
-    rows_query,
+    rows_queries,
 )
 from gpumon.sources.prometheus.queries import UP_RECORDED, up_moments
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.support.prometheus_replay import Replay, load, with_marker
+from tests.support.prometheus_replay import Replay, load, refreshes, with_marker
 
 CONTRIB = Path(__file__).resolve().parents[3] / "contrib" / "prometheus"
 
@@ -64,18 +64,22 @@ def test_the_source_reads_the_rules_while_they_are_recorded(replay: Replay) -> N
     source = PrometheusSource(replay.url)
     first, second = source.sample(), source.sample()
     assert (first.path, second.path) == ("recording rules", "recording rules")
-    assert replay.queries == [
-        rows_query(1024, rules=True),
-        rows_query(1024, rules=True, lean=True),
-    ]
+    asked, expected = refreshes(
+        replay.queries,
+        rows_queries(1024, rules=True),
+        rows_queries(1024, rules=True, lean=True),
+    )
+    assert asked == expected
     replay.serve(with_marker(answers, None))  # the rules were unloaded: raw in the same refresh
     replay.requests.clear()
     unloaded = source.sample()
     assert unloaded.path == "raw queries" and unloaded.rows == first.rows
-    assert replay.queries == [
-        rows_query(1024, rules=True, lean=True),
-        rows_query(1024, rules=False, lean=True),
-    ]
+    asked, expected = refreshes(
+        replay.queries,
+        rows_queries(1024, rules=True, lean=True),
+        rows_queries(1024, rules=False, lean=True),
+    )
+    assert asked == expected
 
 
 def test_a_first_refresh_asks_the_rules_and_the_expressions_where_none_are_recorded(
@@ -84,7 +88,10 @@ def test_a_first_refresh_asks_the_rules_and_the_expressions_where_none_are_recor
     replay.serve(with_marker(load("shared_host"), None))
     cluster = PrometheusSource(replay.url).sample()
     assert cluster.path == "raw queries" and cluster.rows
-    assert replay.queries == [rows_query(1024, rules=True), rows_query(1024, rules=False)]
+    asked, expected = refreshes(
+        replay.queries, rows_queries(1024, rules=True), rows_queries(1024, rules=False)
+    )
+    assert asked == expected
 
 
 @pytest.mark.parametrize(("threshold", "marker"), [(512, "1024"), (1024, "512")])
@@ -93,18 +100,20 @@ def test_rules_for_another_free_threshold_are_not_used(
 ) -> None:
     replay.serve(with_marker(load("shared_host"), marker))
     replay.aliases = {
-        rows_query(threshold, rules=False): "rows",
-        rows_query(threshold, rules=False, lean=True): "lean rows",
+        **dict.fromkeys(rows_queries(threshold, rules=False), "rows"),
+        **dict.fromkeys(rows_queries(threshold, rules=False, lean=True), "lean rows"),
     }
     source = PrometheusSource(replay.url, free_threshold_mib=threshold)
     assert source.sample().error is None
     assert source.sample().path == "raw queries"
-    guessed = [rows_query(1024, rules=True)] if threshold == 1024 else []  # the rules' own
-    assert replay.queries == [
+    guessed = [rows_queries(1024, rules=True)] if threshold == 1024 else []  # the rules' own
+    asked, expected = refreshes(
+        replay.queries,
         *guessed,
-        rows_query(threshold, rules=False),
-        rows_query(threshold, rules=False, lean=True),
-    ]
+        rows_queries(threshold, rules=False),
+        rows_queries(threshold, rules=False, lean=True),
+    )
+    assert asked == expected
 
 
 def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:

@@ -29,12 +29,20 @@ from gpumon.data.cluster import ExporterKind, NodeState
 from gpumon.data.fields import FIELDS
 from gpumon.data.free import free_gpu_indices
 from gpumon.sources.prometheus import source as prometheus
-from gpumon.sources.prometheus.aggregate import rows_query
+from gpumon.sources.prometheus.aggregate import rows_queries
 from gpumon.sources.prometheus.client import Backoff, PrometheusError, _api_entries, _Client
 from gpumon.sources.prometheus.queries import DATA_QUERY, DCGM_READINGS, QUERIES, scrape_interval
 from gpumon.sources.prometheus.source import PrometheusSource
 from tests.support.hostile import unsafe_characters
-from tests.support.prometheus_replay import FIXTURES, ROLES, Replay, Reply, load, series
+from tests.support.prometheus_replay import (
+    FIXTURES,
+    ROLES,
+    Replay,
+    Reply,
+    load,
+    refreshes,
+    series,
+)
 
 MIB = 1024**2
 FREE_MIB = 1024
@@ -470,11 +478,12 @@ def test_a_refresh_costs_the_same_queries_for_2_or_100_nodes(prom: Replay) -> No
         assert len(result.nodes) == size
         assert len({node.name for node in result.nodes}) == size  # one host name, unique names
         counts[size] = list(prom.queries)
-    # The node rows' aggregate request (from the rules first: not recorded here), then the
+    # The node rows' aggregate queries (from the rules first: not recorded here), then the
     # per-series path's three queries.
-    assert counts[2] == counts[100]
-    rows = [rows_query(1024, rules=True), rows_query(1024, rules=False)]
-    assert counts[2] == [*rows, *QUERIES]
+    rows = [rows_queries(1024, rules=True), rows_queries(1024, rules=False)]
+    assert refreshes(counts[2], *rows)[0] == refreshes(counts[100], *rows)[0]
+    asked, expected = refreshes(counts[2], *rows, *([q] for q in QUERIES))
+    assert asked == expected
 
 
 def test_the_data_query_names_every_field_of_the_table() -> None:
@@ -815,14 +824,14 @@ def test_a_custom_opener_is_used() -> None:
         def open(self, request: Any, *, timeout: float) -> Answer:
             query = urllib.parse.parse_qs(request.data.decode())["query"][0]
             seen.append((request.full_url, timeout))
-            if query not in QUERIES:  # the node rows' aggregate request: no row recorded
+            if query not in QUERIES:  # the node rows' aggregate queries: no row recorded
                 return Answer(b'{"status":"success","data":{"resultType":"vector","result":[]}}')
             return Answer(json.dumps(answers[ROLES[QUERIES.index(query)]]).encode())
 
     source = PrometheusSource("http://prom:9090", opener=Opener(), timeout_s=2.5)
     result = source.sample(detail=True)
     assert [node.name for node in result.nodes] == ["dgx-07"]
-    assert seen == [("http://prom:9090/api/v1/query", 2.5)] * 5
+    assert seen == [("http://prom:9090/api/v1/query", 2.5)] * 9  # 3 from the rules, 3 raw
 
 
 # --- history --------------------------------------------------------------------------------
