@@ -22,6 +22,7 @@ import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, as_completed, wait
+from dataclasses import dataclass
 from json.scanner import make_scanner
 from typing import Any, Protocol
 
@@ -101,7 +102,8 @@ class _Client:
     def post(self, path: str, form: Mapping[str, str]) -> Any:
         """The answer's ``data``, parsed without cyclic garbage collection
         (:func:`no_collection`)."""
-        text = self._answer(path, form, _Budget())[0]
+        budget = _Budget()
+        text = self._decoded(self._answer(path, form, budget), budget)
         with no_collection():
             return _api_data(text, self)
 
@@ -115,16 +117,17 @@ class _Client:
         bounds them together; each answer is read as it arrives, while the server still
         evaluates the others. A failed request raises once every request has ended: none
         outlives the call. Each is sent from a daemon thread, as the samples are taken, so
-        that a server that hangs never keeps gpumon from quitting.
+        that a server that hangs never keeps gpumon from quitting; it only waits for its
+        answer's bytes, which the calling thread decompresses and parses.
         """
         budget = _Budget()
         asked = [self._ask(path, form, budget) for form in forms]
 
         def entries() -> Iterator[Any]:
             for done in as_completed(asked):
-                # The text leaves its box: held by its entries only until the last is read (at
-                # 5,000 nodes some 10 MiB of a refresh's peak).
-                yield from _api_entries(done.result().pop(), self)
+                # The text is held by its entries only until the last is read (at 5,000
+                # nodes some 10 MiB of a refresh's peak), the bytes not even that long.
+                yield from _api_entries(self._decoded(done.result(), budget), self)
 
         try:
             with no_collection():
@@ -132,9 +135,9 @@ class _Client:
         finally:
             wait(asked)
 
-    def _ask(self, path: str, form: Mapping[str, str], budget: _Budget) -> Future[list[str]]:
+    def _ask(self, path: str, form: Mapping[str, str], budget: _Budget) -> Future[_Body]:
         """:meth:`_answer`, from a daemon thread of its own."""
-        future: Future[list[str]] = Future()
+        future: Future[_Body] = Future()
 
         def answer() -> None:
             try:
@@ -145,8 +148,8 @@ class _Client:
         threading.Thread(target=answer, name="gpumon-prometheus", daemon=True).start()
         return future
 
-    def _answer(self, path: str, form: Mapping[str, str], budget: _Budget) -> list[str]:
-        """The answer's text, in a list its reader empties."""
+    def _answer(self, path: str, form: Mapping[str, str], budget: _Budget) -> _Body:
+        """The answer's bytes, as they came."""
         request = urllib.request.Request(
             self.base + path, data=urllib.parse.urlencode(form).encode(), method="POST"
         )
@@ -163,11 +166,20 @@ class _Client:
                 if deadline.expired:  # whatever broke when the sockets were shut down
                     raise self.error(f"no answer within {self.timeout_s:g} s") from None
                 raise self.error(self._failure_text(error)) from None
-        return [_text(body, self)]  # the bytes are freed as the text is made
+        return body
 
-    def _fetch(
-        self, request: urllib.request.Request, deadline: Deadline, budget: _Budget
-    ) -> bytes | bytearray:
+    def _decoded(self, body: _Body, budget: _Budget) -> str:
+        """The answer's text, decompressed, decoded as :func:`json.loads` would decode it;
+        ``body`` is emptied."""
+        data, body.data = body.data, b""
+        if body.gzipped:
+            try:
+                data = _gunzip(data, budget)
+            except _BadAnswer as error:
+                raise self.error(str(error)) from None
+        return _text(data, self)
+
+    def _fetch(self, request: urllib.request.Request, deadline: Deadline, budget: _Budget) -> _Body:
         opener = self.opener or deadline_opener(deadline, self.context)
         try:
             response = opener.open(request, timeout=self.timeout_s)
@@ -186,9 +198,8 @@ class _Client:
                 budget.take(len(chunk))
                 body += chunk
                 deadline.left()  # for an opener that does not bound its sockets
-            if (response.headers.get("Content-Encoding") or "").lower() == "gzip":
-                return _gunzip(body, budget)
-            return body
+            gzipped = (response.headers.get("Content-Encoding") or "").lower() == "gzip"
+            return _Body(body, gzipped)
 
     def _failure_text(self, error: Exception) -> str:
         if isinstance(error, _BadAnswer):
@@ -240,6 +251,14 @@ class _Client:
 
 
 _LIMIT = f"gpumon reads at most {MAX_ANSWER_BYTES // 2**20} MiB at once"
+
+
+@dataclass(slots=True)
+class _Body:
+    """An answer's bytes as they came: compressed where ``gzipped``."""
+
+    data: bytes | bytearray
+    gzipped: bool
 
 
 class _Budget:
