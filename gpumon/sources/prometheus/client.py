@@ -117,8 +117,9 @@ class _Client:
         bounds them together; each answer is read as it arrives, while the server still
         evaluates the others. A failed request raises once every request has ended: none
         outlives the call. Each is sent from a daemon thread, as the samples are taken, so
-        that a server that hangs never keeps gpumon from quitting; it only waits for its
-        answer's bytes, which the calling thread decompresses and parses.
+        that a server that hangs never keeps gpumon from quitting (an interrupt does not
+        wait for it); it only waits for its answer's bytes, which the calling thread
+        decompresses and parses.
         """
         budget = _Budget()
         asked = [self._ask(path, form, budget) for form in forms]
@@ -131,9 +132,12 @@ class _Client:
 
         try:
             with no_collection():
-                return then(entries())
-        finally:
+                made = then(entries())
+        except Exception:
             wait(asked)
+            raise
+        wait(asked)
+        return made
 
     def _ask(self, path: str, form: Mapping[str, str], budget: _Budget) -> Future[_Body]:
         """:meth:`_answer`, from a daemon thread of its own."""

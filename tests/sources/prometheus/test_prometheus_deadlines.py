@@ -107,6 +107,24 @@ def test_a_stalled_server_turns_the_nodes_it_had_stale(tmp_path: Path) -> None:
     assert [row.state for row in stalled.rows or ()] == [NodeState.STALE]
 
 
+def test_an_interrupt_does_not_wait_for_the_queries_in_flight() -> None:
+    """Ctrl-C during a refresh (``gpumon once``) ends it at once, however long its queries
+    would take: their threads are daemons, ended with the process."""
+    server = Trickler(Script(silent=True))
+    asking = client._Client(server.url, {}, None, None, 20.0, None)
+
+    def interrupted(entries: Iterator[object]) -> None:
+        raise KeyboardInterrupt
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            asking.read("/api/v1/query", [{"query": "up"}, {"query": "up"}], interrupted)
+    finally:
+        server.close()
+    assert time.monotonic() - started < 5
+
+
 @pytest.mark.parametrize("script", ["silent handshake", "body"])
 def test_tls_is_bounded_too(tmp_path: Path, script: str) -> None:
     """A server that never finishes the TLS handshake, and one that trickles its body
