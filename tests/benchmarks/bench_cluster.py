@@ -5,8 +5,9 @@ Per ``--nodes`` size: ``fleet_sim.py`` and a real ``prometheus`` (stopped when t
 done, also on an error), then each ``--tree NAME=PATH`` (its ``python -m gpumon``, as
 ``bench_dashboard.py --gpumon-root``), interleaved over ``--rounds``: a refresh
 (``PrometheusSource.sample()``, median of ``--refreshes``), its bytes (a counting proxy),
-Prometheus' own handler time, ``detail(name)`` where the tree has it, ``gpumon once
---prometheus`` wall and RSS, and the dashboard's CPU and RSS at ``--interval 5`` in a pty.
+Prometheus' own handler time (its requests' added up: a refresh's run side by side),
+``detail(name)`` where the tree has it, ``gpumon once --prometheus`` wall and RSS, and the
+dashboard's CPU and RSS at ``--interval 5`` in a pty.
 ``--fake-nodes``: the same over a fake API repeating the answers of ``--fake-from`` nodes.
 Method and figures: docs/cluster.md, "What a refresh costs".
 
