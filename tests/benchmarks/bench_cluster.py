@@ -4,9 +4,9 @@
 Per ``--nodes`` size: ``fleet_sim.py`` and a real ``prometheus`` (stopped when the size is
 done, also on an error), then each ``--tree NAME=PATH`` (its ``python -m gpumon``, as
 ``bench_dashboard.py --gpumon-root``), interleaved over ``--rounds``: a refresh
-(``PrometheusSource.sample()``, median of ``--refreshes``), its bytes (a counting proxy),
-Prometheus' own handler time (its requests' added up: a refresh's run side by side),
-``detail(name)`` where the tree has it, ``gpumon once --prometheus`` wall and RSS, and the
+(``PrometheusSource.sample()``, median of ``--refreshes``, and of those that read every row:
+the rules evaluated since), its bytes (a counting proxy), Prometheus' own handler time (its
+requests' added up: a refresh's run side by side), ``detail(name)`` where the tree has it, ``gpumon once --prometheus`` wall and RSS, and the
 dashboard's CPU and RSS at ``--interval 5`` in a pty.
 ``--fake-nodes``: the same over a fake API repeating the answers of ``--fake-from`` nodes.
 Method and figures: docs/cluster.md, "What a refresh costs".
@@ -72,15 +72,18 @@ out.update(rows=len(rows), up=sum(r.state is NodeState.UP for r in rows), error=
            path=getattr(first, "path", None))
 source = PrometheusSource(url, timeout_s=120)
 source.sample()
-before, times, cpu = server_s(), [], []
+before, times, cpu, read = server_s(), [], [], []
 for _ in range(runs):
+    recorded = getattr(source, "_recorded", None)  # the rules' series read last, if any
     t, c = time.perf_counter(), time.process_time()
     sample = source.sample()
     times.append(time.perf_counter() - t)
     cpu.append(time.process_time() - c)
+    now = getattr(source, "_recorded", None)
+    read.append(now is None or recorded is None or now[2] is not recorded[2])
     out["error"] = out["error"] or sample.error
 after = server_s()
-out.update(refresh_s=times, refresh_cpu_s=cpu,
+out.update(refresh_s=times, refresh_cpu_s=cpu, rows_read=read,
            server_s=None if before is None else (after - before) / runs)
 if hasattr(source, "detail"):
     # The first UP nodes of the fleet (a fake API's copies keep these names too); opened
@@ -114,6 +117,7 @@ class Result:
 
     refresh_ms: list[float] = field(default_factory=list)
     refresh_cpu_ms: list[float] = field(default_factory=list)
+    read_ms: list[float] = field(default_factory=list)  # refreshes that read every row
     server_ms: list[float] = field(default_factory=list)
     detail_ms: list[float] = field(default_factory=list)
     wire_kib: list[float] = field(default_factory=list)
@@ -243,6 +247,8 @@ def measure(
             result.notes.append(f"refresh error: {out['error']}")
         result.refresh_ms += [s * 1000 for s in out["refresh_s"]]
         result.refresh_cpu_ms += [s * 1000 for s in out["refresh_cpu_s"]]
+        pairs = zip(out["refresh_s"], out["rows_read"], strict=True)
+        result.read_ms += [s * 1000 for s, read in pairs if read]
         if out.get("server_s") is not None:
             result.server_ms.append(out["server_s"] * 1000)
         result.detail_ms += [s * 1000 for s in out.get("detail_s", [])]
@@ -288,6 +294,7 @@ def cell(values: Sequence[float], digits: int = 0) -> str:
 COLUMNS = (
     ("refresh ms", "refresh_ms", 0),
     ("refresh CPU ms", "refresh_cpu_ms", 0),
+    ("refresh ms, every row read", "read_ms", 0),
     ("KiB/refresh wire (raw)", None, 0),
     ("Prometheus ms/refresh", "server_ms", 0),
     ("detail ms", "detail_ms", 0),

@@ -26,7 +26,12 @@ from typing import Any
 
 import pytest
 
-from gpumon.sources.prometheus.aggregate import NODE_USERS, RULES_LOADED, rows_queries
+from gpumon.sources.prometheus.aggregate import (
+    NODE_USERS,
+    RULES_EVALUATED,
+    RULES_LOADED,
+    rows_queries,
+)
 from gpumon.sources.prometheus.queries import _FACT, QUERIES
 from gpumon.sources.prometheus.targets import TARGET_FACTS
 
@@ -157,6 +162,9 @@ class Replay:
 
     def __init__(self) -> None:
         self.answers: dict[str, Any] = load("empty")
+        #: When the rules were last evaluated, where the scenario records their marker: each
+        #: scenario served is a new evaluation.
+        self.rules_evaluated = 1.0
         self.range_answer: dict[str, Any] = {}
         self.aliases: dict[str, str] = {}  # another query -> the role whose answer it gets
         self.reply = Reply()
@@ -190,6 +198,7 @@ class Replay:
 
     def serve(self, scenario: str | dict[str, Any]) -> None:
         self.answers = load(scenario) if isinstance(scenario, str) else scenario
+        self.rules_evaluated += 1
 
     def respond(self, handler: http.server.BaseHTTPRequestHandler, form: dict[str, str]) -> None:
         reply = self.reply
@@ -204,7 +213,9 @@ class Replay:
             else:
                 query = form["query"]
                 role = self.aliases.get(query) or _ROLE_OF.get(query)
-                if query in DERIVED:
+                if query == RULES_EVALUATED:
+                    answer = self.evaluated()
+                elif query in DERIVED:
                     role, is_lean, users = DERIVED[query]
                     answer = lean(self.answers[role], users, not is_lean)
                 elif role is None:  # as Prometheus says it, not a broken connection
@@ -226,6 +237,16 @@ class Replay:
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+
+    def evaluated(self) -> dict[str, Any]:
+        """The answer to :data:`RULES_EVALUATED`: the time of the rules' marker, where the
+        scenario's rules answer has one."""
+        answer = self.answers["rules"]
+        marked = [s for s in series(answer) if s["metric"].get(_FACT) == RULES_LOADED]
+        result = [
+            {"metric": {}, "value": [s["value"][0], str(self.rules_evaluated)]} for s in marked
+        ]
+        return {**answer, "data": {**answer["data"], "result": result}}
 
     @property
     def queries(self) -> list[str]:

@@ -100,6 +100,10 @@ RULES: dict[str, str] = {
 #: The free threshold the recorded free counts use; the loaded marker's value says it.
 RULES_FREE_THRESHOLD_MIB = 1024
 RULES_LOADED = "gpumon:node_rules_loaded"
+#: When the rules were last evaluated: the marker is its group's last rule, and Prometheus
+#: evaluates and stores that group's rules one after the other (a selector without a name
+#: keeps its concurrent rule evaluation off the group), so that all of them are stored by then.
+RULES_EVALUATED = f"timestamp({RULES_LOADED})"
 
 #: Series served once per node, read raw on both paths: its host (by the whole requests
 #: only: the lean ones keep it, as the targets' other facts), and the sampler's health (only
@@ -153,10 +157,16 @@ TOP_EXPRESSION = f"topk by ({_NODE}) (1, {NODE_USERS})"
 
 
 def rows_queries(
-    free_threshold_mib: int, *, rules: bool, lean: bool = False, users: bool = False
+    free_threshold_mib: int,
+    *,
+    rules: bool,
+    lean: bool = False,
+    users: bool = False,
+    recorded: bool = False,
 ) -> list[str]:
     """The queries of a refresh, asked at once: every node's aggregates (with ``rules``: the
-    recording rules' series, told apart by their names) and top user, with ``users`` every
+    recording rules' series, told apart by their names; not when ``recorded``: those read
+    last serve while the rules are not evaluated again) and top user, with ``users`` every
     user on it; the targets' facts (``lean``: their state and latest scrape only) with the
     nodes' own series, the fleet's top users and whether the rules are loaded; and but for a
     ``lean`` refresh, the identities. A node's health is judged on its facts and series of
@@ -173,10 +183,11 @@ def rows_queries(
     fleet_users = USERS_RULE if rules else f"sum by (user) {_PROCESS_MEMORY}"
     facts.append(_fact("top_user", f"topk({TOP_USERS}, {fleet_users})"))
     facts.append(_fact(RULES_LOADED, RULES_LOADED))
-    if lean:  # the lean refreshes keep what named the nodes, as their other facts
-        return [aggregates, _any(facts)]
-    identity = _RECORDED_IDENTITY if rules else _IDENTITY
-    return [aggregates, _any(facts), _any([_fact(n, e) for n, e in identity.items()])]
+    queries = [_any(facts)] if rules and recorded else [aggregates, _any(facts)]
+    if not lean:  # the lean refreshes keep what named the nodes, as their other facts
+        identity = _RECORDED_IDENTITY if rules else _IDENTITY
+        queries.append(_any([_fact(n, e) for n, e in identity.items()]))
+    return queries
 
 
 def rules_usable(loaded: float | None, free_threshold_mib: int) -> bool:

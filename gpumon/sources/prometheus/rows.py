@@ -55,12 +55,24 @@ class _Read:
             return ExporterKind.GPUMON
         return ExporterKind.DCGM if _DCGM + "gpus:count" in self.values else ExporterKind.UNKNOWN
 
+    def recorded(self) -> _Read | None:
+        """What the recording rules' series told of the target (its aggregates, users and
+        top user, dcgm-exporter's host), for the refreshes that do not ask them again; None:
+        nothing."""
+        values = {f: v for f, v in self.values.items() if f not in _SEEN}
+        hosts = {f: h for f, h in self.hosts.items() if f == _DCGM + "gpus:count"}
+        if values or hosts or self.top is not None or self.users:
+            return _Read(values, self.top, dict(self.users), hosts=hosts)
+        return None
+
     def seen_kind(self) -> ExporterKind:
         if "seen_gpus" in self.values or "seen_host" in self.hosts:
             return ExporterKind.GPUMON
         return ExporterKind.DCGM if "seen_dcgm" in self.values else ExporterKind.UNKNOWN
 
 
+#: What the recording rules' series told of each target (:meth:`_Read.recorded`).
+Recorded = dict[Target, _Read]
 #: A node's host label and row, as last read while it served GPU data.
 Remembered = tuple[str | None, NodeSummary]
 
@@ -76,6 +88,8 @@ class Answer:
     scrape_interval_s: float | None
     known: dict[Target, Remembered]  # rows read while their node served GPU data
     facts: dict[Target, _Facts]  # the targets' facts, for a lean answer's sake
+    #: What the recording rules' series told of each target, for an answer without them.
+    recorded: Recorded = field(default_factory=dict)
     #: A lean answer's targets are not those of the earlier facts (a new one, one up or down
     #: since): ask again with every fact.
     changed: bool = False
@@ -88,14 +102,19 @@ def read_rows(
     rules: bool = False,
     earlier: dict[Target, _Facts] | None = None,
     users: bool = True,
+    recorded: Recorded | None = None,
 ) -> Answer:
     """The rows for the aggregate query's answer ``series``, read once, and when it was
     evaluated: ``clock`` of the latest time its series tell (None: none); ``known``: the
     rows of the previous refresh's nodes that served GPU data then; ``rules``: the
     answer read the recording rules' series; ``earlier``: the targets' facts of an earlier
     whole answer, for a lean one (its scrape intervals, last times up and hosts); ``users``: the
-    answer holds every user on each node (else a row keeps the users of its known row)."""
+    answer holds every user on each node (else a row keeps the users of its known row);
+    ``recorded``: the rules' series are not in the answer, an earlier answer's
+    (:attr:`Answer.recorded`) stand for them (the rules were not evaluated since)."""
     read: dict[Target, _Read] = {}
+    if recorded is not None:  # copies: the facts complete each entry
+        read = {t: entry for t, r in recorded.items() if (entry := r.recorded()) is not None}
     facts: dict[Target, _Facts] = {}
     top: list[Ranked] = []
     loaded: float | None = None
@@ -149,6 +168,8 @@ def read_rows(
         elif fact.startswith(("instance:", "seen_")):
             entry.values[fact] = item.value
     now = clock(latest)
+    if recorded is None and rules:
+        recorded = {t: part for t, r in read.items() if (part := r.recorded()) is not None}
     if earlier is None:
         for target, entry in read.items():
             values = {f: v for f, v in entry.values.items() if f in _SEEN}
@@ -192,6 +213,7 @@ def read_rows(
         scrape_interval_s=interval,
         known=remembered,
         facts=facts,
+        recorded=recorded or {},
     )
 
 

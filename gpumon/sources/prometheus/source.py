@@ -32,6 +32,7 @@ from gpumon.data.fields import BY_KEY
 from gpumon.data.format import error_text, known_time, safe_text
 from gpumon.data.views import user_summary
 from gpumon.sources.prometheus.aggregate import (
+    RULES_EVALUATED,
     RULES_FREE_THRESHOLD_MIB,
     TOP_USERS,
     rows_queries,
@@ -46,7 +47,7 @@ from gpumon.sources.prometheus.queries import (
     _series_name,
     node_queries,
 )
-from gpumon.sources.prometheus.rows import Answer, Remembered, read_rows
+from gpumon.sources.prometheus.rows import Answer, Recorded, Remembered, read_rows
 from gpumon.sources.prometheus.series import _number, _Series, _series, _vector
 from gpumon.sources.prometheus.targets import (
     Target,
@@ -109,6 +110,9 @@ class PrometheusSource:
         self._rules = free_threshold_mib == RULES_FREE_THRESHOLD_MIB
         self._facts: dict[Target, _Facts] = {}  # the targets' facts of the last whole answer
         self._facts_at = -math.inf
+        #: The rules' series read last: when the rules were evaluated then (None: not asked
+        #: yet), whether every user was read, and what they told.
+        self._recorded: tuple[float | None, bool, Recorded] | None = None
         self._backoff = Backoff()
         self.last: ClusterSample | None = None
         #: Refreshes read every user on each node (the node list filters by user): most of an
@@ -178,18 +182,20 @@ class PrometheusSource:
         earlier: dict[Target, _Facts] | None = self._facts
         if self._clock() - self._facts_at > FACTS_FOR_S:
             earlier = None
-        rules = self._rules
-        answer = self._ask(rules, earlier)
+        rules, users = self._rules, self.users_wanted
+        evaluated, recorded = self._rules_read(users) if rules else (None, None)
+        answer = self._ask(rules, earlier, users, recorded)
         if rules and not rules_usable(answer.rules_loaded, self._free_threshold_mib):
             rules = False  # not recorded (any more): the expressions, in the same refresh
-            answer = self._ask(rules, earlier)
+            answer = self._ask(rules, earlier, users)
         if answer.changed:
             earlier = None
-            answer = self._ask(rules, earlier)
+            answer = self._ask(rules, earlier, users, recorded if rules else None)
         if earlier is None:
             self._facts, self._facts_at = answer.facts, self._clock()
         self._known_rows = answer.known
         self._rules = rules_usable(answer.rules_loaded, self._free_threshold_mib)
+        self._recorded = (evaluated, users, answer.recorded) if rules else None
         return ClusterSample(
             timestamp_s=answer.now_s,
             url=self.url,
@@ -200,18 +206,42 @@ class PrometheusSource:
             path=RECORDING_RULES if rules else RAW_QUERIES,
         )
 
-    def _ask(self, rules: bool, earlier: dict[Target, _Facts] | None) -> Answer:
-        """The rows from one refresh's queries: the rules' series or the expressions, lean
-        with the targets' ``earlier`` facts."""
+    def _rules_read(self, users: bool) -> tuple[float | None, Recorded | None]:
+        """When the rules were last evaluated, asked once their series were read (else None),
+        and those series' reading where it still holds: the rules were not evaluated since
+        and it read the same users. Prometheus evaluates them every minute by default and a
+        refresh comes every few seconds: most refreshes read no rule series."""
+        if self._recorded is None:
+            return None, None
+        found = self._query(RULES_EVALUATED)
+        evaluated = found[0].value if len(found) == 1 else None
+        same = evaluated is not None and self._recorded[:2] == (evaluated, users)
+        return evaluated, self._recorded[2] if same else None
 
-        users = self.users_wanted
+    def _ask(
+        self,
+        rules: bool,
+        earlier: dict[Target, _Facts] | None,
+        users: bool,
+        recorded: Recorded | None = None,
+    ) -> Answer:
+        """The rows from one refresh's queries: the rules' series (or those ``recorded``) or
+        the expressions, lean with the targets' ``earlier`` facts."""
 
         def read(entries: Iterator[Any]) -> Answer:
             # One series at a time: only what the rows keep of the answer stays in memory.
-            return read_rows(_series(entries), self._now, self._known_rows, rules, earlier, users)
+            return read_rows(
+                _series(entries), self._now, self._known_rows, rules, earlier, users, recorded
+            )
 
         lean = earlier is not None
-        queries = rows_queries(self._free_threshold_mib, rules=rules, lean=lean, users=users)
+        queries = rows_queries(
+            self._free_threshold_mib,
+            rules=rules,
+            lean=lean,
+            users=users,
+            recorded=recorded is not None,
+        )
         return self._client.read("/api/v1/query", [{"query": q} for q in queries], read)
 
     def _detailed(self) -> ClusterSample:

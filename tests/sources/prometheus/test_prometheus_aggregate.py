@@ -19,7 +19,7 @@ import pytest
 
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, summarize
 from gpumon.data.format import safe_text
-from gpumon.sources.prometheus.aggregate import rows_queries
+from gpumon.sources.prometheus.aggregate import RULES_EVALUATED, rows_queries
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.queries import node_queries
 from gpumon.sources.prometheus.source import PrometheusSource
@@ -219,10 +219,10 @@ def test_every_user_on_a_node_is_read_only_while_the_filter_wants_them(replay: R
     source.users_wanted = True
     on = gpumon_row()
     assert (on.top_user, on.users) == ("carol", frozenset({"carol", "bob"}))
-    asked, expected = refreshes(
+    asked, expected = refreshes(  # (users read or not: the rules' series read again)
         replay.queries,
-        rows_queries(1024, rules=True, lean=True),
-        rows_queries(1024, rules=True, lean=True, users=True),
+        [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True)],
+        [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True, users=True)],
     )
     assert asked == expected
 
@@ -300,7 +300,7 @@ def test_a_lean_answer_from_the_rules_whose_targets_changed_is_asked_again_from_
     cluster = source.sample()
     asked, expected = refreshes(
         replay.queries,
-        rows_queries(1024, rules=True, lean=True),
+        [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True)],
         rows_queries(1024, rules=True),
     )
     assert asked == expected

@@ -5,6 +5,7 @@ evaluates the expressions itself otherwise (``ClusterSample.path`` says which)."
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 
 from gpumon.sources.prometheus.aggregate import (
     RULES,
+    RULES_EVALUATED,
     RULES_FREE_THRESHOLD_MIB,
     RULES_LOADED,
     TOP_EXPRESSION,
@@ -67,7 +69,7 @@ def test_the_source_reads_the_rules_while_they_are_recorded(replay: Replay) -> N
     asked, expected = refreshes(
         replay.queries,
         rows_queries(1024, rules=True),
-        rows_queries(1024, rules=True, lean=True),
+        [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True)],
     )
     assert asked == expected
     replay.serve(with_marker(answers, None))  # the rules were unloaded: raw in the same refresh
@@ -76,7 +78,7 @@ def test_the_source_reads_the_rules_while_they_are_recorded(replay: Replay) -> N
     assert unloaded.path == "raw queries" and unloaded.rows == first.rows
     asked, expected = refreshes(
         replay.queries,
-        rows_queries(1024, rules=True, lean=True),
+        [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True)],
         rows_queries(1024, rules=False, lean=True),
     )
     assert asked == expected
@@ -114,6 +116,69 @@ def test_rules_for_another_free_threshold_are_not_used(
         rows_queries(threshold, rules=False, lean=True),
     )
     assert asked == expected
+
+
+@pytest.mark.parametrize("scenario", ["down", "dcgm", "shared_host", "idle", "mig", "stalled"])
+def test_the_rules_series_are_read_again_only_once_the_rules_were_evaluated_again(
+    replay: Replay, scenario: str
+) -> None:
+    """Prometheus evaluates the rules every minute by default and a dashboard refreshes every
+    few seconds: a refresh reads their series only where their marker's time says they were
+    evaluated since it last read them (once, the first time it asks), and builds the same
+    rows from those it read then."""
+    replay.serve(with_marker(load(scenario), "1024"))
+    source = PrometheusSource(replay.url)
+    rows = [source.sample().rows for _ in range(3)]
+    lean = rows_queries(1024, rules=True, lean=True)
+    asked, expected = refreshes(
+        replay.queries,
+        rows_queries(1024, rules=True),
+        [RULES_EVALUATED, *lean],
+        [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True, recorded=True)],
+    )
+    assert asked == expected
+    assert rows[0] and rows[0] == rows[1] == rows[2]
+
+
+def test_a_new_evaluation_or_every_user_wanted_reads_the_rules_series_again(
+    replay: Replay,
+) -> None:
+    answers = with_marker(load("shared_host"), "1024")
+    replay.serve(answers)
+    source = PrometheusSource(replay.url)
+    source.sample()
+    source.sample()
+    moved = copy.deepcopy(answers)  # carol now holds what alice held
+    for item in moved["rules"]["data"]["result"]:
+        if item["metric"].get("user") == "alice":
+            item["metric"]["user"] = "carol"
+
+    def top_users() -> list[str | None]:
+        return [row.top_user for row in source.sample().rows or () if row.top_user]
+
+    replay.answers = moved  # not evaluated since: what was read stands
+    assert top_users() == ["alice"]
+    replay.serve(moved)
+    assert top_users() == ["carol"]
+    replay.requests.clear()
+    source.users_wanted = True
+    assert [row.users for row in source.sample().rows or () if row.users] == [{"bob", "carol"}]
+    asked, expected = refreshes(
+        replay.queries, [RULES_EVALUATED, *rows_queries(1024, rules=True, lean=True, users=True)]
+    )
+    assert asked == expected
+
+
+def test_the_rules_marker_is_stored_after_every_node_rule() -> None:
+    """Its time tells when the node rules were last evaluated (:data:`RULES_EVALUATED`):
+    Prometheus evaluates and stores a group's rules in order, but for those it may evaluate
+    concurrently (a feature flag), which it never does in a group where a selector has no
+    metric name."""
+    document = yaml.safe_load((CONTRIB / "gpumon-recording.yml").read_text())
+    (group,) = [g for g in document["groups"] if any(r["record"] in RULES for r in g["rules"])]
+    names = [rule["record"] for rule in group["rules"]]
+    assert names[-1] == RULES_LOADED and set(RULES) <= set(names)
+    assert any('{__name__=~"' in rule["expr"] for rule in group["rules"])
 
 
 def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:
