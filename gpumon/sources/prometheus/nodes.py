@@ -133,11 +133,14 @@ def _health(
     age = _reading(values.get("gpumon_sample_age_seconds"))
     if age is not None:  # measured by the exporter itself: no skew between machines' clocks
         stamp = (scraped_s if scraped_s is not None else now) - age
-    old = "" if stamp is None else f": its last sample is {fmt.duration(max(0.0, now - stamp))} old"
     if values.get("gpumon_sampler_stalled"):
-        return f"the exporter's sampler is stalled{old}", stamp
-    if (age is not None and age > STALE_AFTER_INTERVALS * interval_s) or (
+        problem = "the exporter's sampler is stalled"
+    elif (age is not None and age > STALE_AFTER_INTERVALS * interval_s) or (
         stamp is not None and is_stale(stamp, now, interval_s)
     ):
-        return f"the exporter serves an old sample{old}", stamp
-    return None, None
+        problem = "the exporter serves an old sample"
+    else:  # (most nodes, every refresh: no text made)
+        return None, None
+    if stamp is not None:
+        problem += f": its last sample is {fmt.duration(max(0.0, now - stamp))} old"
+    return problem, stamp

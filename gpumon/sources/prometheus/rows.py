@@ -114,7 +114,8 @@ def read_rows(
     (:attr:`Answer.recorded`) stand for them (the rules were not evaluated since)."""
     read: dict[Target, _Read] = {}
     if recorded is not None:  # copies: the facts complete each entry
-        read = {t: entry for t, r in recorded.items() if (entry := r.recorded()) is not None}
+        read = {t: _Read(dict(r.values), r.top, dict(r.users), hosts=dict(r.hosts))
+                for t, r in recorded.items()}  # fmt: skip
     facts: dict[Target, _Facts] = {}
     top: list[Ranked] = []
     loaded: float | None = None
