@@ -6,8 +6,9 @@ done, also on an error), then each ``--tree NAME=PATH`` (its ``python -m gpumon`
 ``bench_dashboard.py --gpumon-root``), interleaved over ``--rounds``: a refresh
 (``PrometheusSource.sample()``, median of ``--refreshes``, and of those that read every row:
 the rules evaluated since), its bytes (a counting proxy), Prometheus' own handler time (its
-requests' added up: a refresh's run side by side), ``detail(name)`` where the tree has it, ``gpumon once --prometheus`` wall and RSS, and the
-dashboard's CPU and RSS at ``--interval 5`` in a pty.
+requests' added up: a refresh's run side by side), ``detail(name)`` where the tree has it,
+``gpumon once --prometheus`` wall and RSS, and the dashboard's CPU and RSS at
+``--interval 5`` in a pty.
 ``--fake-nodes``: the same over a fake API repeating the answers of ``--fake-from`` nodes.
 Method and figures: docs/cluster.md, "What a refresh costs".
 
