@@ -30,6 +30,7 @@ from gpumon.sources.prometheus.aggregate import (
     NODE_USERS,
     RULES_EVALUATED,
     RULES_LOADED,
+    RULES_VERSION,
     rows_queries,
 )
 from gpumon.sources.prometheus.queries import _FACT, QUERIES
@@ -123,15 +124,19 @@ def load(scenario: str) -> dict[str, Any]:
     return dict(document["answers"])
 
 
-def with_marker(answers: dict[str, Any], value: str | None) -> dict[str, Any]:
-    """The scenario's answers, the rules' marker said (``value``) or not (None)."""
+def with_marker(
+    answers: dict[str, Any], value: str | None, version: str | None = RULES_VERSION
+) -> dict[str, Any]:
+    """The scenario's answers, the rules' marker said (``value``, of ``version``; None: an
+    older file's, with none) or not (None)."""
     answers = copy.deepcopy(answers)
     for role in ("rows", "rules"):
         result = answers[role]["data"]["result"]
         result[:] = [s for s in result if s["metric"].get("gpumon_fact") != RULES_LOADED]
         if value is not None:
             moment = result[0]["value"][0]
-            result.append({"metric": {"gpumon_fact": RULES_LOADED}, "value": [moment, value]})
+            marker = {"gpumon_fact": RULES_LOADED} | ({"version": version} if version else {})
+            result.append({"metric": marker, "value": [moment, value]})
     return answers
 
 

@@ -73,6 +73,8 @@ RULES: dict[str, str] = {
         f"max by ({_NODE}) (round(gpumon_gpu_temperature_celsius {_SANE}))"
     ),
     "instance:gpumon_idle_told:count": f"count by ({_NODE}) (gpumon_process_idle_seconds)",
+    # Absent where the data is not simulated: it labels the readings of the same evaluation.
+    "instance:gpumon_simulated:max": f"max by ({_NODE}) (gpumon_simulated != 0)",
     # Every user with a process on the node, NaN where none of its memory is known.
     "instance_user:gpumon_process_memory_bytes:sum": (
         f"sum by ({_NODE}, user) {_PROCESS_MEMORY}"
@@ -100,19 +102,20 @@ RULES: dict[str, str] = {
 #: The free threshold the recorded free counts use; the loaded marker's value says it.
 RULES_FREE_THRESHOLD_MIB = 1024
 RULES_LOADED = "gpumon:node_rules_loaded"
+#: The marker's ``version`` label: the rules of another version (an older file lacks a rule
+#: the rows need) are not used, the expressions are.
+RULES_VERSION = "2"
 #: When the rules were last evaluated: the marker is its group's last rule, and Prometheus
 #: evaluates and stores that group's rules one after the other (a selector without a name
 #: keeps its concurrent rule evaluation off the group), so that all of them are stored by then.
 RULES_EVALUATED = f"timestamp({RULES_LOADED})"
 
 #: Series served once per node, read raw on both paths: its host (by the whole requests
-#: only: the lean ones keep it, as the targets' other facts), and the sampler's health (only
-#: what is not the usual: simulated, stalled, a timestamp where no age is told).
+#: only: the lean ones keep it, as the targets' other facts), and the sampler's health: its
+#: sample's age (its timestamp where no age is told), and whether it is stalled (only where).
 _NODE_SERIES = {
     "node:host": "gpumon_host_info",
-    "node:age": "gpumon_sample_age_seconds",
-    "node:stamp": f"gpumon_sample_timestamp_seconds unless on ({_NODE}) gpumon_sample_age_seconds",
-    "node:simulated": "gpumon_simulated != 0",
+    "node:age": f"gpumon_sample_age_seconds or on ({_NODE}) gpumon_sample_timestamp_seconds",
     "node:stalled": "gpumon_sampler_stalled != 0",
 }
 #: Who named a node and its GPUs within the hour, for nodes serving no GPU now (down, gone);
@@ -191,5 +194,6 @@ def rows_queries(
 
 
 def rules_usable(loaded: float | None, free_threshold_mib: int) -> bool:
-    """The rules are recorded, for the same free threshold as this viewer's."""
+    """The rules are recorded (their marker's value, None: not of :data:`RULES_VERSION`),
+    for the same free threshold as this viewer's."""
     return loaded is not None and loaded == RULES_FREE_THRESHOLD_MIB == free_threshold_mib

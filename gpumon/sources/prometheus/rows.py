@@ -15,7 +15,7 @@ from typing import Any
 from gpumon.data.cluster import ExporterKind, NodeState, NodeSummary, Ranked, node_names
 from gpumon.data.format import safe_text
 from gpumon.data.views import UNKNOWN_USER
-from gpumon.sources.prometheus.aggregate import RULES, RULES_LOADED, TOP_RULE
+from gpumon.sources.prometheus.aggregate import RULES, RULES_LOADED, RULES_VERSION, TOP_RULE
 from gpumon.sources.prometheus.nodes import (
     DEFAULT_SCRAPE_INTERVAL_S,
     MAX_GPUS_PER_NODE,
@@ -47,7 +47,10 @@ class _Read:
     users: dict[str, dict[str, float | None]] = field(default_factory=dict)
     series: list[_Series] = field(default_factory=list)  # its per-node series (host, health)
     hosts: dict[str, str | None] = field(default_factory=dict)  # fact -> host label
-    labels: tuple[tuple[str, str], ...] = ()
+    #: The recorded entry this one copies, where the rules' series were not read again:
+    #: it keeps the row's readings made of them (:meth:`readings`).
+    source: _Read | None = None
+    kept: tuple[ExporterKind, int, dict[str, Any]] | None = None  # (kind, GPUs, readings)
 
     def kind(self) -> ExporterKind:
         told = self.top is not None or self.users or self.series
@@ -64,6 +67,19 @@ class _Read:
         if values or hosts or self.top is not None or self.users:
             return _Read(values, self.top, dict(self.users), hosts=hosts)
         return None
+
+    def readings(
+        self, kind: ExporterKind, gpus: int, instance: str, job: str | None
+    ) -> dict[str, Any]:
+        """The row's readings (:func:`_readings`; not to be changed), made once for the
+        refreshes that copy the same recorded entry: most of a lean refresh's rows."""
+        source = self.source
+        told = (self.values, self.top, self.users)
+        if source is None or told != (source.values, source.top, source.users):
+            return _readings(kind, self, gpus, instance, job)
+        if source.kept is None or source.kept[:2] != (kind, gpus):
+            source.kept = (kind, gpus, _readings(kind, self, gpus, instance, job))
+        return source.kept[2]
 
     def seen_kind(self) -> ExporterKind:
         if "seen_gpus" in self.values or "seen_host" in self.hosts:
@@ -114,7 +130,7 @@ def read_rows(
     (:attr:`Answer.recorded`) stand for them (the rules were not evaluated since)."""
     read: dict[Target, _Read] = {}
     if recorded is not None:  # copies: the facts complete each entry
-        read = {t: _Read(dict(r.values), r.top, dict(r.users), hosts=dict(r.hosts))
+        read = {t: _Read(dict(r.values), r.top, dict(r.users), hosts=dict(r.hosts), source=r)
                 for t, r in recorded.items()}  # fmt: skip
     facts: dict[Target, _Facts] = {}
     top: list[Ranked] = []
@@ -138,21 +154,23 @@ def read_rows(
         found = _target(item)
         if fact in TARGET_FACTS:
             _add_fact(facts, item)
+            if found is not None and earlier is None and fact in ("up", "scraped"):
+                facts[found].labels = tuple(  # (the lean refreshes keep them)
+                    sorted((k, safe_text(v)) for k, v in labels.items() if k not in _HIDDEN_LABELS)
+                )
+            continue
         if fact == "top_user":
             if item.value is not None:
                 top.append(Ranked(item.label("user") or UNKNOWN_USER, item.value))
             continue
         if fact == RULES_LOADED:
-            loaded = item.value
+            if item.label("version") == RULES_VERSION:
+                loaded = item.value
             continue
         if found is None:
             continue
         entry = read.setdefault(found, _Read())
-        if fact in ("up", "scraped"):
-            entry.labels = tuple(
-                sorted((k, safe_text(v)) for k, v in item.labels.items() if k not in _HIDDEN_LABELS)
-            )
-        elif fact == "node:host":  # (its host label is read once the answer is)
+        if fact == "node:host":  # (its host label is read once the answer is)
             entry.series.append(item)
         elif fact.startswith("node:"):  # the exporter's health: a name, a value (a GPU's)
             gpu = {"gpu": labels["gpu"]} if "gpu" in labels else {}
@@ -196,7 +214,8 @@ def read_rows(
     remembered: dict[Target, Remembered] = {}
     for target in targets:
         host, row, keep = _row(target, facts.get(target) or _Facts(), read.get(target) or _Read(),
-                               now, known.get(target), rules, users)  # fmt: skip
+                               kinds.get(target, ExporterKind.UNKNOWN), now, known.get(target),
+                               rules, users)  # fmt: skip
         built.append((host, row))
         if (kept := keep or known.get(target)) is not None:
             remembered[target] = kept
@@ -232,7 +251,7 @@ def _with_earlier(
         if before is None or (before.up == 1) != (fact.up == 1):
             return facts, True
         fact.last_up_s, fact.interval_s = before.last_up_s, before.interval_s
-        fact.host, fact.seen = before.host, before.seen
+        fact.host, fact.seen, fact.labels = before.host, before.seen, before.labels
         merged[target] = fact
     return merged, False
 
@@ -241,6 +260,7 @@ def _row(
     target: Target,
     facts: _Facts,
     read: _Read,
+    kind: ExporterKind,
     now: float,
     known: Remembered | None,
     rules: bool = False,
@@ -249,7 +269,6 @@ def _row(
     """(host label, the row, the row to remember or None): :func:`.nodes._build_node`'s rules."""
     state, last_seen, down_since = _state(facts, now)
     interval = facts.interval_s or DEFAULT_SCRAPE_INTERVAL_S
-    kind = read.kind()
     host = facts.host or read.hosts.get(_DCGM + "gpus:count")
     host = host or read.hosts.get("seen_host") or read.hosts.get("seen_dcgm")
     host = host or (known[0] if known is not None else None)
@@ -260,9 +279,9 @@ def _row(
     readings: dict[str, Any] | None = None
     instance, job = safe_text(target[0]), safe_text(target[1]) or None
     if problem is None and kind is not ExporterKind.UNKNOWN and gpus:
-        readings = _readings(kind, read, int(gpus), instance, job)
+        readings = read.readings(kind, int(gpus), instance, job)
         if not users:
-            readings["users"] = known[1].users if known is not None else frozenset()
+            readings = readings | {"users": known[1].users if known is not None else frozenset()}
         if kind is ExporterKind.GPUMON and state is NodeState.UP:
             problem, sampled = _health(read.series, now, interval, facts.scraped_s)
     else:
@@ -290,7 +309,7 @@ def _row(
         "last_seen_s": last_seen,
         "down_since_s": down_since,
         "problem": problem,
-        "labels": read.labels,
+        "labels": facts.labels,
     }
     if state is not NodeState.UP:
         now_told["free_gpus"] = None
@@ -342,7 +361,7 @@ def _readings(
         "idle_held_bytes": _int(sum(idle.values())) if idle_known else None,
         "idle_holders": tuple(sorted(idle, key=lambda u: (-idle[u], u))),
         "users": frozenset(read.users),
-        "simulated": any(s.name == "gpumon_simulated" and s.value for s in read.series),
+        "simulated": bool(values.get(_GPUMON + "simulated:max")),
     }
 
 

@@ -39,12 +39,14 @@ class _Facts:
     last_up_s: float | None = None
     #: Seconds between scrapes, as measured (:func:`.queries.targets_query`) or taken.
     interval_s: float | None = None
-    #: Read by the node list's whole requests, kept by the lean ones: its host label, and for
-    #: a node serving no GPU now, what named it within the hour (values and host labels).
+    #: Read by the node list's whole requests, kept by the lean ones: its host label, for
+    #: a node serving no GPU now what named it within the hour (values and host labels), and
+    #: the target's own labels but instance and job (a site's partition), made safe.
     host: str | None = None
     seen: tuple[dict[str, float | None], dict[str, str | None]] = field(
         default_factory=lambda: ({}, {})
     )
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 #: The longest scrape interval the windows can measure (one scrape, the one before 5 min).

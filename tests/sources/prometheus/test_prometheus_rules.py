@@ -18,6 +18,7 @@ from gpumon.sources.prometheus.aggregate import (
     RULES_EVALUATED,
     RULES_FREE_THRESHOLD_MIB,
     RULES_LOADED,
+    RULES_VERSION,
     TOP_EXPRESSION,
     TOP_RULE,
     USERS_EXPRESSION,
@@ -92,6 +93,24 @@ def test_a_first_refresh_asks_the_rules_and_the_expressions_where_none_are_recor
     assert cluster.path == "raw queries" and cluster.rows
     asked, expected = refreshes(
         replay.queries, rows_queries(1024, rules=True), rows_queries(1024, rules=False)
+    )
+    assert asked == expected
+
+
+@pytest.mark.parametrize("version", [None, "1", "3"])
+def test_rules_of_another_version_are_not_used(replay: Replay, version: str | None) -> None:
+    """An older rules file lacks a rule the rows read (whether a node is simulated): its
+    rows would not say what they must."""
+    replay.serve(with_marker(load("shared_host"), "1024", version))
+    source = PrometheusSource(replay.url)
+    first, second = source.sample(), source.sample()
+    assert (first.path, second.path) == ("raw queries", "raw queries")
+    assert first.rows and first.rows == second.rows
+    asked, expected = refreshes(
+        replay.queries,
+        rows_queries(1024, rules=True),
+        rows_queries(1024, rules=False),
+        rows_queries(1024, rules=False, lean=True),
     )
     assert asked == expected
 
@@ -179,6 +198,7 @@ def test_the_rules_marker_is_stored_after_every_node_rule() -> None:
     names = [rule["record"] for rule in group["rules"]]
     assert names[-1] == RULES_LOADED and set(RULES) <= set(names)
     assert any('{__name__=~"' in rule["expr"] for rule in group["rules"])
+    assert group["rules"][-1]["labels"] == {"version": RULES_VERSION}
 
 
 def test_a_node_the_rules_have_not_recorded_yet_says_so(replay: Replay) -> None:
