@@ -25,7 +25,12 @@ from gpumon.sources.prometheus.aggregate import (
     USERS_RULE,
     rows_queries,
 )
-from gpumon.sources.prometheus.queries import UP_RECORDED, up_moments
+from gpumon.sources.prometheus.queries import (
+    INTERVAL_RECORDED,
+    UP_RECORDED,
+    scrape_interval,
+    up_moments,
+)
 from gpumon.sources.prometheus.source import PrometheusSource
 from tests.support.prometheus_replay import Replay, load, refreshes, with_marker
 
@@ -50,6 +55,7 @@ def test_the_rules_hold_the_expressions_the_source_sends() -> None:
     assert rules[USERS_RULE] == USERS_EXPRESSION
     assert rules[TOP_RULE] == TOP_EXPRESSION
     assert rules[UP_RECORDED] == up_moments()
+    assert rules[INTERVAL_RECORDED] == scrape_interval()
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian: prometheus)")

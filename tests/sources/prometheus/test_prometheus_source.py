@@ -418,6 +418,13 @@ tests:
             value: 15
           - labels: '{instance="young:1", job="j"}'
             value: 15
+      - expr: 'EXPRESSION'
+        eval_time: 10m
+        exp_samples:
+          - labels: '{instance="old:1", job="j"}'
+            value: 15
+          - labels: '{instance="young:1", job="j"}'
+            value: 15
 """
 
 
@@ -427,7 +434,8 @@ def test_the_scrape_interval_is_measured_over_the_longest_window_a_target_is_old
 ) -> None:
     """Every 15 s: over 5 min for a target scraped for 10, over 1 min for one scraped for 2
     (from the scrape before the window, so that the span holds as many intervals as the
-    window's scrapes); none yet for one first scraped 37 s before."""
+    window's scrapes, also where a scrape is at the window's very start); none yet for one
+    first scraped 37 s before."""
     test = tmp_path / "intervals.test.yml"
     test.write_text(_INTERVALS_TEST.replace("EXPRESSION", scrape_interval()))
     result = subprocess.run(
