@@ -90,12 +90,13 @@ def sort_rows(rows: Iterable[NodeSummary], key: str, reverse: bool) -> list[Node
     current: list[tuple[Any, NodeSummary]] = []
     old: list[tuple[Any, NodeSummary]] = []
     unknown: list[NodeSummary] = []
+    reading = key in READINGS
     for row in rows:
         value = column.sort(row)
         if value is None:
             unknown.append(row)
         else:
-            (old if key in READINGS and not row.current else current).append((value, row))
+            (old if reading and not row.current else current).append((value, row))
     descending = reverse != column.descending_first
     ordered = []
     for group in (current, old):

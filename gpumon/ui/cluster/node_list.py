@@ -151,6 +151,8 @@ class NodeList(KeyedTable[NodeSummary, NodeFilter]):
         if all_rows is not self._all or sorted_by != order:
             rows = sort_rows(self._all, *order)
             self._sorted = (self._all, order, rows)
+        if not self.row_filter.active:
+            return list(rows)
         return [row for row in rows if self.row_filter.matches(row)]
 
     def _columns(self, width: int) -> list[tuple[Column[NodeSummary], int]]:
