@@ -15,9 +15,11 @@ default 60: 16.7 ms), from the key posted as the driver posts it to:
   a second update within a frame of the first waits for Textual's frame timer.
 
 Pilot's ``press()`` and ``pause()`` sleep 20 ms or more each (``wait_for_idle``): ``--pilot``
-times them instead, to show that floor. Also the first frame with every row, from
-``run_test`` and from the rows handed in. Headless Textual renders the changed lines but
-writes no terminal (``bench_dashboard.py --keys`` times that in a pty).
+times them instead, to show that floor. Textual's floor for a key that opens a screen and
+one that closes it, in the same run: a bare app whose ``?`` pushes a new modal screen of one
+``Static`` and whose Escape pops it (the rows named ``floor``). Also the first frame with
+every row, from ``run_test`` and from the rows handed in. Headless Textual renders the
+changed lines but writes no terminal (``bench_dashboard.py --keys`` times that in a pty).
 
     python tests/benchmarks/bench_cluster_keys.py --nodes 100,5000 --rounds 3 --repeat 20 \\
         --json /tmp/cluster_keys.json
@@ -36,12 +38,14 @@ from typing import Any
 
 import textual
 from textual import constants, events
+from textual.app import App, ComposeResult
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gpumon.data.cluster import ClusterSample  # noqa: E402
-from gpumon.ui.cluster.app import ClusterApp  # noqa: E402
 from gpumon.ui.cluster.node_list import NodeList  # noqa: E402
 from tests.support.ui_helpers import FIXED_TIME  # noqa: E402
 from tests.ui.cluster.test_cluster_large import FleetSource, fleet_rows  # noqa: E402
@@ -78,7 +82,7 @@ async def loop_idle() -> None:
             return
 
 
-async def press(app: ClusterApp, key: str, gap_s: float) -> tuple[float, float]:
+async def press(app: App[Any], key: str, gap_s: float) -> tuple[float, float]:
     """``gap_s`` after the last key, post ``key`` as the terminal driver does; ms until
     handled, and until on screen."""
     await asyncio.sleep(gap_s)
@@ -126,6 +130,42 @@ async def measure(nodes: int, repeat: int, gap_s: float | None) -> dict[str, Any
             "handled_ms": handled, "answered_ms": answered}  # fmt: skip
 
 
+class _FloorHelp(ModalScreen[None]):
+    BINDINGS = [("escape", "app.pop_screen", "Close")]
+
+    def compose(self) -> ComposeResult:
+        yield Static("\n".join(f"line {n} of a help text, a few words" for n in range(40)))
+
+
+class _Floor(App[None]):
+    """Textual's least for the help's keys: a new screen of one widget pushed (as gpumon
+    opens each of its screens), then popped."""
+
+    BINDINGS = [("question_mark", "help", "Help")]
+
+    def compose(self) -> ComposeResult:
+        yield Static("\n".join(f"node{n}" for n in range(40)))
+        yield Footer()
+
+    def action_help(self) -> None:
+        self.push_screen(_FloorHelp())
+
+
+async def measure_floor(repeat: int, gap_s: float) -> dict[str, Any]:
+    """:class:`_Floor`'s ``?`` and Escape, ``repeat`` times each, as :func:`measure`'s."""
+    app = _Floor()
+    handled: Times = {}
+    answered: Times = {}
+    async with app.run_test(size=(120, 40)):
+        await loop_idle()
+        for _ in range(repeat):
+            for label, key in (("?: help", "question_mark"), ("escape: close help", "escape")):
+                times = await press(app, key, gap_s)
+                handled.setdefault(label, []).append(times[0])
+                answered.setdefault(label, []).append(times[1])
+    return {"nodes": "floor", "handled_ms": handled, "answered_ms": answered}
+
+
 def percentile_95(values: list[float]) -> float:
     if len(values) < 2:
         return values[0]
@@ -135,7 +175,7 @@ def percentile_95(values: list[float]) -> float:
 def report(runs: list[dict[str, Any]], sizes: list[int]) -> None:
     """Per key and size, over all rounds: handled and answered, median and p95."""
 
-    def pooled(size: int, field: str) -> Times:
+    def pooled(size: int | str, field: str) -> Times:
         pool: Times = {}
         for run in runs:
             if run["nodes"] == size:
@@ -154,8 +194,10 @@ def report(runs: list[dict[str, Any]], sizes: list[int]) -> None:
     print("\n" + header + "\n" + "-" * len(header))
     labels = list(pooled(sizes[0], "answered_ms"))
     for label in labels:
-        for size in sizes:
-            handled = pooled(size, "handled_ms")[label]
+        for size in [*sizes, "floor"]:
+            if label not in (handled_all := pooled(size, "handled_ms")):
+                continue
+            handled = handled_all[label]
             answered = pooled(size, "answered_ms")[label]
             p95 = percentile_95(answered)
             print(f"{label:<22}{size:>6}"
@@ -183,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_number + 1}: {size} nodes, first frame "
                   f"{run['first_frame_ms']:.0f} ms", file=sys.stderr)  # fmt: skip
             runs.append({"round": round_number + 1, **run})
+        if not args.pilot:
+            runs.append(asyncio.run(measure_floor(args.repeat, args.gap_ms / 1000)))
     report(runs, sizes)
     if args.json:
         meta = {"textual": textual.__version__, "max_fps": constants.MAX_FPS,
