@@ -23,7 +23,7 @@ from gpumon.sources.prometheus.aggregate import RULES_EVALUATED, rows_queries
 from gpumon.sources.prometheus.client import PrometheusError
 from gpumon.sources.prometheus.queries import node_queries
 from gpumon.sources.prometheus.source import PrometheusSource
-from tests.support.prometheus_replay import Replay, load, refreshes, with_marker
+from tests.support.prometheus_replay import Replay, load, refreshes, series, with_marker
 
 GIB = 1024**3
 #: What only the aggregate path tells (the per-series rows leave them unknown).
@@ -147,6 +147,31 @@ def test_an_exporter_that_serves_no_current_sample_is_stale(
     (row,) = rows
     assert row.state is NodeState.STALE and row.free_gpus is None
     assert row.problem is not None and row.problem.startswith(said)
+
+
+@pytest.mark.parametrize("rules", [False, True])
+def test_an_exporter_that_tells_no_sample_age_is_judged_by_its_timestamp(
+    replay: Replay, rules: bool
+) -> None:
+    """Exporters older than the sample's age serve only the sample's timestamp (the scenario's
+    age says ten minutes): twenty minutes old, the node is STALE as by an age."""
+    answers = load("old")
+    ages = [
+        item
+        for role in ("rows", "rules")
+        for item in series(answers[role])
+        if item["metric"].get("__name__") == "gpumon_sample_age_seconds"
+    ]
+    assert len(ages) == 2
+    for item in ages:
+        item["metric"]["__name__"] = "gpumon_sample_timestamp_seconds"
+        item["value"][1] = repr(item["value"][0] - 1200.0)
+    replay.serve(with_marker(answers, "1024" if rules else None))
+    cluster = PrometheusSource(replay.url).sample()
+    assert cluster.path == ("recording rules" if rules else "raw queries")
+    (row,) = cluster.rows or ()
+    assert row.state is NodeState.STALE and row.free_gpus is None
+    assert row.problem == "the exporter serves an old sample: its last sample is 20m old"
 
 
 def test_unknown_processes_are_never_free(replay: Replay) -> None:
